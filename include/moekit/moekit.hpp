@@ -1,0 +1,11 @@
+// The whole public API of moekit: include this one header.
+#pragma once
+
+#include "moekit/checkpoint.hpp"
+#include "moekit/error.hpp"
+#include "moekit/ops.hpp"
+#include "moekit/presets.hpp"
+#include "moekit/problem.hpp"
+#include "moekit/quant.hpp"
+#include "moekit/tensor.hpp"
+#include "moekit/version.hpp"
