@@ -1,0 +1,64 @@
+// Plain parameters of the grouped expert GEMMs (host and device; no CUDA types).
+// For each local expert e and each row r of the expert-sorted order in
+// [row_offsets[e], row_offsets[e+1]):
+//   acc[r, n] = sum_c A[a_row(r), c] * B[e, n, c]        (fp32, scales per scheme, docs/design.md)
+// and the epilogue turns acc into the output (GEMM1: activation; GEMM2: bias + router weight).
+#pragma once
+
+#include <cstdint>
+
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda {
+
+enum class GemmEpilogue : int {
+  // GEMM1: B = w13 [E, 2N, K]. Output column n in [0, N) combines rows n (gate) and N+n (up):
+  //   (acc *= topk_weight if weight_on_input), += b13, activation, then written to
+  //   out[r, n] (row-major [rows, N]) as out_dtype (act dtype for bf16, fp32 for fp8 schemes).
+  kGateUpActivation,
+  // GEMM2: B = w2 [E, K, N]. Output column n in [0, K): (+= b2), (*= topk_weight unless
+  //   weight_on_input), written fp32 to out[slot(r), n] (row-major [M*k, K]) where slot(r) =
+  //   sorted_slots[r] = m*k + j.
+  kBiasWeightScatter,
+};
+
+struct GroupedGemmParams {
+  Scheme scheme = Scheme::kBf16;
+  GemmEpilogue epilogue = GemmEpilogue::kGateUpActivation;
+  int num_experts = 0;              // E (local)
+  std::int64_t n_out = 0;           // output columns: N (GEMM1, B has 2N rows) or K (GEMM2)
+  std::int64_t k_dim = 0;           // reduction length: K (GEMM1) or N (GEMM2)
+  std::int64_t max_rows = 0;        // host-known bound on row_offsets[E] (M*k), sizes the grid
+  const std::int32_t* row_offsets = nullptr;  // [E+1] device, row_offsets[0] == 0
+  const std::int32_t* sorted_slots = nullptr; // [max_rows] slot m*k+j of each sorted row
+  int top_k = 1;                    // k: token of sorted row r is sorted_slots[r] / top_k
+
+  // A: GEMM1 gathers token rows (gather_a_by_token: A row = sorted_slots[r] / top_k, A is
+  // [M, K]); GEMM2 reads row r of the sorted intermediate (A is [max_rows, N]).
+  const void* a = nullptr;          // act dtype (bf16 scheme) or e4m3 (fp8 schemes)
+  bool gather_a_by_token = false;
+  DType act_dtype = DType::kBf16;   // bf16 scheme's A and B dtype (kBf16 or kFp16)
+  // A scales (fp8): per tensor [1]; per row [rows of A]; block128 [rows of A, ceil(k_dim/128)].
+  const float* a_scale = nullptr;
+
+  // B: [E, rows_b, k_dim], rows_b = 2N (GEMM1) or K (GEMM2). Scales (fp8): per tensor [E];
+  // per channel [E, rows_b]; block128 [E, ceil(rows_b/128), ceil(k_dim/128)].
+  const void* b = nullptr;
+  const float* b_scale = nullptr;
+
+  // Epilogue inputs.
+  const void* bias = nullptr;       // [E, rows_b] or null
+  DType bias_dtype = DType::kFp32;
+  const float* topk_weights = nullptr;  // [M*k] indexed by slot
+  bool weight_on_input = false;
+  ActivationConfig activation{};
+
+  void* out = nullptr;
+  DType out_dtype = DType::kFp32;   // GEMM1: act dtype or kFp32; GEMM2: kFp32
+};
+
+/// Launch the grouped GEMM on `stream` (cudaStream_t). Throws moekit::Error on a bad
+/// configuration or a failed launch. Does nothing when max_rows == 0.
+void launch_grouped_gemm(const GroupedGemmParams& params, void* stream);
+
+}  // namespace moekit::cuda
