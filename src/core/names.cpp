@@ -1,4 +1,5 @@
 // Names of moekit's enums, their parsers, and the small methods of TensorView and MoeProblem.
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -53,8 +54,10 @@ std::string device_name(Device d) {
 
 std::int64_t TensorView::numel() const noexcept {
   if (ndim < 0) return 0;
+  // Saturates instead of overflowing; validation rejects such shapes before anything reads them.
   std::int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  for (int i = 0; i < ndim; ++i)
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;
   return n;
 }
 
@@ -90,7 +93,7 @@ TensorView TensorView::contiguous(const void* data, DType dtype, const std::int6
   for (int i = ndim - 1; i >= 0; --i) {
     v.shape[i] = shape[i];
     v.strides[i] = stride;
-    stride *= shape[i];
+    if (i > 0 && __builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return v;
 }

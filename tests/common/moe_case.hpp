@@ -25,7 +25,7 @@ struct CaseSpec {
   RoutingConfig routing{};        ///< routing.top_k is forced to k
   RoutingPattern pattern = RoutingPattern::kFromLogits;
   int hot_expert = 0;
-  bool bias = false;              ///< b13 and b2 (bf16)
+  bool bias = false;              ///< b13 and b2 (in the act dtype)
   bool expert_map = false;        ///< E_global = 2E; odd global ids map to -1, even ones to local ids
   bool weight_on_input = false;
   bool static_scales = false;     ///< kFp8PerTensor: pass a13_scale / a2_scale
@@ -41,7 +41,7 @@ struct MoeCase {
   std::vector<float> router_logits;      ///< [M, E_global] fp32
   std::vector<float> correction_bias;    ///< [E_global] (sigmoid_grouped_topk), else empty
   QuantizedWeights w13, w2;              ///< [E, 2N, K], [E, K, N]
-  std::vector<std::uint16_t> b13, b2;    ///< [E, 2N], [E, K] bf16 bits, empty without bias
+  std::vector<std::uint16_t> b13, b2;    ///< [E, 2N], [E, K] act-dtype bits, empty without bias
   std::vector<std::int32_t> topk_ids;    ///< [M, k]
   std::vector<float> topk_weights;       ///< [M, k]
   std::vector<std::int32_t> expert_map;  ///< [E_global], empty without

@@ -1,0 +1,54 @@
+"""moekit: Mixture-of-Experts layers on Hopper GPUs, with an exact CPU reference.
+
+    import moekit
+    out = moekit.fused_experts(hidden, w13, w2, topk_weights, topk_ids)        # vLLM's layouts
+    topk_weights, topk_ids = moekit.route(router_logits, top_k=8)
+    out = moekit.fused_moe(hidden, router_logits, w13, w2, top_k=8)
+    q, scale = moekit.quantize_weights(w13, "fp8_per_channel")
+
+Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and torch tensors
+(CPU: the reference; CUDA: the Hopper kernels on the current stream). With torch importable,
+the operations are also torch.ops.moekit.{fused_experts, route, fused_moe}. Errors raise
+ValueError (bad argument), NotImplementedError (not supported by this build or backend) or
+RuntimeError (the rest), carrying moekit's message. Set MOEKIT_NO_TORCH=1 to skip the torch ops.
+"""
+
+import importlib.util as _importlib_util
+import os as _os
+
+from . import _C
+from ._ops import (
+    SCHEMES,
+    cuda_available,
+    describe_fused_experts,
+    fused_experts,
+    fused_moe,
+    model_presets,
+    preset_problem,
+    resolve_scheme,
+    route,
+    workspace_size,
+)
+from ._quant import dequantize_weights, quantize_weights
+
+__version__ = _C.version()
+Problem = _C.Problem
+
+__all__ = [
+    "SCHEMES",
+    "Problem",
+    "cuda_available",
+    "dequantize_weights",
+    "describe_fused_experts",
+    "fused_experts",
+    "fused_moe",
+    "model_presets",
+    "preset_problem",
+    "quantize_weights",
+    "resolve_scheme",
+    "route",
+    "workspace_size",
+]
+
+if _os.environ.get("MOEKIT_NO_TORCH", "") in ("", "0") and _importlib_util.find_spec("torch") is not None:
+    from . import _torch_ops  # noqa: F401  (registers torch.ops.moekit.*)

@@ -1,0 +1,453 @@
+"""moekit's operations on numpy arrays and torch tensors: route, fused_experts, fused_moe.
+
+Arguments follow vLLM's names and layouts: w1 is w13 [E, 2N, K] (rows [0, N) gate, [N, 2N) up),
+w2 is [E, K, N]. Host arrays run on the exact CPU reference; CUDA tensors run on moekit's CUDA
+backend on the current stream, with a workspace allocated from torch's caching allocator (so a
+call never synchronizes the host and can be captured in a CUDA graph).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Tuple
+
+from . import _C
+from . import _tensors as T
+
+SCHEMES = ("bf16", "fp8_per_tensor", "fp8_per_channel", "fp8_block128")
+_ACTIVATION_ALIASES = {
+    "silu": "silu",
+    "swiglu": "silu",
+    "gelu": "gelu",
+    "swigluoai": "swiglu_oai",  # vLLM's name for gpt-oss's activation
+    "swiglu_oai": "swiglu_oai",
+    "swiglu-oai": "swiglu_oai",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument normalization (shared by the direct path and the torch ops)
+
+def _activation_config(activation: str, alpha: float, limit: float) -> "_C.ActivationConfig":
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be a str, got {type(activation).__name__}")
+    cfg = _C.ActivationConfig()
+    cfg.kind = _C.parse_activation(_ACTIVATION_ALIASES.get(activation.lower(), activation))
+    cfg.alpha = float(alpha)
+    cfg.limit = float(limit)
+    return cfg
+
+
+def resolve_scheme(
+    scheme: Optional[str],
+    w1: Any,
+    w1_scale: Any = None,
+    block_shape: Optional[Sequence[int]] = None,
+    use_fp8_w8a8: bool = False,
+    per_channel_quant: bool = False,
+) -> str:
+    """The scheme name of a call: `scheme` when given, else what vLLM's flags or the weights say.
+
+    Without `scheme`, fp8 weights pick fp8_block128 when block_shape is given, else
+    fp8_per_channel when per_channel_quant or when w1_scale has one value per row, else
+    fp8_per_tensor; other weights are bf16.
+    """
+    if block_shape is not None:
+        bs = [int(b) for b in block_shape]
+        if bs != [128, 128]:
+            raise NotImplementedError(
+                f"block_shape={bs}: moekit's block-quantized scheme (fp8_block128) uses 128x128 weight "
+                "blocks and 1x128 activation groups"
+            )
+    if scheme is not None:
+        if not isinstance(scheme, str):
+            raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
+        name = _C.scheme_name(_C.parse_scheme(scheme))  # ValueError listing the schemes
+        if block_shape is not None and name != "fp8_block128":
+            raise ValueError(f"block_shape={list(block_shape)} is given but scheme is {name} (expected fp8_block128)")
+        return name
+    is_fp8 = T.dtype_name(w1) == "float8_e4m3fn"
+    if not (is_fp8 or use_fp8_w8a8):
+        return "bf16"
+    if block_shape is not None:
+        return "fp8_block128"
+    if per_channel_quant:
+        return "fp8_per_channel"
+    if w1_scale is not None and len(w1.shape) == 3:
+        shape = tuple(w1_scale.shape)
+        E, two_n = w1.shape[0], w1.shape[1]
+        if len(shape) >= 2 and shape[0] == E and shape[1] == two_n and two_n > 1 and math.prod(shape) == E * two_n:
+            return "fp8_per_channel"
+    return "fp8_per_tensor"
+
+
+def _weight_scale(name: str, s: Any, scheme: str, E: int, rows: int) -> Any:
+    """A weight scale in the layout moekit reads: fp32, [E] / [E, rows] / blocks, contiguous.
+
+    vLLM keeps per-tensor scales as [E] (or [E, 1, 1]) and per-channel ones as [E, rows, 1]: those
+    are reshaped (a view when contiguous).
+    """
+    if s is None:
+        return None
+    T.check_array(name, s)
+    s = T.astype(s, "float32")
+    n = math.prod(s.shape)
+    if scheme == "fp8_per_tensor" and n == E and len(s.shape) != 1:
+        s = T.reshape(s, (E,))
+    elif scheme == "fp8_per_channel" and len(s.shape) == 3 and s.shape[2] == 1 and n == E * rows:
+        s = T.reshape(s, (E, rows))
+    return T.contiguous(s)
+
+
+def _act_scale(name: str, s: Any) -> Any:
+    if s is None:
+        return None
+    T.check_array(name, s)
+    s = T.astype(s, "float32")
+    if math.prod(s.shape) == 1 and len(s.shape) != 1:
+        s = T.reshape(s, (1,))
+    return T.contiguous(s)
+
+
+def _topk_ids(x: Any) -> Any:
+    # moekit reads int32 ids; int64 ones (torch.topk's) are converted, which costs one small copy.
+    T.check_array("topk_ids", x)
+    return T.astype(x, "int32") if T.dtype_name(x) == "int64" else x
+
+
+def _expert_map(x: Any) -> Any:
+    if x is None:
+        return None
+    T.check_array("expert_map", x)
+    return T.astype(x, "int32") if T.dtype_name(x) == "int64" else x
+
+
+def _topk_weights(x: Any) -> Any:
+    T.check_array("topk_weights", x)
+    return T.astype(x, "float32") if T.dtype_name(x) in ("bfloat16", "float16") else x
+
+
+def _routing_config(top_k, method, renormalize, num_groups, topk_groups, routed_scaling_factor) -> "_C.RoutingConfig":
+    r = _C.RoutingConfig()
+    r.method = _C.parse_routing_method(method)
+    r.top_k = int(top_k)
+    r.renormalize = bool(renormalize)
+    r.num_groups = int(num_groups)
+    r.topk_groups = int(topk_groups)
+    r.routed_scaling_factor = float(routed_scaling_factor)
+    return r
+
+
+class _Keep:
+    """Holds the arrays whose views a call uses, so none is freed before the call returns."""
+
+    def __init__(self):
+        self.items = []
+
+    def view(self, name: str, x: Any):
+        if x is not None:
+            self.items.append(x)
+        return T.view(name, x)
+
+
+def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, activation, apply_router_weight_on_input,
+                 expert_map, scheme, w1_scale, w2_scale, a1_scale, a2_scale, w1_bias, w2_bias, swiglu_alpha,
+                 swiglu_limit) -> "_C.FusedExpertsArgs":
+    for name, x in (("hidden_states", hidden), ("w1", w1), ("w2", w2)):
+        T.check_array(name, x)
+    E = w1.shape[0] if len(w1.shape) >= 1 else 0
+    two_n = w1.shape[1] if len(w1.shape) >= 2 else 0
+    K = w2.shape[1] if len(w2.shape) >= 2 else 0
+    w = _C.ExpertWeights()
+    w.w13 = keep.view("w1", w1)
+    w.w2 = keep.view("w2", w2)
+    w.w13_scale = keep.view("w1_scale", _weight_scale("w1_scale", w1_scale, scheme, E, two_n))
+    w.w2_scale = keep.view("w2_scale", _weight_scale("w2_scale", w2_scale, scheme, E, K))
+    w.b13 = keep.view("w1_bias", w1_bias)
+    w.b2 = keep.view("w2_bias", w2_bias)
+    a = _C.FusedExpertsArgs()
+    a.hidden = keep.view("hidden_states", hidden)
+    a.weights = w
+    a.topk_ids = keep.view("topk_ids", None if topk_ids is None else _topk_ids(topk_ids))
+    a.topk_weights = keep.view("topk_weights", None if topk_weights is None else _topk_weights(topk_weights))
+    a.out = keep.view("out", out)
+    a.scheme = _C.parse_scheme(scheme)
+    a.activation = _activation_config(activation, swiglu_alpha, swiglu_limit)
+    a.a13_scale = keep.view("a1_scale", _act_scale("a1_scale", a1_scale))
+    a.a2_scale = keep.view("a2_scale", _act_scale("a2_scale", a2_scale))
+    a.expert_map = keep.view("expert_map", _expert_map(expert_map))
+    a.apply_router_weight_on_input = bool(apply_router_weight_on_input)
+    return a
+
+
+class _Launch:
+    """Where and how a call runs: backend, stream, workspace (kept alive for the call)."""
+
+    def __init__(self, like: Any, args, backend: str, workspace: Any, needs_workspace: bool):
+        self.backend = backend
+        self.stream = T.cuda_stream(like)
+        self.workspace_ptr = 0
+        self.workspace_bytes = 0
+        self.workspace = None
+        self.device_ctx = None
+        dev = T.device_of(like)
+        if dev[0] != "cuda":
+            return
+        torch = T.torch_module()
+        self.device_ctx = torch.cuda.device(like.device)
+        if not needs_workspace:
+            return
+        need = _C.workspace_size(_C.describe(args), "cuda")
+        if workspace is not None:
+            if not T.is_torch(workspace) or workspace.device != like.device:
+                raise ValueError(f"workspace must be a torch tensor on {like.device}")
+            have = workspace.numel() * workspace.element_size()
+            if have < need:
+                raise ValueError(f"workspace holds {have} bytes, this call needs {need} (moekit.workspace_size)")
+            self.workspace = workspace
+        elif need > 0:
+            # The caching allocator returns stream-ordered memory: no host sync, graph-capturable.
+            self.workspace = torch.empty(need, dtype=torch.uint8, device=like.device)
+        if self.workspace is not None:
+            self.workspace_ptr = self.workspace.data_ptr()
+            self.workspace_bytes = self.workspace.numel() * self.workspace.element_size()
+
+
+def _run(fn, args, launch: _Launch, path: Optional[str], num_threads: int) -> None:
+    kwargs = dict(backend=launch.backend, stream=launch.stream, workspace=launch.workspace_ptr,
+                  workspace_bytes=launch.workspace_bytes, path=path, num_threads=num_threads)
+    if launch.device_ctx is not None:
+        with launch.device_ctx:
+            fn(args, **kwargs)
+    else:
+        fn(args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Direct implementations (the torch ops call these too)
+
+def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activation="silu",
+                       apply_router_weight_on_input=False, expert_map=None, scheme="bf16", w1_scale=None,
+                       w2_scale=None, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None,
+                       swiglu_alpha=1.702, swiglu_limit=7.0, out=None, backend="auto", path=None,
+                       num_threads=0, workspace=None):
+    T.check_array("hidden_states", hidden_states)
+    if out is None:
+        out = T.empty(hidden_states, hidden_states.shape, "same")
+    keep = _Keep()
+    args = _expert_args(keep, hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
+                        apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                        scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale,
+                        w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
+    launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True)
+    _run(_C.fused_experts, args, launch, path, num_threads)
+    return out
+
+
+def route_impl(router_logits, top_k, method="softmax_topk", renormalize=True, num_groups=1, topk_groups=1,
+               routed_scaling_factor=1.0, e_score_correction_bias=None, *, backend="auto", num_threads=0,
+               topk_weights=None, topk_ids=None):
+    T.check_array("router_logits", router_logits)
+    M = router_logits.shape[0] if len(router_logits.shape) >= 1 else 0
+    k = int(top_k)
+    if topk_weights is None:
+        topk_weights = T.empty(router_logits, (M, max(k, 0)), "float32")
+    if topk_ids is None:
+        topk_ids = T.empty(router_logits, (M, max(k, 0)), "int32")
+    keep = _Keep()
+    a = _C.RouteArgs()
+    a.router_logits = keep.view("router_logits", router_logits)
+    a.routing = _routing_config(top_k, method, renormalize, num_groups, topk_groups, routed_scaling_factor)
+    bias = None if e_score_correction_bias is None else T.contiguous(T.astype(e_score_correction_bias, "float32"))
+    a.e_score_correction_bias = keep.view("e_score_correction_bias", bias)
+    a.topk_ids = keep.view("topk_ids", topk_ids)
+    a.topk_weights = keep.view("topk_weights", topk_weights)
+    launch = _Launch(router_logits, a, backend, None, needs_workspace=False)
+    if launch.device_ctx is not None:
+        with launch.device_ctx:
+            _C.route(a, backend=backend, stream=launch.stream, num_threads=num_threads)
+    else:
+        _C.route(a, backend=backend, stream=launch.stream, num_threads=num_threads)
+    return topk_weights, topk_ids
+
+
+def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=True, routing="softmax_topk",
+                   num_groups=1, topk_groups=1, routed_scaling_factor=1.0, e_score_correction_bias=None,
+                   activation="silu", apply_router_weight_on_input=False, expert_map=None, scheme="bf16",
+                   w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None,
+                   swiglu_alpha=1.702, swiglu_limit=7.0, out=None, topk_weights=None, topk_ids=None,
+                   backend="auto", path=None, num_threads=0, workspace=None):
+    """Returns (out, topk_weights, topk_ids); the last two are None unless buffers were given."""
+    T.check_array("hidden_states", hidden_states)
+    T.check_array("router_logits", router_logits)
+    if out is None:
+        out = T.empty(hidden_states, hidden_states.shape, "same")
+    keep = _Keep()
+    experts = _expert_args(keep, hidden_states, w1, w2, None, None, out, activation=activation,
+                           apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                           scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                           a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
+                           swiglu_limit=swiglu_limit)
+    # Routing outputs are optional: moekit keeps them in the workspace unless buffers are given.
+    experts.topk_ids = keep.view("topk_ids", topk_ids)
+    experts.topk_weights = keep.view("topk_weights", topk_weights)
+    a = _C.FusedMoeArgs()
+    a.router_logits = keep.view("router_logits", router_logits)
+    a.routing = _routing_config(top_k, routing, renormalize, num_groups, topk_groups, routed_scaling_factor)
+    bias = None if e_score_correction_bias is None else T.contiguous(T.astype(e_score_correction_bias, "float32"))
+    a.e_score_correction_bias = keep.view("e_score_correction_bias", bias)
+    a.experts = experts
+    launch = _Launch(hidden_states, a, backend, workspace, needs_workspace=True)
+    _run(_C.fused_moe, a, launch, path, num_threads)
+    return out, topk_weights, topk_ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions
+
+def _torch_ops_ready() -> bool:
+    from . import _torch_ops  # noqa: PLC0415 (only imported once torch is)
+
+    return _torch_ops.REGISTERED
+
+
+def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, *, activation: str = "silu",
+                  apply_router_weight_on_input: bool = False, expert_map=None, scheme: Optional[str] = None,
+                  w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None,
+                  block_shape: Optional[Sequence[int]] = None, w1_bias=None, w2_bias=None, inplace: bool = False,
+                  use_fp8_w8a8: bool = False, per_channel_quant: bool = False, global_num_experts: int = -1,
+                  swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, out=None, backend: str = "auto",
+                  path: Optional[str] = None, num_threads: int = 0, workspace=None):
+    """The MoE layer with routing given (vLLM's fused_experts).
+
+    hidden_states [M, K] bf16/fp16; w1 = w13 [E, 2N, K] (gate rows, then up rows); w2 [E, K, N];
+    topk_weights [M, k] (fp32; bf16/fp16 are converted); topk_ids [M, k] int32 (int64 is converted,
+    one small copy). scheme: "bf16", "fp8_per_tensor", "fp8_per_channel", "fp8_block128"; when None
+    it follows vLLM's use_fp8_w8a8 / per_channel_quant / block_shape flags or the weights' dtype.
+    Scales are fp32 dequantization multipliers: w1_scale [E] / [E, 2N] (or [E, 2N, 1]) /
+    [E, ceil(2N/128), ceil(K/128)]; a1_scale, a2_scale static per-tensor activation scales.
+    w1_bias [E, 2N], w2_bias [E, K]. expert_map [E_global] maps global ids to local ones (-1 = not
+    here). activation: "silu", "gelu", "swigluoai" (gpt-oss, with swiglu_alpha/limit).
+    inplace writes the result into hidden_states (through a temporary: moekit's output never aliases
+    its input) and returns it. Returns out [M, K] in the dtype of hidden_states.
+    """
+    del global_num_experts  # vLLM's argument; moekit takes E_global from expert_map
+    for name, x in (("hidden_states", hidden_states), ("w1", w1), ("w2", w2)):
+        T.check_array(name, x)
+    scheme = resolve_scheme(scheme, w1, w1_scale, block_shape, use_fp8_w8a8, per_channel_quant)
+    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0
+    if T.is_torch(hidden_states) and not direct and _torch_ops_ready():
+        torch = T.torch_module()
+        result = torch.ops.moekit.fused_experts(
+            hidden_states, w1, w2, topk_weights, topk_ids, activation, bool(apply_router_weight_on_input),
+            expert_map, scheme, w1_scale, w2_scale, a1_scale, a2_scale, w1_bias, w2_bias,
+            float(swiglu_alpha), float(swiglu_limit), path)
+    else:
+        result = fused_experts_impl(
+            hidden_states, w1, w2, topk_weights, topk_ids, activation=activation,
+            apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map, scheme=scheme,
+            w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale, w1_bias=w1_bias,
+            w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit, out=out, backend=backend,
+            path=path, num_threads=num_threads, workspace=workspace)
+    if inplace:
+        T.copy_into(hidden_states, result)
+        return hidden_states
+    return result
+
+
+def route(router_logits, top_k: int, method: str = "softmax_topk", renormalize: bool = True, num_groups: int = 1,
+          topk_groups: int = 1, routed_scaling_factor: float = 1.0, e_score_correction_bias=None, *,
+          backend: str = "auto", num_threads: int = 0) -> Tuple[Any, Any]:
+    """Router logits [M, E] (fp32 or bf16) -> (topk_weights [M, k] fp32, topk_ids [M, k] int32).
+
+    method: "softmax_topk" (Mixtral, Qwen3-MoE), "sigmoid_grouped_topk" (DeepSeek-V3: num_groups,
+    topk_groups, routed_scaling_factor, e_score_correction_bias), "topk_softmax" (gpt-oss). Ties
+    pick the lower expert id; the k are in descending score order.
+    """
+    if T.is_torch(router_logits) and backend == "auto" and num_threads == 0 and _torch_ops_ready():
+        torch = T.torch_module()
+        return torch.ops.moekit.route(router_logits, int(top_k), method, bool(renormalize), int(num_groups),
+                                      int(topk_groups), float(routed_scaling_factor), e_score_correction_bias)
+    return route_impl(router_logits, top_k, method, renormalize, num_groups, topk_groups, routed_scaling_factor,
+                      e_score_correction_bias, backend=backend, num_threads=num_threads)
+
+
+def fused_moe(hidden_states, router_logits, w1, w2, top_k: int, *, renormalize: bool = True,
+              routing: str = "softmax_topk", num_groups: int = 1, topk_groups: int = 1,
+              routed_scaling_factor: float = 1.0, e_score_correction_bias=None, activation: str = "silu",
+              apply_router_weight_on_input: bool = False, expert_map=None, scheme: Optional[str] = None,
+              w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None,
+              block_shape: Optional[Sequence[int]] = None, w1_bias=None, w2_bias=None, inplace: bool = False,
+              use_fp8_w8a8: bool = False, per_channel_quant: bool = False, swiglu_alpha: float = 1.702,
+              swiglu_limit: float = 7.0, return_routing: bool = False, out=None, backend: str = "auto",
+              path: Optional[str] = None, num_threads: int = 0, workspace=None):
+    """Route then run the experts in one call: route(router_logits, ...) + fused_experts(...).
+
+    Arguments as in route() (routing = the method) and fused_experts(). With return_routing=True
+    returns (out, topk_weights, topk_ids), else out.
+    """
+    for name, x in (("hidden_states", hidden_states), ("router_logits", router_logits), ("w1", w1), ("w2", w2)):
+        T.check_array(name, x)
+    scheme = resolve_scheme(scheme, w1, w1_scale, block_shape, use_fp8_w8a8, per_channel_quant)
+    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0
+    if T.is_torch(hidden_states) and not direct and _torch_ops_ready():
+        torch = T.torch_module()
+        result, tw, ti = torch.ops.moekit.fused_moe(
+            hidden_states, router_logits, w1, w2, int(top_k), bool(renormalize), routing, int(num_groups),
+            int(topk_groups), float(routed_scaling_factor), e_score_correction_bias, activation,
+            bool(apply_router_weight_on_input), expert_map, scheme, w1_scale, w2_scale, a1_scale, a2_scale,
+            w1_bias, w2_bias, float(swiglu_alpha), float(swiglu_limit), path)
+    else:
+        M = hidden_states.shape[0] if len(hidden_states.shape) >= 1 else 0
+        k = max(int(top_k), 0)
+        tw = T.empty(hidden_states, (M, k), "float32") if return_routing else None
+        ti = T.empty(hidden_states, (M, k), "int32") if return_routing else None
+        result, tw, ti = fused_moe_impl(
+            hidden_states, router_logits, w1, w2, top_k, renormalize=renormalize, routing=routing,
+            num_groups=num_groups, topk_groups=topk_groups, routed_scaling_factor=routed_scaling_factor,
+            e_score_correction_bias=e_score_correction_bias, activation=activation,
+            apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map, scheme=scheme,
+            w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale, w1_bias=w1_bias,
+            w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit, out=out, topk_weights=tw,
+            topk_ids=ti, backend=backend, path=path, num_threads=num_threads, workspace=workspace)
+    if inplace:
+        T.copy_into(hidden_states, result)
+        result = hidden_states
+    return (result, tw, ti) if return_routing else result
+
+
+def describe_fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, *, activation="silu",
+                           apply_router_weight_on_input=False, expert_map=None, scheme=None, w1_scale=None,
+                           w2_scale=None, a1_scale=None, a2_scale=None, block_shape=None, w1_bias=None,
+                           w2_bias=None, swiglu_alpha=1.702, swiglu_limit=7.0) -> "_C.Problem":
+    """Validate a fused_experts call without running it and describe it (moekit.Problem)."""
+    for name, x in (("hidden_states", hidden_states), ("w1", w1), ("w2", w2)):
+        T.check_array(name, x)
+    scheme = resolve_scheme(scheme, w1, w1_scale, block_shape)
+    keep = _Keep()
+    out = T.empty(hidden_states, hidden_states.shape, "same")
+    args = _expert_args(keep, hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
+                        apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                        scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale,
+                        w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
+    return _C.describe(args)
+
+
+def workspace_size(problem: "_C.Problem", backend: str = "cuda") -> int:
+    """Device workspace bytes a call of `problem` needs (0 on the CPU). It depends on the sizes only:
+    size it once for the largest M (moekit.preset_problem(name, M, tp, scheme))."""
+    return _C.workspace_size(problem, backend)
+
+
+def preset_problem(name: str, num_tokens: int, tp: int = 1, scheme: str = "bf16") -> "_C.Problem":
+    """The problem of one layer call of a model preset (mixtral-8x7b, qwen3-30b-a3b, ...)."""
+    return _C.preset_problem(name, int(num_tokens), int(tp), scheme)
+
+
+def model_presets():
+    return list(_C.model_presets())
+
+
+def cuda_available() -> Tuple[bool, str]:
+    """(True, "") when this build has the CUDA backend and a Hopper GPU is visible, else (False, why)."""
+    return tuple(_C.cuda_available())

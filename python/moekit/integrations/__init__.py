@@ -1,0 +1,2 @@
+"""Integrations of moekit with other libraries (imported on demand, e.g.
+`moekit.integrations.transformers`)."""

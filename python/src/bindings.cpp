@@ -1,0 +1,288 @@
+// moekit._C: the nanobind layer over moekit's public C++ API. Tensors arrive as TensorView
+// (pointer, dtype, shape, strides in elements, device) built by python/moekit/_tensors.py from
+// numpy arrays or torch tensors, so this file knows no tensor library and copies nothing.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "moekit/moekit.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using moekit::TensorView;
+
+TensorView make_view(std::uintptr_t data, moekit::DType dtype, const std::vector<std::int64_t>& shape,
+                     const std::vector<std::int64_t>& strides, moekit::DeviceType device_type, int device_index) {
+  if (shape.size() > static_cast<std::size_t>(TensorView::kMaxDims))
+    throw moekit::Error(moekit::Status::kInvalidArgument,
+                        "a tensor has " + std::to_string(shape.size()) + " dimensions, more than the " +
+                            std::to_string(TensorView::kMaxDims) + " a TensorView holds");
+  if (strides.size() != shape.size())
+    throw moekit::Error(moekit::Status::kInvalidArgument,
+                        "a tensor has " + std::to_string(shape.size()) + " dimensions but " +
+                            std::to_string(strides.size()) + " strides");
+  TensorView v;
+  v.data = reinterpret_cast<void*>(data);
+  v.dtype = dtype;
+  v.device = {device_type, device_index};
+  v.ndim = static_cast<int>(shape.size());
+  for (int i = 0; i < v.ndim; ++i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = strides[i];
+  }
+  return v;
+}
+
+std::vector<std::int64_t> shape_of(const TensorView& v) {
+  if (!v.present()) return {};
+  return std::vector<std::int64_t>(v.shape, v.shape + v.ndim);
+}
+
+// How a call runs; Options::path points into `path` for the duration of the call.
+moekit::Options make_options(const std::string& backend, std::uintptr_t stream, std::uintptr_t workspace,
+                             std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads) {
+  moekit::Options o;
+  o.backend = moekit::parse_backend(backend);
+  o.stream = reinterpret_cast<void*>(stream);
+  o.workspace = reinterpret_cast<void*>(workspace);
+  o.workspace_bytes = workspace_bytes;
+  o.path = path ? path->c_str() : nullptr;
+  o.num_threads = num_threads;
+  return o;
+}
+
+// moekit::Error -> the Python exception its status stands for, with the C++ message.
+void translate_error(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const moekit::Error& e) {
+    PyObject* type = PyExc_RuntimeError;
+    if (e.status() == moekit::Status::kInvalidArgument) type = PyExc_ValueError;
+    if (e.status() == moekit::Status::kNotSupported) type = PyExc_NotImplementedError;
+    PyErr_SetString(type, e.what());
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "moekit's C++ API (use the moekit package, not this module, from Python)";
+  nb::register_exception_translator(translate_error);
+
+  nb::enum_<moekit::Status>(m, "Status")
+      .value("kSuccess", moekit::Status::kSuccess)
+      .value("kInvalidArgument", moekit::Status::kInvalidArgument)
+      .value("kNotSupported", moekit::Status::kNotSupported)
+      .value("kCudaError", moekit::Status::kCudaError)
+      .value("kInternal", moekit::Status::kInternal);
+  nb::enum_<moekit::DType>(m, "DType")
+      .value("kBf16", moekit::DType::kBf16)
+      .value("kFp16", moekit::DType::kFp16)
+      .value("kFp32", moekit::DType::kFp32)
+      .value("kFp8E4m3", moekit::DType::kFp8E4m3)
+      .value("kInt32", moekit::DType::kInt32)
+      .value("kInt64", moekit::DType::kInt64);
+  nb::enum_<moekit::DeviceType>(m, "DeviceType")
+      .value("kCpu", moekit::DeviceType::kCpu)
+      .value("kCuda", moekit::DeviceType::kCuda);
+  nb::enum_<moekit::Scheme>(m, "Scheme")
+      .value("kBf16", moekit::Scheme::kBf16)
+      .value("kFp8PerTensor", moekit::Scheme::kFp8PerTensor)
+      .value("kFp8PerChannel", moekit::Scheme::kFp8PerChannel)
+      .value("kFp8Block128", moekit::Scheme::kFp8Block128);
+  nb::enum_<moekit::Activation>(m, "Activation")
+      .value("kSilu", moekit::Activation::kSilu)
+      .value("kGelu", moekit::Activation::kGelu)
+      .value("kSwigluOai", moekit::Activation::kSwigluOai);
+  nb::enum_<moekit::RoutingMethod>(m, "RoutingMethod")
+      .value("kSoftmaxTopk", moekit::RoutingMethod::kSoftmaxTopk)
+      .value("kSigmoidGroupedTopk", moekit::RoutingMethod::kSigmoidGroupedTopk)
+      .value("kTopkSoftmax", moekit::RoutingMethod::kTopkSoftmax);
+
+  m.def("version", &moekit::version);
+  m.def("parse_scheme", [](const std::string& s) { return moekit::parse_scheme(s); });
+  m.def("parse_activation", [](const std::string& s) { return moekit::parse_activation(s); });
+  m.def("parse_routing_method", [](const std::string& s) { return moekit::parse_routing_method(s); });
+  m.def("scheme_name", [](moekit::Scheme s) { return std::string(moekit::scheme_name(s)); });
+  m.def("dtype_name", [](moekit::DType d) { return std::string(moekit::dtype_name(d)); });
+  m.def("cuda_available", []() {
+    std::string why;
+    const bool ok = moekit::cuda_available(&why);
+    return std::make_pair(ok, why);
+  });
+
+  nb::class_<TensorView>(m, "TensorView")
+      .def(nb::init<>(), "An absent (optional, not given) tensor.")
+      .def(
+          "__init__",
+          [](TensorView* self, std::uintptr_t data, moekit::DType dtype, const std::vector<std::int64_t>& shape,
+             const std::vector<std::int64_t>& strides, moekit::DeviceType device_type, int device_index) {
+            new (self) TensorView(make_view(data, dtype, shape, strides, device_type, device_index));
+          },
+          "data"_a, "dtype"_a, "shape"_a, "strides"_a, "device_type"_a, "device_index"_a)
+      .def_prop_ro("present", &TensorView::present)
+      .def_prop_ro("ndim", [](const TensorView& v) { return v.ndim; })
+      .def_prop_ro("shape", &shape_of)
+      .def_prop_ro("dtype", [](const TensorView& v) { return v.dtype; })
+      .def_prop_ro("data", [](const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); })
+      .def("numel", &TensorView::numel)
+      .def("is_contiguous", &TensorView::is_contiguous)
+      .def("__repr__", [](const TensorView& v) {
+        if (!v.present()) return std::string("TensorView(absent)");
+        return "TensorView(" + std::string(moekit::dtype_name(v.dtype)) + " " + v.shape_string() + " on " +
+               moekit::device_name(v.device) + ")";
+      });
+
+  nb::class_<moekit::ActivationConfig>(m, "ActivationConfig")
+      .def(nb::init<>())
+      .def_rw("kind", &moekit::ActivationConfig::kind)
+      .def_rw("alpha", &moekit::ActivationConfig::alpha)
+      .def_rw("limit", &moekit::ActivationConfig::limit);
+
+  nb::class_<moekit::RoutingConfig>(m, "RoutingConfig")
+      .def(nb::init<>())
+      .def_rw("method", &moekit::RoutingConfig::method)
+      .def_rw("top_k", &moekit::RoutingConfig::top_k)
+      .def_rw("renormalize", &moekit::RoutingConfig::renormalize)
+      .def_rw("num_groups", &moekit::RoutingConfig::num_groups)
+      .def_rw("topk_groups", &moekit::RoutingConfig::topk_groups)
+      .def_rw("routed_scaling_factor", &moekit::RoutingConfig::routed_scaling_factor);
+
+  nb::class_<moekit::MoeProblem>(m, "Problem")
+      .def_ro("num_tokens", &moekit::MoeProblem::num_tokens)
+      .def_ro("num_experts", &moekit::MoeProblem::num_experts)
+      .def_ro("num_experts_global", &moekit::MoeProblem::num_experts_global)
+      .def_ro("top_k", &moekit::MoeProblem::top_k)
+      .def_ro("hidden_size", &moekit::MoeProblem::hidden_size)
+      .def_ro("intermediate_size", &moekit::MoeProblem::intermediate_size)
+      .def_ro("scheme", &moekit::MoeProblem::scheme)
+      .def_ro("act_dtype", &moekit::MoeProblem::act_dtype)
+      .def_ro("has_expert_map", &moekit::MoeProblem::has_expert_map)
+      .def_ro("apply_router_weight_on_input", &moekit::MoeProblem::apply_router_weight_on_input)
+      .def_ro("has_bias13", &moekit::MoeProblem::has_bias13)
+      .def_ro("has_bias2", &moekit::MoeProblem::has_bias2)
+      .def_ro("with_routing", &moekit::MoeProblem::with_routing)
+      .def("flops", &moekit::MoeProblem::flops)
+      .def("__str__", &moekit::MoeProblem::to_string)
+      .def("__repr__", [](const moekit::MoeProblem& p) { return "Problem(" + p.to_string() + ")"; });
+
+  nb::class_<moekit::ExpertWeights>(m, "ExpertWeights")
+      .def(nb::init<>())
+      .def_rw("w13", &moekit::ExpertWeights::w13)
+      .def_rw("w2", &moekit::ExpertWeights::w2)
+      .def_rw("w13_scale", &moekit::ExpertWeights::w13_scale)
+      .def_rw("w2_scale", &moekit::ExpertWeights::w2_scale)
+      .def_rw("b13", &moekit::ExpertWeights::b13)
+      .def_rw("b2", &moekit::ExpertWeights::b2);
+
+  nb::class_<moekit::FusedExpertsArgs>(m, "FusedExpertsArgs")
+      .def(nb::init<>())
+      .def_rw("hidden", &moekit::FusedExpertsArgs::hidden)
+      .def_rw("weights", &moekit::FusedExpertsArgs::weights)
+      .def_rw("topk_ids", &moekit::FusedExpertsArgs::topk_ids)
+      .def_rw("topk_weights", &moekit::FusedExpertsArgs::topk_weights)
+      .def_rw("out", &moekit::FusedExpertsArgs::out)
+      .def_rw("scheme", &moekit::FusedExpertsArgs::scheme)
+      .def_rw("activation", &moekit::FusedExpertsArgs::activation)
+      .def_rw("a13_scale", &moekit::FusedExpertsArgs::a13_scale)
+      .def_rw("a2_scale", &moekit::FusedExpertsArgs::a2_scale)
+      .def_rw("expert_map", &moekit::FusedExpertsArgs::expert_map)
+      .def_rw("apply_router_weight_on_input", &moekit::FusedExpertsArgs::apply_router_weight_on_input);
+
+  nb::class_<moekit::RouteArgs>(m, "RouteArgs")
+      .def(nb::init<>())
+      .def_rw("router_logits", &moekit::RouteArgs::router_logits)
+      .def_rw("routing", &moekit::RouteArgs::routing)
+      .def_rw("e_score_correction_bias", &moekit::RouteArgs::e_score_correction_bias)
+      .def_rw("topk_ids", &moekit::RouteArgs::topk_ids)
+      .def_rw("topk_weights", &moekit::RouteArgs::topk_weights);
+
+  nb::class_<moekit::FusedMoeArgs>(m, "FusedMoeArgs")
+      .def(nb::init<>())
+      .def_rw("router_logits", &moekit::FusedMoeArgs::router_logits)
+      .def_rw("routing", &moekit::FusedMoeArgs::routing)
+      .def_rw("e_score_correction_bias", &moekit::FusedMoeArgs::e_score_correction_bias)
+      .def_rw("experts", &moekit::FusedMoeArgs::experts);
+
+  m.def("describe", [](const moekit::FusedExpertsArgs& a) { return moekit::describe(a); }, "args"_a);
+  m.def("describe", [](const moekit::FusedMoeArgs& a) { return moekit::describe(a); }, "args"_a);
+  m.def(
+      "workspace_size",
+      [](const moekit::MoeProblem& p, const std::string& backend) {
+        return moekit::workspace_size(p, moekit::parse_backend(backend));
+      },
+      "problem"_a, "backend"_a = "cuda");
+
+  // The three operations. The GIL is released while they run: the CPU reference is threaded
+  // and may take a while; CUDA calls only enqueue work.
+  m.def(
+      "fused_experts",
+      [](const moekit::FusedExpertsArgs& a, const std::string& backend, std::uintptr_t stream,
+         std::uintptr_t workspace, std::size_t workspace_bytes, const std::optional<std::string>& path,
+         int num_threads) {
+        const moekit::Options o = make_options(backend, stream, workspace, workspace_bytes, path, num_threads);
+        nb::gil_scoped_release release;
+        moekit::fused_experts(a, o);
+      },
+      "args"_a, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = 0, "workspace_bytes"_a = 0,
+      "path"_a = nb::none(), "num_threads"_a = 0);
+  m.def(
+      "fused_moe",
+      [](const moekit::FusedMoeArgs& a, const std::string& backend, std::uintptr_t stream, std::uintptr_t workspace,
+         std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads) {
+        const moekit::Options o = make_options(backend, stream, workspace, workspace_bytes, path, num_threads);
+        nb::gil_scoped_release release;
+        moekit::fused_moe(a, o);
+      },
+      "args"_a, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = 0, "workspace_bytes"_a = 0,
+      "path"_a = nb::none(), "num_threads"_a = 0);
+  m.def(
+      "route",
+      [](const moekit::RouteArgs& a, const std::string& backend, std::uintptr_t stream, int num_threads) {
+        const moekit::Options o = make_options(backend, stream, 0, 0, std::nullopt, num_threads);
+        nb::gil_scoped_release release;
+        moekit::route(a, o);
+      },
+      "args"_a, "backend"_a = "auto", "stream"_a = 0, "num_threads"_a = 0);
+
+  // Host weight quantization: returns (dtype, shape, data bytes, scale_shape, scale bytes (fp32)).
+  m.def(
+      "quantize_weights",
+      [](const TensorView& w, moekit::Scheme scheme, moekit::DType bf16_dtype) {
+        moekit::QuantizedWeights q;
+        {
+          nb::gil_scoped_release release;
+          q = moekit::quantize_weights(w, scheme, bf16_dtype);
+        }
+        return std::make_tuple(q.dtype, q.shape,
+                               nb::bytes(reinterpret_cast<const char*>(q.data.data()), q.data.size()),
+                               q.scale_shape,
+                               nb::bytes(reinterpret_cast<const char*>(q.scale.data()), q.scale.size() * sizeof(float)));
+      },
+      "w"_a, "scheme"_a, "bf16_dtype"_a = moekit::DType::kBf16);
+
+  // The model presets, as plain tuples the Python side turns into dicts.
+  m.def("model_presets", []() {
+    std::vector<std::string> names;
+    for (const moekit::ModelPreset& p : moekit::model_presets()) names.emplace_back(p.name);
+    return names;
+  });
+  m.def(
+      "preset_problem",
+      [](const std::string& name, std::int64_t num_tokens, int tp, const std::string& scheme) {
+        return moekit::preset_problem(moekit::find_preset(name), num_tokens, tp, moekit::parse_scheme(scheme));
+      },
+      "name"_a, "num_tokens"_a, "tp"_a = 1, "scheme"_a = "bf16");
+}

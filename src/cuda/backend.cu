@@ -1,0 +1,255 @@
+// The CUDA backend's entry (moekit_cuda_backend_v1): device probing, the workspace size and the
+// orchestration of one call's launches on the caller's stream (docs/design.md "The CUDA
+// backend"). Host code only: it includes no kernel template. No allocation, no host
+// synchronization, nothing that breaks CUDA-graph capture.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/backend.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/quant/quant.hpp"
+#include "cuda/kernels/routing/routing.hpp"
+#include "cuda/workspace.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+// Makes `device` current for the scope of a call and restores the caller's device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    MOEKIT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) MOEKIT_CUDA_CHECK(cudaSetDevice(device));
+    device_ = device;
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int device_ = 0;
+};
+
+template <class T>
+T* slice(void* base, std::size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+bool device_ok(int device, std::string* why) {
+  auto fail = [why](const std::string& reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it: the probe must not poison the caller's next CUDA call
+    return fail(std::string("no usable CUDA device (") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")");
+  }
+  if (device < 0 || device >= count)
+    return fail("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                " device(s) visible)");
+  int major = 0, minor = 0;
+  err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return fail("cannot query CUDA device " + std::to_string(device) + " (" + cudaGetErrorName(err) + ")");
+  }
+  // The kernels are compiled for sm_90a only: its code runs on compute capability 9.0 alone.
+  if (major != 9 || minor != 0) {
+    cudaDeviceProp prop{};
+    std::string name = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? std::string(prop.name) : "unknown";
+    return fail("moekit's CUDA kernels are built for Hopper (sm_90a); CUDA device " + std::to_string(device) +
+                " is " + name + " (sm_" + std::to_string(major) + std::to_string(minor) + ")");
+  }
+  return true;
+}
+
+std::size_t workspace_size(const MoeProblem& problem) { return workspace_layout(problem).total; }
+
+void run_route(const detail::RouteCall& call) {
+  if (call.num_tokens <= 0) return;
+  DeviceGuard guard(call.device);
+  RoutingParams rp;
+  rp.num_tokens = call.num_tokens;
+  rp.top_k = call.routing.top_k;
+  rp.num_experts_global = static_cast<int>(call.num_experts);
+  rp.route = true;
+  rp.routing = call.routing;
+  rp.logits = call.router_logits;
+  rp.logits_dtype = call.logits_dtype;
+  rp.correction_bias = call.correction_bias;
+  rp.topk_ids_out = call.topk_ids;
+  rp.topk_weights_out = call.topk_weights;
+  launch_routing_sm90(rp, call.stream);
+}
+
+void run_moe(const detail::MoeCall& call) {
+  const MoeProblem& p = call.problem;
+  if (p.num_tokens <= 0) return;
+  DeviceGuard guard(call.device);
+  void* stream = call.stream;
+  const WorkspaceLayout L = workspace_layout(p);
+  void* ws = call.workspace;
+  if (L.total > call.workspace_bytes || ws == nullptr)
+    throw Error(Status::kInvalidArgument, "options.workspace_bytes is " + std::to_string(call.workspace_bytes) +
+                                              ", this call needs " + std::to_string(L.total));
+
+  const std::int64_t M = p.num_tokens, K = p.hidden_size, N = p.intermediate_size;
+  const int k = static_cast<int>(p.top_k);
+  const int E = static_cast<int>(p.num_experts);
+  const int Eg = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
+  const std::int64_t P = M * k;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+
+  // Routing outputs: the caller's buffers when given, else the workspace.
+  const std::int32_t* topk_ids = call.topk_ids;
+  const float* topk_weights = call.topk_weights;
+  std::int32_t* ids_out = nullptr;
+  float* wts_out = nullptr;
+  if (p.with_routing) {
+    ids_out = call.topk_ids_out != nullptr ? call.topk_ids_out : slice<std::int32_t>(ws, L.topk_ids);
+    wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(ws, L.topk_weights);
+    topk_ids = ids_out;
+    topk_weights = wts_out;
+  }
+  std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
+  std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
+  std::int32_t* sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
+
+  // 1. Routing (fused_moe) + permutation: one CTA; also zeroes the absmax words.
+  RoutingParams rp;
+  rp.num_tokens = M;
+  rp.top_k = k;
+  rp.num_experts_global = Eg;
+  rp.route = p.with_routing;
+  rp.routing = p.routing;
+  rp.routing.top_k = k;
+  rp.logits = call.router_logits;
+  rp.logits_dtype = p.logits_dtype;
+  rp.correction_bias = call.correction_bias;
+  rp.topk_ids_out = ids_out;
+  rp.topk_weights_out = wts_out;
+  rp.permute = true;
+  rp.topk_ids = topk_ids;
+  rp.expert_map = call.expert_map;
+  rp.num_experts = E;
+  rp.expert_offsets = offsets;
+  rp.sorted_slots = sorted_slots;
+  rp.zero_words = counters;
+  rp.num_zero_words = WorkspaceLayout::kNumCounters;
+  launch_routing_sm90(rp, stream);
+
+  // 2. Quantize hidden once per token (fp8 schemes).
+  if (fp8) {
+    QuantParams qp;
+    qp.scheme = p.scheme;
+    qp.x = call.hidden;
+    qp.x_dtype = p.act_dtype;
+    qp.rows = M;
+    qp.cols = K;
+    qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a13_scale : nullptr;
+    qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
+    qp.q = slice<std::uint8_t>(ws, L.a_q);
+    qp.scale = slice<float>(ws, L.a_scale);
+    launch_quant_sm90(qp, stream);
+  }
+
+  // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
+  GroupedGemmParams g1;
+  g1.scheme = p.scheme;
+  g1.epilogue = GemmEpilogue::kGateUpActivation;
+  g1.num_experts = E;
+  g1.n_out = N;
+  g1.k_dim = K;
+  g1.max_rows = P;
+  g1.row_offsets = offsets;
+  g1.sorted_slots = sorted_slots;
+  g1.top_k = k;
+  g1.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.a_q)) : call.hidden;
+  g1.gather_a_by_token = true;
+  g1.act_dtype = p.act_dtype;
+  g1.a_scale = fp8 ? slice<float>(ws, L.a_scale) : nullptr;
+  g1.b = call.w13;
+  g1.b_scale = call.w13_scale;
+  g1.bias = p.has_bias13 ? call.b13 : nullptr;
+  g1.bias_dtype = p.bias_dtype;
+  g1.topk_weights = topk_weights;
+  g1.weight_on_input = p.apply_router_weight_on_input;
+  g1.activation = p.activation;
+  g1.out = slice<void>(ws, L.inter);
+  g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
+  launch_grouped_gemm(g1, stream);
+
+  // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes).
+  if (fp8) {
+    QuantParams qp;
+    qp.scheme = p.scheme;
+    qp.x = slice<float>(ws, L.inter);
+    qp.x_dtype = DType::kFp32;
+    qp.rows = P;
+    qp.rows_dev = offsets + E;
+    qp.cols = N;
+    qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a2_scale : nullptr;
+    qp.absmax = counters + WorkspaceLayout::kAbsmaxInter;
+    qp.q = slice<std::uint8_t>(ws, L.inter_q);
+    qp.scale = slice<float>(ws, L.inter_scale);
+    launch_quant_sm90(qp, stream);
+  }
+
+  // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
+  GroupedGemmParams g2;
+  g2.scheme = p.scheme;
+  g2.epilogue = GemmEpilogue::kBiasWeightScatter;
+  g2.num_experts = E;
+  g2.n_out = K;
+  g2.k_dim = N;
+  g2.max_rows = P;
+  g2.row_offsets = offsets;
+  g2.sorted_slots = sorted_slots;
+  g2.top_k = k;
+  g2.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.inter_q)) : slice<void>(ws, L.inter);
+  g2.gather_a_by_token = false;
+  g2.act_dtype = p.act_dtype;
+  g2.a_scale = fp8 ? slice<float>(ws, L.inter_scale) : nullptr;
+  g2.b = call.w2;
+  g2.b_scale = call.w2_scale;
+  g2.bias = p.has_bias2 ? call.b2 : nullptr;
+  g2.bias_dtype = p.bias_dtype;
+  g2.topk_weights = topk_weights;
+  g2.weight_on_input = p.apply_router_weight_on_input;
+  g2.activation = p.activation;
+  g2.out = slice<float>(ws, L.y);
+  g2.out_dtype = DType::kFp32;
+  launch_grouped_gemm(g2, stream);
+
+  // 6. Combine the k slots of each token in j order.
+  CombineParams cp;
+  cp.y = slice<float>(ws, L.y);
+  cp.topk_ids = topk_ids;
+  cp.expert_map = call.expert_map;
+  cp.num_experts_global = Eg;
+  cp.num_experts = E;
+  cp.num_tokens = M;
+  cp.top_k = k;
+  cp.hidden_size = K;
+  cp.out = call.out;
+  cp.out_dtype = p.act_dtype;
+  launch_combine_sm90(cp, stream);
+}
+
+const detail::CudaBackendV1 kBackend = {&device_ok, &workspace_size, &run_moe, &run_route};
+
+}  // namespace
+}  // namespace moekit::cuda
+
+extern "C" const moekit::detail::CudaBackendV1* moekit_cuda_backend_v1() { return &moekit::cuda::kBackend; }

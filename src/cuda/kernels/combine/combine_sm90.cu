@@ -1,0 +1,87 @@
+// The combine kernel: one thread per (token, 4 columns), the k slots summed in j order in fp32,
+// slots whose expert is not local skipped (their y rows are never written, never read).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/kernels/combine/combine.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
+
+template <class TOut, int kVec>
+__global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
+  const std::int64_t vecs_per_row = p.hidden_size / kVec;
+  const std::int64_t total = p.num_tokens * vecs_per_row;
+  TOut* out = static_cast<TOut*>(p.out);
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kThreads) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
+    const std::int64_t m = i / vecs_per_row;
+    const std::int64_t c = (i - m * vecs_per_row) * kVec;
+    float acc[kVec];
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) acc[t] = 0.f;
+    for (int j = 0; j < p.top_k; ++j) {
+      const std::int64_t slot = m * p.top_k + j;
+      const int id = __ldg(p.topk_ids + slot);
+      if (id < 0 || id >= p.num_experts_global) continue;
+      const int e = p.expert_map != nullptr ? __ldg(p.expert_map + id) : id;
+      if (e < 0 || e >= p.num_experts) continue;
+      const float* yr = p.y + slot * p.hidden_size + c;
+      if constexpr (kVec == 4) {
+        const float4 v = __ldcs(reinterpret_cast<const float4*>(yr));  // streamed: read once
+        acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
+      } else {
+        acc[0] += __ldcs(yr);
+      }
+    }
+    TOut* o = out + m * p.hidden_size + c;
+    if constexpr (kVec == 4) {
+      TOut r[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) r[t] = from_float<TOut>(acc[t]);
+      *reinterpret_cast<uint2*>(o) = *reinterpret_cast<const uint2*>(r);
+    } else {
+      o[0] = from_float<TOut>(acc[0]);
+    }
+  }
+}
+
+template <class TOut>
+void launch_typed(const CombineParams& p, cudaStream_t stream) {
+  const bool vec4 = p.hidden_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0 &&
+                    reinterpret_cast<std::uintptr_t>(p.y) % 16 == 0;
+  const int vec = vec4 ? 4 : 1;
+  const std::int64_t total = p.num_tokens * (p.hidden_size / vec);
+  const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min(kMaxBlocks, (total + kThreads - 1) / kThreads)));
+  if (vec4)
+    combine_sm90_kernel<TOut, 4><<<grid, kThreads, 0, stream>>>(p);
+  else
+    combine_sm90_kernel<TOut, 1><<<grid, kThreads, 0, stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_combine_sm90(const CombineParams& p, void* stream) {
+  if (p.num_tokens <= 0 || p.hidden_size <= 0) return;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.out_dtype) {
+    case DType::kBf16: launch_typed<__nv_bfloat16>(p, s); break;
+    case DType::kFp16: launch_typed<__half>(p, s); break;
+    default:
+      throw Error(Status::kInternal, std::string("launch_combine_sm90: unsupported out dtype ") + dtype_name(p.out_dtype));
+  }
+}
+
+}  // namespace moekit::cuda

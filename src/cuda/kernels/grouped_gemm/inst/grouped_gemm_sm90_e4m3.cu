@@ -1,0 +1,11 @@
+// One instantiation of the sm_90 grouped GEMM kernel (operand e4m3), compiled on its own so
+// the instantiations build in parallel.
+#include "cuda/kernels/grouped_gemm/kernel_sm90.cuh"
+
+namespace moekit::cuda::grouped_gemm_sm90 {
+
+void run_sm90_e4m3(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream) {
+  launch_kernel<Operand::kE4m3, false>(args, grid_x, grid_y, stream);
+}
+
+}  // namespace moekit::cuda::grouped_gemm_sm90

@@ -1,0 +1,224 @@
+// Activation quantization kernels (docs/design.md "Activation quantization"): absmax ignores NaN
+// (fmaxf from 0), scale = max(absmax / 448, kMinDynamicScale), q = e4m3(x * (1 / scale)) with
+// RNE + satfinite. Per-tensor absmax: float bits of non-negative values combined by atomicMax,
+// which is order-free and so deterministic. Rows may be bounded by a device count (the
+// intermediate has offsets[E] live rows).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/kernels/quant/quant.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int kMaxTensorBlocks = 2048;  // grid-stride cap for the whole-tensor kernels
+
+// kVec elements from p (aligned to kVec * sizeof(T) when kVec == 4).
+template <int kVec, class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec]) {
+  if constexpr (kVec == 1) {
+    v[0] = to_float(p[0]);
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = to_float(h[i]);
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_q(std::uint8_t* q, const float (&v)[kVec], float inv) {
+  if constexpr (kVec == 1) {
+    q[0] = e4m3(v[0] * inv);
+  } else {
+    const std::uint32_t lo = e4m3x2(v[0] * inv, v[1] * inv);
+    const std::uint32_t hi = e4m3x2(v[2] * inv, v[3] * inv);
+    *reinterpret_cast<std::uint32_t*>(q) = lo | (hi << 16);
+  }
+}
+
+__device__ __forceinline__ float dyn_scale(float absmax) {
+  return fmaxf(absmax / kFp8Max, kMinDynamicScale);
+}
+
+__device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
+  if (p.rows_dev == nullptr) return p.rows;
+  const std::int64_t r = __ldg(p.rows_dev);
+  return r < p.rows ? (r < 0 ? 0 : r) : p.rows;
+}
+
+// Per tensor, pass 1: absmax of the live rows into *p.absmax.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
+  __shared__ float partial[kWarpsPerBlock];
+  const T* x = static_cast<const T*>(p.x);
+  const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
+  float amax = 0.f;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kThreads) + threadIdx.x; i < n_vec;
+       i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
+    float v[kVec];
+    load_vec<kVec>(x + i * kVec, v);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+  }
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    amax = threadIdx.x < kWarpsPerBlock ? partial[threadIdx.x] : 0.f;
+    amax = warp_max(amax);
+    // amax >= 0 and never NaN here, so its bits order like the values.
+    if (threadIdx.x == 0 && amax > 0.f) atomicMax(p.absmax, __float_as_uint(amax));
+  }
+}
+
+// Per tensor, pass 2 (or the only pass with a static scale).
+template <class T, int kVec>
+__global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
+  const T* x = static_cast<const T*>(p.x);
+  const float s = p.static_scale != nullptr ? __ldg(p.static_scale) : dyn_scale(__uint_as_float(*p.absmax));
+  const float inv = 1.0f / s;
+  if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = s;
+  const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kThreads) + threadIdx.x; i < n_vec;
+       i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
+    float v[kVec];
+    load_vec<kVec>(x + i * kVec, v);
+    store_q<kVec>(p.q + i * kVec, v, inv);
+  }
+}
+
+// Per row: one warp per row, two passes over the row (the second hits L1/L2).
+template <class T, int kVec>
+__global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_constant__ QuantParams p) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (row >= live_rows(p)) return;
+  const T* x = static_cast<const T*>(p.x) + row * p.cols;
+  std::uint8_t* q = p.q + row * p.cols;
+  float amax = 0.f;
+  for (std::int64_t c = static_cast<std::int64_t>(lane) * kVec; c < p.cols; c += 32 * kVec) {
+    float v[kVec];
+    load_vec<kVec>(x + c, v);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+  }
+  const float s = dyn_scale(warp_max(amax));
+  const float inv = 1.0f / s;
+  if (lane == 0) p.scale[row] = s;
+  for (std::int64_t c = static_cast<std::int64_t>(lane) * kVec; c < p.cols; c += 32 * kVec) {
+    float v[kVec];
+    load_vec<kVec>(x + c, v);
+    store_q<kVec>(q + c, v, inv);
+  }
+}
+
+// 1x128 groups: one warp per (row, group); lane l owns columns 128g + [4l, 4l+4) (kVec 4) or
+// 128g + l + 32i (kVec 1). cols % kVec == 0, so a vector is wholly inside or outside the row.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kThreads) quant_group_sm90_kernel(const __grid_constant__ QuantParams p) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t groups = (p.cols + kBlockQuant - 1) / kBlockQuant;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const std::int64_t row = item / groups, g = item % groups;
+  if (row >= live_rows(p)) return;
+  const T* x = static_cast<const T*>(p.x) + row * p.cols;
+  std::uint8_t* q = p.q + row * p.cols;
+  constexpr int kIters = 4 / kVec;
+  float v[kIters][kVec];
+  bool in[kIters];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const std::int64_t c = g * kBlockQuant + (kVec == 4 ? lane * 4 : lane + 32 * i);
+    in[i] = c < p.cols;
+    if (in[i]) {
+      load_vec<kVec>(x + c, v[i]);
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[i][t]));
+    }
+  }
+  const float s = dyn_scale(warp_max(amax));
+  const float inv = 1.0f / s;
+  if (lane == 0) p.scale[row * groups + g] = s;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const std::int64_t c = g * kBlockQuant + (kVec == 4 ? lane * 4 : lane + 32 * i);
+    if (in[i]) store_q<kVec>(q + c, v[i], inv);
+  }
+}
+
+std::int64_t blocks_for(std::int64_t work_items, std::int64_t per_block, std::int64_t cap) {
+  const std::int64_t b = (work_items + per_block - 1) / per_block;
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(b, cap));
+}
+
+template <class T, int kVec>
+void launch_typed(const QuantParams& p, cudaStream_t stream) {
+  switch (p.scheme) {
+    case Scheme::kFp8PerTensor: {
+      const int grid = static_cast<int>(blocks_for(p.rows * p.cols / kVec, kThreads, kMaxTensorBlocks));
+      if (p.static_scale == nullptr) {
+        absmax_tensor_sm90_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+        MOEKIT_CUDA_CHECK_LAUNCH();
+      }
+      quant_tensor_sm90_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+      MOEKIT_CUDA_CHECK_LAUNCH();
+      break;
+    }
+    case Scheme::kFp8PerChannel: {
+      const std::int64_t grid = blocks_for(p.rows, kWarpsPerBlock, 0x7fffffffLL);
+      quant_row_sm90_kernel<T, kVec><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+      MOEKIT_CUDA_CHECK_LAUNCH();
+      break;
+    }
+    case Scheme::kFp8Block128: {
+      const std::int64_t groups = (p.cols + kBlockQuant - 1) / kBlockQuant;
+      const std::int64_t grid = blocks_for(p.rows * groups, kWarpsPerBlock, 0x7fffffffLL);
+      quant_group_sm90_kernel<T, kVec><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+      MOEKIT_CUDA_CHECK_LAUNCH();
+      break;
+    }
+    case Scheme::kBf16:
+      throw Error(Status::kInternal, "launch_quant_sm90 called for the bf16 scheme");
+  }
+}
+
+template <class T>
+void launch_dtype(const QuantParams& p, cudaStream_t stream) {
+  const bool vec4 = p.cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.x) % (4 * sizeof(T)) == 0 &&
+                    reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
+  if (vec4)
+    launch_typed<T, 4>(p, stream);
+  else
+    launch_typed<T, 1>(p, stream);
+}
+
+}  // namespace
+
+void launch_quant_sm90(const QuantParams& p, void* stream) {
+  if (p.rows <= 0 || p.cols <= 0) return;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.x_dtype) {
+    case DType::kBf16: launch_dtype<__nv_bfloat16>(p, s); break;
+    case DType::kFp16: launch_dtype<__half>(p, s); break;
+    case DType::kFp32: launch_dtype<float>(p, s); break;
+    default:
+      throw Error(Status::kInternal, std::string("launch_quant_sm90: unsupported input dtype ") + dtype_name(p.x_dtype));
+  }
+}
+
+}  // namespace moekit::cuda

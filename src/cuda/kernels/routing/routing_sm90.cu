@@ -1,0 +1,345 @@
+// The routing + permutation kernel (docs/design.md step 1) and its launcher. Routing: one warp
+// per token, the token's E_global scores in a shared-memory row, top-k by k rounds of a warp
+// argmax (ties -> lower id). Permutation: a single persistent CTA; counts by shared atomics,
+// then a stable scatter in chunks of 1024 slots (per-warp match_any ranks + per-warp counts).
+// fused_moe runs both in one CTA up to kFusedRouteMaxTokens tokens, in two launches above.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/kernels/routing/routing.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+constexpr int kThreads = 1024;          // 32 warps: the permutation handles 1024 slots per chunk
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRouteBlocks = 1024;   // route-only grid cap (warps grid-stride over tokens)
+// Above this many tokens fused_moe routes on a full grid and permutes in a second launch.
+constexpr std::int64_t kFusedRouteMaxTokens = 512;
+
+// Selection order: higher score first, ties -> lower id; id < 0 is "none" and loses to all.
+__device__ __forceinline__ bool better(float v1, int e1, float v2, int e2) {
+  if (e2 < 0) return e1 >= 0;
+  if (e1 < 0) return false;
+  return v1 > v2 || (v1 == v2 && e1 < e2);
+}
+
+// NaN scores select as -inf.
+__device__ __forceinline__ float sel_key(float v) { return v != v ? -INFINITY : v; }
+
+__device__ __forceinline__ void warp_argmax(float& v, int& e) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oe = __shfl_xor_sync(0xffffffffu, e, o);
+    if (better(ov, oe, v, e)) {
+      v = ov;
+      e = oe;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <class TLogit>
+__device__ __forceinline__ float load_logit(const TLogit* row, int e) {
+  return to_float(row[e]);
+}
+
+// One warp routes token m; `srow` is this warp's shared row of E_global floats.
+template <class TLogit>
+__device__ void route_token(const RoutingParams& p, std::int64_t m, float* srow, int lane) {
+  const int Eg = p.num_experts_global;
+  const int k = p.top_k;
+  const RoutingMethod method = p.routing.method;
+  const TLogit* lrow = static_cast<const TLogit*>(p.logits) + m * static_cast<std::int64_t>(Eg);
+
+  // Selection scores (raw: NaN kept; sel_key maps it to -inf when comparing).
+  if (method == RoutingMethod::kSoftmaxTopk) {
+    float mx = -INFINITY;
+    for (int e = lane; e < Eg; e += 32) mx = fmaxf(mx, load_logit(lrow, e));
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int e = lane; e < Eg; e += 32) {
+      const float x = expf(load_logit(lrow, e) - mx);
+      srow[e] = x;
+      sum += x;
+    }
+    sum = warp_sum(sum);
+    for (int e = lane; e < Eg; e += 32) srow[e] = srow[e] / sum;
+  } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+    for (int e = lane; e < Eg; e += 32) {
+      const float b = p.correction_bias != nullptr ? __ldg(p.correction_bias + e) : 0.f;
+      srow[e] = sigmoidf(load_logit(lrow, e)) + b;
+    }
+  } else {
+    for (int e = lane; e < Eg; e += 32) srow[e] = load_logit(lrow, e);
+  }
+  __syncwarp();
+
+  // sigmoid_grouped_topk: keep the topk_groups best groups (score = sum of the two largest).
+  std::uint32_t kept = 0xffffffffu;
+  int group_size = Eg;
+  const bool grouped = method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 1;
+  if (grouped) {
+    const int G = p.routing.num_groups;  // <= 32 (checked on the host)
+    group_size = Eg / G;
+    float gscore = -INFINITY;
+    if (lane < G) {
+      float t1 = -INFINITY, t2 = -INFINITY;
+      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
+        const float v = sel_key(srow[e]);
+        if (v > t1) {
+          t2 = t1;
+          t1 = v;
+        } else if (v > t2) {
+          t2 = v;
+        }
+      }
+      gscore = sel_key(group_size == 1 ? t1 : t1 + t2);
+    }
+    kept = 0;
+    for (int t = 0; t < p.routing.topk_groups && t < G; ++t) {
+      float v = gscore;
+      int g = (lane < G && !((kept >> lane) & 1u)) ? lane : -1;
+      warp_argmax(v, g);
+      if (g >= 0) kept |= 1u << g;
+    }
+  }
+
+  // Top-k: round j picks the best expert ranked strictly after round j-1's pick. Every lane
+  // holds the same pick, so sums run in j order in every lane, exactly as the reference's.
+  std::int32_t* ids = p.topk_ids_out + m * k;
+  float* wts = p.topk_weights_out + m * k;
+  float prev_v = 0.f, sum = 0.f, mx = -INFINITY;
+  int prev_e = -1;
+  for (int j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int be = -1;
+    for (int e = lane; e < Eg; e += 32) {
+      if (grouped && !((kept >> (e / group_size)) & 1u)) continue;
+      const float v = sel_key(srow[e]);
+      if (prev_e >= 0 && !better(prev_v, prev_e, v, e)) continue;
+      if (better(v, e, bv, be)) {
+        bv = v;
+        be = e;
+      }
+    }
+    warp_argmax(bv, be);
+    prev_v = bv;
+    prev_e = be;
+    const int id = be >= 0 ? be : 0;  // fewer eligible experts than k: validation forbids it
+    float raw;  // softmax: p; sigmoid: unbiased s; topk_softmax: the logit
+    if (method == RoutingMethod::kSoftmaxTopk) {
+      raw = srow[id];
+    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+      raw = sigmoidf(load_logit(lrow, id));
+    } else {
+      raw = load_logit(lrow, id);
+      mx = fmaxf(mx, raw);  // fmax: a NaN logit does not hide the max (as the reference)
+    }
+    sum += raw;
+    if (lane == 0) {
+      ids[j] = id;
+      wts[j] = raw;
+    }
+  }
+  __syncwarp();
+  if (method == RoutingMethod::kTopkSoftmax) {
+    sum = 0.f;
+    for (int j = 0; j < k; ++j) sum += expf(wts[j] - mx);
+  }
+  __syncwarp();
+  const bool renorm = p.routing.renormalize;
+  for (int j = lane; j < k; j += 32) {
+    const float raw = wts[j];
+    float w;
+    if (method == RoutingMethod::kTopkSoftmax) {
+      w = expf(raw - mx) / sum;
+    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+      w = (renorm ? raw / sum : raw) * p.routing.routed_scaling_factor;
+    } else {
+      w = renorm ? raw / sum : raw;
+    }
+    wts[j] = w;
+  }
+  __syncwarp();  // other lanes read srow[id] above: finish before the next token overwrites it
+}
+
+__device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t slot) {
+  const int id = __ldcg(p.topk_ids + slot);
+  if (id < 0 || id >= p.num_experts_global) return -1;
+  const int e = p.expert_map != nullptr ? __ldg(p.expert_map + id) : id;
+  return (e >= 0 && e < p.num_experts) ? e : -1;
+}
+
+// Single CTA. Shared memory: warp_cnt[32][E] (uint16, chunk-relative), running[E], chunk_tot[E].
+__device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
+  const int E = p.num_experts;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const std::int64_t P = p.num_tokens * p.top_k;
+  std::uint16_t* warp_cnt = reinterpret_cast<std::uint16_t*>(smem);
+  int* running = reinterpret_cast<int*>(smem + static_cast<std::size_t>(kWarps) * E * 2 + 16 - (kWarps * E * 2) % 16);
+  int* chunk_tot = running + E;
+
+  // Pass 1: counts per local expert (order-free).
+  for (int e = tid; e < E; e += kThreads) running[e] = 0;
+  __syncthreads();
+  for (std::int64_t s = tid; s < P; s += kThreads) {
+    const int e = local_expert(p, s);
+    if (e >= 0) atomicAdd(&running[e], 1);
+  }
+  __syncthreads();
+
+  // Exclusive prefix sum by warp 0: each lane owns a contiguous run of experts.
+  if (warp == 0) {
+    const int per = (E + 31) / 32;
+    const int lo = min(E, lane * per), hi = min(E, lo + per);
+    int local = 0;
+    for (int e = lo; e < hi; ++e) local += running[e];
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += t;
+    }
+    int acc = incl - local;
+    for (int e = lo; e < hi; ++e) {
+      const int c = running[e];
+      running[e] = acc;
+      p.expert_offsets[e] = acc;
+      acc += c;
+    }
+    if (lane == 31) p.expert_offsets[E] = incl;
+  }
+  __syncthreads();
+
+  // Pass 2: stable scatter, 1024 slots per chunk.
+  const unsigned lt_mask = (1u << lane) - 1u;
+  for (std::int64_t c0 = 0; c0 < P; c0 += kThreads) {
+    if (c0 != 0) {
+      for (int e = tid; e < E; e += kThreads) running[e] += chunk_tot[e];
+    }
+    for (int i = tid; i < kWarps * E; i += kThreads) warp_cnt[i] = 0;
+    __syncthreads();
+    const std::int64_t s = c0 + tid;
+    const int e = s < P ? local_expert(p, s) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & lt_mask);
+    if (e >= 0 && rank == 0) warp_cnt[warp * E + e] = static_cast<std::uint16_t>(__popc(peers));
+    __syncthreads();
+    for (int x = tid; x < E; x += kThreads) {
+      int acc = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        const int c = warp_cnt[w * E + x];
+        warp_cnt[w * E + x] = static_cast<std::uint16_t>(acc);
+        acc += c;
+      }
+      chunk_tot[x] = acc;
+    }
+    __syncthreads();
+    if (e >= 0) p.sorted_slots[running[e] + warp_cnt[warp * E + e] + rank] = static_cast<std::int32_t>(s);
+    __syncthreads();
+  }
+}
+
+template <class TLogit>
+__global__ void __launch_bounds__(kThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
+  if (p.route) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* srow = reinterpret_cast<float*>(smem) + static_cast<std::size_t>(warp) * p.num_experts_global;
+    const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+    for (std::int64_t m = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; m < p.num_tokens; m += stride)
+      route_token<TLogit>(p, m, srow, lane);
+  }
+  if (p.permute) {
+    __syncthreads();  // routing's global writes (topk_ids) are visible to the whole CTA after this
+    build_permutation(p, smem);
+  }
+}
+
+std::size_t route_smem_bytes(const RoutingParams& p) {
+  return p.route ? static_cast<std::size_t>(kWarps) * p.num_experts_global * sizeof(float) : 0;
+}
+std::size_t permute_smem_bytes(const RoutingParams& p) {
+  if (!p.permute) return 0;
+  const std::size_t cnt = static_cast<std::size_t>(kWarps) * p.num_experts * 2;
+  return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
+}
+
+template <class TLogit>
+void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream) {
+  auto kernel = routing_sm90_kernel<TLogit>;
+  if (smem > 48 * 1024)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_routing_sm90(const RoutingParams& p, void* stream) {
+  if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
+  if (p.route) {
+    if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
+      throw Error(Status::kNotSupported, "sigmoid_grouped_topk on CUDA supports num_groups <= 32, got " +
+                                             std::to_string(p.routing.num_groups));
+    if (p.logits_dtype != DType::kFp32 && p.logits_dtype != DType::kBf16)
+      throw Error(Status::kNotSupported, std::string("router_logits dtype ") + dtype_name(p.logits_dtype) +
+                                             " (expected fp32 or bf16)");
+  }
+  if (p.permute && p.num_tokens * p.top_k > 0x7fffffffLL)
+    throw Error(Status::kNotSupported, "M*k = " + std::to_string(p.num_tokens * p.top_k) +
+                                           " slots exceeds the int32 slot index of the CUDA backend");
+  const std::size_t smem = std::max(route_smem_bytes(p), permute_smem_bytes(p));
+  int device = 0, optin = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<std::size_t>(optin))
+    throw Error(Status::kNotSupported, "routing kernel needs " + std::to_string(smem) +
+                                           " bytes of shared memory (E_global=" + std::to_string(p.num_experts_global) +
+                                           ", E=" + std::to_string(p.num_experts) + "), the device allows " +
+                                           std::to_string(optin));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  auto launch = [&](const RoutingParams& q, int grid) {
+    const std::size_t bytes = std::max(route_smem_bytes(q), permute_smem_bytes(q));
+    if (q.route && q.logits_dtype == DType::kBf16)
+      launch_typed<__nv_bfloat16>(q, bytes, grid, s);
+    else
+      launch_typed<float>(q, bytes, grid, s);
+  };
+  const int route_grid =
+      static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
+  if (p.route && p.permute && p.num_tokens > kFusedRouteMaxTokens) {
+    // Prefill: one CTA would route ~100 cycles per token; route on a full grid first, then
+    // permute in one CTA (two launches instead of one, same results).
+    RoutingParams r = p;
+    r.permute = false;
+    launch(r, route_grid);
+    RoutingParams q = p;
+    q.route = false;
+    q.zero_words = nullptr;
+    q.num_zero_words = 0;
+    launch(q, 1);
+    return;
+  }
+  launch(p, p.permute ? 1 : route_grid);
+}
+
+}  // namespace moekit::cuda

@@ -1,0 +1,102 @@
+// Tile constants of the Swap-AB decode GEMM (sm_90a), host-visible: the launcher sizes shared
+// memory and the grid from them, the kernel lays out its pipeline with them.
+#pragma once
+
+#include <cstdint>
+
+namespace moekit::cuda::swapab {
+
+// 64 weight rows per tile: wgmma's A side is fixed at M = 64, and at decode an expert sees fewer
+// than 64 tokens, so Swap-AB puts the weight rows there and the tokens on wgmma's N side.
+inline constexpr int kTileRows = 64;
+// Tokens of one expert handled per work item (wgmma N = 8, 16, 32 or 64, chosen per item from the
+// item's token count); experts with more rows are cut into chunks of 64.
+inline constexpr int kMaxTokens = 64;
+// One pipeline stage spans 128 bytes of K (64 bf16 or 128 e4m3): exactly one row of the 128-byte
+// swizzle atom, the widest box TMA accepts with SWIZZLE_128B.
+inline constexpr int kStageKBytes = 128;
+inline constexpr int kTileBytes = kTileRows * kStageKBytes;        // 8 KB of weights
+inline constexpr int kTokenTileBytes = kMaxTokens * kStageKBytes;  // 8 KB of tokens
+// Warpgroup 0 produces (TMA of weight tiles, cp.async gather of token rows), warpgroup 1 runs
+// wgmma and the epilogue.
+inline constexpr int kProducerThreads = 128;
+inline constexpr int kConsumerThreads = 128;
+inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
+// Stages: up to ~190 KB of the 227 KB a CTA may use, so that 100+ KB of weights are in flight per
+// SM (HBM latency x per-SM bandwidth is ~40 KB); the rest holds barriers, scales, the epilogue
+// staging, the split-K receive buffers and the expert table. The count is a run-time value.
+inline constexpr int kMaxStagesGateUp = 7;   // 24 KB per stage: gate tile + up tile + tokens
+inline constexpr int kMaxStagesScatter = 12; // 16 KB per stage: w2 tile + tokens
+inline constexpr int kMinStages = 3;
+inline constexpr int kSmemLimit = 227 * 1024;
+// Epilogue staging: the finished fp32 tile goes through shared memory [token][row] so that the
+// activation runs in a short loop and the stores are coalesced along the output row. Row stride
+// 68 floats: the accumulator layout writes tokens 2(l%4) apart from lanes l/4 rows apart, and
+// 4 * tok + row spreads those 32 lanes over 32 banks.
+inline constexpr int kOutStride = 68;
+inline constexpr int kOutPlaneFloats = kMaxTokens * kOutStride;
+// The expert table (row offsets and work-item prefix) lives in shared memory.
+inline constexpr int kMaxExperts = 1024;
+// Split-K over a thread-block cluster of 1, 2, 4 or 8 CTAs (8 = the portable cluster limit). The
+// 64 tile rows form 8 groups of 8 (group 2w + h = the rows a consumer warp w holds in its h half);
+// CTA rank r of S owns groups [8r/S, 8(r+1)/S): the other ranks store their partial sums of those
+// groups into its shared memory (DSMEM), and it adds them in rank order: deterministic.
+inline constexpr int kMaxSplitK = 8;
+// Floats of one (source, group, plane) receive block: 16 accumulator registers x 32 lanes.
+inline constexpr int kRecvBlockFloats = (kMaxTokens / 4) * 32;
+
+constexpr int max_stages(bool gate_up) { return gate_up ? kMaxStagesGateUp : kMaxStagesScatter; }
+constexpr int stage_bytes(bool gate_up) { return (gate_up ? 2 : 1) * kTileBytes + kTokenTileBytes; }
+constexpr int planes(bool gate_up) { return gate_up ? 2 : 1; }
+// Receive buffer floats for one item parity: (S - 1) sources x (8 / S) owned groups x planes.
+constexpr int recv_buffer_floats(bool gate_up, int split) {
+  return split <= 1 ? 0 : (split - 1) * (8 / split) * planes(gate_up) * kRecvBlockFloats;
+}
+
+// Shared-memory layout, in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
+struct SmemLayout {
+  int stages;
+  int stage_bytes;
+  int a_scale_off;    // block128: float [stages][kMaxTokens] token scales of the stage's K group
+  int b_scale_off;    // block128: float [stages][2] weight-block scales (gate, up)
+  int full_bar_off;   // uint64 [stages]
+  int empty_bar_off;  // uint64 [stages]
+  int red_bar_off;    // uint64 [2]: split-K partial sums received, per item parity
+  int token_off;      // epilogue token info, double-buffered: int slot[2][64], float w[2][64], s[2][64]
+  int out_off;        // float [planes][64 tokens][kOutStride]: gate (or w2) plane, then up plane
+  int recv_off;       // float [2 parities][recv_buffer_floats]
+  int table_off;      // int row_offsets[E+1], int item_prefix[E+1]
+  int bytes;          // total, including the 1024 bytes of alignment slack
+};
+
+constexpr SmemLayout smem_layout_with(bool gate_up, int num_experts, int split, int stages) {
+  SmemLayout l{};
+  l.stages = stages;
+  l.stage_bytes = stage_bytes(gate_up);
+  l.a_scale_off = stages * l.stage_bytes;
+  l.b_scale_off = l.a_scale_off + stages * kMaxTokens * 4;
+  l.full_bar_off = (l.b_scale_off + stages * 2 * 4 + 7) / 8 * 8;
+  l.empty_bar_off = l.full_bar_off + stages * 8;
+  l.red_bar_off = l.empty_bar_off + stages * 8;
+  l.token_off = l.red_bar_off + 2 * 8;
+  l.out_off = l.token_off + 3 * 2 * kMaxTokens * 4;
+  l.recv_off = l.out_off + planes(gate_up) * kOutPlaneFloats * 4;
+  l.table_off = l.recv_off + 2 * recv_buffer_floats(gate_up, split) * 4;
+  l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
+  return l;
+}
+
+// The deepest pipeline that fits: the stage count gives way to the split-K receive buffers.
+constexpr SmemLayout smem_layout(bool gate_up, int num_experts, int split) {
+  int stages = max_stages(gate_up);
+  while (stages > kMinStages && smem_layout_with(gate_up, num_experts, split, stages).bytes > kSmemLimit)
+    --stages;
+  return smem_layout_with(gate_up, num_experts, split, stages);
+}
+
+static_assert(smem_layout(true, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "GEMM1 layout exceeds 227 KB");
+static_assert(smem_layout(false, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "GEMM2 layout exceeds 227 KB");
+static_assert(smem_layout(true, kMaxExperts, 1).stages == kMaxStagesGateUp, "GEMM1 lost a stage");
+static_assert(smem_layout(false, kMaxExperts, 1).stages == kMaxStagesScatter, "GEMM2 lost a stage");
+
+}  // namespace moekit::cuda::swapab

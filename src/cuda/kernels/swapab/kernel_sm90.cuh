@@ -1,0 +1,965 @@
+// Swap-AB grouped expert GEMM for decode on sm_90a: per (expert, 64-row weight tile, chunk of
+// <= 64 tokens) work item, weight tiles stream through TMA into an mbarrier pipeline and are
+// wgmma's A operand; the item's gathered token rows are the B operand (wgmma N = 8..64).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/swapab/config.hpp"
+
+namespace moekit::cuda::swapab {
+
+// ---------------------------------------------------------------------------------------------
+// Kernel parameters (built by launch_sm90.cu from GroupedGemmParams).
+// ---------------------------------------------------------------------------------------------
+enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2, kScaleBlock128 = 3 };
+enum OutType : int { kOutF32 = 0, kOutBf16 = 1, kOutF16 = 2 };
+enum BiasType : int { kBiasNone = 0, kBiasF32 = 1, kBiasBf16 = 2, kBiasF16 = 3 };
+enum ActKind : int { kActSilu = 0, kActGelu = 1, kActSwigluOai = 2 };
+
+struct KernelParams {
+  // Weights B as a 3D tensor [E, rows_b, k_dim] (dims listed innermost first in the map), box
+  // [128 bytes of K, 64 rows, 1 expert], 128-byte swizzle, zeros outside the tensor.
+  CUtensorMap tmap_b;
+  const std::int32_t* row_offsets;   // [E+1]
+  const std::int32_t* sorted_slots;  // [rows] slot m*k+j of each expert-sorted row
+  const std::uint8_t* a;             // A rows of a_row_bytes each
+  const float* a_scale;              // per tensor [1] / per row of A / [rows of A, k_groups]
+  const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
+  const void* bias;                  // [E, rows_b] or null
+  const float* topk_weights;         // [M*k] by slot
+  void* out;
+  std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
+  std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
+  std::int64_t rows_b;               // 2N or K
+  int num_experts;
+  int top_k;
+  int num_tiles;                     // ceil(n_out / 64)
+  int num_k_stages;                  // ceil(a_row_bytes / 128)
+  int k_groups;                      // block128: ceil(k_dim / 128)
+  int row_blocks;                    // block128: ceil(rows_b / 128)
+  int gather_a;                      // A row of sorted row r = sorted_slots[r] / top_k, else r
+  int weight_on_input;
+  int scale_mode;                    // ScaleMode
+  int bias_type;                     // BiasType
+  int out_type;                      // OutType
+  int act;                           // ActKind
+  float alpha;
+  float limit;
+  int split_k;                       // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
+  SmemLayout smem;                   // from smem_layout(gate_up, E, S) on the host
+};
+
+// Element tags select the wgmma instruction (K per instruction is 32 bytes for all three).
+struct Bf16Tag {};
+struct F16Tag {};
+struct E4m3Tag {};
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers: mbarrier, TMA, cp.async, wgmma.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Blocks until the phase of `bar` with the given parity has completed. A fresh barrier is in
+// phase 0; waiting on parity 1 then returns at once (the "previous" phase counts as complete),
+// which is how producers pass their first round over the empty barriers.
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// One TMA tile load of the 3D weight map; completes `bytes` of the barrier's transaction count.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map,
+                                            std::uint32_t bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// 16-byte cp.async; src_bytes = 0 writes zeros (rows past the item's tokens, K past k_dim).
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+// Arrives on `bar` once this thread's earlier cp.asyncs have landed; .noinc: the arrival is one
+// of those the barrier was initialized with (kProducerThreads of them per phase).
+__device__ __forceinline__ void cp_async_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// ---- thread-block cluster (split-K) ----
+__device__ __forceinline__ std::uint32_t cluster_ctarank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// The address of the same shared-memory location in cluster CTA `rank` (shared::cluster window).
+__device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t addr, std::uint32_t rank) {
+  std::uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// Asynchronous 4-byte store into another CTA's shared memory that completes 4 bytes of the
+// transaction count of that CTA's barrier `cluster_bar` (no fence needed: the receiver sees the
+// data once it observes the barrier phase, as with TMA).
+__device__ __forceinline__ void st_async_f32(std::uint32_t cluster_addr, float v, std::uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(cluster_addr),
+               "f"(v), "r"(cluster_bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// All threads of all CTAs of the cluster. Relaxed arrive: it orders execution only (barrier
+// initialization is published by fence.mbarrier_init; the split-K data by the barriers' tx
+// counts), so it needs no GPU-wide memory fence.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of accumulator registers across a wgmma
+// issue or wait (it cannot see that wgmma writes them asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[32]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor of a K-major operand tile in the 128-byte swizzle layout, the
+// layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and the producer's cp.async copies mimic:
+//   row r of the tile (an M row of A, or a token of B) occupies bytes [128 r, 128 r + 128) of the
+//   tile; its 16-byte chunk c (K bytes 16c..16c+15) sits at chunk position c ^ (r % 8). Eight
+//   rows form a 1024-byte swizzle atom; the tile base is 1024-aligned.
+// Descriptor fields (PTX ISA "matrix descriptor"):
+//   bits  0-13  start address >> 4 (shared window offset)
+//   bits 16-29  leading-dimension byte offset >> 4: unused for swizzled K-major layouts whose
+//               instruction K (32 bytes) fits in the 128-byte swizzle width; set to 1
+//   bits 32-45  stride-dimension byte offset >> 4: 1024 bytes between 8-row groups -> 64
+//   bits 49-51  base offset: 0 (atoms are 1024-aligned)
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// The k-th 32-byte K step inside the 128-byte row is selected by adding 32k bytes (2k in the
+// >>4 units) to the start address: the hardware applies the XOR to the final address bits, so
+// the same swizzled data is read at the right chunks.
+__device__ __forceinline__ std::uint64_t make_smem_desc(std::uint32_t smem_addr) {
+  std::uint64_t desc = 0;
+  desc |= static_cast<std::uint64_t>((smem_addr & 0x3FFFF) >> 4);
+  desc |= static_cast<std::uint64_t>(1) << 16;
+  desc |= static_cast<std::uint64_t>(1024 >> 4) << 32;
+  desc |= static_cast<std::uint64_t>(1) << 62;
+  return desc;
+}
+
+// wgmma.mma_async m64nNk16 (bf16/f16) or m64nNk32 (e4m3), A and B both K-major from shared
+// memory, fp32 accumulators d[0 .. N/2). scale_d = 0 overwrites d (first K step), 1 accumulates.
+// Accumulator layout (per thread of the warpgroup; warp w = warp index in the group, lane l):
+//   d[4j + 2h + c] holds D[row][col] with row = 16w + l/4 + 8h, col = 8j + 2(l%4) + c,
+//   j in [0, N/8), h in {0,1}, c in {0,1}. Row = weight row of the tile, col = token of the item.
+template <class Tag, int N>
+struct Wgmma;
+
+template <> struct Wgmma<Bf16Tag, 8> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3"
+        "}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<Bf16Tag, 16> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<Bf16Tag, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<Bf16Tag, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<F16Tag, 8> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3"
+        "}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<F16Tag, 16> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<F16Tag, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<F16Tag, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<E4m3Tag, 8> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3"
+        "}, %4, %5, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<E4m3Tag, 16> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, %8, %9, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<E4m3Tag, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<E4m3Tag, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+};
+
+
+// ---------------------------------------------------------------------------------------------
+// Work items: (expert e, tile, token chunk) with the chunk index fastest, so neighbouring CTAs
+// read the same weight tile (L2 hits) when an expert has more than 64 rows. With split-K, the
+// S CTAs of a cluster take the same item and split its K stages.
+// ---------------------------------------------------------------------------------------------
+struct Item {
+  int e;
+  int tile;
+  int row_begin;  // first sorted row of the chunk
+  int count;      // tokens in the chunk, 1..64
+};
+
+// s_prefix[e] = work items of experts < e (s_prefix[0] = 0, s_prefix[E] = all items).
+__device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_prefix, int E,
+                                          Item& it) {
+  if (w >= s_prefix[E]) return false;
+  int lo = 0, hi = E;  // invariant: s_prefix[lo] <= w < s_prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (s_prefix[mid] <= w) lo = mid; else hi = mid;
+  }
+  // lo is the last expert whose prefix is <= w; empty experts share their successor's prefix,
+  // so lo has rows.
+  const int rows = s_off[lo + 1] - s_off[lo];
+  const int chunks = (rows + kMaxTokens - 1) / kMaxTokens;
+  const int local = w - s_prefix[lo];
+  const int chunk = local % chunks;
+  it.e = lo;
+  it.tile = local / chunks;
+  it.row_begin = s_off[lo] + chunk * kMaxTokens;
+  it.count = min(kMaxTokens, rows - chunk * kMaxTokens);
+  return true;
+}
+
+// wgmma N used for an item: the smallest of 8, 16, 32, 64 that holds its tokens.
+__device__ __forceinline__ int token_width(int count) {
+  return count <= 8 ? 8 : count <= 16 ? 16 : count <= 32 ? 32 : 64;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue helpers.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
+  switch (type) {
+    case kBiasF32: return static_cast<const float*>(bias)[i];
+    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
+    default: return 0.0f;
+  }
+}
+
+// The activation of docs/design.md in fp32. min/clamp are written as comparisons that keep a NaN
+// input NaN (as std::min / std::clamp do in the reference), unlike fminf.
+__device__ __forceinline__ float activate(float g, float u, int act, float alpha, float limit) {
+  switch (act) {
+    case kActGelu: return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+    case kActSwigluOai: {
+      g = (limit < g) ? limit : g;
+      u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
+      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
+    }
+    default: return g / (1.0f + expf(-g)) * u;
+  }
+}
+
+__device__ __forceinline__ void store_out(void* out, int type, std::int64_t i, float v) {
+  switch (type) {
+    case kOutBf16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
+    case kOutF16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(out)[i] = v; break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------
+template <class Tag, bool kGateUp, bool kBlock128>
+struct SwapAb {
+  static constexpr int kStageBytes = stage_bytes(kGateUp);
+  static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;
+  static constexpr int kPlanes = planes(kGateUp);
+
+  struct Smem {
+    std::uint32_t tiles;   // stage s: A0 at s*kStageBytes, A1 (gate-up) next, then the tokens
+    float* a_scale;        // [stages][64]
+    float* b_scale;        // [stages][2]
+    std::uint32_t full;    // barrier addresses (8 bytes apart)
+    std::uint32_t empty;
+    std::uint32_t red;     // [2] split-K receive barriers
+    int* tok_slot;         // [2][64]
+    float* tok_weight;     // [2][64]
+    float* tok_scale;      // [2][64]
+    float* out_stage;      // [planes][64][kOutStride]
+    float* recv;           // [2][recv_buffer_floats]
+    int* off;              // [E+1]
+    int* prefix;           // [E+1]
+    int stages;
+    int split;             // S
+    int rank;              // this CTA's rank in the cluster
+    int recv_floats;       // recv_buffer_floats(kGateUp, S)
+  };
+
+  static __device__ __forceinline__ std::uint32_t a0_addr(const Smem& s, int st) {
+    return s.tiles + st * kStageBytes;
+  }
+  static __device__ __forceinline__ std::uint32_t a1_addr(const Smem& s, int st) {
+    return s.tiles + st * kStageBytes + kTileBytes;
+  }
+  static __device__ __forceinline__ std::uint32_t b_addr(const Smem& s, int st) {
+    return s.tiles + st * kStageBytes + (kGateUp ? 2 : 1) * kTileBytes;
+  }
+  // This CTA's share of an item's K stages.
+  static __device__ __forceinline__ void k_range(const KernelParams& p, const Smem& s, int& begin, int& end) {
+    const int per = (p.num_k_stages + s.split - 1) / s.split;
+    begin = min(p.num_k_stages, s.rank * per);
+    end = min(p.num_k_stages, begin + per);
+  }
+
+  // ---- producer warpgroup: TMA for the weight tiles, cp.async gather of the token rows ----
+  static __device__ void produce(const KernelParams& p, const Smem& s) {
+    const int t = threadIdx.x;      // 0..127
+    const int chunk16 = t & 7;      // 16-byte chunk of the 128-byte K slice this thread copies
+    const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
+    int stage = 0;
+    std::uint32_t phase = 0;
+    int ks_begin, ks_end;
+    k_range(p, s, ks_begin, ks_end);
+    const int num_clusters = gridDim.x / s.split;
+    for (int w = blockIdx.x / s.split;; w += num_clusters) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, it)) break;
+      const int width = token_width(it.count);
+      const std::uint8_t* src[4];
+      bool has_row[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int rr = row0 + 16 * i;
+        has_row[i] = rr < it.count;
+        src[i] = p.a;
+        if (has_row[i]) {
+          const int r = it.row_begin + rr;
+          const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+          src[i] = p.a + arow * p.a_row_bytes + chunk16 * 16;
+        }
+      }
+      // block128: thread t < count copies token t's scale of each K group.
+      const float* tok_scale_src = p.a_scale;
+      if (kBlock128 && t < it.count) {
+        const int r = it.row_begin + t;
+        const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        tok_scale_src = p.a_scale + arow * p.k_groups;
+      }
+      const int row_gate = it.tile * kTileRows;
+      const int row_up = static_cast<int>(p.n_out) + it.tile * kTileRows;
+
+      for (int ks = ks_begin; ks < ks_end; ++ks) {
+        const std::uint32_t full = s.full + 8 * stage;
+        mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (t == 0) {
+          mbar_arrive_expect_tx(full, kTmaBytes);
+          // K coordinate in elements: 128 bytes per stage.
+          const int k0 = ks * (kStageKBytes / (std::is_same<Tag, E4m3Tag>::value ? 1 : 2));
+          tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
+          if (kGateUp) tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
+        }
+        const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
+        const bool k_in = kbyte < p.a_row_bytes;
+        const std::uint32_t b = b_addr(s, stage);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rr = row0 + 16 * i;
+          if (rr < width) {
+            const bool ld = has_row[i] && k_in;
+            cp_async_16(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
+                        ld ? static_cast<const void*>(src[i] + static_cast<std::int64_t>(ks) * kStageKBytes) : p.a,
+                        ld ? 16 : 0);
+          }
+        }
+        if (kBlock128) {
+          if (t < width) {
+            const bool ld = t < it.count;
+            cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t),
+                       ld ? static_cast<const void*>(tok_scale_src + ks) : p.a_scale, ld ? 4 : 0);
+          }
+          if (t == 64 || (kGateUp && t == 65)) {
+            const int rb = (t == 64 ? row_gate : row_up) / 128;
+            cp_async_4(smem_u32(s.b_scale + stage * 2 + (t - 64)),
+                       p.b_scale + (static_cast<std::int64_t>(it.e) * p.row_blocks + rb) * p.k_groups + ks, 4);
+          }
+        }
+        cp_async_arrive_noinc(full);
+        if (++stage == s.stages) { stage = 0; phase ^= 1; }
+      }
+    }
+    cp_async_wait_all();
+  }
+
+  // ---- consumer warpgroup: wgmma main loop over K, split-K reduction, epilogue ----
+  template <int W>
+  static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
+                                                      const Item& it, int& stage,
+                                                      std::uint32_t& phase, int item_no) {
+    const int t = threadIdx.x - kProducerThreads;  // 0..127
+    const int warp = t >> 5, lane = t & 31;
+    const int buf = item_no & 1;
+    int ks_begin, ks_end;
+    k_range(p, s, ks_begin, ks_end);
+
+    // Per-token values for the epilogue; loaded now, stored to shared memory after the main loop
+    // so their latency hides behind it.
+    int slot = 0;
+    float tw = 1.0f, ts = 1.0f;
+    if (t < it.count) {
+      const int r = it.row_begin + t;
+      slot = p.sorted_slots[r];
+      if (p.topk_weights) tw = p.topk_weights[slot];
+      if (p.scale_mode == kScalePerTensor) ts = p.a_scale[0];
+      else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
+    }
+    // Per-row values: this thread's tile rows rloc = 16 warp + lane/4 + 8h.
+    float bsc[2][2], bia[2][2];  // [gate/up][h]
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        bsc[g][h] = 1.0f;
+        bia[g][h] = 0.0f;
+        if (g == 1 && !kGateUp) continue;
+        const std::int64_t n = static_cast<std::int64_t>(it.tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
+        if (n >= p.n_out) continue;
+        const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
+        const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
+        if (p.scale_mode == kScalePerTensor) bsc[g][h] = p.b_scale[it.e];
+        else if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
+        if (p.bias) bia[g][h] = load_bias(p.bias, p.bias_type, idx);
+      }
+    }
+
+    float acc0[32], acc1[32];  // gate (or w2) and up accumulators; [0, W/2) used
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) { acc0[i] = 0.0f; acc1[i] = 0.0f; }
+    if (!kBlock128) {
+      int prev = 0;
+      for (int ks = ks_begin; ks < ks_end; ++ks) {
+        mbar_wait(s.full + 8 * stage, phase);
+        fence_regs<W / 2>(acc0);
+        if (kGateUp) fence_regs<W / 2>(acc1);
+        wgmma_fence();
+        const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
+        const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
+        const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int accumulate = (ks > ks_begin || kk > 0) ? 1 : 0;
+          Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
+          if (kGateUp) Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+        }
+        wgmma_commit();
+        fence_regs<W / 2>(acc0);
+        if (kGateUp) fence_regs<W / 2>(acc1);
+        if (ks > ks_begin) {
+          // The previous stage's group is done: its shared memory can be refilled.
+          wgmma_wait<1>();
+          if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+        }
+        prev = stage;
+        if (++stage == s.stages) { stage = 0; phase ^= 1; }
+      }
+      wgmma_wait<0>();
+      fence_regs<W / 2>(acc0);
+      if (kGateUp) fence_regs<W / 2>(acc1);
+      if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+    } else {
+      // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
+      // group scale and the weight block's scale, then added (fp32) to the accumulator.
+      float tmp0[32], tmp1[32];
+#pragma unroll
+      for (int i = 0; i < W / 2; ++i) { tmp0[i] = 0.0f; tmp1[i] = 0.0f; }
+      for (int ks = ks_begin; ks < ks_end; ++ks) {
+        mbar_wait(s.full + 8 * stage, phase);
+        fence_regs<W / 2>(tmp0);
+        if (kGateUp) fence_regs<W / 2>(tmp1);
+        wgmma_fence();
+        const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
+        const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
+        const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+          if (kGateUp) Wgmma<Tag, W>::mma(tmp1, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<W / 2>(tmp0);
+        if (kGateUp) fence_regs<W / 2>(tmp1);
+        const float* as = s.a_scale + stage * kMaxTokens;
+        const float bs0 = s.b_scale[stage * 2 + 0];
+        const float bs1 = kGateUp ? s.b_scale[stage * 2 + 1] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float sa = as[8 * j + 2 * (lane & 3) + c];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int i = 4 * j + 2 * h + c;
+              acc0[i] += tmp0[i] * sa * bs0;
+              if (kGateUp) acc1[i] += tmp1[i] * sa * bs1;
+            }
+          }
+        }
+        if (lane == 0) mbar_arrive(s.empty + 8 * stage);
+        if (++stage == s.stages) { stage = 0; phase ^= 1; }
+      }
+    }
+
+    // Split-K: row group g = 2 warp + h (8 rows) belongs to rank g*S/8. Its other ranks store
+    // their partial sums into the owner's recv[buf][source slot][group slot][plane][reg][lane]
+    // with st.async, which completes bytes on the owner's red[buf] barrier; one owner thread
+    // posts the expected byte count (the barrier's single arrival); the owner adds the partial
+    // sums in ascending rank order (deterministic).
+    // Reuse safety (parity-indexed buffers and barriers): a rank sends item i+2 only after it
+    // passed item i+1's first named barrier, which follows its own wait for item i+1's partial
+    // sums, which its peers send only after finishing item i (their receive included); so item
+    // i+2's bytes reach a peer's red[buf] only after that peer has waited for item i's phase.
+    const int S = s.split;
+    const int groups_per_rank = 8 / S;
+    if (S > 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int g = 2 * warp + h;
+        const int owner = g / groups_per_rank;
+        if (owner == s.rank) continue;
+        const int src_slot = s.rank < owner ? s.rank : s.rank - 1;
+        const int gslot = g - owner * groups_per_rank;
+        const float* block = s.recv + buf * s.recv_floats +
+                             ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
+        const std::uint32_t remote = map_to_rank(smem_u32(block), owner);
+        const std::uint32_t remote_bar = map_to_rank(s.red + 8 * buf, owner);
+#pragma unroll
+        for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int r = 2 * j + c;        // register slot of this half
+            const int i = 4 * j + 2 * h + c;
+            st_async_f32(remote + 4 * (r * 32 + lane), acc0[i], remote_bar);
+            if (kGateUp) st_async_f32(remote + 4 * (kRecvBlockFloats + r * 32 + lane), acc1[i], remote_bar);
+          }
+        }
+      }
+      const bool owns_any = (2 * warp) / groups_per_rank == s.rank || (2 * warp + 1) / groups_per_rank == s.rank;
+      if (owns_any) {
+        // The first owning warp's lane 0 posts this item's bytes: (S-1) sources x owned groups x
+        // planes x W/4 registers x 32 lanes x 4 bytes. Bytes that land earlier leave the
+        // transaction count negative until then, which the barrier allows.
+        if (lane == 0 && warp == (s.rank * groups_per_rank) / 2)
+          mbar_arrive_expect_tx(s.red + 8 * buf, (S - 1) * groups_per_rank * kPlanes * (W / 4) * 32 * 4);
+        mbar_wait_cluster(s.red + 8 * buf, (item_no >> 1) & 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int g = 2 * warp + h;
+          if (g / groups_per_rank != s.rank) continue;
+          const int gslot = g - s.rank * groups_per_rank;
+          for (int src = 0; src < S; ++src) {
+            if (src == s.rank) continue;
+            const int src_slot = src < s.rank ? src : src - 1;
+            const float* block = s.recv + buf * s.recv_floats +
+                                 ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
+#pragma unroll
+            for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int r = 2 * j + c;
+                const int i = 4 * j + 2 * h + c;
+                acc0[i] += block[r * 32 + lane];
+                if (kGateUp) acc1[i] += block[kRecvBlockFloats + r * 32 + lane];
+              }
+            }
+          }
+        }
+      }
+    }
+
+    // Publish the token values to the warpgroup (double-buffered by item parity: a warp writes
+    // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
+    // after finishing item i). The same barrier orders the out_stage writes below after every
+    // warp's reads of the previous item.
+    if (t < kMaxTokens) {
+      s.tok_slot[buf * kMaxTokens + t] = slot;
+      s.tok_weight[buf * kMaxTokens + t] = tw;
+      s.tok_scale[buf * kMaxTokens + t] = ts;
+    }
+    named_barrier_sync(1, kConsumerThreads);
+
+    // Epilogue phase 1, in registers: scales, router weight, bias, for the row groups this CTA
+    // owns; the values go to out_stage [token][tile row]. GEMM1 keeps gate and up (the
+    // activation needs both); GEMM2's values are final.
+    float* so0 = s.out_stage;
+    float* so1 = s.out_stage + kOutPlaneFloats;
+    const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * j + 2 * (lane & 3) + c;  // token of the item
+        if (col >= it.count) continue;
+        const float tweight = s.tok_weight[buf * kMaxTokens + col];
+        const float tscale = s.tok_scale[buf * kMaxTokens + col];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if ((2 * warp + h) / groups_per_rank != s.rank) continue;
+          const int rloc = warp * 16 + (lane >> 2) + 8 * h;
+          const int i = 4 * j + 2 * h + c;
+          float v0 = acc0[i];
+          if (scaled) v0 = v0 * tscale * bsc[0][h];
+          if (kGateUp) {
+            float v1 = acc1[i];
+            if (scaled) v1 = v1 * tscale * bsc[1][h];
+            if (p.weight_on_input) { v0 *= tweight; v1 *= tweight; }
+            so0[col * kOutStride + rloc] = v0 + bia[0][h];
+            so1[col * kOutStride + rloc] = v1 + bia[1][h];
+          } else {
+            v0 += bia[0][h];
+            if (!p.weight_on_input) v0 *= tweight;
+            so0[col * kOutStride + rloc] = v0;
+          }
+        }
+      }
+    }
+    named_barrier_sync(1, kConsumerThreads);
+
+    // Phase 2: activation and stores of the owned rows [64 rank / S, 64 (rank + 1) / S),
+    // consecutive threads on consecutive output columns.
+    const int rows_owned = kTileRows / S;
+    const int r_lo = s.rank * rows_owned;
+    const std::int64_t n0 = static_cast<std::int64_t>(it.tile) * kTileRows;
+    const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
+    for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
+      const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
+      if (rr >= valid_rows) continue;
+      if (kGateUp) {
+        const float hval = activate(so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.act, p.alpha, p.limit);
+        store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
+      } else {
+        const int tslot = s.tok_slot[buf * kMaxTokens + tok];
+        static_cast<float*>(p.out)[static_cast<std::int64_t>(tslot) * p.n_out + n0 + rr] = so0[tok * kOutStride + rr];
+      }
+    }
+  }
+
+  static __device__ void consume(const KernelParams& p, const Smem& s) {
+    int stage = 0;
+    std::uint32_t phase = 0;
+    int item_no = 0;
+    const int num_clusters = gridDim.x / s.split;
+    for (int w = blockIdx.x / s.split;; w += num_clusters) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, it)) break;
+      switch (token_width(it.count)) {
+        case 8: consume_item<8>(p, s, it, stage, phase, item_no); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, item_no); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, item_no); break;
+        default: consume_item<64>(p, s, it, stage, phase, item_no); break;
+      }
+      ++item_no;
+    }
+  }
+};
+
+// Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ... Every thread
+// walks the same item list; launched with cluster dimension S when S > 1.
+template <class Tag, bool kGateUp, bool kBlock128>
+__global__ void __launch_bounds__(kThreads, 1)
+    swapab_sm90_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using K = SwapAb<Tag, kGateUp, kBlock128>;
+  extern __shared__ std::uint8_t smem_raw[];
+  const SmemLayout& L = p.smem;
+  // 1024-aligned base: TMA destinations and 128-byte swizzle atoms need it. The dynamic shared
+  // window starts at the same offset in every CTA, so DSMEM addresses match across the cluster.
+  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
+      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
+  typename K::Smem s;
+  s.tiles = smem_u32(base);
+  s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
+  s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
+  s.full = smem_u32(base + L.full_bar_off);
+  s.empty = smem_u32(base + L.empty_bar_off);
+  s.red = smem_u32(base + L.red_bar_off);
+  s.tok_slot = reinterpret_cast<int*>(base + L.token_off);
+  s.tok_weight = reinterpret_cast<float*>(base + L.token_off + 2 * kMaxTokens * 4);
+  s.tok_scale = reinterpret_cast<float*>(base + L.token_off + 4 * kMaxTokens * 4);
+  s.out_stage = reinterpret_cast<float*>(base + L.out_off);
+  s.recv = reinterpret_cast<float*>(base + L.recv_off);
+  s.off = reinterpret_cast<int*>(base + L.table_off);
+  s.prefix = s.off + (p.num_experts + 1);
+  s.stages = L.stages;
+  s.split = p.split_k;
+  s.rank = p.split_k > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  s.recv_floats = recv_buffer_floats(kGateUp, p.split_k);
+
+  const int E = p.num_experts;
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(&p.tmap_b)) : "memory");
+    for (int i = 0; i < s.stages; ++i) {
+      // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.
+      mbar_init(s.full + 8 * i, 1 + kProducerThreads);
+      // empty: one arrival per consumer warp after its wgmma reads of the stage completed.
+      mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+    }
+    if (s.split > 1) {
+      // red: one arrival (the owner's expect_tx) per item, plus the st.async bytes of the peers.
+      mbar_init(s.red, 1);
+      mbar_init(s.red + 8, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
+  __syncthreads();
+  // Item prefix over experts: items(e) = ceil(rows_e / 64) * tiles. Warp 0, 32 experts a step.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int running = 0;
+    if (lane == 0) s.prefix[0] = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + lane;
+      int items = 0;
+      if (e < E) {
+        const int rows = max(0, s.off[e + 1] - s.off[e]);
+        items = (rows + kMaxTokens - 1) / kMaxTokens * p.num_tiles;
+      }
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, items, d);
+        if (lane >= d) items += v;
+      }
+      if (e < E) s.prefix[e + 1] = running + items;
+      running += __shfl_sync(0xffffffffu, items, 31);
+    }
+  }
+  __syncthreads();
+  // Peers' barriers must be initialized before any DSMEM store or remote arrive.
+  if (s.split > 1) cluster_sync();
+
+  if (threadIdx.x < kProducerThreads) {
+    K::produce(p, s);
+  } else {
+    K::consume(p, s);
+  }
+  // No CTA leaves while a peer may still write into its shared memory.
+  if (s.split > 1) cluster_sync();
+#endif
+}
+
+}  // namespace moekit::cuda::swapab

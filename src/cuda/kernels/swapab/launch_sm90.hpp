@@ -1,0 +1,25 @@
+// Host entry points of the Swap-AB decode GEMM (sm_90a): the same GroupedGemmParams contract as
+// launch_grouped_gemm, for calls where an expert sees few tokens (decode).
+#pragma once
+
+#include <string>
+
+#include "cuda/kernels/grouped_gemm/params.hpp"
+
+namespace moekit::cuda {
+
+// True when this path can run `params` on the current device; otherwise false with the reason in
+// *why (if given). Never throws.
+bool can_implement_swapab_sm90(const GroupedGemmParams& params, std::string* why);
+
+// Launch on `stream` (cudaStream_t). Throws moekit::Error(kNotSupported) when
+// can_implement_swapab_sm90 is false, Error(kCudaError) when a CUDA call fails. Does nothing
+// when max_rows == 0. No allocation, no host synchronization: CUDA-graph capturable.
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream);
+
+// The same with the split-K factor forced (tests, tuning): split_k in {1, 2, 4, 8} is the number
+// of CTAs of a cluster that share one work item's K loop; 0 chooses it as the launcher above does
+// (split while the work items fill less than half of the SMs).
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k);
+
+}  // namespace moekit::cuda

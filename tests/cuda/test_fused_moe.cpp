@@ -1,0 +1,669 @@
+// The CUDA backend against the CPU reference (label gpu): every scheme x routing x activation,
+// the model presets shrunk to test size, tile-boundary token counts, edge cases (empty experts,
+// one hot expert, expert_map, k = E, odd E, NaN rows, M > 65536), determinism, CUDA-graph replay
+// and GPU routing == CPU routing. Skipped without a Hopper (sm_90) GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/moe_case.hpp"
+#include "common/tolerance.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit::testing {
+namespace {
+
+#define SKIP_WITHOUT_SM90()                                    \
+  do {                                                         \
+    std::string why_;                                          \
+    if (!::moekit::cuda_available(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DevPtr = std::unique_ptr<void, CudaFree>;
+
+DevPtr dev_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0 && cudaMalloc(&p, bytes) != cudaSuccess) {
+    ADD_FAILURE() << "cudaMalloc(" << bytes << ") failed";
+    p = nullptr;
+  }
+  return DevPtr(p);
+}
+
+std::size_t view_bytes(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
+
+enum class Mode { kFusedExperts, kFusedMoe };
+const char* mode_name(Mode m) { return m == Mode::kFusedMoe ? "fused_moe" : "fused_experts"; }
+
+// One case's tensors on the GPU (uploaded once); calls view the first M rows.
+class DeviceCase {
+ public:
+  explicit DeviceCase(const MoeCase& c) : spec_(c.spec), E_global_(c.E_global) {
+    host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
+    const FusedExpertsArgs h = c.host_args(host_out_.data());
+    args_ = h;
+    args_.hidden = upload(h.hidden);
+    args_.weights.w13 = upload(h.weights.w13);
+    args_.weights.w2 = upload(h.weights.w2);
+    args_.weights.w13_scale = upload(h.weights.w13_scale);
+    args_.weights.w2_scale = upload(h.weights.w2_scale);
+    args_.weights.b13 = upload(h.weights.b13);
+    args_.weights.b2 = upload(h.weights.b2);
+    args_.topk_ids = upload(h.topk_ids);
+    args_.topk_weights = upload(h.topk_weights);
+    args_.a13_scale = upload(h.a13_scale);
+    args_.a2_scale = upload(h.a2_scale);
+    args_.expert_map = upload(h.expert_map);
+    args_.out = device_only(h.out);
+    logits_ = upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
+    if (!c.correction_bias.empty())
+      bias_ = upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
+    ids_out_ = device_only(h.topk_ids);
+    wts_out_ = device_only(h.topk_weights);
+  }
+
+  // The call's arguments for the first M tokens.
+  FusedExpertsArgs experts(std::int64_t M) const {
+    FusedExpertsArgs a = args_;
+    for (TensorView* v : {&a.hidden, &a.topk_ids, &a.topk_weights, &a.out}) v->shape[0] = M;
+    return a;
+  }
+  FusedMoeArgs moe(std::int64_t M) const {
+    FusedMoeArgs a;
+    a.router_logits = logits_;
+    a.router_logits.shape[0] = M;
+    a.routing = spec_.routing;
+    a.routing.top_k = static_cast<int>(spec_.k);
+    a.e_score_correction_bias = bias_;
+    a.experts = experts(M);
+    a.experts.topk_ids = ids_out_;  // outputs here: the GPU's routing, read back by the tests
+    a.experts.topk_weights = wts_out_;
+    a.experts.topk_ids.shape[0] = M;
+    a.experts.topk_weights.shape[0] = M;
+    return a;
+  }
+
+  // Run one call on `stream` (out NaN-poisoned first) and return out's bits; ids / weights
+  // of the GPU routing too in kFusedMoe mode.
+  std::vector<std::uint16_t> run(std::int64_t M, Mode mode, cudaStream_t stream = nullptr,
+                                 std::vector<std::int32_t>* ids = nullptr, std::vector<float>* wts = nullptr) {
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    prepare(M, mode, o);
+    if (mode == Mode::kFusedMoe)
+      fused_moe(moe(M), o);
+    else
+      fused_experts(experts(M), o);
+    return fetch(M, stream, ids, wts);
+  }
+
+  // Poison out and make sure the workspace is big enough.
+  void prepare(std::int64_t M, Mode mode, Options& o) {
+    const MoeProblem p = mode == Mode::kFusedMoe ? describe(moe(M)) : describe(experts(M));
+    const std::size_t need = workspace_size(p, Backend::kCuda);
+    if (need > ws_bytes_) {
+      ws_ = dev_alloc(need);
+      ws_bytes_ = need;
+    }
+    o.workspace = ws_.get();
+    o.workspace_bytes = ws_bytes_;
+    const std::size_t out_bytes = static_cast<std::size_t>(M * spec_.K) * 2;
+    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, out_bytes, static_cast<cudaStream_t>(o.stream)));
+  }
+
+  std::vector<std::uint16_t> fetch(std::int64_t M, cudaStream_t stream, std::vector<std::int32_t>* ids = nullptr,
+                                   std::vector<float>* wts = nullptr) {
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(M * spec_.K));
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(bits.data(), args_.out.data, bits.size() * 2, cudaMemcpyDeviceToHost));
+    if (ids != nullptr) {
+      ids->resize(static_cast<std::size_t>(M * spec_.k));
+      EXPECT_EQ(cudaSuccess, cudaMemcpy(ids->data(), ids_out_.data, ids->size() * 4, cudaMemcpyDeviceToHost));
+    }
+    if (wts != nullptr) {
+      wts->resize(static_cast<std::size_t>(M * spec_.k));
+      EXPECT_EQ(cudaSuccess, cudaMemcpy(wts->data(), wts_out_.data, wts->size() * 4, cudaMemcpyDeviceToHost));
+    }
+    return bits;
+  }
+
+ private:
+  TensorView upload(const TensorView& h) {
+    if (!h.present()) return h;
+    TensorView d = device_only(h);
+    if (view_bytes(h) > 0) EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data, h.data, view_bytes(h), cudaMemcpyHostToDevice));
+    return d;
+  }
+  TensorView device_only(const TensorView& h) {
+    TensorView d = h;
+    owned_.push_back(dev_alloc(view_bytes(h)));
+    d.data = owned_.back().get();
+    d.device = Device::cuda(0);
+    return d;
+  }
+
+  CaseSpec spec_;
+  std::int64_t E_global_;
+  std::vector<std::uint16_t> host_out_;
+  std::vector<DevPtr> owned_;
+  FusedExpertsArgs args_;
+  TensorView logits_, bias_, ids_out_, wts_out_;
+  DevPtr ws_;
+  std::size_t ws_bytes_ = 0;
+};
+
+// The CPU reference of rows [m0, m1) of `c` alone (a case of its own; equal to those rows of the
+// full case when tokens are independent, or always when m0 == 0 and the scales are per token).
+std::vector<float> reference_rows(MoeCase& c, std::int64_t m0, std::int64_t m1) {
+  const CaseSpec saved_spec = c.spec;
+  std::vector<std::uint16_t> hidden;
+  std::vector<float> logits, wts;
+  std::vector<std::int32_t> ids;
+  hidden.swap(c.hidden);
+  logits.swap(c.router_logits);
+  ids.swap(c.topk_ids);
+  wts.swap(c.topk_weights);
+  const std::int64_t K = c.spec.K, k = c.spec.k, Eg = c.E_global;
+  c.spec.M = m1 - m0;
+  c.hidden.assign(hidden.begin() + m0 * K, hidden.begin() + m1 * K);
+  c.router_logits.assign(logits.begin() + m0 * Eg, logits.begin() + m1 * Eg);
+  c.topk_ids.assign(ids.begin() + m0 * k, ids.begin() + m1 * k);
+  c.topk_weights.assign(wts.begin() + m0 * k, wts.begin() + m1 * k);
+  std::vector<float> ref = reference_output(c);
+  c.spec = saved_spec;
+  c.hidden.swap(hidden);
+  c.router_logits.swap(logits);
+  c.topk_ids.swap(ids);
+  c.topk_weights.swap(wts);
+  return ref;
+}
+
+::testing::AssertionResult close_to(const std::vector<float>& got, const std::vector<float>& ref, Scheme scheme,
+                                    const std::string& what) {
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
+  std::size_t nonfinite = 0, first_bad = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    if (std::isfinite(ref[i]) && !std::isfinite(got[i]) && nonfinite++ == 0) first_bad = i;
+  const double err = relative_error(got, ref);
+  if (nonfinite > 0)
+    return ::testing::AssertionFailure() << what << ": " << nonfinite << " non-finite outputs where the reference "
+                                         << "is finite (first at " << first_bad << ": got " << got[first_bad]
+                                         << ", ref " << ref[first_bad] << ")";
+  if (!(err <= tolerance(scheme)))
+    return ::testing::AssertionFailure() << what << ": relative error " << err << " > " << tolerance(scheme);
+  return ::testing::AssertionSuccess();
+}
+
+std::string label(const CaseSpec& s, std::int64_t M, Mode mode) {
+  CaseSpec t = s;
+  t.M = M;
+  return t.name() + " " + mode_name(mode);
+}
+
+// Run `c` on the GPU for each M in `Ms` (a prefix of its tokens) and compare with the reference.
+void check_case(MoeCase& c, const std::vector<std::int64_t>& Ms, Mode mode) {
+  DeviceCase d(c);
+  for (std::int64_t M : Ms) {
+    ASSERT_LE(M, c.spec.M);
+    std::vector<std::int32_t> ids;
+    std::vector<float> wts;
+    std::vector<std::uint16_t> bits;
+    try {
+      bits = d.run(M, mode, nullptr, mode == Mode::kFusedMoe ? &ids : nullptr, mode == Mode::kFusedMoe ? &wts : nullptr);
+    } catch (const Error& e) {
+      ADD_FAILURE() << label(c.spec, M, mode) << ": " << status_name(e.status()) << ": " << e.what();
+      continue;
+    }
+    if (mode == Mode::kFusedMoe) {
+      const std::vector<std::int32_t> want(c.topk_ids.begin(), c.topk_ids.begin() + M * c.spec.k);
+      EXPECT_EQ(ids, want) << label(c.spec, M, mode) << ": GPU routing chose other experts than the CPU";
+    }
+    EXPECT_TRUE(close_to(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.scheme,
+                         label(c.spec, M, mode)));
+  }
+}
+
+constexpr Scheme kSchemes[] = {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel, Scheme::kFp8Block128};
+
+RoutingConfig routing_of(RoutingMethod m) {
+  RoutingConfig r;
+  r.method = m;
+  if (m == RoutingMethod::kSigmoidGroupedTopk) {
+    r.num_groups = 4;
+    r.topk_groups = 2;
+    r.routed_scaling_factor = 2.5f;
+  }
+  r.renormalize = m != RoutingMethod::kTopkSoftmax;
+  return r;
+}
+
+// ---- every scheme x routing x activation on a small shape ----
+
+void all_combos(Scheme scheme) {
+  for (RoutingMethod rm : {RoutingMethod::kSoftmaxTopk, RoutingMethod::kSigmoidGroupedTopk, RoutingMethod::kTopkSoftmax})
+    for (Activation act : {Activation::kSilu, Activation::kGelu, Activation::kSwigluOai}) {
+      CaseSpec s;
+      s.M = 65;
+      s.E = 16;
+      s.k = 4;
+      s.K = 256;
+      s.N = 128;
+      s.scheme = scheme;
+      s.routing = routing_of(rm);
+      s.activation.kind = act;
+      s.seed = 11 + static_cast<int>(rm) * 3 + static_cast<int>(act);
+      MoeCase c = make_case(s);
+      check_case(c, {1, 17, 65}, Mode::kFusedMoe);
+      check_case(c, {17}, Mode::kFusedExperts);
+    }
+}
+
+TEST(Sm90FusedMoe, AllCombosBf16) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kBf16); }
+TEST(Sm90FusedMoe, AllCombosFp8PerTensor) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerTensor); }
+TEST(Sm90FusedMoe, AllCombosFp8PerChannel) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerChannel); }
+TEST(Sm90FusedMoe, AllCombosFp8Block128) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8Block128); }
+
+TEST(Sm90FusedMoe, Fp8PerTensorStaticScales) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s;
+  s.M = 65;
+  s.E = 16;
+  s.k = 4;
+  s.K = 256;
+  s.N = 128;
+  s.scheme = Scheme::kFp8PerTensor;
+  s.static_scales = true;
+  MoeCase c = make_case(s);
+  check_case(c, {1, 65}, Mode::kFusedExperts);
+}
+
+// ---- the model presets, shrunk: E, k, routing, activation, bias and K real; N at TP8; E cut
+// where the weights would not fit a quick CPU reference (marked), M small ----
+
+void preset_cases(const char* name, std::int64_t E_cap, const std::vector<std::int64_t>& Ms) {
+  const ModelPreset& pr = find_preset(name);
+  // 1. Routing-real: E, k and the routing of the preset on a small K, N.
+  {
+    CaseSpec s;
+    s.M = 129;
+    s.E = pr.num_experts;
+    s.k = pr.top_k;
+    s.K = 256;
+    s.N = 128;
+    s.routing = pr.routing;
+    s.activation = pr.activation;
+    s.bias = pr.has_bias;
+    for (Scheme scheme : {Scheme::kBf16, pr.checkpoint_scheme == Scheme::kBf16 ? Scheme::kFp8PerTensor : pr.checkpoint_scheme}) {
+      s.scheme = scheme;
+      MoeCase c = make_case(s);
+      check_case(c, {1, 3, 17, 64, 65, 129}, Mode::kFusedMoe);
+    }
+  }
+  // 2. Shape-real: K and N = N/8 real (gpt-oss: K = 2880 and N = 360 are not multiples of 128).
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s;
+    s.M = Ms.back();
+    s.E = std::min<std::int64_t>(pr.num_experts, E_cap);
+    s.k = pr.top_k;
+    s.K = pr.hidden_size;
+    s.N = pr.intermediate_size / 8;
+    s.routing = pr.routing;
+    if (s.routing.method == RoutingMethod::kSigmoidGroupedTopk && s.E < pr.num_experts) {
+      s.routing.num_groups = 8;  // groups of E/8 experts, topk_groups 4: k = 8 still fits
+    }
+    s.activation = pr.activation;
+    s.bias = pr.has_bias;
+    s.scheme = scheme;
+    s.seed = 5;
+    MoeCase c = make_case(s);
+    check_case(c, Ms, Mode::kFusedMoe);
+  }
+}
+
+TEST(Sm90FusedMoe, PresetMixtral8x7b) { SKIP_WITHOUT_SM90(); preset_cases("mixtral-8x7b", 8, {1, 17, 65}); }
+TEST(Sm90FusedMoe, PresetQwen3_30bA3b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-30b-a3b", 128, {1, 3, 17, 64, 65, 129}); }
+TEST(Sm90FusedMoe, PresetQwen3_235bA22b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-235b-a22b", 32, {1, 17, 65}); }
+TEST(Sm90FusedMoe, PresetDeepseekV3) { SKIP_WITHOUT_SM90(); preset_cases("deepseek-v3", 16, {1, 17, 65}); }
+TEST(Sm90FusedMoe, PresetGptOss120b) { SKIP_WITHOUT_SM90(); preset_cases("gpt-oss-120b", 16, {1, 17, 65}); }
+
+// ---- tile-boundary token counts ----
+
+void tile_boundaries(Scheme scheme) {
+  CaseSpec s;
+  s.M = 4097;
+  s.E = 8;
+  s.k = 2;
+  s.K = 256;
+  s.N = 128;
+  s.scheme = scheme;
+  MoeCase c = make_case(s);
+  check_case(c, {1, 2, 3, 7, 17, 63, 64, 65, 127, 129, 4095, 4096, 4097}, Mode::kFusedExperts);
+  // fused_moe routes in the permute CTA up to 512 tokens and on a separate grid above.
+  check_case(c, {512, 513, 4097}, Mode::kFusedMoe);
+}
+TEST(Sm90FusedMoe, TileBoundaryMBf16) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kBf16); }
+TEST(Sm90FusedMoe, TileBoundaryMFp8PerTensor) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8PerTensor); }
+TEST(Sm90FusedMoe, TileBoundaryMFp8Block128) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8Block128); }
+
+// ---- edge cases ----
+
+CaseSpec small_spec(Scheme scheme) {
+  CaseSpec s;
+  s.M = 65;
+  s.E = 16;
+  s.k = 4;
+  s.K = 256;
+  s.N = 128;
+  s.scheme = scheme;
+  return s;
+}
+
+TEST(Sm90FusedMoe, ZeroTokens) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = small_spec(Scheme::kFp8Block128);
+  s.M = 1;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  Options o;
+  o.backend = Backend::kCuda;
+  EXPECT_NO_THROW(fused_experts(d.experts(0), o));
+  EXPECT_NO_THROW(fused_moe(d.moe(0), o));
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+TEST(Sm90FusedMoe, ExpertsWithNoTokens) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.pattern = RoutingPattern::kSkewed;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 7, 65}, Mode::kFusedExperts);
+  }
+}
+
+TEST(Sm90FusedMoe, AllTokensOnOneExpert) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.M = 300;
+    s.k = 1;
+    s.pattern = RoutingPattern::kAllToOne;
+    s.hot_expert = 5;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 64, 65, 300}, Mode::kFusedExperts);
+  }
+}
+
+TEST(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.expert_map = true;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 17, 65}, Mode::kFusedExperts);
+    check_case(c, {65}, Mode::kFusedMoe);
+  }
+}
+
+TEST(Sm90FusedMoe, KEqualsE) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8Block128}) {
+    CaseSpec s = small_spec(scheme);
+    s.E = 8;
+    s.k = 8;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 17, 65}, Mode::kFusedMoe);
+  }
+}
+
+TEST(Sm90FusedMoe, OddExpertCounts) {
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t E : {72, 160, 257}) {
+    CaseSpec s = small_spec(E == 160 ? Scheme::kFp8PerChannel : Scheme::kBf16);
+    s.M = 129;
+    s.E = E;
+    s.k = 8;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 129}, Mode::kFusedMoe);
+  }
+}
+
+TEST(Sm90FusedMoe, BiasAndSwigluOai) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.bias = true;
+    s.activation.kind = Activation::kSwigluOai;
+    s.routing = routing_of(RoutingMethod::kTopkSoftmax);
+    MoeCase c = make_case(s);
+    check_case(c, {1, 65}, Mode::kFusedMoe);
+  }
+}
+
+TEST(Sm90FusedMoe, WeightOnInput) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.weight_on_input = true;
+    s.bias = scheme == Scheme::kBf16;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 65}, Mode::kFusedExperts);
+  }
+}
+
+TEST(Sm90FusedMoe, Fp16Activations) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.act_dtype = DType::kFp16;
+    s.bias = true;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 65}, Mode::kFusedMoe);
+  }
+}
+
+// A NaN token poisons its own output row only (absmax ignores NaN, so no shared scale breaks).
+TEST(Sm90FusedMoe, NanRowStaysInItsRow) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    MoeCase c = make_case(s);
+    const std::int64_t bad = 5, K = s.K, M = s.M;
+    const std::uint16_t nan_bits = 0x7fc0;  // bf16 quiet NaN
+    std::fill(c.hidden.begin() + bad * K, c.hidden.begin() + (bad + 1) * K, nan_bits);
+    DeviceCase d(c);
+    const std::vector<float> got = to_float(d.run(M, Mode::kFusedExperts), s.act_dtype);
+    const std::vector<float> ref = reference_output(c);
+    std::vector<float> got_rest, ref_rest;
+    for (std::int64_t m = 0; m < M; ++m) {
+      if (m == bad) continue;
+      got_rest.insert(got_rest.end(), got.begin() + m * K, got.begin() + (m + 1) * K);
+      ref_rest.insert(ref_rest.end(), ref.begin() + m * K, ref.begin() + (m + 1) * K);
+    }
+    for (float v : ref_rest) ASSERT_TRUE(std::isfinite(v)) << "the reference lets the NaN row leak";
+    EXPECT_TRUE(close_to(got_rest, ref_rest, scheme, std::string("NaN row, ") + scheme_name(scheme)));
+  }
+}
+
+// M * k * K > 2^31: y and its offsets need 64-bit indices; grids pass 65535 blocks per dimension.
+TEST(Sm90FusedMoe, HugeMUses64BitIndices) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s;
+  s.M = 70000;
+  s.E = 16;
+  s.k = 16;
+  s.K = 2048;
+  s.N = 64;
+  s.scheme = Scheme::kBf16;  // tokens independent: rows can be checked alone
+  MoeCase c = make_case(s);
+  ASSERT_GT(s.M * s.k * s.K, std::int64_t{1} << 31);
+  DeviceCase d(c);
+  std::vector<std::int32_t> ids;
+  const std::vector<float> got = to_float(d.run(s.M, Mode::kFusedMoe, nullptr, &ids), s.act_dtype);
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end(), c.topk_ids.begin())) << "GPU routing differs at M = 70000";
+  for (std::int64_t m0 : {std::int64_t{0}, s.M - 64}) {
+    const std::vector<float> ref = reference_rows(c, m0, m0 + 64);
+    const std::vector<float> part(got.begin() + m0 * s.K, got.begin() + (m0 + 64) * s.K);
+    EXPECT_TRUE(close_to(part, ref, s.scheme, "rows [" + std::to_string(m0) + ", +64) of M=70000"));
+  }
+  for (float v : got) ASSERT_TRUE(std::isfinite(v)) << "an output element was not written";
+}
+
+// ---- determinism and CUDA graphs ----
+
+TEST(Sm90FusedMoe, BitwiseDeterministic) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.M = 257;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    std::vector<std::int32_t> ids1, ids2;
+    std::vector<float> w1, w2;
+    const auto a = d.run(s.M, Mode::kFusedMoe, nullptr, &ids1, &w1);
+    const auto b = d.run(s.M, Mode::kFusedMoe, nullptr, &ids2, &w2);
+    EXPECT_TRUE(a == b) << scheme_name(scheme) << ": two runs differ";
+    EXPECT_EQ(ids1, ids2);
+    EXPECT_EQ(0, std::memcmp(w1.data(), w2.data(), w1.size() * 4));
+  }
+}
+
+TEST(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
+  SKIP_WITHOUT_SM90();
+  // M = 1000: fused_moe routes on a grid, then permutes (two launches) above 512 tokens.
+  for (auto [scheme, M] : {std::pair{Scheme::kBf16, 129}, std::pair{Scheme::kFp8PerTensor, 129},
+                           std::pair{Scheme::kFp8Block128, 1000}}) {
+    CaseSpec s = small_spec(scheme);
+    s.M = M;
+    s.routing = routing_of(RoutingMethod::kSigmoidGroupedTopk);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const std::vector<std::uint16_t> eager = d.run(s.M, Mode::kFusedMoe, stream);
+
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    d.prepare(s.M, Mode::kFusedMoe, o);  // poisons out (before the capture) and sizes the workspace
+    CUDA_OK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      fused_moe(d.moe(s.M), o);
+    } catch (const Error& e) {
+      cudaStreamEndCapture(stream, &graph);
+      FAIL() << "fused_moe under capture threw: " << e.what();
+    }
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      CUDA_OK(cudaMemsetAsync(d.experts(s.M).out.data, 0xff, static_cast<std::size_t>(s.M * s.K) * 2, stream));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      const std::vector<std::uint16_t> replayed = d.fetch(s.M, stream);
+      EXPECT_TRUE(replayed == eager) << scheme_name(scheme) << ": graph replay " << replay << " differs from eager";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    EXPECT_TRUE(close_to(to_float(eager, s.act_dtype), reference_output(c), scheme, "graph case eager"));
+  }
+}
+
+// ---- routing alone: GPU == CPU ----
+
+TEST(Sm90Routing, MatchesCpuRoute) {
+  SKIP_WITHOUT_SM90();
+  for (RoutingMethod rm : {RoutingMethod::kSoftmaxTopk, RoutingMethod::kSigmoidGroupedTopk, RoutingMethod::kTopkSoftmax})
+    for (std::int64_t E : {8, 72, 128, 256})
+      for (DType ldt : {DType::kFp32, DType::kBf16}) {
+        const std::int64_t M = 1000;
+        RoutingConfig r = routing_of(rm);
+        r.top_k = static_cast<int>(std::min<std::int64_t>(8, E));
+        if (rm == RoutingMethod::kSigmoidGroupedTopk) {
+          r.num_groups = E == 72 ? 9 : E == 8 ? 4 : 8;  // E = 8: 4 groups of 2, 2 kept: k = 4
+          r.topk_groups = E == 8 ? 2 : 4;
+          if (E == 8) r.top_k = 4;
+        }
+        r.renormalize = !(rm == RoutingMethod::kSoftmaxTopk && E == 72);  // one case without
+        CaseSpec s;
+        s.M = M;
+        s.E = E;
+        s.k = r.top_k;
+        s.K = 8;
+        s.N = 8;
+        s.routing = r;
+        s.seed = static_cast<std::uint64_t>(E) * 7 + static_cast<int>(rm);
+        s.pattern = RoutingPattern::kSkewed;  // cheap: only the logits and bias are used here
+        MoeCase c = make_case(s);
+        // A NaN logit in token 3: it selects as -inf, on both backends alike.
+        c.router_logits[3 * E + 1] = std::nanf("");
+        std::vector<std::uint16_t> lbf;
+        for (float v : c.router_logits) lbf.push_back(float_to_bf16(v));
+        const void* host_logits = ldt == DType::kBf16 ? static_cast<const void*>(lbf.data()) : c.router_logits.data();
+        const std::size_t lbytes = static_cast<std::size_t>(M * E) * dtype_size(ldt);
+
+        std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(M * r.top_k)), gpu_ids(cpu_ids.size());
+        std::vector<float> cpu_w(cpu_ids.size()), gpu_w(cpu_ids.size());
+        RouteArgs a;
+        a.routing = r;
+        a.router_logits = TensorView::contiguous(host_logits, ldt, {M, E});
+        if (!c.correction_bias.empty())
+          a.e_score_correction_bias = TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {E});
+        a.topk_ids = TensorView::contiguous(cpu_ids.data(), DType::kInt32, {M, r.top_k});
+        a.topk_weights = TensorView::contiguous(cpu_w.data(), DType::kFp32, {M, r.top_k});
+        Options co;
+        co.backend = Backend::kCpu;
+        route(a, co);
+
+        DevPtr dl = dev_alloc(lbytes), db = dev_alloc(static_cast<std::size_t>(E) * 4);
+        DevPtr di = dev_alloc(cpu_ids.size() * 4), dw = dev_alloc(cpu_ids.size() * 4);
+        CUDA_OK(cudaMemcpy(dl.get(), host_logits, lbytes, cudaMemcpyHostToDevice));
+        RouteArgs g = a;
+        g.router_logits = TensorView::contiguous(dl.get(), ldt, {M, E}, Device::cuda(0));
+        if (!c.correction_bias.empty()) {
+          CUDA_OK(cudaMemcpy(db.get(), c.correction_bias.data(), static_cast<std::size_t>(E) * 4, cudaMemcpyHostToDevice));
+          g.e_score_correction_bias = TensorView::contiguous(db.get(), DType::kFp32, {E}, Device::cuda(0));
+        }
+        g.topk_ids = TensorView::contiguous(di.get(), DType::kInt32, {M, r.top_k}, Device::cuda(0));
+        g.topk_weights = TensorView::contiguous(dw.get(), DType::kFp32, {M, r.top_k}, Device::cuda(0));
+        Options go;
+        go.backend = Backend::kCuda;
+        route(g, go);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(gpu_ids.data(), di.get(), gpu_ids.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gpu_w.data(), dw.get(), gpu_w.size() * 4, cudaMemcpyDeviceToHost));
+
+        const std::string what = std::string(routing_method_name(rm)) + " E=" + std::to_string(E) + " logits " +
+                                 dtype_name(ldt);
+        EXPECT_EQ(cpu_ids, gpu_ids) << what;
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < cpu_w.size(); ++i) {
+          const bool both_nan = std::isnan(cpu_w[i]) && std::isnan(gpu_w[i]);
+          if (!both_nan && !(std::fabs(cpu_w[i] - gpu_w[i]) <= 1e-6f)) {
+            if (bad++ < 3)
+              ADD_FAILURE() << what << ": weight " << i << " cpu " << cpu_w[i] << " gpu " << gpu_w[i];
+          }
+        }
+        EXPECT_EQ(bad, 0u) << what;
+      }
+}
+
+}  // namespace
+}  // namespace moekit::testing

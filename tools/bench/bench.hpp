@@ -1,0 +1,157 @@
+// moekit-bench's shared pieces: what one benchmark point is, what a measured row holds, the
+// roofline arithmetic of BRIEF §4, and the interface the CPU and CUDA runners implement.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moekit/moekit.hpp"
+
+namespace moekit::bench {
+
+// The datasheet HBM3e bandwidth of the H200 that defines the memory side of the roofline.
+inline constexpr double kHbmGbps = 4800.0;
+
+/// A layer shape: a preset of BRIEF §3 or a custom --shape E,k,K,N (N at tp = 1).
+struct Shape {
+  std::string name;     // "qwen3-30b-a3b" or "custom-E128-k8-K2048-N768"
+  std::string cli;      // how the reproduce command names it: "--preset X" / "--shape E,k,K,N"
+  ModelPreset preset;   // preset.name points into `name` (fixed up by the owner)
+};
+
+/// One point of the sweep.
+struct Point {
+  const Shape* shape = nullptr;
+  int tp = 1;
+  Scheme scheme = Scheme::kBf16;
+  std::int64_t tokens = 0;
+  MoeProblem problem;  // preset_problem(shape, tokens, tp, scheme)
+};
+
+/// What the command line asked for (after defaults were applied).
+struct Config {
+  std::vector<Shape> shapes;
+  std::vector<int> tps{1};
+  std::vector<Scheme> schemes{Scheme::kBf16};
+  std::vector<std::int64_t> tokens;
+  Backend backend = Backend::kAuto;  // resolved to kCpu or kCuda before running
+  std::string json_path;
+  std::string path;                  // forwarded as Options::path ("" = the router decides)
+  int iters = 0;                     // 0 = the backend's default (CUDA 50, CPU 3)
+  int threads = 0;                   // CPU backend threads (0 = all)
+  bool check = false;
+  bool first_call = false;
+  bool quick = false;
+  std::uint64_t seed = 1;
+};
+
+/// One measured row of the table and of the JSON (null where not measured).
+struct Row {
+  std::string preset;
+  int tp = 1;
+  std::string scheme;
+  std::int64_t tokens = 0;
+  std::string backend;
+  std::string path;
+  std::optional<double> us, tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense;
+  std::string baseline;              // "" = none
+  std::optional<double> baseline_us;
+  std::optional<double> max_rel_err; // may be +inf / NaN (written as a string then)
+  std::optional<double> first_call_us, eager_us;
+  std::string timing;                // "graph", "eager" (CUDA) or "wall" (CPU)
+  std::int64_t touched_experts = 0;
+  std::string reproduce;
+  std::string note;                  // why a field is missing, or an error
+};
+
+/// Dense GEMM rates measured in this run (TFLOP/s); absent on the CPU backend.
+struct Ceilings {
+  double hbm_gbps = kHbmGbps;
+  std::optional<double> dense_tflops_bf16, dense_tflops_fp8;
+};
+
+// ---- roofline arithmetic (BRIEF §4) ----
+
+/// Bytes per stored weight element of a scheme (bf16: the activation dtype).
+double weight_elem_bytes(const MoeProblem& p);
+/// Bytes of one expert as stored: w13 + w2 + their scales + biases.
+double expert_bytes(const MoeProblem& p);
+/// Bytes a call moves at least: touched experts' weights + hidden in + out.
+double min_bytes(const MoeProblem& p, std::int64_t touched_experts);
+/// Fill tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense from row.us.
+void fill_metrics(Row& row, const MoeProblem& p, const Ceilings& c);
+
+/// Distinct ids in topk_ids (global ids; all local here since the bench passes no expert_map).
+std::int64_t count_unique(const std::int32_t* ids, std::int64_t n, std::int64_t num_experts);
+
+/// ||got - ref|| / ||ref|| over entries where ref is finite; +inf if got is NaN/inf there.
+double relative_error(const std::vector<float>& got, const std::vector<float>& ref);
+
+// ---- random inputs: a counter-based hash, the same on host and device ----
+
+#if defined(__CUDACC__)
+#define MOEKIT_BENCH_HD __host__ __device__ __forceinline__
+#else
+#define MOEKIT_BENCH_HD inline
+#endif
+
+/// splitmix64 of (seed, index): independent of thread order, so fills are reproducible.
+MOEKIT_BENCH_HD std::uint64_t hash64(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+/// Uniform in [-1, 1) (never exactly zero-heavy: 24 random bits).
+MOEKIT_BENCH_HD float uniform_pm1(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<float>(static_cast<std::int64_t>(hash64(seed, i) >> 40) - (1 << 23)) *
+         (1.0f / static_cast<float>(1 << 23));
+}
+
+// Seeds of the separate input streams, so changing M does not change the weights.
+enum : std::uint64_t {
+  kSeedW13 = 11, kSeedW2 = 12, kSeedB13 = 13, kSeedB2 = 14, kSeedHidden = 21, kSeedLogits = 22,
+  kSeedCorrection = 23, kSeedScale13 = 31, kSeedScale2 = 32, kSeedBaseline = 41, kSeedDense = 51,
+};
+inline std::uint64_t mix_seed(std::uint64_t user_seed, std::uint64_t stream, std::uint64_t extra = 0) {
+  return hash64(user_seed * 1315423911ull + stream, extra);
+}
+
+// Value ranges: hidden ~ U(-sqrt3, sqrt3) (std 1); weights ~ U(-a, a) with a = sqrt(3 / fan_in)
+// (std 1/sqrt(fan_in)) so every GEMM output stays O(1); biases small; logits spread enough that
+// routing is not uniform.
+inline constexpr float kHiddenAmp = 1.7320508f;
+inline constexpr float kBiasAmp = 0.1f;
+inline constexpr float kLogitAmp = 3.0f;
+inline constexpr float kCorrectionAmp = 0.05f;
+inline float weight_amp(std::int64_t fan_in) { return 1.7320508f / static_cast<float>(std::sqrt(static_cast<double>(fan_in))); }
+
+// ---- runners ----
+
+/// A backend that measures points. prepare() makes the weights of (shape, tp, scheme) once;
+/// run() measures one M with them.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual const char* name() const = 0;                 // "cpu" / "cuda"
+  virtual std::string gpu_name() const = 0;             // "NVIDIA H200" / "none (cpu)"
+  virtual Ceilings measure_ceilings() = 0;
+  /// Throws Error with a clear message when the point cannot run here (e.g. host memory).
+  virtual void prepare(const Shape& shape, int tp, Scheme scheme) = 0;
+  virtual Row run(const Point& point, const Ceilings& ceilings) = 0;
+  virtual void release() = 0;                           // free prepare()'s weights
+};
+
+std::unique_ptr<Runner> make_cpu_runner(const Config& config);
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+std::unique_ptr<Runner> make_cuda_runner(const Config& config);
+#endif
+
+/// The command that re-measures one row.
+std::string reproduce_command(const Config& config, const Point& point, const char* backend);
+
+}  // namespace moekit::bench

@@ -1,0 +1,531 @@
+// moekit-bench: times moekit's MoE layer on the presets of BRIEF §3 (or custom shapes) over a
+// grid of tensor-parallel degrees, schemes and token counts, prints a table with the roofline
+// and same-run baselines, and writes the JSON recorded in bench/results/.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+
+#ifndef MOEKIT_BENCH_COMMIT
+#define MOEKIT_BENCH_COMMIT "unknown"
+#endif
+#ifndef MOEKIT_BENCH_SOURCE_DIR
+#define MOEKIT_BENCH_SOURCE_DIR ""
+#endif
+
+namespace moekit::bench {
+namespace {
+
+const char* kUsage = R"(usage: moekit-bench [options]
+
+Times moekit::fused_experts on model presets or custom shapes and prints a table; --json writes
+the results in the format of bench/results/.
+
+  --preset NAME[,NAME...]|all   presets of BRIEF §3 (default: all):
+                                mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 gpt-oss-120b
+  --shape E,k,K,N               a custom shape (softmax top-k, silu, no bias); repeatable
+  --tp LIST                     tensor-parallel degrees, N divided by each (default 1)
+  --tokens LIST                 token counts M; "a..b" is the powers of two from a to b
+                                (default 1..8192 on CUDA, 1,4,16,64 on the CPU)
+  --scheme LIST|all             bf16 fp8_per_tensor fp8_per_channel fp8_block128 (default bf16)
+  --backend auto|cpu|cuda       auto: CUDA when a Hopper GPU is usable, else the CPU reference
+  --json PATH                   write the results as JSON
+  --quick                       a small fast grid (the GPU check script's)
+  --iters N                     timed iterations, median reported (default CPU 3; CUDA 50, fewer
+                                (not under 5) when 50 calls would take over a second)
+  --path NAME                   force a kernel path (Options::path)
+  --check                       compare the CUDA output with the CPU reference where cheap
+  --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
+  --threads N                   CPU backend threads (default: all cores)
+  --seed N                      input seed (default 1)
+  -h, --help                    this text
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "moekit-bench: %s\n(run moekit-bench --help for the options)\n", msg.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep))
+    if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::int64_t parse_int(const std::string& s, const char* what) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0') usage_error(std::string("bad ") + what + " '" + s + "': expected an integer");
+  return v;
+}
+
+std::vector<std::int64_t> parse_tokens(const std::string& s) {
+  std::vector<std::int64_t> out;
+  for (const std::string& item : split(s, ',')) {
+    const std::size_t dots = item.find("..");
+    if (dots != std::string::npos) {
+      std::int64_t a = parse_int(item.substr(0, dots), "--tokens range start");
+      const std::int64_t b = parse_int(item.substr(dots + 2), "--tokens range end");
+      if (a < 1 || b < a) usage_error("bad --tokens range '" + item + "': expected 1 <= a <= b");
+      for (; a <= b; a *= 2) out.push_back(a);
+    } else {
+      const std::int64_t v = parse_int(item, "--tokens value");
+      if (v < 0) usage_error("bad --tokens value " + item + ": must be >= 0");
+      out.push_back(v);
+    }
+  }
+  if (out.empty()) usage_error("--tokens needs at least one value");
+  return out;
+}
+
+Shape preset_shape(const ModelPreset& p) {
+  Shape s;
+  s.name = p.name;
+  s.cli = std::string("--preset ") + p.name;
+  s.preset = p;
+  return s;
+}
+
+Shape custom_shape(const std::string& spec) {
+  const std::vector<std::string> f = split(spec, ',');
+  if (f.size() != 4) usage_error("bad --shape '" + spec + "': expected E,k,K,N");
+  const std::int64_t E = parse_int(f[0], "--shape E"), k = parse_int(f[1], "--shape k");
+  const std::int64_t K = parse_int(f[2], "--shape K"), N = parse_int(f[3], "--shape N");
+  if (E < 1 || k < 1 || k > E || K < 1 || N < 1)
+    usage_error("bad --shape '" + spec + "': need E >= 1, 1 <= k <= E, K >= 1, N >= 1");
+  Shape s;
+  s.name = "custom-E" + f[0] + "-k" + f[1] + "-K" + f[2] + "-N" + f[3];
+  s.cli = "--shape " + f[0] + "," + f[1] + "," + f[2] + "," + f[3];
+  s.preset = ModelPreset{};
+  s.preset.num_experts = E;
+  s.preset.top_k = static_cast<int>(k);
+  s.preset.hidden_size = K;
+  s.preset.intermediate_size = N;
+  s.preset.routing.method = RoutingMethod::kSoftmaxTopk;
+  s.preset.routing.top_k = static_cast<int>(k);
+  s.preset.routing.renormalize = true;
+  s.preset.has_bias = false;
+  s.preset.checkpoint_scheme = Scheme::kBf16;
+  return s;
+}
+
+struct Cli {
+  Config config;
+  bool have_preset = false, have_tokens = false, have_tp = false, have_scheme = false;
+};
+
+Cli parse_args(int argc, char** argv) {
+  Cli cli;
+  Config& c = cli.config;
+  std::vector<std::string> presets;
+  std::vector<std::string> shapes;
+  // "--flag=value" is the same as "--flag value".
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::size_t eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args.push_back(a.substr(0, eq));
+      args.push_back(a.substr(eq + 1));
+    } else {
+      args.push_back(a);
+    }
+  }
+  const int n = static_cast<int>(args.size());
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= n) usage_error(args[i] + " needs a value");
+    return args[++i];
+  };
+  for (int i = 0; i < n; ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--preset") {
+      presets = split(value(i), ',');
+      cli.have_preset = true;
+    } else if (a == "--shape") {
+      shapes.push_back(value(i));
+    } else if (a == "--tp") {
+      c.tps.clear();
+      for (const std::string& t : split(value(i), ',')) c.tps.push_back(static_cast<int>(parse_int(t, "--tp")));
+      cli.have_tp = true;
+    } else if (a == "--tokens") {
+      c.tokens = parse_tokens(value(i));
+      cli.have_tokens = true;
+    } else if (a == "--scheme") {
+      c.schemes.clear();
+      for (const std::string& s : split(value(i), ',')) {
+        if (s == "all") {
+          c.schemes = {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel, Scheme::kFp8Block128};
+        } else {
+          try {
+            c.schemes.push_back(parse_scheme(s));
+          } catch (const Error& e) {
+            usage_error(e.what());
+          }
+        }
+      }
+      cli.have_scheme = true;
+    } else if (a == "--backend") {
+      try {
+        c.backend = parse_backend(value(i));
+      } catch (const Error& e) {
+        usage_error(e.what());
+      }
+    } else if (a == "--json") {
+      c.json_path = value(i);
+    } else if (a == "--quick") {
+      c.quick = true;
+    } else if (a == "--iters") {
+      c.iters = static_cast<int>(parse_int(value(i), "--iters"));
+      if (c.iters < 1) usage_error("--iters must be >= 1");
+    } else if (a == "--path") {
+      c.path = value(i);
+    } else if (a == "--check") {
+      c.check = true;
+    } else if (a == "--first-call") {
+      c.first_call = true;
+    } else if (a == "--threads") {
+      c.threads = static_cast<int>(parse_int(value(i), "--threads"));
+    } else if (a == "--seed") {
+      c.seed = static_cast<std::uint64_t>(parse_int(value(i), "--seed"));
+    } else {
+      usage_error("unknown option '" + a + "'");
+    }
+  }
+  for (int tp : c.tps)
+    if (tp < 1) usage_error("--tp values must be >= 1, got " + std::to_string(tp));
+  if (c.tps.empty()) usage_error("--tp needs at least one value");
+  if (c.schemes.empty()) usage_error("--scheme needs at least one value");
+
+  // Shapes: the presets named (or all of them when neither --preset nor --shape is given).
+  std::vector<std::string> names;
+  if (!cli.have_preset && shapes.empty()) names.push_back("all");
+  for (const std::string& n : presets) names.push_back(n);
+  for (const std::string& n : names) {
+    if (n == "all") {
+      for (const ModelPreset& p : model_presets()) c.shapes.push_back(preset_shape(p));
+    } else {
+      try {
+        c.shapes.push_back(preset_shape(find_preset(n)));
+      } catch (const Error& e) {
+        usage_error(e.what());
+      }
+    }
+  }
+  for (const std::string& s : shapes) c.shapes.push_back(custom_shape(s));
+  if (c.shapes.empty()) usage_error("no preset or shape to run");
+  return cli;
+}
+
+// The quick grid and the backend's default token counts, where the command line left them open.
+void apply_defaults(Cli& cli, bool cuda) {
+  Config& c = cli.config;
+  if (c.quick) {
+    if (cuda) {
+      if (!cli.have_tp) c.tps = {1, 8};
+      if (!cli.have_scheme) c.schemes = {Scheme::kBf16, Scheme::kFp8PerTensor};
+      if (!cli.have_tokens) c.tokens = {1, 16, 256, 4096};
+    } else {
+      // The CPU reference takes seconds per point: two small presets, TP8, two token counts.
+      if (!cli.have_preset) {
+        c.shapes.clear();
+        c.shapes.push_back(preset_shape(find_preset("qwen3-30b-a3b")));
+        c.shapes.push_back(preset_shape(find_preset("gpt-oss-120b")));
+      }
+      if (!cli.have_tp) c.tps = {8};
+      if (!cli.have_scheme) c.schemes = {Scheme::kBf16, Scheme::kFp8PerTensor};
+      if (!cli.have_tokens) c.tokens = {1, 4};
+    }
+  }
+  if (c.tokens.empty()) {
+    if (cuda) {
+      for (std::int64_t m = 1; m <= 8192; m *= 2) c.tokens.push_back(m);
+    } else {
+      c.tokens = {1, 4, 16, 64};
+    }
+  }
+  // Shapes keep the preset's name pointer valid after the vector stops growing.
+  for (Shape& s : c.shapes) s.preset.name = s.name.c_str();
+}
+
+// Schemes run for one shape: the requested ones, plus the checkpoint's own under --quick.
+std::vector<Scheme> schemes_for(const Config& c, const Shape& s) {
+  std::vector<Scheme> out = c.schemes;
+  if (c.quick && std::find(out.begin(), out.end(), s.preset.checkpoint_scheme) == out.end())
+    out.push_back(s.preset.checkpoint_scheme);
+  return out;
+}
+
+std::string commit_id() {
+  if (const char* env = std::getenv("MOEKIT_COMMIT"); env && *env) return env;
+  const std::string src = MOEKIT_BENCH_SOURCE_DIR;
+  if (!src.empty()) {
+    const std::string cmd = "git -C '" + src + "' rev-parse --short HEAD 2>/dev/null";
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[64] = {0};
+      const bool ok = std::fgets(buf, sizeof buf, p) != nullptr;
+      const int rc = pclose(p);
+      std::string s = ok ? buf : "";
+      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+      if (rc == 0 && !s.empty()) return s;
+    }
+  }
+  return MOEKIT_BENCH_COMMIT;
+}
+
+std::string today_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+// ---- output ----
+
+std::string fmt(const std::optional<double>& v, const char* f) {
+  if (!v) return "-";
+  if (std::isinf(*v)) return "inf";
+  if (std::isnan(*v)) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, f, *v);
+  return buf;
+}
+
+// Rates span GPU (hundreds) and CPU (thousandths) magnitudes: keep three significant digits.
+std::string fmt_rate(const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return fmt(v, "%g");
+  const double a = std::fabs(*v);
+  return fmt(v, a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : a >= 1 ? "%.2f" : "%.3g");
+}
+
+void print_header() {
+  std::printf("%-28s %3s %-15s %6s %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %9s\n", "preset", "tp", "scheme", "M",
+              "bknd", "path", "us", "TFLOP/s", "GB/s", "roof_us", "%roof", "%dense", "base_us", "x_base",
+              "max_err");
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r) {
+  std::optional<double> ratio;
+  if (r.us && r.baseline_us && *r.us > 0) ratio = *r.baseline_us / *r.us;
+  std::optional<double> roof_pct, dense_pct;
+  if (r.roof_fraction) roof_pct = 100.0 * *r.roof_fraction;
+  if (r.tflops_fraction_of_dense) dense_pct = 100.0 * *r.tflops_fraction_of_dense;
+  std::printf("%-28s %3d %-15s %6lld %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %9s", r.preset.c_str(), r.tp,
+              r.scheme.c_str(), static_cast<long long>(r.tokens), r.backend.c_str(), r.path.c_str(),
+              fmt(r.us, "%.1f").c_str(), fmt_rate(r.tflops).c_str(), fmt_rate(r.gbps).c_str(),
+              fmt(r.roof_us, "%.1f").c_str(), fmt(roof_pct, "%.0f").c_str(), fmt(dense_pct, "%.0f").c_str(),
+              fmt(r.baseline_us, "%.1f").c_str(), fmt(ratio, "%.2f").c_str(), fmt(r.max_rel_err, "%.1e").c_str());
+  if (r.first_call_us) {
+    std::printf("  first_call %s us", fmt(r.first_call_us, "%.1f").c_str());
+    if (r.eager_us) std::printf(" (steady eager %s us)", fmt(r.eager_us, "%.1f").c_str());
+  }
+  if (!r.note.empty()) std::printf("  [%s]", r.note.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          o += buf;
+        } else {
+          o += ch;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+// Numbers as JSON numbers; non-finite values (an error that is inf/NaN) as strings.
+std::string json_num(const std::optional<double>& v) {
+  if (!v) return "null";
+  if (std::isinf(*v)) return *v > 0 ? "\"inf\"" : "\"-inf\"";
+  if (std::isnan(*v)) return "\"nan\"";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", *v);
+  return buf;
+}
+
+void write_json(const std::string& path, const std::string& commit, const std::string& date, const std::string& gpu,
+                const Ceilings& c, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  if (!f) throw Error(Status::kInvalidArgument, "--json: cannot write '" + path + "'");
+  f << "{\n  \"commit\": " << json_str(commit) << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": "
+    << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps)
+    << ", \"dense_tflops_bf16\": " << json_num(c.dense_tflops_bf16)
+    << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8) << "},\n  \"rows\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    f << (i ? ",\n" : "\n") << "    {\"preset\": " << json_str(r.preset) << ", \"tp\": " << r.tp
+      << ", \"scheme\": " << json_str(r.scheme) << ", \"tokens\": " << r.tokens
+      << ", \"backend\": " << json_str(r.backend) << ", \"path\": " << json_str(r.path)
+      << ", \"us\": " << json_num(r.us) << ", \"tflops\": " << json_num(r.tflops) << ", \"gbps\": " << json_num(r.gbps)
+      << ", \"roof_us\": " << json_num(r.roof_us) << ", \"roof_fraction\": " << json_num(r.roof_fraction)
+      << ", \"tflops_fraction_of_dense\": " << json_num(r.tflops_fraction_of_dense)
+      << ", \"baseline\": " << (r.baseline.empty() ? std::string("null") : json_str(r.baseline))
+      << ", \"baseline_us\": " << json_num(r.baseline_us) << ", \"max_rel_err\": " << json_num(r.max_rel_err);
+    if (r.first_call_us) f << ", \"first_call_us\": " << json_num(r.first_call_us);
+    if (r.eager_us) f << ", \"eager_us\": " << json_num(r.eager_us);
+    f << ", \"timing\": " << json_str(r.timing) << ", \"touched_experts\": " << r.touched_experts;
+    if (!r.note.empty()) f << ", \"note\": " << json_str(r.note);
+    f << ", \"reproduce\": " << json_str(r.reproduce) << "}";
+  }
+  f << "\n  ]\n}\n";
+  if (!f) throw Error(Status::kInternal, "--json: writing '" + path + "' failed");
+}
+
+int run_main(int argc, char** argv) {
+  Cli cli = parse_args(argc, argv);
+  Config& config = cli.config;
+
+  // Resolve the backend: auto = CUDA when this build has it and a Hopper GPU is usable.
+  std::string why;
+  const bool cuda_ok = cuda_available(&why);
+  (void)cuda_ok;
+  bool use_cuda = false;
+  if (config.backend == Backend::kCuda) {
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+    if (!cuda_ok) {
+      std::fprintf(stderr, "moekit-bench: --backend cuda, but the CUDA backend is not usable: %s\n", why.c_str());
+      return 2;
+    }
+    use_cuda = true;
+#else
+    std::fprintf(stderr, "moekit-bench: --backend cuda, but this moekit-bench was built without CUDA\n");
+    return 2;
+#endif
+  } else if (config.backend == Backend::kAuto) {
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+    use_cuda = cuda_ok;
+#else
+    if (why.empty()) why = "this moekit-bench was built without CUDA";
+#endif
+    if (!use_cuda)
+      std::printf("moekit-bench: no usable GPU (%s): running the CPU reference backend (wall clock, no roofline)\n",
+                  why.c_str());
+  }
+  config.backend = use_cuda ? Backend::kCuda : Backend::kCpu;
+  apply_defaults(cli, use_cuda);
+
+  std::unique_ptr<Runner> runner;
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+  if (use_cuda) runner = make_cuda_runner(config);
+#endif
+  if (!runner) runner = make_cpu_runner(config);
+
+  const std::string commit = commit_id(), date = today_utc(), gpu = runner->gpu_name();
+  std::printf("moekit-bench %s  commit %s  %s  gpu: %s  backend: %s\n", version(), commit.c_str(), date.c_str(),
+              gpu.c_str(), runner->name());
+  Ceilings ceilings;
+  if (use_cuda) {
+    std::fprintf(stderr, "measuring dense GEMM ceilings (cuBLAS bf16, cuBLASLt fp8 e4m3, 8192^3)...\n");
+    ceilings = runner->measure_ceilings();
+    std::printf("ceilings: HBM %.0f GB/s (datasheet), dense bf16 %s TFLOP/s, dense fp8 %s TFLOP/s (measured now)\n",
+                ceilings.hbm_gbps, fmt(ceilings.dense_tflops_bf16, "%.0f").c_str(),
+                fmt(ceilings.dense_tflops_fp8, "%.0f").c_str());
+  }
+
+  std::size_t total = 0;
+  for (const Shape& s : config.shapes) total += config.tps.size() * schemes_for(config, s).size() * config.tokens.size();
+
+  std::vector<Row> rows;
+  std::size_t done = 0;
+  int failures = 0, refused = 0;
+  print_header();
+  for (const Shape& shape : config.shapes) {
+    for (int tp : config.tps) {
+      for (Scheme scheme : schemes_for(config, shape)) {
+        try {
+          runner->prepare(shape, tp, scheme);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "moekit-bench: cannot run %s tp%d %s on the %s backend: %s\n", shape.name.c_str(), tp,
+                       scheme_name(scheme), runner->name(), e.what());
+          done += config.tokens.size();
+          ++refused;
+          continue;
+        }
+        for (std::int64_t m : config.tokens) {
+          ++done;
+          Point pt;
+          pt.shape = &shape;
+          pt.tp = tp;
+          pt.scheme = scheme;
+          pt.tokens = m;
+          if (total > 1)
+            std::fprintf(stderr, "[%zu/%zu] %s tp%d %s M=%lld ...\n", done, total, shape.name.c_str(), tp,
+                         scheme_name(scheme), static_cast<long long>(m));
+          Row row;
+          try {
+            pt.problem = preset_problem(shape.preset, m, tp, scheme);
+            row = runner->run(pt, ceilings);
+          } catch (const std::exception& e) {
+            row = Row{};
+            row.preset = shape.name;
+            row.tp = tp;
+            row.scheme = scheme_name(scheme);
+            row.tokens = m;
+            row.backend = runner->name();
+            row.path = config.path.empty() ? "auto" : config.path;
+            row.reproduce = reproduce_command(config, pt, runner->name());
+            row.note = std::string("error: ") + e.what();
+            ++failures;
+          }
+          print_row(row);
+          rows.push_back(std::move(row));
+        }
+        runner->release();
+      }
+    }
+  }
+  std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); %%roof = roof_us / us; "
+              "%%dense = TFLOP/s / dense GEMM rate\n");
+  if (!config.json_path.empty()) {
+    write_json(config.json_path, commit, date, gpu, ceilings, rows);
+    std::printf("wrote %s (%zu rows)\n", config.json_path.c_str(), rows.size());
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "moekit-bench: %d point(s) failed (see the table's [error: ...] notes)\n", failures);
+    return 1;
+  }
+  if (rows.empty() && refused > 0) return 2;
+  return 0;
+}
+
+}  // namespace
+}  // namespace moekit::bench
+
+int main(int argc, char** argv) {
+  try {
+    return moekit::bench::run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moekit-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

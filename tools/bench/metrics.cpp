@@ -1,0 +1,103 @@
+// The roofline arithmetic of BRIEF §4 and the small helpers both runners share.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace moekit::bench {
+
+namespace {
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+double weight_elem_bytes(const MoeProblem& p) {
+  return p.scheme == Scheme::kBf16 ? static_cast<double>(dtype_size(p.act_dtype)) : 1.0;
+}
+
+double expert_bytes(const MoeProblem& p) {
+  const double K = static_cast<double>(p.hidden_size);
+  const double N = static_cast<double>(p.intermediate_size);
+  double bytes = (2.0 * N * K + K * N) * weight_elem_bytes(p);
+  switch (p.scheme) {
+    case Scheme::kBf16: break;
+    case Scheme::kFp8PerTensor: bytes += 2 * 4.0; break;
+    case Scheme::kFp8PerChannel: bytes += (2.0 * N + K) * 4.0; break;
+    case Scheme::kFp8Block128: {
+      const std::int64_t kb = ceil_div(p.hidden_size, kBlockQuant);
+      const std::int64_t nb = ceil_div(p.intermediate_size, kBlockQuant);
+      const std::int64_t n2b = ceil_div(2 * p.intermediate_size, kBlockQuant);
+      bytes += static_cast<double>(n2b * kb + kb * nb) * 4.0;
+      break;
+    }
+  }
+  const double bias_bytes = static_cast<double>(dtype_size(p.bias_dtype));
+  if (p.has_bias13) bytes += 2.0 * N * bias_bytes;
+  if (p.has_bias2) bytes += K * bias_bytes;
+  return bytes;
+}
+
+double min_bytes(const MoeProblem& p, std::int64_t touched_experts) {
+  const double act = static_cast<double>(dtype_size(p.act_dtype));
+  return static_cast<double>(touched_experts) * expert_bytes(p) +
+         2.0 * static_cast<double>(p.num_tokens) * static_cast<double>(p.hidden_size) * act;
+}
+
+void fill_metrics(Row& row, const MoeProblem& p, const Ceilings& c) {
+  if (!row.us || *row.us <= 0) return;
+  const double us = *row.us;
+  const double flops = p.flops();
+  const double bytes = min_bytes(p, row.touched_experts);
+  row.tflops = flops / (us * 1e6);
+  row.gbps = bytes / (us * 1e3);
+  const std::optional<double>& dense =
+      p.scheme == Scheme::kBf16 ? c.dense_tflops_bf16 : c.dense_tflops_fp8;
+  // The roofline is a GPU roofline: it needs the dense rate measured in this run.
+  if (!dense || *dense <= 0) return;
+  row.roof_us = std::max(bytes / (c.hbm_gbps * 1e3), flops / (*dense * 1e6));
+  row.roof_fraction = *row.roof_us / us;
+  row.tflops_fraction_of_dense = *row.tflops / *dense;
+}
+
+std::int64_t count_unique(const std::int32_t* ids, std::int64_t n, std::int64_t num_experts) {
+  std::vector<char> seen(static_cast<std::size_t>(std::max<std::int64_t>(num_experts, 1)), 0);
+  std::int64_t unique = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int32_t e = ids[i];
+    if (e < 0 || e >= num_experts) continue;
+    if (!seen[static_cast<std::size_t>(e)]) {
+      seen[static_cast<std::size_t>(e)] = 1;
+      ++unique;
+    }
+  }
+  return unique;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0.0, den = 0.0;
+  const std::size_t n = std::min(got.size(), ref.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(ref[i])) continue;
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double d = static_cast<double>(got[i]) - static_cast<double>(ref[i]);
+    num += d * d;
+    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
+  }
+  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+std::string reproduce_command(const Config& config, const Point& point, const char* backend) {
+  std::ostringstream s;
+  s << "moekit-bench " << point.shape->cli << " --tp " << point.tp << " --scheme "
+    << scheme_name(point.scheme) << " --tokens " << point.tokens << " --backend " << backend;
+  if (!config.path.empty()) s << " --path " << config.path;
+  if (config.iters > 0) s << " --iters " << config.iters;
+  if (config.seed != 1) s << " --seed " << config.seed;
+  if (config.check) s << " --check";
+  if (config.first_call) s << " --first-call";
+  return s.str();
+}
+
+}  // namespace moekit::bench

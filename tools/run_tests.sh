@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The one test command: configure and build moekit (cuda-release when nvcc is present, so every
+# CUDA source compiles for sm_90a, else cpu-debug), run the C++ suites with ctest (gpu-labelled
+# tests report skipped without a Hopper GPU) and then the Python tests.
+#   MOEKIT_PRESET=cpu-debug bash tools/run_tests.sh   pick the preset
+#   MOEKIT_JOBS=N                                     build parallelism (default: nproc)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+if [[ -n "${MOEKIT_PRESET:-}" ]]; then
+  preset=$MOEKIT_PRESET
+elif command -v nvcc >/dev/null 2>&1; then
+  preset=cuda-release
+else
+  preset=cpu-debug
+fi
+jobs=${MOEKIT_JOBS:-$(nproc)}
+start=$SECONDS
+log() { printf '[run_tests %4ds] %s\n' "$((SECONDS - start))" "$*"; }
+
+log "configure (preset $preset)"
+cmake --preset "$preset"
+log "build (-j$jobs)"
+cmake --build --preset "$preset" -j "$jobs"
+
+status=0
+log "ctest (preset $preset)"
+ctest --preset "$preset" || status=$?
+
+if [[ -f tests/python/run.sh ]]; then
+  log "python tests (tests/python/run.sh)"
+  MOEKIT_BUILD_DIR="$PWD/build/$preset" bash tests/python/run.sh || status=$?
+else
+  log "python tests: tests/python/run.sh not present, skipped"
+fi
+
+if ((status)); then
+  log "FAILED (exit $status)"
+else
+  log "all passed"
+fi
+exit "$status"
