@@ -306,6 +306,10 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
 # Public functions
 
 def _torch_ops_ready() -> bool:
+    import os  # noqa: PLC0415
+
+    if os.environ.get("MOEKIT_NO_TORCH", "") not in ("", "0"):
+        return False
     from . import _torch_ops  # noqa: PLC0415 (only imported once torch is)
 
     return _torch_ops.REGISTERED

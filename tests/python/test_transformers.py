@@ -205,7 +205,7 @@ def test_fp8_scheme_logits_close(scheme, device):
     mk_tf.disable(model)
     # fp8 experts: compared at the model's output, so a looser bound than the kernel tolerance.
     err = rel(got, ref)
-    assert err < 0.08, f"{scheme}: logits rel err {err}"
+    assert err < 0.12, f"{scheme}: logits rel err {err}"  # ~0.05-0.06 on the CPU reference
     assert mk_tf.stats["moekit"] > 0
 
 

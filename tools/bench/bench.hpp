@@ -46,6 +46,7 @@ struct Config {
   bool check = false;
   bool first_call = false;
   bool quick = false;
+  bool op_fused_moe = false;         // --op fused_moe: time routing + experts (else fused_experts)
   std::uint64_t seed = 1;
 };
 
@@ -57,6 +58,7 @@ struct Row {
   std::int64_t tokens = 0;
   std::string backend;
   std::string path;
+  std::string op = "fused_experts";  // the timed call: fused_experts or fused_moe
   std::optional<double> us, tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense;
   std::string baseline;              // "" = none
   std::optional<double> baseline_us;

@@ -112,6 +112,7 @@ class CpuRunner final : public Runner {
     row.tokens = M;
     row.backend = "cpu";
     row.path = config_.path.empty() ? "auto" : config_.path;
+    row.op = config_.op_fused_moe ? "fused_moe" : "fused_experts";
     row.timing = "wall";
     row.reproduce = reproduce_command(config_, pt, "cpu");
 
@@ -150,11 +151,20 @@ class CpuRunner final : public Runner {
     o.path = config_.path.empty() ? nullptr : config_.path.c_str();
     o.num_threads = config_.threads;
 
+    FusedMoeArgs margs;
+    margs.router_logits = ra.router_logits;
+    margs.routing = ra.routing;
+    margs.e_score_correction_bias = ra.e_score_correction_bias;
+    margs.experts = args;
     const int iters = config_.iters > 0 ? config_.iters : 3;
     std::vector<double> times;
     for (int it = 0; it < iters; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
-      fused_experts(args, o);
+      if (config_.op_fused_moe) {
+        fused_moe(margs, o);
+      } else {
+        fused_experts(args, o);
+      }
       const auto t1 = std::chrono::steady_clock::now();
       times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }

@@ -254,6 +254,7 @@ class CudaRunner final : public Runner {
     row.tokens = M;
     row.backend = "cuda";
     row.path = config_.path.empty() ? "auto" : config_.path;
+    row.op = config_.op_fused_moe ? "fused_moe" : "fused_experts";
     row.reproduce = reproduce_command(config_, pt, "cuda");
     std::vector<std::string> notes;
 
@@ -299,7 +300,15 @@ class CudaRunner final : public Runner {
     args.topk_ids = ra.topk_ids;
     args.topk_weights = ra.topk_weights;
     args.out = dev_view(out.p, DType::kBf16, {M, K}, device_);
-    const MoeProblem described = describe(args);
+    // --op fused_moe: routing from the same logits inside the timed call (topk_ids/weights are
+    // written to the same buffers route() filled).
+    FusedMoeArgs margs;
+    margs.router_logits = ra.router_logits;
+    margs.routing = ra.routing;
+    margs.e_score_correction_bias = ra.e_score_correction_bias;
+    margs.experts = args;
+    const bool whole = config_.op_fused_moe;
+    const MoeProblem described = whole ? describe(margs) : describe(args);
     const std::size_t ws_bytes = workspace_size(described, Backend::kCuda);
     ws.alloc(ws_bytes);
     Options o;
@@ -308,26 +317,33 @@ class CudaRunner final : public Runner {
     o.workspace = ws.p;
     o.workspace_bytes = ws_bytes;
     o.path = config_.path.empty() ? nullptr : config_.path.c_str();
+    auto call = [&] {
+      if (whole) {
+        fused_moe(margs, o);
+      } else {
+        fused_experts(args, o);
+      }
+    };
 
     // First call at this never-seen M: host wall clock to completion, L2 flushed before.
-    if (config_.first_call) row.first_call_us = wall_us([&] { fused_experts(args, o); });
-    for (int i = 0; i < kWarmup; ++i) fused_experts(args, o);
+    if (config_.first_call) row.first_call_us = wall_us(call);
+    for (int i = 0; i < kWarmup; ++i) call();
     BENCH_CUDA(cudaStreamSynchronize(stream_));
     // Default iterations: 50, fewer (not under kMinIters) when a call is slow enough that 50
     // would take more than kTimeBudgetUs, so a sweep stays bounded whatever the kernels cost.
     int iters = config_.iters;
     if (iters <= 0) {
-      const double once = wall_us([&] { fused_experts(args, o); });
+      const double once = wall_us(call);
       iters = static_cast<int>(std::clamp(kTimeBudgetUs / std::max(once, 1.0), double{kMinIters}, 50.0));
     }
     if (config_.first_call) {
       // The steady state measured the same way as the first call (eager, host wall clock).
       std::vector<double> t;
-      for (int i = 0; i < std::min(iters, 20); ++i) t.push_back(wall_us([&] { fused_experts(args, o); }));
+      for (int i = 0; i < std::min(iters, 20); ++i) t.push_back(wall_us(call));
       row.eager_us = median(t);
     }
     std::string graph_error;
-    row.us = time_graph_or_eager([&] { fused_experts(args, o); }, iters, &row.timing, &graph_error);
+    row.us = time_graph_or_eager(call, iters, &row.timing, &graph_error);
     if (!graph_error.empty()) notes.push_back("graph capture failed (" + graph_error + "), timed eager");
 
     // ---- correctness against the CPU reference, where that is cheap ----

@@ -28,7 +28,7 @@ namespace {
 
 const char* kUsage = R"(usage: moekit-bench [options]
 
-Times moekit::fused_experts on model presets or custom shapes and prints a table; --json writes
+Times moekit::fused_experts (or fused_moe) on model presets or custom shapes and prints a table; --json writes
 the results in the format of bench/results/.
 
   --preset NAME[,NAME...]|all   presets of BRIEF §3 (default: all):
@@ -44,6 +44,8 @@ the results in the format of bench/results/.
   --iters N                     timed iterations, median reported (default CPU 3; CUDA 50, fewer
                                 (not under 5) when 50 calls would take over a second)
   --path NAME                   force a kernel path (Options::path)
+  --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
+                                from the logits plus experts in one call
   --check                       compare the CUDA output with the CPU reference where cheap
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --threads N                   CPU backend threads (default: all cores)
@@ -195,6 +197,11 @@ Cli parse_args(int argc, char** argv) {
       if (c.iters < 1) usage_error("--iters must be >= 1");
     } else if (a == "--path") {
       c.path = value(i);
+    } else if (a == "--op") {
+      const std::string op = value(i);
+      if (op != "fused_experts" && op != "fused_moe")
+        usage_error("bad --op '" + op + "': expected fused_experts or fused_moe");
+      c.op_fused_moe = op == "fused_moe";
     } else if (a == "--check") {
       c.check = true;
     } else if (a == "--first-call") {
@@ -393,7 +400,7 @@ void write_json(const std::string& path, const std::string& commit, const std::s
       << ", \"baseline_us\": " << json_num(r.baseline_us) << ", \"max_rel_err\": " << json_num(r.max_rel_err);
     if (r.first_call_us) f << ", \"first_call_us\": " << json_num(r.first_call_us);
     if (r.eager_us) f << ", \"eager_us\": " << json_num(r.eager_us);
-    f << ", \"timing\": " << json_str(r.timing) << ", \"touched_experts\": " << r.touched_experts;
+    f << ", \"op\": " << json_str(r.op) << ", \"timing\": " << json_str(r.timing) << ", \"touched_experts\": " << r.touched_experts;
     if (!r.note.empty()) f << ", \"note\": " << json_str(r.note);
     f << ", \"reproduce\": " << json_str(r.reproduce) << "}";
   }
@@ -493,6 +500,7 @@ int run_main(int argc, char** argv) {
             row.tokens = m;
             row.backend = runner->name();
             row.path = config.path.empty() ? "auto" : config.path;
+            row.op = config.op_fused_moe ? "fused_moe" : "fused_experts";
             row.reproduce = reproduce_command(config, pt, runner->name());
             row.note = std::string("error: ") + e.what();
             ++failures;
@@ -504,8 +512,9 @@ int run_main(int argc, char** argv) {
       }
     }
   }
-  std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); %%roof = roof_us / us; "
-              "%%dense = TFLOP/s / dense GEMM rate\n");
+  if (use_cuda)
+    std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); %%roof = roof_us / us; "
+                "%%dense = TFLOP/s / dense GEMM rate\n");
   if (!config.json_path.empty()) {
     write_json(config.json_path, commit, date, gpu, ceilings, rows);
     std::printf("wrote %s (%zu rows)\n", config.json_path.c_str(), rows.size());

@@ -95,6 +95,7 @@ std::string reproduce_command(const Config& config, const Point& point, const ch
   if (!config.path.empty()) s << " --path " << config.path;
   if (config.iters > 0) s << " --iters " << config.iters;
   if (config.seed != 1) s << " --seed " << config.seed;
+  if (config.op_fused_moe) s << " --op fused_moe";
   if (config.check) s << " --check";
   if (config.first_call) s << " --first-call";
   return s.str();

@@ -76,7 +76,7 @@ if [ -d "$BUILD" ] && [ $CONFIGURED -eq 0 ]; then
   [ -n "${MOEKIT_GPU_FILTER:-}" ] && GPU_R=(-R "$MOEKIT_GPU_FILTER")
   if [ -x "$GPU_TESTS" ]; then
     run_step gpu-suite "${MOEKIT_T_GPU:-300}" "$OUT_DIR/gpu_tests.log" \
-      ctest --test-dir "$BUILD" -L gpu "${GPU_R[@]}" -j 4 --timeout 280 --output-on-failure \
+      ctest --test-dir "$BUILD" -L gpu "${GPU_R[@]}" -j 4 --timeout ${MOEKIT_TEST_TIMEOUT:-150} --output-on-failure \
       --output-junit "$OUT_DIR/gpu_tests.xml"
   else
     skip_step gpu-suite "no $GPU_TESTS"
