@@ -48,6 +48,59 @@ CaseSpec spec_for(Scheme scheme, bool bias, i64 N) {
   return s;
 }
 
+// Weights [E, R, C] of `q` dequantized (q * scale, the scheme's scale layout) and rounded to bf16.
+std::vector<std::uint16_t> dequantize_bf16(const QuantizedWeights& q, Scheme scheme) {
+  const i64 E = q.shape[0], R = q.shape[1], C = q.shape[2];
+  const i64 RB = (R + 127) / 128, CB = (C + 127) / 128;
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(E * R * C));
+  for (i64 e = 0; e < E; ++e)
+    for (i64 r = 0; r < R; ++r)
+      for (i64 c = 0; c < C; ++c) {
+        const i64 i = (e * R + r) * C + c;
+        float s = 1.0f;
+        if (scheme == Scheme::kFp8PerTensor) s = q.scale[e];
+        if (scheme == Scheme::kFp8PerChannel) s = q.scale[e * R + r];
+        if (scheme == Scheme::kFp8Block128) s = q.scale[(e * RB + r / 128) * CB + c / 128];
+        out[i] = float_to_bf16(load_as_float(q.data.data(), q.dtype, i) * s);
+      }
+  return out;
+}
+
+// The case computed without activation quantization: its fp8 weights dequantized, scheme bf16.
+// The yardstick for calls whose dynamic activation scales legitimately differ from the unsharded
+// op's (a rank's scale sees only its own channels or rows): they must be no less accurate.
+std::vector<float> high_precision_output(const MoeCase& c) {
+  const std::vector<std::uint16_t> w13 = dequantize_bf16(c.w13, c.spec.scheme);
+  const std::vector<std::uint16_t> w2 = dequantize_bf16(c.w2, c.spec.scheme);
+  FusedExpertsArgs a = c.host_args(nullptr);
+  a.scheme = Scheme::kBf16;
+  a.weights.w13 = TensorView::contiguous(w13.data(), DType::kBf16, {c.spec.E, 2 * c.spec.N, c.spec.K});
+  a.weights.w2 = TensorView::contiguous(w2.data(), DType::kBf16, {c.spec.E, c.spec.K, c.spec.N});
+  a.weights.w13_scale = TensorView{};
+  a.weights.w2_scale = TensorView{};
+  a.a13_scale = TensorView{};
+  a.a2_scale = TensorView{};
+  return run_cpu(a, c.spec.act_dtype);
+}
+
+// `got` (a sharded run) against the unsharded reference `ref`: within tolerance(scheme) when the
+// sharding leaves every scale as it was; otherwise (scales_move) at least as accurate as the
+// unsharded op against the high-precision result, and within 2x tolerance of it as a sanity bound.
+void expect_matches_unsharded(const MoeCase& c, const std::vector<float>& got, const std::vector<float>& ref,
+                              bool scales_move, const std::string& what) {
+  const double err = relative_error(got, ref);
+  if (!scales_move) {
+    EXPECT_LE(err, tolerance(c.spec.scheme)) << c.spec.name() << " " << what;
+    return;
+  }
+  const std::vector<float> hp = high_precision_output(c);
+  const double err_sharded = relative_error(got, hp), err_unsharded = relative_error(ref, hp);
+  EXPECT_LE(err_sharded, 1.1 * err_unsharded + 2e-3)
+      << c.spec.name() << " " << what << ": sharded " << err_sharded << " vs unsharded " << err_unsharded
+      << " from the high-precision result";
+  EXPECT_LE(err, 2 * tolerance(c.spec.scheme)) << c.spec.name() << " " << what;
+}
+
 // ---- expert ranges and maps ------------------------------------------------------------------
 
 TEST(CpuParallel, ExpertRangesPartitionContiguously) {
@@ -136,13 +189,16 @@ struct TpCase {
   bool bias;
   i64 N;
   int tp;
+  bool static_scales = false;  // kFp8PerTensor: a13_scale / a2_scale given
 };
 
 class CpuParallelTp : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(CpuParallelTp, SumOfRankShardsEqualsUnshardedOp) {
   const TpCase tc = GetParam();
-  const MoeCase c = make_case(spec_for(tc.scheme, tc.bias, tc.N));
+  CaseSpec spec = spec_for(tc.scheme, tc.bias, tc.N);
+  spec.static_scales = tc.static_scales;
+  const MoeCase c = make_case(spec);
   const std::vector<float> ref = reference_output(c);
   const FusedExpertsArgs base = c.host_args(nullptr);
   std::vector<float> sum(ref.size(), 0.0f);
@@ -155,13 +211,17 @@ TEST_P(CpuParallelTp, SumOfRankShardsEqualsUnshardedOp) {
   }
   // The all-reduce sums the ranks' act-dtype outputs: round the fp32 sum once more, as it would.
   for (float& v : sum) v = round_to(c.spec.act_dtype, v);
-  const double err = relative_error(sum, ref);
-  EXPECT_LE(err, tolerance(tc.scheme)) << c.spec.name() << " tp=" << tc.tp;
+  // A rank re-quantizes GEMM2's input from its N/tp channels: dynamic per-tensor and per-token
+  // scales then differ from the unsharded op's (1x128 groups and static scales do not).
+  const bool scales_move =
+      (tc.scheme == Scheme::kFp8PerTensor && !tc.static_scales) || tc.scheme == Scheme::kFp8PerChannel;
+  expect_matches_unsharded(c, sum, ref, scales_move, "tp=" + std::to_string(tc.tp));
 }
 
 std::string tp_name(const ::testing::TestParamInfo<TpCase>& info) {
-  std::string s = std::string(scheme_name(info.param.scheme)) + (info.param.bias ? "_bias" : "") + "_N" +
-                  std::to_string(info.param.N) + "_tp" + std::to_string(info.param.tp);
+  std::string s = std::string(scheme_name(info.param.scheme)) + (info.param.bias ? "_bias" : "") +
+                  (info.param.static_scales ? "_static" : "") + "_N" + std::to_string(info.param.N) + "_tp" +
+                  std::to_string(info.param.tp);
   return s;
 }
 
@@ -169,7 +229,9 @@ INSTANTIATE_TEST_SUITE_P(
     Schemes, CpuParallelTp,
     ::testing::Values(TpCase{Scheme::kBf16, false, 128, 2}, TpCase{Scheme::kBf16, true, 128, 4},
                       TpCase{Scheme::kBf16, false, 96, 8}, TpCase{Scheme::kFp8PerTensor, false, 128, 2},
-                      TpCase{Scheme::kFp8PerTensor, true, 128, 4}, TpCase{Scheme::kFp8PerChannel, false, 128, 2},
+                      TpCase{Scheme::kFp8PerTensor, true, 128, 4},
+                      TpCase{Scheme::kFp8PerTensor, false, 128, 2, true}, TpCase{Scheme::kFp8PerTensor, true, 128, 8, true},
+                      TpCase{Scheme::kFp8PerChannel, false, 128, 2},
                       TpCase{Scheme::kFp8PerChannel, true, 128, 4}, TpCase{Scheme::kFp8Block128, false, 256, 2},
                       TpCase{Scheme::kFp8Block128, true, 512, 4}),
     tp_name);
@@ -402,6 +464,7 @@ struct EpCase {
   i64 E;
   bool bias;
   bool weight_on_input;
+  bool static_scales = false;
 };
 
 class CpuParallelEp : public ::testing::TestWithParam<EpCase> {};
@@ -412,16 +475,20 @@ TEST_P(CpuParallelEp, EmulatedRoundTripEqualsUnshardedOp) {
   spec.E = ec.E;
   spec.k = 3;
   spec.weight_on_input = ec.weight_on_input;
+  spec.static_scales = ec.static_scales;
   const MoeCase c = make_case(spec);
   const std::vector<float> ref = reference_output(c);
   const std::vector<float> got = emulate_ep(c, ec.ep);
-  EXPECT_LE(relative_error(got, ref), tolerance(ec.scheme)) << spec.name() << " ep=" << ec.ep;
+  // A rank's dynamic per-tensor scales see only the rows sent to it; per-token and 1x128 scales
+  // see the same rows as unsharded.
+  const bool scales_move = ec.scheme == Scheme::kFp8PerTensor && !ec.static_scales;
+  expect_matches_unsharded(c, got, ref, scales_move, "ep=" + std::to_string(ec.ep));
 }
 
 std::string ep_name(const ::testing::TestParamInfo<EpCase>& info) {
   return std::string(scheme_name(info.param.scheme)) + "_ep" + std::to_string(info.param.ep) + "_E" +
          std::to_string(info.param.E) + (info.param.bias ? "_bias" : "") +
-         (info.param.weight_on_input ? "_won" : "");
+         (info.param.weight_on_input ? "_won" : "") + (info.param.static_scales ? "_static" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, CpuParallelEp,
@@ -431,6 +498,7 @@ INSTANTIATE_TEST_SUITE_P(Schemes, CpuParallelEp,
                                            EpCase{Scheme::kBf16, 8, 8, false, false},
                                            EpCase{Scheme::kFp8PerTensor, 2, 8, false, false},
                                            EpCase{Scheme::kFp8PerTensor, 4, 10, true, false},
+                                           EpCase{Scheme::kFp8PerTensor, 4, 10, true, false, true},
                                            EpCase{Scheme::kFp8PerChannel, 4, 8, false, false},
                                            EpCase{Scheme::kFp8Block128, 4, 8, true, false}),
                          ep_name);
