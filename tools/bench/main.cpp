@@ -28,8 +28,8 @@ namespace {
 
 const char* kUsage = R"(usage: moekit-bench [options]
 
-Times moekit::fused_experts (or fused_moe) on model presets or custom shapes and prints a table; --json writes
-the results in the format of bench/results/.
+Times moekit::fused_experts (or fused_moe) on model presets or custom shapes and prints a
+table; --json writes the results in the format of bench/results/.
 
   --preset NAME[,NAME...]|all   presets of BRIEF §3 (default: all):
                                 mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 gpt-oss-120b
