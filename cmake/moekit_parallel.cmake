@@ -38,3 +38,8 @@ endif()
 # moekit::core reaches the parallel entry table through a weak reference; this pulls it out of
 # the archive, as --undefined=moekit_cuda_backend_v1 does for the backend.
 target_link_options(moekit_cuda INTERFACE "LINKER:--undefined=moekit_cuda_parallel_v1")
+
+# The multi-GPU benchmark rank program (tools/bench_multi), next to moekit-bench.
+if(MOEKIT_BUILD_TOOLS AND MOEKIT_NCCL_FOUND AND EXISTS ${PROJECT_SOURCE_DIR}/tools/bench_multi/CMakeLists.txt)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tools/bench_multi ${PROJECT_BINARY_DIR}/tools/bench_multi)
+endif()

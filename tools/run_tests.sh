@@ -18,6 +18,10 @@ else
   preset=cpu-debug
 fi
 jobs=${MOEKIT_JOBS:-$(nproc)}
+# Debian's system Python refuses pip installs (PEP 668, "externally managed"); the Python tests
+# install their build and test tools with pip, so allow it unless the caller decided otherwise.
+export PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1}
+export PIP_ROOT_USER_ACTION=${PIP_ROOT_USER_ACTION:-ignore}
 start=$SECONDS
 log() { printf '[run_tests %4ds] %s\n' "$((SECONDS - start))" "$*"; }
 

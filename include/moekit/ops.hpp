@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "moekit/problem.hpp"
 #include "moekit/tensor.hpp"
@@ -94,6 +95,15 @@ std::size_t workspace_size(const MoeProblem& problem, Backend backend = Backend:
 void route(const RouteArgs& args, const Options& options = {});
 void fused_experts(const FusedExpertsArgs& args, const Options& options = {});
 void fused_moe(const FusedMoeArgs& args, const Options& options = {});
+
+/// The kernel paths a call of `problem` runs with `options` (options.path, else MOEKIT_PATH, else
+/// the router), as MOEKIT_LOG_DISPATCH=1 prints them: "gemm1=swapab(split_k=8) gemm2=mma" on
+/// the CUDA backend (current device, tensors assumed 16-byte aligned), "cpu" on the reference.
+/// `why` (if not null) receives the router's reason. Throws as the call would for a bad path
+/// name (kInvalidArgument) or a forced path that cannot run the problem (kNotSupported).
+/// Path names: "auto", "mma" (mma.sync token-major grouped GEMM), "swapab" (Swap-AB wgmma),
+/// "fused" (reserved for the single-launch path; not built yet).
+std::string describe_dispatch(const MoeProblem& problem, const Options& options = {}, std::string* why = nullptr);
 
 /// True when this build has the CUDA backend and a Hopper (sm_90) GPU is visible. `why` (if not
 /// null) receives the reason when false.

@@ -18,6 +18,9 @@ struct CudaBackendV1 {
   std::size_t (*workspace_size)(const MoeProblem& problem);
   void (*run_moe)(const MoeCall& call);
   void (*run_route)(const RouteCall& call);
+  /// The kernel paths the router picks for `problem` under the forced name (null = auto) on
+  /// `device` (-1 = current): "gemm1=swapab(split_k=8) gemm2=mma"; the reason in *why.
+  std::string (*describe_dispatch)(const MoeProblem& problem, const char* forced, int device, std::string* why);
 };
 
 /// The linked CUDA backend, or nullptr when this binary has none.

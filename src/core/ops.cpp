@@ -103,6 +103,23 @@ void fused_moe(const FusedMoeArgs& args, const Options& options) {
   detail::run(call, detail::pick_backend(options.backend, args.experts.hidden.device));
 }
 
+std::string describe_dispatch(const MoeProblem& problem, const Options& options, std::string* why) {
+  const char* forced = options.path != nullptr && options.path[0] != '\0' ? options.path : std::getenv("MOEKIT_PATH");
+  if (forced != nullptr && forced[0] == '\0') forced = nullptr;
+  const detail::CudaBackendV1* cuda = detail::cuda_backend();
+  bool on_cuda = options.backend == Backend::kCuda;
+  if (options.backend == Backend::kAuto) on_cuda = cuda != nullptr && cuda->device_ok(0, nullptr);
+  if (!on_cuda) {
+    if (why != nullptr) *why = "the CPU reference backend has one path";
+    return "cpu";
+  }
+  if (cuda == nullptr)
+    throw Error(Status::kNotSupported,
+                "this build of moekit has no CUDA backend (configure with -DMOEKIT_ENABLE_CUDA=ON "
+                "and link moekit::cuda)");
+  return cuda->describe_dispatch(problem, forced, -1, why);
+}
+
 bool cuda_available(std::string* why) {
   const detail::CudaBackendV1* cuda = detail::cuda_backend();
   if (cuda == nullptr) {

@@ -5,14 +5,17 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "core/backend.hpp"
+#include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/kernels/combine/combine.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "cuda/kernels/quant/quant.hpp"
 #include "cuda/kernels/routing/routing.hpp"
+#include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "cuda/workspace.hpp"
 #include "moekit/error.hpp"
 
@@ -76,6 +79,120 @@ bool device_ok(int device, std::string* why) {
 
 std::size_t workspace_size(const MoeProblem& problem) { return workspace_layout(problem).total; }
 
+// Where a call's routing outputs live: the caller's buffers when given, else the workspace.
+const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& L) {
+  if (!call.problem.with_routing) return call.topk_weights;
+  return call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(call.workspace, L.topk_weights);
+}
+
+// GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
+GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
+  const MoeProblem& p = call.problem;
+  void* ws = call.workspace;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  GroupedGemmParams g1;
+  g1.scheme = p.scheme;
+  g1.epilogue = GemmEpilogue::kGateUpActivation;
+  g1.num_experts = static_cast<int>(p.num_experts);
+  g1.n_out = p.intermediate_size;
+  g1.k_dim = p.hidden_size;
+  g1.max_rows = p.num_tokens * p.top_k;
+  g1.row_offsets = slice<std::int32_t>(ws, L.expert_offsets);
+  g1.sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
+  g1.top_k = static_cast<int>(p.top_k);
+  g1.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.a_q)) : call.hidden;
+  g1.gather_a_by_token = true;
+  g1.act_dtype = p.act_dtype;
+  g1.a_scale = fp8 ? slice<float>(ws, L.a_scale) : nullptr;
+  g1.b = call.w13;
+  g1.b_scale = call.w13_scale;
+  g1.bias = p.has_bias13 ? call.b13 : nullptr;
+  g1.bias_dtype = p.bias_dtype;
+  g1.topk_weights = routed_weights(call, L);
+  g1.weight_on_input = p.apply_router_weight_on_input;
+  g1.activation = p.activation;
+  g1.out = slice<void>(ws, L.inter);
+  g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
+  return g1;
+}
+
+// GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
+GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
+  const MoeProblem& p = call.problem;
+  void* ws = call.workspace;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  GroupedGemmParams g2;
+  g2.scheme = p.scheme;
+  g2.epilogue = GemmEpilogue::kBiasWeightScatter;
+  g2.num_experts = static_cast<int>(p.num_experts);
+  g2.n_out = p.hidden_size;
+  g2.k_dim = p.intermediate_size;
+  g2.max_rows = p.num_tokens * p.top_k;
+  g2.row_offsets = slice<std::int32_t>(ws, L.expert_offsets);
+  g2.sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
+  g2.top_k = static_cast<int>(p.top_k);
+  g2.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.inter_q)) : slice<void>(ws, L.inter);
+  g2.gather_a_by_token = false;
+  g2.act_dtype = p.act_dtype;
+  g2.a_scale = fp8 ? slice<float>(ws, L.inter_scale) : nullptr;
+  g2.b = call.w2;
+  g2.b_scale = call.w2_scale;
+  g2.bias = p.has_bias2 ? call.b2 : nullptr;
+  g2.bias_dtype = p.bias_dtype;
+  g2.topk_weights = routed_weights(call, L);
+  g2.weight_on_input = p.apply_router_weight_on_input;
+  g2.activation = p.activation;
+  g2.out = slice<float>(ws, L.y);
+  g2.out_dtype = DType::kFp32;
+  return g2;
+}
+
+// The router's plan for a call (core/path_router.hpp), from the sizes, the SM count and Swap-AB's
+// can_implement of both GEMMs (host queries only, no sync). The current device is the call's.
+detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1, const GroupedGemmParams& g2,
+                               const char* forced, bool log) {
+  detail::RouterInputs in;
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&in.sm_count, cudaDevAttrMultiProcessorCount, device));
+  in.forced = forced;
+  in.swapab_ok[0] = can_implement_swapab_sm90(g1, &in.swapab_why[0]);
+  in.swapab_ok[1] = can_implement_swapab_sm90(g2, &in.swapab_why[1]);
+  detail::DispatchPlan plan = detail::choose_paths(p, in);
+  if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
+  return plan;
+}
+
+void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream) {
+  if (choice.impl == detail::GemmImpl::kSwapab)
+    launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k);
+  else
+    launch_grouped_gemm(g, stream);
+}
+
+// describe_dispatch: the plan a call of `problem` would get on `device` (-1: the current one),
+// with tensors assumed 256-byte aligned (placeholder pointers, never dereferenced).
+std::string describe_dispatch(const MoeProblem& problem, const char* forced, int device, std::string* why) {
+  if (device < 0) MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  std::string reason;
+  if (!device_ok(device, &reason)) throw Error(Status::kNotSupported, reason);
+  DeviceGuard guard(device);
+  detail::MoeCall call;
+  call.problem = problem;
+  void* const fake = reinterpret_cast<void*>(std::uintptr_t{1} << 20);
+  call.hidden = call.w13 = call.w2 = call.b13 = call.b2 = fake;
+  call.out = fake;
+  call.w13_scale = call.w2_scale = call.a13_scale = call.a2_scale = static_cast<const float*>(fake);
+  call.topk_ids = static_cast<const std::int32_t*>(fake);
+  call.topk_weights = static_cast<const float*>(fake);
+  call.workspace = fake;
+  const WorkspaceLayout L = workspace_layout(problem);
+  const detail::DispatchPlan plan =
+      plan_call(problem, gemm1_params(call, L), gemm2_params(call, L), forced, /*log=*/false);
+  if (why != nullptr) *why = plan.reason;
+  return plan.describe();
+}
+
 void run_route(const detail::RouteCall& call) {
   if (call.num_tokens <= 0) return;
   DeviceGuard guard(call.device);
@@ -95,7 +212,10 @@ void run_route(const detail::RouteCall& call) {
 
 void run_moe(const detail::MoeCall& call) {
   const MoeProblem& p = call.problem;
-  if (p.num_tokens <= 0) return;
+  if (p.num_tokens <= 0) {
+    detail::choose_paths(p, 1, call.forced_path, true, true);  // an unknown path name still fails
+    return;
+  }
   DeviceGuard guard(call.device);
   void* stream = call.stream;
   const WorkspaceLayout L = workspace_layout(p);
@@ -113,15 +233,20 @@ void run_moe(const detail::MoeCall& call) {
 
   // Routing outputs: the caller's buffers when given, else the workspace.
   const std::int32_t* topk_ids = call.topk_ids;
-  const float* topk_weights = call.topk_weights;
   std::int32_t* ids_out = nullptr;
   float* wts_out = nullptr;
   if (p.with_routing) {
     ids_out = call.topk_ids_out != nullptr ? call.topk_ids_out : slice<std::int32_t>(ws, L.topk_ids);
     wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(ws, L.topk_weights);
     topk_ids = ids_out;
-    topk_weights = wts_out;
   }
+  // The router picks each GEMM's kernel before anything is enqueued, so a forced path that cannot
+  // run this problem fails with nothing launched.
+  const GroupedGemmParams g1 = gemm1_params(call, L), g2 = gemm2_params(call, L);
+  const detail::DispatchPlan plan = plan_call(p, g1, g2, call.forced_path, true);
+  // plan.fused: the single-launch path would run here instead of steps 1-6 (not built yet; the
+  // router refuses it).
+
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
   std::int32_t* sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
@@ -165,30 +290,7 @@ void run_moe(const detail::MoeCall& call) {
   }
 
   // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
-  GroupedGemmParams g1;
-  g1.scheme = p.scheme;
-  g1.epilogue = GemmEpilogue::kGateUpActivation;
-  g1.num_experts = E;
-  g1.n_out = N;
-  g1.k_dim = K;
-  g1.max_rows = P;
-  g1.row_offsets = offsets;
-  g1.sorted_slots = sorted_slots;
-  g1.top_k = k;
-  g1.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.a_q)) : call.hidden;
-  g1.gather_a_by_token = true;
-  g1.act_dtype = p.act_dtype;
-  g1.a_scale = fp8 ? slice<float>(ws, L.a_scale) : nullptr;
-  g1.b = call.w13;
-  g1.b_scale = call.w13_scale;
-  g1.bias = p.has_bias13 ? call.b13 : nullptr;
-  g1.bias_dtype = p.bias_dtype;
-  g1.topk_weights = topk_weights;
-  g1.weight_on_input = p.apply_router_weight_on_input;
-  g1.activation = p.activation;
-  g1.out = slice<void>(ws, L.inter);
-  g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
-  launch_grouped_gemm(g1, stream);
+  run_gemm(g1, plan.gemm[0], stream);
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes).
   if (fp8) {
@@ -207,30 +309,7 @@ void run_moe(const detail::MoeCall& call) {
   }
 
   // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
-  GroupedGemmParams g2;
-  g2.scheme = p.scheme;
-  g2.epilogue = GemmEpilogue::kBiasWeightScatter;
-  g2.num_experts = E;
-  g2.n_out = K;
-  g2.k_dim = N;
-  g2.max_rows = P;
-  g2.row_offsets = offsets;
-  g2.sorted_slots = sorted_slots;
-  g2.top_k = k;
-  g2.a = fp8 ? static_cast<const void*>(slice<std::uint8_t>(ws, L.inter_q)) : slice<void>(ws, L.inter);
-  g2.gather_a_by_token = false;
-  g2.act_dtype = p.act_dtype;
-  g2.a_scale = fp8 ? slice<float>(ws, L.inter_scale) : nullptr;
-  g2.b = call.w2;
-  g2.b_scale = call.w2_scale;
-  g2.bias = p.has_bias2 ? call.b2 : nullptr;
-  g2.bias_dtype = p.bias_dtype;
-  g2.topk_weights = topk_weights;
-  g2.weight_on_input = p.apply_router_weight_on_input;
-  g2.activation = p.activation;
-  g2.out = slice<float>(ws, L.y);
-  g2.out_dtype = DType::kFp32;
-  launch_grouped_gemm(g2, stream);
+  run_gemm(g2, plan.gemm[1], stream);
 
   // 6. Combine the k slots of each token in j order.
   CombineParams cp;
@@ -247,7 +326,7 @@ void run_moe(const detail::MoeCall& call) {
   launch_combine_sm90(cp, stream);
 }
 
-const detail::CudaBackendV1 kBackend = {&device_ok, &workspace_size, &run_moe, &run_route};
+const detail::CudaBackendV1 kBackend = {&device_ok, &workspace_size, &run_moe, &run_route, &describe_dispatch};
 
 }  // namespace
 }  // namespace moekit::cuda

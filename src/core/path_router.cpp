@@ -1,0 +1,176 @@
+// The kernel-path router (path_router.hpp): the heuristic that picks Swap-AB or the mma.sync
+// grouped GEMM per GEMM, the forced names, and the MOEKIT_LOG_DISPATCH line.
+#include "path_router.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "moekit/error.hpp"
+
+namespace moekit::detail {
+namespace {
+
+enum class Requested { kAuto, kMma, kSwapab, kFused };
+
+std::string path_list() {
+  std::string s;
+  for (const char* n : kPathNames) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+Requested parse_requested(const char* forced) {
+  if (forced == nullptr || forced[0] == '\0' || std::strcmp(forced, "auto") == 0) return Requested::kAuto;
+  if (std::strcmp(forced, "mma") == 0) return Requested::kMma;
+  if (std::strcmp(forced, "swapab") == 0) return Requested::kSwapab;
+  if (std::strcmp(forced, "fused") == 0) return Requested::kFused;
+  throw Error(Status::kInvalidArgument, std::string("unknown kernel path '") + forced +
+                                            "' (Options::path or MOEKIT_PATH); expected one of " + path_list());
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : "%.1f", v);
+  return buf;
+}
+
+// Expected local slots and touched local experts under uniform routing: each token picks k
+// distinct of the E_global experts, so a given expert is missed by a token with probability
+// 1 - k / E_global; E of the E_global are local.
+void expected_load(const MoeProblem& p, DispatchPlan& plan) {
+  const double M = static_cast<double>(std::max<std::int64_t>(p.num_tokens, 0));
+  const double k = static_cast<double>(p.top_k);
+  const double E = static_cast<double>(std::max<std::int64_t>(p.num_experts, 1));
+  const double Eg = static_cast<double>(std::max<std::int64_t>(p.has_expert_map ? p.num_experts_global : p.num_experts, 1));
+  const double miss = std::max(0.0, 1.0 - k / Eg);
+  plan.local_slots = M * k * std::min(1.0, E / Eg);
+  plan.touched = E * (1.0 - std::pow(miss, M));
+  plan.tokens_per_expert = plan.touched > 0 ? plan.local_slots / plan.touched : 0.0;
+}
+
+}  // namespace
+
+const char* gemm_impl_name(GemmImpl impl) noexcept { return impl == GemmImpl::kSwapab ? "swapab" : "mma"; }
+
+int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
+  // Mirrors max_items() and the K-stage count of the Swap-AB launcher: items = 64-row weight
+  // tiles x (experts that may have rows + 64-token chunks), stages of 128 bytes of K.
+  const std::int64_t P = std::max<std::int64_t>(0, p.num_tokens * p.top_k);
+  const std::int64_t n_out = gemm == 1 ? p.intermediate_size : p.hidden_size;
+  const std::int64_t k_dim = gemm == 1 ? p.hidden_size : p.intermediate_size;
+  const std::int64_t es = p.scheme == Scheme::kBf16 ? 2 : 1;
+  const std::int64_t items = ceil_div(n_out, 64) * (std::min<std::int64_t>(p.num_experts, P) + P / 64);
+  const std::int64_t stages = ceil_div(k_dim * es, 128);
+  int split = 1;
+  while (split < kRouterTable.max_split_k && items * split * 2 <= sm_count &&
+         stages >= static_cast<std::int64_t>(kRouterTable.min_k_stages_per_rank) * split)
+    split *= 2;
+  return split;
+}
+
+DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
+  DispatchPlan plan;
+  const Requested req = parse_requested(in.forced);
+  plan.requested = req == Requested::kAuto ? "auto" : in.forced;
+  expected_load(p, plan);
+  const int sms = std::max(1, in.sm_count);
+
+  auto use_swapab = [&](int g) {
+    plan.gemm[g].impl = GemmImpl::kSwapab;
+    plan.gemm[g].split_k = swapab_split_k(p, g + 1, sms);
+  };
+  auto use_mma = [&](int g) {
+    plan.gemm[g].impl = GemmImpl::kMma;
+    plan.gemm[g].split_k = 0;
+  };
+  auto why_of = [&](int g) {
+    return in.swapab_why[g].empty() ? std::string("swapab cannot implement it") : in.swapab_why[g];
+  };
+
+  switch (req) {
+    case Requested::kFused:
+      if (!in.fused_ok)
+        throw Error(Status::kNotSupported, "path 'fused' forced (Options::path or MOEKIT_PATH) but it cannot run " +
+                                               p.to_string() + ": " + in.fused_why);
+      plan.fused = true;
+      plan.reason = "forced";
+      return plan;
+    case Requested::kMma:
+      use_mma(0);
+      use_mma(1);
+      plan.reason = "forced";
+      return plan;
+    case Requested::kSwapab:
+      for (int g = 0; g < 2; ++g) {
+        if (!in.swapab_ok[g])
+          throw Error(Status::kNotSupported, "path 'swapab' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
+                                                 std::to_string(g + 1) + " of " + p.to_string() + ": " + why_of(g));
+        use_swapab(g);
+      }
+      plan.reason = "forced";
+      return plan;
+    case Requested::kAuto: break;
+  }
+
+  // auto: Swap-AB while an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that
+  // Swap-AB declines runs on mma.
+  const double tpe = plan.tokens_per_expert;
+  const double limit = kRouterTable.swapab_max_tokens_per_expert;
+  std::ostringstream why;
+  why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
+      << " touched of " << p.num_experts << ")";
+  if (tpe <= limit) {
+    why << " <= " << fmt(limit) << ": decode, Swap-AB";
+    for (int g = 0; g < 2; ++g) {
+      if (in.swapab_ok[g]) {
+        use_swapab(g);
+      } else {
+        use_mma(g);
+        why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
+      }
+    }
+  } else {
+    why << " > " << fmt(limit) << ": token-major mma";
+    use_mma(0);
+    use_mma(1);
+  }
+  plan.reason = why.str();
+  return plan;
+}
+
+DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* forced, bool swapab_ok1,
+                          bool swapab_ok2) {
+  RouterInputs in;
+  in.sm_count = sm_count;
+  in.forced = forced;
+  in.swapab_ok[0] = swapab_ok1;
+  in.swapab_ok[1] = swapab_ok2;
+  return choose_paths(problem, in);
+}
+
+std::string DispatchPlan::describe() const {
+  if (fused) return "fused";
+  std::string s;
+  for (int g = 0; g < 2; ++g) {
+    s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
+    if (gemm[g].impl == GemmImpl::kSwapab) s += "(split_k=" + std::to_string(gemm[g].split_k) + ")";
+  }
+  return s;
+}
+
+std::string DispatchPlan::log_line(const MoeProblem& problem) const {
+  return "moekit dispatch: " + problem.to_string() + " | path=" + requested + " -> " + describe() + " | " + reason;
+}
+
+bool log_dispatch_enabled() noexcept {
+  const char* v = std::getenv("MOEKIT_LOG_DISPATCH");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+}  // namespace moekit::detail

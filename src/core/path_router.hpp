@@ -1,0 +1,88 @@
+// The kernel-path router of the CUDA backend: per call, which GEMM implementation runs GEMM1 and
+// GEMM2 (Swap-AB wgmma or the mma.sync grouped GEMM) and with which split-K, from host-known
+// sizes only (the per-expert token counts live on the device; the host never syncs). Host code,
+// no CUDA: backend.cu asks the kernels' can_implement and hands the answers in; the CPU tests
+// call choose_paths directly. The heuristic's constants sit in one table (kRouterTable) to retune.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "moekit/problem.hpp"
+
+namespace moekit::detail {
+
+/// The GEMM implementations one GEMM of a call can run on.
+enum class GemmImpl : int {
+  kMma,     ///< mma.sync grouped GEMM, 64-row token tiles (src/cuda/kernels/grouped_gemm/)
+  kSwapab,  ///< Swap-AB wgmma + TMA (src/cuda/kernels/swapab/): weights on wgmma's M side
+};
+const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab"
+
+/// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
+/// "fused" is the single-launch path: a known name, not built yet (forcing it is kNotSupported).
+inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused"};
+
+/// The heuristic's constants, in one place.
+struct RouterTable {
+  // Swap-AB while the expected tokens per touched local expert stay <= 64: wgmma's N side holds
+  // at most 64 tokens (swapab::kMaxTokens), so up to 64 an expert's weights stream once through
+  // the TMA pipeline with no idle A rows; above it the Swap-AB kernel cuts the expert into
+  // 64-token chunks that each re-stream the weights through a 64x64 tile, and the token-major
+  // tiles (64 x 128, weights reused over 64 tokens) are the better fit. Retune from
+  // `moekit-bench --path auto,mma,swapab`.
+  double swapab_max_tokens_per_expert = 64.0;
+  // Swap-AB split-K: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and >= 4 K stages
+  // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
+  int max_split_k = 8;
+  int min_k_stages_per_rank = 4;
+};
+inline constexpr RouterTable kRouterTable{};
+
+/// What the caller learned from the kernels for this call (can_implement of Swap-AB per GEMM).
+struct RouterInputs {
+  int sm_count = 132;
+  const char* forced = nullptr;     ///< Options::path / MOEKIT_PATH; null or "" = "auto"
+  bool swapab_ok[2] = {true, true}; ///< GEMM1, GEMM2
+  std::string swapab_why[2];        ///< the reason when not ok
+  bool fused_ok = false;            ///< a single-launch fused path can run this call
+  std::string fused_why = "the single-launch fused path is not built in this version of moekit";
+};
+
+struct GemmChoice {
+  GemmImpl impl = GemmImpl::kMma;
+  int split_k = 0;  ///< Swap-AB: the cluster split passed to the launcher (1, 2, 4, 8); 0 for mma
+};
+
+/// The router's answer for one call.
+struct DispatchPlan {
+  std::string requested = "auto";  ///< the path name asked for ("auto" when none)
+  bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
+  GemmChoice gemm[2];              ///< GEMM1, GEMM2
+  std::string reason;              ///< why, in one line
+  // Numbers the decision was made from (also printed).
+  double local_slots = 0;          ///< expected slots routed to local experts
+  double touched = 0;              ///< expected local experts with at least one slot
+  double tokens_per_expert = 0;    ///< local_slots / touched
+
+  /// "gemm1=swapab(split_k=8) gemm2=mma" or "fused".
+  std::string describe() const;
+  /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
+  std::string log_line(const MoeProblem& problem) const;
+};
+
+/// Choose the paths of one call. Deterministic: a pure function of its arguments.
+/// Throws Error(kInvalidArgument) for an unknown forced name (listing kPathNames) and
+/// Error(kNotSupported) when a forced path cannot run the problem (never a silent fallback).
+DispatchPlan choose_paths(const MoeProblem& problem, const RouterInputs& in);
+/// The same with bare answers (the CPU tests' form).
+DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* forced, bool swapab_ok1,
+                          bool swapab_ok2);
+
+/// Swap-AB split-K of one GEMM of `problem` (gemm = 1 or 2) on `sm_count` SMs.
+int swapab_split_k(const MoeProblem& problem, int gemm, int sm_count);
+
+/// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).
+bool log_dispatch_enabled() noexcept;
+
+}  // namespace moekit::detail
