@@ -4,6 +4,7 @@
 #include "moekit/checkpoint.hpp"
 #include "moekit/error.hpp"
 #include "moekit/ops.hpp"
+#include "moekit/parallel.hpp"
 #include "moekit/presets.hpp"
 #include "moekit/problem.hpp"
 #include "moekit/quant.hpp"

@@ -118,8 +118,15 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     case Requested::kAuto: break;
   }
 
-  // auto: Swap-AB while an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that
-  // Swap-AB declines runs on mma.
+  // auto: the fused single launch at low concurrency when it can run the call; else Swap-AB while
+  // an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that Swap-AB declines
+  // runs on mma.
+  if (in.fused_ok && p.num_tokens <= kRouterTable.fused_max_tokens) {
+    plan.fused = true;
+    plan.reason = "M=" + std::to_string(p.num_tokens) + " <= " + std::to_string(kRouterTable.fused_max_tokens) +
+                  ": low concurrency, one fused launch";
+    return plan;
+  }
   const double tpe = plan.tokens_per_expert;
   const double limit = kRouterTable.swapab_max_tokens_per_expert;
   std::ostringstream why;
@@ -159,7 +166,7 @@ std::string DispatchPlan::describe() const {
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
-    if (gemm[g].impl == GemmImpl::kSwapab) s += "(split_k=" + std::to_string(gemm[g].split_k) + ")";
+    if (gemm[g].impl == GemmImpl::kSwapab && gemm[g].split_k > 1) s += "(split_k=" + std::to_string(gemm[g].split_k) + ")";
   }
   return s;
 }

@@ -36,6 +36,10 @@ struct RouterTable {
   // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
+  // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), up to this
+  // many tokens: at low concurrency launches and HBM round trips of the intermediates dominate
+  // (issue 4 item 3: decode at TP8, M <= 16). Unmeasured until the fused path exists.
+  std::int64_t fused_max_tokens = 16;
 };
 inline constexpr RouterTable kRouterTable{};
 
@@ -65,7 +69,7 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// "gemm1=swapab(split_k=8) gemm2=mma" or "fused".
+  /// "gemm1=swapab(split_k=8) gemm2=mma" or "fused" (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
   std::string log_line(const MoeProblem& problem) const;

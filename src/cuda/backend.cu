@@ -244,8 +244,10 @@ void run_moe(const detail::MoeCall& call) {
   // run this problem fails with nothing launched.
   const GroupedGemmParams g1 = gemm1_params(call, L), g2 = gemm2_params(call, L);
   const detail::DispatchPlan plan = plan_call(p, g1, g2, call.forced_path, true);
-  // plan.fused: the single-launch path would run here instead of steps 1-6 (not built yet; the
-  // router refuses it).
+  // The single-launch fused path replaces steps 1-6 here once it is wired: set
+  // RouterInputs::fused_ok in plan_call from can_implement_fused_sm90 and run it when plan.fused.
+  // Until then fused_ok is false, so the router never picks it and refuses it when forced.
+  if (plan.fused) throw Error(Status::kInternal, "the router chose the fused path, which this backend does not run yet");
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -95,6 +97,9 @@ void expect_matches_unsharded(const MoeCase& c, const std::vector<float>& got, c
   }
   const std::vector<float> hp = high_precision_output(c);
   const double err_sharded = relative_error(got, hp), err_unsharded = relative_error(ref, hp);
+  if (std::getenv("MOEKIT_TEST_VERBOSE"))
+    std::printf("%s %s: vs unsharded %.4f; vs high precision: sharded %.4f, unsharded %.4f\n", c.spec.name().c_str(),
+                what.c_str(), err, err_sharded, err_unsharded);
   EXPECT_LE(err_sharded, 1.1 * err_unsharded + 2e-3)
       << c.spec.name() << " " << what << ": sharded " << err_sharded << " vs unsharded " << err_unsharded
       << " from the high-precision result";
@@ -374,12 +379,9 @@ std::vector<float> emulate_ep(const MoeCase& c, int ep) {
   const DType act = s.act_dtype;
   const FusedExpertsArgs base = c.host_args(nullptr);
   std::vector<EpRank> ranks(static_cast<std::size_t>(ep));
+  // Uneven token counts: rank r starts at Mt * r(r+1) / (ep(ep+1)), so later ranks hold more.
+  for (int r = 0; r < ep; ++r) ranks[r].m0 = Mt * r * (r + 1) / (ep * (ep + 1));
   i64 max_m = 0;
-  for (int r = 0; r < ep; ++r) {
-    // Uneven token counts: rank r gets (r+1)/(sum) of the batch, the last the rest.
-    ranks[r].m0 = Mt * r * (r + 1) / (ep * (ep + 1));
-    max_m = std::max(max_m, ranks[r].m0 - (r ? ranks[r - 1].m0 : 0));
-  }
   for (int r = 0; r < ep; ++r) {
     ranks[r].M = (r + 1 < ep ? ranks[r + 1].m0 : Mt) - ranks[r].m0;
     max_m = std::max(max_m, ranks[r].M);

@@ -1,7 +1,9 @@
 // The CUDA backend against the CPU reference (label gpu): every scheme x routing x activation,
 // the model presets shrunk to test size, tile-boundary token counts, edge cases (empty experts,
 // one hot expert, expert_map, k = E, odd E, NaN rows, M > 65536), determinism, CUDA-graph replay
-// and GPU routing == CPU routing. Skipped without a Hopper (sm_90) GPU.
+// and GPU routing == CPU routing. The Sm90FusedMoe tests run once per kernel path forced by name
+// (Sm90FusedMoe.X/auto, /mma, /swapab: Options::path); a forced path may decline a case only
+// where documented_decline() says so. Skipped without a Hopper (sm_90) GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -41,6 +44,50 @@ DevPtr dev_alloc(std::size_t bytes) {
     p = nullptr;
   }
   return DevPtr(p);
+}
+
+// The kernel path the parametrized tests force (Options::path), set by the fixture's SetUp.
+std::string g_path = "auto";
+// Cases run and cases declined (kNotSupported, documented) by the current test.
+int g_cases = 0;
+std::vector<std::string> g_declined;
+
+// The kernel paths every Sm90FusedMoe test runs on.
+const char* const kTestPaths[] = {"auto", "mma", "swapab"};
+
+class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    g_path = GetParam();
+    g_cases = 0;
+    g_declined.clear();
+  }
+  void TearDown() override {
+    // Every case of the test declined by the forced path: the test is skipped with the reasons.
+    if (g_cases > 0 && static_cast<int>(g_declined.size()) == g_cases) {
+      std::string why;
+      for (const std::string& d : g_declined) why += "\n  " + d;
+      GTEST_SKIP() << "path " << g_path << " declines every case of this test:" << why;
+    }
+  }
+};
+
+// Why the forced `path` is documented to decline (kNotSupported) a case of `s`, or "" when it
+// must run it. auto never declines (a GEMM Swap-AB cannot run goes to mma); mma runs every case
+// here (its limits: even N and K, rows of a multiple of 4 bytes). Swap-AB
+// (can_implement_swapab_sm90): TMA and 16-byte cp.async need rows of a multiple of 16 bytes
+// (GEMM1 rows hold K elements, GEMM2 rows N), fp8_block128 GEMM1 needs N % 64 == 0, E <= 1024.
+// In this suite: the gpt-oss preset at TP8 (N = 360) in fp8 schemes, qwen3-30b at TP8 (N = 96)
+// in fp8_block128.
+std::string documented_decline(const CaseSpec& s, const std::string& path) {
+  if (path != "swapab") return "";
+  const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
+  if (s.K * es % 16 != 0) return "swapab: GEMM1 rows of K = " + std::to_string(s.K) + " are not a multiple of 16 bytes";
+  if (s.N * es % 16 != 0) return "swapab: GEMM2 rows of N = " + std::to_string(s.N) + " are not a multiple of 16 bytes";
+  if (s.scheme == Scheme::kFp8Block128 && s.N % 64 != 0)
+    return "swapab: fp8_block128 GEMM1 needs N % 64 == 0, N = " + std::to_string(s.N);
+  if (s.E > 1024) return "swapab: E = " + std::to_string(s.E) + " > 1024";
+  return "";
 }
 
 std::size_t view_bytes(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
@@ -103,6 +150,7 @@ class DeviceCase {
     Options o;
     o.backend = Backend::kCuda;
     o.stream = stream;
+    o.path = g_path.c_str();
     prepare(M, mode, o);
     if (mode == Mode::kFusedMoe)
       fused_moe(moe(M), o);
@@ -216,19 +264,32 @@ std::string label(const CaseSpec& s, std::int64_t M, Mode mode) {
 }
 
 // Run `c` on the GPU for each M in `Ms` (a prefix of its tokens) and compare with the reference.
+// A forced path declining a case (kNotSupported) is recorded when documented_decline() expects
+// it, a failure otherwise; a documented decline that does not happen is a failure too.
 void check_case(MoeCase& c, const std::vector<std::int64_t>& Ms, Mode mode) {
   DeviceCase d(c);
+  const std::string expected_decline = documented_decline(c.spec, g_path);
   for (std::int64_t M : Ms) {
     ASSERT_LE(M, c.spec.M);
+    ++g_cases;
     std::vector<std::int32_t> ids;
     std::vector<float> wts;
     std::vector<std::uint16_t> bits;
     try {
       bits = d.run(M, mode, nullptr, mode == Mode::kFusedMoe ? &ids : nullptr, mode == Mode::kFusedMoe ? &wts : nullptr);
     } catch (const Error& e) {
-      ADD_FAILURE() << label(c.spec, M, mode) << ": " << status_name(e.status()) << ": " << e.what();
+      if (e.status() == Status::kNotSupported && !expected_decline.empty()) {
+        g_declined.push_back(label(c.spec, M, mode) + ": " + e.what());
+        std::cout << "[ DECLINED ] path " << g_path << ", " << g_declined.back() << "\n";
+        continue;
+      }
+      ADD_FAILURE() << label(c.spec, M, mode) << " path " << g_path << ": " << status_name(e.status()) << ": "
+                    << e.what();
       continue;
     }
+    EXPECT_TRUE(expected_decline.empty())
+        << label(c.spec, M, mode) << ": path " << g_path << " ran a case documented to decline (" << expected_decline
+        << "); update documented_decline()";
     if (mode == Mode::kFusedMoe) {
       const std::vector<std::int32_t> want(c.topk_ids.begin(), c.topk_ids.begin() + M * c.spec.k);
       EXPECT_EQ(ids, want) << label(c.spec, M, mode) << ": GPU routing chose other experts than the CPU";
@@ -273,12 +334,12 @@ void all_combos(Scheme scheme) {
     }
 }
 
-TEST(Sm90FusedMoe, AllCombosBf16) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kBf16); }
-TEST(Sm90FusedMoe, AllCombosFp8PerTensor) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerTensor); }
-TEST(Sm90FusedMoe, AllCombosFp8PerChannel) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerChannel); }
-TEST(Sm90FusedMoe, AllCombosFp8Block128) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8Block128); }
+TEST_P(Sm90FusedMoe, AllCombosBf16) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kBf16); }
+TEST_P(Sm90FusedMoe, AllCombosFp8PerTensor) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerTensor); }
+TEST_P(Sm90FusedMoe, AllCombosFp8PerChannel) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8PerChannel); }
+TEST_P(Sm90FusedMoe, AllCombosFp8Block128) { SKIP_WITHOUT_SM90(); all_combos(Scheme::kFp8Block128); }
 
-TEST(Sm90FusedMoe, Fp8PerTensorStaticScales) {
+TEST_P(Sm90FusedMoe, Fp8PerTensorStaticScales) {
   SKIP_WITHOUT_SM90();
   CaseSpec s;
   s.M = 65;
@@ -335,11 +396,11 @@ void preset_cases(const char* name, std::int64_t E_cap, const std::vector<std::i
   }
 }
 
-TEST(Sm90FusedMoe, PresetMixtral8x7b) { SKIP_WITHOUT_SM90(); preset_cases("mixtral-8x7b", 8, {1, 17, 65}); }
-TEST(Sm90FusedMoe, PresetQwen3_30bA3b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-30b-a3b", 128, {1, 3, 17, 64, 65, 129}); }
-TEST(Sm90FusedMoe, PresetQwen3_235bA22b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-235b-a22b", 32, {1, 17, 65}); }
-TEST(Sm90FusedMoe, PresetDeepseekV3) { SKIP_WITHOUT_SM90(); preset_cases("deepseek-v3", 16, {1, 17, 65}); }
-TEST(Sm90FusedMoe, PresetGptOss120b) { SKIP_WITHOUT_SM90(); preset_cases("gpt-oss-120b", 16, {1, 17, 65}); }
+TEST_P(Sm90FusedMoe, PresetMixtral8x7b) { SKIP_WITHOUT_SM90(); preset_cases("mixtral-8x7b", 8, {1, 17, 65}); }
+TEST_P(Sm90FusedMoe, PresetQwen3_30bA3b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-30b-a3b", 128, {1, 3, 17, 64, 65, 129}); }
+TEST_P(Sm90FusedMoe, PresetQwen3_235bA22b) { SKIP_WITHOUT_SM90(); preset_cases("qwen3-235b-a22b", 32, {1, 17, 65}); }
+TEST_P(Sm90FusedMoe, PresetDeepseekV3) { SKIP_WITHOUT_SM90(); preset_cases("deepseek-v3", 16, {1, 17, 65}); }
+TEST_P(Sm90FusedMoe, PresetGptOss120b) { SKIP_WITHOUT_SM90(); preset_cases("gpt-oss-120b", 16, {1, 17, 65}); }
 
 // ---- tile-boundary token counts ----
 
@@ -356,9 +417,9 @@ void tile_boundaries(Scheme scheme) {
   // fused_moe routes in the permute CTA up to 512 tokens and on a separate grid above.
   check_case(c, {512, 513, 4097}, Mode::kFusedMoe);
 }
-TEST(Sm90FusedMoe, TileBoundaryMBf16) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kBf16); }
-TEST(Sm90FusedMoe, TileBoundaryMFp8PerTensor) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8PerTensor); }
-TEST(Sm90FusedMoe, TileBoundaryMFp8Block128) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8Block128); }
+TEST_P(Sm90FusedMoe, TileBoundaryMBf16) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kBf16); }
+TEST_P(Sm90FusedMoe, TileBoundaryMFp8PerTensor) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8PerTensor); }
+TEST_P(Sm90FusedMoe, TileBoundaryMFp8Block128) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kFp8Block128); }
 
 // ---- edge cases ----
 
@@ -373,7 +434,7 @@ CaseSpec small_spec(Scheme scheme) {
   return s;
 }
 
-TEST(Sm90FusedMoe, ZeroTokens) {
+TEST_P(Sm90FusedMoe, ZeroTokens) {
   SKIP_WITHOUT_SM90();
   CaseSpec s = small_spec(Scheme::kFp8Block128);
   s.M = 1;
@@ -381,12 +442,13 @@ TEST(Sm90FusedMoe, ZeroTokens) {
   DeviceCase d(c);
   Options o;
   o.backend = Backend::kCuda;
+  o.path = g_path.c_str();
   EXPECT_NO_THROW(fused_experts(d.experts(0), o));
   EXPECT_NO_THROW(fused_moe(d.moe(0), o));
   CUDA_OK(cudaDeviceSynchronize());
 }
 
-TEST(Sm90FusedMoe, ExpertsWithNoTokens) {
+TEST_P(Sm90FusedMoe, ExpertsWithNoTokens) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -396,7 +458,7 @@ TEST(Sm90FusedMoe, ExpertsWithNoTokens) {
   }
 }
 
-TEST(Sm90FusedMoe, AllTokensOnOneExpert) {
+TEST_P(Sm90FusedMoe, AllTokensOnOneExpert) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -409,7 +471,7 @@ TEST(Sm90FusedMoe, AllTokensOnOneExpert) {
   }
 }
 
-TEST(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
+TEST_P(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -420,7 +482,7 @@ TEST(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
   }
 }
 
-TEST(Sm90FusedMoe, KEqualsE) {
+TEST_P(Sm90FusedMoe, KEqualsE) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8Block128}) {
     CaseSpec s = small_spec(scheme);
@@ -431,7 +493,7 @@ TEST(Sm90FusedMoe, KEqualsE) {
   }
 }
 
-TEST(Sm90FusedMoe, OddExpertCounts) {
+TEST_P(Sm90FusedMoe, OddExpertCounts) {
   SKIP_WITHOUT_SM90();
   for (std::int64_t E : {72, 160, 257}) {
     CaseSpec s = small_spec(E == 160 ? Scheme::kFp8PerChannel : Scheme::kBf16);
@@ -443,7 +505,7 @@ TEST(Sm90FusedMoe, OddExpertCounts) {
   }
 }
 
-TEST(Sm90FusedMoe, BiasAndSwigluOai) {
+TEST_P(Sm90FusedMoe, BiasAndSwigluOai) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -455,7 +517,7 @@ TEST(Sm90FusedMoe, BiasAndSwigluOai) {
   }
 }
 
-TEST(Sm90FusedMoe, WeightOnInput) {
+TEST_P(Sm90FusedMoe, WeightOnInput) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -466,7 +528,7 @@ TEST(Sm90FusedMoe, WeightOnInput) {
   }
 }
 
-TEST(Sm90FusedMoe, Fp16Activations) {
+TEST_P(Sm90FusedMoe, Fp16Activations) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -478,7 +540,7 @@ TEST(Sm90FusedMoe, Fp16Activations) {
 }
 
 // A NaN token poisons its own output row only (absmax ignores NaN, so no shared scale breaks).
-TEST(Sm90FusedMoe, NanRowStaysInItsRow) {
+TEST_P(Sm90FusedMoe, NanRowStaysInItsRow) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -501,7 +563,7 @@ TEST(Sm90FusedMoe, NanRowStaysInItsRow) {
 }
 
 // M * k * K > 2^31: y and its offsets need 64-bit indices; grids pass 65535 blocks per dimension.
-TEST(Sm90FusedMoe, HugeMUses64BitIndices) {
+TEST_P(Sm90FusedMoe, HugeMUses64BitIndices) {
   SKIP_WITHOUT_SM90();
   CaseSpec s;
   s.M = 70000;
@@ -510,7 +572,7 @@ TEST(Sm90FusedMoe, HugeMUses64BitIndices) {
   s.K = 2048;
   s.N = 64;
   s.scheme = Scheme::kBf16;  // tokens independent: rows can be checked alone
-  MoeCase c = make_case(s);
+  static MoeCase c = make_case(s);  // made once for the three paths
   ASSERT_GT(s.M * s.k * s.K, std::int64_t{1} << 31);
   DeviceCase d(c);
   std::vector<std::int32_t> ids;
@@ -526,7 +588,7 @@ TEST(Sm90FusedMoe, HugeMUses64BitIndices) {
 
 // ---- determinism and CUDA graphs ----
 
-TEST(Sm90FusedMoe, BitwiseDeterministic) {
+TEST_P(Sm90FusedMoe, BitwiseDeterministic) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
     CaseSpec s = small_spec(scheme);
@@ -543,7 +605,7 @@ TEST(Sm90FusedMoe, BitwiseDeterministic) {
   }
 }
 
-TEST(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
+TEST_P(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
   SKIP_WITHOUT_SM90();
   // M = 1000: fused_moe routes on a grid, then permutes (two launches) above 512 tokens.
   for (auto [scheme, M] : {std::pair{Scheme::kBf16, 129}, std::pair{Scheme::kFp8PerTensor, 129},
@@ -560,6 +622,7 @@ TEST(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
     Options o;
     o.backend = Backend::kCuda;
     o.stream = stream;
+    o.path = g_path.c_str();
     d.prepare(s.M, Mode::kFusedMoe, o);  // poisons out (before the capture) and sizes the workspace
     CUDA_OK(cudaStreamSynchronize(stream));
     cudaGraph_t graph = nullptr;
@@ -584,6 +647,77 @@ TEST(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
     cudaStreamDestroy(stream);
     EXPECT_TRUE(close_to(to_float(eager, s.act_dtype), reference_output(c), scheme, "graph case eager"));
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(, Sm90FusedMoe, ::testing::ValuesIn(kTestPaths),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// ---- the router, on the GPU: names, forced paths, the log line ----
+
+// Runs one call of `c` at M with Options::path = path (null: none) and returns the status.
+Status run_status(DeviceCase& d, std::int64_t M, const char* path, std::string* what = nullptr) {
+  Options o;
+  o.backend = Backend::kCuda;
+  o.path = path;
+  d.prepare(M, Mode::kFusedExperts, o);
+  try {
+    fused_experts(d.experts(M), o);
+    cudaDeviceSynchronize();
+    return Status::kSuccess;
+  } catch (const Error& e) {
+    if (what != nullptr) *what = e.what();
+    return e.status();
+  }
+}
+
+TEST(Sm90Dispatch, UnknownPathIsInvalidArgument) {
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  std::string what;
+  EXPECT_EQ(run_status(d, 17, "swap_ab", &what), Status::kInvalidArgument);
+  for (const char* name : {"auto", "mma", "swapab", "fused"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+  EXPECT_EQ(run_status(d, 0, "nope"), Status::kInvalidArgument) << "M = 0 checks the name too";
+}
+
+TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
+  SKIP_WITHOUT_SM90();
+  // gpt-oss at TP8 in fp8: w2 rows of N = 360 bytes; Swap-AB declines GEMM2.
+  CaseSpec s = small_spec(Scheme::kFp8PerTensor);
+  s.N = 360;
+  s.K = 2880;
+  s.M = 4;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  std::string what;
+  EXPECT_EQ(run_status(d, 4, "swapab", &what), Status::kNotSupported);
+  EXPECT_NE(what.find("GEMM2"), std::string::npos) << what;
+  EXPECT_EQ(run_status(d, 4, "fused"), Status::kNotSupported);
+  EXPECT_EQ(run_status(d, 4, "auto"), Status::kSuccess);  // GEMM1 Swap-AB, GEMM2 mma
+  EXPECT_EQ(run_status(d, 4, "mma"), Status::kSuccess);
+  Options o;
+  o.path = "auto";
+  o.backend = Backend::kCuda;
+  std::string why;
+  const MoeProblem p = describe(d.experts(4));
+  EXPECT_EQ(describe_dispatch(p, o, &why), "gemm1=swapab gemm2=mma") << why;
+  EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
+}
+
+TEST(Sm90Dispatch, LogLinePerCall) {
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  ::setenv("MOEKIT_LOG_DISPATCH", "1", 1);
+  ::testing::internal::CaptureStderr();
+  const Status st = run_status(d, 17, "auto");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("MOEKIT_LOG_DISPATCH");
+  EXPECT_EQ(st, Status::kSuccess);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("moekit dispatch: M=17 E=16 k=4 K=256 N=128 bf16"), std::string::npos) << err;
+  EXPECT_NE(err.find("path=auto"), std::string::npos) << err;
+  EXPECT_NE(err.find("gemm1=swapab"), std::string::npos) << err;
 }
 
 // ---- routing alone: GPU == CPU ----

@@ -235,7 +235,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90EpBookkeeping,
                          ::testing::Values(BookCase{1, 1, 8, 4, 1}, BookCase{3, 2, 8, 6, 3},
                                            BookCase{17, 4, 100, 16, 4},      // rows not 16-byte multiples
                                            BookCase{700, 3, 256, 10, 8},     // 2100 slots: several 1024-slot chunks
-                                           BookCase{129, 8, 64, 257, 8}, BookCase{0, 2, 64, 8, 2}));
+                                           BookCase{129, 8, 64, 257, 8}, BookCase{0, 2, 64, 8, 2}),
+                         [](const ::testing::TestParamInfo<BookCase>& i) {
+                           const BookCase& b = i.param;
+                           return "M" + std::to_string(b.M) + "_k" + std::to_string(b.k) + "_K" + std::to_string(b.K) +
+                                  "_E" + std::to_string(b.E) + "_ep" + std::to_string(b.ep);
+                         });
 
 // ---- TP shard math with the CUDA backend ----------------------------------------------------
 
@@ -307,7 +312,11 @@ INSTANTIATE_TEST_SUITE_P(Schemes, Sm90ParallelTp,
                                            TpCase{Scheme::kFp8PerTensor, false, 256, 4},
                                            TpCase{Scheme::kFp8PerChannel, true, 256, 2},
                                            TpCase{Scheme::kFp8Block128, false, 256, 2},
-                                           TpCase{Scheme::kFp8Block128, true, 512, 4}));
+                                           TpCase{Scheme::kFp8Block128, true, 512, 4}),
+                         [](const ::testing::TestParamInfo<TpCase>& i) {
+                           return std::string(scheme_name(i.param.scheme)) + (i.param.bias ? "_bias" : "") + "_N" +
+                                  std::to_string(i.param.N) + "_tp" + std::to_string(i.param.tp);
+                         });
 
 // ---- the EP round trip, rank by rank on one GPU ---------------------------------------------
 
@@ -441,7 +450,11 @@ INSTANTIATE_TEST_SUITE_P(Schemes, Sm90ParallelEp,
                                            EpCase{Scheme::kBf16, 8, 8, false},
                                            EpCase{Scheme::kFp8PerTensor, 4, 8, false},
                                            EpCase{Scheme::kFp8PerChannel, 3, 8, true},
-                                           EpCase{Scheme::kFp8Block128, 8, 16, false}));
+                                           EpCase{Scheme::kFp8Block128, 8, 16, false}),
+                         [](const ::testing::TestParamInfo<EpCase>& i) {
+                           return std::string(scheme_name(i.param.scheme)) + "_ep" + std::to_string(i.param.ep) + "_E" +
+                                  std::to_string(i.param.E) + (i.param.bias ? "_bias" : "");
+                         });
 
 }  // namespace
 }  // namespace moekit::testing

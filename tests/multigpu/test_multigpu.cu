@@ -199,8 +199,11 @@ TEST_P(MultiGpuTp, AllReduceOfShardsEqualsSingleGpuOp) {
   }
 }
 
+std::string scheme_param_name(const ::testing::TestParamInfo<Scheme>& info) { return scheme_name(info.param); }
+
 INSTANTIATE_TEST_SUITE_P(Schemes, MultiGpuTp,
-                         ::testing::Values(Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8Block128));
+                         ::testing::Values(Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8Block128),
+                         scheme_param_name);
 
 class MultiGpuEp : public ::testing::TestWithParam<Scheme> {};
 
@@ -257,7 +260,8 @@ TEST_P(MultiGpuEp, AllToAllRoundTripEqualsSingleGpuOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, MultiGpuEp,
-                         ::testing::Values(Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8Block128));
+                         ::testing::Values(Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8Block128),
+                         scheme_param_name);
 
 }  // namespace
 }  // namespace moekit::testing

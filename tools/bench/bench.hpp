@@ -30,6 +30,7 @@ struct Point {
   Scheme scheme = Scheme::kBf16;
   std::int64_t tokens = 0;
   MoeProblem problem;  // preset_problem(shape, tokens, tp, scheme)
+  std::string path;    // forced as Options::path ("" = none: the router decides)
 };
 
 /// What the command line asked for (after defaults were applied).
@@ -40,7 +41,9 @@ struct Config {
   std::vector<std::int64_t> tokens;
   Backend backend = Backend::kAuto;  // resolved to kCpu or kCuda before running
   std::string json_path;
-  std::string path;                  // forwarded as Options::path ("" = the router decides)
+  // --path LIST: each point runs once per name, forwarded as Options::path; {""} when not given
+  // (the router decides, MOEKIT_PATH applies).
+  std::vector<std::string> paths{""};
   int iters = 0;                     // 0 = the backend's default (CUDA 50, CPU 3)
   int threads = 0;                   // CPU backend threads (0 = all)
   bool check = false;
@@ -57,7 +60,9 @@ struct Row {
   std::string scheme;
   std::int64_t tokens = 0;
   std::string backend;
-  std::string path;
+  std::string path;                  // the path run: a forced name, or "auto" (MOEKIT_PATH's when set)
+  std::string dispatch;              // the router's kernels: "gemm1=swapab(split_k=8) gemm2=mma"
+  std::optional<double> ratio_vs_mma;  // mma row's us / this row's us, same point, same run
   std::string op = "fused_experts";  // the timed call: fused_experts or fused_moe
   std::optional<double> us, tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense;
   std::string baseline;              // "" = none
@@ -152,6 +157,9 @@ std::unique_ptr<Runner> make_cpu_runner(const Config& config);
 #if defined(MOEKIT_BENCH_WITH_CUDA)
 std::unique_ptr<Runner> make_cuda_runner(const Config& config);
 #endif
+
+/// The path name a row reports for Options::path = `forced` ("" = none).
+std::string effective_path(const std::string& forced);
 
 /// The command that re-measures one row.
 std::string reproduce_command(const Config& config, const Point& point, const char* backend);

@@ -111,7 +111,8 @@ class CpuRunner final : public Runner {
     row.scheme = scheme_name(pt.scheme);
     row.tokens = M;
     row.backend = "cpu";
-    row.path = config_.path.empty() ? "auto" : config_.path;
+    row.path = effective_path(pt.path);
+    row.dispatch = "cpu";
     row.op = config_.op_fused_moe ? "fused_moe" : "fused_experts";
     row.timing = "wall";
     row.reproduce = reproduce_command(config_, pt, "cpu");
@@ -148,7 +149,7 @@ class CpuRunner final : public Runner {
     args.out = TensorView::contiguous(out.data(), DType::kBf16, {M, K});
     Options o;
     o.backend = Backend::kCpu;
-    o.path = config_.path.empty() ? nullptr : config_.path.c_str();
+    o.path = pt.path.empty() ? nullptr : pt.path.c_str();
     o.num_threads = config_.threads;
 
     FusedMoeArgs margs;

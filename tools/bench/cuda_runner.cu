@@ -253,7 +253,7 @@ class CudaRunner final : public Runner {
     row.scheme = scheme_name(pt.scheme);
     row.tokens = M;
     row.backend = "cuda";
-    row.path = config_.path.empty() ? "auto" : config_.path;
+    row.path = effective_path(pt.path);
     row.op = config_.op_fused_moe ? "fused_moe" : "fused_experts";
     row.reproduce = reproduce_command(config_, pt, "cuda");
     std::vector<std::string> notes;
@@ -316,7 +316,9 @@ class CudaRunner final : public Runner {
     o.stream = stream_;
     o.workspace = ws.p;
     o.workspace_bytes = ws_bytes;
-    o.path = config_.path.empty() ? nullptr : config_.path.c_str();
+    o.path = pt.path.empty() ? nullptr : pt.path.c_str();
+    // The router's choice for this call (throws, as the call would, for a path that cannot run it).
+    row.dispatch = describe_dispatch(described, o);
     auto call = [&] {
       if (whole) {
         fused_moe(margs, o);

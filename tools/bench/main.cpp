@@ -43,7 +43,9 @@ table; --json writes the results in the format of bench/results/.
   --quick                       a small fast grid (the GPU check script's)
   --iters N                     timed iterations, median reported (default CPU 3; CUDA 50, fewer
                                 (not under 5) when 50 calls would take over a second)
-  --path NAME                   force a kernel path (Options::path)
+  --path NAME[,NAME...]         force a kernel path (Options::path): auto, mma, swapab (fused
+                                reserved); a list runs every point once per path, and rows other
+                                than mma's get ratio_vs_mma (x_mma) = mma us / their us
   --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
                                 from the logits plus experts in one call
   --check                       compare the CUDA output with the CPU reference where cheap
@@ -196,7 +198,11 @@ Cli parse_args(int argc, char** argv) {
       c.iters = static_cast<int>(parse_int(value(i), "--iters"));
       if (c.iters < 1) usage_error("--iters must be >= 1");
     } else if (a == "--path") {
-      c.path = value(i);
+      c.paths = split(value(i), ',');
+      if (c.paths.empty()) usage_error("--path needs at least one name");
+      std::set<std::string> seen;
+      for (const std::string& p : c.paths)
+        if (!seen.insert(p).second) usage_error("--path names '" + p + "' twice");
     } else if (a == "--op") {
       const std::string op = value(i);
       if (op != "fused_experts" && op != "fused_moe")
@@ -323,8 +329,8 @@ std::string fmt_rate(const std::optional<double>& v) {
 }
 
 void print_header() {
-  std::printf("%-28s %3s %-15s %6s %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %9s\n", "preset", "tp", "scheme", "M",
-              "bknd", "path", "us", "TFLOP/s", "GB/s", "roof_us", "%roof", "%dense", "base_us", "x_base",
+  std::printf("%-28s %3s %-15s %6s %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %6s %9s\n", "preset", "tp", "scheme",
+              "M", "bknd", "path", "us", "TFLOP/s", "GB/s", "roof_us", "%roof", "%dense", "base_us", "x_base", "x_mma",
               "max_err");
   std::fflush(stdout);
 }
@@ -335,11 +341,13 @@ void print_row(const Row& r) {
   std::optional<double> roof_pct, dense_pct;
   if (r.roof_fraction) roof_pct = 100.0 * *r.roof_fraction;
   if (r.tflops_fraction_of_dense) dense_pct = 100.0 * *r.tflops_fraction_of_dense;
-  std::printf("%-28s %3d %-15s %6lld %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %9s", r.preset.c_str(), r.tp,
+  std::printf("%-28s %3d %-15s %6lld %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %6s %9s", r.preset.c_str(), r.tp,
               r.scheme.c_str(), static_cast<long long>(r.tokens), r.backend.c_str(), r.path.c_str(),
               fmt(r.us, "%.1f").c_str(), fmt_rate(r.tflops).c_str(), fmt_rate(r.gbps).c_str(),
               fmt(r.roof_us, "%.1f").c_str(), fmt(roof_pct, "%.0f").c_str(), fmt(dense_pct, "%.0f").c_str(),
-              fmt(r.baseline_us, "%.1f").c_str(), fmt(ratio, "%.2f").c_str(), fmt(r.max_rel_err, "%.1e").c_str());
+              fmt(r.baseline_us, "%.1f").c_str(), fmt(ratio, "%.2f").c_str(), fmt(r.ratio_vs_mma, "%.2f").c_str(),
+              fmt(r.max_rel_err, "%.1e").c_str());
+  if (!r.dispatch.empty()) std::printf("  {%s}", r.dispatch.c_str());
   if (r.first_call_us) {
     std::printf("  first_call %s us", fmt(r.first_call_us, "%.1f").c_str());
     if (r.eager_us) std::printf(" (steady eager %s us)", fmt(r.eager_us, "%.1f").c_str());
@@ -393,6 +401,8 @@ void write_json(const std::string& path, const std::string& commit, const std::s
     f << (i ? ",\n" : "\n") << "    {\"preset\": " << json_str(r.preset) << ", \"tp\": " << r.tp
       << ", \"scheme\": " << json_str(r.scheme) << ", \"tokens\": " << r.tokens
       << ", \"backend\": " << json_str(r.backend) << ", \"path\": " << json_str(r.path)
+      << ", \"dispatch\": " << (r.dispatch.empty() ? std::string("null") : json_str(r.dispatch))
+      << ", \"ratio_vs_mma\": " << json_num(r.ratio_vs_mma)
       << ", \"us\": " << json_num(r.us) << ", \"tflops\": " << json_num(r.tflops) << ", \"gbps\": " << json_num(r.gbps)
       << ", \"roof_us\": " << json_num(r.roof_us) << ", \"roof_fraction\": " << json_num(r.roof_fraction)
       << ", \"tflops_fraction_of_dense\": " << json_num(r.tflops_fraction_of_dense)
@@ -460,7 +470,8 @@ int run_main(int argc, char** argv) {
   }
 
   std::size_t total = 0;
-  for (const Shape& s : config.shapes) total += config.tps.size() * schemes_for(config, s).size() * config.tokens.size();
+  for (const Shape& s : config.shapes)
+    total += config.tps.size() * schemes_for(config, s).size() * config.tokens.size() * config.paths.size();
 
   std::vector<Row> rows;
   std::size_t done = 0;
@@ -474,47 +485,66 @@ int run_main(int argc, char** argv) {
         } catch (const std::exception& e) {
           std::fprintf(stderr, "moekit-bench: cannot run %s tp%d %s on the %s backend: %s\n", shape.name.c_str(), tp,
                        scheme_name(scheme), runner->name(), e.what());
-          done += config.tokens.size();
+          done += config.tokens.size() * config.paths.size();
           ++refused;
           continue;
         }
         for (std::int64_t m : config.tokens) {
-          ++done;
-          Point pt;
-          pt.shape = &shape;
-          pt.tp = tp;
-          pt.scheme = scheme;
-          pt.tokens = m;
-          if (total > 1)
-            std::fprintf(stderr, "[%zu/%zu] %s tp%d %s M=%lld ...\n", done, total, shape.name.c_str(), tp,
-                         scheme_name(scheme), static_cast<long long>(m));
-          Row row;
-          try {
-            pt.problem = preset_problem(shape.preset, m, tp, scheme);
-            row = runner->run(pt, ceilings);
-          } catch (const std::exception& e) {
-            row = Row{};
-            row.preset = shape.name;
-            row.tp = tp;
-            row.scheme = scheme_name(scheme);
-            row.tokens = m;
-            row.backend = runner->name();
-            row.path = config.path.empty() ? "auto" : config.path;
-            row.op = config.op_fused_moe ? "fused_moe" : "fused_experts";
-            row.reproduce = reproduce_command(config, pt, runner->name());
-            row.note = std::string("error: ") + e.what();
-            ++failures;
+          // Every path of --path at this point, side by side; rows other than mma's get
+          // ratio_vs_mma from the mma row of the same point.
+          std::vector<Row> point_rows;
+          for (const std::string& path : config.paths) {
+            ++done;
+            Point pt;
+            pt.shape = &shape;
+            pt.tp = tp;
+            pt.scheme = scheme;
+            pt.tokens = m;
+            pt.path = path;
+            if (total > 1)
+              std::fprintf(stderr, "[%zu/%zu] %s tp%d %s M=%lld%s%s ...\n", done, total, shape.name.c_str(), tp,
+                           scheme_name(scheme), static_cast<long long>(m), path.empty() ? "" : " path ",
+                           path.c_str());
+            Row row;
+            try {
+              pt.problem = preset_problem(shape.preset, m, tp, scheme);
+              row = runner->run(pt, ceilings);
+            } catch (const std::exception& e) {
+              row = Row{};
+              row.preset = shape.name;
+              row.tp = tp;
+              row.scheme = scheme_name(scheme);
+              row.tokens = m;
+              row.backend = runner->name();
+              row.path = effective_path(path);
+              row.op = config.op_fused_moe ? "fused_moe" : "fused_experts";
+              row.reproduce = reproduce_command(config, pt, runner->name());
+              // A forced path that cannot run this point (kNotSupported) is a fact of the row,
+              // not a failure of the run.
+              const auto* err = dynamic_cast<const Error*>(&e);
+              const bool declined = err != nullptr && err->status() == Status::kNotSupported && !path.empty() &&
+                                    path != "auto";
+              row.note = std::string(declined ? "declined: " : "error: ") + e.what();
+              if (!declined) ++failures;
+            }
+            point_rows.push_back(std::move(row));
           }
-          print_row(row);
-          rows.push_back(std::move(row));
+          const Row* mma = nullptr;
+          for (const Row& r : point_rows)
+            if (r.path == "mma" && r.us) mma = &r;
+          for (Row& r : point_rows) {
+            if (mma != nullptr && &r != mma && r.us && *r.us > 0) r.ratio_vs_mma = *mma->us / *r.us;
+            print_row(r);
+            rows.push_back(std::move(r));
+          }
         }
         runner->release();
       }
     }
   }
   if (use_cuda)
-    std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); %%roof = roof_us / us; "
-                "%%dense = TFLOP/s / dense GEMM rate\n");
+    std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); x_mma = mma path us / us; "
+                "%%roof = roof_us / us; %%dense = TFLOP/s / dense GEMM rate; {the router's kernels}\n");
   if (!config.json_path.empty()) {
     write_json(config.json_path, commit, date, gpu, ceilings, rows);
     std::printf("wrote %s (%zu rows)\n", config.json_path.c_str(), rows.size());

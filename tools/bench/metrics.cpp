@@ -1,6 +1,7 @@
 // The roofline arithmetic of BRIEF §4 and the small helpers both runners share.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -88,11 +89,17 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& r
   return std::sqrt(num / den);
 }
 
+std::string effective_path(const std::string& forced) {
+  if (!forced.empty()) return forced;
+  const char* env = std::getenv("MOEKIT_PATH");
+  return env != nullptr && env[0] != '\0' ? env : "auto";
+}
+
 std::string reproduce_command(const Config& config, const Point& point, const char* backend) {
   std::ostringstream s;
   s << "moekit-bench " << point.shape->cli << " --tp " << point.tp << " --scheme "
     << scheme_name(point.scheme) << " --tokens " << point.tokens << " --backend " << backend;
-  if (!config.path.empty()) s << " --path " << config.path;
+  if (!point.path.empty()) s << " --path " << point.path;
   if (config.iters > 0) s << " --iters " << config.iters;
   if (config.seed != 1) s << " --seed " << config.seed;
   if (config.op_fused_moe) s << " --op fused_moe";

@@ -1,6 +1,7 @@
 // Host launcher of the sm_90 grouped expert GEMMs: checks the params (moekit::Error naming the
 // field and the values), derives the kernel arguments and the grid, and calls the instantiation
 // of the scheme (inst/*.cu). No kernel template is included here; nothing synchronizes the host.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -147,8 +148,11 @@ void launch_grouped_gemm(const GroupedGemmParams& params, void* stream) {
     }
   }
 
-  // sum_e ceil(rows_e / BM) <= ceil(max_rows / BM) + E: the surplus CTAs exit at once.
-  const std::int64_t grid_x = (params.max_rows + TileConfig::kBlockM - 1) / TileConfig::kBlockM + params.num_experts;
+  // Row tiles: sum_e ceil(rows_e / BM) <= sum_e floor(rows_e / BM) + (experts with rows)
+  // <= floor(max_rows / BM) + min(E, max_rows); the surplus CTAs exit at once. The min() keeps
+  // decode grids small (qwen3 TP8 M = 1: 8 row CTAs, not 129), so few CTAs scan the offsets and exit.
+  const std::int64_t grid_x = params.max_rows / TileConfig::kBlockM +
+                              std::min<std::int64_t>(params.num_experts, params.max_rows);
   const std::int64_t cols = TileConfig::out_cols(params.epilogue);
   const std::int64_t grid_y = (params.n_out + cols - 1) / cols;
   if (grid_x > std::numeric_limits<int>::max())

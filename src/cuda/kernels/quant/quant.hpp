@@ -25,7 +25,8 @@ struct QuantParams {
   float* scale = nullptr;                 // [1] / [rows] / [rows, ceil(cols/128)]
 };
 
-/// Enqueue the quantization of params.x on `stream` (one launch; two for dynamic per tensor).
+/// Enqueue the quantization of params.x on `stream` (one launch; two for dynamic per tensor
+/// above 32 K elements).
 void launch_quant_sm90(const QuantParams& params, void* stream);
 
 }  // namespace moekit::cuda

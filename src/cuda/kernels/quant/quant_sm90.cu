@@ -22,6 +22,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int kMaxTensorBlocks = 2048;  // grid-stride cap for the whole-tensor kernels
+// Dynamic per-tensor quantization of at most this many elements runs in one CTA (one launch):
+// 32 K elements are 32 per thread, ~1 us of one SM, less than the launch it saves.
+constexpr int kSmallTensorThreads = 1024;
+constexpr std::int64_t kSmallTensorMaxElems = 32 * 1024;
 
 // kVec elements from p (aligned to kVec * sizeof(T) when kVec == 4).
 template <int kVec, class T>
@@ -101,6 +105,42 @@ __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __gri
   }
 }
 
+// Per tensor with a dynamic scale, small tensors (decode): absmax and quantization in one CTA,
+// one launch instead of two. The block-wide max is the same value the atomicMax path computes
+// (max is order-free), so both give bitwise the same scale.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_kernel(const __grid_constant__ QuantParams p) {
+  __shared__ float partial[kSmallTensorThreads / 32];
+  __shared__ float s_scale;
+  const T* x = static_cast<const T*>(p.x);
+  const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
+  float amax = 0.f;
+  for (std::int64_t i = threadIdx.x; i < n_vec; i += kSmallTensorThreads) {
+    float v[kVec];
+    load_vec<kVec>(x + i * kVec, v);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+  }
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    amax = threadIdx.x < kSmallTensorThreads / 32 ? partial[threadIdx.x] : 0.f;
+    amax = warp_max(amax);
+    if (threadIdx.x == 0) {
+      s_scale = dyn_scale(amax);
+      p.scale[0] = s_scale;
+    }
+  }
+  __syncthreads();
+  const float inv = 1.0f / s_scale;
+  for (std::int64_t i = threadIdx.x; i < n_vec; i += kSmallTensorThreads) {
+    float v[kVec];
+    load_vec<kVec>(x + i * kVec, v);  // L1/L2 hits: this CTA read it just above
+    store_q<kVec>(p.q + i * kVec, v, inv);
+  }
+}
+
 // Per row: one warp per row, two passes over the row (the second hits L1/L2).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_constant__ QuantParams p) {
@@ -170,6 +210,11 @@ template <class T, int kVec>
 void launch_typed(const QuantParams& p, cudaStream_t stream) {
   switch (p.scheme) {
     case Scheme::kFp8PerTensor: {
+      if (p.static_scale == nullptr && p.rows * p.cols <= kSmallTensorMaxElems) {
+        quant_tensor_small_sm90_kernel<T, kVec><<<1, kSmallTensorThreads, 0, stream>>>(p);
+        MOEKIT_CUDA_CHECK_LAUNCH();
+        break;
+      }
       const int grid = static_cast<int>(blocks_for(p.rows * p.cols / kVec, kThreads, kMaxTensorBlocks));
       if (p.static_scale == nullptr) {
         absmax_tensor_sm90_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);

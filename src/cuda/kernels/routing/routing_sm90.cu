@@ -21,6 +21,11 @@ namespace {
 
 constexpr int kThreads = 1024;          // 32 warps: the permutation handles 1024 slots per chunk
 constexpr int kWarps = kThreads / 32;
+// Decode: at most kSmallThreads slots (and at most 2 tokens per warp to route) run on a CTA of
+// 8 warps: one chunk either way, but the per-expert column scan of pass 2 walks 8 warp counts
+// instead of 32 and the CTA-wide barriers are cheaper.
+constexpr int kSmallThreads = 256;
+constexpr std::int64_t kSmallMaxRouteTokens = 2 * (kSmallThreads / 32);
 constexpr int kMaxRouteBlocks = 1024;   // route-only grid cap (warps grid-stride over tokens)
 // Above this many tokens fused_moe routes on a full grid and permutes in a second launch.
 constexpr std::int64_t kFusedRouteMaxTokens = 512;
@@ -187,8 +192,12 @@ __device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t
   return (e >= 0 && e < p.num_experts) ? e : -1;
 }
 
-// Single CTA. Shared memory: warp_cnt[32][E] (uint16, chunk-relative), running[E], chunk_tot[E].
+// Single CTA of kNumThreads. Shared memory: warp_cnt[warps][E] (uint16, chunk-relative),
+// running[E], chunk_tot[E].
+template <int kNumThreads>
 __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
+  constexpr int kThreads = kNumThreads;
+  constexpr int kWarps = kNumThreads / 32;
   const int E = p.num_experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const std::int64_t P = p.num_tokens * p.top_k;
@@ -257,8 +266,9 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
   }
 }
 
-template <class TLogit>
-__global__ void __launch_bounds__(kThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
+template <class TLogit, int kNumThreads>
+__global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
+  constexpr int kWarps = kNumThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   if (p.route) {
@@ -270,25 +280,25 @@ __global__ void __launch_bounds__(kThreads, 1) routing_sm90_kernel(const __grid_
   }
   if (p.permute) {
     __syncthreads();  // routing's global writes (topk_ids) are visible to the whole CTA after this
-    build_permutation(p, smem);
+    build_permutation<kNumThreads>(p, smem);
   }
 }
 
-std::size_t route_smem_bytes(const RoutingParams& p) {
-  return p.route ? static_cast<std::size_t>(kWarps) * p.num_experts_global * sizeof(float) : 0;
+std::size_t route_smem_bytes(const RoutingParams& p, int warps = kWarps) {
+  return p.route ? static_cast<std::size_t>(warps) * p.num_experts_global * sizeof(float) : 0;
 }
-std::size_t permute_smem_bytes(const RoutingParams& p) {
+std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
   if (!p.permute) return 0;
-  const std::size_t cnt = static_cast<std::size_t>(kWarps) * p.num_experts * 2;
+  const std::size_t cnt = static_cast<std::size_t>(warps) * p.num_experts * 2;
   return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
 }
 
-template <class TLogit>
+template <class TLogit, int kNumThreads>
 void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream) {
-  auto kernel = routing_sm90_kernel<TLogit>;
+  auto kernel = routing_sm90_kernel<TLogit, kNumThreads>;
   if (smem > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  kernel<<<grid, kNumThreads, smem, stream>>>(p);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -318,11 +328,19 @@ void launch_routing_sm90(const RoutingParams& p, void* stream) {
                                            std::to_string(optin));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   auto launch = [&](const RoutingParams& q, int grid) {
-    const std::size_t bytes = std::max(route_smem_bytes(q), permute_smem_bytes(q));
-    if (q.route && q.logits_dtype == DType::kBf16)
-      launch_typed<__nv_bfloat16>(q, bytes, grid, s);
-    else
-      launch_typed<float>(q, bytes, grid, s);
+    // The one-CTA permutation of few slots (decode) runs on the 8-warp CTA.
+    const bool small = q.permute && q.num_tokens * q.top_k <= kSmallThreads &&
+                       (!q.route || q.num_tokens <= kSmallMaxRouteTokens);
+    const int warps = small ? kSmallThreads / 32 : kWarps;
+    const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
+    const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
+    if (small) {
+      if (bf16) launch_typed<__nv_bfloat16, kSmallThreads>(q, bytes, grid, s);
+      else launch_typed<float, kSmallThreads>(q, bytes, grid, s);
+    } else {
+      if (bf16) launch_typed<__nv_bfloat16, kThreads>(q, bytes, grid, s);
+      else launch_typed<float, kThreads>(q, bytes, grid, s);
+    }
   };
   const int route_grid =
       static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));

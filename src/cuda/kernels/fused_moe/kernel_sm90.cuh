@@ -1,0 +1,686 @@
+// Device code of the single-launch fused MoE path (sm_90a): one persistent CTA per SM runs, for
+// the call's few tokens, the permutation (redundantly, in shared memory), GEMM1 + activation,
+// GEMM2 + bias + router weight and the deterministic combine, with per-group completion
+// counters between the stages instead of kernel boundaries.
+//
+// Work items, numbered GEMM1 first, then GEMM2:
+//   GEMM1 item (group g, tile t, split s): `rows1` weight rows of w13[e] (rows1/2 gate rows
+//     n0.. and the matching up rows N+n0..) times the group's <= 16 tokens over K bytes
+//     [s*range, (s+1)*range). Swap-AB: weights are mma.sync's M side (A, row-major from the
+//     stage), tokens its n side (B, from the token buffer).
+//   GEMM2 item (group g, tile t, split s): rows2 rows of w2[e] (output columns k0..) times the
+//     group's intermediate rows over N.
+// A group is (local expert, chunk of <= 16 of its slots). With split > 1, every split writes
+// its fp32 partial sums to the workspace and the last of them (atomic ticket) adds them in
+// split order (deterministic) and runs the epilogue. GEMM1's epilogue writes the fp32
+// intermediate [sorted row, N] and release-increments grp_done[g] (and gemm1_all); GEMM2's
+// waits (acquire) on grp_done[g] == tiles1 (per-tensor dynamic scale: gemm1_all == G * tiles1,
+// the absmax then being final), writes y[slot, tile cols] and increments comb[t]; the CTA that
+// brings comb[t] to G sums y over each token's local slots in j order and writes out.
+//
+// Deadlock freedom: all CTAs are co-resident (one per SM, checked on the host) and CTA b runs
+// items b, b + grid, b + 2 grid, ... in increasing order. Only GEMM2 items wait, and only on
+// GEMM1 items, whose numbers are all smaller. Take the smallest unfinished item: its CTA has
+// finished every smaller item of its own, so it is running this one; if it is a GEMM1 item it
+// never waits; if GEMM2, every GEMM1 item (smaller) is finished, so its wait ends. Hence some
+// item always progresses, and all finish. (Split tickets and the combine ticket never wait.)
+//
+// Memory ordering: producers write with plain/st.cg stores, __syncthreads, then one thread does
+// fence + red.release.gpu (or atom.acq_rel); consumers spin in one thread with ld.acquire.gpu,
+// then __syncthreads, and read other CTAs' data with ld.global.cg (never the non-coherent path).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/kernels/fused_moe/config.hpp"
+
+namespace moekit::cuda::fused_moe {
+
+enum class Op : int { kBf16, kFp16, kE4m3 };
+
+// ---- synchronization helpers (gpu scope) ----
+__device__ __forceinline__ std::uint32_t ld_acquire(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ std::uint32_t atom_add_acq_rel(std::uint32_t* p, std::uint32_t v) {
+  std::uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+// One thread spins until *p >= target; the caller follows with __syncthreads.
+__device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t target) {
+  while (ld_acquire(p) < target) __nanosleep(40);
+}
+
+__device__ __forceinline__ float dyn_scale(float amax) { return fmaxf(amax / kFp8Max, kMinDynamicScale); }
+
+__device__ __forceinline__ float load_bias(const void* b, int type, std::int64_t i) {
+  switch (type) {
+    case 2: return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i]);
+    case 3: return __half2float(static_cast<const __half*>(b)[i]);
+    default: return static_cast<const float*>(b)[i];
+  }
+}
+
+// docs/design.md activations; comparisons written so NaN propagates (std::min / clamp).
+__device__ __forceinline__ float activate(float g, float u, int kind, float alpha, float limit) {
+  if (kind == 1) return 0.5f * g * (1.0f + erff(g / 1.41421356237309504880f)) * u;
+  if (kind == 2) {
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+    return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
+  }
+  return g / (1.0f + expf(-g)) * u;
+}
+
+// 8 activation-dtype values (16 bytes) as fp32.
+__device__ __forceinline__ void unpack8(uint4 v, bool fp16, float (&x)[8]) {
+  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (fp16) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      x[2 * i] = __low2float(h);
+      x[2 * i + 1] = __high2float(h);
+    } else {
+      const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&w[i]);
+      x[2 * i] = __low2float(h);
+      x[2 * i + 1] = __high2float(h);
+    }
+  }
+}
+
+// 8 fp32 -> the operand bytes at dst: 16 bytes of bf16/fp16 (RNE) or 8 bytes of e4m3
+// (quant(x, s) = e4m3(x * inv)).
+template <Op kOp>
+__device__ __forceinline__ void store_operand8(std::uint8_t* dst, const float (&x)[8], float inv) {
+  if constexpr (kOp == Op::kE4m3) {
+    uint2 q;
+    q.x = static_cast<std::uint32_t>(e4m3x2(x[0] * inv, x[1] * inv)) |
+          (static_cast<std::uint32_t>(e4m3x2(x[2] * inv, x[3] * inv)) << 16);
+    q.y = static_cast<std::uint32_t>(e4m3x2(x[4] * inv, x[5] * inv)) |
+          (static_cast<std::uint32_t>(e4m3x2(x[6] * inv, x[7] * inv)) << 16);
+    *reinterpret_cast<uint2*>(dst) = q;
+  } else {
+    uint4 q;
+    std::uint32_t* w = reinterpret_cast<std::uint32_t*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kOp == Op::kFp16) {
+        const __half2 h = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
+        w[i] = *reinterpret_cast<const std::uint32_t*>(&h);
+      } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        w[i] = *reinterpret_cast<const std::uint32_t*>(&h);
+      }
+    }
+    *reinterpret_cast<uint4*>(dst) = q;
+  }
+}
+
+template <Op kOp>
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (kOp == Op::kBf16) {
+    ptx::mma_bf16_16816(d, a, b0, b1);
+  } else if constexpr (kOp == Op::kFp16) {
+    ptx::mma_f16_16816(d, a, b0, b1);
+  } else {
+    ptx::mma_e4m3_16832(d, a, b0, b1);
+  }
+}
+
+// A work item, decoded from its number (every thread decodes it the same way).
+struct Item {
+  int gemm;   // 1 or 2; 0: past the end
+  int g;      // group (local expert x chunk of <= 16 slots)
+  int e;      // local expert
+  int row0;   // first sorted row of the group
+  int cnt;    // slots of the group, 1..16
+  int tile;
+  int split;
+  int kb;     // first reduction byte of the split
+  int nst;    // pipeline stages of the item
+};
+
+struct Tables {
+  const int* off;    // [E+1] first sorted row of each local expert
+  const int* gbase;  // [E+1] first group of each local expert; gbase[E] = G
+  int G;             // groups
+  int n1;            // GEMM1 items
+  int total;         // all items
+};
+
+template <int kEb>
+__device__ __forceinline__ Item decode_item(const FusedArgs& a, const Tables& T, int i) {
+  Item it{};
+  if (i >= T.total) return it;
+  const bool first = i < T.n1;
+  const GemmTiling& t = first ? a.t1 : a.t2;
+  if (!first) i -= T.n1;
+  it.gemm = first ? 1 : 2;
+  const int per_group = t.tiles * t.split;
+  it.g = i / per_group;
+  const int rem = i - it.g * per_group;
+  it.tile = rem / t.split;
+  it.split = rem - it.tile * t.split;
+  // Expert: the last e with gbase[e] <= g (experts without slots have gbase[e] == gbase[e+1]).
+  int lo = 0, hi = a.E;  // gbase[lo] <= g < gbase[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (T.gbase[mid] <= it.g) lo = mid; else hi = mid;
+  }
+  it.e = lo;
+  it.row0 = T.off[lo] + kMaxTok * (it.g - T.gbase[lo]);
+  it.cnt = min(kMaxTok, T.off[lo + 1] - it.row0);
+  const int row_bytes = (first ? a.K : a.N) * kEb;
+  it.kb = it.split * t.range_bytes;
+  const int skb = t.stage_k_bytes();
+  const int bytes = min(t.range_bytes, row_bytes - it.kb);
+  it.nst = (bytes + skb - 1) / skb;
+  return it;
+}
+
+// In-place exclusive scan of arr[0, n) (n <= 4 * kThreads); arr[n] = total. All threads call it.
+__device__ __forceinline__ void block_exclusive_scan(int* arr, int n, int* scratch) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int v[4], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = tid * 4 + i;
+    v[i] = j < n ? arr[j] : 0;
+    sum += v[i];
+  }
+  int incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
+  }
+  if (lane == 31) scratch[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const int x = lane < kWarps ? scratch[lane] : 0;
+    int y = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int z = __shfl_up_sync(0xffffffffu, y, o);
+      if (lane >= o) y += z;
+    }
+    if (lane < kWarps) scratch[lane] = y - x;
+    if (lane == kWarps - 1) scratch[kWarps] = y;
+  }
+  __syncthreads();
+  int run = scratch[warp] + incl - sum;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = tid * 4 + i;
+    if (j < n) arr[j] = run;
+    run += v[i];
+  }
+  if (tid == 0) arr[n] = scratch[kWarps];
+  __syncthreads();
+}
+
+// Max over the CTA of a non-negative float (NaN-free inputs: fmaxf dropped them).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+template <Op kOp>
+__global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __grid_constant__ FusedArgs a) {
+  constexpr int kEb = kOp == Op::kE4m3 ? 1 : 2;  // operand bytes per element
+  extern __shared__ std::uint8_t smem_raw[];
+  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
+      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const std::uint32_t stages_u32 = ptx::smem_u32(base + kSmemStagesOff);
+  std::uint8_t* tok = base + kSmemTokOff;
+  const std::uint32_t tok_u32 = ptx::smem_u32(tok);
+  float* red = reinterpret_cast<float*>(base + kSmemRedOff);
+  int* slot_e = reinterpret_cast<int*>(base + kSmemSlotOff);
+  int* sorted = reinterpret_cast<int*>(base + kSmemSortedOff);
+  int* off = reinterpret_cast<int*>(base + kSmemOffOff);
+  int* gbase = reinterpret_cast<int*>(base + kSmemGbaseOff);
+  int* tok_slot = reinterpret_cast<int*>(base + kSmemMiscOff);           // [16]
+  float* tok_w = reinterpret_cast<float*>(base + kSmemMiscOff + 64);     // [16]
+  float* tok_scale = reinterpret_cast<float*>(base + kSmemMiscOff + 128);  // [16]
+  int* scratch = reinterpret_cast<int*>(base + kSmemMiscOff + 192);      // [kWarps + 1]
+  float* fscratch = reinterpret_cast<float*>(base + kSmemMiscOff + 256); // [kWarps]
+  float* s_scale = reinterpret_cast<float*>(base + kSmemMiscOff + 320);  // [0] a1, [1] a2
+  int* s_flag = reinterpret_cast<int*>(base + kSmemMiscOff + 384);
+
+  const int M = a.M, k = a.k, E = a.E, K = a.K, N = a.N;
+  const int P = M * k;
+  const bool act_fp16 = a.act_fp16 != 0;
+
+  // ---- 1. Permutation, redundantly in every CTA (identical in all: a stable order). ----
+  for (int s = tid; s < P; s += kThreads) {
+    const int id = a.topk_ids[s];
+    int e = -1;
+    if (id >= 0 && id < a.E_global) {
+      e = a.expert_map != nullptr ? a.expert_map[id] : id;
+      if (e < 0 || e >= E) e = -1;
+    }
+    slot_e[s] = e;
+  }
+  for (int e = tid; e <= E; e += kThreads) off[e] = 0;
+  __syncthreads();
+  for (int s = tid; s < P; s += kThreads)
+    if (slot_e[s] >= 0) atomicAdd(&off[slot_e[s]], 1);
+  __syncthreads();
+  block_exclusive_scan(off, E, scratch);  // off[e]: first sorted row of e; off[E]: local slots
+  for (int e = tid; e < E; e += kThreads) gbase[e] = off[e];  // running fill pointer
+  __syncthreads();
+  // Stable scatter (ascending slot inside an expert): warps take turns per chunk of 256 slots.
+  const unsigned lt_mask = (1u << lane) - 1u;
+  for (int c0 = 0; c0 < P; c0 += kThreads) {
+    const int s = c0 + tid;
+    const int e = s < P ? slot_e[s] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & lt_mask);
+    const int leader = __ffs(peers) - 1;
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w && e >= 0) {
+        int b = 0;
+        if (lane == leader) {
+          b = gbase[e];
+          gbase[e] = b + __popc(peers);
+        }
+        b = __shfl_sync(peers, b, leader);
+        sorted[b + rank] = s;
+      }
+      __syncthreads();
+    }
+  }
+  for (int e = tid; e < E; e += kThreads) gbase[e] = (off[e + 1] - off[e] + kMaxTok - 1) / kMaxTok;
+  __syncthreads();
+  block_exclusive_scan(gbase, E, scratch);
+
+  Tables T;
+  T.off = off;
+  T.gbase = gbase;
+  T.G = gbase[E];
+  T.n1 = T.G * a.t1.tiles * a.t1.split;
+  T.total = T.n1 + T.G * a.t2.tiles * a.t2.split;
+  const int grid = static_cast<int>(gridDim.x);
+
+  if (T.G == 0) {  // no local slot: the output is zeros (counters untouched)
+    std::uint16_t* o = static_cast<std::uint16_t*>(a.out);
+    const std::int64_t total = static_cast<std::int64_t>(M) * K;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + tid; i < total;
+         i += static_cast<std::int64_t>(grid) * kThreads)
+      o[i] = 0;
+    return;
+  }
+
+  // ---- 2. Weight pipeline: the loader walks this CTA's items ahead of the consumer. ----
+  int l_item = static_cast<int>(blockIdx.x);
+  Item L = decode_item<kEb>(a, T, l_item);
+  int l_stage = 0, load_no = 0;
+  auto load_stage = [&](const Item& it, int ls, int slot) {
+    const bool g1 = it.gemm == 1;
+    const GemmTiling& t = g1 ? a.t1 : a.t2;
+    const int rows = t.rows;
+    const int skb = kStageBytes / rows;
+    const int cpr_log = 31 - __clz(skb >> 4);  // 16-byte chunks per row and stage (power of 2)
+    const std::int64_t row_bytes = static_cast<std::int64_t>(g1 ? K : N) * kEb;
+    const std::uint8_t* wbase = g1 ? a.w13 : a.w2;
+    const bool vec16 = (g1 ? a.vec16_1 : a.vec16_2) != 0;
+    const std::uint32_t dst_stage = stages_u32 + slot * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kStageBytes / 16 / kThreads; ++i) {
+      const int q = tid + kThreads * i;
+      const int r = q >> cpr_log, j = q & ((1 << cpr_log) - 1);
+      const int sg = j >> 3, c = j & 7;
+      const std::uint32_t dst = dst_stage + sg * rows * 128 + r * 128 + ((c ^ (r & 7)) << 4);
+      bool ok;
+      std::int64_t grow;
+      if (g1) {
+        const int C = rows >> 1;
+        const int cr = r < C ? r : r - C;
+        const int n = it.tile * C + cr;
+        ok = n < N;
+        grow = static_cast<std::int64_t>(it.e) * 2 * N + (r < C ? 0 : N) + n;
+      } else {
+        const int kr = it.tile * rows + r;
+        ok = kr < K;
+        grow = static_cast<std::int64_t>(it.e) * K + kr;
+      }
+      const std::int64_t boff = it.kb + static_cast<std::int64_t>(ls) * skb + j * 16;
+      const std::uint8_t* src = wbase + grow * row_bytes + boff;
+      if (vec16) {
+        const bool v = ok && boff < row_bytes;
+        ptx::cp_async_16(dst, v ? src : wbase, v ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool v = ok && boff + 8 * h < row_bytes;
+          ptx::cp_async_8(dst + 8 * h, v ? src + 8 * h : wbase, v ? 8 : 0);
+        }
+      }
+    }
+  };
+  auto issue = [&]() {
+    if (L.gemm != 0) {
+      load_stage(L, l_stage, load_no % kStages);
+      ++load_no;
+      if (++l_stage == L.nst) {
+        l_item += grid;
+        L = decode_item<kEb>(a, T, l_item);
+        l_stage = 0;
+      }
+    }
+    ptx::cp_async_commit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < kStages - 1; ++s) issue();
+
+  // ---- 3. Per-tensor scales (the weights above stream meanwhile). ----
+  if (a.scale_mode == 1) {
+    if (a.dyn_a1) {
+      // Every CTA computes absmax(hidden) itself: M*K is small at decode, and it saves a grid sync.
+      float m = 0.0f;
+      const std::int64_t nvec = static_cast<std::int64_t>(M) * K / 8;
+      const uint4* h = static_cast<const uint4*>(a.hidden);
+      for (std::int64_t i = tid; i < nvec; i += kThreads) {
+        float x[8];
+        unpack8(__ldg(h + i), act_fp16, x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(x[j]));
+      }
+      m = block_max(m, fscratch);
+      if (tid == 0) s_scale[0] = dyn_scale(m);
+    } else if (tid == 0) {
+      s_scale[0] = a.a13_scale[0];
+    }
+    if (!a.dyn_a2 && tid == 0) s_scale[1] = a.a2_scale[0];
+  }
+  __syncthreads();
+
+  const int tiles1 = a.t1.tiles;
+  int cons_no = 0;
+  float acc[2][4];
+
+#pragma unroll 1
+  for (int c_item = static_cast<int>(blockIdx.x);; c_item += grid) {
+    const Item it = decode_item<kEb>(a, T, c_item);
+    if (it.gemm == 0) break;
+    const bool g1 = it.gemm == 1;
+    const GemmTiling& t = g1 ? a.t1 : a.t2;
+    const int rows = t.rows;
+    const int skb = kStageBytes / rows;
+    const int pitch = it.nst * skb + 16;  // +16: 8 token rows of one ldmatrix hit 8 bank groups
+
+    // ---- 3a. Token operand of the item: [16][nst * skb] bytes, zero past cnt and the range. ----
+    if (tid < kMaxTok) {
+      const int slot = tid < it.cnt ? sorted[it.row0 + tid] : 0;
+      tok_slot[tid] = slot;
+      tok_w[tid] = tid < it.cnt ? a.topk_weights[slot] : 0.0f;
+    }
+    if (!g1 && tid == 0) {
+      // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,
+      // every group's): wait for the GEMM1 items that write them (all numbered lower).
+      if (a.scale_mode == 1 && a.dyn_a2) {
+        spin_until(a.counters + 0, static_cast<std::uint32_t>(T.G * tiles1));
+        const std::uint32_t bits = ld_acquire(a.counters + 1);
+        s_scale[1] = dyn_scale(__uint_as_float(bits));
+      } else {
+        spin_until(a.grp_done + it.g, static_cast<std::uint32_t>(tiles1));
+      }
+    }
+    __syncthreads();
+    if (a.scale_mode == 2) {
+      // Per-channel: the scale of each token row over its full length (hidden row for GEMM1,
+      // intermediate row for GEMM2), a warp per token.
+      for (int tt = warp; tt < it.cnt; tt += kWarps) {
+        float m = 0.0f;
+        if (g1) {
+          const uint4* h = static_cast<const uint4*>(a.hidden) + static_cast<std::int64_t>(tok_slot[tt] / k) * K / 8;
+          for (int i = lane; i < K / 8; i += 32) {
+            float x[8];
+            unpack8(__ldg(h + i), act_fp16, x);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(x[j]));
+          }
+        } else {
+          const float4* h = reinterpret_cast<const float4*>(a.inter + static_cast<std::int64_t>(it.row0 + tt) * N);
+          for (int i = lane; i < N / 4; i += 32) {
+            const float4 x = __ldcg(h + i);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+          }
+        }
+        m = warp_max(m);
+        if (lane == 0) tok_scale[tt] = dyn_scale(m);
+      }
+      __syncthreads();
+    }
+    {
+      const int nv = it.nst * skb / kEb / 8;  // 8-element vectors per token row
+      const int kel0 = it.kb / kEb;
+      const int len = g1 ? K : N;
+      const float inv_pt = a.scale_mode == 1 ? 1.0f / s_scale[g1 ? 0 : 1] : 1.0f;
+      for (int idx = tid; idx < kMaxTok * nv; idx += kThreads) {
+        const int tt = idx / nv, v = idx - tt * nv;
+        const int kel = kel0 + 8 * v;
+        float x[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] = 0.0f;
+        if (tt < it.cnt && kel < len) {
+          if (g1) {
+            const std::int64_t m = tok_slot[tt] / k;
+            unpack8(__ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(a.hidden) + m * K + kel)),
+                    act_fp16, x);
+          } else {
+            const float4* src = reinterpret_cast<const float4*>(a.inter + static_cast<std::int64_t>(it.row0 + tt) * N + kel);
+            const float4 x0 = __ldcg(src), x1 = __ldcg(src + 1);
+            x[0] = x0.x; x[1] = x0.y; x[2] = x0.z; x[3] = x0.w;
+            x[4] = x1.x; x[5] = x1.y; x[6] = x1.z; x[7] = x1.w;
+          }
+        }
+        const float inv = a.scale_mode == 2 ? 1.0f / tok_scale[tt < it.cnt ? tt : 0] : inv_pt;
+        store_operand8<kOp>(tok + tt * pitch + 8 * v * kEb, x, inv);
+      }
+    }
+    // (the first stage's __syncthreads publishes the token buffer)
+
+    // ---- 3b. Main loop over the item's stages. ----
+    const int nmt = rows >> 4;              // m16 tiles
+    const int mt = warp & (nmt - 1);
+    const int sg = warp / nmt;              // 128-byte segment of the stage
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][c] = 0.0f;
+    const std::uint32_t a_row_off = sg * rows * 128 + (16 * mt + (lane & 15)) * 128;
+    const std::uint32_t b_row = tok_u32 + ((lane & 7) + 8 * (lane >> 4)) * pitch + sg * 128 + ((lane >> 3) & 1) * 16;
+#pragma unroll 1
+    for (int cs = 0; cs < it.nst; ++cs) {
+      ptx::cp_async_wait<kStages - 2>();
+      __syncthreads();
+      issue();
+      const std::uint32_t sa = stages_u32 + (cons_no % kStages) * kStageBytes + a_row_off;
+      const std::uint32_t sb = b_row + cs * skb;
+      ++cons_no;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        std::uint32_t af[4], bf[4];
+        ptx::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
+        ptx::ldmatrix_x4(bf, sb + kk * 32);
+        mma<kOp>(acc[0], af, bf[0], bf[1]);
+        mma<kOp>(acc[1], af, bf[2], bf[3]);
+      }
+    }
+
+    // ---- 3c. Reduce the segments (fixed order), then the splits (fixed order). ----
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = 16 * mt + (lane >> 2) + 8 * (c >> 1);
+        const int tt = 8 * nt + 2 * (lane & 3) + (c & 1);
+        red[(sg * kMaxTok + tt) * rows + r] = acc[nt][c];
+      }
+    __syncthreads();
+    const int nseg = kWarps / nmt;
+    for (int idx = tid; idx < kMaxTok * rows; idx += kThreads) {
+      float v = red[idx];
+      for (int s2 = 1; s2 < nseg; ++s2) v += red[s2 * kMaxTok * rows + idx];
+      red[idx] = v;  // [token][row]
+    }
+    const int S = t.split;
+    if (S > 1) {
+      float* part = g1 ? a.part1 : a.part2;
+      auto part_at = [&](int s, int tt, int r) {
+        return part + ((static_cast<std::int64_t>(it.tile) * S + s) * P + it.row0 + tt) * rows + r;
+      };
+      for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
+        const int tt = idx / rows, r = idx - tt * rows;
+        __stcg(part_at(it.split, tt, r), red[idx]);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        __threadfence();
+        std::uint32_t* ticket = (g1 ? a.t1_ticket + static_cast<std::int64_t>(it.g) * a.tiles1_stride
+                                    : a.t2_ticket + static_cast<std::int64_t>(it.g) * a.tiles2_stride) + it.tile;
+        const bool last = atom_add_acq_rel(ticket, 1) == static_cast<std::uint32_t>(S - 1);
+        if (last) *ticket = 0;  // its last user this launch: leave it zero for the next one
+        *s_flag = last;
+      }
+      __syncthreads();
+      if (!*s_flag) continue;  // another split finishes this (group, tile)
+      __threadfence();
+      for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
+        const int tt = idx / rows, r = idx - tt * rows;
+        float v = 0.0f;
+        for (int s = 0; s < S; ++s) v += __ldcg(part_at(s, tt, r));
+        red[idx] = v;
+      }
+    }
+    __syncthreads();
+
+    // ---- 3d. Epilogues. ----
+    const int e = it.e;
+    if (g1) {
+      const int C = rows >> 1;
+      float amax = 0.0f;
+      for (int idx = tid; idx < it.cnt * C; idx += kThreads) {
+        const int tt = idx / C, c = idx - tt * C;
+        const int n = it.tile * C + c;
+        if (n >= N) continue;
+        float g = red[tt * rows + c], u = red[tt * rows + C + c];
+        const std::int64_t rg = static_cast<std::int64_t>(e) * 2 * N + n, ru = rg + N;
+        if (a.scale_mode == 1) {
+          const float sa = s_scale[0], sw = a.w13_scale[e];
+          g = g * sa * sw;
+          u = u * sa * sw;
+        } else if (a.scale_mode == 2) {
+          const float sa = tok_scale[tt];
+          g = g * sa * a.w13_scale[rg];
+          u = u * sa * a.w13_scale[ru];
+        }
+        if (a.weight_on_input) {
+          g *= tok_w[tt];
+          u *= tok_w[tt];
+        }
+        if (a.bias13_type != 0) {
+          g += load_bias(a.b13, a.bias13_type, rg);
+          u += load_bias(a.b13, a.bias13_type, ru);
+        }
+        const float h = activate(g, u, a.act_kind, a.alpha, a.limit);
+        __stcg(a.inter + static_cast<std::int64_t>(it.row0 + tt) * N + n, h);
+        amax = fmaxf(amax, fabsf(h));
+      }
+      const bool dyn2 = a.scale_mode == 1 && a.dyn_a2;
+      if (dyn2) amax = block_max(amax, fscratch);
+      __syncthreads();
+      if (tid == 0) {
+        if (dyn2) atomicMax(a.counters + 1, __float_as_uint(amax));
+        __threadfence();
+        red_release_add(a.grp_done + it.g, 1);
+        if (dyn2) red_release_add(a.counters + 0, 1);
+      }
+    } else {
+      for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
+        const int tt = idx / rows, r = idx - tt * rows;
+        const int kc = it.tile * rows + r;
+        if (kc >= K) continue;
+        float v = red[idx];
+        const std::int64_t wr = static_cast<std::int64_t>(e) * K + kc;
+        if (a.scale_mode == 1) v = v * s_scale[1] * a.w2_scale[e];
+        else if (a.scale_mode == 2) v = v * tok_scale[tt] * a.w2_scale[wr];
+        if (a.bias2_type != 0) v += load_bias(a.b2, a.bias2_type, wr);
+        if (!a.weight_on_input) v *= tok_w[tt];
+        __stcg(a.y + static_cast<std::int64_t>(tok_slot[tt]) * K + kc, v);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        __threadfence();
+        std::uint32_t* ticket = a.comb + it.tile;
+        const bool last = atom_add_acq_rel(ticket, 1) == static_cast<std::uint32_t>(T.G - 1);
+        if (last) *ticket = 0;
+        *s_flag = last;
+      }
+      __syncthreads();
+      if (*s_flag) {
+        // ---- 3e. Combine this K tile: every group's GEMM2 output for it is in y. ----
+        __threadfence();
+        for (int idx = tid; idx < M * rows; idx += kThreads) {
+          const int m = idx / rows, r = idx - m * rows;
+          const int kc = it.tile * rows + r;
+          if (kc >= K) continue;
+          float sum = 0.0f;
+          for (int j = 0; j < k; ++j) {
+            const int s = m * k + j;
+            if (slot_e[s] >= 0) sum += __ldcg(a.y + static_cast<std::int64_t>(s) * K + kc);
+          }
+          const std::int64_t o = static_cast<std::int64_t>(m) * K + kc;
+          if (act_fp16) static_cast<__half*>(a.out)[o] = __float2half_rn(sum);
+          else static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(sum);
+        }
+      }
+    }
+    // The next item's token staging overwrites tok_* and the token buffer: everyone is past
+    // this item's reads after this barrier.
+    __syncthreads();
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- 4. The last CTA out resets the counters that outlive their users (tickets reset
+  // themselves), so the next launch starts from zero without a memset. ----
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    *s_flag = atom_add_acq_rel(a.counters + 2, 1) == static_cast<std::uint32_t>(grid - 1);
+  }
+  __syncthreads();
+  if (*s_flag) {
+    for (int g = tid; g < T.G; g += kThreads) a.grp_done[g] = 0;
+    if (tid == 0) {
+      a.counters[0] = 0;
+      a.counters[1] = 0;
+      a.counters[2] = 0;
+    }
+  }
+}
+
+}  // namespace moekit::cuda::fused_moe

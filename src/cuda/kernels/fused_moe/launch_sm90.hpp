@@ -1,0 +1,34 @@
+// Host entry points of the single-launch fused MoE path (sm_90a), for low concurrency (decode,
+// a few tokens): one persistent launch does the permutation, GEMM1 + activation, GEMM2 and the
+// weighted combine. Host-safe: no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/call.hpp"
+#include "cuda/kernels/fused_moe/params.hpp"
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda {
+
+/// True when the fused path can run `problem` (sizes and options only; the device is probed by
+/// the launcher). Otherwise false with the reason in *why (if given). Never throws.
+bool can_implement_fused_sm90(const MoeProblem& problem, std::string* why);
+
+/// Bytes of workspace the fused path needs for `problem` (sizes only; 0 when M == 0).
+std::size_t fused_workspace_size(const MoeProblem& problem);
+
+/// One launch (plus a small cudaMemsetAsync of the counters when params.zero_counters) on
+/// `stream` (cudaStream_t). Throws Error(kNotSupported) when can_implement_fused_sm90 is false or
+/// the device cannot hold one CTA per SM, Error(kInvalidArgument) when the workspace is too
+/// small, Error(kCudaError) on a failed CUDA call. No allocation, no host synchronization:
+/// CUDA-graph capturable. Does nothing when M == 0.
+void launch_fused_moe_sm90(const FusedMoeParams& params, void* stream);
+
+/// Everything for one resolved call: fills FusedMoeParams from `call` (fused_experts: topk_ids /
+/// topk_weights given) and launches on call.stream with `workspace` (at least
+/// fused_workspace_size(call.problem) bytes). The current device must be call.device.
+void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace);
+
+}  // namespace moekit::cuda

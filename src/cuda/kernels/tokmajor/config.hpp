@@ -1,0 +1,112 @@
+// Tile constants, shared-memory layout and kernel parameters of the token-major prefill GEMM
+// (sm_90a), host-visible: the launcher sizes the grid and shared memory from them, the kernel
+// lays out its pipeline with them, inst/*.cu instantiate the kernel for each operand type.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a plain 128-byte struct; no driver call is made here)
+
+#include <cstdint>
+
+namespace moekit::cuda::tokmajor {
+
+// 128 token rows per tile: two consumer warpgroups, each wgmma M = 64.
+inline constexpr int kBlockM = 128;
+// Output columns per tile (wgmma N): 256 (the CUTLASS-optimal 128x256 Hopper tile: 128 fp32
+// accumulators per consumer thread) except fp8_block128, whose per-K-group promotion needs a
+// second accumulator set, so 2 x 64 registers at N = 128. GEMM1 splits N between gate and up:
+// a 256-wide tile holds 128 gate rows n..n+127 and the matching up rows N+n.., i.e. 128 outputs.
+constexpr int block_n(bool block128) { return block128 ? 128 : 256; }
+// One pipeline stage spans 128 bytes of K (64 bf16 or 128 e4m3 = one block128 K group): one row
+// of the 128-byte swizzle atom, the widest box TMA accepts with SWIZZLE_128B.
+inline constexpr int kStageKBytes = 128;
+inline constexpr int kATileBytes = kBlockM * kStageKBytes;  // 16 KB of tokens
+constexpr int b_tile_bytes(bool block128) { return block_n(block128) * kStageKBytes; }  // 32 or 16 KB
+constexpr int stage_bytes(bool block128) { return kATileBytes + b_tile_bytes(block128); }
+// Warpgroup 0 produces (one thread issues TMA of the weight tile, all 128 gather A rows with
+// cp.async), warpgroups 1 and 2 run wgmma on rows [0, 64) and [64, 128) of the tile.
+inline constexpr int kProducerThreads = 128;
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
+// setmaxnreg: 128 x 56 + 256 x 224 = 64512 <= 65536 registers of the SM (the producer keeps 8
+// gathered row indices live; the consumers need 128 accumulators + the epilogue).
+inline constexpr int kProducerRegs = 56;
+inline constexpr int kConsumerRegs = 224;
+// Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
+// rest holds the barriers, the block128 scales and the expert table.
+constexpr int num_stages(bool block128) { return block128 ? 6 : 4; }
+inline constexpr int kSmemLimit = 227 * 1024;
+// The expert table (row offsets and tile prefix) lives in shared memory.
+inline constexpr int kMaxExperts = 1024;
+
+// Shared-memory layout in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
+struct SmemLayout {
+  int stages;
+  int stage_bytes;    // stage s: A tile at s * stage_bytes, B tile 16 KB later
+  int a_scale_off;    // block128: float [stages][kBlockM] row scales of the stage's K group
+  int b_scale_off;    // block128: float [stages][2] weight-block scales (first, second B box)
+  int full_bar_off;   // uint64 [stages]
+  int empty_bar_off;  // uint64 [stages]
+  int table_off;      // int row_offsets[E+1], int tile_prefix[E+1]
+  int bytes;          // total, including 1024 bytes of alignment slack
+};
+
+constexpr SmemLayout smem_layout(bool block128, int num_experts) {
+  SmemLayout l{};
+  l.stages = num_stages(block128);
+  l.stage_bytes = stage_bytes(block128);
+  l.a_scale_off = l.stages * l.stage_bytes;
+  l.b_scale_off = l.a_scale_off + l.stages * kBlockM * 4;
+  l.full_bar_off = (l.b_scale_off + l.stages * 2 * 4 + 7) / 8 * 8;
+  l.empty_bar_off = l.full_bar_off + l.stages * 8;
+  l.table_off = l.empty_bar_off + l.stages * 8;
+  l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
+  return l;
+}
+
+static_assert(smem_layout(false, kMaxExperts).bytes <= kSmemLimit, "N=256 layout exceeds 227 KB");
+static_assert(smem_layout(true, kMaxExperts).bytes <= kSmemLimit, "block128 layout exceeds 227 KB");
+
+enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2, kScaleBlock128 = 3 };
+enum OutType : int { kOutF32 = 0, kOutBf16 = 1, kOutF16 = 2 };
+enum BiasType : int { kBiasNone = 0, kBiasF32 = 1, kBiasBf16 = 2, kBiasF16 = 3 };
+enum ActKind : int { kActSilu = 0, kActGelu = 1, kActSwigluOai = 2 };
+enum class Operand : int { kBf16, kF16, kE4m3 };
+
+// Kernel parameters, built by launch_sm90.cu from GroupedGemmParams.
+struct KernelParams {
+  // Weights B as a 3D tensor [E, rows_b, k_dim] (innermost first in the map), box [128 bytes of
+  // K, block_n / 2 rows, 1 expert], 128-byte swizzle, zeros outside the tensor.
+  CUtensorMap tmap_b;
+  const std::int32_t* row_offsets;   // [E+1]
+  const std::int32_t* sorted_slots;  // [rows] slot m*k+j of each expert-sorted row
+  const std::uint8_t* a;             // A rows of a_row_bytes each
+  const float* a_scale;              // per tensor [1] / per row of A / [rows of A, k_groups]
+  const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
+  const void* bias;                  // [E, rows_b] or null
+  const float* topk_weights;         // [M*k] by slot
+  void* out;
+  std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
+  std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
+  std::int64_t rows_b;               // 2N or K
+  int num_experts;
+  int top_k;
+  int num_col_tiles;                 // ceil(n_out / output columns per tile)
+  int num_k_stages;                  // ceil(a_row_bytes / 128)
+  int k_groups;                      // block128: ceil(k_dim / 128)
+  int row_blocks;                    // block128: ceil(rows_b / 128)
+  int gather_a;                      // A row of sorted row r = sorted_slots[r] / top_k, else r
+  int weight_on_input;
+  int scale_mode;                    // ScaleMode
+  int bias_type;                     // BiasType
+  int out_type;                      // OutType
+  int act;                           // ActKind
+  float alpha;
+  float limit;
+  SmemLayout smem;
+};
+
+// Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu).
+template <Operand kOp, bool kGateUp, bool kBlock128>
+void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream);
+
+}  // namespace moekit::cuda::tokmajor

@@ -1,0 +1,449 @@
+// Token-major grouped expert GEMM for prefill on sm_90a: persistent, warp-specialized. Per tile
+// (expert e, 128 expert-sorted token rows, 256 or 128 weight rows) a producer warpgroup streams
+// the weight tile through TMA and gathers the token rows with cp.async into the same 128-byte
+// swizzled layout, an mbarrier pipeline deep; two consumer warpgroups run wgmma (64 rows each)
+// with fp32 accumulators and apply the fused epilogue of params.hpp in registers.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/tokmajor/config.hpp"
+
+namespace moekit::cuda::tokmajor {
+
+template <Operand kOp> struct TagOf;
+template <> struct TagOf<Operand::kBf16> { using type = sm90::Bf16Tag; };
+template <> struct TagOf<Operand::kF16> { using type = sm90::F16Tag; };
+template <> struct TagOf<Operand::kE4m3> { using type = sm90::E4m3Tag; };
+
+// ---------------------------------------------------------------------------------------------
+// Tiles: (expert e, column tile, token tile), expert-major, then column tile, token tile fastest:
+// CTAs that run at the same time (consecutive tile ids) read the same weight tile (L2 hits) and
+// an expert's few token tiles, which stay in L2 across its column tiles.
+// ---------------------------------------------------------------------------------------------
+struct Tile {
+  int e;
+  int col;        // column tile
+  int row_begin;  // first expert-sorted row of the tile
+  int count;      // rows in the tile, 1..128
+};
+
+// prefix[e] = tiles of experts < e (prefix[0] = 0, prefix[E] = all tiles).
+__device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, Tile& t) {
+  if (w >= prefix[E]) return false;
+  int lo = 0, hi = E;  // invariant: prefix[lo] <= w < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= w) lo = mid; else hi = mid;
+  }
+  // Empty experts share their successor's prefix, so lo (the last expert with prefix <= w) has rows.
+  const int rows = off[lo + 1] - off[lo];
+  const int chunks = (rows + kBlockM - 1) / kBlockM;
+  const int local = w - prefix[lo];
+  const int chunk = local % chunks;
+  t.e = lo;
+  t.col = local / chunks;
+  t.row_begin = off[lo] + chunk * kBlockM;
+  t.count = min(kBlockM, rows - chunk * kBlockM);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue helpers.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
+  switch (type) {
+    case kBiasF32: return static_cast<const float*>(bias)[i];
+    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
+    default: return 0.0f;
+  }
+}
+
+// The activation of docs/design.md in fp32; min/clamp keep a NaN input NaN (as the reference).
+__device__ __forceinline__ float activate(float g, float u, int act, float alpha, float limit) {
+  switch (act) {
+    case kActGelu: return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+    case kActSwigluOai: {
+      g = (limit < g) ? limit : g;
+      u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
+      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
+    }
+    default: return g / (1.0f + expf(-g)) * u;
+  }
+}
+
+// Two consecutive output columns (i even: 8-byte fp32 / 4-byte 16-bit aligned stores).
+__device__ __forceinline__ void store_pair(void* out, int type, std::int64_t i, float v0, float v1) {
+  switch (type) {
+    case kOutBf16:
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + i) = __floats2bfloat162_rn(v0, v1);
+      break;
+    case kOutF16:
+      *reinterpret_cast<__half2*>(static_cast<__half*>(out) + i) = __floats2half2_rn(v0, v1);
+      break;
+    default: *reinterpret_cast<float2*>(static_cast<float*>(out) + i) = make_float2(v0, v1); break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------
+template <Operand kOp, bool kGateUp, bool kBlock128>
+struct TokMajor {
+  using Tag = typename TagOf<kOp>::type;
+  static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
+  static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
+  static constexpr int kAcc = kBN / 2;            // fp32 accumulators per consumer thread
+  static constexpr int kStageBytes = stage_bytes(kBlock128);
+  static constexpr std::uint32_t kTmaBytes = b_tile_bytes(kBlock128);
+  static constexpr int kElemBytes = kOp == Operand::kE4m3 ? 1 : 2;
+
+  struct Smem {
+    std::uint32_t tiles;  // stage s: A [128 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
+    float* a_scale;       // [stages][kBlockM]
+    float* b_scale;       // [stages][2]
+    std::uint32_t full;   // barrier addresses (8 bytes apart)
+    std::uint32_t empty;
+    int* off;             // [E+1]
+    int* prefix;          // [E+1]
+    int stages;
+  };
+
+  // B rows of the two TMA boxes of a column tile: GEMM1 gate rows n.. and up rows N+n..; GEMM2
+  // the two halves of kBN consecutive rows.
+  static __device__ __forceinline__ int box_row(const KernelParams& p, int col, int box) {
+    if (kGateUp) return (box ? static_cast<int>(p.n_out) : 0) + col * kBox;
+    return col * kBN + box * kBox;
+  }
+
+  // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
+  static __device__ void produce(const KernelParams& p, const Smem& s) {
+    const int t = threadIdx.x;  // 0..127
+    const int chunk16 = t & 7;  // 16-byte chunk of the 128-byte K slice this thread copies
+    const int row0 = t >> 3;    // tile rows row0 + 16 i, i = 0..7
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (int w = blockIdx.x;; w += gridDim.x) {
+      Tile tl;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, tl)) break;
+      // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
+      // skipped: wgmma rows are independent, and the epilogue drops them).
+      int arow[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int rr = row0 + 16 * i;
+        arow[i] = -1;
+        if (rr < tl.count) {
+          const int r = tl.row_begin + rr;
+          arow[i] = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        }
+      }
+      int srow = -1;  // block128: A row of tile row t, whose group scales this thread copies
+      if (kBlock128 && t < tl.count) {
+        const int r = tl.row_begin + t;
+        srow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+      }
+      const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
+
+      for (int ks = 0; ks < p.num_k_stages; ++ks) {
+        const std::uint32_t full = s.full + 8 * stage;
+        const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
+        const std::uint32_t b_dst = a_dst + kATileBytes;
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (t == 0) {
+          sm90::mbar_arrive_expect_tx(full, kTmaBytes);
+          const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
+          sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, tl.e);
+          sm90::tma_load_3d(b_dst + kBox * kStageKBytes, &p.tmap_b, full, k0, brow1, tl.e);
+        }
+        const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
+        const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (arow[i] < 0) continue;
+          const int rr = row0 + 16 * i;
+          const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
+          sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
+                                  k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
+        }
+        if (kBlock128) {
+          // One stage = one 128-wide K group: the row scales and the two weight-block scales.
+          if (srow >= 0)
+            sm90::cp_async_4_zfill(sm90::smem_addr(s.a_scale + stage * kBlockM + t),
+                                   p.a_scale + static_cast<std::int64_t>(srow) * p.k_groups + ks, 4);
+          if (t == 1 || t == 2) {
+            const int rb = (t == 1 ? brow0 : brow1) / 128;
+            sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - 1)),
+                                   p.b_scale + (static_cast<std::int64_t>(tl.e) * p.row_blocks + rb) * p.k_groups + ks,
+                                   4);
+          }
+        }
+        sm90::cp_async_mbar_arrive_noinc(full);
+        if (++stage == s.stages) { stage = 0; phase ^= 1; }
+      }
+    }
+    sm90::cp_async_wait_all_groups();
+  }
+
+  // ---- consumer warpgroups: wgmma main loop over K, epilogue in registers ----
+  static __device__ void consume(const KernelParams& p, const Smem& s) {
+    const int ct = threadIdx.x - kProducerThreads;  // 0..255
+    const int wg = ct >> 7;                         // rows [64 wg, 64 wg + 64) of the tile
+    const int warp = (ct >> 5) & 3, lane = ct & 31;
+    const std::uint32_t a_off = wg * 64 * kStageKBytes;
+    const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+    int stage = 0;
+    std::uint32_t phase = 0;
+
+    for (int w = blockIdx.x;; w += gridDim.x) {
+      Tile tl;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, tl)) break;
+
+      // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
+      // their per-row values load now and land during the main loop.
+      int rloc[2], slot[2];
+      float tw[2], ts[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        rloc[h] = 64 * wg + 16 * warp + (lane >> 2) + 8 * h;
+        slot[h] = -1;
+        tw[h] = 1.0f;
+        ts[h] = 1.0f;
+        if (rloc[h] < tl.count) {
+          const int r = tl.row_begin + rloc[h];
+          slot[h] = p.sorted_slots[r];
+          if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
+          if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
+          else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
+        }
+      }
+
+      float acc[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      if (!kBlock128) {
+        int prev = 0;
+        for (int ks = 0; ks < p.num_k_stages; ++ks) {
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          sm90::fence_regs<kAcc>(acc);
+          sm90::wgmma_fence();
+          const std::uint32_t st = s.tiles + stage * kStageBytes;
+          const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
+          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+          sm90::wgmma_commit();
+          sm90::fence_regs<kAcc>(acc);
+          if (ks > 0) {
+            // The previous stage's wgmma group is done: its shared memory can be refilled.
+            sm90::wgmma_wait<1>();
+            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+          }
+          prev = stage;
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
+        }
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<kAcc>(acc);
+        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+      } else {
+        // block128 (DeepGEMM style): each stage is one 128-wide K group; its partial sum is
+        // promoted into acc scaled by the row's group scale and the weight block's scale.
+        float tmp[kAcc];
+        for (int ks = 0; ks < p.num_k_stages; ++ks) {
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          sm90::fence_regs<kAcc>(tmp);
+          sm90::wgmma_fence();
+          const std::uint32_t st = s.tiles + stage * kStageBytes;
+          const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
+          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(tmp, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs<kAcc>(tmp);
+          const float sa0 = s.a_scale[stage * kBlockM + rloc[0]];
+          const float sa1 = s.a_scale[stage * kBlockM + rloc[1]];
+          const float bs0 = s.b_scale[stage * 2 + 0];
+          const float bs1 = s.b_scale[stage * 2 + 1];
+          __syncwarp();  // every lane has read the stage's scales before lane 0 releases it
+          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const float bs = j < kBN / 16 ? bs0 : bs1;  // columns of the first / second box
+            acc[4 * j + 0] += tmp[4 * j + 0] * (sa0 * bs);
+            acc[4 * j + 1] += tmp[4 * j + 1] * (sa0 * bs);
+            acc[4 * j + 2] += tmp[4 * j + 2] * (sa1 * bs);
+            acc[4 * j + 3] += tmp[4 * j + 3] * (sa1 * bs);
+          }
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
+        }
+      }
+
+      // Epilogue. Column pairs 8j + 2(lane%4) + {0,1} of the accumulator.
+      const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
+      if (kGateUp) {
+        // Gate column n (j < kBN/16) and its up column (j + kBN/16) sit in the same thread.
+        const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBox;
+#pragma unroll
+        for (int j = 0; j < kBN / 16; ++j) {
+          const std::int64_t n0 = nbase + 8 * j + 2 * (lane & 3);
+          if (n0 >= p.n_out) continue;  // n_out is even: the pair is in or out together
+          float gs[2] = {1.0f, 1.0f}, us[2] = {1.0f, 1.0f}, gb[2] = {0.0f, 0.0f}, ub[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (p.scale_mode == kScalePerChannel) {
+              gs[c] = p.b_scale[rb + n0 + c];
+              us[c] = p.b_scale[rb + p.n_out + n0 + c];
+            }
+            if (p.bias) {
+              gb[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
+              ub[c] = load_bias(p.bias, p.bias_type, rb + p.n_out + n0 + c);
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (slot[h] < 0) continue;
+            float v[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float g = acc[4 * j + 2 * h + c], u = acc[4 * (j + kBN / 16) + 2 * h + c];
+              if (scaled) {
+                g *= ts[h] * gs[c];
+                u *= ts[h] * us[c];
+              }
+              if (p.weight_on_input) {
+                g *= tw[h];
+                u *= tw[h];
+              }
+              v[c] = activate(g + gb[c], u + ub[c], p.act, p.alpha, p.limit);
+            }
+            store_pair(p.out, p.out_type, static_cast<std::int64_t>(tl.row_begin + rloc[h]) * p.n_out + n0, v[0], v[1]);
+          }
+        }
+      } else {
+        // GEMM2: fp32 rows scattered to the slot's own row of out [M*k, K].
+        const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const std::int64_t n0 = nbase + 8 * j + 2 * (lane & 3);
+          if (n0 >= p.n_out) continue;
+          float bs[2] = {1.0f, 1.0f}, bi[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
+            if (p.bias) bi[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (slot[h] < 0) continue;
+            float v[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float x = acc[4 * j + 2 * h + c];
+              if (scaled) x *= ts[h] * bs[c];
+              x += bi[c];
+              if (!p.weight_on_input) x *= tw[h];
+              v[c] = x;
+            }
+            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + static_cast<std::int64_t>(slot[h]) * p.n_out + n0) =
+                make_float2(v[0], v[1]);
+          }
+        }
+      }
+    }
+  }
+};
+
+// Persistent: CTA b takes tiles b, b + gridDim.x, ...; every thread walks the same tile list.
+template <Operand kOp, bool kGateUp, bool kBlock128>
+__global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using K = TokMajor<kOp, kGateUp, kBlock128>;
+  extern __shared__ std::uint8_t smem_raw[];
+  const SmemLayout& L = p.smem;
+  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
+      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
+  typename K::Smem s;
+  s.tiles = sm90::smem_addr(base);
+  s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
+  s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
+  s.full = sm90::smem_addr(base + L.full_bar_off);
+  s.empty = sm90::smem_addr(base + L.empty_bar_off);
+  s.off = reinterpret_cast<int*>(base + L.table_off);
+  s.prefix = s.off + (p.num_experts + 1);
+  s.stages = L.stages;
+
+  const int E = p.num_experts;
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensormap(&p.tmap_b);
+    for (int i = 0; i < s.stages; ++i) {
+      // full: thread 0's expect_tx arrival + one cp.async arrival per producer thread.
+      sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
+      // empty: one arrival per consumer warp once its wgmma reads of the stage completed.
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
+  __syncthreads();
+  // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int running = 0;
+    if (lane == 0) s.prefix[0] = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + lane;
+      int tiles = 0;
+      if (e < E) {
+        const int rows = max(0, s.off[e + 1] - s.off[e]);
+        tiles = (rows + kBlockM - 1) / kBlockM * p.num_col_tiles;
+      }
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, tiles, d);
+        if (lane >= d) tiles += v;
+      }
+      if (e < E) s.prefix[e + 1] = running + tiles;
+      running += __shfl_sync(0xffffffffu, tiles, 31);
+    }
+  }
+  __syncthreads();
+
+  if (threadIdx.x < kProducerThreads) {
+    sm90::setmaxnreg_dec<kProducerRegs>();
+    K::produce(p, s);
+  } else {
+    sm90::setmaxnreg_inc<kConsumerRegs>();
+    K::consume(p, s);
+  }
+#endif
+}
+
+template <Operand kOp, bool kGateUp, bool kBlock128>
+void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
+  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128>;
+  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
+  static std::atomic<std::uint64_t> configured{0};
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
+  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  kernel<<<grid, kThreads, kp.smem.bytes, static_cast<cudaStream_t>(stream)>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moekit::cuda::tokmajor

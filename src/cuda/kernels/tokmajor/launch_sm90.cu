@@ -1,0 +1,247 @@
+// Host side of the token-major prefill GEMM: checks what the kernel supports (can_implement),
+// builds the TMA descriptor of the expert weights, sizes the persistent grid and calls the
+// instantiation of inst/*.cu. No kernel template is included here.
+#include "cuda/kernels/tokmajor/launch_sm90.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/kernels/tokmajor/config.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+using tokmajor::KernelParams;
+using tokmajor::Operand;
+
+bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
+std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+bool gate_up_of(const GroupedGemmParams& p) { return p.epilogue == GemmEpilogue::kGateUpActivation; }
+bool block128_of(const GroupedGemmParams& p) { return p.scheme == Scheme::kFp8Block128; }
+
+// Output columns of one tile: GEMM1 spends half of the tile's B rows on the up projection.
+std::int64_t out_cols(const GroupedGemmParams& p) {
+  const int bn = tokmajor::block_n(block128_of(p));
+  return gate_up_of(p) ? bn / 2 : bn;
+}
+
+// Upper bound of the tiles (expert, column tile, 128-row token tile) from host-known sizes:
+// sum_e ceil(rows_e / 128) <= (experts with rows) + rows / 128.
+std::int64_t max_tiles(const GroupedGemmParams& p) {
+  const std::int64_t chunks = std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / tokmajor::kBlockM;
+  return chunks * ceil_div(p.n_out, out_cols(p));
+}
+
+bool fail(std::string* why, const std::string& msg) {
+  if (why) *why = "tokmajor_sm90: " + msg;
+  return false;
+}
+
+bool aligned(const void* ptr, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
+  const bool gate_up = gate_up_of(p);
+  if (!gate_up && p.epilogue != GemmEpilogue::kBiasWeightScatter) return fail(why, "unknown epilogue");
+  switch (p.scheme) {
+    case Scheme::kBf16:
+      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
+        return fail(why, std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype));
+      break;
+    case Scheme::kFp8PerTensor:
+    case Scheme::kFp8PerChannel:
+    case Scheme::kFp8Block128: break;
+    default: return fail(why, "unknown scheme");
+  }
+  switch (p.activation.kind) {
+    case Activation::kSilu:
+    case Activation::kGelu:
+    case Activation::kSwigluOai: break;
+    default: return fail(why, "unknown activation");
+  }
+  if (p.num_experts < 1 || p.num_experts > tokmajor::kMaxExperts) {
+    std::ostringstream os;
+    os << "num_experts = " << p.num_experts << ", supported 1.." << tokmajor::kMaxExperts
+       << " (the expert table lives in shared memory)";
+    return fail(why, os.str());
+  }
+  if (p.n_out < 1 || p.k_dim < 1) {
+    std::ostringstream os;
+    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
+    return fail(why, os.str());
+  }
+  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return fail(why, "max_rows outside [0, 2^31)");
+  const std::int64_t es = element_bytes(p);
+  if ((p.k_dim * es) % 16 != 0) {
+    std::ostringstream os;
+    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
+       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
+    return fail(why, os.str());
+  }
+  if (p.n_out % 2 != 0) {
+    std::ostringstream os;
+    os << "n_out = " << p.n_out << " must be even (the epilogue stores pairs of columns)";
+    return fail(why, os.str());
+  }
+  const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
+  if (p.k_dim >= (std::int64_t{1} << 31) || rows_b >= (std::int64_t{1} << 31) ||
+      rows_b * p.k_dim * es >= (std::int64_t{1} << 40))
+    return fail(why, "weight tensor too large for a TMA descriptor");
+  if (ceil_div(p.k_dim * es, tokmajor::kStageKBytes) >= INT32_MAX) return fail(why, "k_dim too large");
+  if (max_tiles(p) >= INT32_MAX) return fail(why, "too many tiles (max_rows too large for this path)");
+  if (p.max_rows > 0) {
+    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
+      return fail(why, "a, b, out, row_offsets and sorted_slots must be non-null");
+    if (!aligned(p.a, 16) || !aligned(p.b, 16)) return fail(why, "a and b must be 16-byte aligned (TMA and cp.async)");
+    const std::uintptr_t out_align = p.out_dtype == DType::kFp32 ? 8 : 4;
+    if (!aligned(p.out, out_align)) {
+      std::ostringstream os;
+      os << "out must be " << out_align << "-byte aligned (pairs of columns are stored together)";
+      return fail(why, os.str());
+    }
+    if (is_fp8(p.scheme) && (!p.a_scale || !p.b_scale)) return fail(why, "fp8 schemes need a_scale and b_scale");
+  }
+  if (p.gather_a_by_token && p.top_k < 1) return fail(why, "gather_a_by_token needs top_k >= 1");
+  if (gate_up) {
+    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
+      return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
+    if (p.weight_on_input && !p.topk_weights && p.max_rows > 0)
+      return fail(why, "weight_on_input needs topk_weights");
+  } else {
+    if (p.out_dtype != DType::kFp32)
+      return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
+    if (!p.weight_on_input && !p.topk_weights && p.max_rows > 0)
+      return fail(why, "GEMM2 needs topk_weights unless weight_on_input");
+  }
+  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
+    return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
+  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
+    std::ostringstream os;
+    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
+          "block), got N = " << p.n_out;
+    return fail(why, os.str());
+  }
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return fail(why, "no usable CUDA device");
+  }
+  if (major != 9 || minor != 0) {
+    std::ostringstream os;
+    os << "needs an sm_90 GPU (wgmma, built for sm_90a), device " << dev << " is sm_" << major << minor;
+    return fail(why, os.str());
+  }
+  if (!sm90::encode_tiled_fn()) return fail(why, "cuTensorMapEncodeTiled not available from the driver");
+  return true;
+}
+
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
+  if (p.max_rows == 0) return;
+  std::string why;
+  if (!can_implement_tokmajor_sm90(p, &why)) throw Error(Status::kNotSupported, why);
+
+  const bool gate_up = gate_up_of(p);
+  const bool fp8 = is_fp8(p.scheme);
+  const bool block128 = block128_of(p);
+  const std::int64_t es = element_bytes(p);
+  const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
+  const int box_rows = tokmajor::block_n(block128) / 2;
+
+  KernelParams kp{};
+  // Weights [E, rows_b, k_dim]: dims innermost first; strides (bytes) of dims 1 and 2. A box is
+  // 128 bytes of K by half a tile of rows; the kernel loads two boxes per stage.
+  {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.k_dim), static_cast<cuuint64_t>(rows_b),
+                                static_cast<cuuint64_t>(p.num_experts)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_dim * es), static_cast<cuuint64_t>(rows_b * p.k_dim * es)};
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(tokmajor::kStageKBytes / es), static_cast<cuuint32_t>(box_rows), 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUtensorMapDataType dtype = fp8                           ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                      : p.act_dtype == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const CUresult res = sm90::encode_tiled_fn()(&kp.tmap_b, dtype, 3, const_cast<void*>(p.b), dims, strides, box,
+                                                 elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (res != CUDA_SUCCESS) {
+      std::ostringstream os;
+      os << "tokmajor_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for weights ["
+         << p.num_experts << ", " << rows_b << ", " << p.k_dim << "]";
+      throw Error(Status::kCudaError, os.str());
+    }
+  }
+  kp.row_offsets = p.row_offsets;
+  kp.sorted_slots = p.sorted_slots;
+  kp.a = static_cast<const std::uint8_t*>(p.a);
+  kp.a_scale = p.a_scale;
+  kp.b_scale = p.b_scale;
+  kp.bias = p.bias;
+  kp.topk_weights = p.topk_weights;
+  kp.out = p.out;
+  kp.a_row_bytes = p.k_dim * es;
+  kp.n_out = p.n_out;
+  kp.rows_b = rows_b;
+  kp.num_experts = p.num_experts;
+  kp.top_k = std::max(1, p.top_k);
+  kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
+  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, tokmajor::kStageKBytes));
+  kp.k_groups = static_cast<int>(ceil_div(p.k_dim, 128));
+  kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
+  kp.gather_a = p.gather_a_by_token ? 1 : 0;
+  kp.weight_on_input = p.weight_on_input ? 1 : 0;
+  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? tokmajor::kScalePerTensor
+                  : p.scheme == Scheme::kFp8PerChannel ? tokmajor::kScalePerChannel
+                  : p.scheme == Scheme::kFp8Block128   ? tokmajor::kScaleBlock128
+                                                       : tokmajor::kScaleNone;
+  kp.bias_type = !p.bias                        ? tokmajor::kBiasNone
+                 : p.bias_dtype == DType::kFp32 ? tokmajor::kBiasF32
+                 : p.bias_dtype == DType::kBf16 ? tokmajor::kBiasBf16
+                                                : tokmajor::kBiasF16;
+  kp.out_type = p.out_dtype == DType::kBf16   ? tokmajor::kOutBf16
+                : p.out_dtype == DType::kFp16 ? tokmajor::kOutF16
+                                              : tokmajor::kOutF32;
+  kp.act = p.activation.kind == Activation::kGelu        ? tokmajor::kActGelu
+           : p.activation.kind == Activation::kSwigluOai ? tokmajor::kActSwigluOai
+                                                         : tokmajor::kActSilu;
+  kp.alpha = p.activation.alpha;
+  kp.limit = p.activation.limit;
+  kp.smem = tokmajor::smem_layout(block128, p.num_experts);
+
+  // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more CTAs than tiles
+  // can exist; the real tile count is known on the device only (row_offsets), no host sync.
+  const std::int64_t tiles = max_tiles(p);
+  if (tiles == 0) return;
+  int dev = 0, sms = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, sms)));
+
+  if (fp8) {
+    if (block128) {
+      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, true>(kp, grid, stream);
+      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, true>(kp, grid, stream);
+    } else {
+      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, false>(kp, grid, stream);
+      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, false>(kp, grid, stream);
+    }
+  } else if (p.act_dtype == DType::kFp16) {
+    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kF16, true, false>(kp, grid, stream);
+    else tokmajor::run_tokmajor_sm90<Operand::kF16, false, false>(kp, grid, stream);
+  } else {
+    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kBf16, true, false>(kp, grid, stream);
+    else tokmajor::run_tokmajor_sm90<Operand::kBf16, false, false>(kp, grid, stream);
+  }
+}
+
+}  // namespace moekit::cuda

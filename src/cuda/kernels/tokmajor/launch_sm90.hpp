@@ -1,0 +1,20 @@
+// Host entry points of the token-major prefill GEMM (sm_90a): the same GroupedGemmParams contract
+// as launch_grouped_gemm, for calls where experts see many tokens (prefill, M >= ~1024).
+#pragma once
+
+#include <string>
+
+#include "cuda/kernels/grouped_gemm/params.hpp"
+
+namespace moekit::cuda {
+
+// True when this path can run `params` on the current device; otherwise false with the reason in
+// *why (if given). Never throws.
+bool can_implement_tokmajor_sm90(const GroupedGemmParams& params, std::string* why);
+
+// Launch on `stream` (cudaStream_t). Throws moekit::Error(kNotSupported) when
+// can_implement_tokmajor_sm90 is false, Error(kCudaError) when a CUDA call fails. Does nothing
+// when max_rows == 0. No allocation, no host synchronization: CUDA-graph capturable.
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream);
+
+}  // namespace moekit::cuda

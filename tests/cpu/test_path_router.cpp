@@ -1,0 +1,174 @@
+// The kernel-path router's choice function (src/core/path_router.cpp), host only: deterministic,
+// decode -> Swap-AB and prefill -> mma, a GEMM Swap-AB declines falls back to mma under auto,
+// forced names are honoured, unknown names and impossible forced paths are errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/path_router.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit {
+namespace {
+
+using detail::choose_paths;
+using detail::GemmImpl;
+
+MoeProblem preset(const char* name, std::int64_t M, int tp, Scheme scheme = Scheme::kBf16) {
+  return preset_problem(find_preset(name), M, tp, scheme);
+}
+
+TEST(CpuPathRouter, Deterministic) {
+  for (const ModelPreset& pr : model_presets())
+    for (std::int64_t M : {1, 7, 64, 256, 1000, 4096, 8192})
+      for (int tp : {1, 8})
+        for (const char* forced : {static_cast<const char*>(nullptr), "auto", "mma", "swapab"}) {
+          const MoeProblem p = preset_problem(pr, M, tp, Scheme::kFp8PerTensor);
+          const detail::DispatchPlan a = choose_paths(p, 132, forced, true, true);
+          const detail::DispatchPlan b = choose_paths(p, 132, forced, true, true);
+          EXPECT_EQ(a.describe(), b.describe()) << p.to_string();
+          EXPECT_EQ(a.reason, b.reason);
+          EXPECT_EQ(a.log_line(p), b.log_line(p));
+        }
+}
+
+TEST(CpuPathRouter, DecodeTakesSwapabPrefillTakesMma) {
+  const detail::DispatchPlan d = choose_paths(preset("qwen3-30b-a3b", 1, 8), 132, nullptr, true, true);
+  EXPECT_EQ(d.gemm[0].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(d.gemm[1].impl, GemmImpl::kSwapab);
+  EXPECT_NEAR(d.tokens_per_expert, 1.0, 1e-9);
+  // GEMM1 at TP8: 2 tiles x 8 experts = 16 items on 132 SMs -> split-K over clusters of 8.
+  EXPECT_EQ(d.gemm[0].split_k, 8);
+  EXPECT_EQ(d.describe(), "gemm1=swapab(split_k=8) gemm2=swapab");
+  EXPECT_EQ(d.requested, "auto");
+
+  const detail::DispatchPlan m = choose_paths(preset("mixtral-8x7b", 1, 1), 132, nullptr, true, true);
+  EXPECT_EQ(m.gemm[0].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(m.gemm[1].impl, GemmImpl::kSwapab);
+
+  for (const char* name : {"qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"}) {
+    const detail::DispatchPlan pf = choose_paths(preset(name, 4096, 1), 132, nullptr, true, true);
+    EXPECT_EQ(pf.describe(), "gemm1=mma gemm2=mma") << name << ": " << pf.reason;
+    EXPECT_GT(pf.tokens_per_expert, detail::kRouterTable.swapab_max_tokens_per_expert);
+  }
+  // The crossover follows tokens per expert, not M alone: mixtral (E = 8, k = 2) crosses it at
+  // M = 256 -> 512, qwen3 (E = 128, k = 8) at M = 1024 -> 2048.
+  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 256, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 512, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kMma);
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 1024, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 2048, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kMma);
+}
+
+TEST(CpuPathRouter, AutoFallsBackPerGemm) {
+  // gpt-oss TP8 fp8: w2 rows of N = 360 bytes are not a multiple of 16, Swap-AB declines GEMM2.
+  const MoeProblem p = preset("gpt-oss-120b", 1, 8, Scheme::kFp8PerTensor);
+  detail::RouterInputs in;
+  in.swapab_ok[1] = false;
+  in.swapab_why[1] = "k_dim = 360 gives a 360-byte row pitch";
+  const detail::DispatchPlan plan = choose_paths(p, in);
+  EXPECT_EQ(plan.gemm[0].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(plan.gemm[1].impl, GemmImpl::kMma);
+  EXPECT_EQ(plan.gemm[1].split_k, 0);
+  EXPECT_NE(plan.reason.find("360-byte"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.log_line(p).find(p.to_string()), std::string::npos);
+  EXPECT_NE(plan.log_line(p).find("gemm2=mma"), std::string::npos);
+}
+
+TEST(CpuPathRouter, ForcedNames) {
+  const MoeProblem decode = preset("qwen3-30b-a3b", 1, 8);
+  const MoeProblem prefill = preset("qwen3-30b-a3b", 8192, 1);
+  for (const MoeProblem& p : {decode, prefill}) {
+    EXPECT_EQ(choose_paths(p, 132, "mma", true, true).describe(), "gemm1=mma gemm2=mma");
+    const detail::DispatchPlan s = choose_paths(p, 132, "swapab", true, true);
+    EXPECT_EQ(s.gemm[0].impl, GemmImpl::kSwapab);
+    EXPECT_EQ(s.gemm[1].impl, GemmImpl::kSwapab);
+    EXPECT_EQ(s.requested, "swapab");
+    EXPECT_EQ(choose_paths(p, 132, "auto", true, true).describe(), choose_paths(p, 132, nullptr, true, true).describe());
+    EXPECT_EQ(choose_paths(p, 132, "", true, true).describe(), choose_paths(p, 132, nullptr, true, true).describe());
+  }
+  // mma is never refused by the router (its own launcher checks its limits).
+  EXPECT_NO_THROW(choose_paths(decode, 132, "mma", false, false));
+}
+
+TEST(CpuPathRouter, UnknownNameListsTheNames) {
+  const MoeProblem p = preset("qwen3-30b-a3b", 1, 8);
+  for (const char* bad : {"swap_ab", "token_major", "MMA", "cuda"}) {
+    try {
+      choose_paths(p, 132, bad, true, true);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument) << bad;
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+      for (const char* name : detail::kPathNames) EXPECT_NE(msg.find(name), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
+  const MoeProblem p = preset("gpt-oss-120b", 1, 8, Scheme::kFp8PerTensor);
+  detail::RouterInputs in;
+  in.forced = "swapab";
+  in.swapab_ok[1] = false;
+  in.swapab_why[1] = "k_dim = 360 gives a 360-byte row pitch";
+  try {
+    choose_paths(p, in);
+    ADD_FAILURE() << "forced swapab ran a GEMM it cannot implement";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("GEMM2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("360-byte"), std::string::npos) << msg;
+  }
+  // The single-launch fused path is a known name, not built yet: kNotSupported, not a fallback.
+  try {
+    choose_paths(p, 132, "fused", true, true);
+    ADD_FAILURE() << "forced fused did not refuse";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+  }
+  in.forced = "fused";
+  in.fused_ok = true;
+  EXPECT_EQ(choose_paths(p, in).describe(), "fused");
+}
+
+TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndMIsSmall) {
+  detail::RouterInputs in;
+  const MoeProblem small = preset("qwen3-30b-a3b", detail::kRouterTable.fused_max_tokens, 8);
+  const MoeProblem big = preset("qwen3-30b-a3b", detail::kRouterTable.fused_max_tokens + 1, 8);
+  EXPECT_FALSE(choose_paths(small, in).fused);  // not built: fused_ok is false by default
+  in.fused_ok = true;
+  EXPECT_TRUE(choose_paths(small, in).fused);
+  EXPECT_FALSE(choose_paths(big, in).fused);
+  in.forced = "swapab";
+  EXPECT_FALSE(choose_paths(small, in).fused);  // a forced GEMM path wins
+}
+
+TEST(CpuPathRouter, SplitKFillsTheSms) {
+  // Fewer SMs -> no more split than they hold; never above 8; 1 when items already fill the SMs.
+  const MoeProblem p = preset("qwen3-30b-a3b", 1, 8);
+  EXPECT_EQ(detail::swapab_split_k(p, 1, 132), 8);
+  EXPECT_EQ(detail::swapab_split_k(p, 1, 64), 4);  // 16 x 4 x 2 > 64 stops at 4
+  EXPECT_EQ(detail::swapab_split_k(p, 2, 132), 1);  // 32 tiles x 8 experts = 256 items
+  EXPECT_EQ(detail::swapab_split_k(preset("mixtral-8x7b", 1, 1), 2, 132), 1);  // 64 tiles x 2
+  EXPECT_EQ(detail::swapab_split_k(preset("mixtral-8x7b", 1, 8), 1, 132), 2);  // N = 1792: 28 x 2 items
+}
+
+TEST(CpuPathRouter, ExpertMapCountsLocalSlots) {
+  MoeProblem p = preset("qwen3-30b-a3b", 512, 8);
+  p.has_expert_map = true;
+  p.num_experts_global = 128;
+  p.num_experts = 16;  // EP8: 1/8 of the slots are local
+  const detail::DispatchPlan plan = choose_paths(p, 132, nullptr, true, true);
+  EXPECT_NEAR(plan.local_slots, 512.0 * 8 / 8, 1e-9);
+  EXPECT_LE(plan.touched, 16.0);
+}
+
+TEST(CpuPathRouter, DescribeDispatchOnTheCpuBackend) {
+  Options o;
+  o.backend = Backend::kCpu;
+  EXPECT_EQ(describe_dispatch(preset("qwen3-30b-a3b", 1, 8), o), "cpu");
+}
+
+}  // namespace
+}  // namespace moekit

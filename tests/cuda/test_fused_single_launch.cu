@@ -1,0 +1,448 @@
+// GPU tests of the single-launch fused MoE path (run_fused_moe_sm90, label gpu) against the CPU
+// reference: the presets' real TP8 shapes (E cut where weight generation would be slow),
+// M in {1, 2, 3, 7, 16}, every scheme / activation / bias / weight-on-input option the path
+// takes, empty and hot experts, expert_map, more than 16 slots on one expert, NaN-poisoned
+// outputs, bitwise determinism, CUDA-graph replay (counters reset between launches).
+// Skipped without a Hopper (sm_90) GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/moe_case.hpp"
+#include "common/tolerance.hpp"
+#include "core/backend.hpp"
+#include "cuda/kernels/fused_moe/launch_sm90.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit::testing {
+namespace {
+
+bool has_sm90_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+#define SKIP_WITHOUT_SM90()                                              \
+  do {                                                                   \
+    if (!has_sm90_gpu()) GTEST_SKIP() << "needs an sm_90 (Hopper) GPU"; \
+  } while (0)
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DevPtr = std::unique_ptr<void, CudaFree>;
+
+DevPtr dev_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes < 16 ? 16 : bytes) != cudaSuccess) {
+    ADD_FAILURE() << "cudaMalloc(" << bytes << ") failed";
+    p = nullptr;
+  }
+  return DevPtr(p);
+}
+
+std::size_t view_bytes(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
+
+// A case's tensors on the GPU (uploaded once); calls use the first M rows.
+class DeviceCase {
+ public:
+  explicit DeviceCase(const MoeCase& c) : spec_(c.spec) {
+    host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
+    const FusedExpertsArgs h = c.host_args(host_out_.data());
+    args_ = h;
+    args_.hidden = upload(h.hidden);
+    args_.weights.w13 = upload(h.weights.w13);
+    args_.weights.w2 = upload(h.weights.w2);
+    args_.weights.w13_scale = upload(h.weights.w13_scale);
+    args_.weights.w2_scale = upload(h.weights.w2_scale);
+    args_.weights.b13 = upload(h.weights.b13);
+    args_.weights.b2 = upload(h.weights.b2);
+    args_.topk_ids = upload(h.topk_ids);
+    args_.topk_weights = upload(h.topk_weights);
+    args_.a13_scale = upload(h.a13_scale);
+    args_.a2_scale = upload(h.a2_scale);
+    args_.expert_map = upload(h.expert_map);
+    args_.out = device_only(h.out);
+  }
+
+  // The resolved call for the first M tokens (validation included).
+  detail::MoeCall call(std::int64_t M, cudaStream_t stream) const {
+    FusedExpertsArgs a = args_;
+    for (TensorView* v : {&a.hidden, &a.topk_ids, &a.topk_weights, &a.out}) v->shape[0] = M;
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    return detail::resolve(a, o);
+  }
+
+  void* workspace(const MoeProblem& p) {
+    const std::size_t need = cuda::fused_workspace_size(p);
+    if (need > ws_bytes_) {
+      ws_ = dev_alloc(need);
+      ws_bytes_ = need;
+      // Garbage, not zeros: the launcher must zero what it needs.
+      EXPECT_EQ(cudaSuccess, cudaMemset(ws_.get(), 0x5a, need));
+    }
+    return ws_.get();
+  }
+
+  void poison(std::int64_t M, cudaStream_t stream) {
+    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, static_cast<std::size_t>(M * spec_.K) * 2, stream));
+  }
+
+  // One eager call on `stream` (out NaN-poisoned first); returns out's bits.
+  std::vector<std::uint16_t> run(std::int64_t M, cudaStream_t stream = nullptr) {
+    const detail::MoeCall c = call(M, stream);
+    void* ws = workspace(c.problem);
+    poison(M, stream);
+    cuda::run_fused_moe_sm90(c, ws);
+    return fetch(M, stream);
+  }
+
+  std::vector<std::uint16_t> fetch(std::int64_t M, cudaStream_t stream) {
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    EXPECT_EQ(cudaSuccess, cudaGetLastError());
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(M * spec_.K));
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(bits.data(), args_.out.data, bits.size() * 2, cudaMemcpyDeviceToHost));
+    return bits;
+  }
+
+  const FusedExpertsArgs& args() const { return args_; }
+
+ private:
+  TensorView upload(const TensorView& h) {
+    if (!h.present()) return h;
+    TensorView d = device_only(h);
+    if (view_bytes(h) > 0) EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data, h.data, view_bytes(h), cudaMemcpyHostToDevice));
+    return d;
+  }
+  TensorView device_only(const TensorView& h) {
+    TensorView d = h;
+    owned_.push_back(dev_alloc(view_bytes(h)));
+    d.data = owned_.back().get();
+    d.device = Device::cuda(0);
+    return d;
+  }
+
+  CaseSpec spec_;
+  std::vector<std::uint16_t> host_out_;
+  std::vector<DevPtr> owned_;
+  FusedExpertsArgs args_;
+  DevPtr ws_;
+  std::size_t ws_bytes_ = 0;
+};
+
+// The case restricted to its first M tokens (host copy; the reference of the prefix).
+MoeCase prefix(const MoeCase& c, std::int64_t M) {
+  MoeCase p = c;
+  p.spec.M = M;
+  p.hidden.resize(static_cast<std::size_t>(M * c.spec.K));
+  p.router_logits.resize(static_cast<std::size_t>(M * c.E_global));
+  p.topk_ids.resize(static_cast<std::size_t>(M * c.spec.k));
+  p.topk_weights.resize(static_cast<std::size_t>(M * c.spec.k));
+  return p;
+}
+
+// Runs the first M tokens of `c` on the fused path and compares with the CPU reference.
+void check_prefix(DeviceCase& d, const MoeCase& c, std::int64_t M) {
+  SCOPED_TRACE(c.spec.name() + " M=" + std::to_string(M));
+  std::string why;
+  const detail::MoeCall call = d.call(M, nullptr);
+  ASSERT_TRUE(cuda::can_implement_fused_sm90(call.problem, &why)) << why;
+  const std::vector<float> got = to_float(d.run(M), c.spec.act_dtype);
+  const std::vector<float> ref = reference_output(prefix(c, M));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::isfinite(ref[i])) ASSERT_FALSE(std::isnan(got[i])) << "element " << i << " not written (or NaN)";
+  EXPECT_LE(relative_error(got, ref), tolerance(c.spec.scheme));
+}
+
+void check_case(const CaseSpec& s, std::initializer_list<std::int64_t> Ms) {
+  const MoeCase c = make_case(s);
+  DeviceCase d(c);
+  for (std::int64_t M : Ms) {
+    if (M > s.M) continue;
+    check_prefix(d, c, M);
+  }
+}
+
+struct Preset {
+  const char* name;
+  std::int64_t E, k, K, N;  // N already divided by 8 (TP8)
+  Activation act;
+  bool bias;
+  RoutingMethod routing;
+};
+
+// Real TP8 shapes; E is cut (same k, K, N) where generating every expert's weights on the host
+// would dominate the test time: the kernel's cost depends on the touched experts only.
+const Preset kPresetsTp8[] = {
+    {"qwen3-30b-a3b", 128, 8, 2048, 96, Activation::kSilu, false, RoutingMethod::kSoftmaxTopk},
+    {"gpt-oss-120b (E cut to 32)", 32, 4, 2880, 360, Activation::kSwigluOai, true, RoutingMethod::kTopkSoftmax},
+    {"mixtral-8x7b", 8, 2, 4096, 1792, Activation::kSilu, false, RoutingMethod::kSoftmaxTopk},
+    {"qwen3-235b-a22b (E cut to 64)", 64, 8, 4096, 192, Activation::kSilu, false, RoutingMethod::kSoftmaxTopk},
+    {"deepseek-v3 (E cut to 32)", 32, 8, 7168, 256, Activation::kSilu, false, RoutingMethod::kSoftmaxTopk},
+};
+
+CaseSpec preset_spec(const Preset& p, Scheme scheme, std::int64_t M) {
+  CaseSpec s;
+  s.M = M;
+  s.E = p.E;
+  s.k = p.k;
+  s.K = p.K;
+  s.N = p.N;
+  s.scheme = scheme;
+  s.activation.kind = p.act;
+  s.bias = p.bias;
+  s.routing.method = p.routing;
+  s.routing.renormalize = true;
+  return s;
+}
+
+TEST(Sm90FusedSingleLaunch, CanImplementStatesReasons) {
+  MoeProblem p;
+  p.num_tokens = 4;
+  p.num_experts = p.num_experts_global = 8;
+  p.top_k = 2;
+  p.hidden_size = 256;
+  p.intermediate_size = 128;
+  std::string why;
+  EXPECT_TRUE(cuda::can_implement_fused_sm90(p, &why)) << why;
+  MoeProblem q = p;
+  q.scheme = Scheme::kFp8Block128;
+  EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
+  EXPECT_NE(why.find("block128"), std::string::npos) << why;
+  q = p;
+  q.with_routing = true;
+  EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
+  q = p;
+  q.num_tokens = 4096;
+  EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
+  EXPECT_NE(why.find("slots"), std::string::npos) << why;
+  q = p;
+  q.hidden_size = 250;
+  EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
+}
+
+TEST(Sm90FusedSingleLaunch, PresetsTp8Bf16MatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (const Preset& p : kPresetsTp8) {
+    SCOPED_TRACE(p.name);
+    check_case(preset_spec(p, Scheme::kBf16, 16), {1, 2, 3, 7, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, PresetsTp8Fp8PerTensorMatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (const Preset& p : kPresetsTp8) {
+    SCOPED_TRACE(p.name);
+    check_case(preset_spec(p, Scheme::kFp8PerTensor, 16), {1, 2, 3, 7, 16});
+    CaseSpec s = preset_spec(p, Scheme::kFp8PerTensor, 16);
+    s.static_scales = true;
+    check_case(s, {1, 7, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, PresetsTp8Fp8PerChannelMatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (const Preset& p : kPresetsTp8) {
+    SCOPED_TRACE(p.name);
+    check_case(preset_spec(p, Scheme::kFp8PerChannel, 16), {1, 3, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, OptionsMatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+    for (Activation act : {Activation::kSilu, Activation::kGelu, Activation::kSwigluOai}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        CaseSpec s;
+        s.M = 7;
+        s.E = 12;  // not a power of two
+        s.k = 3;
+        s.K = 264;  // not a multiple of the stage width
+        s.N = 40;
+        s.scheme = scheme;
+        s.activation.kind = act;
+        s.bias = variant & 1;
+        s.weight_on_input = (variant & 2) != 0;
+        s.seed = 11 + variant;
+        check_case(s, {1, 2, 7});
+      }
+    }
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, Fp16ActivationsMatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s;
+    s.M = 16;
+    s.E = 16;
+    s.k = 4;
+    s.K = 512;
+    s.N = 96;
+    s.scheme = scheme;
+    s.act_dtype = DType::kFp16;
+    s.bias = true;
+    check_case(s, {1, 3, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, EmptyAndHotExperts) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = preset_spec(kPresetsTp8[0], scheme, 16);
+    s.pattern = RoutingPattern::kSkewed;  // half of the experts get no tokens
+    check_case(s, {1, 16});
+    s.pattern = RoutingPattern::kAllToOne;  // every token on experts hot..hot+k-1
+    s.hot_expert = 5;
+    check_case(s, {1, 2, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, MoreThan16SlotsOnOneExpert) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerChannel}) {
+    CaseSpec s;
+    s.M = 64;  // 64 slots on each of the k hot experts: 4 token groups each
+    s.E = 8;
+    s.k = 2;
+    s.K = 512;
+    s.N = 128;
+    s.scheme = scheme;
+    s.pattern = RoutingPattern::kAllToOne;
+    check_case(s, {17, 33, 64});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, ExpertMapDropsRemoteExperts) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = preset_spec(kPresetsTp8[0], scheme, 16);
+    s.E = 64;  // E_global = 128: odd global ids are on other ranks (-1)
+    s.expert_map = true;
+    check_case(s, {1, 3, 16});
+  }
+  // Every slot remote or out of range: the output is zeros, still written everywhere.
+  CaseSpec s = preset_spec(kPresetsTp8[0], Scheme::kBf16, 4);
+  s.E = 64;
+  s.expert_map = true;
+  MoeCase c = make_case(s);
+  for (std::size_t i = 0; i < c.topk_ids.size(); ++i)
+    c.topk_ids[i] = (i % 3 == 0) ? -1 : (i % 3 == 1 ? 1 + 2 * static_cast<std::int32_t>(i % 10) : 100000);
+  DeviceCase d(c);
+  check_prefix(d, c, 4);
+}
+
+TEST(Sm90FusedSingleLaunch, NanRowStaysInItsRow) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+    CaseSpec s;
+    s.M = 5;
+    s.E = 8;
+    s.k = 2;
+    s.K = 256;
+    s.N = 64;
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    c.hidden[2 * s.K + 17] = 0x7fc0;  // NaN in token 2 (bf16 bits)
+    DeviceCase d(c);
+    const std::vector<float> got = to_float(d.run(s.M), s.act_dtype);
+    const std::vector<float> ref = reference_output(c);
+    for (std::int64_t m = 0; m < s.M; ++m) {
+      bool any_nan = false;
+      for (std::int64_t i = 0; i < s.K; ++i) any_nan |= std::isnan(got[m * s.K + i]);
+      EXPECT_EQ(any_nan, m == 2) << "token " << m << " " << scheme_name(scheme);
+    }
+    EXPECT_LE(relative_error(got, ref), tolerance(scheme));
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, BitwiseDeterministic) {
+  SKIP_WITHOUT_SM90();
+  // qwen3 (GEMM1 split along K) and mixtral (both GEMMs split): the cross-CTA reductions.
+  for (int preset : {0, 2}) {
+    for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+      const MoeCase c = make_case(preset_spec(kPresetsTp8[preset], scheme, 16));
+      DeviceCase d(c);
+      for (std::int64_t M : {1, 16}) {
+        const std::vector<std::uint16_t> first = d.run(M);
+        for (int rep = 0; rep < 3; ++rep) EXPECT_EQ(first, d.run(M)) << kPresetsTp8[preset].name << " M=" << M;
+      }
+    }
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    const MoeCase c = make_case(preset_spec(kPresetsTp8[0], scheme, 16));
+    DeviceCase d(c);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (std::int64_t M : {1, 7, 16}) {
+      const std::vector<std::uint16_t> eager = d.run(M, stream);
+      const detail::MoeCall call = d.call(M, stream);
+      void* ws = d.workspace(call.problem);
+      // (a) the default launcher (counters zeroed by a memset node in the graph);
+      // (b) zero_counters = false: the kernel's own reset must leave them zero for the next replay.
+      for (int variant = 0; variant < 2; ++variant) {
+        cuda::FusedMoeParams fp;
+        fp.problem = call.problem;
+        fp.hidden = call.hidden;
+        fp.out = call.out;
+        fp.w13 = call.w13;
+        fp.w2 = call.w2;
+        fp.w13_scale = call.w13_scale;
+        fp.w2_scale = call.w2_scale;
+        fp.b13 = call.problem.has_bias13 ? call.b13 : nullptr;
+        fp.b2 = call.problem.has_bias2 ? call.b2 : nullptr;
+        fp.a13_scale = call.problem.static_a13_scale ? call.a13_scale : nullptr;
+        fp.a2_scale = call.problem.static_a2_scale ? call.a2_scale : nullptr;
+        fp.expert_map = call.expert_map;
+        fp.topk_ids = call.topk_ids;
+        fp.topk_weights = call.topk_weights;
+        fp.workspace = ws;
+        fp.workspace_bytes = cuda::fused_workspace_size(call.problem);
+        fp.zero_counters = variant == 0;
+        if (!fp.zero_counters) {
+          // One zeroing up front; every replay after must find the counters zero again.
+          ASSERT_EQ(cudaSuccess, cudaMemsetAsync(ws, 0, fp.workspace_bytes, stream));
+        }
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        cuda::launch_fused_moe_sm90(fp, stream);
+        ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(stream, &graph));
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 5; ++rep) {
+          d.poison(M, stream);
+          ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, stream));
+          EXPECT_EQ(eager, d.fetch(M, stream)) << scheme_name(scheme) << " M=" << M << " variant=" << variant
+                                                << " replay " << rep;
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+      }
+    }
+    cudaStreamDestroy(stream);
+  }
+}
+
+}  // namespace
+}  // namespace moekit::testing
