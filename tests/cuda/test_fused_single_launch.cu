@@ -1,5 +1,5 @@
 // GPU tests of the single-launch fused MoE path (run_fused_moe_sm90, label gpu) against the CPU
-// reference: the presets' real TP8 shapes (E cut where weight generation would be slow),
+// reference, fused_experts and fused_moe (routed in the launch): the presets' real TP8 shapes (E cut where weight generation would be slow),
 // M in {1, 2, 3, 7, 16}, every scheme / activation / bias / weight-on-input option the path
 // takes, empty and hot experts, expert_map, more than 16 slots on one expert, NaN-poisoned
 // outputs, bitwise determinism, CUDA-graph replay (counters reset between launches).
@@ -78,6 +78,45 @@ class DeviceCase {
     args_.a2_scale = upload(h.a2_scale);
     args_.expert_map = upload(h.expert_map);
     args_.out = device_only(h.out);
+    logits_ = upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
+    if (!c.correction_bias.empty())
+      bias_ = upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
+    ids_out_ = device_only(h.topk_ids);
+    wts_out_ = device_only(h.topk_weights);
+  }
+
+  // fused_moe for the first M tokens: routed from the logits in the launch; the routing goes
+  // to the ids / weights output buffers (read back by routed()).
+  detail::MoeCall call_moe(std::int64_t M, cudaStream_t stream) const {
+    FusedMoeArgs a;
+    a.router_logits = logits_;
+    a.router_logits.shape[0] = M;
+    a.routing = spec_.routing;
+    a.routing.top_k = static_cast<int>(spec_.k);
+    a.e_score_correction_bias = bias_;
+    a.experts = args_;
+    a.experts.topk_ids = ids_out_;
+    a.experts.topk_weights = wts_out_;
+    for (TensorView* v : {&a.experts.hidden, &a.experts.topk_ids, &a.experts.topk_weights, &a.experts.out})
+      v->shape[0] = M;
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    return detail::resolve(a, o);
+  }
+
+  std::vector<std::uint16_t> run_moe(std::int64_t M, std::vector<std::int32_t>* ids, std::vector<float>* wts) {
+    const detail::MoeCall c = call_moe(M, nullptr);
+    void* ws = workspace(c.problem);
+    poison(M, nullptr);
+    EXPECT_EQ(cudaSuccess, cudaMemset(ids_out_.data, 0xff, static_cast<std::size_t>(M * spec_.k) * 4));
+    cuda::run_fused_moe_sm90(c, ws);
+    std::vector<std::uint16_t> bits = fetch(M, nullptr);
+    ids->resize(static_cast<std::size_t>(M * spec_.k));
+    wts->resize(static_cast<std::size_t>(M * spec_.k));
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(ids->data(), ids_out_.data, ids->size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(wts->data(), wts_out_.data, wts->size() * 4, cudaMemcpyDeviceToHost));
+    return bits;
   }
 
   // The resolved call for the first M tokens (validation included).
@@ -122,7 +161,6 @@ class DeviceCase {
     return bits;
   }
 
-  const FusedExpertsArgs& args() const { return args_; }
 
  private:
   TensorView upload(const TensorView& h) {
@@ -143,6 +181,7 @@ class DeviceCase {
   std::vector<std::uint16_t> host_out_;
   std::vector<DevPtr> owned_;
   FusedExpertsArgs args_;
+  TensorView logits_, bias_, ids_out_, wts_out_;
   DevPtr ws_;
   std::size_t ws_bytes_ = 0;
 };
@@ -228,6 +267,8 @@ TEST(Sm90FusedSingleLaunch, CanImplementStatesReasons) {
   EXPECT_NE(why.find("block128"), std::string::npos) << why;
   q = p;
   q.with_routing = true;
+  EXPECT_TRUE(cuda::can_implement_fused_sm90(q, &why)) << why;
+  q.num_experts = q.num_experts_global = 2048;
   EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
   q = p;
   q.num_tokens = 4096;
@@ -262,6 +303,37 @@ TEST(Sm90FusedSingleLaunch, PresetsTp8Fp8PerChannelMatchReference) {
   for (const Preset& p : kPresetsTp8) {
     SCOPED_TRACE(p.name);
     check_case(preset_spec(p, Scheme::kFp8PerChannel, 16), {1, 3, 16});
+  }
+}
+
+TEST(Sm90FusedSingleLaunch, RoutesFromLogitsLikeTheReference) {
+  SKIP_WITHOUT_SM90();
+  // qwen3 (softmax_topk, renormalized), gpt-oss (topk_softmax), deepseek (sigmoid_grouped_topk,
+  // 8 groups keep 4, scale 2.5, correction bias; E cut to 32, so groups of 4).
+  for (int preset : {0, 1, 4}) {
+    for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+      CaseSpec s = preset_spec(kPresetsTp8[preset], scheme, 16);
+      if (preset == 4) {
+        s.routing.method = RoutingMethod::kSigmoidGroupedTopk;
+        s.routing.num_groups = 8;
+        s.routing.topk_groups = 4;
+        s.routing.routed_scaling_factor = 2.5f;
+      }
+      const MoeCase c = make_case(s);
+      DeviceCase d(c);
+      for (std::int64_t M : {1, 3, 16}) {
+        SCOPED_TRACE(s.name() + " fused_moe M=" + std::to_string(M));
+        std::string why;
+        ASSERT_TRUE(cuda::can_implement_fused_sm90(d.call_moe(M, nullptr).problem, &why)) << why;
+        std::vector<std::int32_t> ids;
+        std::vector<float> wts;
+        const std::vector<float> got = to_float(d.run_moe(M, &ids, &wts), s.act_dtype);
+        const MoeCase ref_case = prefix(c, M);
+        EXPECT_EQ(ids, ref_case.topk_ids);
+        for (std::size_t i = 0; i < wts.size(); ++i) EXPECT_NEAR(wts[i], ref_case.topk_weights[i], 1e-6f) << i;
+        EXPECT_LE(relative_error(got, reference_output(ref_case)), tolerance(scheme));
+      }
+    }
   }
 }
 

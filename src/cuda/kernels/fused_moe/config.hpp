@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,10 +45,15 @@ inline constexpr int kSmemSlotOff = kSmemRedOff + kRedFloats * 4;          // in
 inline constexpr int kSmemSortedOff = kSmemSlotOff + kMaxSlots * 4;        // int sorted[kMaxSlots]
 inline constexpr int kSmemOffOff = kSmemSortedOff + kMaxSlots * 4;         // int off[kMaxExperts + 1]
 inline constexpr int kSmemGbaseOff = kSmemOffOff + (kMaxExperts + 4) * 4;  // int gbase[kMaxExperts + 1]
-inline constexpr int kSmemMiscOff = kSmemGbaseOff + (kMaxExperts + 4) * 4; // token info + scalars
+inline constexpr int kSmemIdsOff = kSmemGbaseOff + (kMaxExperts + 4) * 4;  // int ids[kMaxSlots]
+inline constexpr int kSmemWtsOff = kSmemIdsOff + kMaxSlots * 4;            // float wts[kMaxSlots]
+inline constexpr int kSmemMiscOff = kSmemWtsOff + kMaxSlots * 4;           // token info + scalars
 inline constexpr int kSmemMiscBytes = 1024;
 inline constexpr int kSmemBytes = kSmemMiscOff + kSmemMiscBytes + 1024;    // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "fused MoE shared memory exceeds 227 KB");
+// Routing from logits (fused_moe): each warp's row of E_global scores lives in the token
+// buffer, which is free until the first work item.
+inline constexpr int kMaxRouteExperts = kTokBufBytes / (kWarps * 4);  // E_global <= 1536
 
 // One GEMM's decomposition into work items (group x tile x split).
 struct GemmTiling {
@@ -84,7 +90,8 @@ inline GemmTiling make_tiling(bool gate_up, std::int64_t out_rows, std::int64_t 
   return t;
 }
 
-// Heuristic: expected groups = min(E, M*k) (decode routing touches that many experts), and a
+// Heuristic: groups = the expected number of distinct experts M tokens touch with k random
+// distinct picks each, E (1 - (1 - k/E)^M), and a
 // CTA's time ~ (bytes it streams) + a fixed cost per item (token staging, reduction, epilogue,
 // ~8 KB of streaming time). Pick rows / split minimizing the busiest CTA's cost.
 inline GemmTiling choose_gemm_tiling(bool gate_up, std::int64_t out_rows, std::int64_t row_bytes,
@@ -100,7 +107,9 @@ inline GemmTiling choose_gemm_tiling(bool gate_up, std::int64_t out_rows, std::i
       if (t.split > kMaxSplit || t.range_bytes > max_range_bytes(rows)) continue;
       const std::int64_t items = groups * t.tiles * t.split;
       const std::int64_t per_cta = ceil_div64(items, std::max(sm_count, 1));
-      const double item_bytes = static_cast<double>(rows) * std::min<std::int64_t>(t.range_bytes, row_bytes);
+      // Valid weight rows per tile on average (a last, partial tile streams fewer bytes).
+      const double rows_per_tile = static_cast<double>(gate_up ? 2 * out_rows : out_rows) / t.tiles;
+      const double item_bytes = rows_per_tile * static_cast<double>(std::min<std::int64_t>(t.range_bytes, row_bytes));
       const double cost = static_cast<double>(per_cta) * (item_bytes + 8192.0);
       if (!have || cost < best_cost) {
         best = t;
@@ -116,7 +125,10 @@ inline GemmTiling choose_gemm_tiling(bool gate_up, std::int64_t out_rows, std::i
 inline int operand_bytes(Scheme s) { return s == Scheme::kBf16 ? 2 : 1; }
 
 inline FusedTiling choose_tiling(const MoeProblem& p, int sm_count) {
-  const std::int64_t groups = std::max<std::int64_t>(1, std::min(p.num_experts, p.num_tokens * p.top_k));
+  const double E = static_cast<double>(std::max<std::int64_t>(p.num_experts, 1));
+  const double pick = std::min(1.0, static_cast<double>(p.top_k) / E);
+  const double touched = E * (1.0 - std::pow(1.0 - pick, static_cast<double>(p.num_tokens)));
+  const std::int64_t groups = std::max<std::int64_t>(1, static_cast<std::int64_t>(touched + 0.5));
   const int eb = operand_bytes(p.scheme);
   FusedTiling t;
   t.g1 = choose_gemm_tiling(true, p.intermediate_size, p.hidden_size * eb, groups, sm_count);
@@ -195,6 +207,14 @@ struct FusedArgs {
   int dyn_a2 = 0;        // per tensor: GEMM2 input scale from the intermediate's absmax
   int vec16_1 = 1, vec16_2 = 1;  // weight rows are 16-byte multiples (else 8-byte cp.async)
   GemmTiling t1, t2;
+  // Routing from logits (fused_moe), redundantly in every CTA; CTA 0 writes the outputs.
+  int route = 0;
+  RoutingConfig routing{};
+  const void* logits = nullptr;            // [M, E_global]
+  int logits_bf16 = 0;                     // else fp32
+  const float* correction_bias = nullptr;  // [E_global] or null
+  std::int32_t* topk_ids_out = nullptr;    // [M, k] or null
+  float* topk_weights_out = nullptr;       // [M, k] or null
   // Tensors.
   const void* hidden = nullptr;
   void* out = nullptr;

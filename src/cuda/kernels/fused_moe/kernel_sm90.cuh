@@ -1,5 +1,6 @@
 // Device code of the single-launch fused MoE path (sm_90a): one persistent CTA per SM runs, for
-// the call's few tokens, the permutation (redundantly, in shared memory), GEMM1 + activation,
+// the call's few tokens, the routing from logits (fused_moe) and the permutation (both
+// redundantly in every CTA, in shared memory: no grid sync), GEMM1 + activation,
 // GEMM2 + bias + router weight and the deterministic combine, with per-group completion
 // counters between the stages instead of kernel boundaries.
 //
@@ -34,6 +35,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "cuda/common/convert.cuh"
@@ -246,6 +248,146 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return m;
 }
 
+// ---- Routing from logits (the routing/ kernel's method, one warp per token, into shared
+// memory). Selection order: higher score first, ties -> lower id; id < 0 loses to all. ----
+__device__ __forceinline__ bool route_better(float v1, int e1, float v2, int e2) {
+  if (e2 < 0) return e1 >= 0;
+  if (e1 < 0) return false;
+  return v1 > v2 || (v1 == v2 && e1 < e2);
+}
+__device__ __forceinline__ float sel_key(float v) { return v != v ? -INFINITY : v; }
+__device__ __forceinline__ void warp_argmax(float& v, int& e) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oe = __shfl_xor_sync(0xffffffffu, e, o);
+    if (route_better(ov, oe, v, e)) {
+      v = ov;
+      e = oe;
+    }
+  }
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float load_logit(const FusedArgs& a, std::int64_t i) {
+  return a.logits_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.logits)[i])
+                       : static_cast<const float*>(a.logits)[i];
+}
+
+// Warp routes token m: ids[j], wts[j] (j < k) in shared memory; `srow` holds E_global floats.
+__device__ void route_token(const FusedArgs& a, int m, float* srow, int* ids, float* wts, int lane) {
+  const int Eg = a.E_global;
+  const int k = a.k;
+  const RoutingMethod method = a.routing.method;
+  const std::int64_t row = static_cast<std::int64_t>(m) * Eg;
+  if (method == RoutingMethod::kSoftmaxTopk) {
+    float mx = -INFINITY;
+    for (int e = lane; e < Eg; e += 32) mx = fmaxf(mx, load_logit(a, row + e));
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int e = lane; e < Eg; e += 32) {
+      const float x = expf(load_logit(a, row + e) - mx);
+      srow[e] = x;
+      sum += x;
+    }
+    sum = warp_sum(sum);
+    for (int e = lane; e < Eg; e += 32) srow[e] = srow[e] / sum;
+  } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+    for (int e = lane; e < Eg; e += 32) {
+      const float b = a.correction_bias != nullptr ? a.correction_bias[e] : 0.f;
+      srow[e] = sigmoidf_(load_logit(a, row + e)) + b;
+    }
+  } else {
+    for (int e = lane; e < Eg; e += 32) srow[e] = load_logit(a, row + e);
+  }
+  __syncwarp();
+  std::uint32_t kept = 0xffffffffu;
+  int group_size = Eg;
+  const bool grouped = method == RoutingMethod::kSigmoidGroupedTopk && a.routing.num_groups > 1;
+  if (grouped) {
+    const int G = a.routing.num_groups;  // <= 32 (can_implement)
+    group_size = Eg / G;
+    float gscore = -INFINITY;
+    if (lane < G) {
+      float t1 = -INFINITY, t2 = -INFINITY;
+      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
+        const float v = sel_key(srow[e]);
+        if (v > t1) {
+          t2 = t1;
+          t1 = v;
+        } else if (v > t2) {
+          t2 = v;
+        }
+      }
+      gscore = sel_key(group_size == 1 ? t1 : t1 + t2);
+    }
+    kept = 0;
+    for (int t = 0; t < a.routing.topk_groups && t < G; ++t) {
+      float v = gscore;
+      int g = (lane < G && !((kept >> lane) & 1u)) ? lane : -1;
+      warp_argmax(v, g);
+      if (g >= 0) kept |= 1u << g;
+    }
+  }
+  float prev_v = 0.f, sum = 0.f, mx = -INFINITY;
+  int prev_e = -1;
+  for (int j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int be = -1;
+    for (int e = lane; e < Eg; e += 32) {
+      if (grouped && !((kept >> (e / group_size)) & 1u)) continue;
+      const float v = sel_key(srow[e]);
+      if (prev_e >= 0 && !route_better(prev_v, prev_e, v, e)) continue;
+      if (route_better(v, e, bv, be)) {
+        bv = v;
+        be = e;
+      }
+    }
+    warp_argmax(bv, be);
+    prev_v = bv;
+    prev_e = be;
+    const int id = be >= 0 ? be : 0;
+    float raw;
+    if (method == RoutingMethod::kSoftmaxTopk) {
+      raw = srow[id];
+    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+      raw = sigmoidf_(load_logit(a, row + id));
+    } else {
+      raw = load_logit(a, row + id);
+      mx = fmaxf(mx, raw);
+    }
+    sum += raw;
+    if (lane == 0) {
+      ids[j] = id;
+      wts[j] = raw;
+    }
+  }
+  __syncwarp();
+  if (method == RoutingMethod::kTopkSoftmax) {
+    sum = 0.f;
+    for (int j = 0; j < k; ++j) sum += expf(wts[j] - mx);
+  }
+  __syncwarp();
+  const bool renorm = a.routing.renormalize;
+  for (int j = lane; j < k; j += 32) {
+    const float raw = wts[j];
+    float w;
+    if (method == RoutingMethod::kTopkSoftmax) {
+      w = expf(raw - mx) / sum;
+    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
+      w = (renorm ? raw / sum : raw) * a.routing.routed_scaling_factor;
+    } else {
+      w = renorm ? raw / sum : raw;
+    }
+    wts[j] = w;
+  }
+  __syncwarp();
+}
+
 template <Op kOp>
 __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __grid_constant__ FusedArgs a) {
   constexpr int kEb = kOp == Op::kE4m3 ? 1 : 2;  // operand bytes per element
@@ -273,9 +415,32 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   const int P = M * k;
   const bool act_fp16 = a.act_fp16 != 0;
 
+  int* s_ids = reinterpret_cast<int*>(base + kSmemIdsOff);
+  float* s_wts = reinterpret_cast<float*>(base + kSmemWtsOff);
+
+  // ---- 0. Routing: from logits (every CTA routes the few tokens itself: no grid sync; CTA 0
+  // writes the caller's outputs), or the given topk_ids / topk_weights. ----
+  if (a.route) {
+    float* srow = reinterpret_cast<float*>(tok) + warp * a.E_global;
+    for (int m = warp; m < M; m += kWarps) route_token(a, m, srow, s_ids + m * k, s_wts + m * k, lane);
+    __syncthreads();
+    if (blockIdx.x == 0) {
+      for (int s = tid; s < P; s += kThreads) {
+        if (a.topk_ids_out != nullptr) a.topk_ids_out[s] = s_ids[s];
+        if (a.topk_weights_out != nullptr) a.topk_weights_out[s] = s_wts[s];
+      }
+    }
+  } else {
+    for (int s = tid; s < P; s += kThreads) {
+      s_ids[s] = a.topk_ids[s];
+      s_wts[s] = a.topk_weights[s];
+    }
+    __syncthreads();
+  }
+
   // ---- 1. Permutation, redundantly in every CTA (identical in all: a stable order). ----
   for (int s = tid; s < P; s += kThreads) {
-    const int id = a.topk_ids[s];
+    const int id = s_ids[s];
     int e = -1;
     if (id >= 0 && id < a.E_global) {
       e = a.expert_map != nullptr ? a.expert_map[id] : id;
@@ -435,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     if (tid < kMaxTok) {
       const int slot = tid < it.cnt ? sorted[it.row0 + tid] : 0;
       tok_slot[tid] = slot;
-      tok_w[tid] = tid < it.cnt ? a.topk_weights[slot] : 0.0f;
+      tok_w[tid] = tid < it.cnt ? s_wts[slot] : 0.0f;
     }
     if (!g1 && tid == 0) {
       // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,

@@ -58,8 +58,16 @@ bool can_implement_fused_sm90(const MoeProblem& p, std::string* why) {
     if (why != nullptr) *why = reason;
     return false;
   };
-  if (p.with_routing)
-    return fail("the fused path takes given topk_ids / topk_weights (fused_experts); routing from logits is not fused");
+  if (p.with_routing) {
+    const std::int64_t Eg = p.has_expert_map ? p.num_experts_global : p.num_experts;
+    if (Eg > fm::kMaxRouteExperts)
+      return fail("routing from logits over E_global = " + std::to_string(Eg) + " experts (the fused path routes up to " +
+                  std::to_string(fm::kMaxRouteExperts) + ")");
+    if (p.logits_dtype != DType::kFp32 && p.logits_dtype != DType::kBf16)
+      return fail(std::string("router_logits dtype ") + dtype_name(p.logits_dtype) + " (expected fp32 or bf16)");
+    if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
+      return fail("sigmoid_grouped_topk with num_groups = " + std::to_string(p.routing.num_groups) + " (at most 32)");
+  }
   if (p.scheme == Scheme::kFp8Block128) return fail("fp8_block128 is not implemented on the fused path");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(std::string("activation dtype ") + dtype_name(p.act_dtype) + " (expected bf16 or fp16)");
@@ -142,6 +150,16 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.expert_map = p.has_expert_map ? fp.expert_map : nullptr;
   a.topk_ids = fp.topk_ids;
   a.topk_weights = fp.topk_weights;
+  a.route = p.with_routing;
+  if (p.with_routing) {
+    a.routing = p.routing;
+    a.routing.top_k = a.k;
+    a.logits = fp.router_logits;
+    a.logits_bf16 = p.logits_dtype == DType::kBf16;
+    a.correction_bias = p.has_correction_bias ? fp.correction_bias : nullptr;
+    a.topk_ids_out = fp.topk_ids_out;
+    a.topk_weights_out = fp.topk_weights_out;
+  }
   char* ws = static_cast<char*>(fp.workspace);
   a.counters = reinterpret_cast<std::uint32_t*>(ws + W.counters);
   a.grp_done = a.counters + W.grp_done;
@@ -184,8 +202,15 @@ void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace) {
   fp.a13_scale = p.static_a13_scale ? call.a13_scale : nullptr;
   fp.a2_scale = p.static_a2_scale ? call.a2_scale : nullptr;
   fp.expert_map = p.has_expert_map ? call.expert_map : nullptr;
-  fp.topk_ids = call.topk_ids;
-  fp.topk_weights = call.topk_weights;
+  if (p.with_routing) {
+    fp.router_logits = call.router_logits;
+    fp.correction_bias = p.has_correction_bias ? call.correction_bias : nullptr;
+    fp.topk_ids_out = call.topk_ids_out;
+    fp.topk_weights_out = call.topk_weights_out;
+  } else {
+    fp.topk_ids = call.topk_ids;
+    fp.topk_weights = call.topk_weights;
+  }
   fp.workspace = workspace;
   fp.workspace_bytes = fused_workspace_size(p);
   fp.zero_counters = true;

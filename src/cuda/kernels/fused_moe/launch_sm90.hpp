@@ -27,8 +27,10 @@ std::size_t fused_workspace_size(const MoeProblem& problem);
 void launch_fused_moe_sm90(const FusedMoeParams& params, void* stream);
 
 /// Everything for one resolved call: fills FusedMoeParams from `call` (fused_experts: topk_ids /
-/// topk_weights given) and launches on call.stream with `workspace` (at least
-/// fused_workspace_size(call.problem) bytes). The current device must be call.device.
+/// topk_weights given; fused_moe: routed in the launch, written to call.topk_ids_out /
+/// topk_weights_out when not null) and launches on call.stream with `workspace` (at least
+/// fused_workspace_size(call.problem) bytes; its counters are zeroed by a cudaMemsetAsync).
+/// The current device must be call.device.
 void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace);
 
 }  // namespace moekit::cuda

@@ -1,6 +1,6 @@
 // Plain parameters of the single-launch fused MoE path (host and device; no CUDA types): one
-// fused_experts call (routing given) for a few tokens, routing -> GEMM1 -> activation ->
-// GEMM2 -> combine in one persistent launch (docs/design.md numerics).
+// fused_experts (routing given) or fused_moe (routed from logits) call for a few tokens:
+// routing -> GEMM1 -> activation -> GEMM2 -> combine in one persistent launch (docs/design.md).
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,7 @@
 namespace moekit::cuda {
 
 struct FusedMoeParams {
-  MoeProblem problem;  // sizes, scheme, activation, options (with_routing must be false)
+  MoeProblem problem;  // sizes, scheme, activation, options, routing (with_routing)
 
   const void* hidden = nullptr;            // [M, K] act dtype
   void* out = nullptr;                     // [M, K] act dtype
@@ -25,8 +25,15 @@ struct FusedMoeParams {
   const float* a13_scale = nullptr;        // [1] static GEMM1 input scale (per tensor), or null
   const float* a2_scale = nullptr;         // [1] static GEMM2 input scale (per tensor), or null
   const std::int32_t* expert_map = nullptr;  // [E_global] or null
+  // fused_experts (problem.with_routing false): the given routing.
   const std::int32_t* topk_ids = nullptr;    // [M, k]
   const float* topk_weights = nullptr;       // [M, k]
+  // fused_moe (problem.with_routing): routed in the same launch from the logits (every CTA
+  // routes the few tokens itself); the routing is written to these when not null.
+  const void* router_logits = nullptr;       // [M, E_global] problem.logits_dtype (fp32 / bf16)
+  const float* correction_bias = nullptr;    // [E_global] or null
+  std::int32_t* topk_ids_out = nullptr;      // [M, k] or null
+  float* topk_weights_out = nullptr;         // [M, k] or null
 
   // fused_workspace_size(problem) bytes, 256-byte aligned.
   void* workspace = nullptr;

@@ -231,7 +231,17 @@ struct TokMajor {
       float acc[kAcc];
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      if (!kBlock128) {
+      if (64 * wg >= tl.count) {
+        // A tail tile with <= 64 rows: this warpgroup's rows are all past the expert's end, so it
+        // skips the MMAs (the other warpgroup then has the tensor cores alone) and only passes
+        // the stages on; its epilogue writes nothing.
+        for (int ks = 0; ks < p.num_k_stages; ++ks) {
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          __syncwarp();
+          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
+        }
+      } else if (!kBlock128) {
         int prev = 0;
         for (int ks = 0; ks < p.num_k_stages; ++ks) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
