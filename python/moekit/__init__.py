@@ -16,6 +16,14 @@ RuntimeError (the rest), carrying moekit's message. Set MOEKIT_NO_TORCH=1 to ski
 import importlib.util as _importlib_util
 import os as _os
 
+_WITH_TORCH = _os.environ.get("MOEKIT_NO_TORCH", "") in ("", "0") and _importlib_util.find_spec("torch") is not None
+if _WITH_TORCH:
+    # torch first: the CUDA build of _C needs libcudart.so.13 and (with NCCL) libnccl.so.2, which
+    # torch also loads, from its own nvidia-* wheels. Whichever is loaded first serves both, and
+    # torch checks for symbols of its own, newer NCCL (`import moekit` then `import torch` failed
+    # with "libtorch_cuda.so: undefined symbol: ncclCommResume" when _C pulled in the toolkit's).
+    import torch as _torch  # noqa: F401
+
 from . import _C
 from ._ops import (
     SCHEMES,
@@ -50,5 +58,5 @@ __all__ = [
     "workspace_size",
 ]
 
-if _os.environ.get("MOEKIT_NO_TORCH", "") in ("", "0") and _importlib_util.find_spec("torch") is not None:
+if _WITH_TORCH:
     from . import _torch_ops  # noqa: F401  (registers torch.ops.moekit.*)

@@ -124,13 +124,14 @@ struct Case {
   bool weight_on_input = false;
   DType gemm1_out = DType::kBf16;  // GEMM1 out dtype (GEMM2 is always fp32)
   int top_k = 2;
+  int cluster = 0;  // 0: the launcher's default; 1, 2: forced (2 = weight multicast)
   std::uint64_t seed = 1;
 
   std::string name() const {
     std::ostringstream os;
     os << moekit::scheme_name(scheme) << (epilogue == GemmEpilogue::kGateUpActivation ? " gemm1 " : " gemm2 ")
        << "N=" << N << " K=" << K << " act=" << moekit::activation_name(act) << " bias=" << bias
-       << " woi=" << weight_on_input << " rows=" << rows.size();
+       << " woi=" << weight_on_input << " rows=" << rows.size() << " cluster=" << cluster;
     return os.str();
   }
 };
@@ -348,7 +349,7 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
 
   std::string why;
   ASSERT_TRUE(moekit::cuda::can_implement_tokmajor_sm90(p, &why)) << why;
-  moekit::cuda::launch_grouped_gemm_tokmajor_sm90(p, nullptr);
+  moekit::cuda::launch_grouped_gemm_tokmajor_sm90(p, nullptr, c.cluster);
   cuda_ok(cudaDeviceSynchronize(), "kernel");
 
   std::vector<float> got(out_elems);
@@ -552,15 +553,51 @@ TEST(Sm90TokMajorGemm, ManyExperts) {
   run_case(c);
 }
 
+TEST(Sm90TokMajorGemm, ClusterSizesMatchReference) {
+  SKIP_WITHOUT_SM90();
+  // Both cluster sizes on every scheme; token-tile counts 1, 2, 3, 8 per expert (odd: the spare
+  // CTA of the last pair only loads its half of the weights).
+  for (int cluster : {1, 2}) {
+    Case c = gemm1(Scheme::kBf16, 96, 256);
+    c.cluster = cluster;
+    run_case(c);
+    c = gemm2(Scheme::kBf16, 360, 2880);
+    c.rows = {1, 300, 0, 129};
+    c.bias = true;
+    c.cluster = cluster;
+    run_case(c);
+    c = gemm1(Scheme::kFp8PerTensor, 768, 2048);
+    c.rows = {300, 1};
+    c.act = Activation::kSwigluOai;
+    c.cluster = cluster;
+    run_case(c);
+    c = gemm2(Scheme::kFp8PerChannel, 128, 2880);
+    c.rows = {129, 1000};
+    c.cluster = cluster;
+    run_case(c);
+    c = gemm1(Scheme::kFp8Block128, 128, 2048);
+    c.rows = kFewRows;
+    c.cluster = cluster;
+    run_case(c);
+    c = gemm1(Scheme::kBf16, 96, 256);
+    c.rows = {0, 0, 0};
+    c.cluster = cluster;
+    run_case(c);
+  }
+}
+
 TEST(Sm90TokMajorGemm, BitwiseDeterministic) {
   SKIP_WITHOUT_SM90();
-  Case c = gemm1(Scheme::kFp8PerTensor, 128, 2048);
-  c.rows = kFewRows;
-  std::vector<float> first, second;
-  run_case(c, &first);
-  run_case(c, &second);
-  ASSERT_EQ(first.size(), second.size());
-  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+  for (int cluster : {1, 2}) {
+    Case c = gemm1(Scheme::kFp8PerTensor, 128, 2048);
+    c.rows = kFewRows;
+    c.cluster = cluster;
+    std::vector<float> first, second;
+    run_case(c, &first);
+    run_case(c, &second);
+    ASSERT_EQ(first.size(), second.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float))) << "cluster=" << cluster;
+  }
 }
 
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {

@@ -188,7 +188,9 @@ void launch_ep_unpack_sm90(const detail::EpUnpackCall& c) {
 void launch_ep_combine_sm90(const detail::EpCombineCall& c) {
   auto stream = static_cast<cudaStream_t>(c.stream);
   if (c.num_tokens == 0) return;
-  const std::size_t smem = static_cast<std::size_t>(c.top_k) * sizeof(std::int64_t);
+  // Rounded up to whole 16-byte words: the compiler reads rows[] two at a time (ld.shared.v2),
+  // and compute-sanitizer flags the second half past an odd top_k.
+  const std::size_t smem = static_cast<std::size_t>((c.top_k + 1) / 2 * 2) * sizeof(std::int64_t);
   if (c.act_dtype == DType::kFp16) {
     ep_combine_sm90_kernel<__half><<<grid_for(c.num_tokens), kCombineThreads, smem, stream>>>(
         c.slot_route, static_cast<const __half*>(c.returned), c.returned_rows, c.num_tokens, c.top_k, c.hidden_size,

@@ -27,16 +27,23 @@ constexpr int stage_bytes(bool block128) { return kATileBytes + b_tile_bytes(blo
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
-// setmaxnreg: 128 x 56 + 256 x 224 = 64512 <= 65536 registers of the SM (the producer keeps 8
-// gathered row indices live; the consumers need 128 accumulators + the epilogue).
-inline constexpr int kProducerRegs = 56;
-inline constexpr int kConsumerRegs = 224;
+// setmaxnreg: 128 x 64 + 256 x 216 = 63488 <= 65536 registers of the SM. The producer keeps 8
+// gathered row indices, the tile and the pipeline state live (56 spilled a register with
+// block128); the consumers use ~172 (128 accumulators + addresses + epilogue values).
+inline constexpr int kProducerRegs = 64;
+inline constexpr int kConsumerRegs = 216;
 // Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
 // rest holds the barriers, the block128 scales and the expert table.
 constexpr int num_stages(bool block128) { return block128 ? 6 : 4; }
 inline constexpr int kSmemLimit = 227 * 1024;
 // The expert table (row offsets and tile prefix) lives in shared memory.
 inline constexpr int kMaxExperts = 1024;
+// Thread-block clusters of 1 or 2 CTAs. With 2, the CTAs take two token tiles of the same
+// (expert, column tile) and each loads one of the two weight boxes with TMA multicast into both,
+// halving the L2 -> SM weight traffic (a 128x256 tile at full rate needs ~9 TB/s of L2 reads
+// over 132 SMs without it). The default is the size the launcher uses when not told.
+inline constexpr int kMaxCluster = 2;
+inline constexpr int kDefaultCluster = 1;
 
 // Shared-memory layout in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
 struct SmemLayout {
@@ -102,6 +109,7 @@ struct KernelParams {
   int act;                           // ActKind
   float alpha;
   float limit;
+  int cluster;                       // CTAs per cluster, 1 or 2 (weight multicast)
   SmemLayout smem;
 };
 

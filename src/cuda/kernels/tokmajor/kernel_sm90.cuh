@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -26,19 +27,28 @@ template <> struct TagOf<Operand::kF16> { using type = sm90::F16Tag; };
 template <> struct TagOf<Operand::kE4m3> { using type = sm90::E4m3Tag; };
 
 // ---------------------------------------------------------------------------------------------
-// Tiles: (expert e, column tile, token tile), expert-major, then column tile, token tile fastest:
-// CTAs that run at the same time (consecutive tile ids) read the same weight tile (L2 hits) and
-// an expert's few token tiles, which stay in L2 across its column tiles.
+// Work units: (expert e, column tile, group of `cluster` token tiles), expert-major, then column
+// tile, token group fastest: clusters that run at the same time (consecutive unit ids) read the
+// same weight tile (L2 hits) and an expert's few token tiles, which stay in L2 across its column
+// tiles. CTA rank r of a cluster takes token tile cluster * group + r of the unit (none past the
+// expert's last token tile: count = 0, the CTA then only loads its share of the weights).
 // ---------------------------------------------------------------------------------------------
 struct Tile {
   int e;
   int col;        // column tile
   int row_begin;  // first expert-sorted row of the tile
-  int count;      // rows in the tile, 1..128
+  int count;      // rows in the tile, 0..128
 };
 
-// prefix[e] = tiles of experts < e (prefix[0] = 0, prefix[E] = all tiles).
-__device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, Tile& t) {
+// Units of an expert with `rows` rows.
+__device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles) {
+  const int chunks = (rows + kBlockM - 1) / kBlockM;
+  return (chunks + cluster - 1) / cluster * num_col_tiles;
+}
+
+// prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units).
+__device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
+                                          Tile& t) {
   if (w >= prefix[E]) return false;
   int lo = 0, hi = E;  // invariant: prefix[lo] <= w < prefix[hi]
   while (hi - lo > 1) {
@@ -48,12 +58,13 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
   // Empty experts share their successor's prefix, so lo (the last expert with prefix <= w) has rows.
   const int rows = off[lo + 1] - off[lo];
   const int chunks = (rows + kBlockM - 1) / kBlockM;
+  const int groups = (chunks + cluster - 1) / cluster;
   const int local = w - prefix[lo];
-  const int chunk = local % chunks;
+  const int chunk = (local % groups) * cluster + rank;
   t.e = lo;
-  t.col = local / chunks;
+  t.col = local / groups;
   t.row_begin = off[lo] + chunk * kBlockM;
-  t.count = min(kBlockM, rows - chunk * kBlockM);
+  t.count = chunk < chunks ? min(kBlockM, rows - chunk * kBlockM) : 0;
   return true;
 }
 
@@ -114,10 +125,23 @@ struct TokMajor {
     float* b_scale;       // [stages][2]
     std::uint32_t full;   // barrier addresses (8 bytes apart)
     std::uint32_t empty;
+    std::uint32_t peer_empty;  // cluster of 2: the peer CTA's empty barriers (shared::cluster)
     int* off;             // [E+1]
     int* prefix;          // [E+1]
     int stages;
+    int cluster;          // 1 or 2
+    int rank;             // this CTA's rank in the cluster
   };
+
+  // A consumer warp is done reading `stage`: with multicast the peer's producer writes into this
+  // CTA's stage too, so both CTAs' empty barriers hear of it.
+  static __device__ __forceinline__ void release(const Smem& s, int stage, int lane) {
+    __syncwarp();
+    if (lane == 0) {
+      sm90::mbar_arrive(s.empty + 8 * stage);
+      if (s.cluster > 1) sm90::mbar_arrive_cluster(s.peer_empty + 8 * stage);
+    }
+  }
 
   // B rows of the two TMA boxes of a column tile: GEMM1 gate rows n.. and up rows N+n..; GEMM2
   // the two halves of kBN consecutive rows.
@@ -133,9 +157,10 @@ struct TokMajor {
     const int row0 = t >> 3;    // tile rows row0 + 16 i, i = 0..7
     int stage = 0;
     std::uint32_t phase = 0;
-    for (int w = blockIdx.x;; w += gridDim.x) {
+    const int num_clusters = gridDim.x / s.cluster;
+    for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, tl)) break;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) break;
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
       int arow[8];
@@ -161,10 +186,16 @@ struct TokMajor {
         const std::uint32_t b_dst = a_dst + kATileBytes;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
         if (t == 0) {
+          // The whole B tile lands in this CTA: both boxes, or (cluster of 2) one box from each CTA.
           sm90::mbar_arrive_expect_tx(full, kTmaBytes);
           const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
-          sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, tl.e);
-          sm90::tma_load_3d(b_dst + kBox * kStageKBytes, &p.tmap_b, full, k0, brow1, tl.e);
+          if (s.cluster == 1) {
+            sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, tl.e);
+            sm90::tma_load_3d(b_dst + kBox * kStageKBytes, &p.tmap_b, full, k0, brow1, tl.e);
+          } else {
+            sm90::tma_load_3d_multicast(b_dst + s.rank * kBox * kStageKBytes, &p.tmap_b, full, k0,
+                                        s.rank ? brow1 : brow0, tl.e, static_cast<std::uint16_t>(0x3));
+          }
         }
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
@@ -205,9 +236,10 @@ struct TokMajor {
     int stage = 0;
     std::uint32_t phase = 0;
 
-    for (int w = blockIdx.x;; w += gridDim.x) {
+    const int num_clusters = gridDim.x / s.cluster;
+    for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, tl)) break;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) break;
 
       // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
       // their per-row values load now and land during the main loop.
@@ -232,13 +264,12 @@ struct TokMajor {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       if (64 * wg >= tl.count) {
-        // A tail tile with <= 64 rows: this warpgroup's rows are all past the expert's end, so it
-        // skips the MMAs (the other warpgroup then has the tensor cores alone) and only passes
-        // the stages on; its epilogue writes nothing.
+        // A tail tile with <= 64 rows (or none: the spare CTA of a cluster): this warpgroup's rows
+        // are all past the expert's end, so it skips the MMAs (the other warpgroup then has the
+        // tensor cores alone) and only passes the stages on; its epilogue writes nothing.
         for (int ks = 0; ks < p.num_k_stages; ++ks) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          __syncwarp();
-          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+          release(s, stage, lane);
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
       } else if (!kBlock128) {
@@ -257,14 +288,14 @@ struct TokMajor {
           if (ks > 0) {
             // The previous stage's wgmma group is done: its shared memory can be refilled.
             sm90::wgmma_wait<1>();
-            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+            release(s, prev, lane);
           }
           prev = stage;
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
         sm90::wgmma_wait<0>();
         sm90::fence_regs<kAcc>(acc);
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+        release(s, prev, lane);
       } else {
         // block128 (DeepGEMM style): each stage is one 128-wide K group; its partial sum is
         // promoted into acc scaled by the row's group scale and the weight block's scale.
@@ -285,8 +316,7 @@ struct TokMajor {
           const float sa1 = s.a_scale[stage * kBlockM + rloc[1]];
           const float bs0 = s.b_scale[stage * 2 + 0];
           const float bs1 = s.b_scale[stage * 2 + 1];
-          __syncwarp();  // every lane has read the stage's scales before lane 0 releases it
-          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+          release(s, stage, lane);  // after every lane has read the stage's scales
 #pragma unroll
           for (int j = 0; j < kBN / 8; ++j) {
             const float bs = j < kBN / 16 ? bs0 : bs1;  // columns of the first / second box
@@ -374,7 +404,8 @@ struct TokMajor {
   }
 };
 
-// Persistent: CTA b takes tiles b, b + gridDim.x, ...; every thread walks the same tile list.
+// Persistent: cluster c (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ...;
+// every thread walks the same unit list. Launched with cluster dimension S when S > 1.
 template <Operand kOp, bool kGateUp, bool kBlock128>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -392,6 +423,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
   s.stages = L.stages;
+  s.cluster = p.cluster;
+  s.rank = p.cluster > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
+  s.peer_empty = p.cluster > 1 ? sm90::map_to_rank(s.empty, static_cast<std::uint32_t>(s.rank ^ 1)) : 0;
 
   const int E = p.num_experts;
   if (threadIdx.x == 0) {
@@ -399,8 +433,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     for (int i = 0; i < s.stages; ++i) {
       // full: thread 0's expect_tx arrival + one cp.async arrival per producer thread.
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
-      // empty: one arrival per consumer warp once its wgmma reads of the stage completed.
-      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+      // empty: one arrival per consumer warp of each CTA of the cluster once its wgmma reads of
+      // the stage completed (the peer's TMA multicast writes this CTA's B tile too).
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32 * p.cluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -417,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
       int tiles = 0;
       if (e < E) {
         const int rows = max(0, s.off[e + 1] - s.off[e]);
-        tiles = (rows + kBlockM - 1) / kBlockM * p.num_col_tiles;
+        tiles = units_of(rows, p.cluster, p.num_col_tiles);
       }
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -429,6 +464,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     }
   }
   __syncthreads();
+  // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
+  if (p.cluster > 1) sm90::cluster_sync_all();
 
   if (threadIdx.x < kProducerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
@@ -437,6 +474,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     sm90::setmaxnreg_inc<kConsumerRegs>();
     K::consume(p, s);
   }
+  // No CTA leaves while its peer may still arrive on its barriers.
+  if (p.cluster > 1) sm90::cluster_sync_all();
 #endif
 }
 
@@ -452,8 +491,33 @@ void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
     configured.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<grid, kThreads, kp.smem.bytes, static_cast<cudaStream_t>(stream)>>>(kp);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(kp.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kp.cluster > 1 ? 1 : 0;
+  if (kp.cluster > 1) {
+    // Persistent clusters must all be resident at once: not every GPC holds an even number of
+    // free SMs, so ask how many 2-CTA clusters fit (once per device and cluster size).
+    static std::atomic<int> max_clusters[64];  // zero-initialized (static storage)
+    int fit = dev < 64 ? max_clusters[dev].load(std::memory_order_relaxed) : 0;
+    if (fit == 0) {
+      cfg.gridDim = dim3(static_cast<unsigned>(kp.cluster), 1, 1);
+      MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
+      if (fit < 1) fit = 1;
+      if (dev < 64) max_clusters[dev].store(fit, std::memory_order_relaxed);
+    }
+    grid = std::min(grid, fit * kp.cluster);
+    cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  }
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }
 
 }  // namespace moekit::cuda::tokmajor

@@ -148,6 +148,16 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
 }
 
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
+  launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
+}
+
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream, int cluster) {
+  if (cluster != 0 && cluster != 1 && cluster != 2) {
+    std::ostringstream os;
+    os << "tokmajor_sm90: cluster = " << cluster << ", expected 0 (default), 1 or 2";
+    throw Error(Status::kInvalidArgument, os.str());
+  }
+  if (cluster == 0) cluster = tokmajor::kDefaultCluster;
   if (p.max_rows == 0) return;
   std::string why;
   if (!can_implement_tokmajor_sm90(p, &why)) throw Error(Status::kNotSupported, why);
@@ -216,16 +226,19 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream)
                                                          : tokmajor::kActSilu;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
+  kp.cluster = cluster;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
 
-  // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more CTAs than tiles
-  // can exist; the real tile count is known on the device only (row_offsets), no host sync.
+  // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
+  // work units can exist (units <= tiles); the real count is known on the device only
+  // (row_offsets), no host sync. The kernel's launcher lowers it to the co-resident clusters.
   const std::int64_t tiles = max_tiles(p);
   if (tiles == 0) return;
   int dev = 0, sms = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, sms)));
+  const std::int64_t clusters = std::min<std::int64_t>(tiles, std::max(1, sms / cluster));
+  const int grid = static_cast<int>(clusters * cluster);
 
   if (fp8) {
     if (block128) {

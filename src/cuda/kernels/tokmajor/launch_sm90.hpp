@@ -17,4 +17,9 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& params, std::string* w
 // when max_rows == 0. No allocation, no host synchronization: CUDA-graph capturable.
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream);
 
+// The same with the cluster size forced (tests, tuning): 1 = one CTA per tile; 2 = pairs of CTAs
+// on two token tiles of the same weight tile, each loading half of it with TMA multicast into
+// both; 0 = the default (tokmajor::kDefaultCluster).
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream, int cluster);
+
 }  // namespace moekit::cuda
