@@ -128,24 +128,33 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     return plan;
   }
   const double tpe = plan.tokens_per_expert;
-  const double limit = kRouterTable.swapab_max_tokens_per_expert;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  const RouterTable& t = kRouterTable;
   std::ostringstream why;
   why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
       << " touched of " << p.num_experts << ")";
-  if (tpe <= limit) {
-    why << " <= " << fmt(limit) << ": decode, Swap-AB";
-    for (int g = 0; g < 2; ++g) {
-      if (in.swapab_ok[g]) {
-        use_swapab(g);
-      } else {
-        use_mma(g);
-        why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
-      }
-    }
+  bool swapab = false;
+  if (p.intermediate_size < t.small_n) {
+    swapab = plan.local_slots <= t.small_n_max_slots;
+    why << ", N=" << p.intermediate_size << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots)
+        << " slots";
+  } else if (fp8 && p.intermediate_size >= t.swapab_fp8_any_m_min_n) {
+    swapab = true;
+    why << ", fp8 with N >= " << t.swapab_fp8_any_m_min_n << ": Swap-AB (native QGMMA) at every M";
   } else {
-    why << " > " << fmt(limit) << ": token-major mma";
-    use_mma(0);
-    use_mma(1);
+    const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
+    swapab = tpe <= limit;
+    why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : ": token-major mma");
+  }
+  for (int g = 0; g < 2; ++g) {
+    if (!swapab) {
+      use_mma(g);
+    } else if (in.swapab_ok[g]) {
+      use_swapab(g);
+    } else {
+      use_mma(g);
+      why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
+    }
   }
   plan.reason = why.str();
   return plan;

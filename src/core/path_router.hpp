@@ -25,13 +25,20 @@ inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused"};
 
 /// The heuristic's constants, in one place.
 struct RouterTable {
-  // Swap-AB while the expected tokens per touched local expert stay <= 64: wgmma's N side holds
-  // at most 64 tokens (swapab::kMaxTokens), so up to 64 an expert's weights stream once through
-  // the TMA pipeline with no idle A rows; above it the Swap-AB kernel cuts the expert into
-  // 64-token chunks that each re-stream the weights through a 64x64 tile, and the token-major
-  // tiles (64 x 128, weights reused over 64 tokens) are the better fit. Retune from
-  // `moekit-bench --path auto,mma,swapab`.
-  double swapab_max_tokens_per_expert = 64.0;
+  // Swap-AB (weights on wgmma's 64-row side, an expert's tokens on the N side) vs the mma.sync
+  // token-major tiles, as measured on the H200 with `moekit-bench --path auto,mma,swapab`
+  // (bench/results/2026-11-29-5b311f8-h200-paths.json; docs/router.md has the table):
+  // - bf16: Swap-AB up to 24 expected tokens per touched expert (16 still wins: mixtral M=64 and
+  //   gpt-oss M=256 still win by 4-12%; at 64 tokens/expert mma's 64x128 tiles reuse weights better);
+  // - fp8: up to 48 (16 wins, 64 loses), and at every M once N >= 1792: the mma path's e4m3 mma.sync runs at the f16
+  //   rate after unpacking, the Swap-AB path is native QGMMA (mixtral fp8 M=4096: 8.7 vs 11.9 ms);
+  // - small shards (N < 256, e.g. qwen3-30b at TP8, N = 96): Swap-AB only up to 32 slots; with
+  //   2N = 192 rows its 64-row tiles and one-stage GEMM2 items cost more than they stream.
+  double swapab_max_tokens_per_expert_bf16 = 24.0;
+  double swapab_max_tokens_per_expert_fp8 = 48.0;
+  std::int64_t swapab_fp8_any_m_min_n = 1792;
+  std::int64_t small_n = 256;
+  double small_n_max_slots = 32.0;
   // Swap-AB split-K: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and >= 4 K stages
   // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
   int max_split_k = 8;

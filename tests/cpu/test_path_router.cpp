@@ -46,17 +46,28 @@ TEST(CpuPathRouter, DecodeTakesSwapabPrefillTakesMma) {
   EXPECT_EQ(m.gemm[0].impl, GemmImpl::kSwapab);
   EXPECT_EQ(m.gemm[1].impl, GemmImpl::kSwapab);
 
+  // bf16 prefill runs token-major.
   for (const char* name : {"qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"}) {
     const detail::DispatchPlan pf = choose_paths(preset(name, 4096, 1), 132, nullptr, true, true);
     EXPECT_EQ(pf.describe(), "gemm1=mma gemm2=mma") << name << ": " << pf.reason;
-    EXPECT_GT(pf.tokens_per_expert, detail::kRouterTable.swapab_max_tokens_per_expert);
+    EXPECT_GT(pf.tokens_per_expert, detail::kRouterTable.swapab_max_tokens_per_expert_bf16);
   }
-  // The crossover follows tokens per expert, not M alone: mixtral (E = 8, k = 2) crosses it at
-  // M = 256 -> 512, qwen3 (E = 128, k = 8) at M = 1024 -> 2048.
-  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 256, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kSwapab);
-  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 512, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kMma);
-  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 1024, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kSwapab);
-  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 2048, 1), 132, nullptr, true, true).gemm[0].impl, GemmImpl::kMma);
+  // The bf16 crossover follows tokens per expert, not M alone (measured: mixtral (E = 8, k = 2)
+  // between M = 64 and 256, qwen3-30b (E = 128, k = 8) between M = 256 and 1024).
+  auto gemm1 = [](const char* name, std::int64_t M, int tp, Scheme s = Scheme::kBf16) {
+    return choose_paths(preset(name, M, tp, s), 132, nullptr, true, true).gemm[0].impl;
+  };
+  EXPECT_EQ(gemm1("mixtral-8x7b", 64, 1), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("mixtral-8x7b", 256, 1), GemmImpl::kMma);
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 256, 1), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 1024, 1), GemmImpl::kMma);
+  // Small shards: qwen3-30b at TP8 (N = 96) keeps Swap-AB for 32 slots (M = 4), not for 128.
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 4, 8), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 16, 8), GemmImpl::kMma);
+  // fp8 with a large N stays on Swap-AB's QGMMA at every M; a mid-size N crosses at 32 tokens/expert.
+  EXPECT_EQ(gemm1("mixtral-8x7b", 4096, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 256, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("qwen3-30b-a3b", 1024, 1, Scheme::kFp8PerTensor), GemmImpl::kMma);
 }
 
 TEST(CpuPathRouter, AutoFallsBackPerGemm) {
