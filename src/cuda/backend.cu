@@ -4,6 +4,7 @@
 // synchronization, nothing that breaks CUDA-graph capture.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,7 @@
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "cuda/kernels/quant/quant.hpp"
 #include "cuda/kernels/routing/routing.hpp"
@@ -77,7 +79,11 @@ bool device_ok(int device, std::string* why) {
   return true;
 }
 
-std::size_t workspace_size(const MoeProblem& problem) { return workspace_layout(problem).total; }
+// The multi-launch layout or the fused path's, whichever is larger: the router may pick either.
+std::size_t workspace_size(const MoeProblem& problem) {
+  const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
+  return std::max(workspace_layout(problem).total, fused);
+}
 
 // Where a call's routing outputs live: the caller's buffers when given, else the workspace.
 const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& L) {
@@ -158,6 +164,7 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   in.forced = forced;
   in.swapab_ok[0] = can_implement_swapab_sm90(g1, &in.swapab_why[0]);
   in.swapab_ok[1] = can_implement_swapab_sm90(g2, &in.swapab_why[1]);
+  in.fused_ok = can_implement_fused_sm90(p, &in.fused_why);
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
@@ -244,10 +251,11 @@ void run_moe(const detail::MoeCall& call) {
   // run this problem fails with nothing launched.
   const GroupedGemmParams g1 = gemm1_params(call, L), g2 = gemm2_params(call, L);
   const detail::DispatchPlan plan = plan_call(p, g1, g2, call.forced_path, true);
-  // The single-launch fused path replaces steps 1-6 here once it is wired: set
-  // RouterInputs::fused_ok in plan_call from can_implement_fused_sm90 and run it when plan.fused.
-  // Until then fused_ok is false, so the router never picks it and refuses it when forced.
-  if (plan.fused) throw Error(Status::kInternal, "the router chose the fused path, which this backend does not run yet");
+  // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
+  if (plan.fused) {
+    run_fused_moe_sm90(call, call.workspace);
+    return;
+  }
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);

@@ -263,8 +263,7 @@ TEST(Sm90FusedSingleLaunch, CanImplementStatesReasons) {
   EXPECT_TRUE(cuda::can_implement_fused_sm90(p, &why)) << why;
   MoeProblem q = p;
   q.scheme = Scheme::kFp8Block128;
-  EXPECT_FALSE(cuda::can_implement_fused_sm90(q, &why));
-  EXPECT_NE(why.find("block128"), std::string::npos) << why;
+  EXPECT_TRUE(cuda::can_implement_fused_sm90(q, &why)) << why;
   q = p;
   q.with_routing = true;
   EXPECT_TRUE(cuda::can_implement_fused_sm90(q, &why)) << why;
@@ -306,6 +305,14 @@ TEST(Sm90FusedSingleLaunch, PresetsTp8Fp8PerChannelMatchReference) {
   }
 }
 
+TEST(Sm90FusedSingleLaunch, PresetsTp8Fp8Block128MatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (const Preset& p : kPresetsTp8) {
+    SCOPED_TRACE(p.name);
+    check_case(preset_spec(p, Scheme::kFp8Block128, 16), {1, 3, 16});
+  }
+}
+
 TEST(Sm90FusedSingleLaunch, RoutesFromLogitsLikeTheReference) {
   SKIP_WITHOUT_SM90();
   // qwen3 (softmax_topk, renormalized), gpt-oss (topk_softmax), deepseek (sigmoid_grouped_topk,
@@ -339,7 +346,7 @@ TEST(Sm90FusedSingleLaunch, RoutesFromLogitsLikeTheReference) {
 
 TEST(Sm90FusedSingleLaunch, OptionsMatchReference) {
   SKIP_WITHOUT_SM90();
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel, Scheme::kFp8Block128}) {
     for (Activation act : {Activation::kSilu, Activation::kGelu, Activation::kSwigluOai}) {
       for (int variant = 0; variant < 4; ++variant) {
         CaseSpec s;
@@ -389,7 +396,7 @@ TEST(Sm90FusedSingleLaunch, EmptyAndHotExperts) {
 
 TEST(Sm90FusedSingleLaunch, MoreThan16SlotsOnOneExpert) {
   SKIP_WITHOUT_SM90();
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerChannel}) {
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerChannel, Scheme::kFp8Block128}) {
     CaseSpec s;
     s.M = 64;  // 64 slots on each of the k hot experts: 4 token groups each
     s.E = 8;
@@ -423,7 +430,7 @@ TEST(Sm90FusedSingleLaunch, ExpertMapDropsRemoteExperts) {
 
 TEST(Sm90FusedSingleLaunch, NanRowStaysInItsRow) {
   SKIP_WITHOUT_SM90();
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel, Scheme::kFp8Block128}) {
     CaseSpec s;
     s.M = 5;
     s.E = 8;

@@ -168,8 +168,13 @@ def main():
         print("none: every symbol _C and libstdc++ use binds to libstdc++ / libc / libpython / _C / libcudart")
     for (src, dst), syms in sorted(odd.items()):
         names = sorted(syms)
-        dm, _ = run(["c++filt"] + names[:12])
-        print(f"{src} -> {dst}: {len(names)} symbols, e.g.\n    " + "\n    ".join((dm or "\n".join(names)).splitlines()[:12]))
+        rc, dm = run(["c++filt"] + names)
+        shown = dm.splitlines() if rc == 0 and dm.strip() else names
+        streamy = [n for n in shown if re.search(r"locale|ios_base|basic_ios|stream|stringbuf|num_put|facet", n)]
+        print(f"{src} -> {dst}: {len(names)} symbols, e.g.\n    " + "\n    ".join(shown[:12]))
+        if streamy:
+            print(f"  SUSPECT: {len(streamy)} iostream / locale symbols bound outside libstdc++:\n    "
+                  + "\n    ".join(streamy[:12]))
 
     section("struct layout: g++ vs nvcc")
     tmp = tempfile.mkdtemp(prefix="moekit_layout_")

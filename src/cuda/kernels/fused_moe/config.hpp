@@ -47,7 +47,12 @@ inline constexpr int kSmemOffOff = kSmemSortedOff + kMaxSlots * 4;         // in
 inline constexpr int kSmemGbaseOff = kSmemOffOff + (kMaxExperts + 4) * 4;  // int gbase[kMaxExperts + 1]
 inline constexpr int kSmemIdsOff = kSmemGbaseOff + (kMaxExperts + 4) * 4;  // int ids[kMaxSlots]
 inline constexpr int kSmemWtsOff = kSmemIdsOff + kMaxSlots * 4;            // float wts[kMaxSlots]
-inline constexpr int kSmemMiscOff = kSmemWtsOff + kMaxSlots * 4;           // token info + scalars
+// block128: per item, the token scales [16][kMaxRangeGroups] and the weight-block scales
+// [128 rows][kMaxRangeGroups] of the 128-wide K groups its range covers.
+inline constexpr int kMaxRangeGroups = (kMaxRangeBytes + 127) / 128;       // 24
+inline constexpr int kSmemBlkAOff = kSmemWtsOff + kMaxSlots * 4;
+inline constexpr int kSmemBlkWOff = kSmemBlkAOff + kMaxTok * kMaxRangeGroups * 4;
+inline constexpr int kSmemMiscOff = kSmemBlkWOff + 128 * kMaxRangeGroups * 4;  // token info + scalars
 inline constexpr int kSmemMiscBytes = 1024;
 inline constexpr int kSmemBytes = kSmemMiscOff + kSmemMiscBytes + 1024;    // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "fused MoE shared memory exceeds 227 KB");
@@ -196,7 +201,7 @@ struct FusedArgs {
   // Sizes.
   int M = 0, k = 0, E = 0, E_global = 0, K = 0, N = 0;
   // Options.
-  int scale_mode = 0;    // 0 none (bf16/fp16), 1 per tensor, 2 per channel
+  int scale_mode = 0;    // 0 none (bf16/fp16), 1 per tensor, 2 per channel, 3 block128
   int act_fp16 = 0;      // hidden / out are fp16 (else bf16)
   int bias13_type = 0;   // b13: 0 none, 1 fp32, 2 bf16, 3 fp16
   int bias2_type = 0;    // b2: the same

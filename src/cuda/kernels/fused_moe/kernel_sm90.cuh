@@ -26,6 +26,17 @@
 // never waits; if GEMM2, every GEMM1 item (smaller) is finished, so its wait ends. Hence some
 // item always progresses, and all finish. (Split tickets and the combine ticket never wait.)
 //
+// Scales: the token operand of an item is staged (converted / quantized) into shared memory at
+// the item's start: bf16/fp16 as is, fp8 as e4m3(x * (1/s)) with s per tensor (every CTA
+// computes absmax(hidden) itself; the intermediate's from a global atomicMax), per token row
+// (from the full row) or per 128-group (block128: the group's partial sums are scaled per
+// stage, each warp's 128-byte segment being one group). Other scales apply in the epilogue.
+// The intermediate is kept in fp32 and re-quantized by the GEMM2 items that read it.
+//
+// Counters (workspace head) must be zero at launch: the launcher memsets them by default; the
+// kernel also leaves them zero (tickets are reset by their last user, per-group counters by the
+// last CTA to exit), so a fused-only workspace needs no memset per call.
+//
 // Memory ordering: producers write with plain/st.cg stores, __syncthreads, then one thread does
 // fence + red.release.gpu (or atom.acq_rel); consumers spin in one thread with ld.acquire.gpu,
 // then __syncthreads, and read other CTAs' data with ld.global.cg (never the non-coherent path).
@@ -415,6 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   const int P = M * k;
   const bool act_fp16 = a.act_fp16 != 0;
 
+  float* blk_a = reinterpret_cast<float*>(base + kSmemBlkAOff);  // [16][kMaxRangeGroups]
+  float* blk_w = reinterpret_cast<float*>(base + kSmemBlkWOff);  // [128][kMaxRangeGroups]
   int* s_ids = reinterpret_cast<int*>(base + kSmemIdsOff);
   float* s_wts = reinterpret_cast<float*>(base + kSmemWtsOff);
 
@@ -639,6 +652,54 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       }
       __syncthreads();
     }
+    if (a.scale_mode == 3) {
+      // block128 (e4m3: one byte per element, so the item's range starts on a 128-group): the
+      // token scales of each group in range (a warp per (token, group), 4 elements a lane) and
+      // the weight-block scale of each (row, group).
+      const int ngr = it.nst * skb / 128;
+      const int gl0 = it.kb / 128;
+      const int len = g1 ? K : N;
+      for (int q = warp; q < kMaxTok * ngr; q += kWarps) {
+        const int tt = q / ngr, gl = q - tt * ngr;
+        float m = 0.0f;
+        const int c0 = (gl0 + gl) * 128 + 4 * lane;
+        if (tt < it.cnt && c0 < len) {
+          if (g1) {
+            const std::int64_t row = tok_slot[tt] / k;
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint16_t*>(a.hidden) + row * K + c0));
+            float x[8];
+            unpack8(make_uint4(v.x, v.y, 0u, 0u), act_fp16, x);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(x[j]));
+          } else {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(a.inter + static_cast<std::int64_t>(it.row0 + tt) * N + c0));
+            m = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+          }
+        }
+        m = warp_max(m);
+        if (lane == 0) blk_a[tt * kMaxRangeGroups + gl] = dyn_scale(m);
+      }
+      const std::int64_t rows_b = g1 ? 2 * static_cast<std::int64_t>(N) : K;
+      const int row_blocks = static_cast<int>((rows_b + 127) / 128), col_blocks = (len + 127) / 128;
+      const float* wsc = (g1 ? a.w13_scale : a.w2_scale) + static_cast<std::int64_t>(it.e) * row_blocks * col_blocks;
+      for (int q = tid; q < rows * ngr; q += kThreads) {
+        const int r = q / ngr, gl = q - r * ngr;
+        std::int64_t grow;
+        bool ok;
+        if (g1) {
+          const int C = rows >> 1;
+          const int n = it.tile * C + (r < C ? r : r - C);
+          ok = n < N;
+          grow = (r < C ? 0 : N) + n;
+        } else {
+          grow = static_cast<std::int64_t>(it.tile) * rows + r;
+          ok = grow < K;
+        }
+        ok = ok && gl0 + gl < col_blocks;
+        blk_w[r * kMaxRangeGroups + gl] = ok ? wsc[(grow / 128) * col_blocks + gl0 + gl] : 0.0f;
+      }
+      __syncthreads();
+    }
     {
       const int nv = it.nst * skb / kEb / 8;  // 8-element vectors per token row
       const int kel0 = it.kb / kEb;
@@ -662,7 +723,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
             x[4] = x1.x; x[5] = x1.y; x[6] = x1.z; x[7] = x1.w;
           }
         }
-        const float inv = a.scale_mode == 2 ? 1.0f / tok_scale[tt < it.cnt ? tt : 0] : inv_pt;
+        const float inv = a.scale_mode == 2   ? 1.0f / tok_scale[tt < it.cnt ? tt : 0]
+                          : a.scale_mode == 3 ? 1.0f / blk_a[tt * kMaxRangeGroups + (8 * v) / 128]
+                                              : inv_pt;
         store_operand8<kOp>(tok + tt * pitch + 8 * v * kEb, x, inv);
       }
     }
@@ -686,6 +749,35 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       const std::uint32_t sa = stages_u32 + (cons_no % kStages) * kStageBytes + a_row_off;
       const std::uint32_t sb = b_row + cs * skb;
       ++cons_no;
+      if constexpr (kOp == Op::kE4m3) {
+        if (a.scale_mode == 3) {
+          // block128: this warp's segment is one 128-wide K group: scale its partial sums by
+          // the token's group scale and the row's weight-block scale, then accumulate.
+          float part[2][4];
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            std::uint32_t af[4], bf[4];
+            ptx::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
+            ptx::ldmatrix_x4(bf, sb + kk * 32);
+            mma<kOp>(part[0], af, bf[0], bf[1]);
+            mma<kOp>(part[1], af, bf[2], bf[3]);
+          }
+          const int gl = cs * (skb / 128) + sg;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int r = 16 * mt + (lane >> 2) + 8 * (c >> 1);
+              const int tt = 8 * nt + 2 * (lane & 3) + (c & 1);
+              acc[nt][c] += part[nt][c] * blk_a[tt * kMaxRangeGroups + gl] * blk_w[r * kMaxRangeGroups + gl];
+            }
+          continue;
+        }
+      }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         std::uint32_t af[4], bf[4];

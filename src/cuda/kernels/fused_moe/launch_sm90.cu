@@ -68,7 +68,6 @@ bool can_implement_fused_sm90(const MoeProblem& p, std::string* why) {
     if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
       return fail("sigmoid_grouped_topk with num_groups = " + std::to_string(p.routing.num_groups) + " (at most 32)");
   }
-  if (p.scheme == Scheme::kFp8Block128) return fail("fp8_block128 is not implemented on the fused path");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(std::string("activation dtype ") + dtype_name(p.act_dtype) + " (expected bf16 or fp16)");
   if (p.num_tokens < 0 || p.top_k <= 0) return fail("M or k out of range");
@@ -122,7 +121,12 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.E_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
   a.K = static_cast<int>(p.hidden_size);
   a.N = static_cast<int>(p.intermediate_size);
-  a.scale_mode = p.scheme == Scheme::kFp8PerTensor ? 1 : (p.scheme == Scheme::kFp8PerChannel ? 2 : 0);
+  switch (p.scheme) {
+    case Scheme::kBf16: a.scale_mode = 0; break;
+    case Scheme::kFp8PerTensor: a.scale_mode = 1; break;
+    case Scheme::kFp8PerChannel: a.scale_mode = 2; break;
+    case Scheme::kFp8Block128: a.scale_mode = 3; break;
+  }
   a.act_fp16 = p.act_dtype == DType::kFp16;
   a.bias13_type = bias_code(p.has_bias13 && fp.b13 != nullptr, p.bias_dtype);
   a.bias2_type = bias_code(p.has_bias2 && fp.b2 != nullptr, p.bias_dtype);

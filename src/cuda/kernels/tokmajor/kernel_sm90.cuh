@@ -504,8 +504,9 @@ void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
   cfg.attrs = attr;
   cfg.numAttrs = kp.cluster > 1 ? 1 : 0;
   if (kp.cluster > 1) {
-    // Persistent clusters must all be resident at once: not every GPC holds an even number of
-    // free SMs, so ask how many 2-CTA clusters fit (once per device and cluster size).
+    // One wave of persistent clusters: not every GPC holds an even number of free SMs, so ask
+    // how many 2-CTA clusters fit at once (once per device and kernel). Correctness does not
+    // depend on it (clusters never wait on each other).
     static std::atomic<int> max_clusters[64];  // zero-initialized (static storage)
     int fit = dev < 64 ? max_clusters[dev].load(std::memory_order_relaxed) : 0;
     if (fit == 0) {
