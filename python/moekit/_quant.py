@@ -73,6 +73,13 @@ def quantize_weights(w: Any, scheme: str, *, dtype: Optional[str] = None) -> Tup
     return q, s
 
 
+def _div_fp32(a: Any, b: Any) -> Any:
+    # The correctly rounded fp32 quotient, as the C++ quantizer's a / b: torch's CUDA division by a
+    # scalar multiplies by its reciprocal (1 ulp off at times). Dividing in fp64 and rounding once
+    # to fp32 is exact (fp64 holds more than 2 * 24 + 2 bits).
+    return (a.double() / b).float() if not hasattr(b, "double") else (a.double() / b.double()).float()
+
+
 def _quantize_torch(w: Any, scheme: str, bf16_dtype) -> Tuple[Any, Optional[Any]]:
     torch = T.torch_module()
     if scheme == "bf16":
@@ -82,20 +89,20 @@ def _quantize_torch(w: Any, scheme: str, bf16_dtype) -> Tuple[Any, Optional[Any]
     a = torch.nan_to_num(x.abs(), nan=0.0)  # absmax ignores NaN, as fmax does
     if scheme == "fp8_per_tensor":
         amax = a.reshape(E, -1).amax(dim=1) if R * C > 0 else torch.zeros(E, device=w.device)
-        scale = torch.clamp(amax / FP8_MAX, min=MIN_DYNAMIC_SCALE)
+        scale = torch.clamp(_div_fp32(amax, FP8_MAX), min=MIN_DYNAMIC_SCALE)
         full = scale[:, None, None]
     elif scheme == "fp8_per_channel":
         amax = a.amax(dim=2) if C > 0 else torch.zeros(E, R, device=w.device)
-        scale = torch.clamp(amax / FP8_MAX, min=MIN_DYNAMIC_SCALE)
+        scale = torch.clamp(_div_fp32(amax, FP8_MAX), min=MIN_DYNAMIC_SCALE)
         full = scale[:, :, None]
     else:
         nr, nc = math.ceil(R / BLOCK), math.ceil(C / BLOCK)
         padded = torch.zeros(E, nr * BLOCK, nc * BLOCK, device=w.device, dtype=torch.float32)
         padded[:, :R, :C] = a
         amax = padded.reshape(E, nr, BLOCK, nc, BLOCK).amax(dim=(2, 4))
-        scale = torch.clamp(amax / FP8_MAX, min=MIN_DYNAMIC_SCALE)
+        scale = torch.clamp(_div_fp32(amax, FP8_MAX), min=MIN_DYNAMIC_SCALE)
         full = scale.repeat_interleave(BLOCK, dim=1).repeat_interleave(BLOCK, dim=2)[:, :R, :C]
-    inv = 1.0 / full  # fp32 reciprocal, then a multiply: the formula of the C++ quantizer
+    inv = _div_fp32(torch.ones_like(full), full)  # fp32 reciprocal, then a multiply: the C++ formula
     q = torch.clamp(x * inv, -FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.contiguous(), scale.contiguous()
 

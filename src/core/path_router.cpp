@@ -15,7 +15,7 @@
 namespace moekit::detail {
 namespace {
 
-enum class Requested { kAuto, kMma, kSwapab, kFused };
+enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor };
 
 std::string path_list() {
   std::string s;
@@ -28,6 +28,7 @@ Requested parse_requested(const char* forced) {
   if (std::strcmp(forced, "mma") == 0) return Requested::kMma;
   if (std::strcmp(forced, "swapab") == 0) return Requested::kSwapab;
   if (std::strcmp(forced, "fused") == 0) return Requested::kFused;
+  if (std::strcmp(forced, "tokmajor") == 0) return Requested::kTokmajor;
   throw Error(Status::kInvalidArgument, std::string("unknown kernel path '") + forced +
                                             "' (Options::path or MOEKIT_PATH); expected one of " + path_list());
 }
@@ -56,7 +57,14 @@ void expected_load(const MoeProblem& p, DispatchPlan& plan) {
 
 }  // namespace
 
-const char* gemm_impl_name(GemmImpl impl) noexcept { return impl == GemmImpl::kSwapab ? "swapab" : "mma"; }
+const char* gemm_impl_name(GemmImpl impl) noexcept {
+  switch (impl) {
+    case GemmImpl::kSwapab: return "swapab";
+    case GemmImpl::kTokmajor: return "tokmajor";
+    case GemmImpl::kMma: break;
+  }
+  return "mma";
+}
 
 int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
   // Mirrors max_items() and the K-stage count of the Swap-AB launcher: items = 64-row weight
@@ -115,16 +123,28 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       }
       plan.reason = "forced";
       return plan;
+    case Requested::kTokmajor:
+      for (int g = 0; g < 2; ++g) {
+        if (!in.tokmajor_ok[g])
+          throw Error(Status::kNotSupported, "path 'tokmajor' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
+                                                 std::to_string(g + 1) + " of " + p.to_string() + ": " +
+                                                 (in.tokmajor_why[g].empty() ? std::string("not built") : in.tokmajor_why[g]));
+        plan.gemm[g].impl = GemmImpl::kTokmajor;
+        plan.gemm[g].split_k = 0;
+      }
+      plan.reason = "forced";
+      return plan;
     case Requested::kAuto: break;
   }
 
   // auto: the fused single launch at low concurrency when it can run the call; else Swap-AB while
   // an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that Swap-AB declines
   // runs on mma.
-  if (in.fused_ok && p.num_tokens <= kRouterTable.fused_max_tokens) {
+  if (in.fused_ok && p.intermediate_size < kRouterTable.small_n && plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
-    plan.reason = "M=" + std::to_string(p.num_tokens) + " <= " + std::to_string(kRouterTable.fused_max_tokens) +
-                  ": low concurrency, one fused launch";
+    plan.reason = "N=" + std::to_string(p.intermediate_size) + " < " + std::to_string(kRouterTable.small_n) +
+                  " and slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.fused_max_slots) +
+                  ": launches dominate, one fused launch";
     return plan;
   }
   const double tpe = plan.tokens_per_expert;

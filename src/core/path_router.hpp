@@ -16,12 +16,14 @@ namespace moekit::detail {
 enum class GemmImpl : int {
   kMma,     ///< mma.sync grouped GEMM, 64-row token tiles (src/cuda/kernels/grouped_gemm/)
   kSwapab,  ///< Swap-AB wgmma + TMA (src/cuda/kernels/swapab/): weights on wgmma's M side
+  kTokmajor,///< token-major wgmma, 128-token tiles, warp-specialized (src/cuda/kernels/tokmajor/)
 };
-const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab"
+const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab", "tokmajor"
 
 /// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
-/// "fused" is the single-launch path: a known name, not built yet (forcing it is kNotSupported).
-inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused"};
+/// "fused" is the single-launch path; "tokmajor" the token-major wgmma path (forced only until
+/// its crossover is measured).
+inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor"};
 
 /// The heuristic's constants, in one place.
 struct RouterTable {
@@ -43,10 +45,13 @@ struct RouterTable {
   // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
-  // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), up to this
-  // many tokens: at low concurrency launches and HBM round trips of the intermediates dominate
-  // (issue 4 item 3: decode at TP8, M <= 16). Unmeasured until the fused path exists.
-  std::int64_t fused_max_tokens = 16;
+  // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for small
+  // shards (N < small_n) and at most this many local slots. Measured on the H200 (2026-11-29,
+  // bench/results/2026-11-29-2d91fa2-h200-fused.json): qwen3-30b TP8 (N = 96) bf16 M=1 26.9 µs
+  // fused vs 37.1 Swap-AB, M=2 35.4 vs 45.2, M=4 55.0 vs 50.6; with a larger N it loses at every M
+  // (gpt-oss TP8 M=1 46.7 vs 36.7; mixtral TP8 M=1 97.0 vs 52.3): its weight stream is slower
+  // than Swap-AB's TMA pipeline, and it wins only where launches dominate.
+  double fused_max_slots = 16.0;
 };
 inline constexpr RouterTable kRouterTable{};
 
@@ -56,6 +61,8 @@ struct RouterInputs {
   const char* forced = nullptr;     ///< Options::path / MOEKIT_PATH; null or "" = "auto"
   bool swapab_ok[2] = {true, true}; ///< GEMM1, GEMM2
   std::string swapab_why[2];        ///< the reason when not ok
+  bool tokmajor_ok[2] = {false, false};  ///< the token-major wgmma path can run GEMM1, GEMM2
+  std::string tokmajor_why[2];
   bool fused_ok = false;            ///< a single-launch fused path can run this call
   std::string fused_why = "the single-launch fused path is not built in this version of moekit";
 };

@@ -18,6 +18,7 @@
 #include "cuda/kernels/quant/quant.hpp"
 #include "cuda/kernels/routing/routing.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
+#include "cuda/kernels/tokmajor/launch_sm90.hpp"
 #include "cuda/workspace.hpp"
 #include "moekit/error.hpp"
 
@@ -164,6 +165,8 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   in.forced = forced;
   in.swapab_ok[0] = can_implement_swapab_sm90(g1, &in.swapab_why[0]);
   in.swapab_ok[1] = can_implement_swapab_sm90(g2, &in.swapab_why[1]);
+  in.tokmajor_ok[0] = can_implement_tokmajor_sm90(g1, &in.tokmajor_why[0]);
+  in.tokmajor_ok[1] = can_implement_tokmajor_sm90(g2, &in.tokmajor_why[1]);
   in.fused_ok = can_implement_fused_sm90(p, &in.fused_why);
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
@@ -173,6 +176,8 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
 void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream) {
   if (choice.impl == detail::GemmImpl::kSwapab)
     launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k);
+  else if (choice.impl == detail::GemmImpl::kTokmajor)
+    launch_grouped_gemm_tokmajor_sm90(g, stream);
   else
     launch_grouped_gemm(g, stream);
 }

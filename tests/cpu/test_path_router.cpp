@@ -143,14 +143,17 @@ TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_EQ(choose_paths(p, in).describe(), "fused");
 }
 
-TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndMIsSmall) {
+TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
+  // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;
-  const MoeProblem small = preset("qwen3-30b-a3b", detail::kRouterTable.fused_max_tokens, 8);
-  const MoeProblem big = preset("qwen3-30b-a3b", detail::kRouterTable.fused_max_tokens + 1, 8);
+  const MoeProblem small = preset("qwen3-30b-a3b", 2, 8);  // 16 slots
+  const MoeProblem big = preset("qwen3-30b-a3b", 3, 8);    // 24 slots
+  const MoeProblem wide = preset("gpt-oss-120b", 1, 8);    // N = 360
   EXPECT_FALSE(choose_paths(small, in).fused);  // not built: fused_ok is false by default
   in.fused_ok = true;
   EXPECT_TRUE(choose_paths(small, in).fused);
   EXPECT_FALSE(choose_paths(big, in).fused);
+  EXPECT_FALSE(choose_paths(wide, in).fused);
   in.forced = "swapab";
   EXPECT_FALSE(choose_paths(small, in).fused);  // a forced GEMM path wins
 }

@@ -53,7 +53,7 @@ int g_cases = 0;
 std::vector<std::string> g_declined;
 
 // The kernel paths every Sm90FusedMoe test runs on.
-const char* const kTestPaths[] = {"auto", "mma", "swapab"};
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
@@ -80,13 +80,15 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 // In this suite: the gpt-oss preset at TP8 (N = 360) in fp8 schemes, qwen3-30b at TP8 (N = 96)
 // in fp8_block128.
 std::string documented_decline(const CaseSpec& s, const std::string& path) {
-  if (path != "swapab") return "";
+  // tokmajor (can_implement_tokmajor_sm90) shares Swap-AB's limits: TMA and 16-byte cp.async rows,
+  // block128 GEMM1 N % 64 == 0, E <= 1024.
+  if (path != "swapab" && path != "tokmajor") return "";
   const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
-  if (s.K * es % 16 != 0) return "swapab: GEMM1 rows of K = " + std::to_string(s.K) + " are not a multiple of 16 bytes";
-  if (s.N * es % 16 != 0) return "swapab: GEMM2 rows of N = " + std::to_string(s.N) + " are not a multiple of 16 bytes";
+  if (s.K * es % 16 != 0) return path + ": GEMM1 rows of K = " + std::to_string(s.K) + " are not a multiple of 16 bytes";
+  if (s.N * es % 16 != 0) return path + ": GEMM2 rows of N = " + std::to_string(s.N) + " are not a multiple of 16 bytes";
   if (s.scheme == Scheme::kFp8Block128 && s.N % 64 != 0)
-    return "swapab: fp8_block128 GEMM1 needs N % 64 == 0, N = " + std::to_string(s.N);
-  if (s.E > 1024) return "swapab: E = " + std::to_string(s.E) + " > 1024";
+    return path + ": fp8_block128 GEMM1 needs N % 64 == 0, N = " + std::to_string(s.N);
+  if (s.E > 1024) return path + ": E = " + std::to_string(s.E) + " > 1024";
   return "";
 }
 
@@ -676,7 +678,7 @@ TEST(Sm90Dispatch, UnknownPathIsInvalidArgument) {
   DeviceCase d(c);
   std::string what;
   EXPECT_EQ(run_status(d, 17, "swap_ab", &what), Status::kInvalidArgument);
-  for (const char* name : {"auto", "mma", "swapab", "fused"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+  for (const char* name : {"auto", "mma", "swapab", "fused", "tokmajor"}) EXPECT_NE(what.find(name), std::string::npos) << what;
   EXPECT_EQ(run_status(d, 0, "nope"), Status::kInvalidArgument) << "M = 0 checks the name too";
 }
 
@@ -695,14 +697,14 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_NE(what.find("GEMM2"), std::string::npos) << what;
   EXPECT_EQ(run_status(d, 4, "fused"), Status::kSuccess);
   EXPECT_EQ(run_status(d, 160, "fused", &what), Status::kNotSupported) << what;
-  EXPECT_EQ(run_status(d, 4, "auto"), Status::kSuccess);   // fused
-  EXPECT_EQ(run_status(d, 17, "auto"), Status::kSuccess);  // GEMM1 Swap-AB, GEMM2 mma
+  EXPECT_EQ(run_status(d, 4, "auto"), Status::kSuccess);   // GEMM1 Swap-AB, GEMM2 mma
+  EXPECT_EQ(run_status(d, 17, "auto"), Status::kSuccess);
   EXPECT_EQ(run_status(d, 4, "mma"), Status::kSuccess);
   Options o;
   o.path = "auto";
   o.backend = Backend::kCuda;
   std::string why;
-  EXPECT_EQ(describe_dispatch(describe(d.experts(4)), o, &why), "fused") << why;
+  EXPECT_EQ(describe_dispatch(describe(d.experts(4)), o, &why), "gemm1=swapab gemm2=mma") << why;
   const MoeProblem p = describe(d.experts(17));
   EXPECT_EQ(describe_dispatch(p, o, &why), "gemm1=swapab gemm2=mma") << why;
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
