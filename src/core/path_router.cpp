@@ -116,7 +116,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       return plan;
     case Requested::kSwapab:
       for (int g = 0; g < 2; ++g) {
-        if (!in.swapab_ok[g])
+        if (!in.swapab_ok[g] && p.num_tokens > 0)
           throw Error(Status::kNotSupported, "path 'swapab' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
                                                  std::to_string(g + 1) + " of " + p.to_string() + ": " + why_of(g));
         use_swapab(g);
@@ -125,7 +125,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       return plan;
     case Requested::kTokmajor:
       for (int g = 0; g < 2; ++g) {
-        if (!in.tokmajor_ok[g])
+        if (!in.tokmajor_ok[g] && p.num_tokens > 0)
           throw Error(Status::kNotSupported, "path 'tokmajor' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
                                                  std::to_string(g + 1) + " of " + p.to_string() + ": " +
                                                  (in.tokmajor_why[g].empty() ? std::string("not built") : in.tokmajor_why[g]));
@@ -153,27 +153,30 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   std::ostringstream why;
   why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
       << " touched of " << p.num_experts << ")";
+  // Three regimes: Swap-AB at decode, token-major wgmma at prefill, and between them (small shards
+  // past 32 slots, where an expert still sees only a few tokens) the mma.sync tiles.
+  const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
   bool swapab = false;
   if (p.intermediate_size < t.small_n) {
     swapab = plan.local_slots <= t.small_n_max_slots;
     why << ", N=" << p.intermediate_size << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots)
         << " slots";
-  } else if (fp8 && p.intermediate_size >= t.swapab_fp8_any_m_min_n) {
-    swapab = true;
-    why << ", fp8 with N >= " << t.swapab_fp8_any_m_min_n << ": Swap-AB (native QGMMA) at every M";
   } else {
-    const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
     swapab = tpe <= limit;
-    why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : ": token-major mma");
+    why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : "");
   }
+  const bool prefill = !swapab && tpe > limit;
+  if (prefill) why << ": prefill, token-major wgmma";
   for (int g = 0; g < 2; ++g) {
-    if (!swapab) {
-      use_mma(g);
-    } else if (in.swapab_ok[g]) {
+    if (swapab && in.swapab_ok[g]) {
       use_swapab(g);
+    } else if (prefill && in.tokmajor_ok[g]) {
+      plan.gemm[g].impl = GemmImpl::kTokmajor;
+      plan.gemm[g].split_k = 0;
     } else {
       use_mma(g);
-      why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
+      if (swapab) why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
+      if (prefill) why << "; GEMM" << g + 1 << " on mma: " << in.tokmajor_why[g];
     }
   }
   plan.reason = why.str();

@@ -32,13 +32,14 @@ struct RouterTable {
   // (bench/results/2026-11-29-5b311f8-h200-paths.json; docs/router.md has the table):
   // - bf16: Swap-AB up to 24 expected tokens per touched expert (16 still wins: mixtral M=64 and
   //   gpt-oss M=256 still win by 4-12%; at 64 tokens/expert mma's 64x128 tiles reuse weights better);
-  // - fp8: up to 48 (16 wins, 64 loses), and at every M once N >= 1792: the mma path's e4m3 mma.sync runs at the f16
-  //   rate after unpacking, the Swap-AB path is native QGMMA (mixtral fp8 M=4096: 8.7 vs 11.9 ms);
+  // - fp8: up to 48 (16 wins, 64 loses).
+  // - past these, the token-major wgmma path (kernels/tokmajor/) when it can run the GEMM: it beat
+  //   mma at every point measured from M = 1024 on (mixtral bf16 M=8192: 13.1 vs 24.4 ms; fp8:
+  //   7.8 vs 24.4 ms; bench/results/2026-11-29-66ab841-h200-prefill.json), else mma.
   // - small shards (N < 256, e.g. qwen3-30b at TP8, N = 96): Swap-AB only up to 32 slots; with
   //   2N = 192 rows its 64-row tiles and one-stage GEMM2 items cost more than they stream.
   double swapab_max_tokens_per_expert_bf16 = 24.0;
   double swapab_max_tokens_per_expert_fp8 = 48.0;
-  std::int64_t swapab_fp8_any_m_min_n = 1792;
   std::int64_t small_n = 256;
   double small_n_max_slots = 32.0;
   // Swap-AB split-K: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and >= 4 K stages

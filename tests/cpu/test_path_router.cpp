@@ -64,8 +64,9 @@ TEST(CpuPathRouter, DecodeTakesSwapabPrefillTakesMma) {
   // Small shards: qwen3-30b at TP8 (N = 96) keeps Swap-AB for 32 slots (M = 4), not for 128.
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 4, 8), GemmImpl::kSwapab);
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 16, 8), GemmImpl::kMma);
-  // fp8 with a large N stays on Swap-AB's QGMMA at every M; a mid-size N crosses at 32 tokens/expert.
-  EXPECT_EQ(gemm1("mixtral-8x7b", 4096, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
+  // fp8 crosses at 48 tokens/expert.
+  EXPECT_EQ(gemm1("mixtral-8x7b", 64, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
+  EXPECT_EQ(gemm1("mixtral-8x7b", 4096, 1, Scheme::kFp8PerTensor), GemmImpl::kMma);
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 256, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 1024, 1, Scheme::kFp8PerTensor), GemmImpl::kMma);
 }
@@ -182,6 +183,26 @@ TEST(CpuPathRouter, DescribeDispatchOnTheCpuBackend) {
   Options o;
   o.backend = Backend::kCpu;
   EXPECT_EQ(describe_dispatch(preset("qwen3-30b-a3b", 1, 8), o), "cpu");
+}
+
+TEST(CpuPathRouter, PrefillTakesTokenMajorWhenItCanRun) {
+  detail::RouterInputs in;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  const MoeProblem prefill = preset("mixtral-8x7b", 4096, 1);
+  EXPECT_EQ(choose_paths(prefill, in).describe(), "gemm1=tokmajor gemm2=tokmajor");
+  // Decode stays on Swap-AB; a small shard between the two stays on mma.
+  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 1, 1), in).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 16, 8), in).describe(), "gemm1=mma gemm2=mma");
+  // A GEMM tokmajor declines runs on mma, and the reason says so.
+  in.tokmajor_ok[1] = false;
+  in.tokmajor_why[1] = "rows of N = 360 bytes";
+  const detail::DispatchPlan d = choose_paths(prefill, in);
+  EXPECT_EQ(d.describe(), "gemm1=tokmajor gemm2=mma");
+  EXPECT_NE(d.reason.find("rows of N = 360 bytes"), std::string::npos) << d.reason;
+  // Forced tokmajor that cannot run is kNotSupported, except at M = 0 where nothing launches.
+  in.forced = "tokmajor";
+  EXPECT_THROW(choose_paths(prefill, in), Error);
+  EXPECT_NO_THROW(choose_paths(preset("mixtral-8x7b", 0, 1), in));
 }
 
 }  // namespace
