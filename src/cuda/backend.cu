@@ -12,6 +12,7 @@
 #include "core/backend.hpp"
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
@@ -76,6 +77,23 @@ bool device_ok(int device, std::string* why) {
     std::string name = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? std::string(prop.name) : "unknown";
     return fail("moekit's CUDA kernels are built for Hopper (sm_90a); CUDA device " + std::to_string(device) +
                 " is " + name + " (sm_" + std::to_string(major) + std::to_string(minor) + ")");
+  }
+  // Load every moekit kernel on the device now (once per device; cuda/common/preload.cuh), so that
+  // no later call, at any batch size, pays CUDA's lazy module loading. moekit::cuda_available()
+  // and the first eager call both get here. Only for the caller's current device: probing device
+  // 0 (cuda_available, Backend::kAuto) must not create a context on a GPU this process does not
+  // use; run_moe / run_route preload their own device anyway.
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) {
+    try {
+      preload_kernels(device);
+    } catch (const Error& e) {
+      return fail(e.what());
+    }
   }
   return true;
 }
@@ -208,6 +226,7 @@ std::string describe_dispatch(const MoeProblem& problem, const char* forced, int
 void run_route(const detail::RouteCall& call) {
   if (call.num_tokens <= 0) return;
   DeviceGuard guard(call.device);
+  preload_kernels(call.device);  // one atomic load after the first call on the device
   RoutingParams rp;
   rp.num_tokens = call.num_tokens;
   rp.top_k = call.routing.top_k;
@@ -229,6 +248,7 @@ void run_moe(const detail::MoeCall& call) {
     return;
   }
   DeviceGuard guard(call.device);
+  preload_kernels(call.device);  // one atomic load after the first call on the device
   void* stream = call.stream;
   const WorkspaceLayout L = workspace_layout(p);
   void* ws = call.workspace;

@@ -11,6 +11,7 @@
 
 #include "core/parallel_backend.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/ep/ep.hpp"
 #include "moekit/error.hpp"
 
@@ -23,6 +24,29 @@
 
 namespace moekit::cuda {
 namespace {
+
+// The EP entries: load every moekit kernel on the current device first (once per device;
+// cuda/common/preload.cuh), so the first dispatch / unpack / combine at a new size loads nothing.
+void preload_current_device() {
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  preload_kernels(device);
+}
+
+void preloaded_ep_dispatch(const detail::EpDispatchCall& c) {
+  preload_current_device();
+  launch_ep_dispatch_sm90(c);
+}
+
+void preloaded_ep_unpack(const detail::EpUnpackCall& c) {
+  preload_current_device();
+  launch_ep_unpack_sm90(c);
+}
+
+void preloaded_ep_combine(const detail::EpCombineCall& c) {
+  preload_current_device();
+  launch_ep_combine_sm90(c);
+}
 
 #if MOEKIT_HAS_NCCL
 
@@ -101,7 +125,7 @@ void nccl_recv(void* comm, void* buffer, std::size_t bytes, int peer, void* stre
 }
 
 const detail::CudaParallelV1 kParallel = {
-    &launch_ep_dispatch_sm90, &launch_ep_unpack_sm90, &launch_ep_combine_sm90,
+    &preloaded_ep_dispatch, &preloaded_ep_unpack, &preloaded_ep_combine,
     nullptr,  // NCCL present
     &nccl_unique_id, &nccl_init_rank, &nccl_init_all, &nccl_destroy, &nccl_query, &nccl_all_reduce_sum,
     &nccl_group_start, &nccl_group_end, &nccl_send, &nccl_recv,
@@ -110,7 +134,7 @@ const detail::CudaParallelV1 kParallel = {
 #else  // no NCCL in this build
 
 const detail::CudaParallelV1 kParallel = {
-    &launch_ep_dispatch_sm90, &launch_ep_unpack_sm90, &launch_ep_combine_sm90,
+    &preloaded_ep_dispatch, &preloaded_ep_unpack, &preloaded_ep_combine,
     "this build of moekit::cuda has no NCCL (nccl.h / libnccl not found at configure time; set "
     "MOEKIT_NCCL_ROOT or install NCCL and reconfigure)",
     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,

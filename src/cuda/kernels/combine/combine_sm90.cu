@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
 #include "moekit/error.hpp"
 
@@ -70,6 +71,12 @@ void launch_typed(const CombineParams& p, cudaStream_t stream) {
     combine_sm90_kernel<TOut, 1><<<grid, kThreads, 0, stream>>>(p);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, 1>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, 1>);
 
 }  // namespace
 

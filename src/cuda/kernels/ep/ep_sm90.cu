@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/ep/ep.hpp"
 
 namespace moekit::cuda {
@@ -143,6 +144,15 @@ __global__ void __launch_bounds__(kCombineThreads)
 unsigned grid_for(std::int64_t items) { return static_cast<unsigned>(std::min<std::int64_t>(items, kMaxGrid)); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(ep_plan_sm90_kernel);
+MOEKIT_REGISTER_KERNEL(ep_pack_sm90_kernel<uint4>);
+MOEKIT_REGISTER_KERNEL(ep_pack_sm90_kernel<std::uint16_t>);
+MOEKIT_REGISTER_KERNEL(ep_unpack_sm90_kernel<uint4>);
+MOEKIT_REGISTER_KERNEL(ep_unpack_sm90_kernel<std::uint16_t>);
+MOEKIT_REGISTER_KERNEL(ep_combine_sm90_kernel<__half>);
+MOEKIT_REGISTER_KERNEL(ep_combine_sm90_kernel<__nv_bfloat16>);
 
 }  // namespace
 

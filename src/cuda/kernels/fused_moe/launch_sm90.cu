@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/kernel_sm90.cuh"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
@@ -50,6 +51,11 @@ void launch_op(const fm::FusedArgs& args, int grid, cudaStream_t stream, int dev
   kernel<<<grid, fm::kThreads, fm::kSmemBytes, stream>>>(args);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kBf16>);
+MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kFp16>);
+MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kE4m3>);
 
 }  // namespace
 

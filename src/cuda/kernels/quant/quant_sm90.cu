@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/quant/quant.hpp"
 #include "moekit/error.hpp"
 
@@ -251,6 +252,22 @@ void launch_dtype(const QuantParams& p, cudaStream_t stream) {
   else
     launch_typed<T, 1>(p, stream);
 }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. Every (input
+// dtype, vector width) launch_dtype can pick, for each of the five kernels.
+#define MOEKIT_REGISTER_QUANT_KERNELS(T, V)                    \
+  MOEKIT_REGISTER_KERNEL(absmax_tensor_sm90_kernel<T, V>);      \
+  MOEKIT_REGISTER_KERNEL(quant_tensor_sm90_kernel<T, V>);       \
+  MOEKIT_REGISTER_KERNEL(quant_tensor_small_sm90_kernel<T, V>); \
+  MOEKIT_REGISTER_KERNEL(quant_row_sm90_kernel<T, V>);          \
+  MOEKIT_REGISTER_KERNEL(quant_group_sm90_kernel<T, V>)
+MOEKIT_REGISTER_QUANT_KERNELS(__nv_bfloat16, 4);
+MOEKIT_REGISTER_QUANT_KERNELS(__nv_bfloat16, 1);
+MOEKIT_REGISTER_QUANT_KERNELS(__half, 4);
+MOEKIT_REGISTER_QUANT_KERNELS(__half, 1);
+MOEKIT_REGISTER_QUANT_KERNELS(float, 4);
+MOEKIT_REGISTER_QUANT_KERNELS(float, 1);
+#undef MOEKIT_REGISTER_QUANT_KERNELS
 
 }  // namespace
 

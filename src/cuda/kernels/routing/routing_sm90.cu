@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/routing/routing.hpp"
 #include "moekit/error.hpp"
 
@@ -301,6 +302,12 @@ void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream
   kernel<<<grid, kNumThreads, smem, stream>>>(p);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kSmallThreads>);
+MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kSmallThreads>);
+MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kThreads>);
+MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kThreads>);
 
 }  // namespace
 

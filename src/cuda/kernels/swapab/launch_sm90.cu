@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "cuda/common/preload.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/kernel_sm90.cuh"
 #include "moekit/error.hpp"
@@ -117,6 +118,16 @@ int choose_split(std::int64_t items, int sms, int num_k_stages) {
   while (split < swapab::kMaxSplitK && items * split * 2 <= sms && num_k_stages >= 4 * split) split *= 2;
   return split;
 }
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, true>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, false, true>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, false, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::F16Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::F16Tag, false, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::Bf16Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::Bf16Tag, false, false>);
 
 }  // namespace
 

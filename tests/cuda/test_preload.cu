@@ -1,0 +1,102 @@
+// The kernel registry and preload (src/cuda/common/preload.cuh): every kernel family registers
+// every instantiation its launcher can pick (host-only checks: these run without a GPU and prove
+// the registering objects were linked in), and on an sm_90 GPU moekit::cuda_available() loads them
+// all, so that no first call at a new batch size pays CUDA's lazy module loading.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/common/preload.cuh"
+#include "moekit/error.hpp"
+#include "moekit/ops.hpp"
+
+namespace {
+
+bool has_sm90() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
+  return prop.major == 9 && prop.minor == 0;
+}
+
+// "swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, true>" -> "swapab_sm90_kernel".
+std::string base_name(const std::string& expr) {
+  std::string s = expr.substr(0, expr.find('<'));
+  const auto colon = s.rfind("::");
+  return colon == std::string::npos ? s : s.substr(colon + 2);
+}
+
+TEST(Preload, EveryKernelFamilyIsRegistered) {
+  const std::vector<moekit::cuda::RegisteredKernel> kernels = moekit::cuda::registered_kernels();
+  EXPECT_GT(kernels.size(), 20u);
+  std::set<const void*> pointers;
+  std::set<std::string> names;
+  std::map<std::string, int> per_kernel;
+  for (const auto& k : kernels) {
+    ASSERT_NE(k.fn, nullptr);
+    ASSERT_NE(k.name, nullptr);
+    EXPECT_TRUE(pointers.insert(k.fn).second) << "registered twice: " << k.name;
+    EXPECT_TRUE(names.insert(k.name).second) << "name registered twice: " << k.name;
+    ++per_kernel[base_name(k.name)];
+  }
+  // What each launcher can pick: routing {fp32, bf16 logits} x {256, 1024 threads}; combine
+  // {bf16, fp16} x {vec 4, 1}; quant {bf16, fp16, fp32} x {vec 4, 1} per kernel; the GEMMs per
+  // operand / epilogue / scale layout; the fused path per operand; EP per row width / dtype.
+  const std::map<std::string, int> expected = {
+      {"routing_sm90_kernel", 4},       {"combine_sm90_kernel", 4},
+      {"absmax_tensor_sm90_kernel", 6}, {"quant_tensor_sm90_kernel", 6},
+      {"quant_tensor_small_sm90_kernel", 6}, {"quant_row_sm90_kernel", 6},
+      {"quant_group_sm90_kernel", 6},   {"grouped_gemm_sm90_kernel", 4},
+      {"swapab_sm90_kernel", 8},        {"tokmajor_sm90_kernel", 8},
+      {"fused_moe_sm90_kernel", 3},     {"ep_plan_sm90_kernel", 1},
+      {"ep_pack_sm90_kernel", 2},       {"ep_unpack_sm90_kernel", 2},
+      {"ep_combine_sm90_kernel", 2},
+  };
+  for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
+  EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";
+}
+
+TEST(Preload, CudaAvailableLoadsEveryKernel) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // device_ok preloads the probed device when it is current
+  std::string why;
+  ASSERT_TRUE(moekit::cuda_available(&why)) << why;
+  EXPECT_TRUE(moekit::cuda::kernels_preloaded(0));
+  moekit::cuda::preload_kernels(0);  // idempotent, cheap
+  const auto kernels = moekit::cuda::registered_kernels();
+  EXPECT_GT(kernels.size(), 20u);
+  for (const auto& k : kernels) {
+    cudaFuncAttributes attr{};
+    EXPECT_EQ(cudaFuncGetAttributes(&attr, k.fn), cudaSuccess) << k.name;
+    EXPECT_GT(attr.maxThreadsPerBlock, 0) << k.name;
+    EXPECT_GE(attr.ptxVersion, 0) << k.name;
+  }
+}
+
+TEST(Preload, EveryVisibleHopperDeviceLoads) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU";
+  int count = 0, previous = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(cudaGetDevice(&previous), cudaSuccess);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, d), cudaSuccess);
+    if (prop.major != 9 || prop.minor != 0) continue;
+    EXPECT_NO_THROW(moekit::cuda::preload_kernels(d)) << "device " << d;
+    EXPECT_TRUE(moekit::cuda::kernels_preloaded(d));
+    int now = -1;
+    ASSERT_EQ(cudaGetDevice(&now), cudaSuccess);
+    EXPECT_EQ(now, previous) << "preload_kernels must restore the current device";
+  }
+  EXPECT_THROW(moekit::cuda::preload_kernels(-1), moekit::Error);
+}
+
+}  // namespace
