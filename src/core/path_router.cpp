@@ -140,7 +140,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // auto: the fused single launch at low concurrency when it can run the call; else Swap-AB while
   // an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that Swap-AB declines
   // runs on mma.
-  if (in.fused_ok && p.intermediate_size < kRouterTable.small_n && plan.local_slots <= kRouterTable.fused_max_slots) {
+  if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size < kRouterTable.small_n &&
+      plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
     plan.reason = "N=" + std::to_string(p.intermediate_size) + " < " + std::to_string(kRouterTable.small_n) +
                   " and slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.fused_max_slots) +

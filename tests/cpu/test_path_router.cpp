@@ -152,7 +152,7 @@ TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   const MoeProblem wide = preset("gpt-oss-120b", 1, 8);    // N = 360
   EXPECT_FALSE(choose_paths(small, in).fused);  // not built: fused_ok is false by default
   in.fused_ok = true;
-  EXPECT_TRUE(choose_paths(small, in).fused);
+  EXPECT_EQ(choose_paths(small, in).fused, detail::kRouterTable.fused_in_auto);
   EXPECT_FALSE(choose_paths(big, in).fused);
   EXPECT_FALSE(choose_paths(wide, in).fused);
   in.forced = "swapab";
