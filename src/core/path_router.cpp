@@ -97,6 +97,22 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     plan.gemm[g].impl = GemmImpl::kMma;
     plan.gemm[g].split_k = 0;
   };
+  auto use_tokmajor = [&](int g) {
+    plan.gemm[g].impl = GemmImpl::kTokmajor;
+    plan.gemm[g].split_k = 0;
+  };
+  // A forced GEMM path runs both GEMMs or refuses the call (at M = 0 nothing launches).
+  auto force = [&](GemmImpl impl, const bool (&ok)[2], const std::string (&why)[2]) {
+    for (int g = 0; g < 2; ++g) {
+      if (!ok[g] && p.num_tokens > 0)
+        throw Error(Status::kNotSupported, std::string("path '") + gemm_impl_name(impl) +
+                                               "' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
+                                               std::to_string(g + 1) + " of " + p.to_string() + ": " +
+                                               (why[g].empty() ? std::string("it cannot implement it") : why[g]));
+      if (impl == GemmImpl::kSwapab) use_swapab(g); else use_tokmajor(g);
+    }
+    plan.reason = "forced";
+  };
   auto why_of = [&](int g) {
     return in.swapab_why[g].empty() ? std::string("swapab cannot implement it") : in.swapab_why[g];
   };
@@ -115,24 +131,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       plan.reason = "forced";
       return plan;
     case Requested::kSwapab:
-      for (int g = 0; g < 2; ++g) {
-        if (!in.swapab_ok[g] && p.num_tokens > 0)
-          throw Error(Status::kNotSupported, "path 'swapab' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
-                                                 std::to_string(g + 1) + " of " + p.to_string() + ": " + why_of(g));
-        use_swapab(g);
-      }
-      plan.reason = "forced";
+      force(GemmImpl::kSwapab, in.swapab_ok, in.swapab_why);
       return plan;
     case Requested::kTokmajor:
-      for (int g = 0; g < 2; ++g) {
-        if (!in.tokmajor_ok[g] && p.num_tokens > 0)
-          throw Error(Status::kNotSupported, "path 'tokmajor' forced (Options::path or MOEKIT_PATH) but it cannot run GEMM" +
-                                                 std::to_string(g + 1) + " of " + p.to_string() + ": " +
-                                                 (in.tokmajor_why[g].empty() ? std::string("not built") : in.tokmajor_why[g]));
-        plan.gemm[g].impl = GemmImpl::kTokmajor;
-        plan.gemm[g].split_k = 0;
-      }
-      plan.reason = "forced";
+      force(GemmImpl::kTokmajor, in.tokmajor_ok, in.tokmajor_why);
       return plan;
     case Requested::kAuto: break;
   }
@@ -172,8 +174,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     if (swapab && in.swapab_ok[g]) {
       use_swapab(g);
     } else if (prefill && in.tokmajor_ok[g]) {
-      plan.gemm[g].impl = GemmImpl::kTokmajor;
-      plan.gemm[g].split_k = 0;
+      use_tokmajor(g);
     } else {
       use_mma(g);
       if (swapab) why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
