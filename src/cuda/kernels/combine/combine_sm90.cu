@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
+constexpr int kSlotBatch = 8;               // slots whose loads are in flight together (k <= 8 in every preset)
 
 template <class TOut, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
@@ -32,18 +33,38 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
     float acc[kVec];
 #pragma unroll
     for (int t = 0; t < kVec; ++t) acc[t] = 0.f;
-    for (int j = 0; j < p.top_k; ++j) {
-      const std::int64_t slot = m * p.top_k + j;
-      const int id = __ldg(p.topk_ids + slot);
-      if (id < 0 || id >= p.num_experts_global) continue;
-      const int e = p.expert_map != nullptr ? __ldg(p.expert_map + id) : id;
-      if (e < 0 || e >= p.num_experts) continue;
-      const float* yr = p.y + slot * p.hidden_size + c;
-      if constexpr (kVec == 4) {
-        const float4 v = __ldcs(reinterpret_cast<const float4*>(yr));  // streamed: read once
-        acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
-      } else {
-        acc[0] += __ldcs(yr);
+    // Slots in batches of kSlotBatch: the batch's ids, then its expert_map entries, then all of
+    // its y loads are issued before the first add, so a token costs three memory latencies per
+    // batch instead of one chain per slot (at decode the kernel is nothing but these latencies).
+    // The adds still run in j order, skipping non-local slots: the sum is the same bits.
+    for (int j0 = 0; j0 < p.top_k; j0 += kSlotBatch) {
+      int e[kSlotBatch];
+#pragma unroll
+      for (int t = 0; t < kSlotBatch; ++t) e[t] = j0 + t < p.top_k ? __ldg(p.topk_ids + m * p.top_k + j0 + t) : -1;
+#pragma unroll
+      for (int t = 0; t < kSlotBatch; ++t) {
+        const int id = e[t];
+        e[t] = (id < 0 || id >= p.num_experts_global) ? -1 : (p.expert_map != nullptr ? __ldg(p.expert_map + id) : id);
+        if (e[t] >= p.num_experts) e[t] = -1;
+      }
+      float v[kSlotBatch][kVec];
+#pragma unroll
+      for (int t = 0; t < kSlotBatch; ++t) {
+        // Non-local slots' y rows are never written: not read either (predicated off).
+        const float* yr = p.y + (m * p.top_k + j0 + t) * p.hidden_size + c;
+        if constexpr (kVec == 4) {
+          float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (e[t] >= 0) q = __ldcs(reinterpret_cast<const float4*>(yr));  // streamed: read once
+          v[t][0] = q.x; v[t][1] = q.y; v[t][2] = q.z; v[t][3] = q.w;
+        } else {
+          v[t][0] = e[t] >= 0 ? __ldcs(yr) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kSlotBatch; ++t) {
+        if (e[t] < 0) continue;
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) acc[q] += v[t][q];
       }
     }
     TOut* o = out + m * p.hidden_size + c;
