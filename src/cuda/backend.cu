@@ -12,6 +12,7 @@
 #include "core/backend.hpp"
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
@@ -191,13 +192,13 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   return plan;
 }
 
-void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream) {
+void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream, bool pdl) {
   if (choice.impl == detail::GemmImpl::kSwapab)
-    launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k);
+    launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k, pdl);
   else if (choice.impl == detail::GemmImpl::kTokmajor)
-    launch_grouped_gemm_tokmajor_sm90(g, stream);
+    launch_grouped_gemm_tokmajor_sm90(g, stream, /*cluster=*/0, pdl);
   else
-    launch_grouped_gemm(g, stream);
+    launch_grouped_gemm(g, stream, pdl);
 }
 
 // describe_dispatch: the plan a call of `problem` would get on `device` (-1: the current one),
@@ -282,11 +283,18 @@ void run_moe(const detail::MoeCall& call) {
     return;
   }
 
+  // Programmatic dependent launch (cuda/common/pdl.cuh): every launch after routing's first may
+  // start while the kernel before it runs (its prologue overlaps; it waits for that kernel's
+  // output). MOEKIT_PDL=0 turns it off; read here, once per call.
+  const bool pdl = pdl_enabled();
+
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
   std::int32_t* sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
 
-  // 1. Routing (fused_moe) + permutation: one CTA; also zeroes the absmax words.
+  // 1. Routing (fused_moe) + permutation: one CTA; also zeroes the absmax words. Its first
+  // launch never has the PDL attribute: the call does not overlap what the caller ran before it,
+  // nor the previous call's kernels, which read the offsets and slots it rewrites.
   RoutingParams rp;
   rp.num_tokens = M;
   rp.top_k = k;
@@ -307,7 +315,7 @@ void run_moe(const detail::MoeCall& call) {
   rp.sorted_slots = sorted_slots;
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
-  launch_routing_sm90(rp, stream);
+  launch_routing_sm90(rp, stream, pdl);
 
   // 2. Quantize hidden once per token (fp8 schemes).
   if (fp8) {
@@ -321,11 +329,11 @@ void run_moe(const detail::MoeCall& call) {
     qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
     qp.q = slice<std::uint8_t>(ws, L.a_q);
     qp.scale = slice<float>(ws, L.a_scale);
-    launch_quant_sm90(qp, stream);
+    launch_quant_sm90(qp, stream, pdl);
   }
 
   // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
-  run_gemm(g1, plan.gemm[0], stream);
+  run_gemm(g1, plan.gemm[0], stream, pdl);
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes).
   if (fp8) {
@@ -340,13 +348,14 @@ void run_moe(const detail::MoeCall& call) {
     qp.absmax = counters + WorkspaceLayout::kAbsmaxInter;
     qp.q = slice<std::uint8_t>(ws, L.inter_q);
     qp.scale = slice<float>(ws, L.inter_scale);
-    launch_quant_sm90(qp, stream);
+    launch_quant_sm90(qp, stream, pdl);
   }
 
   // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
-  run_gemm(g2, plan.gemm[1], stream);
+  run_gemm(g2, plan.gemm[1], stream, pdl);
 
-  // 6. Combine the k slots of each token in j order.
+  // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
+  // caller's next kernel launch early.
   CombineParams cp;
   cp.y = slice<float>(ws, L.y);
   cp.topk_ids = topk_ids;
@@ -358,7 +367,7 @@ void run_moe(const detail::MoeCall& call) {
   cp.hidden_size = K;
   cp.out = call.out;
   cp.out_dtype = p.act_dtype;
-  launch_combine_sm90(cp, stream);
+  launch_combine_sm90(cp, stream, pdl);
 }
 
 const detail::CudaBackendV1 kBackend = {&device_ok, &workspace_size, &run_moe, &run_route, &describe_dispatch};

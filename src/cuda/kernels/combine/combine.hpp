@@ -21,7 +21,8 @@ struct CombineParams {
   DType out_dtype = DType::kBf16;           // kBf16 or kFp16
 };
 
-/// Enqueue the combine on `stream` (cudaStream_t). No-op when M == 0.
-void launch_combine_sm90(const CombineParams& params, void* stream);
+/// Enqueue the combine on `stream` (cudaStream_t). No-op when M == 0. With `pdl` it is the
+/// programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+void launch_combine_sm90(const CombineParams& params, void* stream, bool pdl = false);
 
 }  // namespace moekit::cuda

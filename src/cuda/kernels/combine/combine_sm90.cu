@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
 #include "moekit/error.hpp"
@@ -23,6 +24,10 @@ constexpr int kSlotBatch = 8;               // slots whose loads are in flight t
 
 template <class TOut, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
+  // PDL (cuda/common/pdl.cuh): y, topk_ids and out are all touched after the wait. The last kernel
+  // of the chain never calls pdl_launch_dependents(): the caller's next kernel, possibly a PDL
+  // launch, must not start while `out` is half written, so it launches as these CTAs exit.
+  pdl_wait();
   const std::int64_t vecs_per_row = p.hidden_size / kVec;
   const std::int64_t total = p.num_tokens * vecs_per_row;
   TOut* out = static_cast<TOut*>(p.out);
@@ -80,17 +85,14 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
 }
 
 template <class TOut>
-void launch_typed(const CombineParams& p, cudaStream_t stream) {
+void launch_typed(const CombineParams& p, cudaStream_t stream, bool pdl) {
   const bool vec4 = p.hidden_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0 &&
                     reinterpret_cast<std::uintptr_t>(p.y) % 16 == 0;
   const int vec = vec4 ? 4 : 1;
   const std::int64_t total = p.num_tokens * (p.hidden_size / vec);
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min(kMaxBlocks, (total + kThreads - 1) / kThreads)));
-  if (vec4)
-    combine_sm90_kernel<TOut, 4><<<grid, kThreads, 0, stream>>>(p);
-  else
-    combine_sm90_kernel<TOut, 1><<<grid, kThreads, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  launch_kernel_pdl(vec4 ? combine_sm90_kernel<TOut, 4> : combine_sm90_kernel<TOut, 1>, dim3(grid), dim3(kThreads), 0,
+                    stream, pdl, p);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
@@ -101,12 +103,12 @@ MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, 1>);
 
 }  // namespace
 
-void launch_combine_sm90(const CombineParams& p, void* stream) {
+void launch_combine_sm90(const CombineParams& p, void* stream, bool pdl) {
   if (p.num_tokens <= 0 || p.hidden_size <= 0) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.out_dtype) {
-    case DType::kBf16: launch_typed<__nv_bfloat16>(p, s); break;
-    case DType::kFp16: launch_typed<__half>(p, s); break;
+    case DType::kBf16: launch_typed<__nv_bfloat16>(p, s, pdl); break;
+    case DType::kFp16: launch_typed<__half>(p, s, pdl); break;
     default:
       throw Error(Status::kInternal, std::string("launch_combine_sm90: unsupported out dtype ") + dtype_name(p.out_dtype));
   }

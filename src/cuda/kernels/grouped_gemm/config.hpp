@@ -43,10 +43,11 @@ struct KernelArgs {
   int vec_bytes = 16;           // cp.async width: 16, 8 or 4 (divides the row pitch and the bases)
 };
 
-// One function per instantiation (inst/*.cu); grid = (x, y), stream = cudaStream_t.
-void run_sm90_bf16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream);
-void run_sm90_fp16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream);
-void run_sm90_e4m3(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream);
-void run_sm90_e4m3_block128(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream);
+// One function per instantiation (inst/*.cu); grid = (x, y), stream = cudaStream_t, pdl: launch
+// as the programmatic dependent of the previous kernel on the stream (cuda/common/pdl.cuh).
+void run_sm90_bf16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl);
+void run_sm90_fp16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl);
+void run_sm90_e4m3(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl);
+void run_sm90_e4m3_block128(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::grouped_gemm_sm90

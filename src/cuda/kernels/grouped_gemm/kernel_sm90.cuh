@@ -17,6 +17,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/kernels/grouped_gemm/config.hpp"
 
 namespace moekit::cuda::grouped_gemm_sm90 {
@@ -105,6 +106,14 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const GroupedGemmParams& p = args.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // PDL (cuda/common/pdl.cuh): the first global read (the row offsets, just below) needs the
+  // previous kernel's output, and this kernel has no prologue to overlap (no barriers, no TMA), so
+  // it waits first, in every CTA, also the surplus ones that exit below. Then its dependents
+  // (quant of the intermediate, GEMM2, combine) may launch: every CTA that gets here is resident
+  // and the later waves' CTAs trigger as they start.
+  pdl_wait();
+  pdl_launch_dependents();
 
   // ---- Which (expert, row tile)? Tiles are numbered expert by expert; the grid has
   // ceil(max_rows / BM) + E >= sum_e ceil(rows_e / BM) CTAs along x, the surplus exits. ----
@@ -392,7 +401,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
 // Host side of one instantiation: raise the dynamic smem limit (once per device) and launch.
 template <Operand kOp, bool kBlock128>
-void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream) {
+void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl) {
   auto* kernel = &grouped_gemm_sm90_kernel<kOp, kBlock128>;
   static std::atomic<std::uint64_t> configured{0};  // bit d: device d has the smem limit raised
   int device = 0;
@@ -403,8 +412,8 @@ void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, voi
                                            static_cast<int>(Cfg::kSmemBytes)));
     configured.fetch_or(bit, std::memory_order_release);
   }
-  kernel<<<dim3(grid_x, grid_y, 1), Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  launch_kernel_pdl(kernel, dim3(grid_x, grid_y, 1), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                    static_cast<cudaStream_t>(stream), pdl, args);
 }
 
 }  // namespace moekit::cuda::grouped_gemm_sm90

@@ -111,7 +111,7 @@ void check_params(const GroupedGemmParams& p) {
 
 }  // namespace
 
-void launch_grouped_gemm(const GroupedGemmParams& params, void* stream) {
+void launch_grouped_gemm(const GroupedGemmParams& params, void* stream, bool pdl) {
   using namespace grouped_gemm_sm90;
   check_params(params);
   if (params.max_rows == 0 || params.n_out == 0) return;
@@ -162,12 +162,12 @@ void launch_grouped_gemm(const GroupedGemmParams& params, void* stream) {
   switch (params.scheme) {
     case Scheme::kBf16:
       if (params.act_dtype == DType::kFp16)
-        run_sm90_fp16(args, gx, gy, stream);
+        run_sm90_fp16(args, gx, gy, stream, pdl);
       else
-        run_sm90_bf16(args, gx, gy, stream);
+        run_sm90_bf16(args, gx, gy, stream, pdl);
       break;
-    case Scheme::kFp8Block128: run_sm90_e4m3_block128(args, gx, gy, stream); break;
-    default: run_sm90_e4m3(args, gx, gy, stream); break;
+    case Scheme::kFp8Block128: run_sm90_e4m3_block128(args, gx, gy, stream, pdl); break;
+    default: run_sm90_e4m3(args, gx, gy, stream, pdl); break;
   }
 }
 

@@ -58,7 +58,8 @@ struct GroupedGemmParams {
 };
 
 /// Launch the grouped GEMM on `stream` (cudaStream_t). Throws moekit::Error on a bad
-/// configuration or a failed launch. Does nothing when max_rows == 0.
-void launch_grouped_gemm(const GroupedGemmParams& params, void* stream);
+/// configuration or a failed launch. Does nothing when max_rows == 0. With `pdl` the launch is
+/// the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+void launch_grouped_gemm(const GroupedGemmParams& params, void* stream, bool pdl = false);
 
 }  // namespace moekit::cuda

@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/quant/quant.hpp"
 #include "moekit/error.hpp"
@@ -65,9 +66,19 @@ __device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
   return r < p.rows ? (r < 0 ? 0 : r) : p.rows;
 }
 
+// PDL (cuda/common/pdl.cuh), first thing in every quant kernel: these kernels have no prologue
+// worth overlapping, and everything they touch is the chain's (x, the row count, the absmax word
+// routing zeroed, q and scale). Their dependents (GEMM1 / GEMM2, or pass 2 after pass 1) may
+// launch as soon as this grid is resident: their TMA / mbarrier prologues overlap it.
+__device__ __forceinline__ void pdl_wait_then_trigger() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 // Per tensor, pass 1: absmax of the live rows into *p.absmax.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
+  pdl_wait_then_trigger();
   __shared__ float partial[kWarpsPerBlock];
   const T* x = static_cast<const T*>(p.x);
   const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
@@ -93,6 +104,7 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
 // Per tensor, pass 2 (or the only pass with a static scale).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
+  pdl_wait_then_trigger();
   const T* x = static_cast<const T*>(p.x);
   const float s = p.static_scale != nullptr ? __ldg(p.static_scale) : dyn_scale(__uint_as_float(*p.absmax));
   const float inv = 1.0f / s;
@@ -111,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __gri
 // (max is order-free), so both give bitwise the same scale.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_kernel(const __grid_constant__ QuantParams p) {
+  pdl_wait_then_trigger();
   __shared__ float partial[kSmallTensorThreads / 32];
   __shared__ float s_scale;
   const T* x = static_cast<const T*>(p.x);
@@ -145,6 +158,7 @@ __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_k
 // Per row: one warp per row, two passes over the row (the second hits L1/L2).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_constant__ QuantParams p) {
+  pdl_wait_then_trigger();
   const int lane = threadIdx.x & 31;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= live_rows(p)) return;
@@ -171,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_c
 // 128g + l + 32i (kVec 1). cols % kVec == 0, so a vector is wholly inside or outside the row.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_group_sm90_kernel(const __grid_constant__ QuantParams p) {
+  pdl_wait_then_trigger();
   const int lane = threadIdx.x & 31;
   const std::int64_t groups = (p.cols + kBlockQuant - 1) / kBlockQuant;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -208,34 +223,32 @@ std::int64_t blocks_for(std::int64_t work_items, std::int64_t per_block, std::in
 }
 
 template <class T, int kVec>
-void launch_typed(const QuantParams& p, cudaStream_t stream) {
+void launch_typed(const QuantParams& p, cudaStream_t stream, bool pdl) {
   switch (p.scheme) {
     case Scheme::kFp8PerTensor: {
       if (p.static_scale == nullptr && p.rows * p.cols <= kSmallTensorMaxElems) {
-        quant_tensor_small_sm90_kernel<T, kVec><<<1, kSmallTensorThreads, 0, stream>>>(p);
-        MOEKIT_CUDA_CHECK_LAUNCH();
+        launch_kernel_pdl(quant_tensor_small_sm90_kernel<T, kVec>, dim3(1), dim3(kSmallTensorThreads), 0, stream,
+                          pdl, p);
         break;
       }
       const int grid = static_cast<int>(blocks_for(p.rows * p.cols / kVec, kThreads, kMaxTensorBlocks));
       if (p.static_scale == nullptr) {
-        absmax_tensor_sm90_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
-        MOEKIT_CUDA_CHECK_LAUNCH();
+        launch_kernel_pdl(absmax_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, pdl, p);
       }
-      quant_tensor_sm90_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
-      MOEKIT_CUDA_CHECK_LAUNCH();
+      launch_kernel_pdl(quant_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, pdl, p);
       break;
     }
     case Scheme::kFp8PerChannel: {
       const std::int64_t grid = blocks_for(p.rows, kWarpsPerBlock, 0x7fffffffLL);
-      quant_row_sm90_kernel<T, kVec><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
-      MOEKIT_CUDA_CHECK_LAUNCH();
+      launch_kernel_pdl(quant_row_sm90_kernel<T, kVec>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream,
+                        pdl, p);
       break;
     }
     case Scheme::kFp8Block128: {
       const std::int64_t groups = (p.cols + kBlockQuant - 1) / kBlockQuant;
       const std::int64_t grid = blocks_for(p.rows * groups, kWarpsPerBlock, 0x7fffffffLL);
-      quant_group_sm90_kernel<T, kVec><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
-      MOEKIT_CUDA_CHECK_LAUNCH();
+      launch_kernel_pdl(quant_group_sm90_kernel<T, kVec>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream,
+                        pdl, p);
       break;
     }
     case Scheme::kBf16:
@@ -244,13 +257,13 @@ void launch_typed(const QuantParams& p, cudaStream_t stream) {
 }
 
 template <class T>
-void launch_dtype(const QuantParams& p, cudaStream_t stream) {
+void launch_dtype(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const bool vec4 = p.cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.x) % (4 * sizeof(T)) == 0 &&
                     reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
   if (vec4)
-    launch_typed<T, 4>(p, stream);
+    launch_typed<T, 4>(p, stream, pdl);
   else
-    launch_typed<T, 1>(p, stream);
+    launch_typed<T, 1>(p, stream, pdl);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. Every (input
@@ -271,13 +284,13 @@ MOEKIT_REGISTER_QUANT_KERNELS(float, 1);
 
 }  // namespace
 
-void launch_quant_sm90(const QuantParams& p, void* stream) {
+void launch_quant_sm90(const QuantParams& p, void* stream, bool pdl) {
   if (p.rows <= 0 || p.cols <= 0) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.x_dtype) {
-    case DType::kBf16: launch_dtype<__nv_bfloat16>(p, s); break;
-    case DType::kFp16: launch_dtype<__half>(p, s); break;
-    case DType::kFp32: launch_dtype<float>(p, s); break;
+    case DType::kBf16: launch_dtype<__nv_bfloat16>(p, s, pdl); break;
+    case DType::kFp16: launch_dtype<__half>(p, s, pdl); break;
+    case DType::kFp32: launch_dtype<float>(p, s, pdl); break;
     default:
       throw Error(Status::kInternal, std::string("launch_quant_sm90: unsupported input dtype ") + dtype_name(p.x_dtype));
   }

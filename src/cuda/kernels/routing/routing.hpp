@@ -38,12 +38,19 @@ struct RoutingParams {
   // Words zeroed before anything else (the per-call absmax accumulators), or null.
   std::uint32_t* zero_words = nullptr;
   int num_zero_words = 0;
+
+  // Set by launch_routing_sm90: whether the kernel lets the next kernel of the chain launch early
+  // (griddepcontrol.launch_dependents; cuda/common/pdl.cuh). Never for the chain's last kernel.
+  bool pdl_trigger = false;
 };
 
 /// Enqueue the routing / permutation launch on `stream` (cudaStream_t). One CTA when permute
 /// is set (route + permute of more than 512 tokens: a routing grid, then the one-CTA permute);
 /// a grid of warps-per-token otherwise. Throws Error(kNotSupported) for shapes past the
 /// shared-memory limit and Error(kCudaError) when the launch fails. No-op when M == 0.
-void launch_routing_sm90(const RoutingParams& params, void* stream);
+/// The first launch is a call's first and never overlaps earlier work on the stream; with `pdl`
+/// the permute launch of the two-launch case is launched as its programmatic dependent
+/// (cuda/common/pdl.cuh).
+void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
 
 }  // namespace moekit::cuda

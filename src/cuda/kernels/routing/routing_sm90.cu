@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/routing/routing.hpp"
 #include "moekit/error.hpp"
@@ -271,6 +272,13 @@ template <class TLogit, int kNumThreads>
 __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
   constexpr int kWarps = kNumThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
+  // PDL (cuda/common/pdl.cuh): every global access follows the wait. The call's first launch
+  // has no programmatic dependency (the wait returns at once); the permute launch of a two-launch
+  // call reads the routing launch's topk_ids. Dependents (the permute launch, quant, GEMM1) may
+  // launch right away: their prologues overlap this kernel, and they wait for it to complete.
+  // Not when this is the last kernel of the chain (route only: moekit::route).
+  pdl_wait();
+  if (p.pdl_trigger) pdl_launch_dependents();
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   if (p.route) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -295,12 +303,11 @@ std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
 }
 
 template <class TLogit, int kNumThreads>
-void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream) {
+void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream, bool pdl) {
   auto kernel = routing_sm90_kernel<TLogit, kNumThreads>;
   if (smem > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kNumThreads, smem, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  launch_kernel_pdl(kernel, dim3(grid), dim3(kNumThreads), smem, stream, pdl, p);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
@@ -311,7 +318,7 @@ MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kThreads>);
 
 }  // namespace
 
-void launch_routing_sm90(const RoutingParams& p, void* stream) {
+void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
   if (p.route) {
     if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
@@ -334,7 +341,13 @@ void launch_routing_sm90(const RoutingParams& p, void* stream) {
                                            ", E=" + std::to_string(p.num_experts) + "), the device allows " +
                                            std::to_string(optin));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  auto launch = [&](const RoutingParams& q, int grid) {
+  // `after_routing`: the permute launch that follows this call's routing launch, the only one
+  // that may have the PDL attribute (the first launch of a call never has it).
+  auto launch = [&](RoutingParams q, int grid, bool after_routing) {
+    const bool with_pdl = pdl && after_routing;
+    // With a permutation a kernel of the chain always follows (the permute launch, quant or
+    // GEMM1); a route-only call (moekit::route) ends with this kernel.
+    q.pdl_trigger = p.permute;
     // The one-CTA permutation of few slots (decode) runs on the 8-warp CTA.
     const bool small = q.permute && q.num_tokens * q.top_k <= kSmallThreads &&
                        (!q.route || q.num_tokens <= kSmallMaxRouteTokens);
@@ -342,11 +355,11 @@ void launch_routing_sm90(const RoutingParams& p, void* stream) {
     const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
     const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
     if (small) {
-      if (bf16) launch_typed<__nv_bfloat16, kSmallThreads>(q, bytes, grid, s);
-      else launch_typed<float, kSmallThreads>(q, bytes, grid, s);
+      if (bf16) launch_typed<__nv_bfloat16, kSmallThreads>(q, bytes, grid, s, with_pdl);
+      else launch_typed<float, kSmallThreads>(q, bytes, grid, s, with_pdl);
     } else {
-      if (bf16) launch_typed<__nv_bfloat16, kThreads>(q, bytes, grid, s);
-      else launch_typed<float, kThreads>(q, bytes, grid, s);
+      if (bf16) launch_typed<__nv_bfloat16, kThreads>(q, bytes, grid, s, with_pdl);
+      else launch_typed<float, kThreads>(q, bytes, grid, s, with_pdl);
     }
   };
   const int route_grid =
@@ -356,15 +369,15 @@ void launch_routing_sm90(const RoutingParams& p, void* stream) {
     // permute in one CTA (two launches instead of one, same results).
     RoutingParams r = p;
     r.permute = false;
-    launch(r, route_grid);
+    launch(r, route_grid, false);
     RoutingParams q = p;
     q.route = false;
     q.zero_words = nullptr;
     q.num_zero_words = 0;
-    launch(q, 1);
+    launch(q, 1, true);
     return;
   }
-  launch(p, p.permute ? 1 : route_grid);
+  launch(p, p.permute ? 1 : route_grid, false);
 }
 
 }  // namespace moekit::cuda

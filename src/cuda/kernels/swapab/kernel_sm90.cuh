@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 
 namespace moekit::cuda::swapab {
@@ -925,6 +926,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
+  // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
+  // previous kernel; the row offsets (routing's) and everything after need it complete. Every
+  // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it
+  // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
+  pdl_wait();
+  pdl_launch_dependents();
   for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
   __syncthreads();
   // Item prefix over experts: items(e) = ceil(rows_e / 64) * tiles. Warp 0, 32 experts a step.

@@ -83,7 +83,7 @@ int sm_count_of_current_device() {
 }
 
 template <class Tag, bool kGateUp, bool kBlock128>
-void launch_kernel(const KernelParams& kp, int grid, void* stream) {
+void launch_kernel(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &swapab::swapab_sm90_kernel<Tag, kGateUp, kBlock128>;
   // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
   static std::atomic<std::uint64_t> configured{0};
@@ -100,13 +100,14 @@ void launch_kernel(const KernelParams& kp, int grid, void* stream) {
   cfg.blockDim = dim3(swapab::kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
   cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(kp.split_k);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = kp.split_k > 1 ? 1 : 0;
+  add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_SWAPAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }
 
@@ -215,7 +216,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_swapab_sm90(p, stream, 0);
 }
 
-void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, int split_k) {
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, int split_k, bool pdl) {
   if (split_k != 0 && split_k != 1 && split_k != 2 && split_k != 4 && split_k != 8) {
     std::ostringstream os;
     os << "swapab_sm90: split_k = " << split_k << ", expected 0 (auto), 1, 2, 4 or 8";
@@ -304,18 +305,18 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   if (fp8) {
     const bool block = p.scheme == Scheme::kFp8Block128;
     if (gate_up) {
-      if (block) launch_kernel<swapab::E4m3Tag, true, true>(kp, grid, stream);
-      else launch_kernel<swapab::E4m3Tag, true, false>(kp, grid, stream);
+      if (block) launch_kernel<swapab::E4m3Tag, true, true>(kp, grid, stream, pdl);
+      else launch_kernel<swapab::E4m3Tag, true, false>(kp, grid, stream, pdl);
     } else {
-      if (block) launch_kernel<swapab::E4m3Tag, false, true>(kp, grid, stream);
-      else launch_kernel<swapab::E4m3Tag, false, false>(kp, grid, stream);
+      if (block) launch_kernel<swapab::E4m3Tag, false, true>(kp, grid, stream, pdl);
+      else launch_kernel<swapab::E4m3Tag, false, false>(kp, grid, stream, pdl);
     }
   } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) launch_kernel<swapab::F16Tag, true, false>(kp, grid, stream);
-    else launch_kernel<swapab::F16Tag, false, false>(kp, grid, stream);
+    if (gate_up) launch_kernel<swapab::F16Tag, true, false>(kp, grid, stream, pdl);
+    else launch_kernel<swapab::F16Tag, false, false>(kp, grid, stream, pdl);
   } else {
-    if (gate_up) launch_kernel<swapab::Bf16Tag, true, false>(kp, grid, stream);
-    else launch_kernel<swapab::Bf16Tag, false, false>(kp, grid, stream);
+    if (gate_up) launch_kernel<swapab::Bf16Tag, true, false>(kp, grid, stream, pdl);
+    else launch_kernel<swapab::Bf16Tag, false, false>(kp, grid, stream, pdl);
   }
 }
 

@@ -19,7 +19,8 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stre
 
 // The same with the split-K factor forced (tests, tuning): split_k in {1, 2, 4, 8} is the number
 // of CTAs of a cluster that share one work item's K loop; 0 chooses it as the launcher above does
-// (split while the work items fill less than half of the SMs).
-void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k);
+// (split while the work items fill less than half of the SMs). With `pdl` the launch is the
+// programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k, bool pdl = false);
 
 }  // namespace moekit::cuda

@@ -113,8 +113,9 @@ struct KernelParams {
   SmemLayout smem;
 };
 
-// Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu).
+// Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with
+// `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 template <Operand kOp, bool kGateUp, bool kBlock128>
-void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream);
+void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::tokmajor

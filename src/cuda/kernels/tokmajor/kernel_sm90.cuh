@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
@@ -440,6 +441,12 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
+  // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
+  // previous kernel; the row offsets (routing's) and everything after need it complete. Every
+  // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it
+  // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
+  pdl_wait();
+  pdl_launch_dependents();
   for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
   __syncthreads();
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
@@ -480,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 }
 
 template <Operand kOp, bool kGateUp, bool kBlock128>
-void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
+void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128>;
   // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
   static std::atomic<std::uint64_t> configured{0};
@@ -496,7 +503,7 @@ void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
   cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];  // the cluster dimension, PDL (added after the occupancy query)
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(kp.cluster);
   attr[0].val.clusterDim.y = 1;
@@ -518,6 +525,7 @@ void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream) {
     grid = std::min(grid, fit * kp.cluster);
     cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
   }
+  add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }
 

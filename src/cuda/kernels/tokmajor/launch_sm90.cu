@@ -166,7 +166,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream)
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
 }
 
-void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream, int cluster) {
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream, int cluster, bool pdl) {
   if (cluster != 0 && cluster != 1 && cluster != 2) {
     std::ostringstream os;
     os << "tokmajor_sm90: cluster = " << cluster << ", expected 0 (default), 1 or 2";
@@ -257,18 +257,18 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
 
   if (fp8) {
     if (block128) {
-      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, true>(kp, grid, stream);
-      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, true>(kp, grid, stream);
+      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, true>(kp, grid, stream, pdl);
+      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, true>(kp, grid, stream, pdl);
     } else {
-      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, false>(kp, grid, stream);
-      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, false>(kp, grid, stream);
+      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, false>(kp, grid, stream, pdl);
+      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, false>(kp, grid, stream, pdl);
     }
   } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kF16, true, false>(kp, grid, stream);
-    else tokmajor::run_tokmajor_sm90<Operand::kF16, false, false>(kp, grid, stream);
+    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kF16, true, false>(kp, grid, stream, pdl);
+    else tokmajor::run_tokmajor_sm90<Operand::kF16, false, false>(kp, grid, stream, pdl);
   } else {
-    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kBf16, true, false>(kp, grid, stream);
-    else tokmajor::run_tokmajor_sm90<Operand::kBf16, false, false>(kp, grid, stream);
+    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kBf16, true, false>(kp, grid, stream, pdl);
+    else tokmajor::run_tokmajor_sm90<Operand::kBf16, false, false>(kp, grid, stream, pdl);
   }
 }
 

@@ -19,7 +19,8 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* st
 
 // The same with the cluster size forced (tests, tuning): 1 = one CTA per tile; 2 = pairs of CTAs
 // on two token tiles of the same weight tile, each loading half of it with TMA multicast into
-// both; 0 = the default (tokmajor::kDefaultCluster).
-void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream, int cluster);
+// both; 0 = the default (tokmajor::kDefaultCluster). With `pdl` the launch is the programmatic
+// dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream, int cluster, bool pdl = false);
 
 }  // namespace moekit::cuda

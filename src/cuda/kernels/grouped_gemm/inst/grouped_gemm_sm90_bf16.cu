@@ -5,8 +5,8 @@
 
 namespace moekit::cuda::grouped_gemm_sm90 {
 
-void run_sm90_bf16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream) {
-  launch_kernel<Operand::kBf16, false>(args, grid_x, grid_y, stream);
+void run_sm90_bf16(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl) {
+  launch_kernel<Operand::kBf16, false>(args, grid_x, grid_y, stream, pdl);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.

@@ -5,8 +5,8 @@
 
 namespace moekit::cuda::tokmajor {
 
-template void run_tokmajor_sm90<Operand::kBf16, true, false>(const KernelParams&, int, void*);
-template void run_tokmajor_sm90<Operand::kBf16, false, false>(const KernelParams&, int, void*);
+template void run_tokmajor_sm90<Operand::kBf16, true, false>(const KernelParams&, int, void*, bool);
+template void run_tokmajor_sm90<Operand::kBf16, false, false>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kBf16, true, false>);
