@@ -262,7 +262,13 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
       chunk_tot[x] = acc;
     }
     __syncthreads();
-    if (e >= 0) p.sorted_slots[running[e] + warp_cnt[warp * E + e] + rank] = static_cast<std::int32_t>(s);
+    if (e >= 0) {
+      const int pos = running[e] + warp_cnt[warp * E + e] + rank;
+      p.sorted_slots[pos] = static_cast<std::int32_t>(s);
+      // Plain load: when routing ran in this launch, this CTA's own threads wrote the weights
+      // (ordered by the __syncthreads before the permutation); no read-only path.
+      if (p.sorted_weights != nullptr && p.topk_weights != nullptr) p.sorted_weights[pos] = p.topk_weights[s];
+    }
     __syncthreads();
   }
 }

@@ -34,6 +34,7 @@ struct KernelParams {
   const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
   const void* bias;                  // [E, rows_b] or null
   const float* topk_weights;         // [M*k] by slot
+  const float* sorted_weights;       // [rows] = topk_weights[sorted_slots[r]], or null
   void* out;
   std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
   std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
@@ -493,6 +494,7 @@ struct SwapAb {
     std::uint32_t tiles;   // stage s: A0 at s*kStageBytes, A1 (gate-up) next, then the tokens
     float* a_scale;        // [stages][64]
     float* b_scale;        // [stages][2]
+    int* slot_meta;        // [stages][64]
     std::uint32_t full;    // barrier addresses (8 bytes apart)
     std::uint32_t empty;
     std::uint32_t red;     // [2] split-K receive barriers
@@ -572,6 +574,20 @@ struct SwapAb {
           tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
           if (kGateUp) tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
         }
+        if (ks == ks_begin) {
+          // The item's token metadata rides on its first K stage: this stage's full barrier
+          // counts every producer thread's cp.async arrival, so the consumer reads it from
+          // shared memory after its wait instead of chaining global loads (sorted_slots, then
+          // topk_weights[slot]) in front of its epilogue.
+          if (t < it.count) {
+            const int r = it.row_begin + t;
+            cp_async_4(smem_u32(s.slot_meta + stage * kMaxTokens + t), p.sorted_slots + r, 4);
+            if (!kBlock128 && p.sorted_weights)
+              cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t), p.sorted_weights + r, 4);
+          }
+          if (!kBlock128 && t == 96 && p.scale_mode == kScalePerTensor)
+            cp_async_4(smem_u32(s.b_scale + stage * 2), p.b_scale + it.e, 4);
+        }
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;
         const std::uint32_t b = b_addr(s, stage);
@@ -608,25 +624,15 @@ struct SwapAb {
   template <int W>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
-                                                      std::uint32_t& phase, int item_no) {
+                                                      std::uint32_t& phase, int item_no, float a_scale0) {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
     const int buf = item_no & 1;
     int ks_begin, ks_end;
     k_range(p, s, ks_begin, ks_end);
 
-    // Per-token values for the epilogue; loaded now, stored to shared memory after the main loop
-    // so their latency hides behind it.
-    int slot = 0;
-    float tw = 1.0f, ts = 1.0f;
-    if (t < it.count) {
-      const int r = it.row_begin + t;
-      slot = p.sorted_slots[r];
-      if (p.topk_weights) tw = p.topk_weights[slot];
-      if (p.scale_mode == kScalePerTensor) ts = p.a_scale[0];
-      else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
-    }
-    // Per-row values: this thread's tile rows rloc = 16 warp + lane/4 + 8h.
+    // Per-row values (this thread's tile rows rloc = 16 warp + lane/4 + 8h): independent global
+    // loads, issued first so that their latency hides behind the main loop.
     float bsc[2][2], bia[2][2];  // [gate/up][h]
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
@@ -639,10 +645,48 @@ struct SwapAb {
         if (n >= p.n_out) continue;
         const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
         const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
-        if (p.scale_mode == kScalePerTensor) bsc[g][h] = p.b_scale[it.e];
-        else if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
+        if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
         if (p.bias) bia[g][h] = load_bias(p.bias, p.bias_type, idx);
       }
+    }
+
+    // Per-token values for the epilogue (thread t < count holds token t), stored to shared memory
+    // after the main loop. The producer staged the slots (and, with sorted_weights, the routed
+    // weights; per tensor, b_scale[e]) at the item's first K stage: read them once that stage is
+    // full. A split-K rank without K stages (forced split on a short K) has no stage: it loads
+    // them from global memory.
+    int slot = 0;
+    float tw = 1.0f, ts = 1.0f;
+    float bsc_e = 1.0f;  // per tensor: b_scale[e]
+    const bool staged = ks_begin < ks_end;
+    if (staged) {
+      // The main loop's wait on this stage then returns at once: the phase cannot move on
+      // before this warpgroup releases the stage.
+      mbar_wait(s.full + 8 * stage, phase);
+      if (t < it.count) {
+        slot = s.slot_meta[stage * kMaxTokens + t];
+        if (!kBlock128 && p.sorted_weights) tw = s.a_scale[stage * kMaxTokens + t];
+      }
+      if (!kBlock128 && p.scale_mode == kScalePerTensor) bsc_e = s.b_scale[stage * 2];
+      // Every lane's reads precede its warp's release of the stage (lane 0's empty arrival).
+      __syncwarp();
+    } else {
+      if (t < it.count) slot = p.sorted_slots[it.row_begin + t];
+      if (p.scale_mode == kScalePerTensor) bsc_e = p.b_scale[it.e];
+    }
+    if (t < it.count) {
+      const int r = it.row_begin + t;
+      if (p.sorted_weights) {
+        if (kBlock128 || !staged) tw = p.sorted_weights[r];
+      } else if (p.topk_weights) {
+        tw = p.topk_weights[slot];
+      }
+      if (p.scale_mode == kScalePerTensor) ts = a_scale0;
+      else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
+    }
+    if (p.scale_mode == kScalePerTensor) {
+      bsc[0][0] = bsc[0][1] = bsc_e;
+      if (kGateUp) bsc[1][0] = bsc[1][1] = bsc_e;
     }
 
     float acc0[32], acc1[32];  // gate (or w2) and up accumulators; [0, W/2) used
@@ -861,15 +905,17 @@ struct SwapAb {
     int stage = 0;
     std::uint32_t phase = 0;
     int item_no = 0;
+    // Per tensor: the activation scale, once per CTA.
+    const float a_scale0 = p.scale_mode == kScalePerTensor ? p.a_scale[0] : 1.0f;
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, item_no); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, item_no); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, item_no); break;
-        default: consume_item<64>(p, s, it, stage, phase, item_no); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, item_no, a_scale0); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, item_no, a_scale0); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, item_no, a_scale0); break;
+        default: consume_item<64>(p, s, it, stage, phase, item_no, a_scale0); break;
       }
       ++item_no;
     }
@@ -893,6 +939,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.tiles = smem_u32(base);
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
+  s.slot_meta = reinterpret_cast<int*>(base + L.slot_off);
   s.full = smem_u32(base + L.full_bar_off);
   s.empty = smem_u32(base + L.empty_bar_off);
   s.red = smem_u32(base + L.red_bar_off);

@@ -179,13 +179,13 @@ bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   if (gate_up) {
     if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
       return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights");
+    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
   } else {
     if (p.out_dtype != DType::kFp32)
       return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights unless weight_on_input");
+    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
   }
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
@@ -261,6 +261,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.b_scale = p.b_scale;
   kp.bias = p.bias;
   kp.topk_weights = p.topk_weights;
+  kp.sorted_weights = p.sorted_weights;
   kp.out = p.out;
   kp.a_row_bytes = p.k_dim * es;
   kp.n_out = p.n_out;
