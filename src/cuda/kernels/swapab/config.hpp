@@ -42,6 +42,12 @@ inline constexpr int kMaxExperts = 1024;
 // CTA rank r of S owns groups [8r/S, 8(r+1)/S): the other ranks store their partial sums of those
 // groups into its shared memory (DSMEM), and it adds them in rank order: deterministic.
 inline constexpr int kMaxSplitK = 8;
+// Tiles per work item: when one CTA's share of K is short (GEMM2 at TP8: k_dim = N/8 gives 1.5
+// to 6 stages), an item covers T consecutive 64-row tiles of one expert and chunk so that it
+// streams at least this many K stages per item; T stays 1 when the items would fall below two
+// per cluster.
+inline constexpr int kTargetItemStages = 8;
+inline constexpr int kMaxTilesPerItem = 16;
 // Floats of one (source, group, plane) receive block: 16 accumulator registers x 32 lanes.
 inline constexpr int kRecvBlockFloats = (kMaxTokens / 4) * 32;
 

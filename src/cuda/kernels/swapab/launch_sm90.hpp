@@ -22,4 +22,10 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stre
 // (split while the work items fill less than half of the SMs).
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k);
 
+// The same with the tiles per work item forced too (tests, tuning): tiles_per_item in 1..16 is
+// the number of consecutive 64-row weight tiles one item walks over the same tokens (clamped to
+// the tile count); 0 chooses it as the launcher does (more tiles per item while K is short and
+// the items stay at least two per cluster).
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k, int tiles_per_item);
+
 }  // namespace moekit::cuda
