@@ -135,6 +135,7 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   g1.bias = p.has_bias13 ? call.b13 : nullptr;
   g1.bias_dtype = p.bias_dtype;
   g1.topk_weights = routed_weights(call, L);
+  g1.sorted_weights = g1.topk_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
   g1.weight_on_input = p.apply_router_weight_on_input;
   g1.activation = p.activation;
   g1.out = slice<void>(ws, L.inter);
@@ -166,6 +167,7 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
   g2.bias = p.has_bias2 ? call.b2 : nullptr;
   g2.bias_dtype = p.bias_dtype;
   g2.topk_weights = routed_weights(call, L);
+  g2.sorted_weights = g2.topk_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
   g2.weight_on_input = p.apply_router_weight_on_input;
   g2.activation = p.activation;
   g2.out = slice<float>(ws, L.y);
@@ -194,7 +196,7 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
 
 void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream, bool pdl) {
   if (choice.impl == detail::GemmImpl::kSwapab)
-    launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k, pdl);
+    launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k, /*tiles_per_item=*/0, pdl);
   else if (choice.impl == detail::GemmImpl::kTokmajor)
     launch_grouped_gemm_tokmajor_sm90(g, stream, /*cluster=*/0, pdl);
   else
@@ -313,6 +315,8 @@ void run_moe(const detail::MoeCall& call) {
   rp.num_experts = E;
   rp.expert_offsets = offsets;
   rp.sorted_slots = sorted_slots;
+  rp.topk_weights = routed_weights(call, L);
+  rp.sorted_weights = rp.topk_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   launch_routing_sm90(rp, stream, pdl);

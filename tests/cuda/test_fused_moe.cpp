@@ -519,6 +519,32 @@ TEST_P(Sm90FusedMoe, BiasAndSwigluOai) {
   }
 }
 
+// GEMM2 at TP8: short K (N = 96..360) over many experts with 1..64 tokens each, where Swap-AB
+// walks several weight tiles per work item and reads the router weights in sorted order (the
+// permutation writes them: from the caller's weights in fused_experts, from its own routing in
+// fused_moe). fp8 per tensor with dynamic and static activation scales; weight_on_input.
+TEST_P(Sm90FusedMoe, ShortGemm2KManyExperts) {
+  SKIP_WITHOUT_SM90();
+  int seed = 60;
+  for (std::int64_t N : {96, 192, 256, 360}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      CaseSpec s;
+      s.M = 256;
+      s.E = 64;
+      s.k = 8;  // 32 slots per expert on average at M = 256
+      s.K = 256;
+      s.N = N;
+      s.scheme = variant == 0 ? Scheme::kBf16 : Scheme::kFp8PerTensor;
+      s.static_scales = variant == 2;
+      s.weight_on_input = N == 192 && variant != 2;
+      s.seed = seed++;
+      MoeCase c = make_case(s);
+      check_case(c, {1, 16, 64, 256}, Mode::kFusedExperts);
+      check_case(c, {129}, Mode::kFusedMoe);
+    }
+  }
+}
+
 TEST_P(Sm90FusedMoe, WeightOnInput) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {

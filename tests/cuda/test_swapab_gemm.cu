@@ -1,6 +1,8 @@
 // GPU test of the Swap-AB decode GEMM (launch_grouped_gemm_swapab_sm90) against a host
 // double-precision loop of the same formula (docs/design.md), on small random grouped problems:
-// experts with 0, 1, 5, 33, 64, 100 rows, ragged N and K, every epilogue option, NaN-poisoned outputs.
+// experts with 0, 1, 5, 33, 64, 100 rows, ragged N and K, every epilogue option, NaN-poisoned outputs;
+// short K (GEMM2 at TP8) over many experts with several tiles per work item, router weights in
+// sorted order (sorted_weights) or by slot.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -124,13 +126,18 @@ struct Case {
   DType gemm1_out = DType::kBf16;  // GEMM1 out dtype (GEMM2 is always fp32)
   int top_k = 2;
   int split_k = 0;  // 0: the launcher's choice; 1, 2, 4, 8: forced cluster split-K
+  int tiles_per_item = 0;  // 0: the launcher's choice; 1..16: forced tiles per work item
+  // Router weights: 0 = topk_weights only (by slot); 1 = topk_weights and sorted_weights (as the
+  // backend passes them); 2 = sorted_weights only.
+  int weights = 0;
   std::uint64_t seed = 1;
 
   std::string name() const {
     std::ostringstream os;
     os << moekit::scheme_name(scheme) << (epilogue == GemmEpilogue::kGateUpActivation ? " gemm1 " : " gemm2 ")
        << "N=" << N << " K=" << K << " act=" << moekit::activation_name(act) << " bias=" << bias
-       << " woi=" << weight_on_input << " split_k=" << split_k;
+       << " woi=" << weight_on_input << " split_k=" << split_k << " tiles_per_item=" << tiles_per_item
+       << " weights=" << weights << " E=" << rows.size();
     return os.str();
   }
 };
@@ -180,6 +187,10 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   }
   std::vector<float> topk_weights(S);
   for (auto& w : topk_weights) w = unif(rng);
+  // sorted_weights[r] = topk_weights[sorted_slots[r]] for the P routed rows; NaN past them (never
+  // read).
+  std::vector<float> sorted_weights(max_rows, std::nanf(""));
+  for (int r = 0; r < P; ++r) sorted_weights[r] = topk_weights[sorted_slots[r]];
 
   // A: GEMM1 gathers token rows of hidden [M, K]; GEMM2 reads sorted rows of inter [P, N].
   const std::int64_t a_rows = gate_up ? M : std::max<std::int64_t>(max_rows, 1);
@@ -313,7 +324,7 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   }
 
   // Device buffers; outputs poisoned with NaN (all-ones bytes).
-  DeviceBuffer d_off(offsets), d_slots(sorted_slots), d_tw(topk_weights), d_a(a_bytes), d_b(b_bytes);
+  DeviceBuffer d_off(offsets), d_slots(sorted_slots), d_tw(topk_weights), d_sw(sorted_weights), d_a(a_bytes), d_b(b_bytes);
   DeviceBuffer d_as(a_scale), d_bs(b_scale), d_bias(bias_bytes);
   const DType out_dtype = gate_up ? c.gemm1_out : DType::kFp32;
   const std::size_t out_es = out_dtype == DType::kFp32 ? 4 : 2;
@@ -339,7 +350,8 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   p.b_scale = fp8 ? static_cast<const float*>(d_bs.ptr) : nullptr;
   p.bias = c.bias ? d_bias.ptr : nullptr;
   p.bias_dtype = c.bias_dtype;
-  p.topk_weights = static_cast<const float*>(d_tw.ptr);
+  p.topk_weights = c.weights == 2 ? nullptr : static_cast<const float*>(d_tw.ptr);
+  p.sorted_weights = c.weights == 0 ? nullptr : static_cast<const float*>(d_sw.ptr);
   p.weight_on_input = c.weight_on_input;
   p.activation.kind = c.act;
   p.out = d_out.ptr;
@@ -347,7 +359,7 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
 
   std::string why;
   ASSERT_TRUE(moekit::cuda::can_implement_swapab_sm90(p, &why)) << why;
-  moekit::cuda::launch_grouped_gemm_swapab_sm90(p, nullptr, c.split_k);
+  moekit::cuda::launch_grouped_gemm_swapab_sm90(p, nullptr, c.split_k, c.tiles_per_item);
   cuda_ok(cudaDeviceSynchronize(), "kernel");
 
   std::vector<float> got(out_elems);
@@ -552,6 +564,129 @@ TEST(Sm90SwapAbGemm, BitwiseDeterministic) {
     run_case(c, &second);
     ASSERT_EQ(first.size(), second.size());
     EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float))) << "split_k=" << split;
+  }
+}
+
+// E experts with 0..64 rows each (about one in eight empty), from a fixed seed.
+std::vector<int> ragged_rows(int E, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> count(1, 64);
+  std::vector<int> rows(E);
+  for (int e = 0; e < E; ++e) rows[e] = (rng() % 8 == 0) ? 0 : count(rng);
+  rows[0] = 1;
+  rows[E - 1] = 64;
+  return rows;
+}
+
+// GEMM2 at TP8: k_dim = N/8 of 96..360 elements (1 to 6 K stages), many experts with 1..64
+// tokens each, several 64-row tiles per work item (auto and forced), router weights by slot or
+// in sorted order.
+TEST(Sm90SwapAbGemm, ShortKManyExpertsMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  std::uint64_t seed = 20;
+  for (std::int64_t n : {96, 192, 256, 360}) {
+    for (int tiles : {0, 1, 3, 8}) {
+      Case c = gemm2(Scheme::kBf16, n, 512);  // 8 output tiles of 64 rows
+      c.rows = ragged_rows(40, seed);
+      c.tiles_per_item = tiles;
+      c.weights = static_cast<int>(seed % 3);
+      c.bias = tiles == 3;
+      c.seed = seed++;
+      run_case(c);
+    }
+  }
+  // fp8 per tensor (rows of N bytes: 360 is not a multiple of 16, declined).
+  for (std::int64_t n : {96, 192, 256}) {
+    for (int tiles : {0, 1, 5, 16}) {
+      Case c = gemm2(Scheme::kFp8PerTensor, n, 576);  // 9 tiles: the last group is short at T = 5
+      c.rows = ragged_rows(33, seed);
+      c.tiles_per_item = tiles;
+      c.weights = static_cast<int>(seed % 3);
+      c.weight_on_input = tiles == 5;
+      c.seed = seed++;
+      run_case(c);
+    }
+  }
+  // The other schemes with several tiles per item.
+  Case c = gemm2(Scheme::kFp8PerChannel, 128, 512);
+  c.rows = ragged_rows(24, seed);
+  c.tiles_per_item = 4;
+  c.weights = 1;
+  c.seed = seed++;
+  run_case(c);
+  c = gemm2(Scheme::kFp8Block128, 256, 640);
+  c.rows = ragged_rows(24, seed);
+  c.tiles_per_item = 3;
+  c.weights = 2;
+  c.seed = seed++;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 192, 512);
+  c.act_dtype = DType::kFp16;
+  c.rows = ragged_rows(24, seed);
+  c.tiles_per_item = 2;
+  c.weights = 1;
+  c.seed = seed++;
+  run_case(c);
+}
+
+// GEMM1 with several tiles per work item: every scheme, weight_on_input (the routed weight
+// multiplies the accumulators), split-K with T > 1 (ranks without K stages included).
+TEST(Sm90SwapAbGemm, TilesPerItemMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  std::uint64_t seed = 40;
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel, Scheme::kFp8Block128}) {
+    for (int weights : {0, 1, 2}) {
+      Case c = gemm1(scheme, 320, 256);  // 5 tiles: T = 2 leaves a short last group
+      c.rows = ragged_rows(20, seed);
+      c.tiles_per_item = 2 + weights;
+      c.weights = weights;
+      c.weight_on_input = weights != 0 || scheme == Scheme::kFp8PerTensor;
+      c.bias = weights == 1;
+      c.act = weights == 2 ? Activation::kSwigluOai : Activation::kSilu;
+      c.seed = seed++;
+      run_case(c);
+    }
+  }
+  for (int split : {2, 4, 8}) {
+    Case c = gemm1(Scheme::kBf16, 256, 2048);
+    c.split_k = split;
+    c.tiles_per_item = 3;
+    c.weights = 1;
+    c.seed = seed++;
+    run_case(c);
+    c = gemm2(Scheme::kFp8PerTensor, 96, 512);  // 1 K stage: ranks >= 1 have no K work
+    c.rows = ragged_rows(16, seed);
+    c.split_k = split;
+    c.tiles_per_item = 4;
+    c.weights = split == 4 ? 2 : 1;
+    c.seed = seed++;
+    run_case(c);
+  }
+}
+
+// Tiles per item and the source of the router weights change which CTA computes a tile and
+// where the weight is read from, never the arithmetic: the outputs are bitwise equal.
+TEST(Sm90SwapAbGemm, TilesPerItemAndSortedWeightsBitwiseEqual) {
+  SKIP_WITHOUT_SM90();
+  for (Case base : {gemm2(Scheme::kBf16, 256, 512), gemm2(Scheme::kFp8PerTensor, 192, 640),
+                    gemm1(Scheme::kFp8PerTensor, 320, 512)}) {
+    base.rows = ragged_rows(24, 77);
+    base.weight_on_input = base.epilogue == GemmEpilogue::kGateUpActivation;
+    base.gemm1_out = DType::kFp32;
+    std::vector<float> first;
+    run_case(base, &first);  // T = auto, weights by slot
+    for (int tiles : {1, 2, 7}) {
+      for (int weights : {1, 2}) {
+        Case c = base;
+        c.tiles_per_item = tiles;
+        c.weights = weights;
+        std::vector<float> got;
+        run_case(c, &got);
+        ASSERT_EQ(first.size(), got.size());
+        EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float)))
+            << c.name() << ": differs bitwise from T = auto with weights by slot";
+      }
+    }
   }
 }
 

@@ -50,6 +50,11 @@ struct GroupedGemmParams {
   const void* bias = nullptr;       // [E, rows_b] or null
   DType bias_dtype = DType::kFp32;
   const float* topk_weights = nullptr;  // [M*k] indexed by slot
+  // Optional: the router weights in sorted row order, sorted_weights[r] = topk_weights[
+  // sorted_slots[r]] for r < row_offsets[E] (the routing/permutation kernel writes it). Saves the
+  // dependent load topk_weights[slot] in kernels that read it (Swap-AB); null: they use
+  // topk_weights. Kernels that ignore it still need topk_weights.
+  const float* sorted_weights = nullptr;
   bool weight_on_input = false;
   ActivationConfig activation{};
 

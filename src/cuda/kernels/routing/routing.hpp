@@ -26,7 +26,9 @@ struct RoutingParams {
 
   // Permutation (permute == true; runs in a single CTA after routing):
   //   expert_offsets[E+1]: offsets[e+1] - offsets[e] == slots whose local expert is e;
-  //   sorted_slots[offsets[E]]: slot m*k+j, grouped by local expert, ascending inside one.
+  //   sorted_slots[offsets[E]]: slot m*k+j, grouped by local expert, ascending inside one;
+  //   sorted_weights[offsets[E]] (if both it and topk_weights are given): topk_weights[slot] of
+  //   each sorted row, so that the GEMMs read a row's router weight without the slot first.
   // A slot is dropped when its id is outside [0, E_global) or expert_map maps it outside [0, E).
   bool permute = false;
   const std::int32_t* topk_ids = nullptr;    // [M, k]; == topk_ids_out when routing here
@@ -34,6 +36,8 @@ struct RoutingParams {
   int num_experts = 0;                       // E (local)
   std::int32_t* expert_offsets = nullptr;
   std::int32_t* sorted_slots = nullptr;
+  const float* topk_weights = nullptr;       // [M, k]; == topk_weights_out when routing here
+  float* sorted_weights = nullptr;           // [M*k] or null
 
   // Words zeroed before anything else (the per-call absmax accumulators), or null.
   std::uint32_t* zero_words = nullptr;

@@ -249,6 +249,11 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
     __syncthreads();
     const std::int64_t s = c0 + tid;
     const int e = s < P ? local_expert(p, s) : -1;
+    // The slot's router weight for sorted_weights, loaded here so that its latency overlaps the
+    // chunk's counting. Plain load: when routing ran in this launch, this CTA's own threads wrote
+    // the weights (ordered by the __syncthreads before the permutation); no read-only path.
+    const bool with_weight = e >= 0 && p.sorted_weights != nullptr && p.topk_weights != nullptr;
+    const float weight = with_weight ? p.topk_weights[s] : 0.f;
     const unsigned peers = __match_any_sync(0xffffffffu, e);
     const int rank = __popc(peers & lt_mask);
     if (e >= 0 && rank == 0) warp_cnt[warp * E + e] = static_cast<std::uint16_t>(__popc(peers));
@@ -263,7 +268,11 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
       chunk_tot[x] = acc;
     }
     __syncthreads();
-    if (e >= 0) p.sorted_slots[running[e] + warp_cnt[warp * E + e] + rank] = static_cast<std::int32_t>(s);
+    if (e >= 0) {
+      const int pos = running[e] + warp_cnt[warp * E + e] + rank;
+      p.sorted_slots[pos] = static_cast<std::int32_t>(s);
+      if (with_weight) p.sorted_weights[pos] = weight;
+    }
     __syncthreads();
   }
 }

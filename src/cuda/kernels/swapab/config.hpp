@@ -42,6 +42,12 @@ inline constexpr int kMaxExperts = 1024;
 // CTA rank r of S owns groups [8r/S, 8(r+1)/S): the other ranks store their partial sums of those
 // groups into its shared memory (DSMEM), and it adds them in rank order: deterministic.
 inline constexpr int kMaxSplitK = 8;
+// Tiles per work item: when one CTA's share of K is short (GEMM2 at TP8: k_dim = N/8 gives 1.5
+// to 6 stages), an item covers T consecutive 64-row tiles of one expert and chunk so that it
+// streams at least this many K stages per item; T stays 1 when the items would fall below two
+// per cluster.
+inline constexpr int kTargetItemStages = 8;
+inline constexpr int kMaxTilesPerItem = 16;
 // Floats of one (source, group, plane) receive block: 16 accumulator registers x 32 lanes.
 inline constexpr int kRecvBlockFloats = (kMaxTokens / 4) * 32;
 
@@ -57,8 +63,13 @@ constexpr int recv_buffer_floats(bool gate_up, int split) {
 struct SmemLayout {
   int stages;
   int stage_bytes;
-  int a_scale_off;    // block128: float [stages][kMaxTokens] token scales of the stage's K group
-  int b_scale_off;    // block128: float [stages][2] weight-block scales (gate, up)
+  // Per-stage areas the producer fills with cp.async and the stage's full barrier publishes:
+  int a_scale_off;    // float [stages][kMaxTokens]: block128: token scales of the stage's K group;
+                      // other schemes: the item's routed weights (written at its first K stage)
+  int b_scale_off;    // float [stages][2]: block128: weight-block scales (gate, up); per tensor:
+                      // [stage][0] = b_scale[e] of the item (written at its first K stage)
+  int slot_off;       // int [stages][kMaxTokens]: the item's slots sorted_slots[row_begin + t]
+                      // (written at its first K stage)
   int full_bar_off;   // uint64 [stages]
   int empty_bar_off;  // uint64 [stages]
   int red_bar_off;    // uint64 [2]: split-K partial sums received, per item parity
@@ -75,7 +86,8 @@ constexpr SmemLayout smem_layout_with(bool gate_up, int num_experts, int split, 
   l.stage_bytes = stage_bytes(gate_up);
   l.a_scale_off = stages * l.stage_bytes;
   l.b_scale_off = l.a_scale_off + stages * kMaxTokens * 4;
-  l.full_bar_off = (l.b_scale_off + stages * 2 * 4 + 7) / 8 * 8;
+  l.slot_off = l.b_scale_off + stages * 2 * 4;
+  l.full_bar_off = (l.slot_off + stages * kMaxTokens * 4 + 7) / 8 * 8;
   l.empty_bar_off = l.full_bar_off + stages * 8;
   l.red_bar_off = l.empty_bar_off + stages * 8;
   l.token_off = l.red_bar_off + 2 * 8;

@@ -35,6 +35,7 @@ struct KernelParams {
   const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
   const void* bias;                  // [E, rows_b] or null
   const float* topk_weights;         // [M*k] by slot
+  const float* sorted_weights;       // [rows] = topk_weights[sorted_slots[r]], or null
   void* out;
   std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
   std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
@@ -54,6 +55,7 @@ struct KernelParams {
   float alpha;
   float limit;
   int split_k;                       // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
+  int tiles_per_item;                // T >= 1: consecutive 64-row tiles of one item (same tokens)
   SmemLayout smem;                   // from smem_layout(gate_up, E, S) on the host
 };
 
@@ -409,20 +411,24 @@ template <> struct Wgmma<E4m3Tag, 64> {
 
 
 // ---------------------------------------------------------------------------------------------
-// Work items: (expert e, tile, token chunk) with the chunk index fastest, so neighbouring CTAs
-// read the same weight tile (L2 hits) when an expert has more than 64 rows. With split-K, the
-// S CTAs of a cluster take the same item and split its K stages.
+// Work items: (expert e, tile group, token chunk) with the chunk index fastest, so neighbouring
+// CTAs read the same weight tiles (L2 hits) when an expert has more than 64 rows. A tile group is
+// T = tiles_per_item consecutive 64-row tiles (the last group of an expert may be shorter): when
+// K is short (GEMM2 at TP8: 1.5 to 6 K stages per tile) one item walks T tiles over the same
+// tokens, so the per-item work (item search, token metadata, gather addresses) is paid once per
+// T tiles. With split-K, the S CTAs of a cluster take the same item and split its K stages.
 // ---------------------------------------------------------------------------------------------
 struct Item {
   int e;
-  int tile;
+  int tile;       // first tile of the item
+  int tile_end;   // one past its last tile
   int row_begin;  // first sorted row of the chunk
   int count;      // tokens in the chunk, 1..64
 };
 
 // s_prefix[e] = work items of experts < e (s_prefix[0] = 0, s_prefix[E] = all items).
 __device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_prefix, int E,
-                                          Item& it) {
+                                          int num_tiles, int tiles_per_item, Item& it) {
   if (w >= s_prefix[E]) return false;
   int lo = 0, hi = E;  // invariant: s_prefix[lo] <= w < s_prefix[hi]
   while (hi - lo > 1) {
@@ -436,7 +442,8 @@ __device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_
   const int local = w - s_prefix[lo];
   const int chunk = local % chunks;
   it.e = lo;
-  it.tile = local / chunks;
+  it.tile = local / chunks * tiles_per_item;
+  it.tile_end = min(num_tiles, it.tile + tiles_per_item);
   it.row_begin = s_off[lo] + chunk * kMaxTokens;
   it.count = min(kMaxTokens, rows - chunk * kMaxTokens);
   return true;
@@ -494,6 +501,7 @@ struct SwapAb {
     std::uint32_t tiles;   // stage s: A0 at s*kStageBytes, A1 (gate-up) next, then the tokens
     float* a_scale;        // [stages][64]
     float* b_scale;        // [stages][2]
+    int* slot_meta;        // [stages][64]
     std::uint32_t full;    // barrier addresses (8 bytes apart)
     std::uint32_t empty;
     std::uint32_t red;     // [2] split-K receive barriers
@@ -538,7 +546,7 @@ struct SwapAb {
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
-      if (!find_item(w, s.off, s.prefix, p.num_experts, it)) break;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_tiles, p.tiles_per_item, it)) break;
       const int width = token_width(it.count);
       const std::uint8_t* src[4];
       bool has_row[4];
@@ -560,46 +568,62 @@ struct SwapAb {
         const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
         tok_scale_src = p.a_scale + arow * p.k_groups;
       }
-      const int row_gate = it.tile * kTileRows;
-      const int row_up = static_cast<int>(p.n_out) + it.tile * kTileRows;
-
-      for (int ks = ks_begin; ks < ks_end; ++ks) {
-        const std::uint32_t full = s.full + 8 * stage;
-        mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        if (t == 0) {
-          mbar_arrive_expect_tx(full, kTmaBytes);
-          // K coordinate in elements: 128 bytes per stage.
-          const int k0 = ks * (kStageKBytes / (std::is_same<Tag, E4m3Tag>::value ? 1 : 2));
-          tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
-          if (kGateUp) tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
-        }
-        const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
-        const bool k_in = kbyte < p.a_row_bytes;
-        const std::uint32_t b = b_addr(s, stage);
+      // The item's tiles, each a full pass over this rank's K stages with the same tokens.
+      for (int tile = it.tile; tile < it.tile_end; ++tile) {
+        const int row_gate = tile * kTileRows;
+        const int row_up = static_cast<int>(p.n_out) + tile * kTileRows;
+        for (int ks = ks_begin; ks < ks_end; ++ks) {
+          const std::uint32_t full = s.full + 8 * stage;
+          mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          if (t == 0) {
+            mbar_arrive_expect_tx(full, kTmaBytes);
+            // K coordinate in elements: 128 bytes per stage.
+            const int k0 = ks * (kStageKBytes / (std::is_same<Tag, E4m3Tag>::value ? 1 : 2));
+            tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
+            if (kGateUp) tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
+          }
+          if (tile == it.tile && ks == ks_begin) {
+            // The item's token metadata rides on its first K stage: this stage's full barrier
+            // counts every producer thread's cp.async arrival, so the consumer reads it from
+            // shared memory after its wait instead of chaining global loads (sorted_slots, then
+            // topk_weights[slot]) in front of its epilogue.
+            if (t < it.count) {
+              const int r = it.row_begin + t;
+              cp_async_4(smem_u32(s.slot_meta + stage * kMaxTokens + t), p.sorted_slots + r, 4);
+              if (!kBlock128 && p.sorted_weights)
+                cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t), p.sorted_weights + r, 4);
+            }
+            if (!kBlock128 && t == 96 && p.scale_mode == kScalePerTensor)
+              cp_async_4(smem_u32(s.b_scale + stage * 2), p.b_scale + it.e, 4);
+          }
+          const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
+          const bool k_in = kbyte < p.a_row_bytes;
+          const std::uint32_t b = b_addr(s, stage);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int rr = row0 + 16 * i;
-          if (rr < width) {
-            const bool ld = has_row[i] && k_in;
-            cp_async_16(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
-                        ld ? static_cast<const void*>(src[i] + static_cast<std::int64_t>(ks) * kStageKBytes) : p.a,
-                        ld ? 16 : 0);
+          for (int i = 0; i < 4; ++i) {
+            const int rr = row0 + 16 * i;
+            if (rr < width) {
+              const bool ld = has_row[i] && k_in;
+              cp_async_16(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
+                          ld ? static_cast<const void*>(src[i] + static_cast<std::int64_t>(ks) * kStageKBytes) : p.a,
+                          ld ? 16 : 0);
+            }
           }
+          if (kBlock128) {
+            if (t < width) {
+              const bool ld = t < it.count;
+              cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t),
+                         ld ? static_cast<const void*>(tok_scale_src + ks) : p.a_scale, ld ? 4 : 0);
+            }
+            if (t == 64 || (kGateUp && t == 65)) {
+              const int rb = (t == 64 ? row_gate : row_up) / 128;
+              cp_async_4(smem_u32(s.b_scale + stage * 2 + (t - 64)),
+                         p.b_scale + (static_cast<std::int64_t>(it.e) * p.row_blocks + rb) * p.k_groups + ks, 4);
+            }
+          }
+          cp_async_arrive_noinc(full);
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
-        if (kBlock128) {
-          if (t < width) {
-            const bool ld = t < it.count;
-            cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t),
-                       ld ? static_cast<const void*>(tok_scale_src + ks) : p.a_scale, ld ? 4 : 0);
-          }
-          if (t == 64 || (kGateUp && t == 65)) {
-            const int rb = (t == 64 ? row_gate : row_up) / 128;
-            cp_async_4(smem_u32(s.b_scale + stage * 2 + (t - 64)),
-                       p.b_scale + (static_cast<std::int64_t>(it.e) * p.row_blocks + rb) * p.k_groups + ks, 4);
-          }
-        }
-        cp_async_arrive_noinc(full);
-        if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
     }
     cp_async_wait_all();
@@ -609,251 +633,287 @@ struct SwapAb {
   template <int W>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
-                                                      std::uint32_t& phase, int item_no) {
+                                                      std::uint32_t& phase, int& round, float a_scale0) {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
-    const int buf = item_no & 1;
     int ks_begin, ks_end;
     k_range(p, s, ks_begin, ks_end);
 
-    // Per-token values for the epilogue; loaded now, stored to shared memory after the main loop
-    // so their latency hides behind it.
+    // Per-token values for the epilogue (thread t < count holds token t), read once per item and
+    // stored to shared memory after each tile's main loop. The producer staged the slots (and,
+    // with sorted_weights, the routed weights; per tensor, b_scale[e]) at the item's first K
+    // stage: they are read once that stage is full. A split-K rank without K stages (forced
+    // split on a short K) has no stage: it loads them from global memory.
     int slot = 0;
     float tw = 1.0f, ts = 1.0f;
-    if (t < it.count) {
-      const int r = it.row_begin + t;
-      slot = p.sorted_slots[r];
-      if (p.topk_weights) tw = p.topk_weights[slot];
-      if (p.scale_mode == kScalePerTensor) ts = p.a_scale[0];
-      else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
-    }
-    // Per-row values: this thread's tile rows rloc = 16 warp + lane/4 + 8h.
-    float bsc[2][2], bia[2][2];  // [gate/up][h]
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        bsc[g][h] = 1.0f;
-        bia[g][h] = 0.0f;
-        if (g == 1 && !kGateUp) continue;
-        const std::int64_t n = static_cast<std::int64_t>(it.tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
-        if (n >= p.n_out) continue;
-        const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
-        const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
-        if (p.scale_mode == kScalePerTensor) bsc[g][h] = p.b_scale[it.e];
-        else if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
-        if (p.bias) bia[g][h] = load_bias(p.bias, p.bias_type, idx);
-      }
-    }
+    float bsc_e = 1.0f;  // per tensor: b_scale[e]
+    const bool staged = ks_begin < ks_end;
 
-    float acc0[32], acc1[32];  // gate (or w2) and up accumulators; [0, W/2) used
+    // The item's tiles [it.tile, it.tile_end) share its tokens: one main loop, split-K exchange
+    // and epilogue per tile; `round` counts tiles over the whole walk (it indexes the double
+    // buffers and the split-K barrier parity, the same in every CTA of a cluster).
+    for (int tile = it.tile; tile < it.tile_end; ++tile, ++round) {
+      const int buf = round & 1;
+      // Per-row values (this thread's tile rows rloc = 16 warp + lane/4 + 8h): independent global
+      // loads, issued first so that their latency hides behind the main loop.
+      float bsc[2][2], bia[2][2];  // [gate/up][h]
 #pragma unroll
-    for (int i = 0; i < W / 2; ++i) { acc0[i] = 0.0f; acc1[i] = 0.0f; }
-    if (!kBlock128) {
-      int prev = 0;
-      for (int ks = ks_begin; ks < ks_end; ++ks) {
-        mbar_wait(s.full + 8 * stage, phase);
-        fence_regs<W / 2>(acc0);
-        if (kGateUp) fence_regs<W / 2>(acc1);
-        wgmma_fence();
-        const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
-        const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
-        const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+      for (int g = 0; g < 2; ++g) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const int accumulate = (ks > ks_begin || kk > 0) ? 1 : 0;
-          Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
-          if (kGateUp) Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+        for (int h = 0; h < 2; ++h) {
+          bsc[g][h] = 1.0f;
+          bia[g][h] = 0.0f;
+          if (g == 1 && !kGateUp) continue;
+          const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
+          if (n >= p.n_out) continue;
+          const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
+          const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
+          if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
+          if (p.bias) bia[g][h] = load_bias(p.bias, p.bias_type, idx);
         }
-        wgmma_commit();
-        fence_regs<W / 2>(acc0);
-        if (kGateUp) fence_regs<W / 2>(acc1);
-        if (ks > ks_begin) {
-          // The previous stage's group is done: its shared memory can be refilled.
-          wgmma_wait<1>();
-          if (lane == 0) mbar_arrive(s.empty + 8 * prev);
-        }
-        prev = stage;
-        if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
-      wgmma_wait<0>();
-      fence_regs<W / 2>(acc0);
-      if (kGateUp) fence_regs<W / 2>(acc1);
-      if (lane == 0) mbar_arrive(s.empty + 8 * prev);
-    } else {
-      // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
-      // group scale and the weight block's scale, then added (fp32) to the accumulator.
-      float tmp0[32], tmp1[32];
-#pragma unroll
-      for (int i = 0; i < W / 2; ++i) { tmp0[i] = 0.0f; tmp1[i] = 0.0f; }
-      for (int ks = ks_begin; ks < ks_end; ++ks) {
-        mbar_wait(s.full + 8 * stage, phase);
-        fence_regs<W / 2>(tmp0);
-        if (kGateUp) fence_regs<W / 2>(tmp1);
-        wgmma_fence();
-        const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
-        const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
-        const std::uint64_t db = make_smem_desc(b_addr(s, stage));
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
-          if (kGateUp) Wgmma<Tag, W>::mma(tmp1, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+
+      if (tile == it.tile) {  // the item's first tile: its token values
+        if (staged) {
+          // The main loop's wait on this stage then returns at once: the phase cannot move on
+          // before this warpgroup releases the stage.
+          mbar_wait(s.full + 8 * stage, phase);
+          if (t < it.count) {
+            slot = s.slot_meta[stage * kMaxTokens + t];
+            if (!kBlock128 && p.sorted_weights) tw = s.a_scale[stage * kMaxTokens + t];
+          }
+          if (!kBlock128 && p.scale_mode == kScalePerTensor) bsc_e = s.b_scale[stage * 2];
+          // Every lane's reads precede its warp's release of the stage (lane 0's empty arrival).
+          __syncwarp();
+        } else {
+          if (t < it.count) slot = p.sorted_slots[it.row_begin + t];
+          if (p.scale_mode == kScalePerTensor) bsc_e = p.b_scale[it.e];
         }
-        wgmma_commit();
+        if (t < it.count) {
+          const int r = it.row_begin + t;
+          if (p.sorted_weights) {
+            if (kBlock128 || !staged) tw = p.sorted_weights[r];
+          } else if (p.topk_weights) {
+            tw = p.topk_weights[slot];
+          }
+          if (p.scale_mode == kScalePerTensor) ts = a_scale0;
+          else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
+        }
+      }
+      if (p.scale_mode == kScalePerTensor) {
+        bsc[0][0] = bsc[0][1] = bsc_e;
+        if (kGateUp) bsc[1][0] = bsc[1][1] = bsc_e;
+      }
+
+      float acc0[32], acc1[32];  // gate (or w2) and up accumulators; [0, W/2) used
+#pragma unroll
+      for (int i = 0; i < W / 2; ++i) { acc0[i] = 0.0f; acc1[i] = 0.0f; }
+      if (!kBlock128) {
+        int prev = 0;
+        for (int ks = ks_begin; ks < ks_end; ++ks) {
+          mbar_wait(s.full + 8 * stage, phase);
+          fence_regs<W / 2>(acc0);
+          if (kGateUp) fence_regs<W / 2>(acc1);
+          wgmma_fence();
+          const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
+          const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
+          const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const int accumulate = (ks > ks_begin || kk > 0) ? 1 : 0;
+            Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
+            if (kGateUp) Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+          }
+          wgmma_commit();
+          fence_regs<W / 2>(acc0);
+          if (kGateUp) fence_regs<W / 2>(acc1);
+          if (ks > ks_begin) {
+            // The previous stage's group is done: its shared memory can be refilled.
+            wgmma_wait<1>();
+            if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+          }
+          prev = stage;
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
+        }
         wgmma_wait<0>();
-        fence_regs<W / 2>(tmp0);
-        if (kGateUp) fence_regs<W / 2>(tmp1);
-        const float* as = s.a_scale + stage * kMaxTokens;
-        const float bs0 = s.b_scale[stage * 2 + 0];
-        const float bs1 = kGateUp ? s.b_scale[stage * 2 + 1] : 0.0f;
+        fence_regs<W / 2>(acc0);
+        if (kGateUp) fence_regs<W / 2>(acc1);
+        if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+      } else {
+        // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
+        // group scale and the weight block's scale, then added (fp32) to the accumulator.
+        float tmp0[32], tmp1[32];
 #pragma unroll
-        for (int j = 0; j < W / 8; ++j) {
+        for (int i = 0; i < W / 2; ++i) { tmp0[i] = 0.0f; tmp1[i] = 0.0f; }
+        for (int ks = ks_begin; ks < ks_end; ++ks) {
+          mbar_wait(s.full + 8 * stage, phase);
+          fence_regs<W / 2>(tmp0);
+          if (kGateUp) fence_regs<W / 2>(tmp1);
+          wgmma_fence();
+          const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
+          const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
+          const std::uint64_t db = make_smem_desc(b_addr(s, stage));
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float sa = as[8 * j + 2 * (lane & 3) + c];
+          for (int kk = 0; kk < 4; ++kk) {
+            Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+            if (kGateUp) Wgmma<Tag, W>::mma(tmp1, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs<W / 2>(tmp0);
+          if (kGateUp) fence_regs<W / 2>(tmp1);
+          const float* as = s.a_scale + stage * kMaxTokens;
+          const float bs0 = s.b_scale[stage * 2 + 0];
+          const float bs1 = kGateUp ? s.b_scale[stage * 2 + 1] : 0.0f;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int i = 4 * j + 2 * h + c;
-              acc0[i] += tmp0[i] * sa * bs0;
-              if (kGateUp) acc1[i] += tmp1[i] * sa * bs1;
+          for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float sa = as[8 * j + 2 * (lane & 3) + c];
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int i = 4 * j + 2 * h + c;
+                acc0[i] += tmp0[i] * sa * bs0;
+                if (kGateUp) acc1[i] += tmp1[i] * sa * bs1;
+              }
             }
           }
+          if (lane == 0) mbar_arrive(s.empty + 8 * stage);
+          if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
-        if (lane == 0) mbar_arrive(s.empty + 8 * stage);
-        if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
-    }
 
-    // Split-K: row group g = 2 warp + h (8 rows) belongs to rank g*S/8. Its other ranks store
-    // their partial sums into the owner's recv[buf][source slot][group slot][plane][reg][lane]
-    // with st.async, which completes bytes on the owner's red[buf] barrier; one owner thread
-    // posts the expected byte count (the barrier's single arrival); the owner adds the partial
-    // sums in ascending rank order (deterministic).
-    // Reuse safety (parity-indexed buffers and barriers): a rank sends item i+2 only after it
-    // passed item i+1's first named barrier, which follows its own wait for item i+1's partial
-    // sums, which its peers send only after finishing item i (their receive included); so item
-    // i+2's bytes reach a peer's red[buf] only after that peer has waited for item i's phase.
-    const int S = s.split;
-    const int groups_per_rank = 8 / S;
-    if (S > 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int g = 2 * warp + h;
-        const int owner = g / groups_per_rank;
-        if (owner == s.rank) continue;
-        const int src_slot = s.rank < owner ? s.rank : s.rank - 1;
-        const int gslot = g - owner * groups_per_rank;
-        const float* block = s.recv + buf * s.recv_floats +
-                             ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
-        const std::uint32_t remote = map_to_rank(smem_u32(block), owner);
-        const std::uint32_t remote_bar = map_to_rank(s.red + 8 * buf, owner);
-#pragma unroll
-        for (int j = 0; j < W / 8; ++j) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int r = 2 * j + c;        // register slot of this half
-            const int i = 4 * j + 2 * h + c;
-            st_async_f32(remote + 4 * (r * 32 + lane), acc0[i], remote_bar);
-            if (kGateUp) st_async_f32(remote + 4 * (kRecvBlockFloats + r * 32 + lane), acc1[i], remote_bar);
-          }
-        }
-      }
-      const bool owns_any = (2 * warp) / groups_per_rank == s.rank || (2 * warp + 1) / groups_per_rank == s.rank;
-      if (owns_any) {
-        // The first owning warp's lane 0 posts this item's bytes: (S-1) sources x owned groups x
-        // planes x W/4 registers x 32 lanes x 4 bytes. Bytes that land earlier leave the
-        // transaction count negative until then, which the barrier allows.
-        if (lane == 0 && warp == (s.rank * groups_per_rank) / 2)
-          mbar_arrive_expect_tx(s.red + 8 * buf, (S - 1) * groups_per_rank * kPlanes * (W / 4) * 32 * 4);
-        mbar_wait_cluster(s.red + 8 * buf, (item_no >> 1) & 1);
+      // Split-K: row group g = 2 warp + h (8 rows) belongs to rank g*S/8. Its other ranks store
+      // their partial sums into the owner's recv[buf][source slot][group slot][plane][reg][lane]
+      // with st.async, which completes bytes on the owner's red[buf] barrier; one owner thread
+      // posts the expected byte count (the barrier's single arrival); the owner adds the partial
+      // sums in ascending rank order (deterministic).
+      // Reuse safety (parity-indexed buffers and barriers): a rank sends item i+2 only after it
+      // passed item i+1's first named barrier, which follows its own wait for item i+1's partial
+      // sums, which its peers send only after finishing item i (their receive included); so item
+      // i+2's bytes reach a peer's red[buf] only after that peer has waited for item i's phase.
+      const int S = s.split;
+      const int groups_per_rank = 8 / S;
+      if (S > 1) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int g = 2 * warp + h;
-          if (g / groups_per_rank != s.rank) continue;
-          const int gslot = g - s.rank * groups_per_rank;
-          for (int src = 0; src < S; ++src) {
-            if (src == s.rank) continue;
-            const int src_slot = src < s.rank ? src : src - 1;
-            const float* block = s.recv + buf * s.recv_floats +
-                                 ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
+          const int owner = g / groups_per_rank;
+          if (owner == s.rank) continue;
+          const int src_slot = s.rank < owner ? s.rank : s.rank - 1;
+          const int gslot = g - owner * groups_per_rank;
+          const float* block = s.recv + buf * s.recv_floats +
+                               ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
+          const std::uint32_t remote = map_to_rank(smem_u32(block), owner);
+          const std::uint32_t remote_bar = map_to_rank(s.red + 8 * buf, owner);
 #pragma unroll
-            for (int j = 0; j < W / 8; ++j) {
+          for (int j = 0; j < W / 8; ++j) {
 #pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const int r = 2 * j + c;
-                const int i = 4 * j + 2 * h + c;
-                acc0[i] += block[r * 32 + lane];
-                if (kGateUp) acc1[i] += block[kRecvBlockFloats + r * 32 + lane];
+            for (int c = 0; c < 2; ++c) {
+              const int r = 2 * j + c;        // register slot of this half
+              const int i = 4 * j + 2 * h + c;
+              st_async_f32(remote + 4 * (r * 32 + lane), acc0[i], remote_bar);
+              if (kGateUp) st_async_f32(remote + 4 * (kRecvBlockFloats + r * 32 + lane), acc1[i], remote_bar);
+            }
+          }
+        }
+        const bool owns_any = (2 * warp) / groups_per_rank == s.rank || (2 * warp + 1) / groups_per_rank == s.rank;
+        if (owns_any) {
+          // The first owning warp's lane 0 posts this item's bytes: (S-1) sources x owned groups x
+          // planes x W/4 registers x 32 lanes x 4 bytes. Bytes that land earlier leave the
+          // transaction count negative until then, which the barrier allows.
+          if (lane == 0 && warp == (s.rank * groups_per_rank) / 2)
+            mbar_arrive_expect_tx(s.red + 8 * buf, (S - 1) * groups_per_rank * kPlanes * (W / 4) * 32 * 4);
+          mbar_wait_cluster(s.red + 8 * buf, (round >> 1) & 1);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int g = 2 * warp + h;
+            if (g / groups_per_rank != s.rank) continue;
+            const int gslot = g - s.rank * groups_per_rank;
+            for (int src = 0; src < S; ++src) {
+              if (src == s.rank) continue;
+              const int src_slot = src < s.rank ? src : src - 1;
+              const float* block = s.recv + buf * s.recv_floats +
+                                   ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
+#pragma unroll
+              for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                  const int r = 2 * j + c;
+                  const int i = 4 * j + 2 * h + c;
+                  acc0[i] += block[r * 32 + lane];
+                  if (kGateUp) acc1[i] += block[kRecvBlockFloats + r * 32 + lane];
+                }
               }
             }
           }
         }
       }
-    }
 
-    // Publish the token values to the warpgroup (double-buffered by item parity: a warp writes
-    // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
-    // after finishing item i). The same barrier orders the out_stage writes below after every
-    // warp's reads of the previous item.
-    if (t < kMaxTokens) {
-      s.tok_slot[buf * kMaxTokens + t] = slot;
-      s.tok_weight[buf * kMaxTokens + t] = tw;
-      s.tok_scale[buf * kMaxTokens + t] = ts;
-    }
-    named_barrier_sync(1, kConsumerThreads);
+      // Publish the token values to the warpgroup (double-buffered by item parity: a warp writes
+      // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
+      // after finishing item i). The same barrier orders the out_stage writes below after every
+      // warp's reads of the previous item.
+      if (t < kMaxTokens) {
+        s.tok_slot[buf * kMaxTokens + t] = slot;
+        s.tok_weight[buf * kMaxTokens + t] = tw;
+        s.tok_scale[buf * kMaxTokens + t] = ts;
+      }
+      named_barrier_sync(1, kConsumerThreads);
 
-    // Epilogue phase 1, in registers: scales, router weight, bias, for the row groups this CTA
-    // owns; the values go to out_stage [token][tile row]. GEMM1 keeps gate and up (the
-    // activation needs both); GEMM2's values are final.
-    float* so0 = s.out_stage;
-    float* so1 = s.out_stage + kOutPlaneFloats;
-    const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+      // Epilogue phase 1, in registers: scales, router weight, bias, for the row groups this CTA
+      // owns; the values go to out_stage [token][tile row]. GEMM1 keeps gate and up (the
+      // activation needs both); GEMM2's values are final.
+      float* so0 = s.out_stage;
+      float* so1 = s.out_stage + kOutPlaneFloats;
+      const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
 #pragma unroll
-    for (int j = 0; j < W / 8; ++j) {
+      for (int j = 0; j < W / 8; ++j) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 8 * j + 2 * (lane & 3) + c;  // token of the item
-        if (col >= it.count) continue;
-        const float tweight = s.tok_weight[buf * kMaxTokens + col];
-        const float tscale = s.tok_scale[buf * kMaxTokens + col];
+        for (int c = 0; c < 2; ++c) {
+          const int col = 8 * j + 2 * (lane & 3) + c;  // token of the item
+          if (col >= it.count) continue;
+          const float tweight = s.tok_weight[buf * kMaxTokens + col];
+          const float tscale = s.tok_scale[buf * kMaxTokens + col];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if ((2 * warp + h) / groups_per_rank != s.rank) continue;
-          const int rloc = warp * 16 + (lane >> 2) + 8 * h;
-          const int i = 4 * j + 2 * h + c;
-          float v0 = acc0[i];
-          if (scaled) v0 = v0 * tscale * bsc[0][h];
-          if (kGateUp) {
-            float v1 = acc1[i];
-            if (scaled) v1 = v1 * tscale * bsc[1][h];
-            if (p.weight_on_input) { v0 *= tweight; v1 *= tweight; }
-            so0[col * kOutStride + rloc] = v0 + bia[0][h];
-            so1[col * kOutStride + rloc] = v1 + bia[1][h];
-          } else {
-            v0 += bia[0][h];
-            if (!p.weight_on_input) v0 *= tweight;
-            so0[col * kOutStride + rloc] = v0;
+          for (int h = 0; h < 2; ++h) {
+            if ((2 * warp + h) / groups_per_rank != s.rank) continue;
+            const int rloc = warp * 16 + (lane >> 2) + 8 * h;
+            const int i = 4 * j + 2 * h + c;
+            float v0 = acc0[i];
+            if (scaled) v0 = v0 * tscale * bsc[0][h];
+            if (kGateUp) {
+              float v1 = acc1[i];
+              if (scaled) v1 = v1 * tscale * bsc[1][h];
+              if (p.weight_on_input) { v0 *= tweight; v1 *= tweight; }
+              so0[col * kOutStride + rloc] = v0 + bia[0][h];
+              so1[col * kOutStride + rloc] = v1 + bia[1][h];
+            } else {
+              v0 += bia[0][h];
+              if (!p.weight_on_input) v0 *= tweight;
+              so0[col * kOutStride + rloc] = v0;
+            }
           }
         }
       }
-    }
-    named_barrier_sync(1, kConsumerThreads);
+      named_barrier_sync(1, kConsumerThreads);
 
-    // Phase 2: activation and stores of the owned rows [64 rank / S, 64 (rank + 1) / S),
-    // consecutive threads on consecutive output columns.
-    const int rows_owned = kTileRows / S;
-    const int r_lo = s.rank * rows_owned;
-    const std::int64_t n0 = static_cast<std::int64_t>(it.tile) * kTileRows;
-    const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
-    for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
-      const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
-      if (rr >= valid_rows) continue;
-      if (kGateUp) {
-        const float hval = activate(so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.act, p.alpha, p.limit);
-        store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
-      } else {
-        const int tslot = s.tok_slot[buf * kMaxTokens + tok];
-        static_cast<float*>(p.out)[static_cast<std::int64_t>(tslot) * p.n_out + n0 + rr] = so0[tok * kOutStride + rr];
+      // Phase 2: activation and stores of the owned rows [64 rank / S, 64 (rank + 1) / S),
+      // consecutive threads on consecutive output columns.
+      const int rows_owned = kTileRows / S;
+      const int r_lo = s.rank * rows_owned;
+      const std::int64_t n0 = static_cast<std::int64_t>(tile) * kTileRows;
+      const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
+      for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
+        const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
+        if (rr >= valid_rows) continue;
+        if (kGateUp) {
+          const float hval = activate(so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.act, p.alpha, p.limit);
+          store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
+        } else {
+          const int tslot = s.tok_slot[buf * kMaxTokens + tok];
+          static_cast<float*>(p.out)[static_cast<std::int64_t>(tslot) * p.n_out + n0 + rr] = so0[tok * kOutStride + rr];
+        }
       }
     }
   }
@@ -861,18 +921,19 @@ struct SwapAb {
   static __device__ void consume(const KernelParams& p, const Smem& s) {
     int stage = 0;
     std::uint32_t phase = 0;
-    int item_no = 0;
+    int round = 0;
+    // Per tensor: the activation scale, once per CTA.
+    const float a_scale0 = p.scale_mode == kScalePerTensor ? p.a_scale[0] : 1.0f;
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
-      if (!find_item(w, s.off, s.prefix, p.num_experts, it)) break;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_tiles, p.tiles_per_item, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, item_no); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, item_no); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, item_no); break;
-        default: consume_item<64>(p, s, it, stage, phase, item_no); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, round, a_scale0); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round, a_scale0); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round, a_scale0); break;
+        default: consume_item<64>(p, s, it, stage, phase, round, a_scale0); break;
       }
-      ++item_no;
     }
   }
 };
@@ -894,6 +955,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.tiles = smem_u32(base);
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
+  s.slot_meta = reinterpret_cast<int*>(base + L.slot_off);
   s.full = smem_u32(base + L.full_bar_off);
   s.empty = smem_u32(base + L.empty_bar_off);
   s.red = smem_u32(base + L.red_bar_off);
@@ -934,7 +996,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_launch_dependents();
   for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
   __syncthreads();
-  // Item prefix over experts: items(e) = ceil(rows_e / 64) * tiles. Warp 0, 32 experts a step.
+  // Item prefix over experts: items(e) = ceil(rows_e / 64) * ceil(tiles / T). Warp 0, 32
+  // experts a step.
+  const int tile_groups = (p.num_tiles + p.tiles_per_item - 1) / p.tiles_per_item;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     int running = 0;
@@ -944,7 +1008,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int items = 0;
       if (e < E) {
         const int rows = max(0, s.off[e + 1] - s.off[e]);
-        items = (rows + kMaxTokens - 1) / kMaxTokens * p.num_tiles;
+        items = (rows + kMaxTokens - 1) / kMaxTokens * tile_groups;
       }
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {

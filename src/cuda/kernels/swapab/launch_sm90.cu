@@ -60,12 +60,12 @@ std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme)
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Upper bound of the work items (expert, tile, chunk of 64 rows) from host-known sizes:
-// sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
-std::int64_t max_items(const GroupedGemmParams& p) {
-  const std::int64_t tiles = ceil_div(p.n_out, swapab::kTileRows);
+// Upper bound of the work items (expert, group of T tiles, chunk of 64 rows) from host-known
+// sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
+std::int64_t max_items(const GroupedGemmParams& p, int tiles_per_item = 1) {
+  const std::int64_t groups = ceil_div(ceil_div(p.n_out, swapab::kTileRows), tiles_per_item);
   const std::int64_t chunks = std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / swapab::kMaxTokens;
-  return chunks * tiles;
+  return chunks * groups;
 }
 
 bool fail(std::string* why, const std::string& msg) {
@@ -118,6 +118,16 @@ int choose_split(std::int64_t items, int sms, int num_k_stages) {
   int split = 1;
   while (split < swapab::kMaxSplitK && items * split * 2 <= sms && num_k_stages >= 4 * split) split *= 2;
   return split;
+}
+
+// Tiles per item: T consecutive tiles share one item's tokens when a rank's K stages are few,
+// up to kTargetItemStages stages per item, as long as the items stay >= 2 per cluster.
+int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_per_rank, int clusters) {
+  int tiles = 1;
+  while (tiles < std::min(num_tiles, swapab::kMaxTilesPerItem) && stages_per_rank * tiles < swapab::kTargetItemStages &&
+         max_items(p, tiles + 1) >= 2 * static_cast<std::int64_t>(clusters))
+    ++tiles;
+  return tiles;
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
@@ -180,13 +190,13 @@ bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   if (gate_up) {
     if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
       return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights");
+    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
   } else {
     if (p.out_dtype != DType::kFp32)
       return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights unless weight_on_input");
+    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
   }
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
@@ -216,10 +226,17 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_swapab_sm90(p, stream, 0);
 }
 
-void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, int split_k, bool pdl) {
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, int split_k, int tiles_per_item,
+                                     bool pdl) {
   if (split_k != 0 && split_k != 1 && split_k != 2 && split_k != 4 && split_k != 8) {
     std::ostringstream os;
     os << "swapab_sm90: split_k = " << split_k << ", expected 0 (auto), 1, 2, 4 or 8";
+    throw Error(Status::kInvalidArgument, os.str());
+  }
+  if (tiles_per_item < 0 || tiles_per_item > swapab::kMaxTilesPerItem) {
+    std::ostringstream os;
+    os << "swapab_sm90: tiles_per_item = " << tiles_per_item << ", expected 0 (auto) or 1.."
+       << swapab::kMaxTilesPerItem;
     throw Error(Status::kInvalidArgument, os.str());
   }
   if (p.max_rows == 0) return;
@@ -262,6 +279,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.b_scale = p.b_scale;
   kp.bias = p.bias;
   kp.topk_weights = p.topk_weights;
+  kp.sorted_weights = p.sorted_weights;
   kp.out = p.out;
   kp.a_row_bytes = p.k_dim * es;
   kp.n_out = p.n_out;
@@ -293,12 +311,16 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
 
   // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), clusters of
   // S CTAs per work item, never more clusters than work items can exist.
-  const std::int64_t items = max_items(p);
-  if (items == 0) return;
+  if (max_items(p) == 0) return;
   const int sms = sm_count_of_current_device();
-  const int split = split_k != 0 ? split_k : choose_split(items, sms, kp.num_k_stages);
+  const int split = split_k != 0 ? split_k : choose_split(max_items(p), sms, kp.num_k_stages);
   kp.split_k = split;
+  kp.tiles_per_item = tiles_per_item != 0
+                          ? std::min(tiles_per_item, kp.num_tiles)
+                          : choose_tiles_per_item(p, kp.num_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
+                                                  std::max(1, sms / split));
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split);
+  const std::int64_t items = max_items(p, kp.tiles_per_item);
   const std::int64_t clusters = std::min<std::int64_t>(items, std::max(1, sms / split));
   const int grid = static_cast<int>(clusters * split);
 

@@ -17,10 +17,14 @@ bool can_implement_swapab_sm90(const GroupedGemmParams& params, std::string* why
 // when max_rows == 0. No allocation, no host synchronization: CUDA-graph capturable.
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream);
 
-// The same with the split-K factor forced (tests, tuning): split_k in {1, 2, 4, 8} is the number
-// of CTAs of a cluster that share one work item's K loop; 0 chooses it as the launcher above does
-// (split while the work items fill less than half of the SMs). With `pdl` the launch is the
-// programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
-void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k, bool pdl = false);
+// The same with the split-K factor and the tiles per work item forced (tests, tuning), and PDL.
+// split_k in {1, 2, 4, 8} is the number of CTAs of a cluster that share one work item's K loop;
+// 0 chooses it as the launcher above does (split while the work items fill less than half of the
+// SMs). tiles_per_item in 1..16 is the number of consecutive 64-row weight tiles one item walks
+// over the same tokens (clamped to the tile count); 0 chooses it as the launcher does (more tiles
+// per item while K is short and the items stay at least two per cluster). With `pdl` the launch
+// is the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k,
+                                     int tiles_per_item = 0, bool pdl = false);
 
 }  // namespace moekit::cuda
