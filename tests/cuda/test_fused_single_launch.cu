@@ -83,6 +83,10 @@ class DeviceCase {
       bias_ = upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
     ids_out_ = device_only(h.topk_ids);
     wts_out_ = device_only(h.topk_weights);
+    // The uploads (pageable cudaMemcpy: it may return before the DMA lands) are on the legacy
+    // default stream, which a cudaStreamNonBlocking stream does not wait for: finish them
+    // before any call on such a stream reads the inputs.
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
   }
 
   // fused_moe for the first M tokens: routed from the logits in the launch; the routing goes
@@ -134,8 +138,14 @@ class DeviceCase {
     if (need > ws_bytes_) {
       ws_ = dev_alloc(need);
       ws_bytes_ = need;
-      // Garbage, not zeros: the launcher must zero what it needs.
+      // Garbage, not zeros: the launcher must zero what it needs. cudaMemset runs on the legacy
+      // default stream, asynchronously to the host: without the synchronization it can land in
+      // the middle of a call on a non-blocking stream (GraphReplayEqualsEager's eager call), on
+      // counters the launcher has just zeroed (garbage grp_done: GEMM2 reads an unwritten
+      // intermediate = 0x5a5a5a5a ~ 1.5e16 -> outputs ~2^51; garbage split tickets: no GEMM1
+      // epilogue, the GEMM2 waits never end -> hang) or on an intermediate already written.
       EXPECT_EQ(cudaSuccess, cudaMemset(ws_.get(), 0x5a, need));
+      EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
     }
     return ws_.get();
   }
