@@ -2,17 +2,23 @@
 // reference, fused_experts and fused_moe (routed in the launch): the presets' real TP8 shapes (E cut where weight generation would be slow),
 // M in {1, 2, 3, 7, 16}, every scheme / activation / bias / weight-on-input option the path
 // takes, empty and hot experts, expert_map, more than 16 slots on one expert, NaN-poisoned
-// outputs, bitwise determinism, CUDA-graph replay (counters reset between launches).
+// outputs, bitwise determinism, CUDA-graph replay (counters reset between launches), a stress
+// run of two streams x eager / graph replays x M under concurrent SM hogs.
 // Skipped without a Hopper (sm_90) GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/moe_case.hpp"
@@ -530,6 +536,211 @@ TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
       }
     }
     cudaStreamDestroy(stream);
+  }
+}
+
+
+// ---- Stress: co-residency, counter reset and workspace ordering under concurrency ----
+
+// Holds SMs for `ns` nanoseconds with `smem` bytes of shared memory per CTA, so that a fused
+// grid launched meanwhile cannot find one free SM per CTA: a non-cooperative launch then runs
+// part of its grid while the rest waits, and with a second fused launch on another stream both
+// can end up spinning on CTAs that never get an SM.
+__global__ void hog_sms_kernel(unsigned long long ns) {
+  extern __shared__ unsigned char hog_smem[];
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(256);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+  if (threadIdx.x == 0) hog_smem[blockIdx.x & 1023] = 1;
+}
+
+// Waits for `ev` at most `seconds`; on a hang it reports and aborts (a hung kernel would block
+// the process forever; abort tears its context down). ctest's timeout is the backstop.
+void wait_or_abort(cudaEvent_t ev, double seconds, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      ADD_FAILURE() << what << ": " << cudaGetErrorName(e) << " " << cudaGetErrorString(e);
+      return;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      std::fprintf(stderr, "FATAL: %s did not finish in %.0f s: the fused kernel hangs (co-residency or counter "
+                           "protocol, see kernel_sm90.cuh); aborting\n", what.c_str(), seconds);
+      std::fflush(stderr);
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Back-to-back launches on two non-blocking streams, alternating eager calls, graph replays
+// (default launcher: memset node + kernel; zero_counters = false: the kernel's own reset only)
+// and M in {1, 7, 16}, while a third stream keeps launching SM hogs. Every launch's output is
+// NaN-poisoned before it, copied aside after it, and must equal bitwise the result of a lone
+// eager call of the same M (checked against the CPU reference). Catches: a grid that is not
+// co-resident (hang), counters left dirty by a launch (hang or garbage in the next one),
+// eager-after-graph / graph-after-eager counter mix-ups, missing ordering of the workspace
+// initialization. Runs in a few seconds; a hang aborts after 20 s (see wait_or_abort).
+TEST(Sm90FusedSingleLaunch, StressStreamsGraphsEagerUnderLoad) {
+  SKIP_WITHOUT_SM90();
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int kHogSmem = 100 * 1024;  // + the fused CTA's ~200 KB > 228 KB: never together
+  ASSERT_EQ(cudaSuccess, cudaFuncSetAttribute(hog_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHogSmem));
+  const std::int64_t kMs[3] = {1, 7, 16};
+  constexpr int kLanes = 2, kRounds = 16, kPerRound = 24;
+
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    SCOPED_TRACE(scheme_name(scheme));
+    const MoeCase c = make_case(preset_spec(kPresetsTp8[0], scheme, 16));
+    DeviceCase d(c);
+    const std::int64_t K = c.spec.K;
+
+    // References: lone eager calls on the legacy stream, checked against the CPU.
+    std::vector<std::uint16_t> ref[3];
+    for (int mi = 0; mi < 3; ++mi) {
+      ref[mi] = d.run(kMs[mi]);
+      const std::vector<float> cpu = reference_output(prefix(c, kMs[mi]));
+      ASSERT_LE(relative_error(to_float(ref[mi], c.spec.act_dtype), cpu), tolerance(scheme)) << "M=" << kMs[mi];
+    }
+
+    cudaStream_t noise = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&noise, cudaStreamNonBlocking));
+    struct Lane {
+      cudaStream_t stream = nullptr;
+      DevPtr out, ws;                // ws: eager calls and default graphs, every M
+      DevPtr ws_nozero[3];           // one per M: zero_counters = false graphs only
+      DevPtr history;                // [kRounds * kPerRound][16 * K] bf16 bits
+      cudaGraphExec_t exec[3][2] = {};  // [M][zero_counters ? 0 : 1]
+      std::vector<int> launched_m;   // M index of each launch, in order
+    };
+    Lane lanes[kLanes];
+    const MoeProblem p16 = d.call(16, nullptr).problem;
+    const std::size_t ws_bytes = cuda::fused_workspace_size(p16);
+    const std::size_t out_bytes = static_cast<std::size_t>(16 * K) * 2;
+    for (Lane& L : lanes) {
+      ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&L.stream, cudaStreamNonBlocking));
+      L.out = dev_alloc(out_bytes);
+      L.ws = dev_alloc(ws_bytes);
+      L.history = dev_alloc(out_bytes * kRounds * kPerRound);
+      ASSERT_EQ(cudaSuccess, cudaMemset(L.ws.get(), 0x5a, ws_bytes));  // garbage: the launcher zeroes
+      for (int mi = 0; mi < 3; ++mi) {
+        const std::size_t b = cuda::fused_workspace_size(d.call(kMs[mi], nullptr).problem);
+        L.ws_nozero[mi] = dev_alloc(b);
+        ASSERT_EQ(cudaSuccess, cudaMemset(L.ws_nozero[mi].get(), 0, b));  // the one zeroing they get
+      }
+    }
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());  // the legacy-stream memsets, before any lane
+
+    auto params = [&](const detail::MoeCall& call, Lane& L, int mi, bool zero) {
+      cuda::FusedMoeParams fp;
+      fp.problem = call.problem;
+      fp.hidden = call.hidden;
+      fp.out = L.out.get();
+      fp.w13 = call.w13;
+      fp.w2 = call.w2;
+      fp.w13_scale = call.w13_scale;
+      fp.w2_scale = call.w2_scale;
+      fp.b13 = call.problem.has_bias13 ? call.b13 : nullptr;
+      fp.b2 = call.problem.has_bias2 ? call.b2 : nullptr;
+      fp.a13_scale = call.problem.static_a13_scale ? call.a13_scale : nullptr;
+      fp.a2_scale = call.problem.static_a2_scale ? call.a2_scale : nullptr;
+      fp.expert_map = call.expert_map;
+      fp.topk_ids = call.topk_ids;
+      fp.topk_weights = call.topk_weights;
+      fp.workspace = zero ? L.ws.get() : L.ws_nozero[mi].get();
+      fp.workspace_bytes = zero ? ws_bytes : cuda::fused_workspace_size(call.problem);
+      fp.zero_counters = zero;
+      return fp;
+    };
+    for (Lane& L : lanes) {
+      for (int mi = 0; mi < 3; ++mi) {
+        const detail::MoeCall call = d.call(kMs[mi], L.stream);
+        for (int v = 0; v < 2; ++v) {
+          const cuda::FusedMoeParams fp = params(call, L, mi, v == 0);
+          cudaGraph_t graph = nullptr;
+          ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(L.stream, cudaStreamCaptureModeThreadLocal));
+          cuda::launch_fused_moe_sm90(fp, L.stream);
+          ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(L.stream, &graph));
+          ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&L.exec[mi][v], graph, 0));
+          cudaGraphDestroy(graph);
+        }
+      }
+    }
+
+    // The schedule: per lane, launch n has M index and kind from a fixed pseudo-random walk
+    // (kind 0: eager default launcher, 1: graph with memset node, 2: graph without).
+    std::uint32_t rng = 12345u;
+    auto next = [&rng]() {
+      rng = rng * 1664525u + 1013904223u;
+      return rng >> 8;
+    };
+    const unsigned long long hog_ns[3] = {4000ull, 15000ull, 40000ull};
+    const int hog_grid[3] = {sms / 4, sms / 2 + 3, sms};
+    cudaEvent_t done = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    for (int round = 0; round < kRounds; ++round) {
+      for (int i = 0; i < kPerRound; ++i) {
+        for (int l = 0; l < kLanes; ++l) {
+          Lane& L = lanes[l];
+          const int mi = static_cast<int>(next() % 3);
+          const int kind = static_cast<int>(next() % 3);
+          const std::uint32_t h = next();
+          hog_sms_kernel<<<hog_grid[h % 3], 128, kHogSmem, noise>>>(hog_ns[(h / 3) % 3]);
+          ASSERT_EQ(cudaSuccess, cudaGetLastError());
+          ASSERT_EQ(cudaSuccess, cudaMemsetAsync(L.out.get(), 0xff, out_bytes, L.stream));  // NaN poison
+          if (kind == 0) {
+            detail::MoeCall call = d.call(kMs[mi], L.stream);
+            call.out = L.out.get();
+            cuda::run_fused_moe_sm90(call, L.ws.get());
+          } else {
+            ASSERT_EQ(cudaSuccess, cudaGraphLaunch(L.exec[mi][kind - 1], L.stream));
+          }
+          const std::size_t n = L.launched_m.size();
+          ASSERT_EQ(cudaSuccess, cudaMemcpyAsync(static_cast<char*>(L.history.get()) + n * out_bytes, L.out.get(),
+                                                 static_cast<std::size_t>(kMs[mi] * K) * 2, cudaMemcpyDeviceToDevice,
+                                                 L.stream));
+          L.launched_m.push_back(mi * 3 + kind);
+        }
+      }
+      for (Lane& L : lanes) {
+        ASSERT_EQ(cudaSuccess, cudaEventRecord(done, L.stream));
+        wait_or_abort(done, 20.0, "stress round " + std::to_string(round));
+      }
+    }
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    ASSERT_EQ(cudaSuccess, cudaGetLastError());
+
+    const char* kinds[3] = {"eager", "graph(memset node)", "graph(kernel reset only)"};
+    for (int l = 0; l < kLanes; ++l) {
+      Lane& L = lanes[l];
+      int bad = 0;
+      for (std::size_t n = 0; n < L.launched_m.size(); ++n) {
+        const int mi = L.launched_m[n] / 3, kind = L.launched_m[n] % 3;
+        std::vector<std::uint16_t> got(static_cast<std::size_t>(kMs[mi] * K));
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(got.data(), static_cast<char*>(L.history.get()) + n * out_bytes,
+                                          got.size() * 2, cudaMemcpyDeviceToHost));
+        if (got != ref[mi] && ++bad <= 5) {
+          std::size_t first = 0;
+          while (first < got.size() && got[first] == ref[mi][first]) ++first;
+          ADD_FAILURE() << "lane " << l << " launch " << n << " (" << kinds[kind] << ", M=" << kMs[mi]
+                        << "): differs from the lone eager call, first at element " << first << ": 0x" << std::hex
+                        << got[first] << " vs 0x" << ref[mi][first] << std::dec;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "lane " << l << ": " << bad << " of " << L.launched_m.size() << " launches differ";
+      for (auto& per_m : L.exec)
+        for (cudaGraphExec_t& e : per_m) cudaGraphExecDestroy(e);
+      cudaStreamDestroy(L.stream);
+    }
+    cudaEventDestroy(done);
+    cudaStreamDestroy(noise);
   }
 }
 

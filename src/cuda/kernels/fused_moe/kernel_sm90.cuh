@@ -19,13 +19,6 @@
 // the absmax then being final), writes y[slot, tile cols] and increments comb[t]; the CTA that
 // brings comb[t] to G sums y over each token's local slots in j order and writes out.
 //
-// Deadlock freedom: all CTAs are co-resident (one per SM, checked on the host) and CTA b runs
-// items b, b + grid, b + 2 grid, ... in increasing order. Only GEMM2 items wait, and only on
-// GEMM1 items, whose numbers are all smaller. Take the smallest unfinished item: its CTA has
-// finished every smaller item of its own, so it is running this one; if it is a GEMM1 item it
-// never waits; if GEMM2, every GEMM1 item (smaller) is finished, so its wait ends. Hence some
-// item always progresses, and all finish. (Split tickets and the combine ticket never wait.)
-//
 // Scales: the token operand of an item is staged (converted / quantized) into shared memory at
 // the item's start: bf16/fp16 as is, fp8 as e4m3(x * (1/s)) with s per tensor (every CTA
 // computes absmax(hidden) itself; the intermediate's from a global atomicMax), per token row
@@ -33,13 +26,61 @@
 // stage, each warp's 128-byte segment being one group). Other scales apply in the epilogue.
 // The intermediate is kept in fp32 and re-quantized by the GEMM2 items that read it.
 //
-// Counters (workspace head) must be zero at launch: the launcher memsets them by default; the
-// kernel also leaves them zero (tickets are reset by their last user, per-group counters by the
-// last CTA to exit), so a fused-only workspace needs no memset per call.
+// ==== Synchronization protocol (read this before touching any counter) ====
 //
-// Memory ordering: producers write with plain/st.cg stores, __syncthreads, then one thread does
-// fence + red.release.gpu (or atom.acq_rel); consumers spin in one thread with ld.acquire.gpu,
-// then __syncthreads, and read other CTAs' data with ld.global.cg (never the non-coherent path).
+// Who writes what. The workspace slices of ONE launch (config.hpp FusedWorkspace):
+//   inter [sorted row, N] fp32  written by GEMM1 epilogues (the last split of (g, tile)), read by
+//                               the GEMM2 items of group g (every tile, every split);
+//   part1 / part2               written by every split of a (g, tile), read by its last split;
+//   y [slot, K] fp32            written by the GEMM2 epilogue of (g, tile) for g's slots, read
+//                               by the combining CTA of that tile;
+//   out [M, K]                  written by the combining CTA of each tile, never read.
+// Inputs (hidden, weights, scales, routing) are never written by the launch; only they may be
+// read through the non-coherent path (__ldg, cp.async). Every buffer above is read with
+// ld.global.cg (__ldcg) after an acquire, never with __ldg / ld.global.nc / const __restrict__.
+// Counters (uint32, head of the workspace):
+//   grp_done[g]      += 1 (red.release.gpu) per finished GEMM1 (g, tile); the GEMM2 items of g
+//                    wait (ld.acquire.gpu) for >= tiles1;
+//   counters[0]      gemm1_all: += 1 per finished GEMM1 (g, tile), after counters[1] (atomicMax
+//                    of the intermediate's |max|), per-tensor dynamic a2 only; GEMM2 items then
+//                    wait for G * tiles1 and read the final max;
+//   t1/t2_ticket[g, tile]  atom.acq_rel ticket of the splits of one (g, tile): the split that
+//                    draws S-1 adds the partial sums in split order (deterministic), runs the
+//                    epilogue and stores 0 back (the ticket has no other user in this launch);
+//   comb[tile]       atom.acq_rel ticket of the G GEMM2 epilogues of one K tile: the one that
+//                    draws G-1 combines the tile (y summed over j in order) and stores 0 back;
+//   counters[2]      exit ticket: the CTA that draws grid-1 is the last one out; every other CTA
+//                    has finished all its items, so it stores 0 to grp_done[0, G), counters[0..2].
+// Release side: all threads store (st.global.cg / plain), __syncthreads, then thread 0 does
+// __threadfence + red.release.gpu / atom.acq_rel (cumulative: publishes the whole CTA's stores).
+// Acquire side: thread 0 spins with ld.acquire.gpu (or draws the ticket with atom.acq_rel), then
+// __syncthreads (and __threadfence on the ticket paths), then all threads read with __ldcg.
+//
+// Deadlock freedom. CTA b runs items b, b + grid, b + 2 grid, ... in increasing order. Only
+// GEMM2 items wait, and only on GEMM1 items, whose numbers are all smaller. Take the smallest
+// unfinished item: its CTA has finished every smaller item of its own, so it is running this one
+// PROVIDED THE CTA IS RESIDENT; a GEMM1 item never waits; for a GEMM2 item every GEMM1 item
+// (smaller) is finished, so its wait ends. Hence some item always progresses. (Split tickets, the
+// combine ticket and the exit ticket never wait.) Residency is the launcher's job: the grid is at
+// most occupancy x SMs (computed once per device) and the launch is cooperative
+// (cudaLaunchAttributeCooperative), so the driver makes the whole grid co-resident or fails the
+// launch. A plain <<<>>> launch of <= one CTA per SM is NOT enough: a concurrent kernel (another
+// stream of this process, a second fused launch, another MPS client) can hold SMs while part of
+// this grid waits for them, and the resident CTAs then spin forever on items the others owe.
+//
+// Counters return to zero for the next launch. Every counter this launch touches is stored
+// back to 0 by its last user (tickets) or by the last CTA out (grp_done[0, G), counters[0..2]),
+// each after the final increment of that counter in this launch. Kernel completion orders those
+// stores before the next launch on the stream (eager or graph node alike), so a launch that ran
+// to completion leaves every counter zero, whatever M, groups and tiling the next one has. The
+// default launcher still zeroes the counters with a cudaMemsetAsync before each launch
+// (FusedMoeParams::zero_counters: the workspace may hold other paths' data there, and a launch
+// killed half-way leaves them dirty); zero_counters = false relies on the kernel's reset alone.
+// Graph replays are safe because a replay is the same launch (same grid, same workspace)
+// ordered after the previous one on its stream. Two launches that may overlap (two streams, two
+// graphs replayed concurrently) must use different workspaces, as every moekit call must, and
+// the workspace's first contents must be ordered before the launch on ITS stream (a legacy
+// default-stream cudaMemset is not ordered before a non-blocking stream's work).
 #pragma once
 
 #include <cuda_bf16.h>
