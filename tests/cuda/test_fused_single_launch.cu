@@ -3,7 +3,7 @@
 // M in {1, 2, 3, 7, 16}, every scheme / activation / bias / weight-on-input option the path
 // takes, empty and hot experts, expert_map, more than 16 slots on one expert, NaN-poisoned
 // outputs, bitwise determinism, CUDA-graph replay (counters reset between launches), a stress
-// run of two streams x eager / graph replays x M under concurrent SM hogs.
+// run of two streams x eager / graph replays x M under concurrent SM hogs, and the phase timer.
 // Skipped without a Hopper (sm_90) GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -24,6 +24,7 @@
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
 #include "core/backend.hpp"
+#include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
@@ -742,6 +743,85 @@ TEST(Sm90FusedSingleLaunch, StressStreamsGraphsEagerUnderLoad) {
     cudaEventDestroy(done);
     cudaStreamDestroy(noise);
   }
+}
+
+// The in-kernel phase timer (build with -DMOEKIT_FUSED_PHASE_TIMER=ON; skipped otherwise):
+// prints, per CTA, where the single launch's time goes (qwen3-30b TP8, bf16, M = 1 and 16), in
+// microseconds from the earliest CTA start; MOEKIT_PHASE_CSV=<path> also writes every record.
+TEST(Sm90FusedSingleLaunch, PhaseTimerDump) {
+  SKIP_WITHOUT_SM90();
+  if (!cuda::fused_phase_timer_enabled()) GTEST_SKIP() << "built without MOEKIT_FUSED_PHASE_TIMER";
+  namespace fm = cuda::fused_moe;
+  constexpr int kMaxCtas = 1024;
+  DevPtr buf = dev_alloc(static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords * 8);
+  const MoeCase c = make_case(preset_spec(kPresetsTp8[0], Scheme::kBf16, 16));
+  DeviceCase d(c);
+  const char* csv_path = std::getenv("MOEKIT_PHASE_CSV");
+  std::FILE* csv = csv_path != nullptr ? std::fopen(csv_path, "w") : nullptr;
+  if (csv != nullptr)
+    std::fprintf(csv, "M,cta,smid,items1,items2,combines,start_us,routed_us,setup_us,gemm1_done_us,first_wait_us,"
+                      "last_wait_end_us,wait_us,gemm2_done_us,combine_done_us,end_us\n");
+  for (std::int64_t M : {1, 16}) {
+    // Warm-up: the timed call then finds the touched weights in L2 (a few MB of a 50 MB L2), as
+    // a benchmark loop over one layer does; a real decode step over many layers would not.
+    for (int warm = 0; warm < 5; ++warm) d.run(M);
+    ASSERT_EQ(cudaSuccess, cudaMemset(buf.get(), 0, static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords * 8));
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    cuda::set_fused_phase_buffer(static_cast<std::uint64_t*>(buf.get()), kMaxCtas);
+    d.run(M);
+    cuda::set_fused_phase_buffer(nullptr, 0);
+    std::vector<std::uint64_t> r(static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(r.data(), buf.get(), r.size() * 8, cudaMemcpyDeviceToHost));
+    const int grid = static_cast<int>(r[fm::kPhaseGrid]);
+    ASSERT_GT(grid, 0) << "no record written (M=" << M << ")";
+    std::uint64_t t0 = ~0ull, t1 = 0;
+    for (int b = 0; b < grid; ++b) {
+      t0 = std::min(t0, r[b * fm::kPhaseWords + fm::kPhaseStart]);
+      t1 = std::max(t1, r[b * fm::kPhaseWords + fm::kPhaseEnd]);
+    }
+    auto us = [t0](std::uint64_t t) { return t == 0 ? -1.0 : static_cast<double>(t - t0) * 1e-3; };
+    std::printf("fused phase timer: qwen3-30b TP8 bf16 M=%lld, grid %d, %llu items, first start -> last end %.2f us\n",
+                static_cast<long long>(M), grid, static_cast<unsigned long long>(r[fm::kPhaseTotalItems]),
+                static_cast<double>(t1 - t0) * 1e-3);
+    const fm::PhaseWord cols[] = {fm::kPhaseStart,       fm::kPhaseRouted,       fm::kPhaseSetup,
+                                  fm::kPhaseGemm1Done,   fm::kPhaseFirstWait,    fm::kPhaseLastWaitEnd,
+                                  fm::kPhaseGemm2Done,   fm::kPhaseCombineDone,  fm::kPhaseEnd};
+    const char* names[] = {"start", "routed", "setup", "gemm1_done", "first_wait", "last_wait_end", "gemm2_done",
+                           "combine_done", "end"};
+    std::printf("  %-14s %8s %8s %8s  (us from the first start, over CTAs that reach the phase)\n", "phase", "min",
+                "median", "max");
+    for (int ci = 0; ci < 9; ++ci) {
+      std::vector<double> v;
+      for (int b = 0; b < grid; ++b)
+        if (r[b * fm::kPhaseWords + cols[ci]] != 0) v.push_back(us(r[b * fm::kPhaseWords + cols[ci]]));
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf("  %-14s %8.2f %8.2f %8.2f  (%zu CTAs)\n", names[ci], v.front(), v[v.size() / 2], v.back(), v.size());
+    }
+    std::vector<double> w;
+    for (int b = 0; b < grid; ++b) w.push_back(static_cast<double>(r[b * fm::kPhaseWords + fm::kPhaseWaitNs]) * 1e-3);
+    std::sort(w.begin(), w.end());
+    std::printf("  %-14s %8.2f %8.2f %8.2f  (us spent spinning, per CTA)\n", "wait_total", w.front(), w[w.size() / 2],
+                w.back());
+    std::printf("  cta smid it1 it2 cmb  routed   setup  g1done  wait0  waitEnd  waitUs  g2done   comb     end\n");
+    for (int b = 0; b < grid; ++b) {
+      const std::uint64_t* x = &r[static_cast<std::size_t>(b) * fm::kPhaseWords];
+      auto n = [x](fm::PhaseWord w) { return static_cast<unsigned long long>(x[w]); };
+      const double wait_us = static_cast<double>(x[fm::kPhaseWaitNs]) * 1e-3;
+      std::printf("  %3d %4llu %3llu %3llu %3llu %7.2f %7.2f %7.2f %6.2f %8.2f %7.2f %7.2f %6.2f %7.2f\n", b,
+                  n(fm::kPhaseSmid), n(fm::kPhaseItems1), n(fm::kPhaseItems2), n(fm::kPhaseCombines),
+                  us(x[fm::kPhaseRouted]), us(x[fm::kPhaseSetup]), us(x[fm::kPhaseGemm1Done]),
+                  us(x[fm::kPhaseFirstWait]), us(x[fm::kPhaseLastWaitEnd]), wait_us, us(x[fm::kPhaseGemm2Done]),
+                  us(x[fm::kPhaseCombineDone]), us(x[fm::kPhaseEnd]));
+      if (csv != nullptr)
+        std::fprintf(csv, "%lld,%d,%llu,%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
+                     static_cast<long long>(M), b, n(fm::kPhaseSmid), n(fm::kPhaseItems1), n(fm::kPhaseItems2),
+                     n(fm::kPhaseCombines), us(x[fm::kPhaseStart]), us(x[fm::kPhaseRouted]), us(x[fm::kPhaseSetup]),
+                     us(x[fm::kPhaseGemm1Done]), us(x[fm::kPhaseFirstWait]), us(x[fm::kPhaseLastWaitEnd]), wait_us,
+                     us(x[fm::kPhaseGemm2Done]), us(x[fm::kPhaseCombineDone]), us(x[fm::kPhaseEnd]));
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
 }
 
 }  // namespace

@@ -81,6 +81,11 @@
 // graphs replayed concurrently) must use different workspaces, as every moekit call must, and
 // the workspace's first contents must be ordered before the launch on ITS stream (a legacy
 // default-stream cudaMemset is not ordered before a non-blocking stream's work).
+//
+// Debug aids, compile-time and off by default (no code when off): MOEKIT_FUSED_SPIN_LIMIT > 0
+// ends a wait that spins more than that many times with a printf naming the counter (a hang
+// becomes a wrong result and a message);
+// MOEKIT_FUSED_PHASE_TIMER=1 records per-CTA %globaltimer stamps (docs/fused_moe.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -89,6 +94,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
@@ -115,8 +121,38 @@ __device__ __forceinline__ std::uint32_t atom_add_acq_rel(std::uint32_t* p, std:
 }
 // One thread spins until *p >= target; the caller follows with __syncthreads.
 __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t target) {
+#if MOEKIT_FUSED_SPIN_LIMIT > 0
+  // Debug builds: a wait that outlasts any legitimate one (the whole launch is microseconds)
+  // is a protocol bug or a non-resident CTA. Say which counter and give up waiting: the launch
+  // then completes (with wrong results, which the tests catch) instead of hanging, and the
+  // message is flushed at the next synchronization (a __trap would lose it with the context).
+  for (unsigned long long n = 0;; ++n) {
+    const std::uint32_t v = ld_acquire(p);
+    if (v >= target) break;
+    if (n >= static_cast<unsigned long long>(MOEKIT_FUSED_SPIN_LIMIT)) {
+      printf("moekit fused MoE: CTA %d (of %d) gave up after %llu spins on counter %p = %u < %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), n, static_cast<const void*>(p), v, target);
+      break;
+    }
+    __nanosleep(40);
+  }
+#else
   while (ld_acquire(p) < target) __nanosleep(40);
+#endif
 }
+
+#if MOEKIT_FUSED_PHASE_TIMER
+__device__ __forceinline__ std::uint64_t globaltimer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ std::uint32_t smid() {
+  std::uint32_t v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
+#endif
 
 __device__ __forceinline__ float dyn_scale(float amax) { return fmaxf(amax / kFp8Max, kMinDynamicScale); }
 
@@ -463,6 +499,35 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   float* s_scale = reinterpret_cast<float*>(base + kSmemMiscOff + 320);  // [0] a1, [1] a2
   int* s_flag = reinterpret_cast<int*>(base + kSmemMiscOff + 384);
 
+#if MOEKIT_FUSED_PHASE_TIMER
+  // Thread 0's phase stamps (it is also the thread that spins on the counters).
+  std::uint64_t ph_start = 0, ph_routed = 0, ph_setup = 0, ph_g1 = 0, ph_wait0 = 0, ph_wait1 = 0;
+  std::uint64_t ph_wait_ns = 0, ph_g2 = 0, ph_comb = 0;
+  std::uint32_t ph_n1 = 0, ph_n2 = 0, ph_nc = 0;
+  if (tid == 0) ph_start = globaltimer_ns();
+#define MOEKIT_FUSED_ITEM_DONE(is_g1, combined)         \
+  do {                                                  \
+    if (tid == 0) {                                     \
+      const std::uint64_t t_ = globaltimer_ns();        \
+      if (is_g1) {                                      \
+        ph_g1 = t_;                                     \
+        ++ph_n1;                                        \
+      } else {                                          \
+        ph_g2 = t_;                                     \
+        ++ph_n2;                                        \
+        if (combined) {                                 \
+          ph_comb = t_;                                 \
+          ++ph_nc;                                      \
+        }                                               \
+      }                                                 \
+    }                                                   \
+  } while (0)
+#else
+#define MOEKIT_FUSED_ITEM_DONE(is_g1, combined) \
+  do {                                          \
+  } while (0)
+#endif
+
   const int M = a.M, k = a.k, E = a.E, K = a.K, N = a.N;
   const int P = M * k;
   const bool act_fp16 = a.act_fp16 != 0;
@@ -542,6 +607,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   T.n1 = T.G * a.t1.tiles * a.t1.split;
   T.total = T.n1 + T.G * a.t2.tiles * a.t2.split;
   const int grid = static_cast<int>(gridDim.x);
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0) ph_routed = globaltimer_ns();
+#endif
 
   if (T.G == 0) {  // no local slot: the output is zeros (counters untouched)
     std::uint16_t* o = static_cast<std::uint16_t*>(a.out);
@@ -636,6 +704,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   }
   __syncthreads();
 
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0) ph_setup = globaltimer_ns();
+#endif
   const int tiles1 = a.t1.tiles;
   int cons_no = 0;
   float acc[2][4];
@@ -657,6 +728,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       tok_w[tid] = tid < it.cnt ? s_wts[slot] : 0.0f;
     }
     if (!g1 && tid == 0) {
+#if MOEKIT_FUSED_PHASE_TIMER
+      const std::uint64_t w0 = globaltimer_ns();
+      if (ph_wait0 == 0) ph_wait0 = w0;
+#endif
       // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,
       // every group's): wait for the GEMM1 items that write them (all numbered lower).
       if (a.scale_mode == 1 && a.dyn_a2) {
@@ -666,6 +741,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       } else {
         spin_until(a.grp_done + it.g, static_cast<std::uint32_t>(tiles1));
       }
+#if MOEKIT_FUSED_PHASE_TIMER
+      ph_wait1 = globaltimer_ns();
+      ph_wait_ns += ph_wait1 - w0;
+#endif
     }
     __syncthreads();
     if (a.scale_mode == 2) {
@@ -865,7 +944,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         *s_flag = last;
       }
       __syncthreads();
-      if (!*s_flag) continue;  // another split finishes this (group, tile)
+      if (!*s_flag) {  // another split finishes this (group, tile)
+        MOEKIT_FUSED_ITEM_DONE(g1, false);
+        continue;
+      }
       __threadfence();
       for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
         const int tt = idx / rows, r = idx - tt * rows;
@@ -960,8 +1042,32 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     // The next item's token staging overwrites tok_* and the token buffer: everyone is past
     // this item's reads after this barrier.
     __syncthreads();
+    MOEKIT_FUSED_ITEM_DONE(g1, !g1 && *s_flag);
   }
   ptx::cp_async_wait<0>();
+#undef MOEKIT_FUSED_ITEM_DONE
+
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0 && a.phase != nullptr && static_cast<int>(blockIdx.x) < a.phase_ctas) {
+    std::uint64_t* r = a.phase + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords;
+    r[kPhaseStart] = ph_start;
+    r[kPhaseSetup] = ph_setup;
+    r[kPhaseGemm1Done] = ph_g1;
+    r[kPhaseFirstWait] = ph_wait0;
+    r[kPhaseLastWaitEnd] = ph_wait1;
+    r[kPhaseWaitNs] = ph_wait_ns;
+    r[kPhaseGemm2Done] = ph_g2;
+    r[kPhaseCombineDone] = ph_comb;
+    r[kPhaseEnd] = globaltimer_ns();
+    r[kPhaseItems1] = ph_n1;
+    r[kPhaseItems2] = ph_n2;
+    r[kPhaseCombines] = ph_nc;
+    r[kPhaseSmid] = smid();
+    r[kPhaseGrid] = static_cast<std::uint64_t>(grid);
+    r[kPhaseTotalItems] = static_cast<std::uint64_t>(T.total);
+    r[kPhaseRouted] = ph_routed;
+  }
+#endif
 
   // ---- 4. The last CTA out resets the counters that outlive their users (tickets reset
   // themselves), so the next launch starts from zero without a memset. ----

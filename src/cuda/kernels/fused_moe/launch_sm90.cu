@@ -32,6 +32,10 @@ int bias_code(bool present, DType dtype) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
+// Phase timer buffer (set_fused_phase_buffer; MOEKIT_FUSED_PHASE_TIMER builds only).
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
+std::atomic<int> g_phase_ctas{0};
+
 // CTAs of the fused kernel that can be resident at once on `device`: occupancy x SMs, computed
 // once per device and operand type (the first call also raises the kernel's shared-memory limit).
 // The grid never exceeds it, and the launch is cooperative, so the CUDA driver either makes the
@@ -130,6 +134,13 @@ bool can_implement_fused_sm90(const MoeProblem& p, std::string* why) {
 
 std::size_t fused_workspace_size(const MoeProblem& problem) { return fm::fused_workspace_layout(problem).total; }
 
+bool fused_phase_timer_enabled() { return MOEKIT_FUSED_PHASE_TIMER != 0; }
+
+void set_fused_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
+}
+
 void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   const MoeProblem& p = fp.problem;
   if (p.num_tokens <= 0) return;
@@ -211,6 +222,10 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.y = reinterpret_cast<float*>(ws + W.y);
   a.part1 = reinterpret_cast<float*>(ws + W.part1);
   a.part2 = reinterpret_cast<float*>(ws + W.part2);
+  if (MOEKIT_FUSED_PHASE_TIMER) {
+    a.phase = g_phase_buffer.load(std::memory_order_acquire);
+    a.phase_ctas = a.phase != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
+  }
 
   // Grid: one CTA per SM at most, no more than the items could ever be; launch_op caps it at
   // the co-resident CTA count and launches cooperatively.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/call.hpp"
@@ -36,5 +37,15 @@ void launch_fused_moe_sm90(const FusedMoeParams& params, void* stream);
 /// fused_workspace_size(call.problem) bytes; its counters are zeroed by a cudaMemsetAsync).
 /// The current device must be call.device.
 void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace);
+
+/// Whether this build has the fused kernel's phase timer (CMake -DMOEKIT_FUSED_PHASE_TIMER=ON;
+/// docs/fused_moe.md). Off by default: the kernel then has no timer code at all.
+bool fused_phase_timer_enabled();
+
+/// Tests and benchmarks only (not synchronized with launches in flight): later fused launches
+/// write one record of fused_moe::kPhaseWords uint64 per CTA (fused_moe::PhaseWord order,
+/// cuda/kernels/fused_moe/config.hpp) to device_buffer[blockIdx.x], for the first max_ctas CTAs.
+/// Null turns recording off. No effect unless fused_phase_timer_enabled().
+void set_fused_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
 
 }  // namespace moekit::cuda
