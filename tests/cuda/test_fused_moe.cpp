@@ -122,6 +122,9 @@ class DeviceCase {
       bias_ = upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
     ids_out_ = device_only(h.topk_ids);
     wts_out_ = device_only(h.topk_weights);
+    // Pageable uploads on the legacy stream may still be in flight when cudaMemcpy returns; a
+    // cudaStreamNonBlocking stream would not wait for them.
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
   }
 
   // The call's arguments for the first M tokens.

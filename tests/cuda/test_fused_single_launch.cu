@@ -2,22 +2,29 @@
 // reference, fused_experts and fused_moe (routed in the launch): the presets' real TP8 shapes (E cut where weight generation would be slow),
 // M in {1, 2, 3, 7, 16}, every scheme / activation / bias / weight-on-input option the path
 // takes, empty and hot experts, expert_map, more than 16 slots on one expert, NaN-poisoned
-// outputs, bitwise determinism, CUDA-graph replay (counters reset between launches).
+// outputs, bitwise determinism, CUDA-graph replay (counters reset between launches), a stress
+// run of two streams x eager / graph replays x M under concurrent SM hogs, and the phase timer.
 // Skipped without a Hopper (sm_90) GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
 #include "core/backend.hpp"
+#include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
@@ -83,6 +90,10 @@ class DeviceCase {
       bias_ = upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
     ids_out_ = device_only(h.topk_ids);
     wts_out_ = device_only(h.topk_weights);
+    // The uploads (pageable cudaMemcpy: it may return before the DMA lands) are on the legacy
+    // default stream, which a cudaStreamNonBlocking stream does not wait for: finish them
+    // before any call on such a stream reads the inputs.
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
   }
 
   // fused_moe for the first M tokens: routed from the logits in the launch; the routing goes
@@ -134,8 +145,14 @@ class DeviceCase {
     if (need > ws_bytes_) {
       ws_ = dev_alloc(need);
       ws_bytes_ = need;
-      // Garbage, not zeros: the launcher must zero what it needs.
+      // Garbage, not zeros: the launcher must zero what it needs. cudaMemset runs on the legacy
+      // default stream, asynchronously to the host: without the synchronization it can land in
+      // the middle of a call on a non-blocking stream (GraphReplayEqualsEager's eager call), on
+      // counters the launcher has just zeroed (garbage grp_done: GEMM2 reads an unwritten
+      // intermediate = 0x5a5a5a5a ~ 1.5e16 -> outputs ~2^51; garbage split tickets: no GEMM1
+      // epilogue, the GEMM2 waits never end -> hang) or on an intermediate already written.
       EXPECT_EQ(cudaSuccess, cudaMemset(ws_.get(), 0x5a, need));
+      EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
     }
     return ws_.get();
   }
@@ -476,6 +493,10 @@ TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
     ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (std::int64_t M : {1, 7, 16}) {
       const std::vector<std::uint16_t> eager = d.run(M, stream);
+      // The eager result is the yardstick of the replays: check it against the CPU first, so a
+      // bad eager call is not reported as ten bad replays.
+      ASSERT_LE(relative_error(to_float(eager, c.spec.act_dtype), reference_output(prefix(c, M))), tolerance(scheme))
+          << scheme_name(scheme) << " M=" << M << ": the eager call on a non-blocking stream";
       const detail::MoeCall call = d.call(M, stream);
       void* ws = d.workspace(call.problem);
       // (a) the default launcher (counters zeroed by a memset node in the graph);
@@ -521,6 +542,290 @@ TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
     }
     cudaStreamDestroy(stream);
   }
+}
+
+
+// ---- Stress: co-residency, counter reset and workspace ordering under concurrency ----
+
+// Holds SMs for `ns` nanoseconds with `smem` bytes of shared memory per CTA, so that a fused
+// grid launched meanwhile cannot find one free SM per CTA: a non-cooperative launch then runs
+// part of its grid while the rest waits, and with a second fused launch on another stream both
+// can end up spinning on CTAs that never get an SM.
+__global__ void hog_sms_kernel(unsigned long long ns) {
+  extern __shared__ unsigned char hog_smem[];
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(256);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+  if (threadIdx.x == 0) hog_smem[blockIdx.x & 1023] = 1;
+}
+
+// Waits for `ev` at most `seconds`; on a hang it reports and aborts (a hung kernel would block
+// the process forever; abort tears its context down). ctest's timeout is the backstop.
+void wait_or_abort(cudaEvent_t ev, double seconds, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      ADD_FAILURE() << what << ": " << cudaGetErrorName(e) << " " << cudaGetErrorString(e);
+      return;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      std::fprintf(stderr, "FATAL: %s did not finish in %.0f s: the fused kernel hangs (co-residency or counter "
+                           "protocol, see kernel_sm90.cuh); aborting\n", what.c_str(), seconds);
+      std::fflush(stderr);
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Back-to-back launches on two non-blocking streams, alternating eager calls, graph replays
+// (default launcher: memset node + kernel; zero_counters = false: the kernel's own reset only)
+// and M in {1, 7, 16}, while a third stream keeps launching SM hogs. Every launch's output is
+// NaN-poisoned before it, copied aside after it, and must equal bitwise the result of a lone
+// eager call of the same M (checked against the CPU reference). Catches: a grid that is not
+// co-resident (hang), counters left dirty by a launch (hang or garbage in the next one),
+// eager-after-graph / graph-after-eager counter mix-ups, missing ordering of the workspace
+// initialization. Runs in a few seconds; a hang aborts after 20 s (see wait_or_abort).
+TEST(Sm90FusedSingleLaunch, StressStreamsGraphsEagerUnderLoad) {
+  SKIP_WITHOUT_SM90();
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int kHogSmem = 100 * 1024;  // + the fused CTA's ~200 KB > 228 KB: never together
+  ASSERT_EQ(cudaSuccess, cudaFuncSetAttribute(hog_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHogSmem));
+  const std::int64_t kMs[3] = {1, 7, 16};
+  constexpr int kLanes = 2, kRounds = 16, kPerRound = 24;
+
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    SCOPED_TRACE(scheme_name(scheme));
+    const MoeCase c = make_case(preset_spec(kPresetsTp8[0], scheme, 16));
+    DeviceCase d(c);
+    const std::int64_t K = c.spec.K;
+
+    // References: lone eager calls on the legacy stream, checked against the CPU.
+    std::vector<std::uint16_t> ref[3];
+    for (int mi = 0; mi < 3; ++mi) {
+      ref[mi] = d.run(kMs[mi]);
+      const std::vector<float> cpu = reference_output(prefix(c, kMs[mi]));
+      ASSERT_LE(relative_error(to_float(ref[mi], c.spec.act_dtype), cpu), tolerance(scheme)) << "M=" << kMs[mi];
+    }
+
+    cudaStream_t noise = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&noise, cudaStreamNonBlocking));
+    struct Lane {
+      cudaStream_t stream = nullptr;
+      DevPtr out, ws;                // ws: eager calls and default graphs, every M
+      DevPtr ws_nozero[3];           // one per M: zero_counters = false graphs only
+      DevPtr history;                // [kRounds * kPerRound][16 * K] bf16 bits
+      cudaGraphExec_t exec[3][2] = {};  // [M][zero_counters ? 0 : 1]
+      std::vector<int> launched_m;   // M index of each launch, in order
+    };
+    Lane lanes[kLanes];
+    const MoeProblem p16 = d.call(16, nullptr).problem;
+    const std::size_t ws_bytes = cuda::fused_workspace_size(p16);
+    const std::size_t out_bytes = static_cast<std::size_t>(16 * K) * 2;
+    for (Lane& L : lanes) {
+      ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&L.stream, cudaStreamNonBlocking));
+      L.out = dev_alloc(out_bytes);
+      L.ws = dev_alloc(ws_bytes);
+      L.history = dev_alloc(out_bytes * kRounds * kPerRound);
+      ASSERT_EQ(cudaSuccess, cudaMemset(L.ws.get(), 0x5a, ws_bytes));  // garbage: the launcher zeroes
+      for (int mi = 0; mi < 3; ++mi) {
+        const std::size_t b = cuda::fused_workspace_size(d.call(kMs[mi], nullptr).problem);
+        L.ws_nozero[mi] = dev_alloc(b);
+        ASSERT_EQ(cudaSuccess, cudaMemset(L.ws_nozero[mi].get(), 0, b));  // the one zeroing they get
+      }
+    }
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());  // the legacy-stream memsets, before any lane
+
+    auto params = [&](const detail::MoeCall& call, Lane& L, int mi, bool zero) {
+      cuda::FusedMoeParams fp;
+      fp.problem = call.problem;
+      fp.hidden = call.hidden;
+      fp.out = L.out.get();
+      fp.w13 = call.w13;
+      fp.w2 = call.w2;
+      fp.w13_scale = call.w13_scale;
+      fp.w2_scale = call.w2_scale;
+      fp.b13 = call.problem.has_bias13 ? call.b13 : nullptr;
+      fp.b2 = call.problem.has_bias2 ? call.b2 : nullptr;
+      fp.a13_scale = call.problem.static_a13_scale ? call.a13_scale : nullptr;
+      fp.a2_scale = call.problem.static_a2_scale ? call.a2_scale : nullptr;
+      fp.expert_map = call.expert_map;
+      fp.topk_ids = call.topk_ids;
+      fp.topk_weights = call.topk_weights;
+      fp.workspace = zero ? L.ws.get() : L.ws_nozero[mi].get();
+      fp.workspace_bytes = zero ? ws_bytes : cuda::fused_workspace_size(call.problem);
+      fp.zero_counters = zero;
+      return fp;
+    };
+    for (Lane& L : lanes) {
+      for (int mi = 0; mi < 3; ++mi) {
+        const detail::MoeCall call = d.call(kMs[mi], L.stream);
+        for (int v = 0; v < 2; ++v) {
+          const cuda::FusedMoeParams fp = params(call, L, mi, v == 0);
+          cudaGraph_t graph = nullptr;
+          ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(L.stream, cudaStreamCaptureModeThreadLocal));
+          cuda::launch_fused_moe_sm90(fp, L.stream);
+          ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(L.stream, &graph));
+          ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&L.exec[mi][v], graph, 0));
+          cudaGraphDestroy(graph);
+        }
+      }
+    }
+
+    // The schedule: per lane, launch n has M index and kind from a fixed pseudo-random walk
+    // (kind 0: eager default launcher, 1: graph with memset node, 2: graph without).
+    std::uint32_t rng = 12345u;
+    auto next = [&rng]() {
+      rng = rng * 1664525u + 1013904223u;
+      return rng >> 8;
+    };
+    const unsigned long long hog_ns[3] = {4000ull, 15000ull, 40000ull};
+    const int hog_grid[3] = {sms / 4, sms / 2 + 3, sms};
+    cudaEvent_t done = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    for (int round = 0; round < kRounds; ++round) {
+      for (int i = 0; i < kPerRound; ++i) {
+        for (int l = 0; l < kLanes; ++l) {
+          Lane& L = lanes[l];
+          const int mi = static_cast<int>(next() % 3);
+          const int kind = static_cast<int>(next() % 3);
+          const std::uint32_t h = next();
+          hog_sms_kernel<<<hog_grid[h % 3], 128, kHogSmem, noise>>>(hog_ns[(h / 3) % 3]);
+          ASSERT_EQ(cudaSuccess, cudaGetLastError());
+          ASSERT_EQ(cudaSuccess, cudaMemsetAsync(L.out.get(), 0xff, out_bytes, L.stream));  // NaN poison
+          if (kind == 0) {
+            detail::MoeCall call = d.call(kMs[mi], L.stream);
+            call.out = L.out.get();
+            cuda::run_fused_moe_sm90(call, L.ws.get());
+          } else {
+            ASSERT_EQ(cudaSuccess, cudaGraphLaunch(L.exec[mi][kind - 1], L.stream));
+          }
+          const std::size_t n = L.launched_m.size();
+          ASSERT_EQ(cudaSuccess, cudaMemcpyAsync(static_cast<char*>(L.history.get()) + n * out_bytes, L.out.get(),
+                                                 static_cast<std::size_t>(kMs[mi] * K) * 2, cudaMemcpyDeviceToDevice,
+                                                 L.stream));
+          L.launched_m.push_back(mi * 3 + kind);
+        }
+      }
+      for (Lane& L : lanes) {
+        ASSERT_EQ(cudaSuccess, cudaEventRecord(done, L.stream));
+        wait_or_abort(done, 20.0, "stress round " + std::to_string(round));
+      }
+    }
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    ASSERT_EQ(cudaSuccess, cudaGetLastError());
+
+    const char* kinds[3] = {"eager", "graph(memset node)", "graph(kernel reset only)"};
+    for (int l = 0; l < kLanes; ++l) {
+      Lane& L = lanes[l];
+      int bad = 0;
+      for (std::size_t n = 0; n < L.launched_m.size(); ++n) {
+        const int mi = L.launched_m[n] / 3, kind = L.launched_m[n] % 3;
+        std::vector<std::uint16_t> got(static_cast<std::size_t>(kMs[mi] * K));
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(got.data(), static_cast<char*>(L.history.get()) + n * out_bytes,
+                                          got.size() * 2, cudaMemcpyDeviceToHost));
+        if (got != ref[mi] && ++bad <= 5) {
+          std::size_t first = 0;
+          while (first < got.size() && got[first] == ref[mi][first]) ++first;
+          ADD_FAILURE() << "lane " << l << " launch " << n << " (" << kinds[kind] << ", M=" << kMs[mi]
+                        << "): differs from the lone eager call, first at element " << first << ": 0x" << std::hex
+                        << got[first] << " vs 0x" << ref[mi][first] << std::dec;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "lane " << l << ": " << bad << " of " << L.launched_m.size() << " launches differ";
+      for (auto& per_m : L.exec)
+        for (cudaGraphExec_t& e : per_m) cudaGraphExecDestroy(e);
+      cudaStreamDestroy(L.stream);
+    }
+    cudaEventDestroy(done);
+    cudaStreamDestroy(noise);
+  }
+}
+
+// The in-kernel phase timer (build with -DMOEKIT_FUSED_PHASE_TIMER=ON; skipped otherwise):
+// prints, per CTA, where the single launch's time goes (qwen3-30b TP8, bf16, M = 1 and 16), in
+// microseconds from the earliest CTA start; MOEKIT_PHASE_CSV=<path> also writes every record.
+TEST(Sm90FusedSingleLaunch, PhaseTimerDump) {
+  SKIP_WITHOUT_SM90();
+  if (!cuda::fused_phase_timer_enabled()) GTEST_SKIP() << "built without MOEKIT_FUSED_PHASE_TIMER";
+  namespace fm = cuda::fused_moe;
+  constexpr int kMaxCtas = 1024;
+  DevPtr buf = dev_alloc(static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords * 8);
+  const MoeCase c = make_case(preset_spec(kPresetsTp8[0], Scheme::kBf16, 16));
+  DeviceCase d(c);
+  const char* csv_path = std::getenv("MOEKIT_PHASE_CSV");
+  std::FILE* csv = csv_path != nullptr ? std::fopen(csv_path, "w") : nullptr;
+  if (csv != nullptr)
+    std::fprintf(csv, "M,cta,smid,items1,items2,combines,start_us,routed_us,setup_us,gemm1_done_us,first_wait_us,"
+                      "last_wait_end_us,wait_us,gemm2_done_us,combine_done_us,end_us\n");
+  for (std::int64_t M : {1, 16}) {
+    // Warm-up: the timed call then finds the touched weights in L2 (a few MB of a 50 MB L2), as
+    // a benchmark loop over one layer does; a real decode step over many layers would not.
+    for (int warm = 0; warm < 5; ++warm) d.run(M);
+    ASSERT_EQ(cudaSuccess, cudaMemset(buf.get(), 0, static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords * 8));
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    cuda::set_fused_phase_buffer(static_cast<std::uint64_t*>(buf.get()), kMaxCtas);
+    d.run(M);
+    cuda::set_fused_phase_buffer(nullptr, 0);
+    std::vector<std::uint64_t> r(static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(r.data(), buf.get(), r.size() * 8, cudaMemcpyDeviceToHost));
+    const int grid = static_cast<int>(r[fm::kPhaseGrid]);
+    ASSERT_GT(grid, 0) << "no record written (M=" << M << ")";
+    std::uint64_t t0 = ~0ull, t1 = 0;
+    for (int b = 0; b < grid; ++b) {
+      t0 = std::min(t0, r[b * fm::kPhaseWords + fm::kPhaseStart]);
+      t1 = std::max(t1, r[b * fm::kPhaseWords + fm::kPhaseEnd]);
+    }
+    auto us = [t0](std::uint64_t t) { return t == 0 ? -1.0 : static_cast<double>(t - t0) * 1e-3; };
+    std::printf("fused phase timer: qwen3-30b TP8 bf16 M=%lld, grid %d, %llu items, first start -> last end %.2f us\n",
+                static_cast<long long>(M), grid, static_cast<unsigned long long>(r[fm::kPhaseTotalItems]),
+                static_cast<double>(t1 - t0) * 1e-3);
+    const fm::PhaseWord cols[] = {fm::kPhaseStart,       fm::kPhaseRouted,       fm::kPhaseSetup,
+                                  fm::kPhaseGemm1Done,   fm::kPhaseFirstWait,    fm::kPhaseLastWaitEnd,
+                                  fm::kPhaseGemm2Done,   fm::kPhaseCombineDone,  fm::kPhaseEnd};
+    const char* names[] = {"start", "routed", "setup", "gemm1_done", "first_wait", "last_wait_end", "gemm2_done",
+                           "combine_done", "end"};
+    std::printf("  %-14s %8s %8s %8s  (us from the first start, over CTAs that reach the phase)\n", "phase", "min",
+                "median", "max");
+    for (int ci = 0; ci < 9; ++ci) {
+      std::vector<double> v;
+      for (int b = 0; b < grid; ++b)
+        if (r[b * fm::kPhaseWords + cols[ci]] != 0) v.push_back(us(r[b * fm::kPhaseWords + cols[ci]]));
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf("  %-14s %8.2f %8.2f %8.2f  (%zu CTAs)\n", names[ci], v.front(), v[v.size() / 2], v.back(), v.size());
+    }
+    std::vector<double> w;
+    for (int b = 0; b < grid; ++b) w.push_back(static_cast<double>(r[b * fm::kPhaseWords + fm::kPhaseWaitNs]) * 1e-3);
+    std::sort(w.begin(), w.end());
+    std::printf("  %-14s %8.2f %8.2f %8.2f  (us spent spinning, per CTA)\n", "wait_total", w.front(), w[w.size() / 2],
+                w.back());
+    std::printf("  cta smid it1 it2 cmb  routed   setup  g1done  wait0  waitEnd  waitUs  g2done   comb     end\n");
+    for (int b = 0; b < grid; ++b) {
+      const std::uint64_t* x = &r[static_cast<std::size_t>(b) * fm::kPhaseWords];
+      auto n = [x](fm::PhaseWord w) { return static_cast<unsigned long long>(x[w]); };
+      const double wait_us = static_cast<double>(x[fm::kPhaseWaitNs]) * 1e-3;
+      std::printf("  %3d %4llu %3llu %3llu %3llu %7.2f %7.2f %7.2f %6.2f %8.2f %7.2f %7.2f %6.2f %7.2f\n", b,
+                  n(fm::kPhaseSmid), n(fm::kPhaseItems1), n(fm::kPhaseItems2), n(fm::kPhaseCombines),
+                  us(x[fm::kPhaseRouted]), us(x[fm::kPhaseSetup]), us(x[fm::kPhaseGemm1Done]),
+                  us(x[fm::kPhaseFirstWait]), us(x[fm::kPhaseLastWaitEnd]), wait_us, us(x[fm::kPhaseGemm2Done]),
+                  us(x[fm::kPhaseCombineDone]), us(x[fm::kPhaseEnd]));
+      if (csv != nullptr)
+        std::fprintf(csv, "%lld,%d,%llu,%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
+                     static_cast<long long>(M), b, n(fm::kPhaseSmid), n(fm::kPhaseItems1), n(fm::kPhaseItems2),
+                     n(fm::kPhaseCombines), us(x[fm::kPhaseStart]), us(x[fm::kPhaseRouted]), us(x[fm::kPhaseSetup]),
+                     us(x[fm::kPhaseGemm1Done]), us(x[fm::kPhaseFirstWait]), us(x[fm::kPhaseLastWaitEnd]), wait_us,
+                     us(x[fm::kPhaseGemm2Done]), us(x[fm::kPhaseCombineDone]), us(x[fm::kPhaseEnd]));
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
 }
 
 }  // namespace

@@ -11,7 +11,41 @@
 #include "cuda/kernels/fused_moe/params.hpp"
 #include "moekit/problem.hpp"
 
+// Compile-time debug aids of the fused kernel (kernel_sm90.cuh), off by default; CMake options
+// of the same names set them for moekit_cuda. Off, they generate no code.
+//   MOEKIT_FUSED_PHASE_TIMER=1: per-CTA %globaltimer stamps of the kernel's phases (kPhase*).
+//   MOEKIT_FUSED_SPIN_LIMIT=n (n > 0): a counter wait that spins n times prints the counter and
+//   gives up (debug builds: a hang becomes a wrong result plus a message).
+#ifndef MOEKIT_FUSED_PHASE_TIMER
+#define MOEKIT_FUSED_PHASE_TIMER 0
+#endif
+#ifndef MOEKIT_FUSED_SPIN_LIMIT
+#define MOEKIT_FUSED_SPIN_LIMIT 0
+#endif
+
 namespace moekit::cuda::fused_moe {
+
+// Phase timer record: kPhaseWords uint64 per CTA. Times are %globaltimer ns (0: never reached);
+// counts are plain numbers. Written by thread 0 of each CTA just before it exits.
+inline constexpr int kPhaseWords = 16;
+enum PhaseWord : int {
+  kPhaseStart = 0,        // kernel entry
+  kPhaseSetup = 1,        // + per-tensor scales, pipeline primed: the first item starts
+  kPhaseGemm1Done = 2,    // end of this CTA's last GEMM1 item
+  kPhaseFirstWait = 3,    // start of this CTA's first counter wait (GEMM2 item)
+  kPhaseLastWaitEnd = 4,  // end of its last counter wait
+  kPhaseWaitNs = 5,       // total ns spent in counter waits
+  kPhaseGemm2Done = 6,    // end of its last GEMM2 item
+  kPhaseCombineDone = 7,  // end of its last combine (the CTA that completed a K tile)
+  kPhaseEnd = 8,          // loop exit, before the exit ticket
+  kPhaseItems1 = 9,       // GEMM1 items run (splits included)
+  kPhaseItems2 = 10,      // GEMM2 items run
+  kPhaseCombines = 11,    // K tiles combined
+  kPhaseSmid = 12,        // SM the CTA ran on
+  kPhaseGrid = 13,        // gridDim.x
+  kPhaseTotalItems = 14,  // all items of the launch
+  kPhaseRouted = 15,      // routing + permutation (every CTA's own copy) done
+};
 
 // 8 warps: one CTA per SM, all co-resident (the GEMM2 items spin on GEMM1 counters).
 inline constexpr int kThreads = 256;
@@ -246,6 +280,9 @@ struct FusedArgs {
   float* y = nullptr;
   float* part1 = nullptr;
   float* part2 = nullptr;
+  // Phase timer (MOEKIT_FUSED_PHASE_TIMER builds only; ignored otherwise): [phase_ctas][kPhaseWords].
+  std::uint64_t* phase = nullptr;
+  int phase_ctas = 0;
 };
 
 }  // namespace moekit::cuda::fused_moe

@@ -19,13 +19,6 @@
 // the absmax then being final), writes y[slot, tile cols] and increments comb[t]; the CTA that
 // brings comb[t] to G sums y over each token's local slots in j order and writes out.
 //
-// Deadlock freedom: all CTAs are co-resident (one per SM, checked on the host) and CTA b runs
-// items b, b + grid, b + 2 grid, ... in increasing order. Only GEMM2 items wait, and only on
-// GEMM1 items, whose numbers are all smaller. Take the smallest unfinished item: its CTA has
-// finished every smaller item of its own, so it is running this one; if it is a GEMM1 item it
-// never waits; if GEMM2, every GEMM1 item (smaller) is finished, so its wait ends. Hence some
-// item always progresses, and all finish. (Split tickets and the combine ticket never wait.)
-//
 // Scales: the token operand of an item is staged (converted / quantized) into shared memory at
 // the item's start: bf16/fp16 as is, fp8 as e4m3(x * (1/s)) with s per tensor (every CTA
 // computes absmax(hidden) itself; the intermediate's from a global atomicMax), per token row
@@ -33,13 +26,66 @@
 // stage, each warp's 128-byte segment being one group). Other scales apply in the epilogue.
 // The intermediate is kept in fp32 and re-quantized by the GEMM2 items that read it.
 //
-// Counters (workspace head) must be zero at launch: the launcher memsets them by default; the
-// kernel also leaves them zero (tickets are reset by their last user, per-group counters by the
-// last CTA to exit), so a fused-only workspace needs no memset per call.
+// ==== Synchronization protocol (read this before touching any counter) ====
 //
-// Memory ordering: producers write with plain/st.cg stores, __syncthreads, then one thread does
-// fence + red.release.gpu (or atom.acq_rel); consumers spin in one thread with ld.acquire.gpu,
-// then __syncthreads, and read other CTAs' data with ld.global.cg (never the non-coherent path).
+// Who writes what. The workspace slices of ONE launch (config.hpp FusedWorkspace):
+//   inter [sorted row, N] fp32  written by GEMM1 epilogues (the last split of (g, tile)), read by
+//                               the GEMM2 items of group g (every tile, every split);
+//   part1 / part2               written by every split of a (g, tile), read by its last split;
+//   y [slot, K] fp32            written by the GEMM2 epilogue of (g, tile) for g's slots, read
+//                               by the combining CTA of that tile;
+//   out [M, K]                  written by the combining CTA of each tile, never read.
+// Inputs (hidden, weights, scales, routing) are never written by the launch; only they may be
+// read through the non-coherent path (__ldg, cp.async). Every buffer above is read with
+// ld.global.cg (__ldcg) after an acquire, never with __ldg / ld.global.nc / const __restrict__.
+// Counters (uint32, head of the workspace):
+//   grp_done[g]      += 1 (red.release.gpu) per finished GEMM1 (g, tile); the GEMM2 items of g
+//                    wait (ld.acquire.gpu) for >= tiles1;
+//   counters[0]      gemm1_all: += 1 per finished GEMM1 (g, tile), after counters[1] (atomicMax
+//                    of the intermediate's |max|), per-tensor dynamic a2 only; GEMM2 items then
+//                    wait for G * tiles1 and read the final max;
+//   t1/t2_ticket[g, tile]  atom.acq_rel ticket of the splits of one (g, tile): the split that
+//                    draws S-1 adds the partial sums in split order (deterministic), runs the
+//                    epilogue and stores 0 back (the ticket has no other user in this launch);
+//   comb[tile]       atom.acq_rel ticket of the G GEMM2 epilogues of one K tile: the one that
+//                    draws G-1 combines the tile (y summed over j in order) and stores 0 back;
+//   counters[2]      exit ticket: the CTA that draws grid-1 is the last one out; every other CTA
+//                    has finished all its items, so it stores 0 to grp_done[0, G), counters[0..2].
+// Release side: all threads store (st.global.cg / plain), __syncthreads, then thread 0 does
+// __threadfence + red.release.gpu / atom.acq_rel (cumulative: publishes the whole CTA's stores).
+// Acquire side: thread 0 spins with ld.acquire.gpu (or draws the ticket with atom.acq_rel), then
+// __syncthreads (and __threadfence on the ticket paths), then all threads read with __ldcg.
+//
+// Deadlock freedom. CTA b runs items b, b + grid, b + 2 grid, ... in increasing order. Only
+// GEMM2 items wait, and only on GEMM1 items, whose numbers are all smaller. Take the smallest
+// unfinished item: its CTA has finished every smaller item of its own, so it is running this one
+// PROVIDED THE CTA IS RESIDENT; a GEMM1 item never waits; for a GEMM2 item every GEMM1 item
+// (smaller) is finished, so its wait ends. Hence some item always progresses. (Split tickets, the
+// combine ticket and the exit ticket never wait.) Residency is the launcher's job: the grid is at
+// most occupancy x SMs (computed once per device) and the launch is cooperative
+// (cudaLaunchAttributeCooperative), so the driver makes the whole grid co-resident or fails the
+// launch. A plain <<<>>> launch of <= one CTA per SM is NOT enough: a concurrent kernel (another
+// stream of this process, a second fused launch, another MPS client) can hold SMs while part of
+// this grid waits for them, and the resident CTAs then spin forever on items the others owe.
+//
+// Counters return to zero for the next launch. Every counter this launch touches is stored
+// back to 0 by its last user (tickets) or by the last CTA out (grp_done[0, G), counters[0..2]),
+// each after the final increment of that counter in this launch. Kernel completion orders those
+// stores before the next launch on the stream (eager or graph node alike), so a launch that ran
+// to completion leaves every counter zero, whatever M, groups and tiling the next one has. The
+// default launcher still zeroes the counters with a cudaMemsetAsync before each launch
+// (FusedMoeParams::zero_counters: the workspace may hold other paths' data there, and a launch
+// killed half-way leaves them dirty); zero_counters = false relies on the kernel's reset alone.
+// Graph replays are safe because a replay is the same launch (same grid, same workspace)
+// ordered after the previous one on its stream. Two launches that may overlap (two streams, two
+// graphs replayed concurrently) must use different workspaces, as every moekit call must, and
+// the workspace's first contents must be ordered before the launch on ITS stream (a legacy
+// default-stream cudaMemset is not ordered before a non-blocking stream's work).
+//
+// Debug aids, compile-time and off by default (no code when off): MOEKIT_FUSED_SPIN_LIMIT > 0
+// ends a wait that spins more than that many times with a printf naming the counter (a hang
+// becomes a wrong result and a message);
+// MOEKIT_FUSED_PHASE_TIMER=1 records per-CTA %globaltimer stamps (docs/fused_moe.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,6 +94,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
@@ -74,8 +121,38 @@ __device__ __forceinline__ std::uint32_t atom_add_acq_rel(std::uint32_t* p, std:
 }
 // One thread spins until *p >= target; the caller follows with __syncthreads.
 __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t target) {
+#if MOEKIT_FUSED_SPIN_LIMIT > 0
+  // Debug builds: a wait that outlasts any legitimate one (the whole launch is microseconds)
+  // is a protocol bug or a non-resident CTA. Say which counter and give up waiting: the launch
+  // then completes (with wrong results, which the tests catch) instead of hanging, and the
+  // message is flushed at the next synchronization (a __trap would lose it with the context).
+  for (unsigned long long n = 0;; ++n) {
+    const std::uint32_t v = ld_acquire(p);
+    if (v >= target) break;
+    if (n >= static_cast<unsigned long long>(MOEKIT_FUSED_SPIN_LIMIT)) {
+      printf("moekit fused MoE: CTA %d (of %d) gave up after %llu spins on counter %p = %u < %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), n, static_cast<const void*>(p), v, target);
+      break;
+    }
+    __nanosleep(40);
+  }
+#else
   while (ld_acquire(p) < target) __nanosleep(40);
+#endif
 }
+
+#if MOEKIT_FUSED_PHASE_TIMER
+__device__ __forceinline__ std::uint64_t globaltimer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ std::uint32_t smid() {
+  std::uint32_t v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
+#endif
 
 __device__ __forceinline__ float dyn_scale(float amax) { return fmaxf(amax / kFp8Max, kMinDynamicScale); }
 
@@ -422,6 +499,35 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   float* s_scale = reinterpret_cast<float*>(base + kSmemMiscOff + 320);  // [0] a1, [1] a2
   int* s_flag = reinterpret_cast<int*>(base + kSmemMiscOff + 384);
 
+#if MOEKIT_FUSED_PHASE_TIMER
+  // Thread 0's phase stamps (it is also the thread that spins on the counters).
+  std::uint64_t ph_start = 0, ph_routed = 0, ph_setup = 0, ph_g1 = 0, ph_wait0 = 0, ph_wait1 = 0;
+  std::uint64_t ph_wait_ns = 0, ph_g2 = 0, ph_comb = 0;
+  std::uint32_t ph_n1 = 0, ph_n2 = 0, ph_nc = 0;
+  if (tid == 0) ph_start = globaltimer_ns();
+#define MOEKIT_FUSED_ITEM_DONE(is_g1, combined)         \
+  do {                                                  \
+    if (tid == 0) {                                     \
+      const std::uint64_t t_ = globaltimer_ns();        \
+      if (is_g1) {                                      \
+        ph_g1 = t_;                                     \
+        ++ph_n1;                                        \
+      } else {                                          \
+        ph_g2 = t_;                                     \
+        ++ph_n2;                                        \
+        if (combined) {                                 \
+          ph_comb = t_;                                 \
+          ++ph_nc;                                      \
+        }                                               \
+      }                                                 \
+    }                                                   \
+  } while (0)
+#else
+#define MOEKIT_FUSED_ITEM_DONE(is_g1, combined) \
+  do {                                          \
+  } while (0)
+#endif
+
   const int M = a.M, k = a.k, E = a.E, K = a.K, N = a.N;
   const int P = M * k;
   const bool act_fp16 = a.act_fp16 != 0;
@@ -501,6 +607,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   T.n1 = T.G * a.t1.tiles * a.t1.split;
   T.total = T.n1 + T.G * a.t2.tiles * a.t2.split;
   const int grid = static_cast<int>(gridDim.x);
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0) ph_routed = globaltimer_ns();
+#endif
 
   if (T.G == 0) {  // no local slot: the output is zeros (counters untouched)
     std::uint16_t* o = static_cast<std::uint16_t*>(a.out);
@@ -595,6 +704,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   }
   __syncthreads();
 
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0) ph_setup = globaltimer_ns();
+#endif
   const int tiles1 = a.t1.tiles;
   int cons_no = 0;
   float acc[2][4];
@@ -616,6 +728,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       tok_w[tid] = tid < it.cnt ? s_wts[slot] : 0.0f;
     }
     if (!g1 && tid == 0) {
+#if MOEKIT_FUSED_PHASE_TIMER
+      const std::uint64_t w0 = globaltimer_ns();
+      if (ph_wait0 == 0) ph_wait0 = w0;
+#endif
       // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,
       // every group's): wait for the GEMM1 items that write them (all numbered lower).
       if (a.scale_mode == 1 && a.dyn_a2) {
@@ -625,6 +741,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       } else {
         spin_until(a.grp_done + it.g, static_cast<std::uint32_t>(tiles1));
       }
+#if MOEKIT_FUSED_PHASE_TIMER
+      ph_wait1 = globaltimer_ns();
+      ph_wait_ns += ph_wait1 - w0;
+#endif
     }
     __syncthreads();
     if (a.scale_mode == 2) {
@@ -824,7 +944,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         *s_flag = last;
       }
       __syncthreads();
-      if (!*s_flag) continue;  // another split finishes this (group, tile)
+      if (!*s_flag) {  // another split finishes this (group, tile)
+        MOEKIT_FUSED_ITEM_DONE(g1, false);
+        continue;
+      }
       __threadfence();
       for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
         const int tt = idx / rows, r = idx - tt * rows;
@@ -919,8 +1042,32 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     // The next item's token staging overwrites tok_* and the token buffer: everyone is past
     // this item's reads after this barrier.
     __syncthreads();
+    MOEKIT_FUSED_ITEM_DONE(g1, !g1 && *s_flag);
   }
   ptx::cp_async_wait<0>();
+#undef MOEKIT_FUSED_ITEM_DONE
+
+#if MOEKIT_FUSED_PHASE_TIMER
+  if (tid == 0 && a.phase != nullptr && static_cast<int>(blockIdx.x) < a.phase_ctas) {
+    std::uint64_t* r = a.phase + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords;
+    r[kPhaseStart] = ph_start;
+    r[kPhaseSetup] = ph_setup;
+    r[kPhaseGemm1Done] = ph_g1;
+    r[kPhaseFirstWait] = ph_wait0;
+    r[kPhaseLastWaitEnd] = ph_wait1;
+    r[kPhaseWaitNs] = ph_wait_ns;
+    r[kPhaseGemm2Done] = ph_g2;
+    r[kPhaseCombineDone] = ph_comb;
+    r[kPhaseEnd] = globaltimer_ns();
+    r[kPhaseItems1] = ph_n1;
+    r[kPhaseItems2] = ph_n2;
+    r[kPhaseCombines] = ph_nc;
+    r[kPhaseSmid] = smid();
+    r[kPhaseGrid] = static_cast<std::uint64_t>(grid);
+    r[kPhaseTotalItems] = static_cast<std::uint64_t>(T.total);
+    r[kPhaseRouted] = ph_routed;
+  }
+#endif
 
   // ---- 4. The last CTA out resets the counters that outlive their users (tickets reset
   // themselves), so the next launch starts from zero without a memset. ----

@@ -1,6 +1,7 @@
 // Host side of the single-launch fused MoE path (sm_90a): can_implement, workspace size, the
-// launcher (tiling choice, co-residency check, counter zeroing) and run_fused_moe_sm90, which
-// turns a resolved MoeCall into one launch. The three operand instantiations live here.
+// launcher (tiling choice, cooperative launch of a co-resident grid, counter zeroing) and
+// run_fused_moe_sm90, which turns a resolved MoeCall into one launch. The three operand
+// instantiations live here.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,25 +32,57 @@ int bias_code(bool present, DType dtype) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
+// Phase timer buffer (set_fused_phase_buffer; MOEKIT_FUSED_PHASE_TIMER builds only).
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
+std::atomic<int> g_phase_ctas{0};
+
+// CTAs of the fused kernel that can be resident at once on `device`: occupancy x SMs, computed
+// once per device and operand type (the first call also raises the kernel's shared-memory limit).
+// The grid never exceeds it, and the launch is cooperative, so the CUDA driver either makes the
+// whole grid co-resident or fails the launch (cudaErrorCooperativeLaunchTooLarge): GEMM2 items
+// spin on counters that other CTAs' GEMM1 items release (kernel_sm90.cuh, "Synchronization
+// protocol"), which deadlocks if a CTA that owes a GEMM1 item is waiting for an SM that spinning
+// CTAs hold (a second fused launch on another stream, MPS clients, any concurrent kernel).
+template <fm::Op kOp>
+int max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];  // zero: not computed yet (static storage)
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v > 0) return v;
+  }
+  auto* kernel = &fm::fused_moe_sm90_kernel<kOp>;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fm::kSmemBytes));
+  int coop = 0, sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fm::kThreads, fm::kSmemBytes));
+  if (coop == 0)
+    throw Error(Status::kNotSupported,
+                "fused MoE path needs cooperative launches (co-resident CTAs); CUDA device " + std::to_string(device) +
+                    " does not support them");
+  if (per_sm < 1)
+    throw Error(Status::kNotSupported, "fused MoE kernel cannot be resident on device " + std::to_string(device) +
+                                           " (" + std::to_string(fm::kSmemBytes) + " bytes of shared memory, " +
+                                           std::to_string(fm::kThreads) + " threads per CTA)");
+  const int v = per_sm * sms;
+  if (device >= 0 && device < 64) cached[device].store(v, std::memory_order_release);
+  return v;
+}
+
 template <fm::Op kOp>
 void launch_op(const fm::FusedArgs& args, int grid, cudaStream_t stream, int device) {
-  auto* kernel = &fm::fused_moe_sm90_kernel<kOp>;
-  static std::atomic<std::uint64_t> configured{0};  // bit d: device d has the smem limit raised
-  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
-  if (bit == 0 || (configured.load(std::memory_order_acquire) & bit) == 0) {
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fm::kSmemBytes));
-    // Co-residency: GEMM2 items spin on counters that other CTAs' GEMM1 items release, so every
-    // CTA of the grid (<= one per SM) must be resident at once.
-    int per_sm = 0;
-    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fm::kThreads, fm::kSmemBytes));
-    if (per_sm < 1)
-      throw Error(Status::kNotSupported, "fused MoE kernel cannot be resident on device " + std::to_string(device) +
-                                             " (" + std::to_string(fm::kSmemBytes) + " bytes of shared memory, " +
-                                             std::to_string(fm::kThreads) + " threads per CTA)");
-    configured.fetch_or(bit, std::memory_order_release);
-  }
-  kernel<<<grid, fm::kThreads, fm::kSmemBytes, stream>>>(args);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  grid = std::min(grid, max_coresident_ctas<kOp>(device));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(fm::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = fm::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &fm::fused_moe_sm90_kernel<kOp>, args));
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
@@ -100,6 +133,13 @@ bool can_implement_fused_sm90(const MoeProblem& p, std::string* why) {
 }
 
 std::size_t fused_workspace_size(const MoeProblem& problem) { return fm::fused_workspace_layout(problem).total; }
+
+bool fused_phase_timer_enabled() { return MOEKIT_FUSED_PHASE_TIMER != 0; }
+
+void set_fused_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
+}
 
 void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   const MoeProblem& p = fp.problem;
@@ -182,8 +222,13 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.y = reinterpret_cast<float*>(ws + W.y);
   a.part1 = reinterpret_cast<float*>(ws + W.part1);
   a.part2 = reinterpret_cast<float*>(ws + W.part2);
+  if (MOEKIT_FUSED_PHASE_TIMER) {
+    a.phase = g_phase_buffer.load(std::memory_order_acquire);
+    a.phase_ctas = a.phase != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
+  }
 
-  // Grid: one CTA per SM at most (co-resident), no more than the items could ever be.
+  // Grid: one CTA per SM at most, no more than the items could ever be; launch_op caps it at
+  // the co-resident CTA count and launches cooperatively.
   const std::int64_t groups = fm::max_groups(p);
   const std::int64_t max_items =
       groups * (static_cast<std::int64_t>(t.g1.tiles) * t.g1.split + static_cast<std::int64_t>(t.g2.tiles) * t.g2.split);
