@@ -142,10 +142,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // auto: the fused single launch at low concurrency when it can run the call; else Swap-AB while
   // an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that Swap-AB declines
   // runs on mma.
-  if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size < kRouterTable.small_n &&
+  if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
-    plan.reason = "N=" + std::to_string(p.intermediate_size) + " < " + std::to_string(kRouterTable.small_n) +
+    plan.reason = "N=" + std::to_string(p.intermediate_size) + " <= " + std::to_string(kRouterTable.fused_max_n) +
                   " and slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.fused_max_slots) +
                   ": launches dominate, one fused launch";
     return plan;
@@ -160,15 +160,23 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // past 32 slots, where an expert still sees only a few tokens) the mma.sync tiles.
   const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
   bool swapab = false;
-  if (p.intermediate_size < t.small_n) {
+  const std::int64_t N = p.intermediate_size;
+  if (fp8 && N < t.mid_n) {
+    swapab = tpe <= t.mid_n_max_tokens_per_expert_fp8;
+    why << ", fp8 with N=" << N << " < " << t.mid_n << ": Swap-AB up to " << fmt(t.mid_n_max_tokens_per_expert_fp8)
+        << " tokens/expert, token-major above";
+  } else if (N < t.small_n) {
     swapab = plan.local_slots <= t.small_n_max_slots;
-    why << ", N=" << p.intermediate_size << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots)
-        << " slots";
+    why << ", N=" << N << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots) << " slots";
+  } else if (N < t.mid_n) {
+    swapab = tpe <= t.mid_n_max_tokens_per_expert_bf16;
+    why << ", N=" << N << " < " << t.mid_n << ": Swap-AB only up to " << fmt(t.mid_n_max_tokens_per_expert_bf16)
+        << " tokens/expert";
   } else {
     swapab = tpe <= limit;
     why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : "");
   }
-  const bool prefill = !swapab && tpe > limit;
+  const bool prefill = !swapab && (tpe > limit || (fp8 && N < t.mid_n));
   if (prefill) why << ": prefill, token-major wgmma";
   for (int g = 0; g < 2; ++g) {
     if (swapab && in.swapab_ok[g]) {

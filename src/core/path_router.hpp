@@ -38,26 +38,41 @@ struct RouterTable {
   //   7.8 vs 24.4 ms; bench/results/2026-11-29-66ab841-h200-prefill.json), else mma.
   // - small shards (N < 256, e.g. qwen3-30b at TP8, N = 96): Swap-AB only up to 32 slots; with
   //   2N = 192 rows its 64-row tiles and one-stage GEMM2 items cost more than they stream.
+  // Retuned from the path sweep after the Swap-AB metadata / tiles-per-item change (commit f522c23,
+  // H200, 2026-11-29, bench/results/2026-11-29-f522c23-h200-paths.json):
+  // - mid shards (256 <= N < 512: deepseek-v3 N = 256, gpt-oss N = 360 at TP8), bf16: Swap-AB only
+  //   up to 2 tokens per expert (deepseek M=16, 1.3/expert: 346 vs 400 µs mma; M=64, 2.3/expert:
+  //   548 vs 517 mma, while gpt-oss at 2.3/expert: 276 vs 284 — 6 % won, 3 % lost), mma above,
+  //   token-major past the prefill limit.
+  // - fp8 on any shard under 512 (N < 512): Swap-AB up to 8 tokens per expert whatever the slot
+  //   count (qwen3-30b TP8 M=16: 83 vs 89 µs mma; M=64: 109 vs 111), then token-major (M=256,
+  //   16/expert: 146 vs 164 mma vs 167 Swap-AB; qwen3-235b: 294 vs 320; deepseek M=256, 8/expert:
+  //   586 vs 609) — the mma path runs fp8 through f16 unpacking.
   double swapab_max_tokens_per_expert_bf16 = 24.0;
   double swapab_max_tokens_per_expert_fp8 = 48.0;
   std::int64_t small_n = 256;
   double small_n_max_slots = 32.0;
+  std::int64_t mid_n = 512;
+  double mid_n_max_tokens_per_expert_bf16 = 2.0;
+  double mid_n_max_tokens_per_expert_fp8 = 8.0;
   // Swap-AB split-K: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and >= 4 K stages
   // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
-  // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for small
-  // shards (N < small_n) and at most this many local slots. Measured on the H200 (2026-11-29,
-  // bench/results/2026-11-29-2d91fa2-h200-fused.json): qwen3-30b TP8 (N = 96) bf16 M=1 26.9 µs
-  // fused vs 37.1 Swap-AB, M=2 35.4 vs 45.2, M=4 55.0 vs 50.6; with a larger N it loses at every M
-  // (gpt-oss TP8 M=1 46.7 vs 36.7; mixtral TP8 M=1 97.0 vs 52.3): its weight stream is slower
-  // than Swap-AB's TMA pipeline, and it wins only where launches dominate.
+  // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for the
+  // smallest shards (N <= fused_max_n) and at most this many local slots. Measured on the H200
+  // (commit f522c23, bench/results/2026-11-29-f522c23-h200-fused.json, cooperative launch):
+  // qwen3-30b TP8 (N = 96) M=1 27.7 µs fused vs 36.0 Swap-AB (fp8 27.2 vs 40.4), M=2 36.2 vs 45.5;
+  // M=4 56.0 vs 49.7; at N = 192 (qwen3-235b TP8) it already loses at M=1 (57.7 vs 46.8), and
+  // more so with a larger N: its weight stream is slower than Swap-AB's TMA pipeline, it wins
+  // only where the launches and latencies of the multi-launch chain dominate.
+  std::int64_t fused_max_n = 128;
   double fused_max_slots = 16.0;
-  // Off until a hang is understood: Sm90FusedSingleLaunch.GraphReplayEqualsEager hung once (200 s
-  // timeout) in five H200 runs of the suite (commit 8ee6efe, under ctest -j4); the kernel's CTAs
-  // spin on each other and are launched without a co-residency guarantee (not cooperative).
-  // Forcing "fused" still runs it.
-  bool fused_in_auto = false;
+  // On since the cooperative launch (fused launcher): the earlier failures (a graph-replay
+  // mismatch and hangs) came from a test harness race on the legacy stream and from CTAs not
+  // guaranteed co-resident; the stress test (Sm90FusedSingleLaunch.StressStreamsGraphsEagerUnderLoad)
+  // and the suite pass on the H200 since.
+  bool fused_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};
 

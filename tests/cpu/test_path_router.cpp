@@ -159,6 +159,26 @@ TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   EXPECT_FALSE(choose_paths(small, in).fused);  // a forced GEMM path wins
 }
 
+TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
+  // Measured after the Swap-AB metadata change (path_router.hpp, RouterTable): bf16 on mid shards
+  // (256 <= N < 512) leaves Swap-AB past 2 tokens/expert; fp8 on any shard under 512 keeps it up
+  // to 8 tokens/expert, then goes token-major.
+  detail::RouterInputs in;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  auto plan = [&](const char* name, std::int64_t M, Scheme s) { return choose_paths(preset(name, M, 8, s), in); };
+  EXPECT_EQ(plan("deepseek-v3", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(plan("deepseek-v3", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("gpt-oss-120b", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("qwen3-30b-a3b", 64, Scheme::kFp8PerTensor).describe(), "gemm1=swapab gemm2=swapab");
+  const detail::DispatchPlan q = plan("qwen3-30b-a3b", 256, Scheme::kFp8PerTensor);
+  EXPECT_EQ(q.describe(), "gemm1=tokmajor gemm2=tokmajor") << q.reason;
+  EXPECT_NE(q.reason.find("token-major"), std::string::npos) << q.reason;
+  EXPECT_EQ(plan("deepseek-v3", 256, Scheme::kFp8PerTensor).describe(), "gemm1=tokmajor gemm2=tokmajor");
+  // Large shards keep the general rule: mixtral TP8 (N = 1792) fp8 at 16 tokens/expert is decode.
+  EXPECT_EQ(plan("mixtral-8x7b", 64, Scheme::kFp8PerTensor).describe(), "gemm1=swapab gemm2=swapab");
+}
+
 TEST(CpuPathRouter, SplitKFillsTheSms) {
   // Fewer SMs -> no more split than they hold; never above 8; 1 when items already fill the SMs.
   const MoeProblem p = preset("qwen3-30b-a3b", 1, 8);
