@@ -66,6 +66,35 @@ const char* gemm_impl_name(GemmImpl impl) noexcept {
   return "mma";
 }
 
+int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages) {
+  const RouterTable& t = kRouterTable;
+  const int sms = std::max(1, sm_count);
+  items = std::max<std::int64_t>(items, 1);
+  const char* rule = std::getenv("MOEKIT_SWAPAB_SPLIT");
+  if (rule != nullptr && std::strcmp(rule, "fill") == 0) {
+    int split = 1;
+    while (split < t.max_split_k && items * split * 2 <= sms &&
+           k_stages >= static_cast<std::int64_t>(t.min_k_stages_per_rank) * split)
+      split *= 2;
+    return split;
+  }
+  if (rule != nullptr && rule[0] != '\0' && std::strcmp(rule, "waves") != 0)
+    throw Error(Status::kInvalidArgument, std::string("MOEKIT_SWAPAB_SPLIT = '") + rule + "', expected waves or fill");
+  auto efficiency = [&](int s) {
+    const std::int64_t slots = std::max(1, sms / s) * static_cast<std::int64_t>(s);
+    const std::int64_t units = items * s;
+    const std::int64_t waves = ceil_div(units, slots);
+    return static_cast<double>(units) / static_cast<double>(waves * slots);
+  };
+  int best = 1;
+  for (int s = 1;; s *= 2) {
+    if (efficiency(s) >= t.min_wave_efficiency) return s;
+    if (efficiency(s) > 1.05 * efficiency(best)) best = s;  // a larger split must pay for its reduction
+    if (s >= t.max_split_k || k_stages < static_cast<std::int64_t>(t.min_k_stages_per_rank) * s) break;
+  }
+  return best;
+}
+
 int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
   // Mirrors max_items() and the K-stage count of the Swap-AB launcher: items = 64-row weight
   // tiles x (experts that may have rows + 64-token chunks), stages of 128 bytes of K.
@@ -74,12 +103,7 @@ int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
   const std::int64_t k_dim = gemm == 1 ? p.hidden_size : p.intermediate_size;
   const std::int64_t es = p.scheme == Scheme::kBf16 ? 2 : 1;
   const std::int64_t items = ceil_div(n_out, 64) * (std::min<std::int64_t>(p.num_experts, P) + P / 64);
-  const std::int64_t stages = ceil_div(k_dim * es, 128);
-  int split = 1;
-  while (split < kRouterTable.max_split_k && items * split * 2 <= sm_count &&
-         stages >= static_cast<std::int64_t>(kRouterTable.min_k_stages_per_rank) * split)
-    split *= 2;
-  return split;
+  return choose_swapab_split(items, sm_count, ceil_div(k_dim * es, 128));
 }
 
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {

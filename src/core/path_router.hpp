@@ -55,8 +55,15 @@ struct RouterTable {
   std::int64_t mid_n = 512;
   double mid_n_max_tokens_per_expert_bf16 = 2.0;
   double mid_n_max_tokens_per_expert_fp8 = 8.0;
-  // Swap-AB split-K: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and >= 4 K stages
-  // (128 bytes each) per rank (the rule of the Swap-AB launcher, owned here so the log says it).
+  // Swap-AB split-K (choose_swapab_split below; the launcher uses the same function): the
+  // smallest S in {1, 2, 4, 8} whose wave efficiency, units / (waves x slots) with units =
+  // items x S and slots = floor(SMs / S) x S, reaches min_wave_efficiency, else the best one (a
+  // larger S only when over 5 % better); S doubles only while the K stages >= 4 x S (so >= 2 per
+  // rank after). The items of one GEMM stream the same weight bytes, so a last, partial wave is
+  // time the other SMs idle: qwen3-30b TP1 M=1 GEMM1 has 96 items (0.73 of 132 SMs busy) -> S = 4
+  // (384 CTAs in 3 waves, 0.97). The earlier rule (split only while items x S x 2 <= SMs) is
+  // MOEKIT_SWAPAB_SPLIT=fill, for A/B runs.
+  double min_wave_efficiency = 0.9;
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
   // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for the
@@ -120,6 +127,10 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 
 /// Swap-AB split-K of one GEMM of `problem` (gemm = 1 or 2) on `sm_count` SMs.
 int swapab_split_k(const MoeProblem& problem, int gemm, int sm_count);
+/// The split rule itself (RouterTable), from the GEMM's work items (64-row tiles x expert
+/// chunks) and K stages (128 bytes each); the Swap-AB launcher calls it when not told a split.
+/// MOEKIT_SWAPAB_SPLIT=fill selects the earlier rule (read at every call).
+int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages);
 
 /// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).
 bool log_dispatch_enabled() noexcept;

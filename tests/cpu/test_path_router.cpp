@@ -3,6 +3,7 @@
 // forced names are honoured, unknown names and impossible forced paths are errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/path_router.hpp"
@@ -170,13 +171,16 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
   EXPECT_EQ(plan("deepseek-v3", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
   EXPECT_EQ(plan("gpt-oss-120b", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
   EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
-  EXPECT_EQ(plan("qwen3-30b-a3b", 64, Scheme::kFp8PerTensor).describe(), "gemm1=swapab gemm2=swapab");
+  auto swapab_both = [](const detail::DispatchPlan& d) {
+    return d.gemm[0].impl == GemmImpl::kSwapab && d.gemm[1].impl == GemmImpl::kSwapab;
+  };
+  EXPECT_TRUE(swapab_both(plan("qwen3-30b-a3b", 64, Scheme::kFp8PerTensor)));
   const detail::DispatchPlan q = plan("qwen3-30b-a3b", 256, Scheme::kFp8PerTensor);
   EXPECT_EQ(q.describe(), "gemm1=tokmajor gemm2=tokmajor") << q.reason;
   EXPECT_NE(q.reason.find("token-major"), std::string::npos) << q.reason;
   EXPECT_EQ(plan("deepseek-v3", 256, Scheme::kFp8PerTensor).describe(), "gemm1=tokmajor gemm2=tokmajor");
   // Large shards keep the general rule: mixtral TP8 (N = 1792) fp8 at 16 tokens/expert is decode.
-  EXPECT_EQ(plan("mixtral-8x7b", 64, Scheme::kFp8PerTensor).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_TRUE(swapab_both(plan("mixtral-8x7b", 64, Scheme::kFp8PerTensor)));
 }
 
 TEST(CpuPathRouter, SplitKFillsTheSms) {
@@ -187,6 +191,18 @@ TEST(CpuPathRouter, SplitKFillsTheSms) {
   EXPECT_EQ(detail::swapab_split_k(p, 2, 132), 1);  // 32 tiles x 8 experts = 256 items
   EXPECT_EQ(detail::swapab_split_k(preset("mixtral-8x7b", 1, 1), 2, 132), 1);  // 64 tiles x 2
   EXPECT_EQ(detail::swapab_split_k(preset("mixtral-8x7b", 1, 8), 1, 132), 2);  // N = 1792: 28 x 2 items
+  // A partial last wave: qwen3-30b TP1 M=1 GEMM1 has 12 tiles x 8 experts = 96 items, 0.73 of the
+  // SMs busy; S = 4 runs 384 CTAs in 3 waves of 132 (0.97). gpt-oss TP1 M=1: 45 x 4 = 180 items.
+  EXPECT_EQ(detail::swapab_split_k(preset("qwen3-30b-a3b", 1, 1), 1, 132), 4);
+  EXPECT_EQ(detail::swapab_split_k(preset("gpt-oss-120b", 1, 1), 2, 132), 2);
+  EXPECT_EQ(detail::choose_swapab_split(264, 132, 64), 1);   // two full waves: no split
+  EXPECT_EQ(detail::choose_swapab_split(96, 132, 8), 4);     // 2 K stages per rank still allowed
+  EXPECT_EQ(detail::choose_swapab_split(96, 132, 4), 1);     // S = 4 would leave 1: none better
+  ::setenv("MOEKIT_SWAPAB_SPLIT", "fill", 1);                // the earlier rule, for A/B runs
+  EXPECT_EQ(detail::swapab_split_k(preset("qwen3-30b-a3b", 1, 1), 1, 132), 1);
+  ::setenv("MOEKIT_SWAPAB_SPLIT", "bogus", 1);
+  EXPECT_THROW(detail::swapab_split_k(preset("qwen3-30b-a3b", 1, 1), 1, 132), Error);
+  ::unsetenv("MOEKIT_SWAPAB_SPLIT");
 }
 
 TEST(CpuPathRouter, ExpertMapCountsLocalSlots) {
@@ -211,7 +227,7 @@ TEST(CpuPathRouter, PrefillTakesTokenMajorWhenItCanRun) {
   const MoeProblem prefill = preset("mixtral-8x7b", 4096, 1);
   EXPECT_EQ(choose_paths(prefill, in).describe(), "gemm1=tokmajor gemm2=tokmajor");
   // Decode stays on Swap-AB; a small shard between the two stays on mma.
-  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 1, 1), in).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 1, 1), in).describe(), "gemm1=swapab(split_k=2) gemm2=swapab");
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 16, 8), in).describe(), "gemm1=mma gemm2=mma");
   // A GEMM tokmajor declines runs on mma, and the reason says so.
   in.tokmajor_ok[1] = false;

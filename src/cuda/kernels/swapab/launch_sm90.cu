@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/path_router.hpp"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/kernel_sm90.cuh"
@@ -109,15 +110,6 @@ void launch_kernel(const KernelParams& kp, int grid, void* stream, bool pdl) {
   cfg.numAttrs = kp.split_k > 1 ? 1 : 0;
   add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_SWAPAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
-}
-
-// Split-K factor: the largest S in {1, 2, 4, 8} with items * S * 2 <= SMs and at least two
-// K stages per rank. Decode GEMM1 at TP8 has few (expert, tile) items; splitting K over a cluster
-// puts more SMs on the weight stream.
-int choose_split(std::int64_t items, int sms, int num_k_stages) {
-  int split = 1;
-  while (split < swapab::kMaxSplitK && items * split * 2 <= sms && num_k_stages >= 4 * split) split *= 2;
-  return split;
 }
 
 // Tiles per item: T consecutive tiles share one item's tokens when a rank's K stages are few,
@@ -313,7 +305,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   // S CTAs per work item, never more clusters than work items can exist.
   if (max_items(p) == 0) return;
   const int sms = sm_count_of_current_device();
-  const int split = split_k != 0 ? split_k : choose_split(max_items(p), sms, kp.num_k_stages);
+  const int split = split_k != 0 ? split_k : detail::choose_swapab_split(max_items(p), sms, kp.num_k_stages);
   kp.split_k = split;
   kp.tiles_per_item = tiles_per_item != 0
                           ? std::min(tiles_per_item, kp.num_tiles)
