@@ -68,31 +68,11 @@ const char* gemm_impl_name(GemmImpl impl) noexcept {
 
 int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages) {
   const RouterTable& t = kRouterTable;
-  const int sms = std::max(1, sm_count);
-  items = std::max<std::int64_t>(items, 1);
-  const char* rule = std::getenv("MOEKIT_SWAPAB_SPLIT");
-  if (rule != nullptr && std::strcmp(rule, "fill") == 0) {
-    int split = 1;
-    while (split < t.max_split_k && items * split * 2 <= sms &&
-           k_stages >= static_cast<std::int64_t>(t.min_k_stages_per_rank) * split)
-      split *= 2;
-    return split;
-  }
-  if (rule != nullptr && rule[0] != '\0' && std::strcmp(rule, "waves") != 0)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_SWAPAB_SPLIT = '") + rule + "', expected waves or fill");
-  auto efficiency = [&](int s) {
-    const std::int64_t slots = std::max(1, sms / s) * static_cast<std::int64_t>(s);
-    const std::int64_t units = items * s;
-    const std::int64_t waves = ceil_div(units, slots);
-    return static_cast<double>(units) / static_cast<double>(waves * slots);
-  };
-  int best = 1;
-  for (int s = 1;; s *= 2) {
-    if (efficiency(s) >= t.min_wave_efficiency) return s;
-    if (efficiency(s) > 1.05 * efficiency(best)) best = s;  // a larger split must pay for its reduction
-    if (s >= t.max_split_k || k_stages < static_cast<std::int64_t>(t.min_k_stages_per_rank) * s) break;
-  }
-  return best;
+  int split = 1;
+  while (split < t.max_split_k && std::max<std::int64_t>(items, 1) * split * 2 <= std::max(1, sm_count) &&
+         k_stages >= static_cast<std::int64_t>(t.min_k_stages_per_rank) * split)
+    split *= 2;
+  return split;
 }
 
 int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {

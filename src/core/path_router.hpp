@@ -56,14 +56,13 @@ struct RouterTable {
   double mid_n_max_tokens_per_expert_bf16 = 2.0;
   double mid_n_max_tokens_per_expert_fp8 = 8.0;
   // Swap-AB split-K (choose_swapab_split below; the launcher uses the same function): the
-  // smallest S in {1, 2, 4, 8} whose wave efficiency, units / (waves x slots) with units =
-  // items x S and slots = floor(SMs / S) x S, reaches min_wave_efficiency, else the best one (a
-  // larger S only when over 5 % better); S doubles only while the K stages >= 4 x S (so >= 2 per
-  // rank after). The items of one GEMM stream the same weight bytes, so a last, partial wave is
-  // time the other SMs idle: qwen3-30b TP1 M=1 GEMM1 has 96 items (0.73 of 132 SMs busy) -> S = 4
-  // (384 CTAs in 3 waves, 0.97). The earlier rule (split only while items x S x 2 <= SMs) is
-  // MOEKIT_SWAPAB_SPLIT=fill, for A/B runs.
-  double min_wave_efficiency = 0.9;
+  // largest S in {1, 2, 4, 8} with items x S x 2 <= SMs and >= 4 x S K stages (128 bytes each)
+  // before doubling: split only to fill SMs that would otherwise idle. Measured against a rule
+  // that also splits to fill a partial last wave (S up to 8 wherever items x S reach 90 % wave
+  // efficiency; H200, commit d8a2d07, bench/results/2026-11-29-d8a2d07-h200-split-{fill,waves}.json,
+  // 80 decode points): it lost wherever it changed S, down to 0.66x (mixtral TP8 M=2: 76.5 vs 115 µs
+  // with S = 8; qwen3-30b TP1 M=1: 50.9 vs 65.0 with S = 4): the cluster reduction and the shorter
+  // per-rank K loop cost more than the idle SMs of a partial wave.
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
   // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for the
@@ -129,7 +128,6 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 int swapab_split_k(const MoeProblem& problem, int gemm, int sm_count);
 /// The split rule itself (RouterTable), from the GEMM's work items (64-row tiles x expert
 /// chunks) and K stages (128 bytes each); the Swap-AB launcher calls it when not told a split.
-/// MOEKIT_SWAPAB_SPLIT=fill selects the earlier rule (read at every call).
 int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages);
 
 /// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).

@@ -287,8 +287,9 @@ void run_moe(const detail::MoeCall& call) {
 
   // Programmatic dependent launch (cuda/common/pdl.cuh): every launch after routing's first may
   // start while the kernel before it runs (its prologue overlaps; it waits for that kernel's
-  // output). MOEKIT_PDL=0 turns it off; read here, once per call.
-  const bool pdl = pdl_enabled();
+  // output). Decode-sized calls only (kPdlMaxTokens, measured); MOEKIT_PDL=0 turns it off; read
+  // here, once per call.
+  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens;
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);

@@ -733,9 +733,15 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   o.path = "auto";
   o.backend = Backend::kCuda;
   std::string why;
-  EXPECT_EQ(describe_dispatch(describe(d.experts(4)), o, &why), "gemm1=swapab gemm2=mma") << why;
+  // GEMM1 on Swap-AB (with whatever split-K the SM count gives), GEMM2 on mma.
+  auto swapab_then_mma = [](const std::string& plan) {
+    return plan.rfind("gemm1=swapab", 0) == 0 && plan.size() >= 9 && plan.compare(plan.size() - 9, 9, "gemm2=mma") == 0;
+  };
+  std::string plan = describe_dispatch(describe(d.experts(4)), o, &why);
+  EXPECT_TRUE(swapab_then_mma(plan)) << plan << ": " << why;
   const MoeProblem p = describe(d.experts(17));
-  EXPECT_EQ(describe_dispatch(p, o, &why), "gemm1=swapab gemm2=mma") << why;
+  plan = describe_dispatch(p, o, &why);
+  EXPECT_TRUE(swapab_then_mma(plan)) << plan << ": " << why;
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/moe_case.hpp"
+#include "cuda/common/pdl.cuh"
 #include "moekit/moekit.hpp"
 
 namespace moekit::testing {
@@ -251,10 +252,20 @@ void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaS
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   std::size_t programmatic = 0, kernels = 0;
   count_graph(graph, &programmatic, &kernels);
-  // Every launch after routing's first is a programmatic dependent of the one before it.
-  EXPECT_GT(kernels, 2u);
-  EXPECT_EQ(programmatic, kernels - 1) << "programmatic edges in the captured graph: " << programmatic << " of "
-                                       << kernels << " kernel nodes";
+  // Every launch after routing's first is a programmatic dependent of the one before it. Under
+  // auto the smallest shards (N <= 128, <= 16 slots) run the single-launch fused path instead:
+  // one kernel, nothing to chain (docs/router.md).
+  if (std::string(path) == "auto" && kernels == 1) {
+    EXPECT_EQ(programmatic, 0u);
+  } else if (M > cuda::kPdlMaxTokens) {
+    // Prefill-sized calls launch without PDL (measured to lose there: cuda/common/pdl.cuh).
+    EXPECT_GT(kernels, 2u);
+    EXPECT_EQ(programmatic, 0u);
+  } else {
+    EXPECT_GT(kernels, 2u);
+    EXPECT_EQ(programmatic, kernels - 1) << "programmatic edges in the captured graph: " << programmatic << " of "
+                                         << kernels << " kernel nodes";
+  }
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 4; ++replay) {
     const int set = replay % 2 == 0 ? 1 : 0;  // set 2 holds set 0's inputs from the construction
@@ -357,7 +368,8 @@ TEST(Sm90Pdl, SwitchOffCapturesNoProgrammaticEdge) {
     CUDA_OK(cudaStreamEndCapture(stream, &graph));
     std::size_t programmatic = 0, kernels = 0;
     count_graph(graph, &programmatic, &kernels);
-    EXPECT_GT(kernels, 2u);
+    // auto runs this small shard (N = 128, 8 slots) as the single fused launch.
+    if (std::string(path) != "auto") EXPECT_GT(kernels, 2u);
     EXPECT_EQ(0u, programmatic);
     cudaGraphDestroy(graph);
   }

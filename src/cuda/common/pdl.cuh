@@ -59,6 +59,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // Whether run_moe launches its kernels after the first with PDL: true unless MOEKIT_PDL is "0".
 // Read at every call (one getenv), so setenv between calls takes effect at the next call.
+// PDL is used for calls of at most this many tokens. Measured on the H200 (bench/results,
+// ...-d4d44be-h200-decode-pdl-{off,on}.json and ...-d8a2d07-h200-prefill-pdl-{off,on}.json, same
+// run each): at decode (M = 1..64) it saves 1-3 µs per call (median 1.01x, up to 1.09x); at
+// prefill on TP8 shards (M = 1024, 4096) it costs 2.5 % (median 0.975x, down to 0.905x), where the
+// launch gaps it hides are a negligible share and the early-resident dependents only compete.
+inline constexpr long long kPdlMaxTokens = 512;
+
 inline bool pdl_enabled() {
   const char* v = std::getenv("MOEKIT_PDL");
   return v == nullptr || std::strcmp(v, "0") != 0;
