@@ -77,7 +77,8 @@ struct Row {
 
 /// Dense GEMM rates measured in this run (TFLOP/s); absent on the CPU backend.
 struct Ceilings {
-  double hbm_gbps = kHbmGbps;
+  double hbm_gbps = kHbmGbps;  // the roofline's HBM rate: the datasheet's (BRIEF §4)
+  std::optional<double> hbm_read_gbps;  // measured: a pure 16-byte read stream (context only)
   std::optional<double> dense_tflops_bf16, dense_tflops_fp8;
 };
 

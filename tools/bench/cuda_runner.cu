@@ -45,6 +45,24 @@ int fill_blocks(std::int64_t n) {
                                                                            kFillMaxBlocks)));
 }
 
+// The HBM read ceiling: every CTA streams its share of a buffer far larger than L2 with 16-byte
+// loads (evict-first), folds it into one word and writes that word, so nothing is optimized away.
+__global__ void read_stream_kernel(const uint4* in, std::int64_t n16, unsigned* out) {
+  unsigned acc = 0;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {  // four loads in flight per thread
+    const uint4 a = __ldcs(in + i), b = __ldcs(in + i + stride), c = __ldcs(in + i + 2 * stride),
+                d = __ldcs(in + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 a = __ldcs(in + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // practically never: keeps the loads live
+}
+
 __global__ void fill_bf16_kernel(__nv_bfloat16* out, std::int64_t n, std::uint64_t seed, float amp) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -168,6 +186,11 @@ class CudaRunner final : public Runner {
 
   Ceilings measure_ceilings() override {
     Ceilings c;
+    try {
+      c.hbm_read_gbps = hbm_read_gbps();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "moekit-bench: HBM read stream failed: %s\n", e.what());
+    }
     try {
       c.dense_tflops_bf16 = dense_bf16_tflops();
     } catch (const std::exception& e) {
@@ -719,6 +742,27 @@ class CudaRunner final : public Runner {
       r[i] = bf16_to_float(ref[i]);
     }
     return relative_error(g, r);
+  }
+
+  // HBM read rate: 4 GiB streamed once per launch by 132 x 8 CTAs of 512 threads (median of
+  // kDenseIters launches, no flush needed: 4 GiB is ~70x L2). Context for the roofline, which
+  // stays at the datasheet's 4.8 TB/s (BRIEF §4).
+  double hbm_read_gbps() {
+    const std::size_t bytes = std::size_t{4} << 30;
+    DevBuf buf, sink;
+    buf.alloc(bytes);
+    sink.alloc(4096 * sizeof(unsigned));
+    fill_bf16(buf.p, static_cast<std::int64_t>(bytes / 2), mix_seed(config_.seed, kSeedDense, 5), 1.0f, stream_);
+    const int blocks = prop_.multiProcessorCount * 8;
+    auto run = [&] {
+      read_stream_kernel<<<blocks, 512, 0, stream_>>>(static_cast<const uint4*>(buf.p),
+                                                      static_cast<std::int64_t>(bytes / 16),
+                                                      static_cast<unsigned*>(sink.p));
+      BENCH_CUDA(cudaGetLastError());
+    };
+    for (int i = 0; i < 3; ++i) run();
+    const double us = time_events(run, kDenseIters);
+    return static_cast<double>(bytes) / (us * 1e3);
   }
 
   // Dense bf16 GEMM rate: cublasGemmEx 8192^3, TN, bf16 in/out, fp32 compute, random data.
