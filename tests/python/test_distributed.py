@@ -243,3 +243,49 @@ def test_tp_shard_sum_in_one_process():
         s = mkd.shard_tp(f["w1"], f["w2"], 4, r, w1_bias=f["w1_bias"], w2_bias=f["w2_bias"])
         acc += moekit.fused_experts(hidden, s.w1, s.w2, tw, ti, **s.kwargs()).float()
     assert rel(acc.to(torch.bfloat16), ref) < TOL["bf16"]
+
+
+# ------------------------------------------------------- one rank, in this process (API, errors)
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    if dist.is_initialized():
+        pytest.skip("a default process group already exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init1'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_rank_equals_fused_moe_bitwise(one_rank_group):
+    # With one rank nothing is cut or summed: both ops are fused_moe, bit for bit.
+    d = dist_workers.make_full("mixtral_bf16_bias_cold", 1)
+    kw = dict(w1_bias=d["w1_bias"], w2_bias=d["w2_bias"])
+    ref, tw, ti = moekit.fused_moe(d["hidden"], d["logits"], d["w1"], d["w2"], 2, return_routing=True, **kw)
+    tp, tw1, ti1 = mkd.tp_fused_moe(d["hidden"], d["logits"], d["w1"], d["w2"], 2, return_routing=True, **kw)
+    ep, tw2, ti2 = mkd.ep_fused_moe(d["hidden"], d["logits"], d["w1"], d["w2"], 2, return_routing=True, **kw)
+    assert torch.equal(tp, ref) and torch.equal(ep, ref)
+    assert torch.equal(ti1, ti) and torch.equal(ti2, ti) and torch.equal(tw2, tw)
+    out = torch.empty_like(ref)
+    got = mkd.ep_fused_experts(d["hidden"], d["w1"], d["w2"], tw, ti, num_experts=8, out=out, **kw)
+    assert got is out and torch.equal(out, ref)
+    h = d["hidden"].clone()
+    assert mkd.tp_fused_experts(h, d["w1"], d["w2"], tw, ti, inplace=True, **kw) is h and torch.equal(h, ref)
+
+
+def test_ep_argument_errors(one_rank_group):
+    d = dist_workers.make_full("mixtral_bf16", 1)
+    tw, ti = moekit.route(d["logits"], 2)
+    with pytest.raises(ValueError, match="num_experts"):
+        mkd.ep_fused_experts(d["hidden"], d["w1"], d["w2"], tw, ti)
+    with pytest.raises(ValueError, match="owns the 8 experts"):
+        mkd.ep_fused_experts(d["hidden"], d["w1"][:4], d["w2"][:4], tw, ti, num_experts=8)
+    with pytest.raises(ValueError, match="expert_map has 8 entries"):
+        mkd.ep_fused_experts(d["hidden"], d["w1"], d["w2"], tw, ti, num_experts=9, expert_map=mkd.expert_map(8, 1, 0))
+    with pytest.raises(ValueError, match=r"\[M=24, k\]"):
+        mkd.ep_fused_experts(d["hidden"], d["w1"], d["w2"], tw[:3], ti[:3], num_experts=8)
+    with pytest.raises(TypeError, match="torch tensor"):
+        mkd.ep_fused_experts(d["hidden"].float().numpy(), d["w1"], d["w2"], tw, ti, num_experts=8)
