@@ -11,6 +11,9 @@ Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and t
 the operations are also torch.ops.moekit.{fused_experts, route, fused_moe}. Errors raise
 ValueError (bad argument), NotImplementedError (not supported by this build or backend) or
 RuntimeError (the rest), carrying moekit's message. Set MOEKIT_NO_TORCH=1 to skip the torch ops.
+
+Tensor and expert parallelism over a torch.distributed process group (NCCL or gloo):
+`import moekit.distributed` (shard_tp, shard_ep, tp_fused_moe, ep_fused_moe; docs/parallel.md).
 """
 
 import importlib.util as _importlib_util

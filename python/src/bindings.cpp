@@ -2,6 +2,7 @@
 // (pointer, dtype, shape, strides in elements, device) built by python/moekit/_tensors.py from
 // numpy arrays or torch tensors, so this file knows no tensor library and copies nothing.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -9,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -73,6 +75,22 @@ void translate_error(const std::exception_ptr& p, void*) {
     if (e.status() == moekit::Status::kNotSupported) type = PyExc_NotImplementedError;
     PyErr_SetString(type, e.what());
   }
+}
+
+// A sharded weight set as {name: (dtype, shape, raw bytes)} for the present tensors (absent ones,
+// e.g. b2 on tensor-parallel ranks > 0, are left out); Python rebuilds numpy arrays / tensors.
+using HostTuple = std::tuple<moekit::DType, std::vector<std::int64_t>, nb::bytes>;
+std::map<std::string, HostTuple> sharded_dict(const moekit::ShardedExperts& s) {
+  std::map<std::string, HostTuple> out;
+  const std::pair<const char*, const moekit::HostTensor*> items[] = {
+      {"w13", &s.w13}, {"w2", &s.w2}, {"w13_scale", &s.w13_scale},
+      {"w2_scale", &s.w2_scale}, {"b13", &s.b13}, {"b2", &s.b2}};
+  for (const auto& [name, t] : items) {
+    if (t->shape.empty()) continue;
+    out.emplace(name, HostTuple(t->dtype, t->shape,
+                                nb::bytes(reinterpret_cast<const char*>(t->data.data()), t->data.size())));
+  }
+  return out;
 }
 
 }  // namespace
@@ -285,4 +303,44 @@ NB_MODULE(_C, m) {
         return moekit::preset_problem(moekit::find_preset(name), num_tokens, tp, moekit::parse_scheme(scheme));
       },
       "name"_a, "num_tokens"_a, "tp"_a = 1, "scheme"_a = "bf16");
+
+  // Tensor / expert parallelism: the host sharding helpers and the expert layout
+  // (include/moekit/parallel.hpp). moekit.distributed cuts tensors in torch / numpy and is tested
+  // against these.
+  m.def("nccl_available", []() {
+    std::string why;
+    const bool ok = moekit::nccl_available(&why);
+    return std::make_pair(ok, why);
+  });
+  m.def(
+      "expert_range_for_rank",
+      [](std::int64_t num_experts_global, int ep_size, int rank) {
+        const moekit::ExpertRange r = moekit::expert_range_for_rank(num_experts_global, ep_size, rank);
+        return std::make_pair(r.first, r.count);
+      },
+      "num_experts_global"_a, "ep_size"_a, "rank"_a);
+  m.def("expert_map_for_rank", &moekit::expert_map_for_rank, "num_experts_global"_a, "ep_size"_a, "rank"_a);
+  m.def("expert_owner", &moekit::expert_owner, "num_experts_global"_a, "ep_size"_a, "expert_id"_a);
+  m.def(
+      "shard_experts_tp",
+      [](const moekit::ExpertWeights& full, moekit::Scheme scheme, int tp_size, int tp_rank) {
+        moekit::ShardedExperts s;
+        {
+          nb::gil_scoped_release release;
+          s = moekit::shard_experts_tp(full, scheme, tp_size, tp_rank);
+        }
+        return sharded_dict(s);
+      },
+      "full"_a, "scheme"_a, "tp_size"_a, "tp_rank"_a);
+  m.def(
+      "shard_experts_ep",
+      [](const moekit::ExpertWeights& full, moekit::Scheme scheme, int ep_size, int ep_rank) {
+        moekit::ShardedExperts s;
+        {
+          nb::gil_scoped_release release;
+          s = moekit::shard_experts_ep(full, scheme, ep_size, ep_rank);
+        }
+        return sharded_dict(s);
+      },
+      "full"_a, "scheme"_a, "ep_size"_a, "ep_rank"_a);
 }
