@@ -388,15 +388,26 @@ __global__ void __launch_bounds__(kThreads, 1) permute_scatter_sm90_kernel(const
   const int last = min(p.num_chunks, first + p.chunks_per_scatter);
   // Totals into running, the earlier chunks' counts into chunk_tot. Groups of E threads split the
   // chunks (each group reads whole rows, coalesced); integer atomics, so the sums are order-free.
+  // kBatch predicated loads in flight per thread before any is added: the table read is L2
+  // latency, not bandwidth (a loop with an exit per row would wait for every load in turn).
+  // Read-only path: the count launch wrote the table and has completed (pdl_wait).
+  constexpr int kBatch = 8;
   const int groups = E < kThreads ? kThreads / max(E, 1) : 1;
   for (int i = tid; i < groups * E; i += kThreads) {
     const int e = i % E, g = i / E;
     int tot = 0, pre = 0;
-#pragma unroll 4
-    for (int c = g; c < p.num_chunks; c += groups) {
-      const int v = __ldcg(p.chunk_counts + static_cast<std::int64_t>(c) * E + e);
-      tot += v;
-      pre += c < first ? v : 0;
+    for (int c0 = g; c0 < p.num_chunks; c0 += kBatch * groups) {
+      int v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int c = c0 + u * groups;
+        v[u] = c < p.num_chunks ? __ldg(p.chunk_counts + static_cast<std::int64_t>(c) * E + e) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        tot += v[u];
+        pre += c0 + u * groups < first ? v[u] : 0;
+      }
     }
     if (tot != 0) atomicAdd(&sm.running[e], tot);
     if (pre != 0) atomicAdd(&sm.chunk_tot[e], pre);
