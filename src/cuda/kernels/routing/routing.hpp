@@ -14,10 +14,11 @@
 namespace moekit::cuda {
 
 // Above this many slots (M*k) the permutation runs on a grid (a count launch, then a scatter
-// launch) instead of one CTA. 4096 = 4 chunks of 1024 slots (~13 us in one CTA at the measured
-// ~3.1 ns per slot, vs ~6 us of fixed cost for the two grid launches), and 512 tokens x k = 8:
-// decode and fused_moe's one-launch routing (up to 512 tokens) of every k <= 8 preset keep the
-// single CTA exactly as before.
+// launch) instead of one CTA. 4096 = 512 tokens x k = 8: decode and fused_moe's one-launch
+// routing (up to 512 tokens) of every k <= 8 preset keep the single CTA exactly as before. It is
+// also about where the grid starts to pay: 4 chunks of 1024 slots take ~13 us in one CTA at the
+// ~3.1 ns per slot measured at 65536 slots, the two grid launches an estimated ~6 us whatever
+// the size (not yet measured: retune with a sweep of M around 512 at k = 8).
 constexpr std::int64_t kPermuteMultiCtaMinSlots = 4096;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
