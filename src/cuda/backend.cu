@@ -295,9 +295,10 @@ void run_moe(const detail::MoeCall& call) {
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
   std::int32_t* sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
 
-  // 1. Routing (fused_moe) + permutation: one CTA; also zeroes the absmax words. Its first
-  // launch never has the PDL attribute: the call does not overlap what the caller ran before it,
-  // nor the previous call's kernels, which read the offsets and slots it rewrites.
+  // 1. Routing (fused_moe) + permutation: one CTA up to kPermuteMultiCtaMinSlots slots, a count
+  // grid and a scatter grid above; also zeroes the absmax words. Its first launch never has the
+  // PDL attribute: the call does not overlap what the caller ran before it, nor the previous
+  // call's kernels, which read the offsets, slots and chunk counts it rewrites.
   RoutingParams rp;
   rp.num_tokens = M;
   rp.top_k = k;
@@ -318,6 +319,7 @@ void run_moe(const detail::MoeCall& call) {
   rp.sorted_slots = sorted_slots;
   rp.topk_weights = routed_weights(call, L);
   rp.sorted_weights = rp.topk_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
+  rp.chunk_counts = permute_chunk_count_bytes(P, E) > 0 ? slice<std::int32_t>(ws, L.chunk_counts) : nullptr;
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   launch_routing_sm90(rp, stream, pdl);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/kernels/routing/routing.hpp"
 #include "moekit/problem.hpp"
 
 namespace moekit::cuda {
@@ -25,6 +26,8 @@ struct WorkspaceLayout {
   std::size_t expert_offsets = 0;  // int32 [E + 1]; offsets[E] = local slots
   std::size_t sorted_slots = 0;    // int32 [P]: slot m*k+j of each row, grouped by local expert
   std::size_t sorted_weights = 0;  // fp32 [P]: topk_weights[sorted_slots[r]] (router weight per row)
+  std::size_t chunk_counts = 0;    // int32 [count CTAs][E]: the multi-CTA permutation's per-CTA
+                                   // expert counts, max(E, 32768) words when P > 4096, else none
   std::size_t a_q = 0;             // e4m3 [M, K] (fp8 schemes)
   std::size_t a_scale = 0;         // fp32: per tensor [1], per channel [M], block128 [M, G(K)]
   std::size_t inter = 0;           // [P, N]: act dtype (bf16 scheme) or fp32 (fp8 schemes)
@@ -61,6 +64,7 @@ inline WorkspaceLayout workspace_layout(const MoeProblem& p) {
   w.expert_offsets = take((E + 1) * 4);
   w.sorted_slots = take(P * 4);
   w.sorted_weights = take(P * 4);
+  w.chunk_counts = take(permute_chunk_count_bytes(static_cast<std::int64_t>(P), static_cast<std::int64_t>(E)));
   std::size_t a_scale_n = 0, inter_scale_n = 0;
   switch (p.scheme) {
     case Scheme::kBf16: break;

@@ -419,7 +419,8 @@ void tile_boundaries(Scheme scheme) {
   s.scheme = scheme;
   MoeCase c = make_case(s);
   check_case(c, {1, 2, 3, 7, 17, 63, 64, 65, 127, 129, 4095, 4096, 4097}, Mode::kFusedExperts);
-  // fused_moe routes in the permute CTA up to 512 tokens and on a separate grid above.
+  // fused_moe routes in the permute CTA up to 512 tokens and on a separate grid above; past 4096
+  // slots (4095..4097 x k = 2) the permutation runs on the count and scatter grids.
   check_case(c, {512, 513, 4097}, Mode::kFusedMoe);
 }
 TEST_P(Sm90FusedMoe, TileBoundaryMBf16) { SKIP_WITHOUT_SM90(); tile_boundaries(Scheme::kBf16); }
@@ -484,6 +485,26 @@ TEST_P(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
     MoeCase c = make_case(s);
     check_case(c, {1, 17, 65}, Mode::kFusedExperts);
     check_case(c, {65}, Mode::kFusedMoe);
+  }
+}
+
+// Past 4096 slots the permutation runs on a grid (count launch, scatter launch; routing in the
+// count launch for fused_moe); test_permute.cpp compares it with the one-CTA path bit for bit.
+// Here the whole call: k = 8 with remote experts and with empty experts, given and computed.
+TEST_P(Sm90FusedMoe, MultiCtaPermutation) {
+  SKIP_WITHOUT_SM90();
+  for (RoutingPattern pattern : {RoutingPattern::kFromLogits, RoutingPattern::kSkewed}) {
+    CaseSpec s;
+    s.M = 1024;
+    s.E = 64;
+    s.k = 8;
+    s.K = 256;
+    s.N = 128;
+    s.pattern = pattern;
+    s.expert_map = pattern == RoutingPattern::kFromLogits;
+    MoeCase c = make_case(s);
+    check_case(c, {511, 513, 1024}, Mode::kFusedExperts);
+    if (pattern == RoutingPattern::kFromLogits) check_case(c, {1024}, Mode::kFusedMoe);
   }
 }
 

@@ -285,8 +285,9 @@ const char* const kPaths[] = {"auto", "mma", "swapab", "tokmajor"};
 // A model preset shrunk to test size: its routing, k, activation and bias; E capped; K and N
 // small enough for a quick case, multiples of 16 bytes so that every path runs it. Decode M = 1
 // and 5 (Swap-AB splits K over a cluster there), prefill M = 600 (fused_moe routes on a grid
-// and permutes in a second launch above 512 tokens; dynamic fp8 quantization takes two launches
-// above 32 K elements).
+// and permutes in a second launch above 512 tokens; with k = 8, 4800 slots, the permutation runs
+// on a count grid that routes and a scatter grid instead; dynamic fp8 quantization takes two
+// launches above 32 K elements).
 void check_preset(const char* name, std::int64_t E, std::int64_t K, std::int64_t N, Scheme scheme) {
   const ModelPreset& pr = find_preset(name);
   CaseSpec s;

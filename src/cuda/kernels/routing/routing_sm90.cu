@@ -1,8 +1,10 @@
-// The routing + permutation kernel (docs/design.md step 1) and its launcher. Routing: one warp
+// The routing + permutation kernels (docs/design.md step 1) and their launcher. Routing: one warp
 // per token, the token's E_global scores in a shared-memory row, top-k by k rounds of a warp
-// argmax (ties -> lower id). Permutation: a single persistent CTA; counts by shared atomics,
-// then a stable scatter in chunks of 1024 slots (per-warp match_any ranks + per-warp counts).
-// fused_moe runs both in one CTA up to kFusedRouteMaxTokens tokens, in two launches above.
+// argmax (ties -> lower id). Permutation: counts by shared atomics, then a stable scatter in
+// chunks of 1024 slots (per-warp match_any ranks + per-warp counts). Up to
+// kPermuteMultiCtaMinSlots slots one persistent CTA does it all (fused_moe routes in the same CTA
+// up to kFusedRouteMaxTokens tokens, on a grid before it above); past that a count grid (routing
+// its own tokens first) and a scatter grid split the slots into contiguous chunks.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -194,64 +196,87 @@ __device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t
   return (e >= 0 && e < p.num_experts) ? e : -1;
 }
 
-// Single CTA of kNumThreads. Shared memory: warp_cnt[warps][E] (uint16, chunk-relative),
-// running[E], chunk_tot[E].
+// The permutation's shared memory: warp_cnt[warps][E] (uint16, chunk-relative), running[E],
+// chunk_tot[E].
+struct PermuteSmem {
+  std::uint16_t* warp_cnt;
+  int* running;
+  int* chunk_tot;
+};
+
+template <int kWarps>
+__device__ __forceinline__ PermuteSmem permute_smem(unsigned char* smem, int E) {
+  PermuteSmem sm;
+  sm.warp_cnt = reinterpret_cast<std::uint16_t*>(smem);
+  sm.running = reinterpret_cast<int*>(smem + static_cast<std::size_t>(kWarps) * E * 2 + 16 - (kWarps * E * 2) % 16);
+  sm.chunk_tot = sm.running + E;
+  return sm;
+}
+
+// counts[e] <- the slots of [s0, s1) whose local expert is e (order-free shared atomics). The
+// CTA's threads all call it; it ends with a barrier.
 template <int kNumThreads>
-__device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
+__device__ __forceinline__ void count_slots(const RoutingParams& p, std::int64_t s0, std::int64_t s1, int* counts) {
+  const int tid = threadIdx.x;
+  for (int e = tid; e < p.num_experts; e += kNumThreads) counts[e] = 0;
+  __syncthreads();
+  for (std::int64_t s = s0 + tid; s < s1; s += kNumThreads) {
+    const int e = local_expert(p, s);
+    if (e >= 0) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+}
+
+// Warp 0 alone: running[0..E) <- its exclusive prefix sum; each lane owns a contiguous run of
+// experts. Also into offsets[0..E] (offsets[E] = the sum) when write_offsets.
+__device__ __forceinline__ void scan_expert_counts(int* running, int E, std::int32_t* offsets, bool write_offsets,
+                                                   int lane) {
+  const int per = (E + 31) / 32;
+  const int lo = min(E, lane * per), hi = min(E, lo + per);
+  int local = 0;
+  for (int e = lo; e < hi; ++e) local += running[e];
+  int incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  int acc = incl - local;
+  for (int e = lo; e < hi; ++e) {
+    const int c = running[e];
+    running[e] = acc;
+    if (write_offsets) offsets[e] = acc;
+    acc += c;
+  }
+  if (lane == 31 && write_offsets) offsets[E] = incl;
+}
+
+// Stable scatter of the slots [s0, s1), kNumThreads slots per chunk: per-warp match_any ranks +
+// per-warp counts order a chunk's slots of one expert by slot index. On entry (after a barrier)
+// sm.running[e] is the sorted row of expert e's first slot in [s0, s1); warp_cnt and chunk_tot
+// are scratch. The CTA's threads all call it.
+template <int kNumThreads>
+__device__ void scatter_slots(const RoutingParams& p, std::int64_t s0, std::int64_t s1, const PermuteSmem& sm) {
   constexpr int kThreads = kNumThreads;
   constexpr int kWarps = kNumThreads / 32;
   const int E = p.num_experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const std::int64_t P = p.num_tokens * p.top_k;
-  std::uint16_t* warp_cnt = reinterpret_cast<std::uint16_t*>(smem);
-  int* running = reinterpret_cast<int*>(smem + static_cast<std::size_t>(kWarps) * E * 2 + 16 - (kWarps * E * 2) % 16);
-  int* chunk_tot = running + E;
-
-  // Pass 1: counts per local expert (order-free).
-  for (int e = tid; e < E; e += kThreads) running[e] = 0;
-  __syncthreads();
-  for (std::int64_t s = tid; s < P; s += kThreads) {
-    const int e = local_expert(p, s);
-    if (e >= 0) atomicAdd(&running[e], 1);
-  }
-  __syncthreads();
-
-  // Exclusive prefix sum by warp 0: each lane owns a contiguous run of experts.
-  if (warp == 0) {
-    const int per = (E + 31) / 32;
-    const int lo = min(E, lane * per), hi = min(E, lo + per);
-    int local = 0;
-    for (int e = lo; e < hi; ++e) local += running[e];
-    int incl = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int t = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += t;
-    }
-    int acc = incl - local;
-    for (int e = lo; e < hi; ++e) {
-      const int c = running[e];
-      running[e] = acc;
-      p.expert_offsets[e] = acc;
-      acc += c;
-    }
-    if (lane == 31) p.expert_offsets[E] = incl;
-  }
-  __syncthreads();
-
-  // Pass 2: stable scatter, 1024 slots per chunk.
+  std::uint16_t* warp_cnt = sm.warp_cnt;
+  int* running = sm.running;
+  int* chunk_tot = sm.chunk_tot;
   const unsigned lt_mask = (1u << lane) - 1u;
-  for (std::int64_t c0 = 0; c0 < P; c0 += kThreads) {
-    if (c0 != 0) {
+  for (std::int64_t c0 = s0; c0 < s1; c0 += kThreads) {
+    if (c0 != s0) {
       for (int e = tid; e < E; e += kThreads) running[e] += chunk_tot[e];
     }
     for (int i = tid; i < kWarps * E; i += kThreads) warp_cnt[i] = 0;
     __syncthreads();
     const std::int64_t s = c0 + tid;
-    const int e = s < P ? local_expert(p, s) : -1;
+    const int e = s < s1 ? local_expert(p, s) : -1;
     // The slot's router weight for sorted_weights, loaded here so that its latency overlaps the
     // chunk's counting. Plain load: when routing ran in this launch, this CTA's own threads wrote
     // the weights (ordered by the __syncthreads before the permutation); no read-only path.
+    // (The scatter launch reads weights its predecessor wrote: ordered by pdl_wait.)
     const bool with_weight = e >= 0 && p.sorted_weights != nullptr && p.topk_weights != nullptr;
     const float weight = with_weight ? p.topk_weights[s] : 0.f;
     const unsigned peers = __match_any_sync(0xffffffffu, e);
@@ -275,6 +300,19 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
     }
     __syncthreads();
   }
+}
+
+// The whole permutation in a single CTA of kNumThreads (up to kPermuteMultiCtaMinSlots slots).
+template <int kNumThreads>
+__device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
+  const PermuteSmem sm = permute_smem<kNumThreads / 32>(smem, p.num_experts);
+  const std::int64_t P = p.num_tokens * p.top_k;
+  // Pass 1: counts per local expert; warp 0 prefix-sums them to expert_offsets.
+  count_slots<kNumThreads>(p, 0, P, sm.running);
+  if (threadIdx.x < 32) scan_expert_counts(sm.running, p.num_experts, p.expert_offsets, true, threadIdx.x);
+  __syncthreads();
+  // Pass 2: stable scatter, kNumThreads slots per chunk.
+  scatter_slots<kNumThreads>(p, 0, P, sm);
 }
 
 template <class TLogit, int kNumThreads>
@@ -302,6 +340,90 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   }
 }
 
+// Multi-CTA permutation, launch 1 (num_chunks CTAs): CTA c routes its own tokens when `route`
+// (one warp per token, as routing_sm90_kernel), then counts their slots per local expert into
+// chunk_counts[c][E]. Block 0 zeroes the counter words. Shared memory: the routing rows, then
+// counts[E] in the same bytes.
+template <class TLogit>
+__global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const __grid_constant__ RoutingParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  // PDL: the call's first launch (no programmatic dependency: the wait returns at once); the
+  // scatter launch may start right away and waits for this grid to complete.
+  pdl_wait();
+  if (p.pdl_trigger) pdl_launch_dependents();
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * p.chunk_tokens;
+  const std::int64_t m1 = m0 + p.chunk_tokens < p.num_tokens ? m0 + p.chunk_tokens : p.num_tokens;
+  if (p.route) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* srow = reinterpret_cast<float*>(smem) + static_cast<std::size_t>(warp) * p.num_experts_global;
+    for (std::int64_t m = m0 + warp; m < m1; m += kWarps) route_token<TLogit>(p, m, srow, lane);
+    __syncthreads();  // the chunk's topk_ids are visible to the CTA; the counts reuse srow's bytes
+  }
+  int* counts = reinterpret_cast<int*>(smem);
+  count_slots<kThreads>(p, m0 * p.top_k, m1 * p.top_k, counts);
+  std::int32_t* row = p.chunk_counts + static_cast<std::int64_t>(blockIdx.x) * p.num_experts;
+  for (int e = threadIdx.x; e < p.num_experts; e += kThreads) row[e] = counts[e];
+}
+
+// Multi-CTA permutation, launch 2 (ceil(num_chunks / chunks_per_scatter) CTAs): CTA b sums the
+// count table into each expert's total and its own prefix (the expert's slots in the chunks
+// before its first), scans the totals (CTA 0 writes expert_offsets; every CTA gets the same
+// offsets) and scatters its chunks' slots as the one-CTA kernel does, starting each expert at
+// offset + prefix: the same rows, bit for bit.
+__global__ void __launch_bounds__(kThreads, 1) permute_scatter_sm90_kernel(const __grid_constant__ RoutingParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  // PDL: reads the count launch's chunk_counts (and its routing's topk_ids / weights).
+  pdl_wait();
+  if (p.pdl_trigger) pdl_launch_dependents();
+  const int E = p.num_experts;
+  const int tid = threadIdx.x;
+  const PermuteSmem sm = permute_smem<kWarps>(smem, E);
+  for (int e = tid; e < E; e += kThreads) {
+    sm.running[e] = 0;
+    sm.chunk_tot[e] = 0;
+  }
+  __syncthreads();
+  const int first = static_cast<int>(blockIdx.x) * p.chunks_per_scatter;
+  const int last = min(p.num_chunks, first + p.chunks_per_scatter);
+  // Totals into running, the earlier chunks' counts into chunk_tot. Groups of E threads split the
+  // chunks (each group reads whole rows, coalesced); integer atomics, so the sums are order-free.
+  // kBatch predicated loads in flight per thread before any is added: the table read is L2
+  // latency, not bandwidth (a loop with an exit per row would wait for every load in turn).
+  // Read-only path: the count launch wrote the table and has completed (pdl_wait).
+  constexpr int kBatch = 8;
+  const int groups = E < kThreads ? kThreads / max(E, 1) : 1;
+  for (int i = tid; i < groups * E; i += kThreads) {
+    const int e = i % E, g = i / E;
+    int tot = 0, pre = 0;
+    for (int c0 = g; c0 < p.num_chunks; c0 += kBatch * groups) {
+      int v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int c = c0 + u * groups;
+        v[u] = c < p.num_chunks ? __ldg(p.chunk_counts + static_cast<std::int64_t>(c) * E + e) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        tot += v[u];
+        pre += c0 + u * groups < first ? v[u] : 0;
+      }
+    }
+    if (tot != 0) atomicAdd(&sm.running[e], tot);
+    if (pre != 0) atomicAdd(&sm.chunk_tot[e], pre);
+  }
+  __syncthreads();
+  if (tid < 32) scan_expert_counts(sm.running, E, p.expert_offsets, blockIdx.x == 0, tid);
+  __syncthreads();
+  for (int e = tid; e < E; e += kThreads) sm.running[e] += sm.chunk_tot[e];
+  __syncthreads();
+  const std::int64_t P = p.num_tokens * p.top_k;
+  const std::int64_t chunk_slots = p.chunk_tokens * p.top_k;
+  const std::int64_t s0 = first * chunk_slots;
+  const std::int64_t s1 = last * chunk_slots < P ? last * chunk_slots : P;
+  scatter_slots<kThreads>(p, s0, s1, sm);
+}
+
 std::size_t route_smem_bytes(const RoutingParams& p, int warps = kWarps) {
   return p.route ? static_cast<std::size_t>(warps) * p.num_experts_global * sizeof(float) : 0;
 }
@@ -311,12 +433,17 @@ std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
   return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
 }
 
-template <class TLogit, int kNumThreads>
-void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream, bool pdl) {
-  auto kernel = routing_sm90_kernel<TLogit, kNumThreads>;
+// Launches `kernel` with `smem` bytes of dynamic shared memory (opting in past 48 KiB).
+void launch_routing_kernel(void (*kernel)(RoutingParams), const RoutingParams& p, std::size_t smem, int grid,
+                           int threads, cudaStream_t stream, bool pdl) {
   if (smem > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch_kernel_pdl(kernel, dim3(grid), dim3(kNumThreads), smem, stream, pdl, p);
+  launch_kernel_pdl(kernel, dim3(grid), dim3(threads), smem, stream, pdl, p);
+}
+
+template <class TLogit, int kNumThreads>
+void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream, bool pdl) {
+  launch_routing_kernel(routing_sm90_kernel<TLogit, kNumThreads>, p, smem, grid, kNumThreads, stream, pdl);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
@@ -324,6 +451,9 @@ MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kSmallThreads>);
 MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kSmallThreads>);
 MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kThreads>);
 MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kThreads>);
+MOEKIT_REGISTER_KERNEL(permute_count_sm90_kernel<float>);
+MOEKIT_REGISTER_KERNEL(permute_count_sm90_kernel<__nv_bfloat16>);
+MOEKIT_REGISTER_KERNEL(permute_scatter_sm90_kernel);
 
 }  // namespace
 
@@ -350,6 +480,56 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
                                            ", E=" + std::to_string(p.num_experts) + "), the device allows " +
                                            std::to_string(optin));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int route_grid =
+      static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
+  const std::int64_t P = p.num_tokens * p.top_k;
+  const bool multi = p.permute && (p.permute_path == PermutePath::kMultiCta ||
+                                   (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots &&
+                                    p.chunk_counts != nullptr));
+  if (multi) {
+    if (p.chunk_counts == nullptr)
+      throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
+    int sms = 0;
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+    // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
+    const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
+    // Scatter CTAs: one wave (<= SM count), each at least one full chunk of kThreads slots (a
+    // chunk's cost is mostly latency: fewer slots would not finish sooner).
+    const std::int64_t scatters_wanted =
+        std::max<std::int64_t>(1, std::min({cdiv(P, kThreads), static_cast<std::int64_t>(std::max(sms, 1)), max_chunks}));
+    // Count CTAs: when routing here, the route-only grid (one token per warp up to
+    // kMaxRouteBlocks CTAs), so that routing is as parallel as in the route-only launch; else one
+    // per scatter CTA. Whole tokens per CTA (routing writes a token's k slots).
+    std::int64_t chunks = p.route ? std::min<std::int64_t>(route_grid, max_chunks) : scatters_wanted;
+    chunks = std::max(chunks, scatters_wanted);
+    const std::int64_t chunk_tokens = cdiv(p.num_tokens, chunks);
+    chunks = cdiv(p.num_tokens, chunk_tokens);  // no CTA without tokens
+    const std::int64_t per_scatter = cdiv(chunks, scatters_wanted);
+    const std::int64_t scatters = cdiv(chunks, per_scatter);
+
+    RoutingParams q = p;
+    q.chunk_tokens = chunk_tokens;
+    q.num_chunks = static_cast<int>(chunks);
+    q.chunks_per_scatter = static_cast<int>(per_scatter);
+    q.pdl_trigger = true;  // the scatter launch follows the count launch; quant or GEMM1 the scatter
+    // Launch 1: the call's first, never with the PDL attribute. Routing rows, then counts[E].
+    const std::size_t count_smem =
+        std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
+    if (q.route && q.logits_dtype == DType::kBf16)
+      launch_routing_kernel(permute_count_sm90_kernel<__nv_bfloat16>, q, count_smem, static_cast<int>(chunks), kThreads,
+                            s, false);
+    else
+      launch_routing_kernel(permute_count_sm90_kernel<float>, q, count_smem, static_cast<int>(chunks), kThreads, s,
+                            false);
+    // Launch 2: the scatter, the programmatic dependent of the count launch.
+    q.route = false;
+    q.zero_words = nullptr;
+    q.num_zero_words = 0;
+    launch_routing_kernel(permute_scatter_sm90_kernel, q, permute_smem_bytes(q), static_cast<int>(scatters), kThreads, s,
+                          pdl);
+    return;
+  }
   // `after_routing`: the permute launch that follows this call's routing launch, the only one
   // that may have the PDL attribute (the first launch of a call never has it).
   auto launch = [&](RoutingParams q, int grid, bool after_routing) {
@@ -371,8 +551,6 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
       else launch_typed<float, kThreads>(q, bytes, grid, s, with_pdl);
     }
   };
-  const int route_grid =
-      static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
   if (p.route && p.permute && p.num_tokens > kFusedRouteMaxTokens) {
     // Prefill: one CTA would route ~100 cycles per token; route on a full grid first, then
     // permute in one CTA (two launches instead of one, same results).
