@@ -287,9 +287,10 @@ void run_moe(const detail::MoeCall& call) {
 
   // Programmatic dependent launch (cuda/common/pdl.cuh): every launch after routing's first may
   // start while the kernel before it runs (its prologue overlaps; it waits for that kernel's
-  // output). Decode-sized calls only (kPdlMaxTokens, measured); MOEKIT_PDL=0 turns it off; read
-  // here, once per call.
-  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens;
+  // output). Decode-sized calls on Swap-AB / mma only (kPdlMaxTokens: measured to lose with the
+  // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
+  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && plan.gemm[0].impl != detail::GemmImpl::kTokmajor &&
+                   plan.gemm[1].impl != detail::GemmImpl::kTokmajor;
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);

@@ -242,7 +242,12 @@ TEST_P(MultiGpuEp, AllToAllRoundTripEqualsSingleGpuOp) {
     a.experts.topk_weights = TensorView{};
     a.experts.out = arena.make(spec.act_dtype, {M, K}, r);
     a.router_logits = arena.upload(TensorView::contiguous(c.router_logits.data() + m0 * Eg, DType::kFp32, {M, Eg}), r);
-    a.routing = spec.routing;
+    // c.spec, not spec: make_case sets routing.top_k = k on its copy only (the local spec keeps
+    // RoutingConfig's default top_k = 1, which routed every token to one expert: rel. error ~1.32).
+    a.routing = c.spec.routing;
+    if (describe(a).top_k != c.spec.k)
+      throw Error(Status::kInvalidArgument, "EP test routes top_k=" + std::to_string(describe(a).top_k) +
+                                                ", the reference " + std::to_string(c.spec.k));
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     Options o;

@@ -59,12 +59,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // Whether run_moe launches its kernels after the first with PDL: true unless MOEKIT_PDL is "0".
 // Read at every call (one getenv), so setenv between calls takes effect at the next call.
-// PDL is used for calls of at most this many tokens. Measured on the H200 (bench/results,
-// ...-d4d44be-h200-decode-pdl-{off,on}.json and ...-d8a2d07-h200-prefill-pdl-{off,on}.json, same
-// run each): at decode (M = 1..64) it saves 1-3 µs per call (median 1.01x, up to 1.09x); at
-// prefill on TP8 shards (M = 1024, 4096) it costs 2.5 % (median 0.975x, down to 0.905x), where the
-// launch gaps it hides are a negligible share and the early-resident dependents only compete.
-inline constexpr long long kPdlMaxTokens = 512;
+// PDL is used for calls of at most this many tokens whose GEMMs do not run on the token-major
+// path (backend.cu). Measured on the H200 in one run, PDL off vs on, every preset, TP 1 and 8,
+// bf16 and fp8, M = 1..1024, twice each (bench/results/...-8924ce2-h200-pdl-{off,on}-{1,2}.json;
+// run-to-run noise p10-p90 0.99-1.01x): it saves 1-2 % at M <= 32 (median 1.02x at M = 1, up
+// to 1.12x), nothing at M = 64, and costs up to 11 % wherever a GEMM runs token-major (mixtral
+// TP8 M=128: 146 vs 164 µs; qwen3-30b TP8 M=512: 168 vs 188): the early-launched dependents of a
+// persistent 132-CTA kernel only compete with it there.
+inline constexpr long long kPdlMaxTokens = 64;
 
 inline bool pdl_enabled() {
   const char* v = std::getenv("MOEKIT_PDL");
