@@ -19,11 +19,11 @@ PRESETS = ["mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "g
 
 # The regimes of docs/perf.md "Every point that misses", in the order the document lists them.
 REGIMES = OrderedDict([
-    ("P", "prefill, compute-bound (TP1, M >= 4096): below 75 % of the dense rate"),
-    ("L", "latency floor: roof under 25 µs, the chain of launches and memory latencies dominates"),
-    ("T", "TP8 shard, roof >= 25 µs: small-N GEMMs below the weight stream rate"),
-    ("X", "TP1 transition, M = 256..2048: neither the decode nor the prefill kernel at the roof"),
-    ("D", "TP1 decode, M <= 128: weight stream between 80 % and 95 % of what the target needs"),
+    ("P", "prefill, compute-bound (TP1, M >= 4096): token-major wgmma below 75 % of the dense rate"),
+    ("L", "latency floor: roof under 25 µs, the chain of kernels and memory latencies dominates"),
+    ("T", "TP8 shard, roof >= 25 µs: small-N GEMMs below the weight-stream or dense rate"),
+    ("X", "TP1 transition, M = 256..2048: between the decode and the prefill kernels"),
+    ("D", "TP1 decode, M <= 128: the weight stream below 4.08 TB/s plus a fixed chain"),
 ])
 
 
