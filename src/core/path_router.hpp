@@ -21,8 +21,7 @@ enum class GemmImpl : int {
 const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab", "tokmajor"
 
 /// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
-/// "fused" is the single-launch path; "tokmajor" the token-major wgmma path (forced only until
-/// its crossover is measured).
+/// "fused" is the single-launch path; "tokmajor" the token-major wgmma path.
 inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor"};
 
 /// The heuristic's constants, in one place.
