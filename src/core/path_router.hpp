@@ -35,7 +35,7 @@ struct RouterTable {
   // - past these, the token-major wgmma path (kernels/tokmajor/) when it can run the GEMM: it beat
   //   mma at every point measured from M = 1024 on (mixtral bf16 M=8192: 13.1 vs 24.4 ms; fp8:
   //   7.8 vs 24.4 ms; bench/results/2026-11-29-66ab841-h200-prefill.json), else mma.
-  // - small shards (N < 256, e.g. qwen3-30b at TP8, N = 96): Swap-AB only up to 32 slots; with
+  // - small bf16 shards (N < 256, e.g. qwen3-30b at TP8, N = 96): Swap-AB only up to 32 slots; with
   //   2N = 192 rows its 64-row tiles and one-stage GEMM2 items cost more than they stream.
   // Retuned from the path sweep after the Swap-AB metadata / tiles-per-item change (commit f522c23,
   // H200, 2026-11-29, bench/results/2026-11-29-f522c23-h200-paths.json):

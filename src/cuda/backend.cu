@@ -189,16 +189,26 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   in.tokmajor_ok[0] = can_implement_tokmajor_sm90(g1, &in.tokmajor_why[0]);
   in.tokmajor_ok[1] = can_implement_tokmajor_sm90(g2, &in.tokmajor_why[1]);
   in.fused_ok = can_implement_fused_sm90(p, &in.fused_why);
+  if (in.fused_ok) {
+    // Its CTAs wait on each other: it launches cooperatively, which this device must support.
+    int coop = 0;
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+    if (coop == 0) {
+      in.fused_ok = false;
+      in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
+    }
+  }
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
 }
 
-void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream, bool pdl) {
+void run_gemm(const GroupedGemmParams& g, const detail::GemmChoice& choice, void* stream, bool pdl,
+              int tokmajor_cluster) {
   if (choice.impl == detail::GemmImpl::kSwapab)
     launch_grouped_gemm_swapab_sm90(g, stream, choice.split_k, /*tiles_per_item=*/0, pdl);
   else if (choice.impl == detail::GemmImpl::kTokmajor)
-    launch_grouped_gemm_tokmajor_sm90(g, stream, /*cluster=*/0, pdl);
+    launch_grouped_gemm_tokmajor_sm90(g, stream, tokmajor_cluster, pdl);
   else
     launch_grouped_gemm(g, stream, pdl);
 }
@@ -289,8 +299,11 @@ void run_moe(const detail::MoeCall& call) {
   // start while the kernel before it runs (its prologue overlaps; it waits for that kernel's
   // output). Decode-sized calls on Swap-AB / mma only (kPdlMaxTokens: measured to lose with the
   // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
-  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && plan.gemm[0].impl != detail::GemmImpl::kTokmajor &&
-                   plan.gemm[1].impl != detail::GemmImpl::kTokmajor;
+  const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
+  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
+  // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) is read and checked before anything is
+  // enqueued: a bad value fails the call with nothing launched.
+  const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
@@ -341,7 +354,7 @@ void run_moe(const detail::MoeCall& call) {
   }
 
   // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
-  run_gemm(g1, plan.gemm[0], stream, pdl);
+  run_gemm(g1, plan.gemm[0], stream, pdl, tokmajor_cluster);
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes).
   if (fp8) {
@@ -360,7 +373,7 @@ void run_moe(const detail::MoeCall& call) {
   }
 
   // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
-  run_gemm(g2, plan.gemm[1], stream, pdl);
+  run_gemm(g2, plan.gemm[1], stream, pdl, tokmajor_cluster);
 
   // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
   // caller's next kernel launch early.

@@ -72,7 +72,9 @@
 // back to 0 by its last user (tickets) or by the last CTA out (grp_done[0, G), counters[0..2]),
 // each after the final increment of that counter in this launch. Kernel completion orders those
 // stores before the next launch on the stream (eager or graph node alike), so a launch that ran
-// to completion leaves every counter zero, whatever M, groups and tiling the next one has. The
+// to completion leaves every counter zero for the next launch of the same problem shape (the
+// counter area grows with M: fused_workspace_layout puts `inter` right after it, so a larger-M
+// launch's counters overlap a smaller-M launch's intermediate). The
 // default launcher still zeroes the counters with a cudaMemsetAsync before each launch
 // (FusedMoeParams::zero_counters: the workspace may hold other paths' data there, and a launch
 // killed half-way leaves them dirty); zero_counters = false relies on the kernel's reset alone.

@@ -41,8 +41,9 @@ struct FusedMoeParams {
   // The counters at the head of the workspace must be zero when the kernel starts. true: the
   // launcher zeroes them with one cudaMemsetAsync (the default: the workspace may be shared
   // with other paths). false: the caller guarantees it; the kernel leaves them zero on exit
-  // (every counter is reset by its last user), so a workspace region used only by this path
-  // needs one zeroing at allocation.
+  // (every counter is reset by its last user), so a workspace region used only by launches of
+  // this path with one problem shape needs one zeroing at allocation (the counter area grows
+  // with M and overlaps a smaller M's intermediate).
   bool zero_counters = true;
 };
 

@@ -26,5 +26,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stre
 // is the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, int split_k,
                                      int tiles_per_item = 0, bool pdl = false);
+// A bool third argument is a mistake (split_k comes first): refuse to compile it.
+void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, bool) = delete;
 
 }  // namespace moekit::cuda

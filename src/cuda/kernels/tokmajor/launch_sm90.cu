@@ -149,18 +149,13 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   return true;
 }
 
-// The cluster size when the caller does not force one: kDefaultCluster, or MOEKIT_TOKMAJOR_CLUSTER
-// (1 or 2; a tuning knob for measuring the weight multicast, read at every launch, cheap next to
-// a prefill GEMM; any other value is an error, never silently ignored).
-namespace {
-int default_cluster() {
+int tokmajor_default_cluster() {
   const char* v = std::getenv("MOEKIT_TOKMAJOR_CLUSTER");
   if (v == nullptr || v[0] == '\0') return tokmajor::kDefaultCluster;
   if (std::strcmp(v, "1") == 0) return 1;
   if (std::strcmp(v, "2") == 0) return 2;
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_CLUSTER = '") + v + "', expected 1 or 2");
 }
-}  // namespace
 
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
@@ -172,7 +167,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     os << "tokmajor_sm90: cluster = " << cluster << ", expected 0 (default), 1 or 2";
     throw Error(Status::kInvalidArgument, os.str());
   }
-  if (cluster == 0) cluster = default_cluster();
+  if (cluster == 0) cluster = tokmajor_default_cluster();
   if (p.max_rows == 0) return;
   std::string why;
   if (!can_implement_tokmajor_sm90(p, &why)) throw Error(Status::kNotSupported, why);

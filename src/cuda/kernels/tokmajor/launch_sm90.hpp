@@ -22,5 +22,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* st
 // both; 0 = the default (tokmajor::kDefaultCluster). With `pdl` the launch is the programmatic
 // dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream, int cluster, bool pdl = false);
+// A bool third argument is a mistake (the cluster size comes first): refuse to compile it.
+void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* stream, bool) = delete;
+
+// The cluster size the launcher uses when told 0: tokmajor::kDefaultCluster, or
+// MOEKIT_TOKMAJOR_CLUSTER (1 or 2; a tuning knob for measuring the 2-CTA weight multicast).
+// Throws moekit::Error(kInvalidArgument) on any other value, never ignoring it; the backend
+// asks before it enqueues anything, so a bad value fails a call with nothing launched.
+int tokmajor_default_cluster();
 
 }  // namespace moekit::cuda
