@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
 #include "core/backend.hpp"
@@ -30,29 +31,6 @@
 
 namespace moekit::testing {
 namespace {
-
-bool has_sm90_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
-#define SKIP_WITHOUT_SM90()                                              \
-  do {                                                                   \
-    if (!has_sm90_gpu()) GTEST_SKIP() << "needs an sm_90 (Hopper) GPU"; \
-  } while (0)
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevPtr = std::unique_ptr<void, CudaFree>;
 
 DevPtr dev_alloc(std::size_t bytes) {
   void* p = nullptr;

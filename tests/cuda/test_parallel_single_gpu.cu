@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
 #include "moekit/moekit.hpp"
@@ -21,19 +22,6 @@ namespace moekit::testing {
 namespace {
 
 using i64 = std::int64_t;
-
-#define SKIP_WITHOUT_SM90()                                     \
-  do {                                                          \
-    std::string why_;                                           \
-    if (!::moekit::cuda_available(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevPtr = std::unique_ptr<void, CudaFree>;
 
 // Device memory that owns its buffers and hands out views.
 class DevArena {

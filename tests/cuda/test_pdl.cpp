@@ -15,25 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/moe_case.hpp"
 #include "cuda/common/pdl.cuh"
 #include "moekit/moekit.hpp"
 
 namespace moekit::testing {
 namespace {
-
-#define SKIP_WITHOUT_SM90()                                    \
-  do {                                                         \
-    std::string why_;                                          \
-    if (!::moekit::cuda_available(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevPtr = std::unique_ptr<void, CudaFree>;
 
 // Sets MOEKIT_PDL for a scope (read by the CUDA backend at every call) and restores it after.
 class ScopedPdl {

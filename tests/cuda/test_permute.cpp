@@ -17,6 +17,7 @@
 
 #include "cuda/kernels/routing/routing.hpp"
 #include "moekit/error.hpp"
+#include "common/cuda_test.hpp"
 #include "moekit/moekit.hpp"
 
 namespace {
@@ -27,17 +28,7 @@ using moekit::RoutingMethod;
 using moekit::cuda::launch_routing_sm90;
 using moekit::cuda::PermutePath;
 using moekit::cuda::RoutingParams;
-
-#define SKIP_WITHOUT_SM90()                                    \
-  do {                                                         \
-    std::string why_;                                          \
-    if (!::moekit::cuda_available(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevPtr = std::unique_ptr<void, CudaFree>;
+using moekit::testing::DevPtr;
 
 DevPtr dev_alloc(std::size_t bytes) {
   void* p = nullptr;
