@@ -75,15 +75,18 @@ int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages)
   return split;
 }
 
+std::int64_t swapab_max_items(std::int64_t n_out, std::int64_t num_experts, std::int64_t rows, int tiles_per_item) {
+  const std::int64_t groups = ceil_div(ceil_div(n_out, 64), std::max(1, tiles_per_item));
+  return groups * (std::min(num_experts, rows) + rows / 64);
+}
+
 int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
-  // Mirrors max_items() and the K-stage count of the Swap-AB launcher: items = 64-row weight
-  // tiles x (experts that may have rows + 64-token chunks), stages of 128 bytes of K.
+  // The launcher's items and K stages (128 bytes each) for this GEMM.
   const std::int64_t P = std::max<std::int64_t>(0, p.num_tokens * p.top_k);
   const std::int64_t n_out = gemm == 1 ? p.intermediate_size : p.hidden_size;
   const std::int64_t k_dim = gemm == 1 ? p.hidden_size : p.intermediate_size;
   const std::int64_t es = p.scheme == Scheme::kBf16 ? 2 : 1;
-  const std::int64_t items = ceil_div(n_out, 64) * (std::min<std::int64_t>(p.num_experts, P) + P / 64);
-  return choose_swapab_split(items, sm_count, ceil_div(k_dim * es, 128));
+  return choose_swapab_split(swapab_max_items(n_out, p.num_experts, P), sm_count, ceil_div(k_dim * es, 128));
 }
 
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {

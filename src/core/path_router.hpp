@@ -125,6 +125,10 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 
 /// Swap-AB split-K of one GEMM of `problem` (gemm = 1 or 2) on `sm_count` SMs.
 int swapab_split_k(const MoeProblem& problem, int gemm, int sm_count);
+/// Swap-AB work items of one GEMM (the launcher's count, shared so the router sizes the same
+/// grid): groups of `tiles_per_item` 64-row weight tiles over n_out, times the 64-token chunks
+/// the experts' rows (at most `rows` in all) can form: min(E, rows) + rows / 64.
+std::int64_t swapab_max_items(std::int64_t n_out, std::int64_t num_experts, std::int64_t rows, int tiles_per_item = 1);
 /// The split rule itself (RouterTable), from the GEMM's work items (64-row tiles x expert
 /// chunks) and K stages (128 bytes each); the Swap-AB launcher calls it when not told a split.
 int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages);

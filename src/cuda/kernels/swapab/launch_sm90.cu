@@ -64,9 +64,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // Upper bound of the work items (expert, group of T tiles, chunk of 64 rows) from host-known
 // sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
 std::int64_t max_items(const GroupedGemmParams& p, int tiles_per_item = 1) {
-  const std::int64_t groups = ceil_div(ceil_div(p.n_out, swapab::kTileRows), tiles_per_item);
-  const std::int64_t chunks = std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / swapab::kMaxTokens;
-  return chunks * groups;
+  static_assert(swapab::kTileRows == 64 && swapab::kMaxTokens == 64, "detail::swapab_max_items counts 64-row tiles and chunks");
+  return detail::swapab_max_items(p.n_out, p.num_experts, p.max_rows, tiles_per_item);
 }
 
 bool fail(std::string* why, const std::string& msg) {
