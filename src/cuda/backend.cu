@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/backend.hpp"
@@ -143,7 +145,8 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   return g1;
 }
 
-// GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
+// GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32 (run_moe may make y
+// the activation dtype once the router has picked the token-major kernel; see y_dtype()).
 GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
   const MoeProblem& p = call.problem;
   void* ws = call.workspace;
@@ -173,6 +176,21 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
   g2.out = slice<float>(ws, L.y);
   g2.out_dtype = DType::kFp32;
   return g2;
+}
+
+// The dtype of y, GEMM2's per-slot rows [M*k, K] that the combine sums. The token-major kernel
+// (prefill) writes them in the activation dtype: y is written once and read once, M*k*K values
+// (1.9 GB as fp32 at deepseek-v3 M=8192: ~0.8 ms of HBM traffic for a call whose TP8 roof is
+// 0.9 ms), a large share of k = 8 models' prefill time. Each value is rounded
+// once to bf16 / fp16 (2^-9 / 2^-12 relative) before the fp32 sum over the k slots, as vLLM's
+// intermediate cache is; the sum order, hence run-to-run determinism, is unchanged. Swap-AB and
+// the mma path (decode, where y is small) keep fp32. MOEKIT_Y_FP32=1 keeps fp32 everywhere
+// (read at every call, like MOEKIT_PDL, so a benchmark can A/B it in one process).
+DType y_dtype(const MoeProblem& p, const detail::DispatchPlan& plan) {
+  if (plan.gemm[1].impl != detail::GemmImpl::kTokmajor) return DType::kFp32;
+  const char* v = std::getenv("MOEKIT_Y_FP32");
+  if (v != nullptr && std::strcmp(v, "0") != 0) return DType::kFp32;
+  return p.act_dtype;
 }
 
 // The router's plan for a call (core/path_router.hpp), from the sizes, the SM count and Swap-AB's
@@ -287,8 +305,10 @@ void run_moe(const detail::MoeCall& call) {
   }
   // The router picks each GEMM's kernel before anything is enqueued, so a forced path that cannot
   // run this problem fails with nothing launched.
-  const GroupedGemmParams g1 = gemm1_params(call, L), g2 = gemm2_params(call, L);
+  const GroupedGemmParams g1 = gemm1_params(call, L);
+  GroupedGemmParams g2 = gemm2_params(call, L);
   const detail::DispatchPlan plan = plan_call(p, g1, g2, call.forced_path, true);
+  g2.out_dtype = y_dtype(p, plan);  // the token-major kernel accepts either (can_implement_tokmajor_sm90)
   // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
   if (plan.fused) {
     run_fused_moe_sm90(call, call.workspace);
@@ -372,13 +392,14 @@ void run_moe(const detail::MoeCall& call) {
     launch_quant_sm90(qp, stream, pdl);
   }
 
-  // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] fp32.
+  // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] (fp32 or act dtype).
   run_gemm(g2, plan.gemm[1], stream, pdl, tokmajor_cluster);
 
   // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
   // caller's next kernel launch early.
   CombineParams cp;
-  cp.y = slice<float>(ws, L.y);
+  cp.y = slice<void>(ws, L.y);
+  cp.y_dtype = g2.out_dtype;
   cp.topk_ids = topk_ids;
   cp.expert_map = call.expert_map;
   cp.num_experts_global = Eg;

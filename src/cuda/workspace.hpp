@@ -33,7 +33,7 @@ struct WorkspaceLayout {
   std::size_t inter = 0;           // [P, N]: act dtype (bf16 scheme) or fp32 (fp8 schemes)
   std::size_t inter_q = 0;         // e4m3 [P, N] (fp8 schemes)
   std::size_t inter_scale = 0;     // fp32: per tensor [1], per row [P], block128 [P, G(N)]
-  std::size_t y = 0;               // fp32 [P, K]: GEMM2 output at row m*k+j
+  std::size_t y = 0;               // [P, K]: GEMM2 output at row m*k+j, fp32 (act dtype when token-major)
   std::size_t total = 0;           // bytes; 0 when M == 0 (nothing is launched)
 };
 

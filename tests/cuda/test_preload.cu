@@ -49,11 +49,11 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
   }
   // What each launcher can pick: routing {fp32, bf16 logits} x {256, 1024 threads}, the
   // multi-CTA permutation's count launch {fp32, bf16 logits} and its scatter launch; combine
-  // {bf16, fp16} x {vec 4, 1}; quant {bf16, fp16, fp32} x {vec 4, 1} per kernel; the GEMMs per
+  // {bf16, fp16} out x {fp32, out dtype} y x {vec 4, 1}; quant {bf16, fp16, fp32} x {vec 4, 1} per kernel; the GEMMs per
   // operand / epilogue / scale layout; the fused path per operand; EP per row width / dtype.
   const std::map<std::string, int> expected = {
       {"routing_sm90_kernel", 4},       {"permute_count_sm90_kernel", 2},
-      {"permute_scatter_sm90_kernel", 1}, {"combine_sm90_kernel", 4},
+      {"permute_scatter_sm90_kernel", 1}, {"combine_sm90_kernel", 8},
       {"absmax_tensor_sm90_kernel", 6}, {"quant_tensor_sm90_kernel", 6},
       {"quant_tensor_small_sm90_kernel", 6}, {"quant_row_sm90_kernel", 6},
       {"quant_group_sm90_kernel", 6},   {"grouped_gemm_sm90_kernel", 4},

@@ -122,7 +122,7 @@ struct Case {
   bool bias = false;
   DType bias_dtype = DType::kFp32;
   bool weight_on_input = false;
-  DType gemm1_out = DType::kBf16;  // GEMM1 out dtype (GEMM2 is always fp32)
+  DType out = DType::kBf16;  // GEMM1: act dtype or fp32; GEMM2: fp32 or act dtype (moekit's y at prefill)
   int top_k = 2;
   int cluster = 0;  // 0: the launcher's default; 1, 2: forced (2 = weight multicast)
   std::uint64_t seed = 1;
@@ -317,7 +317,7 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   // Device buffers; outputs poisoned with NaN (all-ones bytes).
   DeviceBuffer d_off(offsets), d_slots(sorted_slots), d_tw(topk_weights), d_a(a_bytes), d_b(b_bytes);
   DeviceBuffer d_as(a_scale), d_bs(b_scale), d_bias(bias_bytes);
-  const DType out_dtype = gate_up ? c.gemm1_out : DType::kFp32;
+  const DType out_dtype = c.out;
   const std::size_t out_es = out_dtype == DType::kFp32 ? 4 : 2;
   const std::size_t out_elems = static_cast<std::size_t>(gate_up ? max_rows : S) * n_out;
   DeviceBuffer d_out(out_elems * out_es);
@@ -389,12 +389,13 @@ Case gemm1(Scheme s, std::int64_t N, std::int64_t K) {
   c.scheme = s;
   c.N = N;
   c.K = K;
-  c.gemm1_out = s == Scheme::kBf16 ? DType::kBf16 : DType::kFp32;
+  c.out = s == Scheme::kBf16 ? DType::kBf16 : DType::kFp32;
   return c;
 }
 Case gemm2(Scheme s, std::int64_t N, std::int64_t K) {
   Case c = gemm1(s, N, K);
   c.epilogue = GemmEpilogue::kBiasWeightScatter;
+  c.out = DType::kFp32;
   return c;
 }
 // Fewer rows for the large shapes: the double-precision host reference is the slow part.
@@ -416,7 +417,7 @@ TEST(Sm90TokMajorGemm, Bf16GateUpMatchesReference) {
   c.rows = {1, 127, 128};
   c.act = Activation::kSwigluOai;
   c.bias = true;
-  c.gemm1_out = DType::kFp32;
+  c.out = DType::kFp32;
   c.seed = 3;
   run_case(c);
   c = gemm1(Scheme::kBf16, 1536, 2048);
@@ -441,18 +442,30 @@ TEST(Sm90TokMajorGemm, Bf16ScatterMatchesReference) {
   c.bias_dtype = DType::kBf16;
   c.seed = 5;
   run_case(c);
+  // y in the activation dtype (what moekit's prefill chain asks of this kernel).
+  c.out = DType::kBf16;
+  c.seed = 6;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 96, 2048);
+  c.rows = kFewRows;
+  c.out = DType::kBf16;
+  c.seed = 7;
+  run_case(c);
 }
 
 TEST(Sm90TokMajorGemm, Fp16MatchesReference) {
   SKIP_WITHOUT_SM90();
   Case c = gemm1(Scheme::kBf16, 128, 256);
   c.act_dtype = DType::kFp16;
-  c.gemm1_out = DType::kFp16;
+  c.out = DType::kFp16;
   run_case(c);
   c = gemm2(Scheme::kBf16, 128, 256);
   c.act_dtype = DType::kFp16;
   c.bias = true;
   c.bias_dtype = DType::kFp16;
+  run_case(c);
+  c.out = DType::kFp16;  // y in the activation dtype
+  c.seed = 10;
   run_case(c);
 }
 
@@ -487,6 +500,7 @@ TEST(Sm90TokMajorGemm, Fp8PerTensorScatterMatchesReference) {
   c = gemm2(Scheme::kFp8PerTensor, 384, 2880);
   c.rows = {129, 3};
   c.bias = true;
+  c.out = DType::kBf16;  // y in the activation dtype
   c.seed = 9;
   run_case(c);
 }
@@ -622,6 +636,17 @@ TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
   p.max_rows = 0;  // sizes only: no pointers are checked
   EXPECT_FALSE(moekit::cuda::can_implement_tokmajor_sm90(p, &why));
   EXPECT_NE(why.find("64"), std::string::npos) << why;
+  // GEMM2 writes fp32 or the activation dtype, nothing else.
+  p.scheme = Scheme::kBf16;
+  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  p.n_out = 256;
+  p.k_dim = 128;
+  p.act_dtype = DType::kBf16;
+  p.out_dtype = DType::kFp16;
+  EXPECT_FALSE(moekit::cuda::can_implement_tokmajor_sm90(p, &why));
+  EXPECT_NE(why.find("activation dtype"), std::string::npos) << why;
+  p.out_dtype = DType::kBf16;
+  EXPECT_TRUE(moekit::cuda::can_implement_tokmajor_sm90(p, &why)) << why;
 }
 
 }  // namespace

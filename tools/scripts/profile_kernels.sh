@@ -11,7 +11,7 @@ for point in "$@"; do
   set -- $point
   echo "### $point"
   # -c 14: the warm-up call's kernels (moekit launches at most 7 per call).
-  ncu --clock-control none --kernel-name-base demangled -k regex:moekit -c 14 \
+  ncu --clock-control none --kernel-name-base demangled -k regex:sm90_kernel -c 14 \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__block_size --csv \
       "$BENCH" --preset "$1" --tp "$2" --tokens "$3" --scheme "$4" --iters 5 >"$RAW/$1_tp$2_M$3_$4.csv" 2>&1
   python3 -c '

@@ -1,5 +1,6 @@
 // The weighted combine (docs/design.md step 6): out[m, :] = round_act(sum over the local slots j
-// of y[m*k + j, :]) in j order, fp32; zeros when no slot is local. Deterministic, no atomics.
+// of y[m*k + j, :]) in j order, fp32 (y itself fp32 or the act dtype); zeros when no slot is
+// local. Deterministic, no atomics.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,8 @@
 namespace moekit::cuda {
 
 struct CombineParams {
-  const float* y = nullptr;                 // [M*k, K] fp32 (GEMM2 output, weights applied)
+  const void* y = nullptr;                  // [M*k, K] (GEMM2 output, weights applied)
+  DType y_dtype = DType::kFp32;             // kFp32, or out_dtype (token-major GEMM2)
   const std::int32_t* topk_ids = nullptr;   // [M, k] global ids
   const std::int32_t* expert_map = nullptr; // [E_global] or null
   int num_experts_global = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
@@ -22,7 +23,30 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
 constexpr int kSlotBatch = 8;               // slots whose loads are in flight together (k <= 8 in every preset)
 
-template <class TOut, int kVec>
+// kVec consecutive y values of one row, streamed (read once): fp32 (16-byte load for 4) or the
+// 16-bit act dtype (8-byte load for 4).
+template <class TY, int kVec>
+__device__ __forceinline__ void load_y(const TY* yr, float (&v)[kVec]) {
+  if constexpr (std::is_same_v<TY, float>) {
+    if constexpr (kVec == 4) {
+      const float4 q = __ldcs(reinterpret_cast<const float4*>(yr));
+      v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+      v[0] = __ldcs(yr);
+    }
+  } else {
+    if constexpr (kVec == 4) {
+      const uint2 q = __ldcs(reinterpret_cast<const uint2*>(yr));
+      const TY* h = reinterpret_cast<const TY*>(&q);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) v[t] = to_float(h[t]);
+    } else {
+      v[0] = to_float(*yr);
+    }
+  }
+}
+
+template <class TOut, class TY, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
   // PDL (cuda/common/pdl.cuh): y, topk_ids and out are all touched after the wait. The last kernel
   // of the chain never calls pdl_launch_dependents(): the caller's next kernel, possibly a PDL
@@ -56,14 +80,9 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
 #pragma unroll
       for (int t = 0; t < kSlotBatch; ++t) {
         // Non-local slots' y rows are never written: not read either (predicated off).
-        const float* yr = p.y + (m * p.top_k + j0 + t) * p.hidden_size + c;
-        if constexpr (kVec == 4) {
-          float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (e[t] >= 0) q = __ldcs(reinterpret_cast<const float4*>(yr));  // streamed: read once
-          v[t][0] = q.x; v[t][1] = q.y; v[t][2] = q.z; v[t][3] = q.w;
-        } else {
-          v[t][0] = e[t] >= 0 ? __ldcs(yr) : 0.f;
-        }
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) v[t][q] = 0.f;
+        if (e[t] >= 0) load_y<TY, kVec>(static_cast<const TY*>(p.y) + (m * p.top_k + j0 + t) * p.hidden_size + c, v[t]);
       }
 #pragma unroll
       for (int t = 0; t < kSlotBatch; ++t) {
@@ -84,31 +103,42 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
   }
 }
 
-template <class TOut>
+template <class TOut, class TY>
 void launch_typed(const CombineParams& p, cudaStream_t stream, bool pdl) {
   const bool vec4 = p.hidden_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0 &&
-                    reinterpret_cast<std::uintptr_t>(p.y) % 16 == 0;
+                    reinterpret_cast<std::uintptr_t>(p.y) % (4 * sizeof(TY)) == 0;
   const int vec = vec4 ? 4 : 1;
   const std::int64_t total = p.num_tokens * (p.hidden_size / vec);
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min(kMaxBlocks, (total + kThreads - 1) / kThreads)));
-  launch_kernel_pdl(vec4 ? combine_sm90_kernel<TOut, 4> : combine_sm90_kernel<TOut, 1>, dim3(grid), dim3(kThreads), 0,
-                    stream, pdl, p);
+  launch_kernel_pdl(vec4 ? combine_sm90_kernel<TOut, TY, 4> : combine_sm90_kernel<TOut, TY, 1>, dim3(grid),
+                    dim3(kThreads), 0, stream, pdl, p);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, 4>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, 4>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, 1>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 1>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 1>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 1>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 1>);
 
 }  // namespace
 
 void launch_combine_sm90(const CombineParams& p, void* stream, bool pdl) {
   if (p.num_tokens <= 0 || p.hidden_size <= 0) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // y is fp32 or the output's own dtype (run_moe's y_dtype).
+  if (p.y_dtype != DType::kFp32 && p.y_dtype != p.out_dtype)
+    throw Error(Status::kInternal, std::string("launch_combine_sm90: y dtype ") + dtype_name(p.y_dtype) +
+                                       " with out dtype " + dtype_name(p.out_dtype));
+  const bool y32 = p.y_dtype == DType::kFp32;
   switch (p.out_dtype) {
-    case DType::kBf16: launch_typed<__nv_bfloat16>(p, s, pdl); break;
-    case DType::kFp16: launch_typed<__half>(p, s, pdl); break;
+    case DType::kBf16:
+      y32 ? launch_typed<__nv_bfloat16, float>(p, s, pdl) : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, s, pdl);
+      break;
+    case DType::kFp16: y32 ? launch_typed<__half, float>(p, s, pdl) : launch_typed<__half, __half>(p, s, pdl); break;
     default:
       throw Error(Status::kInternal, std::string("launch_combine_sm90: unsupported out dtype ") + dtype_name(p.out_dtype));
   }

@@ -17,8 +17,8 @@ enum class GemmEpilogue : int {
   //   out[r, n] (row-major [rows, N]) as out_dtype (act dtype for bf16, fp32 for fp8 schemes).
   kGateUpActivation,
   // GEMM2: B = w2 [E, K, N]. Output column n in [0, K): (+= b2), (*= topk_weight unless
-  //   weight_on_input), written fp32 to out[slot(r), n] (row-major [M*k, K]) where slot(r) =
-  //   sorted_slots[r] = m*k + j.
+  //   weight_on_input), written as out_dtype to out[slot(r), n] (row-major [M*k, K]) where
+  //   slot(r) = sorted_slots[r] = m*k + j. fp32, or (token-major kernel only) the act dtype.
   kBiasWeightScatter,
 };
 
@@ -59,7 +59,7 @@ struct GroupedGemmParams {
   ActivationConfig activation{};
 
   void* out = nullptr;
-  DType out_dtype = DType::kFp32;   // GEMM1: act dtype or kFp32; GEMM2: kFp32
+  DType out_dtype = DType::kFp32;   // GEMM1: act dtype or kFp32; GEMM2: kFp32 (token-major: or act dtype)
 };
 
 /// Launch the grouped GEMM on `stream` (cudaStream_t). Throws moekit::Error on a bad

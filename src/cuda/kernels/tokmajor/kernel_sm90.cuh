@@ -372,7 +372,7 @@ struct TokMajor {
           }
         }
       } else {
-        // GEMM2: fp32 rows scattered to the slot's own row of out [M*k, K].
+        // GEMM2: rows scattered to the slot's own row of out [M*k, K], fp32 or the activation dtype.
         const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
@@ -396,8 +396,7 @@ struct TokMajor {
               if (!p.weight_on_input) x *= tw[h];
               v[c] = x;
             }
-            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + static_cast<std::int64_t>(slot[h]) * p.n_out + n0) =
-                make_float2(v[0], v[1]);
+            store_pair(p.out, p.out_type, static_cast<std::int64_t>(slot[h]) * p.n_out + n0, v[0], v[1]);
           }
         }
       }

@@ -120,8 +120,9 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
     if (p.weight_on_input && !p.topk_weights && p.max_rows > 0)
       return fail(why, "weight_on_input needs topk_weights");
   } else {
-    if (p.out_dtype != DType::kFp32)
-      return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
+    if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
+      return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
+                           "), got " + dtype_name(p.out_dtype));
     if (!p.weight_on_input && !p.topk_weights && p.max_rows > 0)
       return fail(why, "GEMM2 needs topk_weights unless weight_on_input");
   }
