@@ -125,6 +125,7 @@ struct Case {
   DType out = DType::kBf16;  // GEMM1: act dtype or fp32; GEMM2: fp32 or act dtype (moekit's y at prefill)
   int top_k = 2;
   int cluster = 0;  // 0: the launcher's default; 1, 2: forced (2 = weight multicast)
+  bool sorted_weights = false;  // pass the weights by sorted row only (topk_weights null), as run_moe's routing
   std::uint64_t seed = 1;
 
   std::string name() const {
@@ -315,7 +316,10 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   }
 
   // Device buffers; outputs poisoned with NaN (all-ones bytes).
+  std::vector<float> sorted_w(sorted_slots.size());
+  for (std::size_t r = 0; r < sorted_slots.size(); ++r) sorted_w[r] = topk_weights[sorted_slots[r]];
   DeviceBuffer d_off(offsets), d_slots(sorted_slots), d_tw(topk_weights), d_a(a_bytes), d_b(b_bytes);
+  DeviceBuffer d_sw(sorted_w);
   DeviceBuffer d_as(a_scale), d_bs(b_scale), d_bias(bias_bytes);
   const DType out_dtype = c.out;
   const std::size_t out_es = out_dtype == DType::kFp32 ? 4 : 2;
@@ -341,7 +345,8 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   p.b_scale = fp8 ? static_cast<const float*>(d_bs.ptr) : nullptr;
   p.bias = c.bias ? d_bias.ptr : nullptr;
   p.bias_dtype = c.bias_dtype;
-  p.topk_weights = static_cast<const float*>(d_tw.ptr);
+  p.topk_weights = c.sorted_weights ? nullptr : static_cast<const float*>(d_tw.ptr);
+  p.sorted_weights = c.sorted_weights ? static_cast<const float*>(d_sw.ptr) : nullptr;
   p.weight_on_input = c.weight_on_input;
   p.activation.kind = c.act;
   p.out = d_out.ptr;
@@ -449,7 +454,16 @@ TEST(Sm90TokMajorGemm, Bf16ScatterMatchesReference) {
   c = gemm2(Scheme::kBf16, 96, 2048);
   c.rows = kFewRows;
   c.out = DType::kBf16;
+  c.sorted_weights = true;
   c.seed = 7;
+  run_case(c);
+  // n_out = 262: y rows that are not a multiple of 16 bytes (the epilogue's 4-byte fallback) and
+  // a row end inside a staged 16-byte piece, in fp32 and bf16.
+  c = gemm2(Scheme::kBf16, 128, 262);
+  c.rows = {1, 130, 65};
+  c.seed = 8;
+  run_case(c);
+  c.out = DType::kBf16;
   run_case(c);
 }
 

@@ -1,5 +1,6 @@
-// The combine kernel: one thread per (token, 4 columns), the k slots summed in j order in fp32,
-// slots whose expert is not local skipped (their y rows are never written, never read).
+// The combine kernel: one thread per (token, 16 bytes of y: 4 fp32 or 8 16-bit columns), the k
+// slots summed in j order in fp32, slots whose expert is not local skipped (their y rows are
+// never written, never read).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,26 +24,18 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
 constexpr int kSlotBatch = 8;               // slots whose loads are in flight together (k <= 8 in every preset)
 
-// kVec consecutive y values of one row, streamed (read once): fp32 (16-byte load for 4) or the
-// 16-bit act dtype (8-byte load for 4).
+// kVec consecutive y values of one row, streamed (read once): one 16-byte load when kVec * the
+// element size is 16 (4 fp32 or 8 bf16 / fp16), else one element.
 template <class TY, int kVec>
 __device__ __forceinline__ void load_y(const TY* yr, float (&v)[kVec]) {
-  if constexpr (std::is_same_v<TY, float>) {
-    if constexpr (kVec == 4) {
-      const float4 q = __ldcs(reinterpret_cast<const float4*>(yr));
-      v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-    } else {
-      v[0] = __ldcs(yr);
-    }
+  if constexpr (kVec == 1) {
+    v[0] = to_float(__ldcs(yr));
   } else {
-    if constexpr (kVec == 4) {
-      const uint2 q = __ldcs(reinterpret_cast<const uint2*>(yr));
-      const TY* h = reinterpret_cast<const TY*>(&q);
+    static_assert(kVec * sizeof(TY) == 16, "vector loads are 16 bytes");
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(yr));
+    const TY* e = reinterpret_cast<const TY*>(&q);
 #pragma unroll
-      for (int t = 0; t < 4; ++t) v[t] = to_float(h[t]);
-    } else {
-      v[0] = to_float(*yr);
-    }
+    for (int t = 0; t < kVec; ++t) v[t] = to_float(e[t]);
   }
 }
 
@@ -92,36 +85,40 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
       }
     }
     TOut* o = out + m * p.hidden_size + c;
-    if constexpr (kVec == 4) {
-      TOut r[4];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) r[t] = from_float<TOut>(acc[t]);
-      *reinterpret_cast<uint2*>(o) = *reinterpret_cast<const uint2*>(r);
-    } else {
+    if constexpr (kVec == 1) {
       o[0] = from_float<TOut>(acc[0]);
+    } else {
+      // 8 bytes (4 outputs) or 16 bytes (8 outputs) in one store.
+      using Store = std::conditional_t<kVec == 4, uint2, uint4>;
+      TOut r[kVec];
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) r[t] = from_float<TOut>(acc[t]);
+      *reinterpret_cast<Store*>(o) = *reinterpret_cast<const Store*>(r);
     }
   }
 }
 
 template <class TOut, class TY>
 void launch_typed(const CombineParams& p, cudaStream_t stream, bool pdl) {
-  const bool vec4 = p.hidden_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0 &&
-                    reinterpret_cast<std::uintptr_t>(p.y) % (4 * sizeof(TY)) == 0;
-  const int vec = vec4 ? 4 : 1;
+  // One 16-byte y load per slot and thread when rows and pointers allow it.
+  constexpr int kWide = 16 / sizeof(TY);  // 4 fp32 or 8 16-bit values
+  const bool wide = p.hidden_size % kWide == 0 && reinterpret_cast<std::uintptr_t>(p.out) % (kWide * sizeof(TOut)) == 0 &&
+                    reinterpret_cast<std::uintptr_t>(p.y) % 16 == 0;
+  const int vec = wide ? kWide : 1;
   const std::int64_t total = p.num_tokens * (p.hidden_size / vec);
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min(kMaxBlocks, (total + kThreads - 1) / kThreads)));
-  launch_kernel_pdl(vec4 ? combine_sm90_kernel<TOut, TY, 4> : combine_sm90_kernel<TOut, TY, 1>, dim3(grid),
+  launch_kernel_pdl(wide ? combine_sm90_kernel<TOut, TY, kWide> : combine_sm90_kernel<TOut, TY, 1>, dim3(grid),
                     dim3(kThreads), 0, stream, pdl, p);
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 4>);
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 8>);
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 1>);
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 4>);
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 4>);
+MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 8>);
 MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 1>);
 
 }  // namespace

@@ -52,7 +52,7 @@ struct GroupedGemmParams {
   const float* topk_weights = nullptr;  // [M*k] indexed by slot
   // Optional: the router weights in sorted row order, sorted_weights[r] = topk_weights[
   // sorted_slots[r]] for r < row_offsets[E] (the routing/permutation kernel writes it). Saves the
-  // dependent load topk_weights[slot] in kernels that read it (Swap-AB); null: they use
+  // dependent load topk_weights[slot] in kernels that read it (Swap-AB, token-major); null: they use
   // topk_weights. Kernels that ignore it still need topk_weights.
   const float* sorted_weights = nullptr;
   bool weight_on_input = false;

@@ -38,6 +38,16 @@ constexpr int num_stages(bool block128) { return block128 ? 6 : 4; }
 inline constexpr int kSmemLimit = 227 * 1024;
 // The expert table (row offsets and tile prefix) lives in shared memory.
 inline constexpr int kMaxExperts = 1024;
+// GEMM2's epilogue stages each consumer warp's 16 rows, 128 bytes of columns at a time, in shared
+// memory so that its stores to the scattered y rows leave as whole 128-byte row segments (a
+// 16-byte store per lane, 8 lanes per row) instead of a 4- or 8-byte store per lane and row:
+// the per-lane stores made the epilogue, not the MMAs or HBM, the cost of K-short tiles. Row pitch
+// 144 bytes for 16-bit y (a warp's 4-byte pair stores: 8 rows x 4 lanes on 32 distinct banks),
+// 160 for fp32 (8-byte stores, a half-warp's 4 rows x 4 lanes on 32 distinct banks).
+inline constexpr int kOutStageRowBytes = 128;
+constexpr int out_stage_pitch(int out_bytes) { return kOutStageRowBytes + (out_bytes == 4 ? 32 : 16); }
+inline constexpr int kOutStageWarpBytes = 16 * out_stage_pitch(4);
+inline constexpr int kConsumerWarps = kConsumerThreads / 32;
 // Thread-block clusters of 1 or 2 CTAs. With 2, the CTAs take two token tiles of the same
 // (expert, column tile) and each loads one of the two weight boxes with TMA multicast into both,
 // halving the L2 -> SM weight traffic (a 128x256 tile at full rate needs ~9 TB/s of L2 reads
@@ -53,6 +63,7 @@ struct SmemLayout {
   int b_scale_off;    // block128: float [stages][2] weight-block scales (first, second B box)
   int full_bar_off;   // uint64 [stages]
   int empty_bar_off;  // uint64 [stages]
+  int out_stage_off;  // GEMM2 epilogue: [consumer warp][16 rows][kOutStagePitch bytes]
   int table_off;      // int row_offsets[E+1], int tile_prefix[E+1]
   int bytes;          // total, including 1024 bytes of alignment slack
 };
@@ -65,7 +76,8 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts) {
   l.b_scale_off = l.a_scale_off + l.stages * kBlockM * 4;
   l.full_bar_off = (l.b_scale_off + l.stages * 2 * 4 + 7) / 8 * 8;
   l.empty_bar_off = l.full_bar_off + l.stages * 8;
-  l.table_off = l.empty_bar_off + l.stages * 8;
+  l.out_stage_off = (l.empty_bar_off + l.stages * 8 + 15) / 16 * 16;
+  l.table_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
   l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
   return l;
 }
@@ -91,6 +103,7 @@ struct KernelParams {
   const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
   const void* bias;                  // [E, rows_b] or null
   const float* topk_weights;         // [M*k] by slot
+  const float* sorted_weights;       // [rows] by sorted row, or null (then topk_weights[slot])
   void* out;
   std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
   std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
@@ -106,6 +119,7 @@ struct KernelParams {
   int scale_mode;                    // ScaleMode
   int bias_type;                     // BiasType
   int out_type;                      // OutType
+  int out_vec16;                     // GEMM2: y rows allow 16-byte stores (n_out * bytes % 16 == 0, out aligned)
   int act;                           // ActKind
   float alpha;
   float limit;

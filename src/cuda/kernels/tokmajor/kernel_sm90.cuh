@@ -127,6 +127,7 @@ struct TokMajor {
     std::uint32_t full;   // barrier addresses (8 bytes apart)
     std::uint32_t empty;
     std::uint32_t peer_empty;  // cluster of 2: the peer CTA's empty barriers (shared::cluster)
+    std::uint8_t* out_stage;  // GEMM2 epilogue staging, kOutStageWarpBytes per consumer warp
     int* off;             // [E+1]
     int* prefix;          // [E+1]
     int stages;
@@ -255,7 +256,9 @@ struct TokMajor {
         if (rloc[h] < tl.count) {
           const int r = tl.row_begin + rloc[h];
           slot[h] = p.sorted_slots[r];
-          if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
+          // By sorted row when routing wrote them (no load that waits for the slot's).
+          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
+          else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
           if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
           else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
         }
@@ -373,31 +376,88 @@ struct TokMajor {
         }
       } else {
         // GEMM2: rows scattered to the slot's own row of out [M*k, K], fp32 or the activation dtype.
-        const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
+        if (p.out_type == kOutF32) scatter_epilogue<4>(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+        else scatter_epilogue<2>(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+      }
+    }
+  }
+
+  // GEMM2's epilogue through the warp's staging area (config.hpp): per chunk of 128 bytes of
+  // columns, each lane writes its accumulator pairs of the warp's 16 rows, then 8 lanes per row
+  // copy the row's 128 bytes to y with 16-byte stores. kEs: bytes per output element.
+  template <int kEs>
+  static __device__ __forceinline__ void scatter_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
+                                                          const float (&acc)[kAcc], const int (&slot)[2],
+                                                          const float (&tw)[2], const float (&ts)[2], bool scaled,
+                                                          std::int64_t rb, int cwarp, int lane) {
+    constexpr int kChunkCols = kOutStageRowBytes / kEs;  // 32 fp32 or 64 16-bit columns
+    constexpr int kChunkJ = kChunkCols / 8;               // accumulator column groups per chunk
+    constexpr int kPitch = out_stage_pitch(kEs);
+    std::uint8_t* stage_w = s.out_stage + cwarp * kOutStageWarpBytes;
+    // The copy phase: lane covers rows q * 4 + lane / 8 (q = 0..3) of the warp, 16 bytes at
+    // lane % 8; the slot of row r is held by lane 4 (r % 8) in slot[r / 8].
+    int cslot[4];
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const std::int64_t n0 = nbase + 8 * j + 2 * (lane & 3);
-          if (n0 >= p.n_out) continue;
-          float bs[2] = {1.0f, 1.0f}, bi[2] = {0.0f, 0.0f};
+    for (int q = 0; q < 4; ++q) {
+      const int r = q * 4 + (lane >> 3);
+      const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
+      const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
+      cslot[q] = r < 8 ? s0 : s1;
+    }
+    const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
+    const int piece = lane & 7;  // 16-byte piece of a staged row
+#pragma unroll
+    for (int ch = 0; ch < kBN / kChunkCols; ++ch) {
+      const std::int64_t c0 = nbase + ch * kChunkCols;
+      if (c0 >= p.n_out) break;
+      __syncwarp();  // the previous chunk's copy has read the staging area
+#pragma unroll
+      for (int jj = 0; jj < kChunkJ; ++jj) {
+        const int j = ch * kChunkJ + jj;
+        const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
+        const std::int64_t n0 = c0 + cl;
+        float bs[2] = {1.0f, 1.0f}, bi[2] = {0.0f, 0.0f};
+        if (n0 < p.n_out) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
             if (p.bias) bi[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
           }
+        }
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (slot[h] < 0) continue;
-            float v[2];
+        for (int h = 0; h < 2; ++h) {
+          float v[2];
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float x = acc[4 * j + 2 * h + c];
-              if (scaled) x *= ts[h] * bs[c];
-              x += bi[c];
-              if (!p.weight_on_input) x *= tw[h];
-              v[c] = x;
-            }
-            store_pair(p.out, p.out_type, static_cast<std::int64_t>(slot[h]) * p.n_out + n0, v[0], v[1]);
+          for (int c = 0; c < 2; ++c) {
+            float x = acc[4 * j + 2 * h + c];
+            if (scaled) x *= ts[h] * bs[c];
+            x += bi[c];
+            if (!p.weight_on_input) x *= tw[h];
+            v[c] = x;
           }
+          std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
+          if constexpr (kEs == 4) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+          else if (p.out_type == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
+          else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v[0], v[1]);
+        }
+      }
+      __syncwarp();
+      const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = q * 4 + (lane >> 3);
+        if (cslot[q] < 0 || pc >= p.n_out) continue;
+        const std::uint8_t* src = stage_w + r * kPitch + piece * 16;
+        std::uint8_t* dst = static_cast<std::uint8_t*>(p.out) + (static_cast<std::int64_t>(cslot[q]) * p.n_out + pc) * kEs;
+        if (p.out_vec16 && pc + 16 / kEs <= p.n_out) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          // The row's end inside the piece, or rows not 16-byte aligned: 4-byte words (n_out is
+          // even, so a 16-bit pair never straddles the end).
+#pragma unroll
+          for (int b = 0; b < 16; b += 4)
+            if (pc + b / kEs < p.n_out)
+              *reinterpret_cast<std::uint32_t*>(dst + b) = *reinterpret_cast<const std::uint32_t*>(src + b);
         }
       }
     }
@@ -420,6 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
+  s.out_stage = base + L.out_stage_off;
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
   s.stages = L.stages;

@@ -117,14 +117,14 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   if (gate_up) {
     if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
       return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights");
+    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
   } else {
     if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
       return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
                            "), got " + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights unless weight_on_input");
+    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
   }
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
@@ -209,6 +209,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.b_scale = p.b_scale;
   kp.bias = p.bias;
   kp.topk_weights = p.topk_weights;
+  kp.sorted_weights = p.sorted_weights;
   kp.out = p.out;
   kp.a_row_bytes = p.k_dim * es;
   kp.n_out = p.n_out;
@@ -232,6 +233,10 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.out_type = p.out_dtype == DType::kBf16   ? tokmajor::kOutBf16
                 : p.out_dtype == DType::kFp16 ? tokmajor::kOutF16
                                               : tokmajor::kOutF32;
+  {
+    const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
+    kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
+  }
   kp.act = p.activation.kind == Activation::kGelu        ? tokmajor::kActGelu
            : p.activation.kind == Activation::kSwigluOai ? tokmajor::kActSwigluOai
                                                          : tokmajor::kActSilu;
