@@ -24,20 +24,26 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
 constexpr int kSlotBatch = 8;               // slots whose loads are in flight together (k <= 8 in every preset)
 
-// kVec consecutive y values of one row, streamed (read once): one 16-byte load when kVec * the
-// element size is 16 (4 fp32 or 8 bf16 / fp16), else one element.
+// kVec consecutive y values of one row: one 16-byte load when kVec * the element size is 16 (4
+// fp32 or 8 bf16 / fp16), else one element. The loaded bits stay packed until the add (16-bit
+// y: 4 registers per slot, not 8): fewer registers, more resident threads, more loads in flight.
 template <class TY, int kVec>
-__device__ __forceinline__ void load_y(const TY* yr, float (&v)[kVec]) {
-  if constexpr (kVec == 1) {
-    v[0] = to_float(__ldcs(yr));
-  } else {
-    static_assert(kVec * sizeof(TY) == 16, "vector loads are 16 bytes");
-    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(yr));
-    const TY* e = reinterpret_cast<const TY*>(&q);
+struct YVec {
+  using Raw = std::conditional_t<kVec == 1, TY, uint4>;
+  static_assert(kVec == 1 || kVec * sizeof(TY) == 16, "vector loads are 16 bytes");
+  // Streamed (read once); non-local slots are predicated off by the caller.
+  static __device__ __forceinline__ Raw load(const TY* yr) { return __ldcs(reinterpret_cast<const Raw*>(yr)); }
+  static __device__ __forceinline__ Raw zero() { return Raw{}; }
+  static __device__ __forceinline__ void add(const Raw& r, float (&acc)[kVec]) {
+    if constexpr (kVec == 1) {
+      acc[0] += to_float(r);
+    } else {
+      const TY* e = reinterpret_cast<const TY*>(&r);
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) v[t] = to_float(e[t]);
+      for (int t = 0; t < kVec; ++t) acc[t] += to_float(e[t]);
+    }
   }
-}
+};
 
 template <class TOut, class TY, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
@@ -69,20 +75,17 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
         e[t] = (id < 0 || id >= p.num_experts_global) ? -1 : (p.expert_map != nullptr ? __ldg(p.expert_map + id) : id);
         if (e[t] >= p.num_experts) e[t] = -1;
       }
-      float v[kSlotBatch][kVec];
+      using Y = YVec<TY, kVec>;
+      typename Y::Raw v[kSlotBatch];
 #pragma unroll
       for (int t = 0; t < kSlotBatch; ++t) {
         // Non-local slots' y rows are never written: not read either (predicated off).
-#pragma unroll
-        for (int q = 0; q < kVec; ++q) v[t][q] = 0.f;
-        if (e[t] >= 0) load_y<TY, kVec>(static_cast<const TY*>(p.y) + (m * p.top_k + j0 + t) * p.hidden_size + c, v[t]);
+        v[t] = Y::zero();
+        if (e[t] >= 0) v[t] = Y::load(static_cast<const TY*>(p.y) + (m * p.top_k + j0 + t) * p.hidden_size + c);
       }
 #pragma unroll
-      for (int t = 0; t < kSlotBatch; ++t) {
-        if (e[t] < 0) continue;
-#pragma unroll
-        for (int q = 0; q < kVec; ++q) acc[q] += v[t][q];
-      }
+      for (int t = 0; t < kSlotBatch; ++t)
+        if (e[t] >= 0) Y::add(v[t], acc);
     }
     TOut* o = out + m * p.hidden_size + c;
     if constexpr (kVec == 1) {
