@@ -376,20 +376,43 @@ struct TokMajor {
         }
       } else {
         // GEMM2: rows scattered to the slot's own row of out [M*k, K], fp32 or the activation dtype.
-        if (p.out_type == kOutF32) scatter_epilogue<4>(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
-        else scatter_epilogue<2>(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+        // One row factor (activation scale x routed weight) and, only with per-channel scales or
+        // a bias, per-column terms: x = (acc * ts * bs + bias) * w = acc * (ts * w) * bs + bias * w.
+        // The common case (neither) costs one multiply per value; the instantiation is chosen
+        // once per tile, so that no per-column branch is left in the unrolled loops.
+        float f[2], bw[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          bw[h] = p.weight_on_input ? 1.0f : tw[h];
+          f[h] = (scaled ? ts[h] : 1.0f) * bw[h];
+        }
+        const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
+        const int cw = ct >> 5;
+        if (p.out_type == kOutF32) {
+          if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+        } else if (p.out_type == kOutBf16) {
+          if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+        } else {
+          if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+        }
       }
     }
   }
 
   // GEMM2's epilogue through the warp's staging area (config.hpp): per chunk of 128 bytes of
   // columns, each lane writes its accumulator pairs of the warp's 16 rows, then 8 lanes per row
-  // copy the row's 128 bytes to y with 16-byte stores. kEs: bytes per output element.
-  template <int kEs>
+  // copy the row's 128 bytes to y with 16-byte stores. kOut: OutType; kColTerms: per-column
+  // weight scales (fp8_per_channel) or a bias. f[h] / bw[h]: the row factor and the routed
+  // weight (1 with weight_on_input) of the thread's rows h.
+  template <int kOut, bool kColTerms>
   static __device__ __forceinline__ void scatter_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
                                                           const float (&acc)[kAcc], const int (&slot)[2],
-                                                          const float (&tw)[2], const float (&ts)[2], bool scaled,
+                                                          const float (&f)[2], const float (&bw)[2],
                                                           std::int64_t rb, int cwarp, int lane) {
+    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
     constexpr int kChunkCols = kOutStageRowBytes / kEs;  // 32 fp32 or 64 16-bit columns
     constexpr int kChunkJ = kChunkCols / 8;               // accumulator column groups per chunk
     constexpr int kPitch = out_stage_pitch(kEs);
@@ -415,13 +438,15 @@ struct TokMajor {
       for (int jj = 0; jj < kChunkJ; ++jj) {
         const int j = ch * kChunkJ + jj;
         const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
-        const std::int64_t n0 = c0 + cl;
         float bs[2] = {1.0f, 1.0f}, bi[2] = {0.0f, 0.0f};
-        if (n0 < p.n_out) {
+        if constexpr (kColTerms) {
+          const std::int64_t n0 = c0 + cl;
+          if (n0 < p.n_out) {
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
-            if (p.bias) bi[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
+            for (int c = 0; c < 2; ++c) {
+              if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
+              if (p.bias) bi[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
+            }
           }
         }
 #pragma unroll
@@ -429,15 +454,12 @@ struct TokMajor {
           float v[2];
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            float x = acc[4 * j + 2 * h + c];
-            if (scaled) x *= ts[h] * bs[c];
-            x += bi[c];
-            if (!p.weight_on_input) x *= tw[h];
-            v[c] = x;
+            v[c] = acc[4 * j + 2 * h + c] * f[h];
+            if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[c] * bw[h];
           }
           std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
-          if constexpr (kEs == 4) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-          else if (p.out_type == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
+          if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+          else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
           else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v[0], v[1]);
         }
       }
