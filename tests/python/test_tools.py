@@ -1,0 +1,59 @@
+"""The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
+stall_report.py on a small Nsight Compute source-page table."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# What ncu prints: its own messages and the application's output, then the table (columns cut
+# to the ones the report reads plus one it ignores).
+NCU_CSV = """==PROF== Connected to process 1 (moekit-bench)
+moekit-bench 0.1.0 ...
+"Kernel Name","void tokmajor_sm90_kernel<0, 0, 0>(KernelParams)",
+"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
+"0x00","      LDC R1, c[0x0][0x28]","2","2","10"
+"0x10","      HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], R24","30","20","400"
+"0x20","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R31+URZ], R30","5","5","50"
+"0x30","      @!P0  BRA 0x7f00","50","48","60"
+"0x40","      FMUL R5, R5, R7","8","1","800"
+"0x50","      @P1   STG.E.128 desc[UR20][R38.64], R40","5","4","100"
+"""
+
+
+def test_stall_report_reads_the_ncu_table_and_ranks_the_waits():
+    sr = load_script("stall_report")
+    rows = sr.load(NCU_CSV)
+    assert [r[0] for r in rows] == [0, 1, 2, 3, 4, 5]
+    assert sum(r[2] for r in rows) == 100
+    assert rows[4][3] == 800
+    assert sr.opcode(rows[3][1]) == "BRA" and sr.opcode(rows[1][1]) == "HGMMA" and sr.opcode(rows[5][1]) == "STG"
+    text = sr.report(rows, top=2, bin_size=2, min_share=0.1, span=(4, 6))
+    lines = text.splitlines()
+    assert lines[0] == "6 instructions, 100 samples"
+    # The spinning branch first, named after the mbarrier wait it loops on; then the MMA.
+    assert lines[4].startswith("| 3 | 50 | 50.0 % | 60 |") and "after: SYNCS.PHASECHK" in lines[4]
+    assert lines[5].startswith("| 1 | 30 | 30.0 % | 400 |")
+    # Bins of 2 instructions: [0,1] 32, [2,3] 55, [4,5] 13 -- all above 10 %.
+    assert "| 0-1 | 32 | 32.0 % |" in text and "| 2-3 | 55 | 55.0 % |" in text and "| 4-5 | 13 | 13.0 % |" in text
+    # The range table: FMUL and STG with their samples and executed counts.
+    assert "instructions [4, 6): 13 samples (13.0 %), 900 executed" in text
+    assert "| FMUL | 8 | 800 |" in text and "| STG | 5 | 100 |" in text
+
+
+def test_stall_report_says_what_is_missing():
+    sr = load_script("stall_report")
+    with pytest.raises(ValueError, match="no source-page table"):
+        sr.load("==PROF== nothing profiled\n")
+    with pytest.raises(ValueError, match="Instructions Executed"):
+        sr.load('"Address","Source","Warp Stall Sampling (All Samples)"\n"0x0","NOP","1"\n')
