@@ -7,7 +7,10 @@
 #   tools/scripts/gpu_check.sh [out_dir]
 # Environment: MOEKIT_BUILD_DIR (build/cuda-release), MOEKIT_JOBS (16), MOEKIT_GPU_FILTER (ctest -R
 # regex for the GPU suite), MOEKIT_SANITIZER_FILTER / MOEKIT_RACECHECK_FILTER (gtest filters),
-# MOEKIT_T_<STEP> per-step time limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH).
+# MOEKIT_T_<STEP> per-step time limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH),
+# MOEKIT_COMMIT (the commit to record: moekit-bench's JSON and env.txt; give it literally when the
+# tree was copied to the machine without its current git metadata, where `git rev-parse` there
+# answers an older HEAD).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -43,7 +46,11 @@ skip_step() {
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed paths"
+  if [ -n "${MOEKIT_COMMIT:-}" ]; then
+    echo "commit: $MOEKIT_COMMIT (MOEKIT_COMMIT; git here says $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  else
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed paths"
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   nvcc --version 2>&1 | tail -n 2
   cmake --version | head -n 1
