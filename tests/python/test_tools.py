@@ -1,7 +1,9 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
-stall_report.py on a small Nsight Compute source-page table."""
+stall_report.py on a small Nsight Compute source-page table, bench_compare.py on small
+moekit-bench JSON files."""
 
 import importlib.util
+import json
 import pathlib
 
 import pytest
@@ -57,3 +59,32 @@ def test_stall_report_says_what_is_missing():
         sr.load("==PROF== nothing profiled\n")
     with pytest.raises(ValueError, match="Instructions Executed"):
         sr.load('"Address","Source","Warp Stall Sampling (All Samples)"\n"0x0","NOP","1"\n')
+
+
+def bench_json(tmp_path, name, points):
+    """A moekit-bench JSON file with rows {(preset, tp, scheme, tokens): (us, baseline_us)}."""
+    rows = [dict(preset=p, tp=tp, scheme=s, tokens=m, path="auto", op="fused_experts", us=us, baseline_us=base)
+            for (p, tp, s, m), (us, base) in points.items()]
+    f = tmp_path / name
+    f.write_text(json.dumps(dict(commit="x", rows=rows)))
+    return str(f)
+
+
+def test_bench_compare_takes_the_best_repeat_and_groups_the_points(tmp_path):
+    bc = load_script("bench_compare")
+    decode, prefill, only_a = ("m", 8, "bf16", 4), ("m", 1, "bf16", 4096), ("m", 1, "bf16", 1)
+    a1 = bench_json(tmp_path, "a1.json", {decode: (100.0, 50.0), prefill: (2000.0, 4000.0), only_a: (9.0, 9.0)})
+    a2 = bench_json(tmp_path, "a2.json", {decode: (110.0, 50.0), prefill: (2100.0, 4000.0), only_a: (9.0, 9.0)})
+    b1 = bench_json(tmp_path, "b1.json", {decode: (80.0, 40.0), prefill: (2500.0, 4000.0)})
+    b2 = bench_json(tmp_path, "b2.json", {decode: (90.0, 40.0), prefill: (2400.0, 4000.0)})
+    rows = {r[0][:4]: r for r in bc.compare(bc.load([a1, a2]), bc.load([b1, b2]))}
+    assert set(rows) == {decode, prefill}  # a point B lacks is left out
+    _, a_us, b_us, speedup, norm, spread = rows[decode]
+    assert (a_us, b_us) == (100.0, 80.0)  # each variant's best repeat
+    assert speedup == pytest.approx(1.25)
+    assert norm == pytest.approx((100.0 / 50.0) / (80.0 / 40.0))  # cuBLAS ran 20 % faster next to B
+    assert spread == pytest.approx(90.0 / 80.0 - 1.0)  # the larger of the two variants' spreads
+    assert rows[prefill][3] == pytest.approx(2000.0 / 2400.0)
+    text = bc.summary(list(rows.values()))
+    assert "| TP8 M<=256 | 1 | 1.250 |" in text and "| TP1 M>=512 | 1 | 0.833 |" in text
+    assert "| all | 2 |" in text

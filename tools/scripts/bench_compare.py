@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Same-run A/B of two moekit-bench variants (two builds, or one build with an environment switch
+such as MOEKIT_PDL=0 / MOEKIT_Y_FP32=1), from their JSON files: per point the speedup of B over A
+(A us / B us; above 1: B faster), and the median, min and max per group (TP, decode M <= 256 /
+prefill M >= 512). With repeats (A1 B1 A2 B2 ..., interleaved so drift hits both), each variant's
+time is its minimum over the repeats and the spread of the repeats is reported, so that a
+difference smaller than the noise is seen as such. The cuBLAS baseline measured next to each
+point gives a second, drift-normalized ratio.
+
+  tools/scripts/bench_compare.py --a A1.json [A2.json ...] --b B1.json [B2.json ...] [--points]
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def key(row):
+    return (row["preset"], row["tp"], row["scheme"], row["tokens"], row.get("path", "auto"), row.get("op", "fused_experts"))
+
+
+def load(paths):
+    """{point: [row per file]} over the points present in every file."""
+    runs = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            runs.append({key(r): r for r in json.load(f)["rows"] if r.get("us") is not None})
+    common = set(runs[0])
+    for r in runs[1:]:
+        common &= set(r)
+    return {k: [r[k] for r in runs] for k in common}
+
+
+def baseline(rows):
+    """The median cuBLAS time measured next to a point over the repeats, or None."""
+    v = [r["baseline_us"] for r in rows if r.get("baseline_us")]
+    return statistics.median(v) if v else None
+
+
+def compare(a_runs, b_runs):
+    """Rows of (point, a_us, b_us, speedup, normalized speedup, repeat spread) for common points."""
+    out = []
+    for k in sorted(set(a_runs) & set(b_runs)):
+        a = [r["us"] for r in a_runs[k]]
+        b = [r["us"] for r in b_runs[k]]
+        a_us, b_us = min(a), min(b)
+        spread = max(max(a) / min(a), max(b) / min(b)) - 1.0
+        base_a, base_b = baseline(a_runs[k]), baseline(b_runs[k])
+        norm = (a_us / base_a) / (b_us / base_b) if base_a and base_b else None
+        out.append((k, a_us, b_us, a_us / b_us, norm, spread))
+    return out
+
+
+def group_of(k):
+    return f"TP{k[1]} " + ("M<=256" if k[3] <= 256 else "M>=512")
+
+
+def summary(rows):
+    groups = {}
+    for row in rows:
+        groups.setdefault(group_of(row[0]), []).append(row)
+        groups.setdefault("all", []).append(row)
+    lines = ["| group | points | B/A speedup median | min | max | normalized median | repeat spread median |",
+             "|---|---|---|---|---|---|---|"]
+    for g in sorted(groups, key=lambda g: (g == "all", g)):
+        v = groups[g]
+        sp = [r[3] for r in v]
+        nm = [r[4] for r in v if r[4] is not None]
+        norm = f"{statistics.median(nm):.3f}" if nm else "-"
+        spread = 100 * statistics.median(r[5] for r in v)
+        lines.append(f"| {g} | {len(v)} | {statistics.median(sp):.3f} | {min(sp):.3f} | {max(sp):.3f} | "
+                     f"{norm} | {spread:.1f} % |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--a", nargs="+", required=True, help="variant A's JSON files (repeats)")
+    ap.add_argument("--b", nargs="+", required=True, help="variant B's JSON files (repeats)")
+    ap.add_argument("--points", action="store_true", help="also list every point")
+    a = ap.parse_args(argv)
+    rows = compare(load(a.a), load(a.b))
+    if not rows:
+        sys.exit("bench_compare.py: no point common to every file")
+    print(summary(rows))
+    if a.points:
+        print("\n| preset | TP | scheme | M | path | A us | B us | B/A | normalized | spread |\n|---|---|---|---|---|---|---|---|---|---|")
+        for k, a_us, b_us, sp, nm, spread in rows:
+            print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {a_us:.1f} | {b_us:.1f} | {sp:.3f} | "
+                  f"{'-' if nm is None else f'{nm:.3f}'} | {100 * spread:.1f} % |")
+
+
+if __name__ == "__main__":
+    main()
