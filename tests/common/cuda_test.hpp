@@ -1,5 +1,6 @@
 // What every GPU test file needs, in one place: the skip on machines without a usable Hopper
-// GPU, the CUDA-call assertion, and an owning device pointer.
+// GPU, the CUDA-call assertion, an owning device pointer, and the upload of a case's shared
+// operands.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,5 +26,15 @@ struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
 using DevPtr = std::unique_ptr<void, CudaFree>;
+
+// The operands every call of a case shares (weights, their scales and biases, the static
+// activation scales, expert_map): each host view in `args` replaced by `upload(view)`, the test's
+// own uploader (it owns the device memory and decides how an empty view is stored).
+template <class Upload>
+void upload_shared_operands(FusedExpertsArgs& args, Upload&& upload) {
+  for (TensorView* v : {&args.weights.w13, &args.weights.w2, &args.weights.w13_scale, &args.weights.w2_scale,
+                        &args.weights.b13, &args.weights.b2, &args.a13_scale, &args.a2_scale, &args.expert_map})
+    *v = upload(*v);
+}
 
 }  // namespace moekit::testing

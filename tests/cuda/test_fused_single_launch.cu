@@ -50,18 +50,10 @@ class DeviceCase {
     host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
     const FusedExpertsArgs h = c.host_args(host_out_.data());
     args_ = h;
+    moekit::testing::upload_shared_operands(args_, [this](const TensorView& v) { return upload(v); });
     args_.hidden = upload(h.hidden);
-    args_.weights.w13 = upload(h.weights.w13);
-    args_.weights.w2 = upload(h.weights.w2);
-    args_.weights.w13_scale = upload(h.weights.w13_scale);
-    args_.weights.w2_scale = upload(h.weights.w2_scale);
-    args_.weights.b13 = upload(h.weights.b13);
-    args_.weights.b2 = upload(h.weights.b2);
     args_.topk_ids = upload(h.topk_ids);
     args_.topk_weights = upload(h.topk_weights);
-    args_.a13_scale = upload(h.a13_scale);
-    args_.a2_scale = upload(h.a2_scale);
-    args_.expert_map = upload(h.expert_map);
     args_.out = device_only(h.out);
     logits_ = upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
     if (!c.correction_bias.empty())

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/tolerance.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "moekit/error.hpp"
@@ -27,22 +28,6 @@ using moekit::DType;
 using moekit::Scheme;
 using moekit::cuda::GemmEpilogue;
 using moekit::cuda::GroupedGemmParams;
-
-bool has_sm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
-  return prop.major == 9 && prop.minor == 0;
-}
-
-#define SKIP_WITHOUT_SM90() \
-  if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU"
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
 
 // ---- host number formats (exact, RNE) ----
 std::uint16_t bf16_bits(float x) {

@@ -61,15 +61,7 @@ class PdlCase {
   PdlCase(const MoeCase& a, const MoeCase& b) : spec_(a.spec) {
     const FusedExpertsArgs h = a.host_args(nullptr);
     base_ = h;
-    base_.weights.w13 = upload(h.weights.w13);
-    base_.weights.w2 = upload(h.weights.w2);
-    base_.weights.w13_scale = upload(h.weights.w13_scale);
-    base_.weights.w2_scale = upload(h.weights.w2_scale);
-    base_.weights.b13 = upload(h.weights.b13);
-    base_.weights.b2 = upload(h.weights.b2);
-    base_.a13_scale = upload(h.a13_scale);
-    base_.a2_scale = upload(h.a2_scale);
-    base_.expert_map = upload(h.expert_map);
+    moekit::testing::upload_shared_operands(base_, [this](const TensorView& v) { return upload(v); });
     if (!a.correction_bias.empty())
       bias_ = upload(TensorView::contiguous(a.correction_bias.data(), DType::kFp32, {a.E_global}));
     const MoeCase* src[3] = {&a, &b, &a};

@@ -16,6 +16,8 @@
 
 namespace {
 
+// Its own device probe, not common/cuda_test.hpp's skip: that one calls moekit::cuda_available(),
+// which preloads, and these tests are about what loads the kernels.
 bool has_sm90() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {

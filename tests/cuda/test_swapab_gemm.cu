@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/tolerance.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "moekit/error.hpp"
@@ -32,24 +33,6 @@ using moekit::DType;
 using moekit::Scheme;
 using moekit::cuda::GemmEpilogue;
 using moekit::cuda::GroupedGemmParams;
-
-bool has_sm90_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
-#define SKIP_WITHOUT_SM90()                                              \
-  do {                                                                   \
-    if (!has_sm90_gpu()) GTEST_SKIP() << "needs an sm_90 (Hopper) GPU"; \
-  } while (0)
 
 void cuda_ok(cudaError_t err, const char* what) {
   if (err != cudaSuccess)

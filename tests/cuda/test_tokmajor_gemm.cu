@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_test.hpp"
 #include "common/tolerance.hpp"
 #include "cuda/kernels/tokmajor/launch_sm90.hpp"
 #include "moekit/error.hpp"
@@ -31,24 +32,6 @@ using moekit::DType;
 using moekit::Scheme;
 using moekit::cuda::GemmEpilogue;
 using moekit::cuda::GroupedGemmParams;
-
-bool has_sm90_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
-#define SKIP_WITHOUT_SM90()                                              \
-  do {                                                                   \
-    if (!has_sm90_gpu()) GTEST_SKIP() << "needs an sm_90 (Hopper) GPU"; \
-  } while (0)
 
 void cuda_ok(cudaError_t err, const char* what) {
   if (err != cudaSuccess)
@@ -662,7 +645,7 @@ TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
   // ... and accepts the activation dtype (the device check comes last: only with a Hopper GPU
   // does the answer become yes; this test also runs in CI, without one).
   p.out_dtype = DType::kBf16;
-  if (has_sm90_gpu()) {
+  if (moekit::cuda_available()) {
     EXPECT_TRUE(moekit::cuda::can_implement_tokmajor_sm90(p, &why)) << why;
   } else {
     EXPECT_FALSE(moekit::cuda::can_implement_tokmajor_sm90(p, &why));
