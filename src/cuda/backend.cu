@@ -180,12 +180,12 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
 
 // The dtype of y, GEMM2's per-slot rows [M*k, K] that the combine sums. The token-major kernel
 // (prefill) writes them in the activation dtype: y is written once and read once, M*k*K values
-// (1.9 GB as fp32 at deepseek-v3 M=8192: ~0.8 ms of HBM traffic for a call whose TP8 roof is
-// 0.9 ms), a large share of k = 8 models' prefill time. Each value is rounded
-// once to bf16 / fp16 (2^-9 / 2^-12 relative) before the fp32 sum over the k slots, as vLLM's
-// intermediate cache is; the sum order, hence run-to-run determinism, is unchanged. Swap-AB and
-// the mma path (decode, where y is small) keep fp32. MOEKIT_Y_FP32=1 keeps fp32 everywhere
-// (read at every call, like MOEKIT_PDL, so a benchmark can A/B it in one process).
+// (1.9 GB as fp32 at deepseek-v3 M=8192). Measured in a same-run A/B: 1-5 % faster at k = 8 TP8
+// prefill, 1.008x at the median (docs/perf.md); the kernels, not these bytes, were the limit.
+// Each value is rounded once to bf16 / fp16 (2^-9 / 2^-12 relative) before the fp32 sum over the
+// k slots, as vLLM's intermediate cache is; the sum order, hence run-to-run determinism, is
+// unchanged. Swap-AB and the mma path (decode, where y is small) keep fp32. MOEKIT_Y_FP32=1 keeps
+// fp32 everywhere (read at every call, like MOEKIT_PDL, so a benchmark can A/B it in one process).
 DType y_dtype(const MoeProblem& p, const detail::DispatchPlan& plan) {
   if (plan.gemm[1].impl != detail::GemmImpl::kTokmajor) return DType::kFp32;
   const char* v = std::getenv("MOEKIT_Y_FP32");
