@@ -949,8 +949,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const SmemLayout& L = p.smem;
   // 1024-aligned base: TMA destinations and 128-byte swizzle atoms need it. The dynamic shared
   // window starts at the same offset in every CTA, so DSMEM addresses match across the cluster.
-  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
-      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
+  // Pointer arithmetic on the shared array (not an integer cast): pointers derived from base stay
+  // known as shared memory (LDS / STS, not generic LD / ST).
+  std::uint8_t* base = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
   s.tiles = smem_u32(base);
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);

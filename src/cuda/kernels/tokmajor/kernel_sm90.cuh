@@ -474,6 +474,13 @@ struct TokMajor {
     }
     const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
     const int piece = lane & 7;  // 16-byte piece of a staged row
+    // The y row of each row this lane copies (null past the tile's rows), computed once per tile.
+    std::uint8_t* rowp[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      rowp[q] = cslot[q] < 0 ? nullptr
+                             : static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(cslot[q]) * p.n_out * kEs;
+    const bool whole = p.out_vec16 && nbase + kBN <= p.n_out;  // the usual tile: no bound checks
 #pragma unroll
     for (int ch = 0; ch < kBN / kChunkCols; ++ch) {
       const std::int64_t c0 = nbase + ch * kChunkCols;
@@ -510,12 +517,21 @@ struct TokMajor {
       }
       __syncwarp();
       const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
+      if (whole) {
+        // Every piece of every chunk in bounds and 16-byte aligned: one store per row, no checks.
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (rowp[q] != nullptr)
+            *reinterpret_cast<uint4*>(rowp[q] + pc * kEs) =
+                *reinterpret_cast<const uint4*>(stage_w + (q * 4 + (lane >> 3)) * kPitch + piece * 16);
+        continue;
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = q * 4 + (lane >> 3);
         if (cslot[q] < 0 || pc >= p.n_out) continue;
         const std::uint8_t* src = stage_w + r * kPitch + piece * 16;
-        std::uint8_t* dst = static_cast<std::uint8_t*>(p.out) + (static_cast<std::int64_t>(cslot[q]) * p.n_out + pc) * kEs;
+        std::uint8_t* dst = rowp[q] + pc * kEs;
         if (p.out_vec16 && pc + 16 / kEs <= p.n_out) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
         } else {
@@ -539,8 +555,18 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   using K = TokMajor<kOp, kGateUp, kBlock128>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
-  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
-      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
+  // 1024-aligned base by pointer arithmetic on the shared array (not through an integer cast), so
+  // the compiler keeps knowing that base and every pointer derived from it (the staging area,
+  // the expert table, the scales) are shared memory: LDS / STS with immediate offsets instead of
+  // generic LD / ST and their address arithmetic.
+  // (fp8_block128 keeps the integer form: with shared-space pointers its instantiations spilled
+  // 4 bytes, its consumers holding a second accumulator set.)
+  std::uint8_t* base;
+  if constexpr (kBlock128)
+    base = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                           ~static_cast<std::uintptr_t>(1023));
+  else
+    base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
   s.tiles = sm90::smem_addr(base);
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
