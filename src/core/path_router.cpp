@@ -146,9 +146,11 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     case Requested::kAuto: break;
   }
 
-  // auto: the fused single launch at low concurrency when it can run the call; else Swap-AB while
-  // an expert's tokens fit one wgmma N side (decode), mma above; a GEMM that Swap-AB declines
-  // runs on mma.
+  // auto: the fused single launch at low concurrency when it can run the call; else, where
+  // token-major can run both GEMMs and the experts have no biases, the early crossover (Swap-AB
+  // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
+  // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
+  // token-major declines runs on mma).
   if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
@@ -163,11 +165,41 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   std::ostringstream why;
   why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
       << " touched of " << p.num_experts << ")";
-  // Three regimes: Swap-AB at decode, token-major wgmma at prefill, and between them (small shards
-  // past 32 slots, where an expert still sees only a few tokens) the mma.sync tiles.
+  const std::int64_t N = p.intermediate_size;
+  // The early token-major crossover (RouterTable): Swap-AB for the fewest slots, token-major
+  // above, mma between them only for tiny bf16 shards. A GEMM Swap-AB declines runs token-major.
+  if (in.tokmajor_ok[0] && in.tokmajor_ok[1] && !p.has_bias13 && !p.has_bias2) {
+    const bool tiny = N < t.tiny_n;
+    const double swapab_slots = tiny ? t.tiny_n_swapab_max_slots : t.early_swapab_max_slots;
+    if (plan.local_slots <= swapab_slots) {
+      why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "")
+          << ": decode, Swap-AB";
+      for (int g = 0; g < 2; ++g) {
+        if (in.swapab_ok[g]) {
+          use_swapab(g);
+        } else {
+          use_tokmajor(g);
+          why << "; GEMM" << g + 1 << " token-major: " << why_of(g);
+        }
+      }
+    } else if (tiny && !fp8 && tpe <= t.tiny_n_mma_max_tokens_per_expert_bf16) {
+      why << ", N=" << N << " < " << t.tiny_n << " bf16 past " << fmt(swapab_slots) << " slots, <= "
+          << fmt(t.tiny_n_mma_max_tokens_per_expert_bf16) << " tokens/expert: mma";
+      use_mma(0);
+      use_mma(1);
+    } else {
+      why << ", slots > " << fmt(swapab_slots) << ": token-major wgmma";
+      use_tokmajor(0);
+      use_tokmajor(1);
+    }
+    plan.reason = why.str();
+    return plan;
+  }
+  if (p.has_bias13 || p.has_bias2) why << ", expert biases: the late crossovers";
+  // The late crossovers, three regimes: Swap-AB at decode, token-major wgmma at prefill, and
+  // between them (small shards past 32 slots, where an expert still sees only a few tokens) mma.
   const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
   bool swapab = false;
-  const std::int64_t N = p.intermediate_size;
   if (fp8 && N < t.mid_n) {
     swapab = tpe <= t.mid_n_max_tokens_per_expert_fp8;
     why << ", fp8 with N=" << N << " < " << t.mid_n << ": Swap-AB up to " << fmt(t.mid_n_max_tokens_per_expert_fp8)

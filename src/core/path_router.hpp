@@ -71,6 +71,27 @@ struct RouterTable {
   // M=4 56.0 vs 49.7; at N = 192 (qwen3-235b TP8) it already loses at M=1 (57.7 vs 46.8), and
   // more so with a larger N: its weight stream is slower than Swap-AB's TMA pipeline, it wins
   // only where the launches and latencies of the multi-launch chain dominate.
+  // The early token-major crossover, where token-major can run both GEMMs and the experts carry
+  // no biases. Retuned from the same-run path sweep after token-major's 93d0e90 epilogues and the
+  // LDS/STS change (H200, commit cda930d, 2026-11-29, bench/results/2026-11-29-cda930d-h200-paths.json:
+  // every preset, TP 1 and 8, bf16 and fp8_per_tensor, M = 1..1024, paths mma, swapab, tokmajor):
+  // - Swap-AB up to 32 local slots (M <= 4 at k = 8): it wins at 1-2 tokens where its 64-row weight
+  //   tiles and split-K fill the SMs (qwen3-235b TP8 M=1: 47.0 vs 69.1 µs token-major); from 64
+  //   slots token-major wins almost everywhere, by up to 1.45x (deepseek-v3 TP8 fp8 M=128: 305.7
+  //   vs 442.2; qwen3-235b TP8 bf16 M=256: 211.5 vs 303.6 mma). Losses it accepts: qwen3-30b TP1
+  //   M=8 (173.6 vs 161.9, 7 %), deepseek-v3 TP8 bf16 M=4 on Swap-AB (143.3 vs 132.4 token-major).
+  // - tiny shards (N < tiny_n, qwen3-30b TP8, N = 96): Swap-AB up to 64 slots, then bf16 on mma
+  //   while tokens/expert <= 3 (M=16: 77.5 mma vs 77.7 token-major, M=32: 87.7 vs 88.7), token-major
+  //   above (M=64: 90.6 vs 99.2); fp8 goes token-major past 64 slots (M=16: 71.4 vs 83.1 Swap-AB).
+  // - experts with biases (gpt-oss-120b, the only such preset) keep the crossovers above: there
+  //   token-major lost at every M <= 512 (TP1 bf16 M=64: 1579 vs 1384 Swap-AB; TP8 bf16 M=256: 413
+  //   vs 322 mma). Ncu at M=256: both token-major GEMMs stream at 3.6-4.0 TB/s at TP1 against
+  //   Swap-AB's 3.9-4.3, and GEMM2 at TP8 (K = 360) takes 225 µs against mma's 138; the bias is a
+  //   proxy for that shape, its cause is not measured yet (docs/router.md).
+  double early_swapab_max_slots = 32.0;
+  std::int64_t tiny_n = 128;
+  double tiny_n_swapab_max_slots = 64.0;
+  double tiny_n_mma_max_tokens_per_expert_bf16 = 3.0;
   std::int64_t fused_max_n = 128;
   double fused_max_slots = 16.0;
   // On since the cooperative launch (fused launcher): the earlier failures (a graph-replay

@@ -161,11 +161,13 @@ TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
 }
 
 TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
-  // Measured after the Swap-AB metadata change (path_router.hpp, RouterTable): bf16 on mid shards
-  // (256 <= N < 512) leaves Swap-AB past 2 tokens/expert; fp8 on any shard under 512 keeps it up
-  // to 8 tokens/expert, then goes token-major.
+  // The late crossovers (token-major cannot run both GEMMs, or the experts have biases): bf16 on
+  // mid shards (256 <= N < 512) leaves Swap-AB past 2 tokens/expert; fp8 on any shard under 512
+  // keeps it up to 8 tokens/expert, then goes token-major for the GEMMs it can run.
   detail::RouterInputs in;
-  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  in.tokmajor_ok[0] = true;
+  in.tokmajor_ok[1] = false;
+  in.tokmajor_why[1] = "not in this test";
   auto plan = [&](const char* name, std::int64_t M, Scheme s) { return choose_paths(preset(name, M, 8, s), in); };
   EXPECT_EQ(plan("deepseek-v3", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
   EXPECT_EQ(plan("deepseek-v3", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
@@ -176,11 +178,46 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
   };
   EXPECT_TRUE(swapab_both(plan("qwen3-30b-a3b", 64, Scheme::kFp8PerTensor)));
   const detail::DispatchPlan q = plan("qwen3-30b-a3b", 256, Scheme::kFp8PerTensor);
-  EXPECT_EQ(q.describe(), "gemm1=tokmajor gemm2=tokmajor") << q.reason;
+  EXPECT_EQ(q.describe(), "gemm1=tokmajor gemm2=mma") << q.reason;
   EXPECT_NE(q.reason.find("token-major"), std::string::npos) << q.reason;
-  EXPECT_EQ(plan("deepseek-v3", 256, Scheme::kFp8PerTensor).describe(), "gemm1=tokmajor gemm2=tokmajor");
   // Large shards keep the general rule: mixtral TP8 (N = 1792) fp8 at 16 tokens/expert is decode.
   EXPECT_TRUE(swapab_both(plan("mixtral-8x7b", 64, Scheme::kFp8PerTensor)));
+  // With both GEMMs on token-major, experts with biases (gpt-oss) still take the late crossovers.
+  in.tokmajor_ok[1] = true;
+  EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_NE(plan("gpt-oss-120b", 64, Scheme::kBf16).reason.find("biases"), std::string::npos);
+  EXPECT_EQ(plan("gpt-oss-120b", 1024, Scheme::kBf16).describe(), "gemm1=tokmajor gemm2=tokmajor");
+}
+
+TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
+  // Where token-major runs both GEMMs (RouterTable, measured at cda930d): Swap-AB up to 32 local
+  // slots, token-major above; tiny bf16 shards (N < 128) take Swap-AB up to 64 slots and mma up
+  // to 3 tokens/expert in between.
+  detail::RouterInputs in;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  auto plan = [&](const char* name, std::int64_t M, int tp, Scheme s = Scheme::kBf16) {
+    return choose_paths(preset(name, M, tp, s), in);
+  };
+  const std::string swapab = "gemm1=swapab gemm2=swapab", tokmajor = "gemm1=tokmajor gemm2=tokmajor";
+  EXPECT_EQ(plan("deepseek-v3", 4, 1).describe(), swapab);      // 32 slots
+  EXPECT_EQ(plan("deepseek-v3", 8, 1).describe(), tokmajor);    // 64 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), swapab);    // k = 2: 32 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 32, 1).describe(), tokmajor);
+  EXPECT_EQ(plan("qwen3-235b-a22b", 8, 8).describe(), tokmajor);  // N = 192 is not tiny
+  EXPECT_EQ(plan("deepseek-v3", 256, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_NE(plan("deepseek-v3", 8, 1).reason.find("token-major"), std::string::npos);
+  // qwen3-30b TP8, N = 96: Swap-AB to 64 slots, bf16 mma to 3 tokens/expert, then token-major;
+  // fp8 token-major right after Swap-AB.
+  EXPECT_EQ(plan("qwen3-30b-a3b", 8, 8).describe(), swapab);
+  EXPECT_EQ(plan("qwen3-30b-a3b", 32, 8).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("qwen3-30b-a3b", 64, 8).describe(), tokmajor);
+  EXPECT_EQ(plan("qwen3-30b-a3b", 16, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  // A GEMM Swap-AB declines at decode runs token-major, and the reason says why.
+  in.swapab_ok[1] = false;
+  in.swapab_why[1] = "rows of 360 bytes";
+  const detail::DispatchPlan d = plan("deepseek-v3", 1, 1);
+  EXPECT_EQ(d.describe(), "gemm1=swapab gemm2=tokmajor");
+  EXPECT_NE(d.reason.find("rows of 360 bytes"), std::string::npos) << d.reason;
 }
 
 TEST(CpuPathRouter, SplitKFillsTheSms) {
