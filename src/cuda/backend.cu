@@ -142,6 +142,7 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   g1.activation = p.activation;
   g1.out = slice<void>(ws, L.inter);
   g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
+  g1.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm1;  // zeroed by routing
   return g1;
 }
 
@@ -175,6 +176,7 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
   g2.activation = p.activation;
   g2.out = slice<float>(ws, L.y);
   g2.out_dtype = DType::kFp32;
+  g2.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm2;  // zeroed by routing
   return g2;
 }
 
@@ -321,9 +323,11 @@ void run_moe(const detail::MoeCall& call) {
   // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
   const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
   const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
-  // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) is read and checked before anything is
-  // enqueued: a bad value fails the call with nothing launched.
+  // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) and schedule (MOEKIT_TOKMAJOR_SCHEDULE)
+  // are read and checked before anything is enqueued: a bad value fails the call with nothing
+  // launched.
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
+  if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);

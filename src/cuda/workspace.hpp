@@ -14,11 +14,14 @@ namespace moekit::cuda {
 // size 0 (its offset is still valid). P = M * k slots, G(x) = ceil(x / 128) groups.
 struct WorkspaceLayout {
   static constexpr std::size_t kAlign = 256;
-  // Order of the absmax words in `counters` (uint32 bits of non-negative floats; the routing
-  // kernel zeroes them at the start of every call, so the absmax kernels can atomicMax).
+  // The words of `counters`; the routing kernel zeroes them at the start of every call. The
+  // absmax words (uint32 bits of non-negative floats) for the absmax kernels' atomicMax; the tile
+  // counters for the token-major GEMMs' dynamic schedule (GroupedGemmParams::tile_counter).
   static constexpr int kAbsmaxHidden = 0;
   static constexpr int kAbsmaxInter = 1;
-  static constexpr int kNumCounters = 2;
+  static constexpr int kTileGemm1 = 2;
+  static constexpr int kTileGemm2 = 3;
+  static constexpr int kNumCounters = 4;
 
   std::size_t topk_ids = 0;        // int32 [P]: fused_moe's routing output when the caller gave none
   std::size_t topk_weights = 0;    // fp32 [P]

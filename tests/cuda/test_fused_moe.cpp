@@ -746,6 +746,25 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
 }
 
+TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before
+  // anything is enqueued. That both schedules give the same bits is Sm90TokMajorGemm's
+  // DynamicScheduleMatchesStaticBitwise; the Sm90FusedMoe cases check the dynamic one end to end.
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  std::string what;
+  ::setenv("MOEKIT_TOKMAJOR_SCHEDULE", "sometimes", 1);
+  const Status bad = run_status(d, 300, "tokmajor", &what);
+  ::setenv("MOEKIT_TOKMAJOR_SCHEDULE", "static", 1);
+  const Status fixed = run_status(d, 300, "tokmajor");
+  ::unsetenv("MOEKIT_TOKMAJOR_SCHEDULE");
+  EXPECT_EQ(bad, Status::kInvalidArgument);
+  EXPECT_NE(what.find("MOEKIT_TOKMAJOR_SCHEDULE"), std::string::npos) << what;
+  EXPECT_EQ(fixed, Status::kSuccess);
+  EXPECT_EQ(run_status(d, 300, "tokmajor"), Status::kSuccess);
+}
+
 TEST(Sm90Dispatch, LogLinePerCall) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(small_spec(Scheme::kBf16));

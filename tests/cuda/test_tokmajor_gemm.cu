@@ -108,6 +108,7 @@ struct Case {
   DType out = DType::kBf16;  // GEMM1: act dtype or fp32; GEMM2: fp32 or act dtype (moekit's y at prefill)
   int top_k = 2;
   int cluster = 0;  // 0: the launcher's default; 1, 2: forced (2 = weight multicast)
+  bool dynamic = false;  // pass a zeroed tile counter: the dynamic schedule (clusters of 1)
   bool sorted_weights = false;  // pass the weights by sorted row only (topk_weights null), as run_moe's routing
   std::uint64_t seed = 1;
 
@@ -115,7 +116,7 @@ struct Case {
     std::ostringstream os;
     os << moekit::scheme_name(scheme) << (epilogue == GemmEpilogue::kGateUpActivation ? " gemm1 " : " gemm2 ")
        << "N=" << N << " K=" << K << " act=" << moekit::activation_name(act) << " bias=" << bias
-       << " woi=" << weight_on_input << " rows=" << rows.size() << " cluster=" << cluster;
+       << " woi=" << weight_on_input << " rows=" << rows.size() << " cluster=" << cluster << " dynamic=" << dynamic;
     return os.str();
   }
 };
@@ -334,6 +335,11 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   p.activation.kind = c.act;
   p.out = d_out.ptr;
   p.out_dtype = out_dtype;
+  DeviceBuffer d_counter(sizeof(std::uint32_t));
+  if (c.dynamic) {
+    cuda_ok(cudaMemset(d_counter.ptr, 0, sizeof(std::uint32_t)), "cudaMemset");
+    p.tile_counter = static_cast<std::uint32_t*>(d_counter.ptr);
+  }
 
   std::string why;
   ASSERT_TRUE(moekit::cuda::can_implement_tokmajor_sm90(p, &why)) << why;
@@ -609,6 +615,68 @@ TEST(Sm90TokMajorGemm, BitwiseDeterministic) {
     ASSERT_EQ(first.size(), second.size());
     EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float))) << "cluster=" << cluster;
   }
+}
+
+TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
+  SKIP_WITHOUT_SM90();
+  // The dynamic schedule changes which CTA runs a unit, never what a unit computes: every scheme
+  // and epilogue matches the reference and the static schedule bit for bit, with token-tile counts
+  // 0..8 per expert, K tails, tail tiles of <= 64 rows and more units than CTAs.
+  std::vector<Case> cases;
+  Case c = gemm1(Scheme::kBf16, 96, 256);
+  c.rows.assign(257, 0);
+  for (int e = 0; e < 257; ++e) c.rows[e] = (e * 37) % 150;
+  c.top_k = 8;
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 360, 2880);
+  c.rows = {1, 300, 0, 129, 1000};
+  c.bias = true;
+  c.out = DType::kBf16;
+  cases.push_back(c);
+  c = gemm1(Scheme::kFp8PerTensor, 768, 2048);
+  c.rows = {300, 1, 0, 64, 65};
+  c.act = Activation::kSwigluOai;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerChannel, 128, 2880);
+  c.rows = {129, 1000};
+  c.sorted_weights = true;
+  cases.push_back(c);
+  c = gemm1(Scheme::kFp8Block128, 128, 2048);
+  c.rows = kFewRows;
+  cases.push_back(c);
+  c = gemm1(Scheme::kBf16, 96, 256);
+  c.rows = {0, 0, 0};
+  cases.push_back(c);
+  for (Case& k : cases) {
+    SCOPED_TRACE(k.name());
+    std::vector<float> fixed, taken, again;
+    k.cluster = 1;
+    k.dynamic = false;
+    run_case(k, &fixed);
+    k.dynamic = true;
+    run_case(k, &taken);
+    run_case(k, &again);  // a fresh zeroed counter each launch, as run_moe's routing gives
+    ASSERT_EQ(fixed.size(), taken.size());
+    ASSERT_EQ(taken.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(fixed.data(), taken.data(), fixed.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(taken.data(), again.data(), taken.size() * sizeof(float)));
+  }
+}
+
+TEST(Sm90TokMajorGemm, DynamicScheduleSmall) {
+  SKIP_WITHOUT_SM90();
+  // Small enough for compute-sanitizer (memcheck, racecheck: the unit handed from the producer
+  // to the consumers through shared memory): both epilogues, an empty expert, a tail tile.
+  Case c = gemm1(Scheme::kBf16, 96, 256);
+  c.rows = {1, 129, 0, 64};
+  c.cluster = 1;
+  c.dynamic = true;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 96, 256);
+  c.rows = {1, 129, 0, 64};
+  c.cluster = 1;
+  c.dynamic = true;
+  run_case(c);
 }
 
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {

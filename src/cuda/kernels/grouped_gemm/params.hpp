@@ -60,6 +60,12 @@ struct GroupedGemmParams {
 
   void* out = nullptr;
   DType out_dtype = DType::kFp32;   // GEMM1: act dtype or kFp32; GEMM2: kFp32 (token-major: or act dtype)
+
+  // Token-major only (other kernels ignore it): a device word that is zero when the launch starts.
+  // With it the persistent CTAs take their work units from it in order as they become free (the
+  // dynamic schedule); the kernel leaves it nonzero, so the caller zeroes it before every launch
+  // (run_moe: the routing kernel). Null: the static round-robin schedule.
+  std::uint32_t* tile_counter = nullptr;
 };
 
 /// Launch the grouped GEMM on `stream` (cudaStream_t). Throws moekit::Error on a bad

@@ -27,6 +27,8 @@ constexpr int stage_bytes(bool block128) { return kATileBytes + b_tile_bytes(blo
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
+// Named barrier of the producer warpgroup (id 0 is __syncthreads'), used by the dynamic schedule.
+inline constexpr int kProducerBarrier = 1;
 // setmaxnreg: 128 x 64 + 256 x 216 = 63488 <= 65536 registers of the SM. The producer keeps 8
 // gathered row indices, the tile and the pipeline state live (56 spilled a register with
 // block128); the consumers use ~172 (128 accumulators + addresses + epilogue values).
@@ -64,6 +66,8 @@ struct SmemLayout {
   int full_bar_off;   // uint64 [stages]
   int empty_bar_off;  // uint64 [stages]
   int out_stage_off;  // GEMM2 epilogue: [consumer warp][16 rows][kOutStagePitch bytes]
+  int tile_w_off;     // dynamic schedule: int [stages] unit of the tile starting at each stage, then
+                      // int [1] the producer warpgroup's broadcast of the unit it just took
   int table_off;      // int row_offsets[E+1], int tile_prefix[E+1]
   int bytes;          // total, including 1024 bytes of alignment slack
 };
@@ -77,7 +81,8 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts) {
   l.full_bar_off = (l.b_scale_off + l.stages * 2 * 4 + 7) / 8 * 8;
   l.empty_bar_off = l.full_bar_off + l.stages * 8;
   l.out_stage_off = (l.empty_bar_off + l.stages * 8 + 15) / 16 * 16;
-  l.table_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
+  l.tile_w_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
+  l.table_off = l.tile_w_off + (l.stages + 1) * 4;
   l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
   return l;
 }
@@ -124,6 +129,9 @@ struct KernelParams {
   float alpha;
   float limit;
   int cluster;                       // CTAs per cluster, 1 or 2 (weight multicast)
+  // Dynamic schedule (cluster 1): units taken in order from this word, zero at launch (see
+  // GroupedGemmParams::tile_counter); null: static round-robin.
+  std::uint32_t* tile_counter;
   SmemLayout smem;
 };
 

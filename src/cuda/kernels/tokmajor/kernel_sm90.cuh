@@ -33,6 +33,9 @@ template <> struct TagOf<Operand::kE4m3> { using type = sm90::E4m3Tag; };
 // same weight tile (L2 hits) and an expert's few token tiles, which stay in L2 across its column
 // tiles. CTA rank r of a cluster takes token tile cluster * group + r of the unit (none past the
 // expert's last token tile: count = 0, the CTA then only loads its share of the weights).
+// Which CTA runs which unit: with clusters of 1 and a tile counter, the dynamic schedule (each CTA
+// takes the next unit when it is ready for it, so the CTAs on consecutive units start them
+// together); otherwise static round-robin (cluster c takes units c, c + clusters, ...).
 // ---------------------------------------------------------------------------------------------
 struct Tile {
   int e;
@@ -131,6 +134,8 @@ struct TokMajor {
     std::uint32_t empty;
     std::uint32_t peer_empty;  // cluster of 2: the peer CTA's empty barriers (shared::cluster)
     std::uint8_t* out_stage;  // GEMM2 epilogue staging, kOutStageWarpBytes per consumer warp
+    int* tile_w;          // dynamic schedule: [stages] unit of the tile starting at the stage, -1 = no
+                          // more; [stages] the producer warpgroup's broadcast slot
     int* off;             // [E+1]
     int* prefix;          // [E+1]
     int stages;
@@ -162,10 +167,33 @@ struct TokMajor {
     const int row0 = t >> 3;    // tile rows row0 + 16 i, i = 0..7
     int stage = 0;
     std::uint32_t phase = 0;
+    const bool dynamic = p.tile_counter != nullptr;
     const int num_clusters = gridDim.x / s.cluster;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
+      if (dynamic) {
+        // The next unit in order, taken when this CTA is ready for it: the CTAs that take the token
+        // tiles of one weight tile (consecutive units) start them together, so the second reads
+        // the weights from L2 (under the static schedule the CTAs drift apart over their units and
+        // the weights came from DRAM again).
+        if (t == 0) s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+        sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
+        w = s.tile_w[s.stages];
+        sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
+      }
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) break;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) {
+        if (dynamic) {
+          // No more units: one stage with unit -1 and no data tells the consumers. Its full
+          // barrier completes on thread 0's arrival and every thread's cp.async arrival.
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          if (t == 0) {
+            s.tile_w[stage] = -1;
+            sm90::mbar_arrive(s.full + 8 * stage);
+          }
+          sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
+        }
+        break;
+      }
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
       int arow[8];
@@ -191,6 +219,8 @@ struct TokMajor {
         const std::uint32_t b_dst = a_dst + kATileBytes;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
         if (t == 0) {
+          // The unit, for the consumers (ordered before them by this thread's arrival below).
+          if (dynamic && ks == 0) s.tile_w[stage] = w;
           // The whole B tile lands in this CTA: both boxes, or (cluster of 2) one box from each CTA.
           sm90::mbar_arrive_expect_tx(full, kTmaBytes);
           const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
@@ -241,8 +271,15 @@ struct TokMajor {
     int stage = 0;
     std::uint32_t phase = 0;
 
+    const bool dynamic = p.tile_counter != nullptr;
     const int num_clusters = gridDim.x / s.cluster;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
+      if (dynamic) {
+        // The unit the producer took for the tile that starts at this stage (-1: none left).
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        w = s.tile_w[stage];
+        if (w < 0) break;
+      }
       Tile tl;
       if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) break;
 
@@ -547,8 +584,10 @@ struct TokMajor {
   }
 };
 
-// Persistent: cluster c (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ...;
-// every thread walks the same unit list. Launched with cluster dimension S when S > 1.
+// Persistent: with p.tile_counter (S = 1), the producer warpgroup takes each next unit from the
+// counter and hands it to the consumers through the stage it starts at; otherwise cluster c
+// (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ..., every thread walking
+// the same unit list. Launched with cluster dimension S when S > 1.
 template <Operand kOp, bool kGateUp, bool kBlock128>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -574,6 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
   s.out_stage = base + L.out_stage_off;
+  s.tile_w = reinterpret_cast<int*>(base + L.tile_w_off);
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
   s.stages = L.stages;

@@ -158,6 +158,13 @@ int tokmajor_default_cluster() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_CLUSTER = '") + v + "', expected 1 or 2");
 }
 
+bool tokmajor_dynamic_schedule() {
+  const char* v = std::getenv("MOEKIT_TOKMAJOR_SCHEDULE");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "dynamic") == 0) return true;
+  if (std::strcmp(v, "static") == 0) return false;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_SCHEDULE = '") + v + "', expected dynamic or static");
+}
+
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
 }
@@ -243,6 +250,9 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
   kp.cluster = cluster;
+  // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
+  // static schedule gives it to them without talking).
+  kp.tile_counter = cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than

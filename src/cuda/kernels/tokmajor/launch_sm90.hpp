@@ -31,4 +31,10 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& params, void* st
 // asks before it enqueues anything, so a bad value fails a call with nothing launched.
 int tokmajor_default_cluster();
 
+// Whether the launcher uses the dynamic schedule when GroupedGemmParams::tile_counter is given
+// (clusters of 1 only): true by default; MOEKIT_TOKMAJOR_SCHEDULE = "static" turns it off (the
+// round-robin schedule, for measuring one against the other), "dynamic" is the default. Throws
+// moekit::Error(kInvalidArgument) on any other value.
+bool tokmajor_dynamic_schedule();
+
 }  // namespace moekit::cuda
