@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -694,7 +695,11 @@ Status run_status(DeviceCase& d, std::int64_t M, const char* path, std::string* 
   d.prepare(M, Mode::kFusedExperts, o);
   try {
     fused_experts(d.experts(M), o);
-    cudaDeviceSynchronize();
+    // A fault in a kernel is a failure too, not only a host-side refusal.
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      if (what != nullptr) *what = "a kernel of the call failed on the device";
+      return Status::kCudaError;
+    }
     return Status::kSuccess;
   } catch (const Error& e) {
     if (what != nullptr) *what = e.what();
@@ -746,6 +751,29 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
 }
 
+// Sets an environment variable for a scope and restores what was there before, even when the
+// scope is left by an exception.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before
@@ -754,11 +782,15 @@ TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   MoeCase c = make_case(small_spec(Scheme::kBf16));
   DeviceCase d(c);
   std::string what;
-  ::setenv("MOEKIT_TOKMAJOR_SCHEDULE", "sometimes", 1);
-  const Status bad = run_status(d, 17, "tokmajor", &what);
-  ::setenv("MOEKIT_TOKMAJOR_SCHEDULE", "static", 1);
-  const Status fixed = run_status(d, 17, "tokmajor");
-  ::unsetenv("MOEKIT_TOKMAJOR_SCHEDULE");
+  Status bad, fixed;
+  {
+    ScopedEnv env("MOEKIT_TOKMAJOR_SCHEDULE", "sometimes");
+    bad = run_status(d, 17, "tokmajor", &what);
+  }
+  {
+    ScopedEnv env("MOEKIT_TOKMAJOR_SCHEDULE", "static");
+    fixed = run_status(d, 17, "tokmajor");
+  }
   EXPECT_EQ(bad, Status::kInvalidArgument);
   EXPECT_NE(what.find("MOEKIT_TOKMAJOR_SCHEDULE"), std::string::npos) << what;
   EXPECT_EQ(fixed, Status::kSuccess);

@@ -345,6 +345,12 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   ASSERT_TRUE(moekit::cuda::can_implement_tokmajor_sm90(p, &why)) << why;
   moekit::cuda::launch_grouped_gemm_tokmajor_sm90(p, nullptr, c.cluster);
   cuda_ok(cudaDeviceSynchronize(), "kernel");
+  if (c.dynamic) {
+    // The dynamic schedule ran: every CTA took at least one unit (its last, past the end), so the
+    // counter moved (it would stay 0 if the launcher had dropped it, e.g. under
+    // MOEKIT_TOKMAJOR_SCHEDULE=static).
+    EXPECT_GT(d_counter.download<std::uint32_t>(1)[0], 0u) << "the dynamic schedule did not run";
+  }
 
   std::vector<float> got(out_elems);
   if (out_dtype == DType::kFp32) {

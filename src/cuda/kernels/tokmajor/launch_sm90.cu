@@ -252,7 +252,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.cluster = cluster;
   // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
   // static schedule gives it to them without talking).
-  kp.tile_counter = cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
+  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
