@@ -1,5 +1,5 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
-stall_report.py on a small Nsight Compute source-page table, bench_compare.py on small
+stall_report.py on a small Nsight Compute source-page table, bench_compare.py and path_report.py on small
 moekit-bench JSON files."""
 
 import importlib.util
@@ -88,3 +88,26 @@ def test_bench_compare_takes_the_best_repeat_and_groups_the_points(tmp_path):
     text = bc.summary(list(rows.values()))
     assert "| TP8 M<=256 | 1 | 1.250 |" in text and "| TP1 M>=512 | 1 | 0.833 |" in text
     assert "| all | 2 |" in text
+
+
+def test_path_report_finds_where_auto_loses(tmp_path):
+    pr = load_script("path_report")
+    def row(m, path, us, dispatch=""):
+        return dict(preset="q", tp=8, scheme="bf16", tokens=m, path=path, us=us, dispatch=dispatch)
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps(dict(rows=[
+        row(4, "swapab", 50.0), row(4, "tokmajor", 60.0), row(4, "mma", None),
+        row(64, "swapab", 120.0), row(64, "tokmajor", 90.0), row(64, "tokmajor", 95.0),
+        row(1024, "tokmajor", 400.0)])))
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps(dict(rows=[row(4, "auto", 51.0, "gemm1=swapab gemm2=swapab"),
+                                          row(64, "auto", 119.0, "gemm1=swapab gemm2=swapab")])))
+    table_rows = {r[0][3]: r for r in pr.rows(pr.load([str(sweep)]), pr.load([str(grid)]))}
+    assert table_rows[4][2] == "swapab" and table_rows[4][5] == pytest.approx(50.0 / 51.0)
+    assert table_rows[64][1]["tokmajor"] == 90.0  # the faster of two repeats; mma's null time dropped
+    assert table_rows[64][2] == "tokmajor" and table_rows[1024][3] is None  # no auto row there
+    text = pr.report(list(table_rows.values()), 0.03)
+    assert "1 points more than 3% slower" in text
+    assert "q TP8 bf16 M=64: auto ran gemm1=swapab gemm2=swapab in 119.0 µs, tokmajor 90.0 µs (1.32x)" in text
+    assert "M=4:" not in text  # 2 % slower is within the slack
+    assert pr.main([str(sweep), "--auto", str(grid)]) == 0
