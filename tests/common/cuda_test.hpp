@@ -1,11 +1,12 @@
 // What every GPU test file needs, in one place: the skip on machines without a usable Hopper
-// GPU, the CUDA-call assertion, an owning device pointer, and the upload of a case's shared
-// operands.
+// GPU, the CUDA-call assertion, an owning device pointer, the upload of a case's shared
+// operands, and a scoped environment variable (the backend's switches are read at every call).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -36,5 +37,28 @@ void upload_shared_operands(FusedExpertsArgs& args, Upload&& upload) {
                         &args.weights.b13, &args.weights.b2, &args.a13_scale, &args.a2_scale, &args.expert_map})
     *v = upload(*v);
 }
+
+// Sets an environment variable for a scope and restores what was there before, even when the
+// scope is left by an exception (MOEKIT_PDL, MOEKIT_LOG_DISPATCH, MOEKIT_TOKMAJOR_SCHEDULE, ...).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
+    else ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 }  // namespace moekit::testing

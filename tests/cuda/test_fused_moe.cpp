@@ -751,29 +751,6 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
 }
 
-// Sets an environment variable for a scope and restores what was there before, even when the
-// scope is left by an exception.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before
@@ -801,11 +778,14 @@ TEST(Sm90Dispatch, LogLinePerCall) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(small_spec(Scheme::kBf16));
   DeviceCase d(c);
-  ::setenv("MOEKIT_LOG_DISPATCH", "1", 1);
-  ::testing::internal::CaptureStderr();
-  const Status st = run_status(d, 17, "auto");
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  ::unsetenv("MOEKIT_LOG_DISPATCH");
+  Status st;
+  std::string err;
+  {
+    ScopedEnv log("MOEKIT_LOG_DISPATCH", "1");
+    ::testing::internal::CaptureStderr();
+    st = run_status(d, 17, "auto");
+    err = ::testing::internal::GetCapturedStderr();
+  }
   EXPECT_EQ(st, Status::kSuccess);
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_NE(err.find("moekit dispatch: M=17 E=16 k=4 K=256 N=128 bf16"), std::string::npos) << err;

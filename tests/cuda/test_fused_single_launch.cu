@@ -472,23 +472,7 @@ TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
       // (a) the default launcher (counters zeroed by a memset node in the graph);
       // (b) zero_counters = false: the kernel's own reset must leave them zero for the next replay.
       for (int variant = 0; variant < 2; ++variant) {
-        cuda::FusedMoeParams fp;
-        fp.problem = call.problem;
-        fp.hidden = call.hidden;
-        fp.out = call.out;
-        fp.w13 = call.w13;
-        fp.w2 = call.w2;
-        fp.w13_scale = call.w13_scale;
-        fp.w2_scale = call.w2_scale;
-        fp.b13 = call.problem.has_bias13 ? call.b13 : nullptr;
-        fp.b2 = call.problem.has_bias2 ? call.b2 : nullptr;
-        fp.a13_scale = call.problem.static_a13_scale ? call.a13_scale : nullptr;
-        fp.a2_scale = call.problem.static_a2_scale ? call.a2_scale : nullptr;
-        fp.expert_map = call.expert_map;
-        fp.topk_ids = call.topk_ids;
-        fp.topk_weights = call.topk_weights;
-        fp.workspace = ws;
-        fp.workspace_bytes = cuda::fused_workspace_size(call.problem);
+        cuda::FusedMoeParams fp = cuda::fused_moe_params(call, ws);
         fp.zero_counters = variant == 0;
         if (!fp.zero_counters) {
           // One zeroing up front; every replay after must find the counters zero again.
@@ -614,22 +598,8 @@ TEST(Sm90FusedSingleLaunch, StressStreamsGraphsEagerUnderLoad) {
     ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());  // the legacy-stream memsets, before any lane
 
     auto params = [&](const detail::MoeCall& call, Lane& L, int mi, bool zero) {
-      cuda::FusedMoeParams fp;
-      fp.problem = call.problem;
-      fp.hidden = call.hidden;
+      cuda::FusedMoeParams fp = cuda::fused_moe_params(call, zero ? L.ws.get() : L.ws_nozero[mi].get());
       fp.out = L.out.get();
-      fp.w13 = call.w13;
-      fp.w2 = call.w2;
-      fp.w13_scale = call.w13_scale;
-      fp.w2_scale = call.w2_scale;
-      fp.b13 = call.problem.has_bias13 ? call.b13 : nullptr;
-      fp.b2 = call.problem.has_bias2 ? call.b2 : nullptr;
-      fp.a13_scale = call.problem.static_a13_scale ? call.a13_scale : nullptr;
-      fp.a2_scale = call.problem.static_a2_scale ? call.a2_scale : nullptr;
-      fp.expert_map = call.expert_map;
-      fp.topk_ids = call.topk_ids;
-      fp.topk_weights = call.topk_weights;
-      fp.workspace = zero ? L.ws.get() : L.ws_nozero[mi].get();
       fp.workspace_bytes = zero ? ws_bytes : cuda::fused_workspace_size(call.problem);
       fp.zero_counters = zero;
       return fp;

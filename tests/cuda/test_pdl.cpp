@@ -23,29 +23,6 @@
 namespace moekit::testing {
 namespace {
 
-// Sets MOEKIT_PDL for a scope (read by the CUDA backend at every call) and restores it after.
-class ScopedPdl {
- public:
-  explicit ScopedPdl(bool on) {
-    const char* v = std::getenv("MOEKIT_PDL");
-    had_ = v != nullptr;
-    if (had_) old_ = v;
-    ::setenv("MOEKIT_PDL", on ? "1" : "0", 1);
-  }
-  ~ScopedPdl() {
-    if (had_)
-      ::setenv("MOEKIT_PDL", old_.c_str(), 1);
-    else
-      ::unsetenv("MOEKIT_PDL");
-  }
-  ScopedPdl(const ScopedPdl&) = delete;
-  ScopedPdl& operator=(const ScopedPdl&) = delete;
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
-
 enum class Mode { kFusedExperts, kFusedMoe };
 
 std::size_t view_bytes(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
@@ -198,7 +175,7 @@ void count_graph(cudaGraph_t graph, std::size_t* programmatic, std::size_t* kern
 void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaStream_t stream) {
   std::vector<std::uint16_t> want[2];
   {
-    ScopedPdl off(false);
+    ScopedEnv off("MOEKIT_PDL", "0");
     for (int s = 0; s < 2; ++s) {
       d.poison(s, stream);
       d.enqueue(M, mode, s, s, path, stream);
@@ -207,7 +184,7 @@ void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaS
     }
     ASSERT_NE(want[0], want[1]) << "the two input sets give the same output: the test would not see stale reads";
   }
-  ScopedPdl on(true);
+  ScopedEnv on("MOEKIT_PDL", "1");
 
   // Eager: set 0 then set 1, each into its own output, enqueued back to back on one workspace:
   // the second call's routing rewrites the offsets and slots the first call's kernels read.
@@ -338,7 +315,7 @@ TEST(Sm90Pdl, SwitchOffCapturesNoProgrammaticEdge) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const char* path : kPaths) {
     SCOPED_TRACE(path);
-    ScopedPdl off(false);
+    ScopedEnv off("MOEKIT_PDL", "0");
     cudaGraph_t graph = nullptr;
     CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
     try {

@@ -242,7 +242,7 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
     launch_op<fm::Op::kE4m3>(a, grid, s, device);
 }
 
-void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace) {
+FusedMoeParams fused_moe_params(const detail::MoeCall& call, void* workspace) {
   const MoeProblem& p = call.problem;
   FusedMoeParams fp;
   fp.problem = p;
@@ -269,7 +269,11 @@ void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace) {
   fp.workspace = workspace;
   fp.workspace_bytes = fused_workspace_size(p);
   fp.zero_counters = true;
-  launch_fused_moe_sm90(fp, call.stream);
+  return fp;
+}
+
+void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace) {
+  launch_fused_moe_sm90(fused_moe_params(call, workspace), call.stream);
 }
 
 }  // namespace moekit::cuda

@@ -31,11 +31,15 @@ std::size_t fused_workspace_size(const MoeProblem& problem);
 /// their own workspaces.
 void launch_fused_moe_sm90(const FusedMoeParams& params, void* stream);
 
-/// Everything for one resolved call: fills FusedMoeParams from `call` (fused_experts: topk_ids /
-/// topk_weights given; fused_moe: routed in the launch, written to call.topk_ids_out /
-/// topk_weights_out when not null) and launches on call.stream with `workspace` (at least
-/// fused_workspace_size(call.problem) bytes; its counters are zeroed by a cudaMemsetAsync).
-/// The current device must be call.device.
+/// FusedMoeParams of one resolved call (fused_experts: topk_ids / topk_weights given; fused_moe:
+/// routed in the launch, written to call.topk_ids_out / topk_weights_out when not null), with
+/// `workspace` of fused_workspace_size(call.problem) bytes and zero_counters set (tests change
+/// the fields they vary).
+FusedMoeParams fused_moe_params(const detail::MoeCall& call, void* workspace);
+
+/// Everything for one resolved call: launch_fused_moe_sm90(fused_moe_params(call, workspace))
+/// on call.stream (the workspace's counters are zeroed by a cudaMemsetAsync). The current
+/// device must be call.device.
 void run_fused_moe_sm90(const detail::MoeCall& call, void* workspace);
 
 /// Whether this build has the fused kernel's phase timer (CMake -DMOEKIT_FUSED_PHASE_TIMER=ON;
