@@ -15,7 +15,7 @@
 namespace moekit::detail {
 namespace {
 
-enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor };
+enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor, kDecode };
 
 std::string path_list() {
   std::string s;
@@ -29,6 +29,7 @@ Requested parse_requested(const char* forced) {
   if (std::strcmp(forced, "swapab") == 0) return Requested::kSwapab;
   if (std::strcmp(forced, "fused") == 0) return Requested::kFused;
   if (std::strcmp(forced, "tokmajor") == 0) return Requested::kTokmajor;
+  if (std::strcmp(forced, "decode") == 0) return Requested::kDecode;
   throw Error(Status::kInvalidArgument, std::string("unknown kernel path '") + forced +
                                             "' (Options::path or MOEKIT_PATH); expected one of " + path_list());
 }
@@ -132,6 +133,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       plan.fused = true;
       plan.reason = "forced";
       return plan;
+    case Requested::kDecode:
+      if (!in.decode_ok)
+        throw Error(Status::kNotSupported, "path 'decode' forced (Options::path or MOEKIT_PATH) but it cannot run " +
+                                               p.to_string() + ": " + in.decode_why);
+      plan.decode = true;
+      plan.reason = "forced";
+      return plan;
     case Requested::kMma:
       use_mma(0);
       use_mma(1);
@@ -151,6 +159,12 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
   // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
   // token-major declines runs on mma).
+  if (kRouterTable.decode_in_auto && in.decode_ok && plan.local_slots <= kRouterTable.decode_max_slots) {
+    plan.decode = true;
+    plan.reason = "slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.decode_max_slots) +
+                  ": decode, one launch from routing to combine";
+    return plan;
+  }
   if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
@@ -244,6 +258,7 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
+  if (decode) return "decode";
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));

@@ -21,8 +21,9 @@ enum class GemmImpl : int {
 const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab", "tokmajor"
 
 /// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
-/// "fused" is the single-launch path; "tokmajor" the token-major wgmma path.
-inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor"};
+/// "fused" is the cooperative single-launch path; "tokmajor" the token-major wgmma path;
+/// "decode" the single-launch decode path (src/cuda/kernels/decode/).
+inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor", "decode"};
 
 /// The heuristic's constants, in one place.
 struct RouterTable {
@@ -99,6 +100,11 @@ struct RouterTable {
   // guaranteed co-resident; the stress test (Sm90FusedSingleLaunch.StressStreamsGraphsEagerUnderLoad)
   // and the suite pass on the H200 since.
   bool fused_in_auto = true;
+  // The single-launch decode path (kernels/decode/), when it can run the call
+  // (RouterInputs::decode_ok), up to this many local slots; it replaces the fused path and the
+  // multi-launch chain there. Placeholder pending the same-run path sweep (docs/router.md).
+  double decode_max_slots = 256.0;
+  bool decode_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};
 
@@ -112,6 +118,8 @@ struct RouterInputs {
   std::string tokmajor_why[2];
   bool fused_ok = false;            ///< a single-launch fused path can run this call
   std::string fused_why = "the single-launch fused path is not built in this version of moekit";
+  bool decode_ok = false;           ///< the single-launch decode path can run this call
+  std::string decode_why = "the single-launch decode path is not built in this version of moekit";
 };
 
 struct GemmChoice {
@@ -123,6 +131,7 @@ struct GemmChoice {
 struct DispatchPlan {
   std::string requested = "auto";  ///< the path name asked for ("auto" when none)
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
+  bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -130,7 +139,7 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// "gemm1=swapab(split_k=8) gemm2=mma" or "fused" (split_k shown when above 1).
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused" or "decode" (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
   std::string log_line(const MoeProblem& problem) const;

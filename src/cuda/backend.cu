@@ -17,6 +17,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "cuda/kernels/quant/quant.hpp"
@@ -101,10 +102,11 @@ bool device_ok(int device, std::string* why) {
   return true;
 }
 
-// The multi-launch layout or the fused path's, whichever is larger: the router may pick either.
+// The largest of the multi-launch layout, the fused path's and the decode path's: the router may
+// pick any of them.
 std::size_t workspace_size(const MoeProblem& problem) {
   const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
-  return std::max(workspace_layout(problem).total, fused);
+  return std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem)});
 }
 
 // Where a call's routing outputs live: the caller's buffers when given, else the workspace.
@@ -218,6 +220,7 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
       in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
     }
   }
+  in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
@@ -314,6 +317,11 @@ void run_moe(const detail::MoeCall& call) {
   // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
   if (plan.fused) {
     run_fused_moe_sm90(call, call.workspace);
+    return;
+  }
+  // The single-launch decode path (kernels/decode/) replaces them for decode-sized calls.
+  if (plan.decode) {
+    run_decode_sm90(call, plan.touched);
     return;
   }
 

@@ -42,7 +42,7 @@ int g_cases = 0;
 std::vector<std::string> g_declined;
 
 // The kernel paths every Sm90FusedMoe test runs on.
-const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor"};
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
@@ -69,6 +69,19 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 // In this suite: the gpt-oss preset at TP8 (N = 360) in fp8 schemes, qwen3-30b at TP8 (N = 96)
 // in fp8_block128.
 std::string documented_decline(const CaseSpec& s, const std::string& path) {
+  // decode (can_implement_decode_sm90): bf16, fp8_per_tensor and fp8_per_channel; M*k <= 4096
+  // slots; E <= 1024; K a multiple of 16 and 16-byte rows of N; partial outputs
+  // (M*k x ceil(N/128) x K fp32) up to 128 MiB.
+  if (path == "decode") {
+    const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
+    if (s.scheme == Scheme::kFp8Block128) return "decode: fp8_block128 is not supported";
+    if (s.M * s.k > 4096) return "decode: M*k = " + std::to_string(s.M * s.k) + " > 4096 slots";
+    if (s.E > 1024) return "decode: E = " + std::to_string(s.E) + " > 1024";
+    if (s.K % 16 != 0 || s.N * es % 16 != 0)
+      return "decode: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) + " rows not 16-byte multiples";
+    if (s.M * s.k * ((s.N + 127) / 128) * s.K * 4 > (std::int64_t{128} << 20)) return "decode: partial outputs > 128 MiB";
+    return "";
+  }
   // tokmajor (can_implement_tokmajor_sm90) shares Swap-AB's limits: TMA and 16-byte cp.async rows,
   // block128 GEMM1 N % 64 == 0, E <= 1024.
   if (path != "swapab" && path != "tokmajor") return "";

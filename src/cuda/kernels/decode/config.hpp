@@ -1,0 +1,135 @@
+// Tile constants, the shared-memory layout and the tiling choice of the single-launch decode path
+// (sm_90a), host-visible: the launcher sizes the grid, the workspace and shared memory from them,
+// the kernel lays out its pipeline with them. docs/decode.md describes the design.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace moekit::cuda::decode {
+
+// wgmma's A side is 64 rows: the expert's weight rows (Swap-AB), the tokens on the N side.
+inline constexpr int kTileRows = 64;
+// One pipeline stage: one 64-row weight tile x 128 bytes of the reduction dimension (64 bf16 or
+// 128 e4m3), the widest box TMA writes with the 128-byte swizzle. GEMM1 fills a stage with two
+// 32-row boxes (32 gate rows, then the 32 up rows of the same intermediate columns), so that one
+// accumulator tile holds both halves of the activation's input.
+inline constexpr int kStageKBytes = 128;
+inline constexpr int kStageBytes = kTileRows * kStageKBytes;  // 8 KB
+inline constexpr int kGateUpRows = 32;                         // intermediate columns per GEMM1 tile
+// Intermediate columns per work item (an N chunk): GEMM2 reduces over them, two 128-byte stages
+// of bf16 or one of e4m3. Four GEMM1 tiles.
+inline constexpr int kChunkCols = 128;
+inline constexpr int kMaxTilesPerChunk = kChunkCols / kGateUpRows;
+// Tokens of one expert per item: wgmma N = 8, 16, 32 or 64 (the smallest that holds them); an
+// expert with more tokens than the problem's token limit is cut into several items.
+inline constexpr int kMaxTokens = 64;
+// Warp 0 lane 0 issues the weight TMAs (warps 1-3 help with the routing prologue, then exit);
+// warpgroup 1 runs wgmma and every epilogue.
+inline constexpr int kThreads = 256;
+inline constexpr int kConsumerThreads = 128;
+inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
+// Pipeline depth: 6..12 stages of 8 KB (48-96 KB of weights in flight per SM; HBM latency x
+// per-SM bandwidth is ~40 KB), what the item's other buffers leave of 227 KB.
+inline constexpr int kMaxStages = 12;
+inline constexpr int kMinStages = 6;
+inline constexpr int kSmemLimit = 227 * 1024;
+// Cluster: the CTAs of one item split GEMM1's reduction (K) and GEMM2's output rows (K) and
+// exchange the GEMM1 partial sums through distributed shared memory. 8 is the portable limit.
+inline constexpr int kMaxCluster = 8;
+// Every CTA derives the routing itself: the slot table lives in shared memory.
+inline constexpr int kMaxSlots = 4096;   // M * k
+inline constexpr int kMaxExperts = 1024; // local experts
+
+inline constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+inline constexpr std::int64_t align_to(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+// Byte offsets from a 1024-aligned base (TMA destinations and swizzle atoms need the alignment).
+struct SmemLayout {
+  int stages = 0;
+  int region_off = 0;  // X tiles [k stages][W][128 B]; aliased by H fp32 [W][kChunkCols] + HB tiles
+  int h_off = 0;       // = region_off
+  int hb_off = 0;      // GEMM2's B operand: [stages of the chunk][W][128 B]
+  int p1_off = 0;      // fp32 [kMaxTilesPerChunk][64 rows][W]: this rank's GEMM1 partial sums
+  int slot_e_off = 0;  // int [P]: local expert of each slot, -1 when none
+  int sorted_off = 0;  // int [P]: slots grouped by local expert, ascending inside one
+  int off_off = 0;     // int [E + 1]: offsets into sorted
+  int cur_off = 0;     // int [E]: counts, then placement cursors
+  int prefix_off = 0;  // int [E + 1]: work items of experts < e
+  int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64]
+  int bar_off = 0;     // uint64 full[stages], empty[stages], b1, b2
+  int bytes = 0;       // total, with 1024 bytes of alignment slack
+};
+
+// The layout for token width W (8..64), `k_stages_rank` GEMM1 stages per rank, P slots, E experts.
+inline constexpr SmemLayout smem_layout_with(int W, int k_stages_rank, std::int64_t P, std::int64_t E,
+                                             int elem_bytes, int stages) {
+  SmemLayout l{};
+  l.stages = stages;
+  const std::int64_t x_bytes = static_cast<std::int64_t>(k_stages_rank) * W * kStageKBytes;
+  const std::int64_t h_bytes = align_to(static_cast<std::int64_t>(W) * kChunkCols * 4, 1024);
+  const std::int64_t hb_bytes = ceil_div(kChunkCols * elem_bytes, kStageKBytes) * W * kStageKBytes;
+  std::int64_t at = static_cast<std::int64_t>(stages) * kStageBytes;
+  l.region_off = static_cast<int>(at);
+  l.h_off = l.region_off;
+  l.hb_off = static_cast<int>(at + h_bytes);
+  at += std::max(x_bytes, h_bytes + hb_bytes);
+  l.p1_off = static_cast<int>(at);
+  at += static_cast<std::int64_t>(kMaxTilesPerChunk) * kTileRows * W * 4;
+  l.slot_e_off = static_cast<int>(at);
+  at += P * 4;
+  l.sorted_off = static_cast<int>(at);
+  at += P * 4;
+  l.off_off = static_cast<int>(at);
+  at += (E + 1) * 4;
+  l.cur_off = static_cast<int>(at);
+  at += E * 4;
+  l.prefix_off = static_cast<int>(at);
+  at += (E + 1) * 4;
+  l.meta_off = static_cast<int>(align_to(at, 16));
+  at = l.meta_off + 5 * kMaxTokens * 4;
+  l.bar_off = static_cast<int>(align_to(at, 8));
+  at = l.bar_off + (2 * stages + 2) * 8;
+  l.bytes = static_cast<int>(at + 1024);
+  return l;
+}
+
+// The problem's tiling: cluster size, token width limit and pipeline depth.
+struct Tiling {
+  int cluster = 1;        // CTAs per item
+  int max_tokens = 0;     // tokens per item (8, 16, 32 or 64); 0: the problem does not fit
+  int k_stages = 0;       // GEMM1 reduction stages (128 bytes of K each)
+  int row_tiles = 0;      // GEMM2 output tiles of 64 rows (over K)
+  int num_chunks = 0;     // N chunks of kChunkCols
+  SmemLayout smem{};
+};
+
+// Expected touched experts and work items (uniform routing, as the router estimates them) set the
+// cluster: the smallest of 1, 2, 4, 8 whose CTAs fill the SMs, while each rank keeps >= 2 K stages.
+inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
+                            int elem_bytes, double expected_items, int sm_count) {
+  Tiling t;
+  t.k_stages = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
+  t.row_tiles = static_cast<int>(ceil_div(K, kTileRows));
+  t.num_chunks = static_cast<int>(ceil_div(N, kChunkCols));
+  int cluster = 1;
+  while (cluster < kMaxCluster && expected_items * cluster < 0.9 * sm_count && t.k_stages >= 4 * cluster &&
+         t.row_tiles >= 2 * cluster)
+    cluster *= 2;
+  t.cluster = cluster;
+  const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster));
+  const std::int64_t P = M * k;
+  for (int W = kMaxTokens; W >= 8 && t.max_tokens == 0; W /= 2) {
+    for (int s = kMaxStages; s >= kMinStages; --s) {
+      const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s);
+      if (l.bytes <= kSmemLimit) {
+        t.max_tokens = W;
+        t.smem = l;
+        break;
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace moekit::cuda::decode

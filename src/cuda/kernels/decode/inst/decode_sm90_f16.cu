@@ -1,0 +1,13 @@
+// Instantiation of the single-launch decode kernel for operand f16, compiled on its own so the
+// instantiations build in parallel.
+#include "cuda/common/preload.cuh"
+#include "cuda/kernels/decode/kernel_sm90.cuh"
+
+namespace moekit::cuda::decode {
+
+template void launch_decode_sm90<Operand::kF16>(const DecodeParams&, int, void*);
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
+
+}  // namespace moekit::cuda::decode

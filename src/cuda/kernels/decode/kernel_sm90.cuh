@@ -1,0 +1,754 @@
+// The single-launch decode path on sm_90a: routing-to-combine of one MoE call in one kernel, no
+// grid-wide barrier. Every CTA derives the routing itself (the slots fit in shared memory); a
+// work item is (local expert, chunk of <= 64 of its tokens, chunk of 128 intermediate columns)
+// and runs on a cluster of S CTAs:
+//   1. GEMM1 (Swap-AB wgmma, weights streamed by TMA): rank r reduces its 1/S of K for the
+//      chunk's gate and up rows (each 64-row tile = 32 gate rows + the 32 matching up rows);
+//   2. the S partial sums are exchanged through distributed shared memory: rank r adds them (in
+//      rank order) for its 1/S of the columns, applies bias and activation and writes the
+//      intermediate h into every rank's shared memory;
+//   3. GEMM2 (Swap-AB wgmma): rank r multiplies h by its 1/S of w2's rows (the output columns K),
+//      reducing over the chunk's 128 columns: a partial output per (slot, chunk) in the workspace;
+//   4. per (token, rank) ticket: the item that completes a token's last partial sums them, slots
+//      j = 0..k-1 in order and chunks in order, and writes that rank's columns of out.
+// Every sum has a fixed order: bitwise reproducible run to run. docs/decode.md has the details.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/decode/config.hpp"
+#include "cuda/kernels/decode/params.hpp"
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda::decode {
+
+using sm90::Bf16Tag;
+using sm90::E4m3Tag;
+using sm90::F16Tag;
+
+// ---------------------------------------------------------------------------------------------
+// Distributed shared memory and proxy fences (the rest of the PTX layer is cuda/common/).
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
+}
+// Generic-proxy writes to shared memory become visible to wgmma / TMA (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------
+// Work items: (expert e, token chunk, N chunk), token chunk fastest (the items that read the
+// same weights run side by side), then N chunks, experts in order.
+// ---------------------------------------------------------------------------------------------
+struct Item {
+  int e;
+  int nchunk;
+  int row_begin;  // first entry of the chunk in the sorted slot list
+  int count;      // tokens, 1..max_tokens
+};
+
+__device__ __forceinline__ bool find_item(int w, const int* off, const int* prefix, int E, int max_tokens,
+                                          Item& it) {
+  if (w >= prefix[E]) return false;
+  int lo = 0, hi = E;  // prefix[lo] <= w < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= w) lo = mid; else hi = mid;
+  }
+  const int rows = off[lo + 1] - off[lo];
+  const int tchunks = (rows + max_tokens - 1) / max_tokens;
+  const int local = w - prefix[lo];
+  const int tchunk = local % tchunks;
+  it.e = lo;
+  it.nchunk = local / tchunks;
+  it.row_begin = off[lo] + tchunk * max_tokens;
+  it.count = min(max_tokens, rows - tchunk * max_tokens);
+  return true;
+}
+
+__device__ __forceinline__ int token_width(int count) {
+  return count <= 8 ? 8 : count <= 16 ? 16 : count <= 32 ? 32 : 64;
+}
+
+// [begin, end) of `total` units that rank r of S owns (balanced, in rank order).
+__device__ __forceinline__ void rank_range(int total, int S, int r, int& begin, int& end) {
+  begin = static_cast<int>(static_cast<long long>(total) * r / S);
+  end = static_cast<int>(static_cast<long long>(total) * (r + 1) / S);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numerics (docs/design.md "Exact numerics").
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
+  switch (type) {
+    case kBiasF32: return static_cast<const float*>(bias)[i];
+    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
+    default: return 0.0f;
+  }
+}
+
+// min / clamp as comparisons that keep a NaN input NaN, like the reference's std::min / clamp.
+__device__ __forceinline__ float activate(float g, float u, int act, float alpha, float limit) {
+  switch (act) {
+    case kActGelu: return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+    case kActSwigluOai: {
+      g = (limit < g) ? limit : g;
+      u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
+      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
+    }
+    default: return g / (1.0f + expf(-g)) * u;
+  }
+}
+
+// dyn_scale(absmax) = max(absmax / 448, kMinDynamicScale), or the static scale when given.
+__device__ __forceinline__ float fp8_scale(float absmax, const float* static_scale) {
+  if (static_scale != nullptr) return static_scale[0];
+  return fmaxf(absmax / kFp8Max, kMinDynamicScale);
+}
+
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
+  const T* x = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = to_float(x[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------
+template <class Tag, class ActT>
+struct Decode {
+  static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
+  static constexpr int kEs = kFp8 ? 1 : 2;                 // weight bytes
+  static constexpr int kElemsPerStage = kStageKBytes / kEs;
+
+  struct Smem {
+    std::uint32_t tiles;    // pipeline stage s at tiles + s * kStageBytes
+    std::uint8_t* region;   // X tiles, aliased by h (fp32) and the GEMM2 B tiles
+    std::uint32_t region_addr;
+    float* h;               // [W][kChunkCols] fp32 (every rank writes its columns here)
+    std::uint32_t h_addr;
+    std::uint8_t* hb;       // [stages of the chunk][W][128 B], swizzled
+    std::uint32_t hb_addr;
+    float* p1;              // [kMaxTilesPerChunk][64][W] fp32
+    std::uint32_t p1_addr;
+    int* slot_e;
+    int* sorted;
+    int* off;
+    int* cur;
+    int* prefix;
+    int* tok_slot;          // [64] slot m*k+j of the item's token t, -1 past the count
+    float* tok_w;           // [64] router weight of the slot
+    float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
+    float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
+    int* tok_done;          // [64] token m whose output this item completes, or -1
+    std::uint32_t full;     // barriers, 8 bytes apart
+    std::uint32_t empty;
+    std::uint32_t b1;       // cluster exchange: partial sums written
+    std::uint32_t b2;       // cluster exchange: h written
+    int stages;
+    int cluster;
+    int rank;
+  };
+
+  // ---- producer: one thread streams every weight tile of the cluster's items through TMA ----
+  static __device__ void produce(const DecodeParams& p, const Smem& s) {
+    const Tiling& T = p.tiling;
+    int stage = 0;
+    std::uint32_t phase = 0;
+    int ks0, ks1, rt0, rt1;
+    rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
+    rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
+    const int N = p.inter_size;
+    const int num_clusters = gridDim.x / s.cluster;
+    auto next = [&]() {
+      if (++stage == s.stages) { stage = 0; phase ^= 1; }
+    };
+    for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, T.max_tokens, it)) break;
+      const int n0 = it.nchunk * kChunkCols;
+      const int cw = min(kChunkCols, N - n0);
+      const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
+      for (int j = 0; j < tiles1; ++j) {
+        for (int ks = ks0; ks < ks1; ++ks) {
+          const std::uint32_t full = s.full + 8 * stage;
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          sm90::mbar_arrive_expect_tx(full, kStageBytes);
+          const std::uint32_t dst = s.tiles + stage * kStageBytes;
+          sm90::tma_load_3d(dst, &p.tmap_w13, full, ks * kElemsPerStage, n0 + kGateUpRows * j, it.e);
+          sm90::tma_load_3d(dst + kStageBytes / 2, &p.tmap_w13, full, ks * kElemsPerStage, N + n0 + kGateUpRows * j,
+                            it.e);
+          next();
+        }
+      }
+      const int s2 = (cw * kEs + kStageKBytes - 1) / kStageKBytes;
+      for (int rt = rt0; rt < rt1; ++rt) {
+        for (int st = 0; st < s2; ++st) {
+          const std::uint32_t full = s.full + 8 * stage;
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          sm90::mbar_arrive_expect_tx(full, kStageBytes);
+          sm90::tma_load_3d(s.tiles + stage * kStageBytes, &p.tmap_w2, full, n0 + st * kElemsPerStage,
+                            rt * kTileRows, it.e);
+          next();
+        }
+      }
+    }
+  }
+
+  // ---- consumer warpgroup ----
+  static __device__ __forceinline__ void consumer_sync() {
+    sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+  }
+
+  // Every rank's consumer warpgroup has passed this point (its shared-memory writes, local and
+  // remote, before it are visible to the others after it). Parity: the item's round.
+  static __device__ __forceinline__ void cluster_exchange(const Smem& s, std::uint32_t bar, int round) {
+    if (s.cluster > 1) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    consumer_sync();
+    if (s.cluster > 1) {
+      if (threadIdx.x == kThreads - kConsumerThreads) {
+        for (int q = 0; q < s.cluster; ++q) sm90::mbar_arrive_cluster(sm90::map_to_rank(bar, q));
+      }
+      sm90::mbar_wait_cluster(bar, round & 1);
+    }
+  }
+
+  // acc = sum over `nstages` pipeline stages of A(stage) x B(b_base + i * b_stride).
+  template <int W>
+  static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], int nstages, std::uint32_t b_base,
+                                                  int& stage, std::uint32_t& phase) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    int prev = 0;
+    for (int ks = 0; ks < nstages; ++ks) {
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+      sm90::fence_regs(acc);
+      sm90::wgmma_fence();
+      const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes);
+      const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ks * (W * kStageKBytes));
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, (ks > 0 || kk > 0) ? 1 : 0);
+      sm90::wgmma_commit();
+      sm90::fence_regs(acc);
+      if (ks > 0) {
+        sm90::wgmma_wait<1>();
+        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+      }
+      prev = stage;
+      if (++stage == s.stages) { stage = 0; phase ^= 1; }
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(acc);
+    if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+  }
+
+  // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
+  // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
+  template <int W>
+  static __device__ void load_x(const DecodeParams& p, const Smem& s, int ks0, int ks1) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const std::int64_t K = p.hidden_size;
+    const int k = p.top_k;
+    const int nks = ks1 - ks0;
+    if constexpr (!kFp8) {
+      const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
+      const std::int64_t row_bytes = K * 2;
+      const int chunks = nks * 8;
+      for (int idx = t; idx < W * chunks; idx += kConsumerThreads) {
+        const int row = idx / chunks;
+        const int rem = idx - row * chunks;
+        const int ksl = rem >> 3, ch = rem & 7;
+        const std::int64_t kbyte = static_cast<std::int64_t>(ks0 + ksl) * kStageKBytes + ch * 16;
+        const int slot = s.tok_slot[row];
+        const bool valid = slot >= 0 && kbyte < row_bytes;
+        const void* src = valid ? static_cast<const void*>(hidden + (slot / k) * row_bytes + kbyte) : p.hidden;
+        sm90::cp_async_16_zfill(s.region_addr + (ksl * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4), src,
+                                valid ? 16 : 0);
+      }
+      sm90::cp_async_wait_all_groups();
+    } else {
+      const int warp = t >> 5, lane = t & 31;
+      const ActT* hidden = static_cast<const ActT*>(p.hidden);
+      const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
+      const std::int64_t k_end = static_cast<std::int64_t>(ks1) * kStageKBytes;  // tile end (elements)
+      const std::int64_t k_hi = k_end < K ? k_end : K;
+      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        const int slot = s.tok_slot[row];
+        const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
+        float amax = 0.0f;
+        if (slot >= 0) {
+          for (std::int64_t e8 = k_lo + lane * 8; e8 < k_hi; e8 += 256) {
+            float v[8];
+            unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+          }
+        }
+        amax = warp_max(amax);
+        const float scale = fp8_scale(amax, p.a13_scale);
+        const float inv = 1.0f / scale;
+        if (lane == 0) s.tok_xs[row] = scale;
+        for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
+          uint2 q = make_uint2(0u, 0u);
+          if (slot >= 0 && e8 < K) {
+            float v[8];
+            unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
+            q.x = static_cast<std::uint32_t>(e4m3x2(v[0] * inv, v[1] * inv)) |
+                  (static_cast<std::uint32_t>(e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+            q.y = static_cast<std::uint32_t>(e4m3x2(v[4] * inv, v[5] * inv)) |
+                  (static_cast<std::uint32_t>(e4m3x2(v[6] * inv, v[7] * inv)) << 16);
+          }
+          const int b = static_cast<int>(e8 - k_lo);
+          const int ksl = b >> 7, ch = (b & 127) >> 4, half = (b & 15) >> 3;
+          *reinterpret_cast<uint2*>(s.region + (ksl * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4) + half * 8) = q;
+        }
+      }
+    }
+  }
+
+  // h [W][kChunkCols] fp32 -> GEMM2's B tiles: bf16 / fp16 (round_act), or e4m3 with a per-token
+  // scale over the chunk. Tokens past the count and columns past the chunk are zeros.
+  template <int W>
+  static __device__ void convert_h(const DecodeParams& p, const Smem& s, int count, int cw) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    if constexpr (!kFp8) {
+      for (int idx = t; idx < W * (kChunkCols / 8); idx += kConsumerThreads) {
+        const int row = idx / (kChunkCols / 8);
+        const int col = (idx % (kChunkCols / 8)) * 8;
+        uint4 raw;
+        ActT* o = reinterpret_cast<ActT*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float v = (row < count && col + i < cw) ? s.h[row * kChunkCols + col + i] : 0.0f;
+          o[i] = from_float<ActT>(v);
+        }
+        const int tile = col / 64, ch = (col % 64) / 8;
+        *reinterpret_cast<uint4*>(s.hb + (tile * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4)) = raw;
+      }
+    } else {
+      const int warp = t >> 5, lane = t & 31;
+      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = lane * 4 + i;
+          v[i] = (row < count && col < cw) ? s.h[row * kChunkCols + col] : 0.0f;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+        amax = warp_max(amax);
+        const float scale = fp8_scale(amax, p.a2_scale);
+        const float inv = 1.0f / scale;
+        if (lane == 0) s.tok_hs[row] = scale;
+        const std::uint32_t q = static_cast<std::uint32_t>(e4m3x2(v[0] * inv, v[1] * inv)) |
+                                (static_cast<std::uint32_t>(e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+        const int ch = lane >> 2;
+        *reinterpret_cast<std::uint32_t*>(s.hb + row * kStageKBytes + ((ch ^ (row & 7)) << 4) + (lane & 3) * 4) = q;
+      }
+    }
+  }
+
+  template <int W>
+  static __device__ void consume_item(const DecodeParams& p, const Smem& s, const Item& it, int& stage,
+                                      std::uint32_t& phase, int round) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const int warp = t >> 5, lane = t & 31;
+    const Tiling& T = p.tiling;
+    const int K = p.hidden_size, N = p.inter_size, k = p.top_k;
+    const int n0 = it.nchunk * kChunkCols;
+    const int cw = min(kChunkCols, N - n0);
+    const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
+    int ks0, ks1, rt0, rt1;
+    rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
+    rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
+    const std::int64_t e = it.e;
+
+    // (a) The item's tokens.
+    if (t < W) {
+      int slot = -1;
+      float tw = 0.0f;
+      if (t < it.count) {
+        slot = s.sorted[it.row_begin + t];
+        tw = p.topk_weights != nullptr ? p.topk_weights[slot] : 1.0f;
+      }
+      s.tok_slot[t] = slot;
+      s.tok_w[t] = tw;
+    }
+    consumer_sync();
+
+    // (b) Their rows of hidden (this rank's K slice) as B tiles.
+    load_x<W>(p, s, ks0, ks1);
+    fence_proxy_async_smem();
+    consumer_sync();
+
+    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
+    const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
+    for (int j = 0; j < tiles1; ++j) {
+      float acc[32];
+      mainloop<W>(s, acc, ks1 - ks0, s.region_addr, stage, phase);
+#pragma unroll
+      for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int col = 8 * jj + 2 * (lane & 3) + c;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = 16 * warp + (lane >> 2) + 8 * h;
+            float v = acc[4 * jj + 2 * h + c];
+            if (kFp8) {
+              float ws = w13s_e;
+              if (p.scale_mode == kScalePerChannel) {
+                // Row `row` of the tile is gate (< 32) or up row of intermediate column n; a
+                // column past N (the chunk's last tile) is never read.
+                const int n = n0 + kGateUpRows * j + (row & (kGateUpRows - 1));
+                ws = n < N ? p.w13_scale[e * 2 * N + (row < kGateUpRows ? 0 : N) + n] : 0.0f;
+              }
+              v *= s.tok_xs[col] * ws;
+            }
+            s.p1[(j * kTileRows + row) * W + col] = v;
+          }
+        }
+      }
+    }
+
+    // (d) Every rank's partial sums are in place.
+    cluster_exchange(s, s.b1, round);
+
+    // (e) This rank's columns: sum the ranks' partials (rank order), router weight on the input,
+    // bias, activation; h goes to every rank.
+    {
+      const int cpr = (cw + s.cluster - 1) / s.cluster;
+      const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
+      for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
+        const int tt = idx % W;
+        const int n = c0 + idx / W;
+        float hv = 0.0f;
+        if (tt < it.count) {
+          const int j = n / kGateUpRows, nn = n % kGateUpRows;
+          const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
+          const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
+          float g = 0.0f, u = 0.0f;
+          if (s.cluster > 1) {
+            for (int q = 0; q < s.cluster; ++q) {
+              g += ld_cluster_f32(sm90::map_to_rank(ga, q));
+              u += ld_cluster_f32(sm90::map_to_rank(ua, q));
+            }
+          } else {
+            g = s.p1[(j * kTileRows + nn) * W + tt];
+            u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
+          }
+          if (p.weight_on_input) {
+            g *= s.tok_w[tt];
+            u *= s.tok_w[tt];
+          }
+          if (p.b13 != nullptr) {
+            g += load_bias(p.b13, p.bias_type, e * 2 * N + n0 + n);
+            u += load_bias(p.b13, p.bias_type, e * 2 * N + N + n0 + n);
+          }
+          hv = activate(g, u, p.act, p.alpha, p.limit);
+        }
+        const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
+        if (s.cluster > 1) {
+          for (int q = 0; q < s.cluster; ++q) st_cluster_f32(sm90::map_to_rank(ha, q), hv);
+        } else {
+          s.h[tt * kChunkCols + n] = hv;
+        }
+      }
+    }
+    cluster_exchange(s, s.b2, round);
+
+    // (f) h -> GEMM2's B tiles.
+    convert_h<W>(p, s, it.count, cw);
+    fence_proxy_async_smem();
+    consumer_sync();
+
+    // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
+    const int s2 = (cw * kEs + kStageKBytes - 1) / kStageKBytes;
+    const float w2s_e = p.scale_mode == kScalePerTensor ? p.w2_scale[e] : 1.0f;
+    const int nch = T.num_chunks;
+    for (int rt = rt0; rt < rt1; ++rt) {
+      float acc[32];
+      mainloop<W>(s, acc, s2, s.hb_addr, stage, phase);
+#pragma unroll
+      for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int col = 8 * jj + 2 * (lane & 3) + c;
+          if (col >= it.count) continue;
+          const int slot = s.tok_slot[col];
+          float* dst = p.partials + (static_cast<std::int64_t>(slot) * nch + it.nchunk) * K;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
+            if (row >= K) continue;
+            float v = acc[4 * jj + 2 * h + c];
+            if (kFp8) {
+              const float ws = p.scale_mode == kScalePerChannel ? p.w2_scale[e * K + row] : w2s_e;
+              v *= s.tok_hs[col] * ws;
+            }
+            if (it.nchunk == 0 && p.b2 != nullptr) v += load_bias(p.b2, p.bias_type, e * K + row);
+            if (!p.weight_on_input) v *= s.tok_w[col];
+            dst[row] = v;
+          }
+        }
+      }
+    }
+
+    // (h) Tickets: the item that brings a token's (token, rank) count to its total (local slots
+    // x chunks) sums the token's partials over this rank's rows and writes them to out.
+    __threadfence();
+    consumer_sync();
+    if (t < it.count) {
+      const int slot = s.tok_slot[t];
+      const int m = slot / k;
+      int valid = 0;
+      for (int j = 0; j < k; ++j) valid += s.slot_e[m * k + j] >= 0 ? 1 : 0;
+      const unsigned old = atomicAdd(p.tickets + static_cast<std::int64_t>(m) * s.cluster + s.rank, 1u);
+      s.tok_done[t] = old + 1 == static_cast<unsigned>(valid * nch) ? m : -1;
+    }
+    consumer_sync();
+    const int row_lo = rt0 * kTileRows;
+    const int row_hi = min(K, rt1 * kTileRows);
+    for (int tt = 0; tt < it.count; ++tt) {
+      const int m = s.tok_done[tt];
+      if (m < 0) continue;
+      __threadfence();
+      for (int row = row_lo + 4 * t; row < row_hi; row += 4 * kConsumerThreads) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < k; ++j) {
+          if (s.slot_e[m * k + j] < 0) continue;
+          const float* src = p.partials + (static_cast<std::int64_t>(m) * k + j) * nch * K + row;
+          for (int ch = 0; ch < nch; ++ch) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(src + static_cast<std::int64_t>(ch) * K));
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+          }
+        }
+        ActT* o = static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * K + row;
+        o[0] = from_float<ActT>(acc.x);
+        o[1] = from_float<ActT>(acc.y);
+        o[2] = from_float<ActT>(acc.z);
+        o[3] = from_float<ActT>(acc.w);
+      }
+      if (t == 0) p.tickets[static_cast<std::int64_t>(m) * s.cluster + s.rank] = 0u;
+    }
+    consumer_sync();
+  }
+
+  static __device__ void consume(const DecodeParams& p, const Smem& s) {
+    int stage = 0;
+    std::uint32_t phase = 0;
+    int round = 0;
+    const int num_clusters = gridDim.x / s.cluster;
+    for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
+      switch (token_width(it.count)) {
+        case 8: consume_item<8>(p, s, it, stage, phase, round); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round); break;
+        default: consume_item<64>(p, s, it, stage, phase, round); break;
+      }
+    }
+  }
+
+  // ---- prologue (all threads): each CTA routes the call's slots in its own shared memory ----
+  static __device__ void route(const DecodeParams& p, const Smem& s) {
+    const int tid = threadIdx.x;
+    const int P = p.num_tokens * p.top_k;
+    const int E = p.num_experts;
+    for (int i = tid; i < E; i += kThreads) s.cur[i] = 0;
+    __syncthreads();
+    // The local expert of every slot (-1: out of range, or not on this rank).
+    for (int sl = tid; sl < P; sl += kThreads) {
+      const int id = p.topk_ids[sl];
+      int e = -1;
+      if (id >= 0 && id < p.num_experts_global) {
+        e = p.expert_map != nullptr ? p.expert_map[id] : id;
+        if (e < 0 || e >= E) e = -1;
+      }
+      s.slot_e[sl] = e;
+      if (e >= 0) atomicAdd(s.cur + e, 1);
+    }
+    __syncthreads();
+    // Offsets and the work-item prefix (warp 0, 32 experts a step); cur becomes the cursor.
+    if (tid < 32) {
+      const int lane = tid;
+      const int nch = p.tiling.num_chunks, mt = p.tiling.max_tokens;
+      int run_rows = 0, run_items = 0;
+      if (lane == 0) {
+        s.off[0] = 0;
+        s.prefix[0] = 0;
+      }
+      for (int e0 = 0; e0 < E; e0 += 32) {
+        const int e = e0 + lane;
+        const int rows = e < E ? s.cur[e] : 0;
+        int items = (rows + mt - 1) / mt * nch;
+        int r = rows;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int vr = __shfl_up_sync(0xffffffffu, r, d);
+          const int vi = __shfl_up_sync(0xffffffffu, items, d);
+          if (lane >= d) {
+            r += vr;
+            items += vi;
+          }
+        }
+        if (e < E) {
+          s.off[e + 1] = run_rows + r;
+          s.prefix[e + 1] = run_items + items;
+          s.cur[e] = run_rows + r - rows;
+        }
+        run_rows += __shfl_sync(0xffffffffu, r, 31);
+        run_items += __shfl_sync(0xffffffffu, items, 31);
+      }
+    }
+    __syncthreads();
+    // Stable placement (warp 0): slots in ascending order, 32 at a time; lanes with the same
+    // expert take consecutive places in lane order.
+    if (tid < 32) {
+      const int lane = tid;
+      for (int base = 0; base < P; base += 32) {
+        const int sl = base + lane;
+        const int e = sl < P ? s.slot_e[sl] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (e >= 0) s.sorted[s.cur[e] + rank] = sl;
+        __syncwarp();
+        if (e >= 0 && rank == 0) s.cur[e] += __popc(peers);
+        __syncwarp();
+      }
+    }
+    // Tokens with no local slot: out is zero (CTA 0).
+    if (blockIdx.x == 0) {
+      const int warp = tid >> 5, lane = tid & 31;
+      for (int m = warp; m < p.num_tokens; m += kThreads / 32) {
+        int valid = 0;
+        for (int j = 0; j < p.top_k; ++j) valid += s.slot_e[m * p.top_k + j] >= 0 ? 1 : 0;
+        if (valid != 0) continue;
+        ActT* o = static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * p.hidden_size;
+        for (int c = lane; c < p.hidden_size; c += 32) o[c] = from_float<ActT>(0.0f);
+      }
+    }
+    __syncthreads();
+  }
+};
+
+// Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ...; launched with
+// cluster dimension S when S > 1.
+template <class Tag, class ActT>
+__global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using D = Decode<Tag, ActT>;
+  extern __shared__ std::uint8_t smem_raw[];
+  const SmemLayout& L = p.tiling.smem;
+  // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
+  std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
+  typename D::Smem s;
+  s.tiles = sm90::smem_addr(base);
+  s.region = base + L.region_off;
+  s.region_addr = sm90::smem_addr(s.region);
+  s.h = reinterpret_cast<float*>(base + L.h_off);
+  s.h_addr = sm90::smem_addr(s.h);
+  s.hb = base + L.hb_off;
+  s.hb_addr = sm90::smem_addr(s.hb);
+  s.p1 = reinterpret_cast<float*>(base + L.p1_off);
+  s.p1_addr = sm90::smem_addr(s.p1);
+  s.slot_e = reinterpret_cast<int*>(base + L.slot_e_off);
+  s.sorted = reinterpret_cast<int*>(base + L.sorted_off);
+  s.off = reinterpret_cast<int*>(base + L.off_off);
+  s.cur = reinterpret_cast<int*>(base + L.cur_off);
+  s.prefix = reinterpret_cast<int*>(base + L.prefix_off);
+  s.tok_slot = reinterpret_cast<int*>(base + L.meta_off);
+  s.tok_w = reinterpret_cast<float*>(base + L.meta_off + kMaxTokens * 4);
+  s.tok_xs = reinterpret_cast<float*>(base + L.meta_off + 2 * kMaxTokens * 4);
+  s.tok_hs = reinterpret_cast<float*>(base + L.meta_off + 3 * kMaxTokens * 4);
+  s.tok_done = reinterpret_cast<int*>(base + L.meta_off + 4 * kMaxTokens * 4);
+  s.full = sm90::smem_addr(base + L.bar_off);
+  s.empty = s.full + 8 * L.stages;
+  s.b1 = s.empty + 8 * L.stages;
+  s.b2 = s.b1 + 8;
+  s.stages = L.stages;
+  s.cluster = p.tiling.cluster;
+  s.rank = s.cluster > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
+
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensormap(&p.tmap_w13);
+    sm90::prefetch_tensormap(&p.tmap_w2);
+    for (int i = 0; i < s.stages; ++i) {
+      sm90::mbar_init(s.full + 8 * i, 1);                        // the producer's expect_tx
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);   // one per consumer warp
+    }
+    sm90::mbar_init(s.b1, s.cluster);  // one arrival per rank
+    sm90::mbar_init(s.b2, s.cluster);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_proxy_async_smem();
+  }
+  D::route(p, s);
+  // The peers' barriers are initialized before any remote arrival.
+  if (s.cluster > 1) sm90::cluster_sync_all();
+
+  if (threadIdx.x < kThreads - kConsumerThreads) {
+    if (threadIdx.x == 0) D::produce(p, s);
+  } else {
+    D::consume(p, s);
+  }
+#endif
+}
+
+template <Operand kOp> struct OperandTypes;
+template <> struct OperandTypes<Operand::kBf16> { using Tag = Bf16Tag; using Act = __nv_bfloat16; };
+template <> struct OperandTypes<Operand::kF16> { using Tag = F16Tag; using Act = __half; };
+template <> struct OperandTypes<Operand::kE4m3Bf16> { using Tag = E4m3Tag; using Act = __nv_bfloat16; };
+template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using Act = __half; };
+
+template <Operand kOp>
+void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
+  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>;
+  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
+  static std::atomic<std::uint64_t> configured{0};
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
+  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace moekit::cuda::decode

@@ -1,0 +1,262 @@
+// Host side of the single-launch decode path: can_implement, the workspace, the tiling (cluster
+// size, token width, pipeline depth), the TMA descriptors and run_decode_sm90, which turns a
+// resolved MoeCall into (fused_moe: a routing launch and) a ticket reset and one launch. The
+// kernel instantiations live in inst/.
+#include "cuda/kernels/decode/launch_sm90.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/kernels/decode/config.hpp"
+#include "cuda/kernels/decode/params.hpp"
+#include "cuda/kernels/routing/routing.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+namespace dc = decode;
+
+// The partial outputs [M*k, N chunks, K] fp32 live in the workspace: the path declines calls
+// whose partials would pass this (the chain's y [M*k, K] is the same order of size at N <= 128).
+constexpr std::size_t kMaxPartialBytes = std::size_t{128} << 20;
+
+int elem_bytes(const MoeProblem& p) { return p.scheme == Scheme::kBf16 ? 2 : 1; }
+
+struct DecodeLayout {
+  std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
+  std::size_t topk_weights = 0;  // fp32 [P]
+  std::size_t tickets = 0;       // uint32 [M, kMaxCluster]
+  std::size_t partials = 0;      // fp32 [P, N chunks, K]
+  std::size_t total = 0;
+};
+
+std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+
+DecodeLayout decode_layout(const MoeProblem& p) {
+  DecodeLayout l;
+  if (p.num_tokens <= 0) return l;
+  const std::size_t M = static_cast<std::size_t>(p.num_tokens);
+  const std::size_t P = M * static_cast<std::size_t>(p.top_k);
+  const std::size_t nch = static_cast<std::size_t>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
+  std::size_t at = 0;
+  auto take = [&at](std::size_t bytes) {
+    const std::size_t off = at;
+    at = align256(at + bytes);
+    return off;
+  };
+  l.topk_ids = take(p.with_routing ? P * 4 : 0);
+  l.topk_weights = take(p.with_routing ? P * 4 : 0);
+  l.tickets = take(M * dc::kMaxCluster * 4);
+  l.partials = take(P * nch * static_cast<std::size_t>(p.hidden_size) * 4);
+  l.total = at;
+  return l;
+}
+
+// Expected work items for the cluster choice: touched experts x N chunks x token chunks.
+dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count) {
+  const double slots = static_cast<double>(p.num_tokens * p.top_k);
+  const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
+  const double tpe = touched > 0 ? slots / touched : slots;
+  const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
+  return dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
+                           elem_bytes(p), items, sm_count);
+}
+
+// Uniform routing's expected touched local experts (the router's estimate), when not given.
+double expected_touched(const MoeProblem& p) {
+  const double E = static_cast<double>(std::max<std::int64_t>(p.num_experts, 1));
+  const double Eg = static_cast<double>(std::max<std::int64_t>(p.has_expert_map ? p.num_experts_global : p.num_experts, 1));
+  const double miss = std::max(0.0, 1.0 - static_cast<double>(p.top_k) / Eg);
+  return E * (1.0 - std::pow(miss, static_cast<double>(p.num_tokens)));
+}
+
+bool fail(std::string* why, const std::string& msg) {
+  if (why) *why = "decode_sm90: " + msg;
+  return false;
+}
+
+void encode(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner, std::int64_t rows,
+            std::int64_t experts, int box_rows, const char* what) {
+  const std::int64_t es = fp8 ? 1 : 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(experts)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(dc::kStageKBytes / es), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType dtype = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                    : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult res = sm90::encode_tiled_fn()(map, dtype, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (res != CUDA_SUCCESS) {
+    std::ostringstream os;
+    os << "decode_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for " << what << " ["
+       << experts << ", " << rows << ", " << inner << "]";
+    throw Error(Status::kCudaError, os.str());
+  }
+}
+
+}  // namespace
+
+bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* why) {
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8PerChannel)
+    return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
+                         " is not supported (bf16, fp8_per_tensor, fp8_per_channel)");
+  if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
+    return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
+  const std::int64_t P = p.num_tokens * p.top_k;
+  if (P > dc::kMaxSlots) {
+    std::ostringstream os;
+    os << "M*k = " << P << " slots > " << dc::kMaxSlots << " (every CTA routes the call in shared memory)";
+    return fail(why, os.str());
+  }
+  if (p.num_experts < 1 || p.num_experts > dc::kMaxExperts) {
+    std::ostringstream os;
+    os << "E = " << p.num_experts << ", supported 1.." << dc::kMaxExperts;
+    return fail(why, os.str());
+  }
+  const std::int64_t es = elem_bytes(p);
+  if (p.hidden_size % 16 != 0 || (p.intermediate_size * es) % 16 != 0) {
+    std::ostringstream os;
+    os << "K = " << p.hidden_size << " must be a multiple of 16 and N = " << p.intermediate_size
+       << " give 16-byte rows (TMA, 16-byte loads)";
+    return fail(why, os.str());
+  }
+  if (p.hidden_size >= (std::int64_t{1} << 31) || 2 * p.intermediate_size * p.hidden_size * es >= (std::int64_t{1} << 40))
+    return fail(why, "weight tensor too large for a TMA descriptor");
+  const std::size_t partial_bytes = static_cast<std::size_t>(P) *
+                                    static_cast<std::size_t>(dc::ceil_div(p.intermediate_size, dc::kChunkCols)) *
+                                    static_cast<std::size_t>(p.hidden_size) * 4;
+  if (partial_bytes > kMaxPartialBytes) {
+    std::ostringstream os;
+    os << "partial outputs of " << (partial_bytes >> 20) << " MiB > " << (kMaxPartialBytes >> 20)
+       << " MiB (M*k x ceil(N/128) x K fp32): too many tokens for the decode path";
+    return fail(why, os.str());
+  }
+  const dc::Tiling t = tiling_for(p, expected_touched(p), std::max(1, sm_count));
+  if (t.max_tokens == 0) return fail(why, "the problem's tables do not fit in shared memory");
+  if (!sm90::encode_tiled_fn()) return fail(why, "cuTensorMapEncodeTiled not available from the driver");
+  return true;
+}
+
+std::size_t decode_workspace_size(const MoeProblem& p) {
+  if (!can_implement_decode_sm90(p, 132, nullptr)) return 0;
+  return decode_layout(p).total;
+}
+
+int decode_cluster_size(const MoeProblem& p, double touched, int sm_count) {
+  return tiling_for(p, touched, std::max(1, sm_count)).cluster;
+}
+
+void run_decode_sm90(const detail::MoeCall& call, double touched) {
+  const MoeProblem& p = call.problem;
+  if (p.num_tokens <= 0) return;
+  int dev = 0, sms = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  std::string why;
+  if (!can_implement_decode_sm90(p, sms, &why)) throw Error(Status::kNotSupported, why);
+  const DecodeLayout L = decode_layout(p);
+  if (call.workspace == nullptr || call.workspace_bytes < L.total)
+    throw Error(Status::kInvalidArgument, "options.workspace_bytes is " + std::to_string(call.workspace_bytes) +
+                                              ", this call needs " + std::to_string(L.total));
+  char* ws = static_cast<char*>(call.workspace);
+  cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  const std::int64_t M = p.num_tokens, k = p.top_k, E = p.num_experts;
+  const std::int64_t K = p.hidden_size, N = p.intermediate_size;
+  const int Eg = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
+
+  dc::DecodeParams kp{};
+  kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms);
+  encode(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows, "w13");
+  encode(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "w2");
+
+  // fused_moe: the routing kernel writes topk_ids / topk_weights first (route only).
+  const std::int32_t* topk_ids = call.topk_ids;
+  const float* topk_weights = call.topk_weights;
+  if (p.with_routing) {
+    std::int32_t* ids_out =
+        call.topk_ids_out != nullptr ? call.topk_ids_out : reinterpret_cast<std::int32_t*>(ws + L.topk_ids);
+    float* wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : reinterpret_cast<float*>(ws + L.topk_weights);
+    RoutingParams rp;
+    rp.num_tokens = M;
+    rp.top_k = static_cast<int>(k);
+    rp.num_experts_global = Eg;
+    rp.route = true;
+    rp.routing = p.routing;
+    rp.routing.top_k = static_cast<int>(k);
+    rp.logits = call.router_logits;
+    rp.logits_dtype = p.logits_dtype;
+    rp.correction_bias = call.correction_bias;
+    rp.topk_ids_out = ids_out;
+    rp.topk_weights_out = wts_out;
+    launch_routing_sm90(rp, call.stream);
+    topk_ids = ids_out;
+    topk_weights = wts_out;
+  }
+
+  kp.hidden = call.hidden;
+  kp.out = call.out;
+  kp.topk_ids = topk_ids;
+  kp.topk_weights = topk_weights;
+  kp.expert_map = call.expert_map;
+  kp.w13_scale = call.w13_scale;
+  kp.w2_scale = call.w2_scale;
+  kp.a13_scale = p.scheme == Scheme::kFp8PerTensor && p.static_a13_scale ? call.a13_scale : nullptr;
+  kp.a2_scale = p.scheme == Scheme::kFp8PerTensor && p.static_a2_scale ? call.a2_scale : nullptr;
+  kp.b13 = p.has_bias13 ? call.b13 : nullptr;
+  kp.b2 = p.has_bias2 ? call.b2 : nullptr;
+  kp.tickets = reinterpret_cast<std::uint32_t*>(ws + L.tickets);
+  kp.partials = reinterpret_cast<float*>(ws + L.partials);
+  kp.num_tokens = static_cast<int>(M);
+  kp.top_k = static_cast<int>(k);
+  kp.num_experts = static_cast<int>(E);
+  kp.num_experts_global = Eg;
+  kp.hidden_size = static_cast<int>(K);
+  kp.inter_size = static_cast<int>(N);
+  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? dc::kScalePerTensor
+                  : p.scheme == Scheme::kFp8PerChannel ? dc::kScalePerChannel
+                                                       : dc::kScaleNone;
+  kp.bias_type = !(p.has_bias13 || p.has_bias2) ? dc::kBiasNone
+                 : p.bias_dtype == DType::kFp32 ? dc::kBiasF32
+                 : p.bias_dtype == DType::kBf16 ? dc::kBiasBf16
+                                                : dc::kBiasF16;
+  kp.act = p.activation.kind == Activation::kGelu        ? dc::kActGelu
+           : p.activation.kind == Activation::kSwigluOai ? dc::kActSwigluOai
+                                                         : dc::kActSilu;
+  kp.alpha = p.activation.alpha;
+  kp.limit = p.activation.limit;
+  kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
+
+  // Persistent grid: one CTA per SM (~200 KB of shared memory each), clusters of S, never more
+  // clusters than work items can exist: sum_e ceil(rows_e / W) <= min(E, P) + P / W, times chunks.
+  const dc::Tiling& T = kp.tiling;
+  const std::int64_t P = M * k;
+  const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
+  const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, sms / T.cluster));
+  const int grid = static_cast<int>(clusters * T.cluster);
+
+  MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.tickets, 0, static_cast<std::size_t>(M) * T.cluster * 4, stream));
+  const bool f16 = p.act_dtype == DType::kFp16;
+  if (fp8) {
+    if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream);
+    else dc::launch_decode_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream);
+  } else if (f16) {
+    dc::launch_decode_sm90<dc::Operand::kF16>(kp, grid, stream);
+  } else {
+    dc::launch_decode_sm90<dc::Operand::kBf16>(kp, grid, stream);
+  }
+}
+
+}  // namespace moekit::cuda

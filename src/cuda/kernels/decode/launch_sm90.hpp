@@ -1,0 +1,32 @@
+// Host entry points of the single-launch decode path (sm_90a): one kernel does routing-derived
+// permutation, GEMM1 + activation, GEMM2 and the combine for decode-sized calls, with no
+// grid-wide barrier (kernel_sm90.cuh). Host-safe: no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/call.hpp"
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda {
+
+/// True when the decode path can run `problem` on a GPU of `sm_count` SMs (sizes and options
+/// only). Otherwise false with the reason in *why (if given). Never throws.
+bool can_implement_decode_sm90(const MoeProblem& problem, int sm_count, std::string* why);
+
+/// Bytes of workspace the decode path needs for `problem` (sizes only; 0 when it cannot run it).
+std::size_t decode_workspace_size(const MoeProblem& problem);
+
+/// The cluster size (CTAs per work item) the decode path uses for `problem`, given the router's
+/// expected number of touched local experts (DispatchPlan::touched).
+int decode_cluster_size(const MoeProblem& problem, double touched, int sm_count);
+
+/// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) a
+/// cudaMemsetAsync of the completion tickets and one launch. `touched` is the router's expected
+/// number of touched local experts (it sets the cluster size). No allocation, no host sync:
+/// CUDA-graph capturable. Throws Error(kNotSupported) when the path cannot run the call,
+/// Error(kInvalidArgument) when the workspace is too small.
+void run_decode_sm90(const detail::MoeCall& call, double touched);
+
+}  // namespace moekit::cuda

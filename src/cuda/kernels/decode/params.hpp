@@ -1,0 +1,58 @@
+// The decode kernel's parameters: one plain struct shared by the host launcher and the kernel
+// (passed by value as a __grid_constant__). Built by launch_sm90.cu from a resolved MoeCall.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (header only)
+
+#include <cstdint>
+
+#include "cuda/kernels/decode/config.hpp"
+
+namespace moekit::cuda::decode {
+
+enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2 };
+enum BiasType : int { kBiasNone = 0, kBiasF32 = 1, kBiasBf16 = 2, kBiasF16 = 3 };
+enum ActKind : int { kActSilu = 0, kActGelu = 1, kActSwigluOai = 2 };
+
+struct DecodeParams {
+  // w13 [E, 2N, K] as a 3D map (innermost first), box [128 bytes of K, 32 rows, 1], 128-byte
+  // swizzle, zero fill outside the tensor; w2 [E, K, N], box [128 bytes of N, 64 rows, 1].
+  CUtensorMap tmap_w13;
+  CUtensorMap tmap_w2;
+  const void* hidden;               // [M, K] activation dtype
+  void* out;                        // [M, K] activation dtype
+  const std::int32_t* topk_ids;     // [M, k]
+  const float* topk_weights;        // [M, k]
+  const std::int32_t* expert_map;   // [E_global] or null
+  const float* w13_scale;           // per tensor [E], per channel [E, 2N]
+  const float* w2_scale;            // per tensor [E], per channel [E, K]
+  const float* a13_scale;           // static activation scale [1] or null (dynamic)
+  const float* a2_scale;            // static intermediate scale [1] or null (dynamic)
+  const void* b13;                  // [E, 2N] or null
+  const void* b2;                   // [E, K] or null
+  std::uint32_t* tickets;           // [M, cluster], zero at launch; the kernel leaves them zero
+  float* partials;                  // [M * k, num_chunks, K] fp32
+  int num_tokens;                   // M
+  int top_k;                        // k
+  int num_experts;                  // E (local)
+  int num_experts_global;           // E_global (range of topk_ids)
+  int hidden_size;                  // K
+  int inter_size;                   // N
+  int scale_mode;                   // ScaleMode
+  int bias_type;                    // BiasType
+  int act;                          // ActKind
+  float alpha;
+  float limit;
+  int weight_on_input;
+  Tiling tiling;
+};
+
+// The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
+enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
+
+// One launch of decode_sm90_kernel on `stream` (cudaStream_t): cluster dimension p.tiling.cluster,
+// p.tiling.smem.bytes of shared memory. Defined in kernel_sm90.cuh, instantiated in inst/.
+template <Operand kOp>
+void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
+
+}  // namespace moekit::cuda::decode
