@@ -29,7 +29,7 @@ bool has_sm90() {
   return prop.major == 9 && prop.minor == 0;
 }
 
-// "swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, true>" -> "swapab_sm90_kernel".
+// "swapab::swapab_sm90_kernel<sm90::E4m3Tag, true, true>" -> "swapab_sm90_kernel".
 std::string base_name(const std::string& expr) {
   std::string s = expr.substr(0, expr.find('<'));
   const auto colon = s.rfind("::");

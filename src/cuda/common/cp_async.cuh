@@ -1,36 +1,43 @@
-// cp.async (sm_80+) wrappers for multi-stage shared-memory pipelines: 16/8/4-byte copies that
-// zero-fill when the source size is 0 (predicated-off loads at tile edges), commit and wait.
+// cp.async (sm_80+) for shared-memory pipelines: 16/8/4-byte copies that zero-fill when the
+// source size is 0 (predicated-off loads at tile edges), commit / wait groups, and the arrival
+// on an mbarrier once a thread's copies have landed.
 #pragma once
 
 #include <cstdint>
 
-namespace moekit::cuda::ptx {
+#include "cuda/common/ptx.cuh"
 
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace moekit::cuda::sm90 {
+
+#if defined(__CUDACC__)
 
 // 16 bytes, bypassing L1 (.cg); src_bytes is 16 or 0 (0: no global read, the 16 bytes are zeroed).
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
+__device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 // 8 and 4 bytes (.ca: .cg takes 16 only), for rows whose pitch is not a multiple of 16 bytes.
-__device__ __forceinline__ void cp_async_8(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
+__device__ __forceinline__ void cp_async_8_zfill(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
+__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 // Wait until at most kPending committed groups of this thread are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all_groups() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Arrives on `bar` once this thread's earlier cp.asyncs have landed; .noinc: the arrival is one
+// of those the barrier was initialized with.
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
-}  // namespace moekit::cuda::ptx
+#endif  // __CUDACC__
+
+}  // namespace moekit::cuda::sm90

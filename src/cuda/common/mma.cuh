@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
-namespace moekit::cuda::ptx {
+#include "cuda/common/ptx.cuh"
+
+namespace moekit::cuda::sm90 {
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
@@ -41,4 +43,4 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const std::uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-}  // namespace moekit::cuda::ptx
+}  // namespace moekit::cuda::sm90

@@ -101,26 +101,14 @@
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
 
 namespace moekit::cuda::fused_moe {
 
 enum class Op : int { kBf16, kFp16, kE4m3 };
 
-// ---- synchronization helpers (gpu scope) ----
-__device__ __forceinline__ std::uint32_t ld_acquire(const std::uint32_t* p) {
-  std::uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release_add(std::uint32_t* p, std::uint32_t v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ std::uint32_t atom_add_acq_rel(std::uint32_t* p, std::uint32_t v) {
-  std::uint32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
+// ---- synchronization helpers (gpu scope; the counter operations are in cuda/common/ptx.cuh) ----
 // One thread spins until *p >= target; the caller follows with __syncthreads.
 __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t target) {
 #if MOEKIT_FUSED_SPIN_LIMIT > 0
@@ -129,7 +117,7 @@ __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t
   // then completes (with wrong results, which the tests catch) instead of hanging, and the
   // message is flushed at the next synchronization (a __trap would lose it with the context).
   for (unsigned long long n = 0;; ++n) {
-    const std::uint32_t v = ld_acquire(p);
+    const std::uint32_t v = sm90::ld_acquire_gpu(p);
     if (v >= target) break;
     if (n >= static_cast<unsigned long long>(MOEKIT_FUSED_SPIN_LIMIT)) {
       printf("moekit fused MoE: CTA %d (of %d) gave up after %llu spins on counter %p = %u < %u\n",
@@ -139,22 +127,9 @@ __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t
     __nanosleep(40);
   }
 #else
-  while (ld_acquire(p) < target) __nanosleep(40);
+  while (sm90::ld_acquire_gpu(p) < target) __nanosleep(40);
 #endif
 }
-
-#if MOEKIT_FUSED_PHASE_TIMER
-__device__ __forceinline__ std::uint64_t globaltimer_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ __forceinline__ std::uint32_t smid() {
-  std::uint32_t v;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
-  return v;
-}
-#endif
 
 __device__ __forceinline__ float dyn_scale(float amax) { return fmaxf(amax / kFp8Max, kMinDynamicScale); }
 
@@ -225,11 +200,11 @@ __device__ __forceinline__ void store_operand8(std::uint8_t* dst, const float (&
 template <Op kOp>
 __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (kOp == Op::kBf16) {
-    ptx::mma_bf16_16816(d, a, b0, b1);
+    sm90::mma_bf16_16816(d, a, b0, b1);
   } else if constexpr (kOp == Op::kFp16) {
-    ptx::mma_f16_16816(d, a, b0, b1);
+    sm90::mma_f16_16816(d, a, b0, b1);
   } else {
-    ptx::mma_e4m3_16832(d, a, b0, b1);
+    sm90::mma_e4m3_16832(d, a, b0, b1);
   }
 }
 
@@ -485,9 +460,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
       (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const std::uint32_t stages_u32 = ptx::smem_u32(base + kSmemStagesOff);
+  const std::uint32_t stages_u32 = sm90::smem_addr(base + kSmemStagesOff);
   std::uint8_t* tok = base + kSmemTokOff;
-  const std::uint32_t tok_u32 = ptx::smem_u32(tok);
+  const std::uint32_t tok_u32 = sm90::smem_addr(tok);
   float* red = reinterpret_cast<float*>(base + kSmemRedOff);
   int* slot_e = reinterpret_cast<int*>(base + kSmemSlotOff);
   int* sorted = reinterpret_cast<int*>(base + kSmemSortedOff);
@@ -506,11 +481,11 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   std::uint64_t ph_start = 0, ph_routed = 0, ph_setup = 0, ph_g1 = 0, ph_wait0 = 0, ph_wait1 = 0;
   std::uint64_t ph_wait_ns = 0, ph_g2 = 0, ph_comb = 0;
   std::uint32_t ph_n1 = 0, ph_n2 = 0, ph_nc = 0;
-  if (tid == 0) ph_start = globaltimer_ns();
+  if (tid == 0) ph_start = sm90::globaltimer_ns();
 #define MOEKIT_FUSED_ITEM_DONE(is_g1, combined)         \
   do {                                                  \
     if (tid == 0) {                                     \
-      const std::uint64_t t_ = globaltimer_ns();        \
+      const std::uint64_t t_ = sm90::globaltimer_ns();        \
       if (is_g1) {                                      \
         ph_g1 = t_;                                     \
         ++ph_n1;                                        \
@@ -610,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   T.total = T.n1 + T.G * a.t2.tiles * a.t2.split;
   const int grid = static_cast<int>(gridDim.x);
 #if MOEKIT_FUSED_PHASE_TIMER
-  if (tid == 0) ph_routed = globaltimer_ns();
+  if (tid == 0) ph_routed = sm90::globaltimer_ns();
 #endif
 
   if (T.G == 0) {  // no local slot: the output is zeros (counters untouched)
@@ -659,12 +634,12 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       const std::uint8_t* src = wbase + grow * row_bytes + boff;
       if (vec16) {
         const bool v = ok && boff < row_bytes;
-        ptx::cp_async_16(dst, v ? src : wbase, v ? 16 : 0);
+        sm90::cp_async_16_zfill(dst, v ? src : wbase, v ? 16 : 0);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool v = ok && boff + 8 * h < row_bytes;
-          ptx::cp_async_8(dst + 8 * h, v ? src + 8 * h : wbase, v ? 8 : 0);
+          sm90::cp_async_8_zfill(dst + 8 * h, v ? src + 8 * h : wbase, v ? 8 : 0);
         }
       }
     }
@@ -679,7 +654,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         l_stage = 0;
       }
     }
-    ptx::cp_async_commit();
+    sm90::cp_async_commit();
   };
 #pragma unroll 1
   for (int s = 0; s < kStages - 1; ++s) issue();
@@ -707,7 +682,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   __syncthreads();
 
 #if MOEKIT_FUSED_PHASE_TIMER
-  if (tid == 0) ph_setup = globaltimer_ns();
+  if (tid == 0) ph_setup = sm90::globaltimer_ns();
 #endif
   const int tiles1 = a.t1.tiles;
   int cons_no = 0;
@@ -731,20 +706,20 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     }
     if (!g1 && tid == 0) {
 #if MOEKIT_FUSED_PHASE_TIMER
-      const std::uint64_t w0 = globaltimer_ns();
+      const std::uint64_t w0 = sm90::globaltimer_ns();
       if (ph_wait0 == 0) ph_wait0 = w0;
 #endif
       // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,
       // every group's): wait for the GEMM1 items that write them (all numbered lower).
       if (a.scale_mode == 1 && a.dyn_a2) {
         spin_until(a.counters + 0, static_cast<std::uint32_t>(T.G * tiles1));
-        const std::uint32_t bits = ld_acquire(a.counters + 1);
+        const std::uint32_t bits = sm90::ld_acquire_gpu(a.counters + 1);
         s_scale[1] = dyn_scale(__uint_as_float(bits));
       } else {
         spin_until(a.grp_done + it.g, static_cast<std::uint32_t>(tiles1));
       }
 #if MOEKIT_FUSED_PHASE_TIMER
-      ph_wait1 = globaltimer_ns();
+      ph_wait1 = sm90::globaltimer_ns();
       ph_wait_ns += ph_wait1 - w0;
 #endif
     }
@@ -865,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     const std::uint32_t b_row = tok_u32 + ((lane & 7) + 8 * (lane >> 4)) * pitch + sg * 128 + ((lane >> 3) & 1) * 16;
 #pragma unroll 1
     for (int cs = 0; cs < it.nst; ++cs) {
-      ptx::cp_async_wait<kStages - 2>();
+      sm90::cp_async_wait<kStages - 2>();
       __syncthreads();
       issue();
       const std::uint32_t sa = stages_u32 + (cons_no % kStages) * kStageBytes + a_row_off;
@@ -883,8 +858,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             std::uint32_t af[4], bf[4];
-            ptx::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
-            ptx::ldmatrix_x4(bf, sb + kk * 32);
+            sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
+            sm90::ldmatrix_x4(bf, sb + kk * 32);
             mma<kOp>(part[0], af, bf[0], bf[1]);
             mma<kOp>(part[1], af, bf[2], bf[3]);
           }
@@ -903,8 +878,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         std::uint32_t af[4], bf[4];
-        ptx::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
-        ptx::ldmatrix_x4(bf, sb + kk * 32);
+        sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
+        sm90::ldmatrix_x4(bf, sb + kk * 32);
         mma<kOp>(acc[0], af, bf[0], bf[1]);
         mma<kOp>(acc[1], af, bf[2], bf[3]);
       }
@@ -941,7 +916,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         __threadfence();
         std::uint32_t* ticket = (g1 ? a.t1_ticket + static_cast<std::int64_t>(it.g) * a.tiles1_stride
                                     : a.t2_ticket + static_cast<std::int64_t>(it.g) * a.tiles2_stride) + it.tile;
-        const bool last = atom_add_acq_rel(ticket, 1) == static_cast<std::uint32_t>(S - 1);
+        const bool last = sm90::atom_add_acq_rel_gpu(ticket, 1) == static_cast<std::uint32_t>(S - 1);
         if (last) *ticket = 0;  // its last user this launch: leave it zero for the next one
         *s_flag = last;
       }
@@ -998,8 +973,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       if (tid == 0) {
         if (dyn2) atomicMax(a.counters + 1, __float_as_uint(amax));
         __threadfence();
-        red_release_add(a.grp_done + it.g, 1);
-        if (dyn2) red_release_add(a.counters + 0, 1);
+        sm90::red_release_add_gpu(a.grp_done + it.g, 1);
+        if (dyn2) sm90::red_release_add_gpu(a.counters + 0, 1);
       }
     } else {
       for (int idx = tid; idx < it.cnt * rows; idx += kThreads) {
@@ -1018,7 +993,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       if (tid == 0) {
         __threadfence();
         std::uint32_t* ticket = a.comb + it.tile;
-        const bool last = atom_add_acq_rel(ticket, 1) == static_cast<std::uint32_t>(T.G - 1);
+        const bool last = sm90::atom_add_acq_rel_gpu(ticket, 1) == static_cast<std::uint32_t>(T.G - 1);
         if (last) *ticket = 0;
         *s_flag = last;
       }
@@ -1046,7 +1021,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     __syncthreads();
     MOEKIT_FUSED_ITEM_DONE(g1, !g1 && *s_flag);
   }
-  ptx::cp_async_wait<0>();
+  sm90::cp_async_wait<0>();
 #undef MOEKIT_FUSED_ITEM_DONE
 
 #if MOEKIT_FUSED_PHASE_TIMER
@@ -1060,11 +1035,11 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     r[kPhaseWaitNs] = ph_wait_ns;
     r[kPhaseGemm2Done] = ph_g2;
     r[kPhaseCombineDone] = ph_comb;
-    r[kPhaseEnd] = globaltimer_ns();
+    r[kPhaseEnd] = sm90::globaltimer_ns();
     r[kPhaseItems1] = ph_n1;
     r[kPhaseItems2] = ph_n2;
     r[kPhaseCombines] = ph_nc;
-    r[kPhaseSmid] = smid();
+    r[kPhaseSmid] = sm90::smid();
     r[kPhaseGrid] = static_cast<std::uint64_t>(grid);
     r[kPhaseTotalItems] = static_cast<std::uint64_t>(T.total);
     r[kPhaseRouted] = ph_routed;
@@ -1076,7 +1051,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   __syncthreads();
   if (tid == 0) {
     __threadfence();
-    *s_flag = atom_add_acq_rel(a.counters + 2, 1) == static_cast<std::uint32_t>(grid - 1);
+    *s_flag = sm90::atom_add_acq_rel_gpu(a.counters + 2, 1) == static_cast<std::uint32_t>(grid - 1);
   }
   __syncthreads();
   if (*s_flag) {

@@ -35,11 +35,11 @@ __device__ __forceinline__ void load_chunk(std::uint32_t dst, const std::uint8_t
     const bool ok = row_ok && k_off + kVec * j < k_bytes;
     const std::uint8_t* src = ok ? row_ptr + k_off + kVec * j : row_ptr;
     if constexpr (kVec == 16) {
-      ptx::cp_async_16(dst, src, ok ? 16 : 0);
+      sm90::cp_async_16_zfill(dst, src, ok ? 16 : 0);
     } else if constexpr (kVec == 8) {
-      ptx::cp_async_8(dst + 8 * j, src, ok ? 8 : 0);
+      sm90::cp_async_8_zfill(dst + 8 * j, src, ok ? 8 : 0);
     } else {
-      ptx::cp_async_4(dst + 4 * j, src, ok ? 4 : 0);
+      sm90::cp_async_4_zfill(dst + 4 * j, src, ok ? 4 : 0);
     }
   }
 }
@@ -82,11 +82,11 @@ __device__ __forceinline__ void store_pair(void* out, DType dtype, std::int64_t 
 template <Operand kOp>
 __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (kOp == Operand::kBf16) {
-    ptx::mma_bf16_16816(d, a, b0, b1);
+    sm90::mma_bf16_16816(d, a, b0, b1);
   } else if constexpr (kOp == Operand::kFp16) {
-    ptx::mma_f16_16816(d, a, b0, b1);
+    sm90::mma_f16_16816(d, a, b0, b1);
   } else {
-    ptx::mma_e4m3_16832(d, a, b0, b1);
+    sm90::mma_e4m3_16832(d, a, b0, b1);
   }
 }
 
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int half = i / (kHalf / 16), in_half = ld_row + 16 * (i % (kHalf / 16));
     if (n0 + in_half + half * args.half_col_step < n_out) b_ok |= 1u << i;
   }
-  const std::uint32_t smem_base = ptx::smem_u32(smem);
+  const std::uint32_t smem_base = sm90::smem_addr(smem);
   auto load_stage_vec = [&](auto vec_tag, int slot, int kt) {
     constexpr int kVec = decltype(vec_tag)::value;
     // The row pitch goes through an empty asm so the 12 row addresses are recomputed each stage
@@ -267,10 +267,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     for (int ks = 0; ks < BK / 32; ++ks) {  // 32 bytes of K per mma: k16 bf16/fp16 or k32 e4m3
       std::uint32_t af[2][4], bfr[kNJ / 2][4];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) ptx::ldmatrix_x4(af[i], sa + a_frag_row[i] + (((2 * ks + a_hi) ^ x7) << 4));
+      for (int i = 0; i < 2; ++i) sm90::ldmatrix_x4(af[i], sa + a_frag_row[i] + (((2 * ks + a_hi) ^ x7) << 4));
 #pragma unroll
       for (int jp = 0; jp < kNJ / 2; ++jp)
-        ptx::ldmatrix_x4(bfr[jp], sb + b_frag_row[j0 / 2 + jp] + (((2 * ks + b_hi) ^ x7) << 4));
+        sm90::ldmatrix_x4(bfr[jp], sb + b_frag_row[j0 / 2 + jp] + (((2 * ks + b_hi) ^ x7) << 4));
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -284,14 +284,14 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
     if (s < num_k_tiles) load_stage(s, s);
-    ptx::cp_async_commit();
+    sm90::cp_async_commit();
   }
   for (int kt = 0; kt < num_k_tiles; ++kt) {
-    ptx::cp_async_wait<Cfg::kStages - 2>();
+    sm90::cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
     const int next = kt + Cfg::kStages - 1;
     if (next < num_k_tiles) load_stage(next % Cfg::kStages, next);
-    ptx::cp_async_commit();
+    sm90::cp_async_commit();
     if constexpr (kBlock128) {
       // One stage == one 128-wide K group g = kt: acc += (partial * a_scale[row, g]) * b_scale[e, n/128, g].
       const float* a_sc = p.a_scale + kt;
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       compute_stage(std::integral_constant<int, 0>{}, kt % Cfg::kStages, acc);
     }
   }
-  ptx::cp_async_wait<0>();
+  sm90::cp_async_wait<0>();
 
   // ---- Epilogue (registers straight to global; pairs of columns per store). ----
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;

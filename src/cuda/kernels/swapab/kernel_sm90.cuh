@@ -12,6 +12,8 @@
 #include <type_traits>
 
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 
 namespace moekit::cuda::swapab {
@@ -58,357 +60,6 @@ struct KernelParams {
   int tiles_per_item;                // T >= 1: consecutive 64-row tiles of one item (same tokens)
   SmemLayout smem;                   // from smem_layout(gate_up, E, S) on the host
 };
-
-// Element tags select the wgmma instruction (K per instruction is 32 bytes for all three).
-struct Bf16Tag {};
-struct F16Tag {};
-struct E4m3Tag {};
-
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers: mbarrier, TMA, cp.async, wgmma.
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-// Blocks until the phase of `bar` with the given parity has completed. A fresh barrier is in
-// phase 0; waiting on parity 1 then returns at once (the "previous" phase counts as complete),
-// which is how producers pass their first round over the empty barriers.
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// One TMA tile load of the 3D weight map; completes `bytes` of the barrier's transaction count.
-__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map,
-                                            std::uint32_t bar, int c0, int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
-// 16-byte cp.async; src_bytes = 0 writes zeros (rows past the item's tokens, K past k_dim).
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-// Arrives on `bar` once this thread's earlier cp.asyncs have landed; .noinc: the arrival is one
-// of those the barrier was initialized with (kProducerThreads of them per phase).
-__device__ __forceinline__ void cp_async_arrive_noinc(std::uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
-// ---- thread-block cluster (split-K) ----
-__device__ __forceinline__ std::uint32_t cluster_ctarank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// The address of the same shared-memory location in cluster CTA `rank` (shared::cluster window).
-__device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t addr, std::uint32_t rank) {
-  std::uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-// Asynchronous 4-byte store into another CTA's shared memory that completes 4 bytes of the
-// transaction count of that CTA's barrier `cluster_bar` (no fence needed: the receiver sees the
-// data once it observes the barrier phase, as with TMA).
-__device__ __forceinline__ void st_async_f32(std::uint32_t cluster_addr, float v, std::uint32_t cluster_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(cluster_addr),
-               "f"(v), "r"(cluster_bar)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// All threads of all CTAs of the cluster. Relaxed arrive: it orders execution only (barrier
-// initialization is published by fence.mbarrier_init; the split-K data by the barriers' tx
-// counts), so it needs no GPU-wide memory fence.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving reads or writes of accumulator registers across a wgmma
-// issue or wait (it cannot see that wgmma writes them asynchronously).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[32]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
-// Shared-memory matrix descriptor of a K-major operand tile in the 128-byte swizzle layout, the
-// layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and the producer's cp.async copies mimic:
-//   row r of the tile (an M row of A, or a token of B) occupies bytes [128 r, 128 r + 128) of the
-//   tile; its 16-byte chunk c (K bytes 16c..16c+15) sits at chunk position c ^ (r % 8). Eight
-//   rows form a 1024-byte swizzle atom; the tile base is 1024-aligned.
-// Descriptor fields (PTX ISA "matrix descriptor"):
-//   bits  0-13  start address >> 4 (shared window offset)
-//   bits 16-29  leading-dimension byte offset >> 4: unused for swizzled K-major layouts whose
-//               instruction K (32 bytes) fits in the 128-byte swizzle width; set to 1
-//   bits 32-45  stride-dimension byte offset >> 4: 1024 bytes between 8-row groups -> 64
-//   bits 49-51  base offset: 0 (atoms are 1024-aligned)
-//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
-// The k-th 32-byte K step inside the 128-byte row is selected by adding 32k bytes (2k in the
-// >>4 units) to the start address: the hardware applies the XOR to the final address bits, so
-// the same swizzled data is read at the right chunks.
-__device__ __forceinline__ std::uint64_t make_smem_desc(std::uint32_t smem_addr) {
-  std::uint64_t desc = 0;
-  desc |= static_cast<std::uint64_t>((smem_addr & 0x3FFFF) >> 4);
-  desc |= static_cast<std::uint64_t>(1) << 16;
-  desc |= static_cast<std::uint64_t>(1024 >> 4) << 32;
-  desc |= static_cast<std::uint64_t>(1) << 62;
-  return desc;
-}
-
-// wgmma.mma_async m64nNk16 (bf16/f16) or m64nNk32 (e4m3), A and B both K-major from shared
-// memory, fp32 accumulators d[0 .. N/2). scale_d = 0 overwrites d (first K step), 1 accumulates.
-// Accumulator layout (per thread of the warpgroup; warp w = warp index in the group, lane l):
-//   d[4j + 2h + c] holds D[row][col] with row = 16w + l/4 + 8h, col = 8j + 2(l%4) + c,
-//   j in [0, N/8), h in {0,1}, c in {0,1}. Row = weight row of the tile, col = token of the item.
-template <class Tag, int N>
-struct Wgmma;
-
-template <> struct Wgmma<Bf16Tag, 8> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3"
-        "}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<Bf16Tag, 16> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<Bf16Tag, 32> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<Bf16Tag, 64> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<F16Tag, 8> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3"
-        "}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<F16Tag, 16> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<F16Tag, 32> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<F16Tag, 64> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<E4m3Tag, 8> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
-        "{"
-        "%0, %1, %2, %3"
-        "}, %4, %5, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<E4m3Tag, 16> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<E4m3Tag, 32> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-template <> struct Wgmma<E4m3Tag, 64> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t da, std::uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-  }
-};
-
 
 // ---------------------------------------------------------------------------------------------
 // Work items: (expert e, tile group, token chunk) with the chunk index fastest, so neighbouring
@@ -574,13 +225,13 @@ struct SwapAb {
         const int row_up = static_cast<int>(p.n_out) + tile * kTileRows;
         for (int ks = ks_begin; ks < ks_end; ++ks) {
           const std::uint32_t full = s.full + 8 * stage;
-          mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           if (t == 0) {
-            mbar_arrive_expect_tx(full, kTmaBytes);
+            sm90::mbar_arrive_expect_tx(full, kTmaBytes);
             // K coordinate in elements: 128 bytes per stage.
-            const int k0 = ks * (kStageKBytes / (std::is_same<Tag, E4m3Tag>::value ? 1 : 2));
-            tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
-            if (kGateUp) tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
+            const int k0 = ks * (kStageKBytes / (std::is_same<Tag, sm90::E4m3Tag>::value ? 1 : 2));
+            sm90::tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
+            if (kGateUp) sm90::tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
           }
           if (tile == it.tile && ks == ks_begin) {
             // The item's token metadata rides on its first K stage: this stage's full barrier
@@ -589,12 +240,12 @@ struct SwapAb {
             // topk_weights[slot]) in front of its epilogue.
             if (t < it.count) {
               const int r = it.row_begin + t;
-              cp_async_4(smem_u32(s.slot_meta + stage * kMaxTokens + t), p.sorted_slots + r, 4);
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.slot_meta + stage * kMaxTokens + t), p.sorted_slots + r, 4);
               if (!kBlock128 && p.sorted_weights)
-                cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t), p.sorted_weights + r, 4);
+                sm90::cp_async_4_zfill(sm90::smem_addr(s.a_scale + stage * kMaxTokens + t), p.sorted_weights + r, 4);
             }
             if (!kBlock128 && t == 96 && p.scale_mode == kScalePerTensor)
-              cp_async_4(smem_u32(s.b_scale + stage * 2), p.b_scale + it.e, 4);
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2), p.b_scale + it.e, 4);
           }
           const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
           const bool k_in = kbyte < p.a_row_bytes;
@@ -604,7 +255,7 @@ struct SwapAb {
             const int rr = row0 + 16 * i;
             if (rr < width) {
               const bool ld = has_row[i] && k_in;
-              cp_async_16(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
+              sm90::cp_async_16_zfill(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
                           ld ? static_cast<const void*>(src[i] + static_cast<std::int64_t>(ks) * kStageKBytes) : p.a,
                           ld ? 16 : 0);
             }
@@ -612,21 +263,21 @@ struct SwapAb {
           if (kBlock128) {
             if (t < width) {
               const bool ld = t < it.count;
-              cp_async_4(smem_u32(s.a_scale + stage * kMaxTokens + t),
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.a_scale + stage * kMaxTokens + t),
                          ld ? static_cast<const void*>(tok_scale_src + ks) : p.a_scale, ld ? 4 : 0);
             }
             if (t == 64 || (kGateUp && t == 65)) {
               const int rb = (t == 64 ? row_gate : row_up) / 128;
-              cp_async_4(smem_u32(s.b_scale + stage * 2 + (t - 64)),
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - 64)),
                          p.b_scale + (static_cast<std::int64_t>(it.e) * p.row_blocks + rb) * p.k_groups + ks, 4);
             }
           }
-          cp_async_arrive_noinc(full);
+          sm90::cp_async_mbar_arrive_noinc(full);
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
       }
     }
-    cp_async_wait_all();
+    sm90::cp_async_wait_all_groups();
   }
 
   // ---- consumer warpgroup: wgmma main loop over K, split-K reduction, epilogue ----
@@ -677,7 +328,7 @@ struct SwapAb {
         if (staged) {
           // The main loop's wait on this stage then returns at once: the phase cannot move on
           // before this warpgroup releases the stage.
-          mbar_wait(s.full + 8 * stage, phase);
+          sm90::mbar_wait(s.full + 8 * stage, phase);
           if (t < it.count) {
             slot = s.slot_meta[stage * kMaxTokens + t];
             if (!kBlock128 && p.sorted_weights) tw = s.a_scale[stage * kMaxTokens + t];
@@ -711,34 +362,34 @@ struct SwapAb {
       if (!kBlock128) {
         int prev = 0;
         for (int ks = ks_begin; ks < ks_end; ++ks) {
-          mbar_wait(s.full + 8 * stage, phase);
-          fence_regs<W / 2>(acc0);
-          if (kGateUp) fence_regs<W / 2>(acc1);
-          wgmma_fence();
-          const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
-          const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
-          const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          sm90::fence_regs<W / 2>(acc0);
+          if (kGateUp) sm90::fence_regs<W / 2>(acc1);
+          sm90::wgmma_fence();
+          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
+          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
+          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             const int accumulate = (ks > ks_begin || kk > 0) ? 1 : 0;
-            Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
-            if (kGateUp) Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+            sm90::Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
+            if (kGateUp) sm90::Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
           }
-          wgmma_commit();
-          fence_regs<W / 2>(acc0);
-          if (kGateUp) fence_regs<W / 2>(acc1);
+          sm90::wgmma_commit();
+          sm90::fence_regs<W / 2>(acc0);
+          if (kGateUp) sm90::fence_regs<W / 2>(acc1);
           if (ks > ks_begin) {
             // The previous stage's group is done: its shared memory can be refilled.
-            wgmma_wait<1>();
-            if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+            sm90::wgmma_wait<1>();
+            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
           }
           prev = stage;
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
-        wgmma_wait<0>();
-        fence_regs<W / 2>(acc0);
-        if (kGateUp) fence_regs<W / 2>(acc1);
-        if (lane == 0) mbar_arrive(s.empty + 8 * prev);
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<W / 2>(acc0);
+        if (kGateUp) sm90::fence_regs<W / 2>(acc1);
+        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
       } else {
         // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
         // group scale and the weight block's scale, then added (fp32) to the accumulator.
@@ -746,22 +397,22 @@ struct SwapAb {
 #pragma unroll
         for (int i = 0; i < W / 2; ++i) { tmp0[i] = 0.0f; tmp1[i] = 0.0f; }
         for (int ks = ks_begin; ks < ks_end; ++ks) {
-          mbar_wait(s.full + 8 * stage, phase);
-          fence_regs<W / 2>(tmp0);
-          if (kGateUp) fence_regs<W / 2>(tmp1);
-          wgmma_fence();
-          const std::uint64_t da0 = make_smem_desc(a0_addr(s, stage));
-          const std::uint64_t da1 = make_smem_desc(a1_addr(s, stage));
-          const std::uint64_t db = make_smem_desc(b_addr(s, stage));
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          sm90::fence_regs<W / 2>(tmp0);
+          if (kGateUp) sm90::fence_regs<W / 2>(tmp1);
+          sm90::wgmma_fence();
+          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
+          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
+          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
-            Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
-            if (kGateUp) Wgmma<Tag, W>::mma(tmp1, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+            sm90::Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+            if (kGateUp) sm90::Wgmma<Tag, W>::mma(tmp1, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
           }
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_regs<W / 2>(tmp0);
-          if (kGateUp) fence_regs<W / 2>(tmp1);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs<W / 2>(tmp0);
+          if (kGateUp) sm90::fence_regs<W / 2>(tmp1);
           const float* as = s.a_scale + stage * kMaxTokens;
           const float bs0 = s.b_scale[stage * 2 + 0];
           const float bs1 = kGateUp ? s.b_scale[stage * 2 + 1] : 0.0f;
@@ -778,7 +429,7 @@ struct SwapAb {
               }
             }
           }
-          if (lane == 0) mbar_arrive(s.empty + 8 * stage);
+          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -804,16 +455,16 @@ struct SwapAb {
           const int gslot = g - owner * groups_per_rank;
           const float* block = s.recv + buf * s.recv_floats +
                                ((src_slot * groups_per_rank + gslot) * kPlanes) * kRecvBlockFloats;
-          const std::uint32_t remote = map_to_rank(smem_u32(block), owner);
-          const std::uint32_t remote_bar = map_to_rank(s.red + 8 * buf, owner);
+          const std::uint32_t remote = sm90::map_to_rank(sm90::smem_addr(block), owner);
+          const std::uint32_t remote_bar = sm90::map_to_rank(s.red + 8 * buf, owner);
 #pragma unroll
           for (int j = 0; j < W / 8; ++j) {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int r = 2 * j + c;        // register slot of this half
               const int i = 4 * j + 2 * h + c;
-              st_async_f32(remote + 4 * (r * 32 + lane), acc0[i], remote_bar);
-              if (kGateUp) st_async_f32(remote + 4 * (kRecvBlockFloats + r * 32 + lane), acc1[i], remote_bar);
+              sm90::st_async_f32(remote + 4 * (r * 32 + lane), acc0[i], remote_bar);
+              if (kGateUp) sm90::st_async_f32(remote + 4 * (kRecvBlockFloats + r * 32 + lane), acc1[i], remote_bar);
             }
           }
         }
@@ -823,8 +474,8 @@ struct SwapAb {
           // planes x W/4 registers x 32 lanes x 4 bytes. Bytes that land earlier leave the
           // transaction count negative until then, which the barrier allows.
           if (lane == 0 && warp == (s.rank * groups_per_rank) / 2)
-            mbar_arrive_expect_tx(s.red + 8 * buf, (S - 1) * groups_per_rank * kPlanes * (W / 4) * 32 * 4);
-          mbar_wait_cluster(s.red + 8 * buf, (round >> 1) & 1);
+            sm90::mbar_arrive_expect_tx(s.red + 8 * buf, (S - 1) * groups_per_rank * kPlanes * (W / 4) * 32 * 4);
+          sm90::mbar_wait_cluster(s.red + 8 * buf, (round >> 1) & 1);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int g = 2 * warp + h;
@@ -859,7 +510,7 @@ struct SwapAb {
         s.tok_weight[buf * kMaxTokens + t] = tw;
         s.tok_scale[buf * kMaxTokens + t] = ts;
       }
-      named_barrier_sync(1, kConsumerThreads);
+      sm90::named_barrier_sync(1, kConsumerThreads);
 
       // Epilogue phase 1, in registers: scales, router weight, bias, for the row groups this CTA
       // owns; the values go to out_stage [token][tile row]. GEMM1 keeps gate and up (the
@@ -896,7 +547,7 @@ struct SwapAb {
           }
         }
       }
-      named_barrier_sync(1, kConsumerThreads);
+      sm90::named_barrier_sync(1, kConsumerThreads);
 
       // Phase 2: activation and stores of the owned rows [64 rank / S, 64 (rank + 1) / S),
       // consecutive threads on consecutive output columns.
@@ -951,15 +602,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // window starts at the same offset in every CTA, so DSMEM addresses match across the cluster.
   // Pointer arithmetic on the shared array (not an integer cast): pointers derived from base stay
   // known as shared memory (LDS / STS, not generic LD / ST).
-  std::uint8_t* base = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
-  s.tiles = smem_u32(base);
+  s.tiles = sm90::smem_addr(base);
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
   s.slot_meta = reinterpret_cast<int*>(base + L.slot_off);
-  s.full = smem_u32(base + L.full_bar_off);
-  s.empty = smem_u32(base + L.empty_bar_off);
-  s.red = smem_u32(base + L.red_bar_off);
+  s.full = sm90::smem_addr(base + L.full_bar_off);
+  s.empty = sm90::smem_addr(base + L.empty_bar_off);
+  s.red = sm90::smem_addr(base + L.red_bar_off);
   s.tok_slot = reinterpret_cast<int*>(base + L.token_off);
   s.tok_weight = reinterpret_cast<float*>(base + L.token_off + 2 * kMaxTokens * 4);
   s.tok_scale = reinterpret_cast<float*>(base + L.token_off + 4 * kMaxTokens * 4);
@@ -969,25 +620,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.prefix = s.off + (p.num_experts + 1);
   s.stages = L.stages;
   s.split = p.split_k;
-  s.rank = p.split_k > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  s.rank = p.split_k > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
   s.recv_floats = recv_buffer_floats(kGateUp, p.split_k);
 
   const int E = p.num_experts;
   if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(&p.tmap_b)) : "memory");
+    sm90::prefetch_tensormap(&p.tmap_b);
     for (int i = 0; i < s.stages; ++i) {
       // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.
-      mbar_init(s.full + 8 * i, 1 + kProducerThreads);
+      sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
       // empty: one arrival per consumer warp after its wgmma reads of the stage completed.
-      mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
     }
     if (s.split > 1) {
       // red: one arrival (the owner's expect_tx) per item, plus the st.async bytes of the peers.
-      mbar_init(s.red, 1);
-      mbar_init(s.red + 8, 1);
+      sm90::mbar_init(s.red, 1);
+      sm90::mbar_init(s.red + 8, 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
   }
   // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
   // previous kernel; the row offsets (routing's) and everything after need it complete. Every
@@ -1022,7 +673,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   // Peers' barriers must be initialized before any DSMEM store or remote arrive.
-  if (s.split > 1) cluster_sync();
+  if (s.split > 1) sm90::cluster_sync_relaxed();
 
   if (threadIdx.x < kProducerThreads) {
     K::produce(p, s);
@@ -1030,7 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     K::consume(p, s);
   }
   // No CTA leaves while a peer may still write into its shared memory.
-  if (s.split > 1) cluster_sync();
+  if (s.split > 1) sm90::cluster_sync_relaxed();
 #endif
 }
 

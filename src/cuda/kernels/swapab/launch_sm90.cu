@@ -122,14 +122,14 @@ int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_
 }
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, true>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, false, true>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::E4m3Tag, false, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::F16Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::F16Tag, false, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::Bf16Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<swapab::Bf16Tag, false, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, true, true>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, false, true>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, false, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::F16Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::F16Tag, false, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::Bf16Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::Bf16Tag, false, false>);
 
 }  // namespace
 
@@ -318,18 +318,18 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   if (fp8) {
     const bool block = p.scheme == Scheme::kFp8Block128;
     if (gate_up) {
-      if (block) launch_kernel<swapab::E4m3Tag, true, true>(kp, grid, stream, pdl);
-      else launch_kernel<swapab::E4m3Tag, true, false>(kp, grid, stream, pdl);
+      if (block) launch_kernel<sm90::E4m3Tag, true, true>(kp, grid, stream, pdl);
+      else launch_kernel<sm90::E4m3Tag, true, false>(kp, grid, stream, pdl);
     } else {
-      if (block) launch_kernel<swapab::E4m3Tag, false, true>(kp, grid, stream, pdl);
-      else launch_kernel<swapab::E4m3Tag, false, false>(kp, grid, stream, pdl);
+      if (block) launch_kernel<sm90::E4m3Tag, false, true>(kp, grid, stream, pdl);
+      else launch_kernel<sm90::E4m3Tag, false, false>(kp, grid, stream, pdl);
     }
   } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) launch_kernel<swapab::F16Tag, true, false>(kp, grid, stream, pdl);
-    else launch_kernel<swapab::F16Tag, false, false>(kp, grid, stream, pdl);
+    if (gate_up) launch_kernel<sm90::F16Tag, true, false>(kp, grid, stream, pdl);
+    else launch_kernel<sm90::F16Tag, false, false>(kp, grid, stream, pdl);
   } else {
-    if (gate_up) launch_kernel<swapab::Bf16Tag, true, false>(kp, grid, stream, pdl);
-    else launch_kernel<swapab::Bf16Tag, false, false>(kp, grid, stream, pdl);
+    if (gate_up) launch_kernel<sm90::Bf16Tag, true, false>(kp, grid, stream, pdl);
+    else launch_kernel<sm90::Bf16Tag, false, false>(kp, grid, stream, pdl);
   }
 }
 

@@ -631,8 +631,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
       // the stage completed (the peer's TMA multicast writes this CTA's B tile too).
       sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32 * p.cluster);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
   }
   // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
   // previous kernel; the row offsets (routing's) and everything after need it complete. Every
