@@ -111,6 +111,19 @@ __device__ __forceinline__ void st_async_f32(std::uint32_t cluster_addr, float v
                : "memory");
 }
 
+// Plain 4-byte loads and stores of another CTA's shared memory (address from map_to_rank); order
+// them with a cluster-scope release / acquire (fence_acq_rel_cluster, mbar_arrive_cluster,
+// mbar_wait_cluster).
+__device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
+
 // ---- CTA-level barriers and register budgets ----
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

@@ -39,20 +39,6 @@ using sm90::E4m3Tag;
 using sm90::F16Tag;
 
 // ---------------------------------------------------------------------------------------------
-// Distributed shared memory and proxy fences (the rest of the PTX layer is cuda/common/).
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
-}
-// Generic-proxy writes to shared memory become visible to wgmma / TMA (the async proxy).
-__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// ---------------------------------------------------------------------------------------------
 // Work items: (expert e, token chunk, N chunk), token chunk fastest (the items that read the
 // same weights run side by side), then N chunks, experts in order.
 // ---------------------------------------------------------------------------------------------
@@ -221,7 +207,7 @@ struct Decode {
   // Every rank's consumer warpgroup has passed this point (its shared-memory writes, local and
   // remote, before it are visible to the others after it). Parity: the item's round.
   static __device__ __forceinline__ void cluster_exchange(const Smem& s, std::uint32_t bar, int round) {
-    if (s.cluster > 1) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    if (s.cluster > 1) sm90::fence_acq_rel_cluster();
     consumer_sync();
     if (s.cluster > 1) {
       if (threadIdx.x == kThreads - kConsumerThreads) {
@@ -237,18 +223,18 @@ struct Decode {
                                                   int& stage, std::uint32_t& phase) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
     int prev = 0;
     for (int ks = 0; ks < nstages; ++ks) {
       sm90::mbar_wait(s.full + 8 * stage, phase);
-      sm90::fence_regs(acc);
+      sm90::fence_regs<W / 2>(acc);
       sm90::wgmma_fence();
       const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes);
       const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ks * (W * kStageKBytes));
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, (ks > 0 || kk > 0) ? 1 : 0);
       sm90::wgmma_commit();
-      sm90::fence_regs(acc);
+      sm90::fence_regs<W / 2>(acc);
       if (ks > 0) {
         sm90::wgmma_wait<1>();
         if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
@@ -257,7 +243,7 @@ struct Decode {
       if (++stage == s.stages) { stage = 0; phase ^= 1; }
     }
     sm90::wgmma_wait<0>();
-    sm90::fence_regs(acc);
+    sm90::fence_regs<W / 2>(acc);
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
@@ -398,7 +384,7 @@ struct Decode {
 
     // (b) Their rows of hidden (this rank's K slice) as B tiles.
     load_x<W>(p, s, ks0, ks1);
-    fence_proxy_async_smem();
+    sm90::fence_proxy_async_shared_cta();
     consumer_sync();
 
     // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
@@ -450,8 +436,8 @@ struct Decode {
           float g = 0.0f, u = 0.0f;
           if (s.cluster > 1) {
             for (int q = 0; q < s.cluster; ++q) {
-              g += ld_cluster_f32(sm90::map_to_rank(ga, q));
-              u += ld_cluster_f32(sm90::map_to_rank(ua, q));
+              g += sm90::ld_cluster_f32(sm90::map_to_rank(ga, q));
+              u += sm90::ld_cluster_f32(sm90::map_to_rank(ua, q));
             }
           } else {
             g = s.p1[(j * kTileRows + nn) * W + tt];
@@ -469,7 +455,7 @@ struct Decode {
         }
         const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
         if (s.cluster > 1) {
-          for (int q = 0; q < s.cluster; ++q) st_cluster_f32(sm90::map_to_rank(ha, q), hv);
+          for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
         } else {
           s.h[tt * kChunkCols + n] = hv;
         }
@@ -479,7 +465,7 @@ struct Decode {
 
     // (f) h -> GEMM2's B tiles.
     convert_h<W>(p, s, it.count, cw);
-    fence_proxy_async_smem();
+    sm90::fence_proxy_async_shared_cta();
     consumer_sync();
 
     // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
@@ -703,8 +689,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     }
     sm90::mbar_init(s.b1, s.cluster);  // one arrival per rank
     sm90::mbar_init(s.b2, s.cluster);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    fence_proxy_async_smem();
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
   }
   D::route(p, s);
   // The peers' barriers are initialized before any remote arrival.
