@@ -280,7 +280,11 @@ void run_route(const detail::RouteCall& call) {
 void run_moe(const detail::MoeCall& call) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) {
-    detail::choose_paths(p, 1, call.forced_path, true, true);  // an unknown path name still fails
+    // Nothing launches: an unknown path name still fails, any known one is fine.
+    detail::RouterInputs in;
+    in.forced = call.forced_path;
+    in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = true;
+    detail::choose_paths(p, in);
     return;
   }
   DeviceGuard guard(call.device);

@@ -109,9 +109,17 @@ void encode(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_
 }  // namespace
 
 bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* why) {
-  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8PerChannel)
+  // fp8 needs the reference's scales to stay within the scheme's tolerance of it: a different
+  // quantization point alone costs ~3.5 % (docs/decode.md). Static per-tensor scales are given;
+  // dynamic per-tensor scales are absmax over every token (and every slot's intermediate), and
+  // per-channel ones over a row that the decode path splits across CTAs: both need data that
+  // other CTAs hold, so the path declines them.
+  if (p.scheme == Scheme::kFp8PerTensor && !(p.static_a13_scale && p.static_a2_scale))
+    return fail(why, "fp8_per_tensor needs static activation scales (a13_scale and a2_scale): a dynamic "
+                     "per-tensor scale is an absmax over every token, which no CTA of one launch sees alone");
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
     return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
-                         " is not supported (bf16, fp8_per_tensor, fp8_per_channel)");
+                         " is not supported (bf16, and fp8_per_tensor with static scales)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   const std::int64_t P = p.num_tokens * p.top_k;
