@@ -155,6 +155,8 @@ CheckResult check_rows(const ExpertSource& src, const HostCall& call, const std:
                        int threads);
 /// Record a check's result in the row.
 void record_check(Row& row, const CheckResult& c);
+/// A check that threw: counted as failed, with the reason in the row's note.
+void record_check_error(Row& row, const std::string& what);
 
 // ---- random inputs: a counter-based hash, the same on host and device ----
 

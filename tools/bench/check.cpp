@@ -190,4 +190,10 @@ void record_check(Row& row, const CheckResult& c) {
   row.check_passed = c.passed;
 }
 
+void record_check_error(Row& row, const std::string& what) {
+  row.check_ran = true;
+  row.check_passed = false;
+  row.note += (row.note.empty() ? "" : "; ") + std::string("the check could not run: ") + what;
+}
+
 }  // namespace moekit::bench

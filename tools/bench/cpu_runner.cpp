@@ -190,8 +190,12 @@ class CpuRunner final : public Runner {
       }
       src.copy = [](void* dst, const void* from, std::size_t n) { std::memcpy(dst, from, n); };
       HostCall call{M, hidden.data(), ids.data(), weights.data(), out.data()};
-      record_check(row, check_rows(src, call, check_sample(M, k, K, p.intermediate_size, config_.check_budget),
-                                   config_.threads));
+      try {
+        record_check(row, check_rows(src, call, check_sample(M, k, K, p.intermediate_size, config_.check_budget),
+                                     config_.threads));
+      } catch (const std::exception& e) {
+        record_check_error(row, e.what());
+      }
     }
     if (config_.first_call) {
       // The first call of the reference at a new M is the first timed one; nothing is cached.

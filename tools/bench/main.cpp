@@ -560,7 +560,10 @@ int run_main(int argc, char** argv) {
             }
             if (row.check_passed && !*row.check_passed) {
               ++check_failures;
-              row.note = "CHECK FAILED: max_rel_err " + fmt(row.max_rel_err, "%.3g") + " > " + fmt(row.check_tol, "%.3g") +
+              row.note = std::string("CHECK FAILED") +
+                         (row.max_rel_err ? ": max_rel_err " + fmt(row.max_rel_err, "%.3g") + " > " +
+                                                fmt(row.check_tol, "%.3g")
+                                          : std::string()) +
                          (row.note.empty() ? "" : "; " + row.note);
             }
             point_rows.push_back(std::move(row));
