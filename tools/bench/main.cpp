@@ -47,8 +47,9 @@ table; --json writes the results in the format of bench/results/.
                                 max(2, budget / (k*K*N)) evenly spaced tokens (first and last
                                 included), each against the CPU reference on the experts it
                                 touches. max_rel_err = the largest per-token ||out - ref|| / ||ref||;
-                                a point above its scheme's tolerance is marked CHECK FAILED and
-                                the exit status is 1. On the CPU backend it re-runs the reference
+                                a point above its scheme's tolerance (bf16 1e-2, fp8 3e-2, an
+                                fp8_per_tensor sample 0.1) is marked CHECK FAILED and the exit
+                                status is 1. On the CPU backend it re-runs the reference
                                 on the sample (a test of the check, not a second implementation)
   --check-budget X              the M*k*K*N budget of --check (default 2^28 = 268435456)
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
