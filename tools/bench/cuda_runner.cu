@@ -778,6 +778,21 @@ class CudaRunner final : public Runner {
       BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
       BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &act_scale,
                                                   sizeof act_scale));
+      // The heuristic assumes 256-byte aligned buffers unless told: per-expert slices are only
+      // 16-byte aligned, so say what each pointer has (an algorithm needing more is excluded).
+      auto align = [](const void* ptr) {
+        const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(ptr);
+        return static_cast<std::uint32_t>(std::min<std::uintptr_t>(256, a & (~a + 1)));
+      };
+      const std::uint32_t al_a = align(w), al_b = align(x), al_d = align(y);
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                        sizeof al_a));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                        sizeof al_b));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                        sizeof al_d));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                        sizeof al_d));
       // The token count as it is; if cuBLASLt has no fp8 kernel for it, rounded up to 16 (the
       // baseline then does a little more work than moekit, named "_npad16").
       for (const std::int64_t n : {cnt, up16(cnt)}) {
