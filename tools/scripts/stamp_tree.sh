@@ -16,6 +16,9 @@ set -euo pipefail
 ROOT=$(git -C "$(dirname "$0")/../.." rev-parse --show-toplevel)
 cd "$ROOT"
 SELF=build-info.json
+if git ls-files --error-unmatch -- "$SELF" >/dev/null 2>&1; then
+  echo "stamp_tree.sh: warning: $SELF is committed; it goes stale with the next commit (git rm --cached $SELF)" >&2
+fi
 commit=$(git rev-parse HEAD)
 head_tree=$(git rev-parse 'HEAD^{tree}')
 scratch=$(mktemp -d)
