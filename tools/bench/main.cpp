@@ -143,7 +143,6 @@ struct Cli {
 Cli parse_args(int argc, char** argv) {
   Cli cli;
   Config& c = cli.config;
-  c.check_budget = kCheckBudget;
   std::vector<std::string> presets;
   std::vector<std::string> shapes;
   // "--flag=value" is the same as "--flag value".
