@@ -1,10 +1,14 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
-stall_report.py on a small Nsight Compute source-page table, bench_compare.py and path_report.py on small
-moekit-bench JSON files."""
+stall_report.py on a small Nsight Compute source-page table, bench_compare.py, path_report.py,
+grid_report.py and bench_rows.py on small moekit-bench JSON files; and the provenance of a build
+(stamp_tree.sh, cmake/moekit_build_info.cmake) in a scratch git repository."""
 
 import importlib.util
 import json
+import os
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
@@ -111,3 +115,158 @@ def test_path_report_finds_where_auto_loses(tmp_path):
     assert "q TP8 bf16 M=64: auto ran gemm1=swapab gemm2=swapab in 119.0 µs, tokmajor 90.0 µs (1.32x)" in text
     assert "M=4:" not in text  # 2 % slower is within the slack
     assert pr.main([str(sweep), "--auto", str(grid)]) == 0
+
+
+# ---- per-scheme baselines and the --check summary (bench_rows.py, grid_report.py, bench_compare.py) ----
+
+def grid_row(scheme, m, us, base, base8=None, tp=1, path="auto", **extra):
+    r = dict(preset="q", tp=tp, scheme=scheme, tokens=m, path=path, op="fused_experts", us=us, roof_us=us / 2,
+             baseline="cublas_grouped_bf16", baseline_us=base)
+    if base8 is not None:
+        r.update(baseline_fp8="cublaslt_fp8_e4m3_per_expert", baseline_fp8_us=base8)
+    r.update(extra)
+    return r
+
+
+def test_bench_rows_pairs_each_scheme_with_its_own_precision():
+    br = load_script("bench_rows")
+    bf, fp = grid_row("bf16", 4, 10.0, 20.0), grid_row("fp8_per_tensor", 4, 10.0, 30.0, base8=15.0)
+    assert br.like_for_like(bf) == ("cublas_grouped_bf16", 20.0)
+    assert br.like_for_like(fp) == ("cublaslt_fp8_e4m3_per_expert", 15.0)
+    old_fp8 = grid_row("fp8_per_tensor", 4, 10.0, 30.0)  # a grid recorded before the fp8 baseline
+    assert br.like_for_like(old_fp8) == (None, None)
+    text = br.ratio_table([bf, fp, grid_row("fp8_per_tensor", 8, 10.0, 40.0, base8=5.0)])
+    lines = text.splitlines()
+    assert "| bf16 | auto | cublas_grouped_bf16 | 1 | 2.00x |" in text
+    # fp8 against cuBLASLt fp8: 1.5x and 0.5x, median 1.0x; faster at 1 of 2.
+    assert "| fp8_per_tensor | auto | cublaslt_fp8_e4m3_per_expert | 2 | 1.00x | 0.50x | 1.50x | 1 of 2 |" in text
+    # fp8 against cuBLAS bf16 only as a labelled extra line, never merged with bf16's.
+    mixed = [l for l in lines if "not like for like" in l]
+    assert len(mixed) == 1 and mixed[0].startswith("| fp8_per_tensor | auto | cublas_grouped_bf16: fp8 vs bf16")
+    assert not any(l.startswith("| all") for l in lines)
+    assert "cuBLASLt fp8: not measured in this run" in br.ratio_table([old_fp8])
+
+
+def test_bench_rows_check_summary_counts_samples_and_failures():
+    br = load_script("bench_rows")
+    rows = [grid_row("bf16", 4, 1, 1, check_ran=True, check_tokens=4, check_passed=True, max_rel_err=2e-3, check_tol=1e-2),
+            grid_row("fp8_per_tensor", 4096, 1, 1, check_ran=True, check_tokens=9, check_passed=False,
+                     max_rel_err="inf", check_tol=0.1),
+            grid_row("bf16", 8, 1, 1, check_ran=False)]
+    text = br.check_summary(rows)
+    assert text.startswith("--check: 2 of 3 rows checked against the CPU reference (1 on a token sample), 1 failed")
+    assert "bf16 0.002" in text and "fp8_per_tensor inf" in text
+    assert "q TP1 fp8_per_tensor M=4096 (inf > 0.1)" in text
+    assert "did not run" in br.check_summary([grid_row("bf16", 1, 1, 1)])
+
+
+def test_grid_report_prints_ratios_per_scheme(tmp_path, capsys):
+    gr = load_script("grid_report")
+    f = tmp_path / "grid.json"
+    f.write_text(json.dumps(dict(commit="abc", dirty=True, date="d", gpu="g", rows=[
+        grid_row("bf16", 4, 10.0, 11.0), grid_row("fp8_per_tensor", 4, 10.0, 20.0, base8=12.0),
+        grid_row("bf16", 4, 30.0, 11.0, path="mma")])))
+    gr.main([str(f)])
+    out = capsys.readouterr().out
+    assert "(commit abc, dirty tree, d, g)" in out
+    assert "| bf16 | auto | cublas_grouped_bf16 | 1 | 1.10x |" in out
+    assert "| fp8_per_tensor | auto | cublaslt_fp8_e4m3_per_expert | 1 | 1.20x |" in out
+    assert "| mma |" not in out  # the verdict reads the auto path only
+
+
+def test_bench_compare_normalizes_fp8_by_the_fp8_baseline_and_groups_by_scheme(tmp_path, capsys):
+    bc = load_script("bench_compare")
+    def doc(name, rows):
+        f = tmp_path / name
+        f.write_text(json.dumps(dict(commit="x", rows=rows)))
+        return str(f)
+    a = doc("a.json", [grid_row("bf16", 4, 100.0, 50.0), grid_row("fp8_per_tensor", 4, 100.0, 50.0, base8=100.0)])
+    b = doc("b.json", [grid_row("bf16", 4, 50.0, 50.0), grid_row("fp8_per_tensor", 4, 50.0, 25.0, base8=100.0)])
+    rows = {r[0][2]: r for r in bc.compare(bc.load([a]), bc.load([b]))}
+    assert rows["bf16"][4] == pytest.approx(2.0)
+    # fp8: the cuBLASLt fp8 baseline did not move, so the normalized speedup is the raw 2.0 (the
+    # bf16 one, which ran 2x faster next to B, would have said 1.0).
+    assert rows["fp8_per_tensor"][4] == pytest.approx(2.0)
+    text = bc.summary(list(rows.values()))
+    assert "| scheme bf16 | 1 | 2.000 |" in text and "| scheme fp8_per_tensor | 1 | 2.000 |" in text
+    bc.main(["--a", a, "--b", b])
+    out = capsys.readouterr().out
+    assert "| fp8_per_tensor | auto | cublaslt_fp8_e4m3_per_expert | 1 | 2.00x |" in out
+
+
+# ---- provenance: stamp_tree.sh and cmake/moekit_build_info.cmake, in a scratch git repository ----
+
+def _have(*tools):
+    return all(shutil.which(t) for t in tools)
+
+
+def _scratch_repo(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "tools" / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "scripts" / "stamp_tree.sh", repo / "tools" / "scripts" / "stamp_tree.sh")
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitignore").write_text("/build/\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    return repo, git
+
+
+def _stamp(repo, *args):
+    out = subprocess.run(["bash", str(repo / "tools" / "scripts" / "stamp_tree.sh"), *args], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out) if args else json.loads((repo / "build-info.json").read_text())
+
+
+def _build_info(src, out, env=None):
+    r = subprocess.run(["cmake", f"-DSRC={src}", f"-DOUT={out}", "-P", str(ROOT / "cmake" / "moekit_build_info.cmake")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return out.read_text(), r.stderr
+
+
+@pytest.mark.skipif(not _have("git", "cmake", "bash"), reason="needs git, cmake and bash")
+def test_stamp_tree_hashes_the_working_tree_and_ignores_itself(tmp_path):
+    repo, git = _scratch_repo(tmp_path)
+    head = subprocess.run(git[:3] + ["rev-parse", "HEAD", "HEAD^{tree}"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    clean = _stamp(repo)
+    assert (clean["commit"], clean["tree"], clean["dirty"]) == (head[0], head[1], False)
+    assert _stamp(repo, "--stdout")["tree"] == head[1]  # its own build-info.json is not part of the tree
+    (repo / "a.txt").write_text("two\n")
+    dirty = _stamp(repo, "--stdout")
+    assert dirty["dirty"] and dirty["tree"] != head[1] and dirty["commit"] == head[0]
+    (repo / "a.txt").write_text("one\n")
+    (repo / "new.txt").write_text("untracked, not ignored\n")
+    assert _stamp(repo, "--stdout")["dirty"]
+    (repo / "new.txt").unlink()
+    (repo / "build").mkdir()
+    (repo / "build" / "x.o").write_text("ignored\n")
+    assert _stamp(repo, "--stdout")["tree"] == head[1]
+    status = subprocess.run(git[:3] + ["status", "--porcelain"], capture_output=True, text=True).stdout
+    assert status.strip() == "?? build-info.json"  # the real index and HEAD did not move
+
+
+@pytest.mark.skipif(not _have("git", "cmake", "bash"), reason="needs git, cmake and bash")
+def test_build_info_reads_git_then_the_stamp_and_catches_a_stale_one(tmp_path):
+    repo, git = _scratch_repo(tmp_path)
+    out = tmp_path / "info.cpp"
+    text, _ = _build_info(repo, out)
+    head = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert f'"{head}"' in text and ", 0, " in text and '"git"' in text
+    # The GPU machine: a copy without .git, with the stamp written before copying.
+    stamp = _stamp(repo)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    text, _ = _build_info(copy, out)
+    assert f'"{stamp["commit"]}", "{stamp["tree"]}", 0,' in text and '"build-info.json"' in text
+    (copy / "a.txt").write_text("edited after stamping\n")
+    text, err = _build_info(copy, out)
+    assert f'"stale:{stamp["tree"]}", 1,' in text and "stale" in err
+    (copy / "build-info.json").unlink()
+    text, err = _build_info(copy, out, env=dict(os.environ, MOEKIT_COMMIT="abc123"))
+    assert '"abc123", "unknown", -1,' in text and "typed by hand" in err
+    env = {k: v for k, v in os.environ.items() if k != "MOEKIT_COMMIT"}
+    text, _ = _build_info(copy, out, env=env)
+    assert '"unknown", "unknown", -1,' in text

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,12 @@ namespace moekit::bench {
 
 // The datasheet HBM3e bandwidth of the H200 that defines the memory side of the roofline.
 inline constexpr double kHbmGbps = 4800.0;
+
+/// The default cost rule of --check: the reference runs on tokens whose M·k·K·N is at most this
+/// (2^28: ~0.8 G multiply-adds, about a second of the reference on 16 cores). Above it a sample.
+inline constexpr double kCheckBudget = 268435456.0;
+/// A sample never has fewer tokens than this (a layer whose one token costs over the budget).
+inline constexpr std::int64_t kCheckMinTokens = 2;
 
 /// A layer shape: a preset of BRIEF §3 or a custom --shape E,k,K,N (N at tp = 1).
 struct Shape {
@@ -46,7 +53,10 @@ struct Config {
   std::vector<std::string> paths{""};
   int iters = 0;                     // 0 = the backend's default (CUDA 50, CPU 3)
   int threads = 0;                   // CPU backend threads (0 = all)
-  bool check = false;
+  // --check (default on) / --no-check: compare with the CPU reference on the sampled tokens
+  // (check_sample: all of them while M·k·K·N <= check_budget).
+  bool check = true;
+  double check_budget = kCheckBudget;  // or --check-budget
   bool first_call = false;
   bool quick = false;
   bool op_fused_moe = false;         // --op fused_moe: time routing + experts (else fused_experts)
@@ -65,9 +75,17 @@ struct Row {
   std::optional<double> ratio_vs_mma;  // mma row's us / this row's us, same point, same run
   std::string op = "fused_experts";  // the timed call: fused_experts or fused_moe
   std::optional<double> us, tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense;
-  std::string baseline;              // "" = none
+  std::string baseline;              // "" = none: cuBLAS bf16 (the like-for-like baseline of bf16)
   std::optional<double> baseline_us;
-  std::optional<double> max_rel_err; // may be +inf / NaN (written as a string then)
+  std::string baseline_fp8;          // "" = none: cuBLASLt e4m3 (fp8 schemes' like-for-like baseline)
+  std::optional<double> baseline_fp8_us;
+  // --check: max over the checked rows of ||out[m] - ref[m]||_2 / ||ref[m]||_2 (may be +inf /
+  // NaN, written as a string then); check_tokens rows of M were compared, against check_tol.
+  std::optional<double> max_rel_err;
+  bool check_ran = false;
+  std::int64_t check_tokens = 0;
+  std::optional<double> check_tol;
+  std::optional<bool> check_passed;  // null when the check did not run
   std::optional<double> first_call_us, eager_us;
   std::string timing;                // "graph", "eager" (CUDA) or "wall" (CPU)
   std::int64_t touched_experts = 0;
@@ -96,8 +114,49 @@ void fill_metrics(Row& row, const MoeProblem& p, const Ceilings& c);
 /// Distinct ids in topk_ids (global ids; all local here since the bench passes no expert_map).
 std::int64_t count_unique(const std::int32_t* ids, std::int64_t n, std::int64_t num_experts);
 
-/// ||got - ref|| / ||ref|| over entries where ref is finite; +inf if got is NaN/inf there.
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref);
+// ---- the correctness check (check.cpp) ----
+
+/// The tokens --check compares: all M while M·k·K·N <= budget, else
+/// max(kCheckMinTokens, budget / (k·K·N)) evenly spaced tokens, the first and the last included.
+std::vector<std::int64_t> check_sample(std::int64_t M, std::int64_t k, std::int64_t K, std::int64_t N,
+                                       double budget);
+/// max over rows of ||got_r - ref_r|| / ||ref_r|| (entries where ref is non-finite skipped; a
+/// non-finite got where ref is finite, or a nonzero row where ref's is zero: +inf).
+double max_row_rel_err(const float* got, const float* ref, std::int64_t rows, std::int64_t cols);
+/// The bound max_rel_err must meet: tests/common/tolerance.hpp's per scheme, looser for an
+/// fp8_per_tensor subset (its intermediate scale is the sample's absmax; check.cpp says why).
+double check_tolerance(Scheme scheme, bool subset_of_per_tensor);
+
+/// Where a runner keeps its expert tensors ([E, ...] like ExpertWeights) and how to copy from there.
+struct ExpertSource {
+  MoeProblem problem;  // E, k, K, N, scheme, activation
+  const void *w13 = nullptr, *w2 = nullptr, *s13 = nullptr, *s2 = nullptr, *b13 = nullptr, *b2 = nullptr;  // bf16 biases
+  std::vector<std::int64_t> s13_shape, s2_shape;
+  std::int64_t s13_numel = 0, s2_numel = 0;
+  std::function<void(void* dst, const void* src, std::size_t bytes)> copy;  // to host memory
+};
+/// One measured call, on the host: hidden [M, K] bf16, ids / weights [M, k], out [M, K] bf16.
+struct HostCall {
+  std::int64_t M = 0;
+  const std::uint16_t* hidden = nullptr;
+  const std::int32_t* ids = nullptr;
+  const float* weights = nullptr;
+  const std::uint16_t* out = nullptr;
+};
+struct CheckResult {
+  double max_rel_err = 0.0;
+  std::int64_t tokens = 0;
+  double tol = 0.0;
+  bool passed = false;
+};
+/// The CPU reference on the sampled tokens with the experts they touch (renumbered), compared
+/// row by row with call.out.
+CheckResult check_rows(const ExpertSource& src, const HostCall& call, const std::vector<std::int64_t>& sample,
+                       int threads);
+/// Record a check's result in the row.
+void record_check(Row& row, const CheckResult& c);
+/// A check that threw: counted as failed, with the reason in the row's note.
+void record_check_error(Row& row, const std::string& what);
 
 // ---- random inputs: a counter-based hash, the same on host and device ----
 

@@ -171,7 +171,32 @@ class CpuRunner final : public Runner {
     }
     row.us = median(times);
     fill_metrics(row, p, ceilings);
-    if (config_.check) row.note = "the CPU backend is the reference: nothing to check";
+    if (config_.check) {
+      // The reference again, on the sampled tokens with their experts renumbered: on this backend
+      // it tests the check itself and the reference's row independence, not a second implementation.
+      ExpertSource src;
+      src.problem = p;
+      src.w13 = w13_.data();
+      src.w2 = w2_.data();
+      src.s13 = s13_.data();
+      src.s2 = s2_.data();
+      src.s13_shape = s13_shape_;
+      src.s2_shape = s2_shape_;
+      src.s13_numel = static_cast<std::int64_t>(s13_.size());
+      src.s2_numel = static_cast<std::int64_t>(s2_.size());
+      if (!b13_.empty()) {
+        src.b13 = b13_.data();
+        src.b2 = b2_.data();
+      }
+      src.copy = [](void* dst, const void* from, std::size_t n) { std::memcpy(dst, from, n); };
+      HostCall call{M, hidden.data(), ids.data(), weights.data(), out.data()};
+      try {
+        record_check(row, check_rows(src, call, check_sample(M, k, K, p.intermediate_size, config_.check_budget),
+                                     config_.threads));
+      } catch (const std::exception& e) {
+        record_check_error(row, e.what());
+      }
+    }
     if (config_.first_call) {
       // The first call of the reference at a new M is the first timed one; nothing is cached.
       row.first_call_us = times.front();

@@ -1,8 +1,9 @@
 // The CUDA runner of moekit-bench (BRIEF §4): random inputs made on the device by a hash fill,
 // routing by moekit::route, the fused_experts call captured in a CUDA graph and timed by
 // cudaEvents around each replay with L2 flushed before it (median), and in the same run the
-// baselines: cuBLAS grouped bf16 GEMMs over the same experts and token counts, and the dense
-// 8192^3 bf16 / fp8 GEMM rates that define the roofline. Only moekit's call is in the timed
+// baselines: cuBLAS grouped bf16 GEMMs over the same experts and token counts (every scheme),
+// cuBLASLt e4m3 GEMMs per expert (fp8 schemes), and the dense 8192^3 bf16 / fp8 GEMM rates that
+// define the roofline. Only moekit's call is in the timed
 // region; inputs, routing and copies are not.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -372,22 +373,32 @@ class CudaRunner final : public Runner {
     row.us = time_graph_or_eager(call, iters, &row.timing, &graph_error);
     if (!graph_error.empty()) notes.push_back("graph capture failed (" + graph_error + "), timed eager");
 
-    // ---- correctness against the CPU reference, where that is cheap ----
-    if (config_.check) {
-      if (p.flops() <= kCheckMaxFlops) {
-        row.max_rel_err = check_against_cpu(args, h_ids, M, E, k, K, N, hidden, weights, out);
-      } else {
-        notes.push_back("--check skipped: the CPU reference of this point is too slow");
-      }
-    }
-
-    // ---- baseline: cuBLAS grouped bf16 GEMMs over the same experts and counts ----
+    // ---- baselines over the same experts and counts: cuBLAS bf16 (every scheme), cuBLASLt e4m3 (fp8) ----
     if (M > 0) {
       try {
         baseline(row, h_ids, M, E, k, K, N, iters);
       } catch (const std::exception& e) {
         cudaGetLastError();
         notes.push_back(std::string("baseline failed: ") + e.what());
+      }
+      if (p.scheme != Scheme::kBf16) {
+        try {
+          baseline_fp8(row, h_ids, M, E, k, K, N, iters);
+        } catch (const std::exception& e) {
+          cudaGetLastError();
+          notes.push_back(std::string("fp8 baseline failed: ") + e.what());
+        }
+      }
+    }
+    // ---- correctness against the CPU reference (all tokens, or a sample: check_sample) ----
+    // After the baselines: the GPU idles while the reference runs, and a baseline timed right
+    // after an idle spell would start on lowered clocks. `out` still holds the last replay's output.
+    if (config_.check) {
+      try {
+        record_check(row, check_against_cpu(args, h_ids, M, hidden, weights, out));
+      } catch (const std::exception& e) {
+        cudaGetLastError();
+        record_check_error(row, e.what());
       }
     }
     fill_metrics(row, p, ceilings);
@@ -415,7 +426,6 @@ class CudaRunner final : public Runner {
   }
   static constexpr int kMinIters = 5;
   static constexpr double kTimeBudgetUs = 1e6;
-  static constexpr double kCheckMaxFlops = 4e10;  // a few seconds of the CPU reference
 
   void release_all() {
     release();
@@ -664,100 +674,208 @@ class CudaRunner final : public Runner {
     if (!graph_error.empty()) row.baseline += "_eager";
   }
 
-  // The CPU reference on the touched experts only (copied back and renumbered 0..U-1; the
-  // result is the same since untouched experts contribute nothing), compared with `out`.
-  double check_against_cpu(const FusedExpertsArgs& dev, const std::vector<std::int32_t>& h_ids, std::int64_t M,
-                           std::int64_t E, std::int64_t k, std::int64_t K, std::int64_t N, const DevBuf& hidden,
-                           const DevBuf& weights, const DevBuf& out) {
-    BENCH_CUDA(cudaStreamSynchronize(stream_));
-    std::vector<std::int32_t> local(static_cast<std::size_t>(E), -1);
-    std::vector<std::int64_t> experts;
+  // The fp8 baseline (like for like with the fp8 schemes): cuBLASLt e4m3 x e4m3 -> bf16 matmuls,
+  // fp32 compute with fast accumulation (as moekit's per-tensor/per-channel wgmma: no promotion),
+  // per-tensor scales (A_SCALE_POINTER = the expert's weight scale, B_SCALE_POINTER = one
+  // activation scale), one matmul per touched expert with its token count: GEMM1
+  // [cnt x K]·[K x 2N] then GEMM2 [cnt x N]·[N x K], on pre-gathered, pre-quantized e4m3 rows
+  // (no quantization, gather, activation or combine: a lower bound, like the bf16 one). cuBLASLt
+  // in CUDA 13.0 has no grouped fp8 matmul (cublasLt.h: none; cublasGemmGroupedBatchedEx takes
+  // no fp8), hence one call per expert, all captured in one CUDA graph. fp8 needs leading
+  // dimensions that are multiples of 16 bytes: a K or N that is not (gpt-oss TP8: N = 360) runs
+  // on a zero-padded copy of the weights, named in the baseline ("_padded").
+  void baseline_fp8(Row& row, const std::vector<std::int32_t>& h_ids, std::int64_t M, std::int64_t E,
+                    std::int64_t k, std::int64_t K, std::int64_t N, int iters) {
+    std::vector<std::int64_t> count(static_cast<std::size_t>(E), 0);
     for (std::int32_t e : h_ids)
-      if (e >= 0 && e < E && local[e] < 0) local[e] = 0;
+      if (e >= 0 && e < E) ++count[static_cast<std::size_t>(e)];
+    std::vector<int> experts;
     for (std::int64_t e = 0; e < E; ++e)
-      if (local[e] == 0) {
-        local[e] = static_cast<std::int32_t>(experts.size());
-        experts.push_back(e);
+      if (count[e] > 0) experts.push_back(static_cast<int>(e));
+    const int G = static_cast<int>(experts.size());
+    if (G == 0) return;
+    auto up16 = [](std::int64_t x) { return (x + 15) / 16 * 16; };
+    const std::int64_t Kp = up16(K), Np = up16(N), ldc1 = (2 * N + 7) / 8 * 8, ldc2 = (K + 7) / 8 * 8;
+    const bool padded = Kp != K || Np != N;
+    // The weights: moekit's own e4m3 tensors, or zero-padded copies with 16-byte rows.
+    DevBuf w13p, w2p;
+    const std::uint8_t* w13 = w13_q_.as<const std::uint8_t>();
+    const std::uint8_t* w2 = w2_q_.as<const std::uint8_t>();
+    if (Kp != K) {
+      w13p.alloc(static_cast<std::size_t>(E * 2 * N * Kp));
+      BENCH_CUDA(cudaMemsetAsync(w13p.p, 0, w13p.bytes, stream_));
+      BENCH_CUDA(cudaMemcpy2DAsync(w13p.p, Kp, w13, K, K, E * 2 * N, cudaMemcpyDeviceToDevice, stream_));
+      w13 = w13p.as<const std::uint8_t>();
+    }
+    if (Np != N) {
+      w2p.alloc(static_cast<std::size_t>(E * K * Np));
+      BENCH_CUDA(cudaMemsetAsync(w2p.p, 0, w2p.bytes, stream_));
+      BENCH_CUDA(cudaMemcpy2DAsync(w2p.p, Np, w2, N, N, E * K, cudaMemcpyDeviceToDevice, stream_));
+      w2 = w2p.as<const std::uint8_t>();
+    }
+    // Each expert's rows start at a multiple of 16, so a token count cuBLASLt will not take (see
+    // add) can run rounded up to 16 inside its own segment.
+    std::int64_t P = 0;
+    for (int e : experts) P += up16(count[e]);
+    bool padded_n = false;
+    DevBuf x1, c1, h2, y2, scales;
+    x1.alloc(static_cast<std::size_t>(P * Kp));
+    h2.alloc(static_cast<std::size_t>(P * Np));
+    c1.alloc(static_cast<std::size_t>(P * ldc1) * 2);
+    y2.alloc(static_cast<std::size_t>(P * ldc2) * 2);
+    fill_e4m3(x1.p, P * Kp, mix_seed(config_.seed, kSeedBaseline, 3), kFp8Max, stream_);
+    fill_e4m3(h2.p, P * Np, mix_seed(config_.seed, kSeedBaseline, 4), kFp8Max, stream_);
+    // Per-tensor scales: [0, E) w13's, [E, 2E) w2's, 2E the activations' (values do not change the time).
+    scales.alloc(static_cast<std::size_t>(2 * E + 1) * 4);
+    fill_f32(scales.p, E, mix_seed(config_.seed, kSeedScale13, 9), weight_amp(K) / kFp8Max, 0.0f, stream_);
+    fill_f32(scales.as<float>() + E, E, mix_seed(config_.seed, kSeedScale2, 9), weight_amp(N) / kFp8Max, 0.0f,
+             stream_);
+    fill_f32(scales.as<float>() + 2 * E, 1, mix_seed(config_.seed, kSeedBaseline, 5), kHiddenAmp / kFp8Max, 0.0f,
+             stream_);
+
+    // One descriptor per matmul (each names its expert's scale), one layout per distinct shape.
+    struct Lt {
+      std::vector<cublasLtMatmulDesc_t> descs;
+      std::vector<cublasLtMatrixLayout_t> layouts;
+      cublasLtMatmulPreference_t pref = nullptr;
+      ~Lt() {
+        for (auto d : descs) cublasLtMatmulDescDestroy(d);
+        for (auto l : layouts) cublasLtMatrixLayoutDestroy(l);
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
       }
-    const std::int64_t U = std::max<std::int64_t>(1, static_cast<std::int64_t>(experts.size()));
+      cublasLtMatrixLayout_t layout(cudaDataType t, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+        cublasLtMatrixLayout_t l = nullptr;
+        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&l, t, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld));
+        layouts.push_back(l);
+        return l;
+      }
+    } lt;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&lt.pref));
+    const std::size_t wsb = blas_ws_.bytes;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                                      sizeof wsb));
+    struct Call {
+      cublasLtMatmulDesc_t desc;
+      const void *a, *b;
+      void* d;
+      cublasLtMatrixLayout_t la, lb, ld;
+      cublasLtMatmulAlgo_t algo;
+    };
+    std::vector<Call> calls;
+    const float* act_scale = scales.as<const float>() + 2 * E;
+    // Column-major, as the bf16 baseline: Y^T = W · X^T with W row-major [rows, cols] read as
+    // its transpose (TN, the layout cuBLASLt's fp8 kernels require).
+    auto add = [&](const std::uint8_t* w, std::int64_t rows, std::int64_t inner, std::int64_t ld_inner,
+                   const std::uint8_t* x, std::uint16_t* y, std::int64_t ldy, std::int64_t cnt, const float* w_scale) {
+      cublasLtMatmulDesc_t desc = nullptr;
+      BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      lt.descs.push_back(desc);
+      const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+      const std::int8_t fast = 1;
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &act_scale,
+                                                  sizeof act_scale));
+      // The heuristic assumes 256-byte aligned buffers unless told: per-expert slices are only
+      // 16-byte aligned, so say what each pointer has (an algorithm needing more is excluded).
+      auto align = [](const void* ptr) {
+        const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(ptr);
+        return static_cast<std::uint32_t>(std::min<std::uintptr_t>(256, a & (~a + 1)));
+      };
+      const std::uint32_t al_a = align(w), al_b = align(x), al_d = align(y);
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                        sizeof al_a));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                        sizeof al_b));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                        sizeof al_d));
+      BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                        sizeof al_d));
+      // The token count as it is; if cuBLASLt has no fp8 kernel for it, rounded up to 16 (the
+      // baseline then does a little more work than moekit, named "_npad16").
+      for (const std::int64_t n : {cnt, up16(cnt)}) {
+        Call c{desc, w, x, y, lt.layout(CUDA_R_8F_E4M3, inner, rows, ld_inner),
+               lt.layout(CUDA_R_8F_E4M3, inner, n, ld_inner), lt.layout(CUDA_R_16BF, rows, n, ldy), {}};
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        const cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(lt_, desc, c.la, c.lb, c.ld, c.ld, lt.pref, 1, &heur, &found);
+        if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+          c.algo = heur.algo;
+          calls.push_back(c);
+          padded_n = padded_n || n != cnt;
+          return;
+        }
+      }
+      throw Error(Status::kNotSupported, "cublasLt found no e4m3 TN algorithm for m=" + std::to_string(rows) +
+                                             " n=" + std::to_string(cnt) + " k=" + std::to_string(inner));
+    };
+    std::int64_t off = 0;
+    for (int g = 0; g < G; ++g) {  // GEMM1 of every expert, then GEMM2 of every expert
+      const int e = experts[g];
+      add(w13 + e * 2 * N * Kp, 2 * N, K, Kp, x1.as<const std::uint8_t>() + off * Kp,
+          c1.as<std::uint16_t>() + off * ldc1, ldc1, count[e], scales.as<const float>() + e);
+      off += up16(count[e]);
+    }
+    off = 0;
+    for (int g = 0; g < G; ++g) {
+      const int e = experts[g];
+      add(w2 + e * K * Np, K, N, Np, h2.as<const std::uint8_t>() + off * Np, y2.as<std::uint16_t>() + off * ldc2,
+          ldc2, count[e], scales.as<const float>() + E + e);
+      off += up16(count[e]);
+    }
+    const float one = 1.0f, zero = 0.0f;
+    auto run = [&] {
+      for (const Call& c : calls)
+        BENCH_CUBLAS(cublasLtMatmul(lt_, c.desc, &one, c.a, c.la, c.b, c.lb, &zero, c.d, c.ld, c.d, c.ld, &c.algo,
+                                    blas_ws_.p, blas_ws_.bytes, stream_));
+    };
+    run();
+    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    for (int i = 0; i < kWarmup; ++i) run();
+    std::string timing, graph_error;
+    row.baseline_fp8 = std::string("cublaslt_fp8_e4m3_per_expert") + (padded ? "_padded" : "") +
+                       (padded_n ? "_npad16" : "");
+    row.baseline_fp8_us = time_graph_or_eager(run, iters, &timing, &graph_error);
+    if (!graph_error.empty()) row.baseline_fp8 += "_eager";
+  }
+
+  // --check: the output, inputs and routing back on the host, then the shared check
+  // (check.cpp: the CPU reference on the sampled tokens and the experts they touch).
+  CheckResult check_against_cpu(const FusedExpertsArgs& dev, const std::vector<std::int32_t>& h_ids, std::int64_t M,
+                                const DevBuf& hidden, const DevBuf& weights, const DevBuf& out) {
+    BENCH_CUDA(cudaStreamSynchronize(stream_));
     const MoeProblem& p = problem_;
-    const bool fp8 = p.scheme != Scheme::kBf16;
-    const std::size_t eb = fp8 ? 1 : 2;
-    const std::size_t per13 = static_cast<std::size_t>(2 * N * K) * eb, per2 = static_cast<std::size_t>(K * N) * eb;
-    std::vector<std::uint8_t> w13(per13 * U), w2(per2 * U);
-    const std::uint8_t* src13 = static_cast<const std::uint8_t*>(dev.weights.w13.data);
-    const std::uint8_t* src2 = static_cast<const std::uint8_t*>(dev.weights.w2.data);
-    std::vector<float> s13, s2;
-    std::vector<std::int64_t> s13_shape, s2_shape;
-    std::vector<std::uint16_t> b13, b2;
-    const std::int64_t s13_per = fp8 ? numel(s13_shape_) / E : 0, s2_per = fp8 ? numel(s2_shape_) / E : 0;
-    if (fp8) {
-      s13.resize(static_cast<std::size_t>(s13_per * U));
-      s2.resize(static_cast<std::size_t>(s2_per * U));
-      s13_shape = s13_shape_;
-      s2_shape = s2_shape_;
-      s13_shape[0] = s2_shape[0] = U;
-    }
-    if (b13_.p) {
-      b13.resize(static_cast<std::size_t>(2 * N * U));
-      b2.resize(static_cast<std::size_t>(K * U));
-    }
-    for (std::size_t u = 0; u < experts.size(); ++u) {
-      const std::int64_t e = experts[u];
-      BENCH_CUDA(cudaMemcpy(w13.data() + u * per13, src13 + e * per13, per13, cudaMemcpyDeviceToHost));
-      BENCH_CUDA(cudaMemcpy(w2.data() + u * per2, src2 + e * per2, per2, cudaMemcpyDeviceToHost));
-      if (fp8) {
-        BENCH_CUDA(cudaMemcpy(s13.data() + u * s13_per, s13_.as<float>() + e * s13_per, s13_per * 4,
-                              cudaMemcpyDeviceToHost));
-        BENCH_CUDA(cudaMemcpy(s2.data() + u * s2_per, s2_.as<float>() + e * s2_per, s2_per * 4,
-                              cudaMemcpyDeviceToHost));
-      }
-      if (b13_.p) {
-        BENCH_CUDA(cudaMemcpy(b13.data() + u * 2 * N, b13_.as<std::uint16_t>() + e * 2 * N, 2 * N * 2,
-                              cudaMemcpyDeviceToHost));
-        BENCH_CUDA(cudaMemcpy(b2.data() + u * K, b2_.as<std::uint16_t>() + e * K, K * 2, cudaMemcpyDeviceToHost));
-      }
-    }
-    std::vector<std::uint16_t> h_hidden(static_cast<std::size_t>(M * K)), got(static_cast<std::size_t>(M * K)),
-        ref(static_cast<std::size_t>(M * K));
-    std::vector<float> h_w(static_cast<std::size_t>(M * k));
-    std::vector<std::int32_t> ids(h_ids.size());
-    for (std::size_t i = 0; i < h_ids.size(); ++i) ids[i] = local[h_ids[i]];
+    std::vector<std::uint16_t> h_hidden(static_cast<std::size_t>(M * p.hidden_size)),
+        got(static_cast<std::size_t>(M * p.hidden_size));
+    std::vector<float> h_w(static_cast<std::size_t>(M * p.top_k));
     if (M > 0) {
       BENCH_CUDA(cudaMemcpy(h_hidden.data(), hidden.p, hidden.bytes, cudaMemcpyDeviceToHost));
       BENCH_CUDA(cudaMemcpy(h_w.data(), weights.p, weights.bytes, cudaMemcpyDeviceToHost));
       BENCH_CUDA(cudaMemcpy(got.data(), out.p, out.bytes, cudaMemcpyDeviceToHost));
     }
-    const DType wt = fp8 ? DType::kFp8E4m3 : DType::kBf16;
-    FusedExpertsArgs a;
-    a.scheme = p.scheme;
-    a.activation = p.activation;
-    a.hidden = TensorView::contiguous(h_hidden.data(), DType::kBf16, {M, K});
-    a.weights.w13 = TensorView::contiguous(w13.data(), wt, {U, 2 * N, K});
-    a.weights.w2 = TensorView::contiguous(w2.data(), wt, {U, K, N});
-    if (fp8) {
-      a.weights.w13_scale = TensorView::contiguous(s13.data(), DType::kFp32, s13_shape.data(),
-                                                   static_cast<int>(s13_shape.size()));
-      a.weights.w2_scale = TensorView::contiguous(s2.data(), DType::kFp32, s2_shape.data(),
-                                                  static_cast<int>(s2_shape.size()));
+    ExpertSource src;
+    src.problem = p;
+    src.w13 = dev.weights.w13.data;
+    src.w2 = dev.weights.w2.data;
+    if (p.scheme != Scheme::kBf16) {
+      src.s13 = s13_.p;
+      src.s2 = s2_.p;
+      src.s13_shape = s13_shape_;
+      src.s2_shape = s2_shape_;
+      src.s13_numel = numel(s13_shape_);
+      src.s2_numel = numel(s2_shape_);
     }
-    if (b13_.p) {
-      a.weights.b13 = TensorView::contiguous(b13.data(), DType::kBf16, {U, 2 * N});
-      a.weights.b2 = TensorView::contiguous(b2.data(), DType::kBf16, {U, K});
-    }
-    a.topk_ids = TensorView::contiguous(ids.data(), DType::kInt32, {M, k});
-    a.topk_weights = TensorView::contiguous(h_w.data(), DType::kFp32, {M, k});
-    a.out = TensorView::contiguous(ref.data(), DType::kBf16, {M, K});
-    Options o;
-    o.backend = Backend::kCpu;
-    o.num_threads = config_.threads;
-    fused_experts(a, o);
-    std::vector<float> g(got.size()), r(ref.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      g[i] = bf16_to_float(got[i]);
-      r[i] = bf16_to_float(ref[i]);
-    }
-    return relative_error(g, r);
+    src.b13 = b13_.p;
+    src.b2 = b2_.p;
+    src.copy = [](void* dst, const void* from, std::size_t n) {
+      BENCH_CUDA(cudaMemcpy(dst, from, n, cudaMemcpyDeviceToHost));
+    };
+    HostCall call{M, h_hidden.data(), h_ids.data(), h_w.data(), got.data()};
+    return check_rows(src, call, check_sample(M, p.top_k, p.hidden_size, p.intermediate_size, config_.check_budget),
+                      config_.threads);
   }
 
   // HBM read rate: 4 GiB streamed once per launch by 132 x 8 CTAs of 512 threads (median of

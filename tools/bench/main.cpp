@@ -2,7 +2,6 @@
 // grid of tensor-parallel degrees, schemes and token counts, prints a table with the roofline
 // and same-run baselines, and writes the JSON recorded in bench/results/.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +15,10 @@
 
 #include "bench.hpp"
 
-#ifndef MOEKIT_BENCH_COMMIT
-#define MOEKIT_BENCH_COMMIT "unknown"
-#endif
-#ifndef MOEKIT_BENCH_SOURCE_DIR
-#define MOEKIT_BENCH_SOURCE_DIR ""
-#endif
-
 namespace moekit::bench {
 namespace {
+
+std::string build_info_json();
 
 const char* kUsage = R"(usage: moekit-bench [options]
 
@@ -48,11 +42,26 @@ table; --json writes the results in the format of bench/results/.
                                 than mma's get ratio_vs_mma (x_mma) = mma us / their us
   --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
                                 from the logits plus experts in one call
-  --check                       compare the CUDA output with the CPU reference where cheap
+  --check / --no-check          compare each point's output with the CPU reference (default on):
+                                all M tokens while M*k*K*N <= the budget, else a sample of
+                                max(2, budget / (k*K*N)) evenly spaced tokens (first and last
+                                included), each against the CPU reference on the experts it
+                                touches. max_rel_err = the largest per-token ||out - ref|| / ||ref||;
+                                a point above its scheme's tolerance (bf16 1e-2, fp8 3e-2, an
+                                fp8_per_tensor sample 0.1) is marked CHECK FAILED and the exit
+                                status is 1. On the CPU backend it re-runs the reference
+                                on the sample (a test of the check, not a second implementation)
+  --check-budget X              the M*k*K*N budget of --check (default 2^28 = 268435456)
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --threads N                   CPU backend threads (default: all cores)
   --seed N                      input seed (default 1)
+  --build-info                  print this build's provenance (moekit::build_info()) as JSON, exit
   -h, --help                    this text
+
+CUDA baselines, timed in the same run on the same expert GEMMs and token counts (GEMMs only, on
+pre-gathered rows): cuBLAS bf16 for every scheme (base_us, x_base) and, for fp8 schemes,
+cuBLASLt e4m3 with per-tensor scales, one matmul per expert (fp8_us, x_fp8): bf16 rows compare
+against the first, fp8 rows against the second (like for like).
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -158,6 +167,9 @@ Cli parse_args(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    } else if (a == "--build-info") {
+      std::printf("%s\n", build_info_json().c_str());
+      std::exit(0);
     } else if (a == "--preset") {
       presets = split(value(i), ',');
       cli.have_preset = true;
@@ -210,6 +222,14 @@ Cli parse_args(int argc, char** argv) {
       c.op_fused_moe = op == "fused_moe";
     } else if (a == "--check") {
       c.check = true;
+    } else if (a == "--no-check") {
+      c.check = false;
+    } else if (a == "--check-budget") {
+      const std::string v = value(i);
+      char* end = nullptr;
+      c.check_budget = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(c.check_budget > 0))
+        usage_error("bad --check-budget '" + v + "': expected a positive number");
     } else if (a == "--first-call") {
       c.first_call = true;
     } else if (a == "--threads") {
@@ -284,23 +304,6 @@ std::vector<Scheme> schemes_for(const Config& c, const Shape& s) {
   return out;
 }
 
-std::string commit_id() {
-  if (const char* env = std::getenv("MOEKIT_COMMIT"); env && *env) return env;
-  const std::string src = MOEKIT_BENCH_SOURCE_DIR;
-  if (!src.empty()) {
-    const std::string cmd = "git -C '" + src + "' rev-parse --short HEAD 2>/dev/null";
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[64] = {0};
-      const bool ok = std::fgets(buf, sizeof buf, p) != nullptr;
-      const int rc = pclose(p);
-      std::string s = ok ? buf : "";
-      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-      if (rc == 0 && !s.empty()) return s;
-    }
-  }
-  return MOEKIT_BENCH_COMMIT;
-}
-
 std::string today_utc() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -311,6 +314,11 @@ std::string today_utc() {
 }
 
 // ---- output ----
+
+std::optional<double> baseline_ratio(const std::optional<double>& base_us, const std::optional<double>& us) {
+  if (!base_us || !us || !(*us > 0)) return std::nullopt;
+  return *base_us / *us;
+}
 
 std::string fmt(const std::optional<double>& v, const char* f) {
   if (!v) return "-";
@@ -329,24 +337,25 @@ std::string fmt_rate(const std::optional<double>& v) {
 }
 
 void print_header() {
-  std::printf("%-28s %3s %-15s %6s %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %6s %9s\n", "preset", "tp", "scheme",
-              "M", "bknd", "path", "us", "TFLOP/s", "GB/s", "roof_us", "%roof", "%dense", "base_us", "x_base", "x_mma",
-              "max_err");
+  std::printf("%-28s %3s %-15s %6s %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %10s %6s %6s %9s\n", "preset", "tp",
+              "scheme", "M", "bknd", "path", "us", "TFLOP/s", "GB/s", "roof_us", "%roof", "%dense", "base_us", "x_base",
+              "fp8_us", "x_fp8", "x_mma", "max_err");
   std::fflush(stdout);
 }
 
 void print_row(const Row& r) {
-  std::optional<double> ratio;
-  if (r.us && r.baseline_us && *r.us > 0) ratio = *r.baseline_us / *r.us;
+  const std::optional<double> ratio = baseline_ratio(r.baseline_us, r.us), ratio8 = baseline_ratio(r.baseline_fp8_us, r.us);
   std::optional<double> roof_pct, dense_pct;
   if (r.roof_fraction) roof_pct = 100.0 * *r.roof_fraction;
   if (r.tflops_fraction_of_dense) dense_pct = 100.0 * *r.tflops_fraction_of_dense;
-  std::printf("%-28s %3d %-15s %6lld %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %6s %9s", r.preset.c_str(), r.tp,
+  std::printf("%-28s %3d %-15s %6lld %-5s %-10s %10s %8s %8s %9s %6s %6s %10s %7s %10s %6s %6s %9s", r.preset.c_str(), r.tp,
               r.scheme.c_str(), static_cast<long long>(r.tokens), r.backend.c_str(), r.path.c_str(),
               fmt(r.us, "%.1f").c_str(), fmt_rate(r.tflops).c_str(), fmt_rate(r.gbps).c_str(),
               fmt(r.roof_us, "%.1f").c_str(), fmt(roof_pct, "%.0f").c_str(), fmt(dense_pct, "%.0f").c_str(),
-              fmt(r.baseline_us, "%.1f").c_str(), fmt(ratio, "%.2f").c_str(), fmt(r.ratio_vs_mma, "%.2f").c_str(),
-              fmt(r.max_rel_err, "%.1e").c_str());
+              fmt(r.baseline_us, "%.1f").c_str(), fmt(ratio, "%.2f").c_str(), fmt(r.baseline_fp8_us, "%.1f").c_str(),
+              fmt(ratio8, "%.2f").c_str(), fmt(r.ratio_vs_mma, "%.2f").c_str(), fmt(r.max_rel_err, "%.1e").c_str());
+  if (r.check_ran && r.check_tokens < r.tokens)
+    std::printf(" (%lld of %lld tokens)", static_cast<long long>(r.check_tokens), static_cast<long long>(r.tokens));
   if (!r.dispatch.empty()) std::printf("  {%s}", r.dispatch.c_str());
   if (r.first_call_us) {
     std::printf("  first_call %s us", fmt(r.first_call_us, "%.1f").c_str());
@@ -388,12 +397,22 @@ std::string json_num(const std::optional<double>& v) {
   return buf;
 }
 
-void write_json(const std::string& path, const std::string& commit, const std::string& date, const std::string& gpu,
-                const Ceilings& c, const std::vector<Row>& rows) {
+// The build's provenance (moekit::build_info(), baked in by CMake from git or build-info.json).
+std::string build_info_json() {
+  const BuildInfo& b = build_info();
+  return std::string("{\"commit\": ") + json_str(b.commit) + ", \"dirty\": " +
+         (b.dirty < 0 ? "null" : b.dirty ? "true" : "false") + ", \"tree\": " + json_str(b.tree) +
+         ", \"date\": " + json_str(b.date) + ", \"source\": " + json_str(b.source) + "}";
+}
+
+void write_json(const std::string& path, const std::string& date, const std::string& gpu, const Ceilings& c,
+                const std::vector<Row>& rows) {
   std::ofstream f(path);
   if (!f) throw Error(Status::kInvalidArgument, "--json: cannot write '" + path + "'");
-  f << "{\n  \"commit\": " << json_str(commit) << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": "
-    << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps)
+  const BuildInfo& b = build_info();
+  f << "{\n  \"commit\": " << json_str(b.commit) << ",\n  \"dirty\": "
+    << (b.dirty < 0 ? "null" : b.dirty ? "true" : "false") << ",\n  \"build_info\": " << build_info_json()
+    << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps)
     << ", \"hbm_read_gbps_measured\": " << json_num(c.hbm_read_gbps)
     << ", \"dense_tflops_bf16\": " << json_num(c.dense_tflops_bf16)
     << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8) << "},\n  \"rows\": [";
@@ -408,7 +427,15 @@ void write_json(const std::string& path, const std::string& commit, const std::s
       << ", \"roof_us\": " << json_num(r.roof_us) << ", \"roof_fraction\": " << json_num(r.roof_fraction)
       << ", \"tflops_fraction_of_dense\": " << json_num(r.tflops_fraction_of_dense)
       << ", \"baseline\": " << (r.baseline.empty() ? std::string("null") : json_str(r.baseline))
-      << ", \"baseline_us\": " << json_num(r.baseline_us) << ", \"max_rel_err\": " << json_num(r.max_rel_err);
+      << ", \"baseline_us\": " << json_num(r.baseline_us)
+      << ", \"baseline_ratio\": " << json_num(baseline_ratio(r.baseline_us, r.us))
+      << ", \"baseline_fp8\": " << (r.baseline_fp8.empty() ? std::string("null") : json_str(r.baseline_fp8))
+      << ", \"baseline_fp8_us\": " << json_num(r.baseline_fp8_us)
+      << ", \"baseline_fp8_ratio\": " << json_num(baseline_ratio(r.baseline_fp8_us, r.us))
+      << ", \"check_ran\": " << (r.check_ran ? "true" : "false") << ", \"check_tokens\": " << r.check_tokens
+      << ", \"check_tol\": " << json_num(r.check_tol)
+      << ", \"check_passed\": " << (r.check_passed ? (*r.check_passed ? "true" : "false") : "null")
+      << ", \"max_rel_err\": " << json_num(r.max_rel_err);
     if (r.first_call_us) f << ", \"first_call_us\": " << json_num(r.first_call_us);
     if (r.eager_us) f << ", \"eager_us\": " << json_num(r.eager_us);
     f << ", \"op\": " << json_str(r.op) << ", \"timing\": " << json_str(r.timing) << ", \"touched_experts\": " << r.touched_experts;
@@ -458,9 +485,11 @@ int run_main(int argc, char** argv) {
 #endif
   if (!runner) runner = make_cpu_runner(config);
 
-  const std::string commit = commit_id(), date = today_utc(), gpu = runner->gpu_name();
-  std::printf("moekit-bench %s  commit %s  %s  gpu: %s  backend: %s\n", version(), commit.c_str(), date.c_str(),
-              gpu.c_str(), runner->name());
+  const std::string date = today_utc(), gpu = runner->gpu_name();
+  const BuildInfo& bi = build_info();
+  std::printf("moekit-bench %s  commit %.12s%s (tree %.12s, from %s)  %s  gpu: %s  backend: %s\n", version(), bi.commit,
+              bi.dirty > 0 ? "+dirty" : bi.dirty < 0 ? "?" : "", bi.tree, bi.source, date.c_str(), gpu.c_str(),
+              runner->name());
   Ceilings ceilings;
   if (use_cuda) {
     std::fprintf(stderr, "measuring ceilings (a 4 GiB HBM read stream; dense GEMM: cuBLAS bf16, cuBLASLt fp8 e4m3, 8192^3)...\n");
@@ -477,7 +506,7 @@ int run_main(int argc, char** argv) {
 
   std::vector<Row> rows;
   std::size_t done = 0;
-  int failures = 0, refused = 0;
+  int failures = 0, refused = 0, check_failures = 0;
   print_header();
   for (const Shape& shape : config.shapes) {
     for (int tp : config.tps) {
@@ -529,6 +558,14 @@ int run_main(int argc, char** argv) {
               row.note = std::string(declined ? "declined: " : "error: ") + e.what();
               if (!declined) ++failures;
             }
+            if (row.check_passed && !*row.check_passed) {
+              ++check_failures;
+              row.note = std::string("CHECK FAILED") +
+                         (row.max_rel_err ? ": max_rel_err " + fmt(row.max_rel_err, "%.3g") + " > " +
+                                                fmt(row.check_tol, "%.3g")
+                                          : std::string()) +
+                         (row.note.empty() ? "" : "; " + row.note);
+            }
             point_rows.push_back(std::move(row));
           }
           const Row* mma = nullptr;
@@ -545,16 +582,22 @@ int run_main(int argc, char** argv) {
     }
   }
   if (use_cuda)
-    std::printf("x_base = base_us / us (above 1: moekit faster than the baseline); x_mma = mma path us / us; "
+    std::printf("x_base = base_us / us, cuBLAS bf16 (bf16's like-for-like baseline); x_fp8 = fp8_us / us, cuBLASLt "
+                "e4m3 (fp8 schemes' like-for-like baseline); above 1: moekit faster; x_mma = mma path us / us; "
                 "%%roof = roof_us / us; %%dense = TFLOP/s / dense GEMM rate; {the router's kernels}\n");
+  if (config.check)
+    std::printf("max_err: the largest per-token ||out - ref|| / ||ref|| against the CPU reference (--check; "
+                "\"(S of M tokens)\" where a sample was checked)\n");
   if (!config.json_path.empty()) {
-    write_json(config.json_path, commit, date, gpu, ceilings, rows);
+    write_json(config.json_path, date, gpu, ceilings, rows);
     std::printf("wrote %s (%zu rows)\n", config.json_path.c_str(), rows.size());
   }
-  if (failures > 0) {
+  if (check_failures > 0)
+    std::fprintf(stderr, "moekit-bench: %d point(s) failed --check (see the table's [CHECK FAILED ...] notes)\n",
+                 check_failures);
+  if (failures > 0)
     std::fprintf(stderr, "moekit-bench: %d point(s) failed (see the table's [error: ...] notes)\n", failures);
-    return 1;
-  }
+  if (failures > 0 || check_failures > 0) return 1;
   if (rows.empty() && refused > 0) return 2;
   return 0;
 }

@@ -75,20 +75,6 @@ std::int64_t count_unique(const std::int32_t* ids, std::int64_t n, std::int64_t 
   return unique;
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0.0, den = 0.0;
-  const std::size_t n = std::min(got.size(), ref.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(ref[i])) continue;
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = static_cast<double>(got[i]) - static_cast<double>(ref[i]);
-    num += d * d;
-    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
-  }
-  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
-  return std::sqrt(num / den);
-}
-
 std::string effective_path(const std::string& forced) {
   if (!forced.empty()) return forced;
   const char* env = std::getenv("MOEKIT_PATH");
@@ -103,7 +89,8 @@ std::string reproduce_command(const Config& config, const Point& point, const ch
   if (config.iters > 0) s << " --iters " << config.iters;
   if (config.seed != 1) s << " --seed " << config.seed;
   if (config.op_fused_moe) s << " --op fused_moe";
-  if (config.check) s << " --check";
+  if (!config.check) s << " --no-check";
+  if (config.check && config.check_budget != kCheckBudget) s << " --check-budget " << config.check_budget;
   if (config.first_call) s << " --first-call";
   return s.str();
 }

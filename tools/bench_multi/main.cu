@@ -251,28 +251,19 @@ struct MultiRow {
   std::optional<double> comm_us, compute_us;
 };
 
-std::string run_cmd(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 void write_json(const std::string& path, const std::string& gpu, const bench::Ceilings& c,
                 const std::vector<MultiRow>& rows) {
-  const char* env_commit = std::getenv("MOEKIT_COMMIT");
-  std::string commit = env_commit ? env_commit : run_cmd("git rev-parse --short HEAD 2>/dev/null");
-  if (commit.empty()) commit = "unknown";
+  // Provenance from the build (moekit::build_info(): git, or the build-info.json stamp), never typed.
+  const BuildInfo& bi = build_info();
+  const std::string commit = bi.commit;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::ofstream f(path);
   if (!f) die("--json: cannot write '" + path + "'");
-  f << "{\n  \"commit\": " << json_str(commit) << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu)
+  f << "{\n  \"commit\": " << json_str(commit) << ",\n  \"dirty\": "
+    << (bi.dirty < 0 ? "null" : bi.dirty ? "true" : "false") << ",\n  \"tree\": " << json_str(bi.tree)
+    << ",\n  \"build_info_source\": " << json_str(bi.source) << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu)
     << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps) << ", \"dense_tflops_bf16\": "
     << json_num(c.dense_tflops_bf16) << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8)
     << "},\n  \"rows\": [";

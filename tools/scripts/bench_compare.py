@@ -4,15 +4,22 @@ such as MOEKIT_PDL=0 / MOEKIT_Y_FP32=1), from their JSON files: per point the sp
 (A us / B us; above 1: B faster), and the median, min and max per group (TP, decode M <= 256 /
 prefill M >= 512). With repeats (A1 B1 A2 B2 ..., interleaved so drift hits both), each variant's
 time is its minimum over the repeats and the spread of the repeats is reported, so that a
-difference smaller than the noise is seen as such. The cuBLAS baseline measured next to each
-point gives a second, drift-normalized ratio.
+difference smaller than the noise is seen as such. The baseline measured next to each point gives
+a second, drift-normalized ratio: the like-for-like one of the point's scheme (cuBLAS bf16 for
+bf16, cuBLASLt fp8 for fp8 schemes), or cuBLAS bf16 where a file has no fp8 baseline. The summary
+has one group per scheme besides TP x M, and B's own ratio to its baselines is printed per scheme
+(bench_rows.py), never as one ratio over all schemes.
 
   tools/scripts/bench_compare.py --a A1.json [A2.json ...] --b B1.json [B2.json ...] [--points]
 """
 import argparse
 import json
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_rows  # noqa: E402
 
 
 def key(row):
@@ -31,10 +38,18 @@ def load(paths):
     return {k: [r[k] for r in runs] for k in common}
 
 
-def baseline(rows):
-    """The median cuBLAS time measured next to a point over the repeats, or None."""
-    v = [r["baseline_us"] for r in rows if r.get("baseline_us")]
+def baseline(rows, field="baseline_us"):
+    """The median baseline time (`field`) measured next to a point over the repeats, or None."""
+    v = [r[field] for r in rows if r.get(field)]
     return statistics.median(v) if v else None
+
+
+def norm_field(a_rows, b_rows):
+    """The baseline that normalizes a point: its scheme's like-for-like one when both variants
+    measured it, else cuBLAS bf16."""
+    if a_rows[0]["scheme"] != "bf16" and baseline(a_rows, "baseline_fp8_us") and baseline(b_rows, "baseline_fp8_us"):
+        return "baseline_fp8_us"
+    return "baseline_us"
 
 
 def compare(a_runs, b_runs):
@@ -45,7 +60,8 @@ def compare(a_runs, b_runs):
         b = [r["us"] for r in b_runs[k]]
         a_us, b_us = min(a), min(b)
         spread = max(max(a) / min(a), max(b) / min(b)) - 1.0
-        base_a, base_b = baseline(a_runs[k]), baseline(b_runs[k])
+        field = norm_field(a_runs[k], b_runs[k])
+        base_a, base_b = baseline(a_runs[k], field), baseline(b_runs[k], field)
         norm = (a_us / base_a) / (b_us / base_b) if base_a and base_b else None
         out.append((k, a_us, b_us, a_us / b_us, norm, spread))
     return out
@@ -59,10 +75,11 @@ def summary(rows):
     groups = {}
     for row in rows:
         groups.setdefault(group_of(row[0]), []).append(row)
+        groups.setdefault(f"scheme {row[0][2]}", []).append(row)
         groups.setdefault("all", []).append(row)
     lines = ["| group | points | B/A speedup median | min | max | normalized median | repeat spread median |",
              "|---|---|---|---|---|---|---|"]
-    for g in sorted(groups, key=lambda g: (g == "all", g)):
+    for g in sorted(groups, key=lambda g: (g == "all", g.startswith("scheme "), g)):
         v = groups[g]
         sp = [r[3] for r in v]
         nm = [r[4] for r in v if r[4] is not None]
@@ -83,6 +100,16 @@ def main(argv=None):
     if not rows:
         sys.exit("bench_compare.py: no point common to every file")
     print(summary(rows))
+    b_runs = load(a.b)
+    best_b = []
+    for k, runs in b_runs.items():
+        r = dict(runs[0])
+        r["us"] = min(x["us"] for x in runs)
+        r["baseline_us"] = baseline(runs)
+        r["baseline_fp8_us"] = baseline(runs, "baseline_fp8_us")
+        best_b.append(r)
+    print("\nB against its same-run baselines, per scheme (baseline µs / B µs, best repeat):\n")
+    print(bench_rows.ratio_table(best_b))
     if a.points:
         print("\n| preset | TP | scheme | M | path | A us | B us | B/A | normalized | spread |\n|---|---|---|---|---|---|---|---|---|---|")
         for k, a_us, b_us, sp, nm, spread in rows:

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # THE one GPU script: on a Hopper machine with no network, from the working tree, configure and
 # build for sm_90a, run the GPU and CPU suites, compute-sanitizer (memcheck, racecheck) on a small
-# subset, and the quick benchmark when moekit-bench exists. Every step runs whatever failed
-# before it; logs and JSON go to $1 (or $OUT, or ./gpu-out); exit status is nonzero if any failed.
+# subset, and the quick benchmark when moekit-bench exists, with its correctness check against the
+# CPU reference (on by default: a point that fails it fails the step). Every step runs whatever
+# failed before it; logs and JSON go to $1 (or $OUT, or ./gpu-out); exit status is nonzero if any failed.
 #
-#   tools/scripts/gpu_check.sh [out_dir]
+#   tools/scripts/stamp_tree.sh          # where the tree is copied from, right before copying it
+#   tools/scripts/gpu_check.sh [out_dir] # on the GPU machine
+# Provenance: the build bakes the commit, a dirty flag and the working tree's hash into the
+# library (moekit::build_info(); moekit-bench's JSON, env.txt). It reads git where .git exists; a
+# copy without .git (the GPU machine) is read from build-info.json, which stamp_tree.sh writes at
+# the repository root. That file is untracked and deliberately NOT git-ignored: the copy to the GPU
+# machine takes tracked and untracked-not-ignored files, so it travels with the tree; do not commit
+# it. The build checks it against the files (per-file SHA-256): a tree edited after stamping is
+# recorded as dirty with a stale tree hash. MOEKIT_COMMIT is only a last resort (no git, no stamp),
+# with a warning.
 # Environment: MOEKIT_BUILD_DIR (build/cuda-release), MOEKIT_JOBS (16), MOEKIT_GPU_FILTER (ctest -R
 # regex for the GPU suite), MOEKIT_SANITIZER_FILTER / MOEKIT_RACECHECK_FILTER (gtest filters),
-# MOEKIT_T_<STEP> per-step time limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH),
-# MOEKIT_COMMIT (the commit to record: moekit-bench's JSON and env.txt; give it literally when the
-# tree was copied to the machine without its current git metadata, where `git rev-parse` there
-# answers an older HEAD).
+# MOEKIT_T_<STEP> per-step time limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -46,10 +53,14 @@ skip_step() {
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  if [ -n "${MOEKIT_COMMIT:-}" ]; then
-    echo "commit: $MOEKIT_COMMIT (MOEKIT_COMMIT; git here says $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  # Before the build: what the tree says (git here, else the stamp); after it, the build's own
+  # record (moekit-bench --build-info, appended below) is the one the results carry.
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    echo "tree (git): $(bash tools/scripts/stamp_tree.sh --stdout | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["commit"], "dirty" if d["dirty"] else "clean", "tree", d["tree"])')"
+  elif [ -f build-info.json ]; then
+    echo "tree (build-info.json, not yet checked against the files): $(python3 -c 'import json; d=json.load(open("build-info.json")); print(d["commit"], "dirty" if d["dirty"] else "clean", "tree", d["tree"], "stamped", d["date"])')"
   else
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed paths"
+    echo "tree: unknown (no .git and no build-info.json: run tools/scripts/stamp_tree.sh before copying the tree)"
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   nvcc --version 2>&1 | tail -n 2
@@ -71,6 +82,8 @@ if [ $CONFIGURED -eq 0 ]; then
   run_step build "${MOEKIT_T_BUILD:-300}" "$OUT_DIR/build.log" cmake --build "$BUILD" -j "$JOBS" -- -k 0
   grep -E "spill (stores|loads)" "$OUT_DIR/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" \
     >"$OUT_DIR/ptxas_spills.txt" || true
+  grep -E "moekit build info|build-info.json is stale" "$OUT_DIR/configure.log" "$OUT_DIR/build.log" 2>/dev/null \
+    | tail -n 2 | sed 's/^[^:]*://' >>"$OUT_DIR/env.txt"
 else
   skip_step build "configure failed"
 fi
@@ -113,7 +126,10 @@ fi
 BENCH="$BUILD/tools/bench/moekit-bench"
 [ -x "$BENCH" ] || BENCH=$(find "$BUILD" -path "*install*" -prune -o -type f -name moekit-bench -perm -u+x -print 2>/dev/null | head -n 1)
 if [ -n "$BENCH" ]; then
-  run_step bench "${MOEKIT_T_BENCH:-150}" "$OUT_DIR/bench.log" \
+  echo "build_info (baked into the build): $("$BENCH" --build-info 2>&1)" >>"$OUT_DIR/env.txt"
+  # --check is on by default: every point against the CPU reference (a token sample where the
+  # full reference would be slow); a failed point makes the step fail.
+  run_step bench "${MOEKIT_T_BENCH:-300}" "$OUT_DIR/bench.log" \
     "$BENCH" --quick --backend cuda --json "$OUT_DIR/bench.json"
 else
   skip_step bench "no moekit-bench binary"
@@ -145,6 +161,16 @@ FAILED=0
   for t in memcheck racecheck; do
     [ -f "$OUT_DIR/$t.log" ] && echo "$t: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT_DIR/$t.log" | tail -n 1)"
   done
+  if [ -f "$OUT_DIR/bench.json" ]; then
+    python3 - "$OUT_DIR/bench.json" <<'PY'
+import json, sys
+sys.path.insert(0, "tools/scripts")
+import bench_rows
+d = json.load(open(sys.argv[1]))
+print(f"bench: commit {d.get('commit')}, dirty {d.get('dirty')}; " + bench_rows.check_summary(d["rows"]))
+print(bench_rows.ratio_table([r for r in d["rows"] if r.get("path", "auto") == "auto"]))
+PY
+  fi
   if [ -s "$OUT_DIR/ptxas_spills.txt" ]; then
     echo "ptxas: $(wc -l <"$OUT_DIR/ptxas_spills.txt") kernel(s) spill (ptxas_spills.txt)"
   fi

@@ -8,12 +8,19 @@ rate measured in the same run, i.e. us <= roof / 0.75 (their roof is FLOPs / den
 other point is held to the memory-bound target us <= roof / 0.85 + 4 µs. The report gives
 us / target per point (<= 1.00 meets it), the regime each miss belongs to (docs/perf.md says
 where the time goes in each, measured, and what would close it), and, with --previous, the
-speedup over an earlier grid at the same point.
+speedup over an earlier grid at the same point. It also gives moekit's ratio to the baselines per
+scheme, each against its like-for-like baseline (bf16: cuBLAS bf16; fp8: cuBLASLt e4m3; an fp8
+row against cuBLAS bf16 only as a labelled extra: bench_rows.py), never one ratio over all
+schemes, and the --check summary (rows checked, failed, worst error per scheme).
 """
 import argparse
 import json
+import os
 import sys
 from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_rows  # noqa: E402
 
 PRESETS = ["mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"]
 
@@ -57,12 +64,12 @@ def load(path):
     return doc, rows
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("grid")
     ap.add_argument("--previous", help="an earlier grid JSON: adds the speedup per point")
     ap.add_argument("--out", help="write the markdown here (default: stdout)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     doc, rows = load(a.grid)
     prev = {}
@@ -75,7 +82,9 @@ def main():
     out = []
     w = out.append
     met = [r for r in rows if r["us"] <= target_us(r)]
-    w(f"Grid `{a.grid.split('/')[-1]}` (commit {doc.get('commit', '?')}, {doc.get('date', '?')}, "
+    dirty = {True: ", dirty tree", False: ", clean tree", None: ", dirty unknown"}.get(doc.get("dirty"), "") \
+        if "dirty" in doc else ", dirty flag not recorded"
+    w(f"Grid `{a.grid.split('/')[-1]}` (commit {doc.get('commit', '?')}{dirty}, {doc.get('date', '?')}, "
       f"{doc.get('gpu', '?')}): **{len(met)} of {len(rows)} points meet BRIEF §4**.")
     if prev:
         common = [r for r in rows if key(r) in prev]
@@ -105,6 +114,12 @@ def main():
                     q = r["us"] / target_us(r)
                     cells.append(f"{q:.2f}*" if q <= 1.0 else f"{q:.2f} {regime(r)}")
                 w(f"| {p} | {tp} | {s} | " + " | ".join(cells) + " |")
+    w("")
+    w("Same-run baselines, per scheme (x baseline = baseline µs / moekit µs; above 1: moekit faster):")
+    w("")
+    w(bench_rows.ratio_table(rows))
+    w("")
+    w(bench_rows.check_summary(rows))
     w("")
     w("| regime | misses | us / target: median (worst) |")
     w("|---|---|---|")
