@@ -90,7 +90,7 @@ void expect_stride_multiple(const char* name, const TensorView& v, int dim, std:
          str(dim) + " must be a multiple of " + str(m) + " elements (" + why + ")");
 }
 
-InvRopeQuantCall resolve(const InvRopeFp8QuantArgs& a, const Options& options, Backend* backend) {
+InvRopeQuantCall resolve_inv_rope(const InvRopeFp8QuantArgs& a, const Options& options, Backend* backend) {
   if (options.num_threads < 0) fail("options.num_threads is " + str(options.num_threads) + ", expected >= 0");
   expect("o", a.o, DType::kBf16, {{"T", -1}, {"H", -1}, {"D", -1}});
   const std::int64_t T = a.o.shape[0], H = a.o.shape[1], D = a.o.shape[2];
@@ -186,7 +186,7 @@ InvRopeQuantCall resolve(const InvRopeFp8QuantArgs& a, const Options& options, B
 
 void inv_rope_fp8_quant(const InvRopeFp8QuantArgs& args, const Options& options) {
   Backend b = Backend::kAuto;
-  const detail::InvRopeQuantCall call = detail::resolve(args, options, &b);
+  const detail::InvRopeQuantCall call = detail::resolve_inv_rope(args, options, &b);
   if (b == Backend::kCpu) {
     cpu::run_inv_rope_fp8_quant(call);
     return;
