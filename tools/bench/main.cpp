@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "rope_quant_bench.hpp"
 
 #ifndef MOEKIT_BENCH_COMMIT
 #define MOEKIT_BENCH_COMMIT "unknown"
@@ -48,6 +49,8 @@ table; --json writes the results in the format of bench/results/.
                                 than mma's get ratio_vs_mma (x_mma) = mma us / their us
   --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
                                 from the logits plus experts in one call
+  --op inv_rope_fp8_quant       DeepSeek-V4's inverse RoPE + FP8 quantization instead (CUDA; its
+                                options: --tokens, --iters, --packed, --check, --json)
   --check                       compare the CUDA output with the CPU reference where cheap
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --threads N                   CPU backend threads (default: all cores)
@@ -420,6 +423,16 @@ void write_json(const std::string& path, const std::string& commit, const std::s
 }
 
 int run_main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {  // --op inv_rope_fp8_quant: a sweep of its own (rope_quant_bench.cu)
+    const std::string a = argv[i];
+    if (a == "--op=inv_rope_fp8_quant" || (a == "--op" && i + 1 < argc && std::string(argv[i + 1]) == "inv_rope_fp8_quant")) {
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+      return run_rope_quant_bench(argc, argv, commit_id(), today_utc());
+#else
+      usage_error("--op inv_rope_fp8_quant needs the CUDA build of moekit-bench");
+#endif
+    }
+  }
   Cli cli = parse_args(argc, argv);
   Config& config = cli.config;
 
