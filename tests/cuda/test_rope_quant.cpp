@@ -62,11 +62,12 @@ struct Problem {
   // spread over 2^-20..2^20, and a RoPE cache of real angles; positions include 0 and max_pos - 1.
   void fill(std::uint64_t seed) {
     o.resize(static_cast<std::size_t>(T * H * kD));
-    for (std::size_t i = 0; i < o.size(); ++i) {
-      const std::uint64_t r = mix(seed * 1000003u + i);
-      const float u = static_cast<float>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
-      const int e = static_cast<int>((i / kD) % 41) - 20;  // one magnitude per head row
-      o[i] = moekit::float_to_bf16(std::ldexp(u, e));
+    for (std::size_t row = 0; row < o.size() / kD; ++row) {
+      const float mag = std::ldexp(1.0f / static_cast<float>(1 << 23), static_cast<int>(row % 41) - 20);  // per head row
+      for (std::size_t c = 0; c < static_cast<std::size_t>(kD); ++c) {
+        const std::uint64_t r = mix(seed * 1000003u + row * kD + c);
+        o[row * kD + c] = moekit::float_to_bf16(static_cast<float>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * mag);
+      }
     }
     cache.resize(static_cast<std::size_t>(max_pos * rope));
     for (std::int64_t p = 0; p < max_pos; ++p)
@@ -175,14 +176,16 @@ struct DeviceRun {
     Result r;
     const std::int64_t row = p.hpg() * kD;
     r.q.resize(static_cast<std::size_t>(p.G * p.T * row));
-    if (p.T > 0)
+    if (p.T > 0) {
       EXPECT_EQ(cudaSuccess, cudaMemcpy2D(r.q.data(), static_cast<std::size_t>(row), q.get(), static_cast<std::size_t>(q_t_stride),
                                           static_cast<std::size_t>(row), static_cast<std::size_t>(p.G * p.T), cudaMemcpyDeviceToHost));
+    }
     r.scale.resize(static_cast<std::size_t>(p.G * p.nb_cols() * p.Tp()));
-    if (p.Tp() > 0)
+    if (p.Tp() > 0) {
       EXPECT_EQ(cudaSuccess, cudaMemcpy2D(r.scale.data(), static_cast<std::size_t>(p.Tp() * 4), scale.get(),
                                           static_cast<std::size_t>(s_b_stride * 4), static_cast<std::size_t>(p.Tp() * 4),
                                           static_cast<std::size_t>(p.G * p.nb_cols()), cudaMemcpyDeviceToHost));
+    }
     return r;
   }
 };
@@ -241,15 +244,15 @@ TEST(Sm90RopeQuant, MatchesReferenceBitForBit) {
 // offsets pass 2^31 elements (4.6 GB), the grid's x dimension is 4,375 blocks.
 TEST(Sm90RopeQuant, SeventyThousandTokensInt64Offsets) {
   SKIP_WITHOUT_SM90();
+  Problem p;
+  p.T = 70000;
+  p.H = 16;
+  p.G = 2;
+  p.dev_t_stride = 32768;
+  ASSERT_GT(p.T * p.dev_t_stride, std::int64_t{1} << 31);
+  p.fill(70000);
   for (bool packed : {false, true}) {
-    Problem p;
-    p.T = 70000;
-    p.H = 16;
-    p.G = 2;
     p.packed = packed;
-    p.dev_t_stride = 32768;
-    ASSERT_GT(p.T * p.dev_t_stride, std::int64_t{1} << 31);
-    p.fill(70000);
     check(p, packed ? "T=70000 ue8m0" : "T=70000 fp32");
   }
 }

@@ -110,7 +110,7 @@ def test_errors_are_value_errors():
         moekit.inv_rope_fp8_quant(o, pos, cache, 3)
     with pytest.raises(ValueError, match="positions\\[1\\] is 64, outside the 64 rows"):
         moekit.inv_rope_fp8_quant(o, np.array([0, 64, 1], np.int64), cache)
-    with pytest.raises(ValueError, match="o has dtype float32, expected bf16"):
+    with pytest.raises(ValueError, match="o has dtype fp32, expected bf16"):
         moekit.inv_rope_fp8_quant(o.astype(np.float32), pos, cache)
     with pytest.raises(ValueError, match="positions has dtype int32, expected int64"):
         moekit.inv_rope_fp8_quant(o, pos.astype(np.int32), cache)
