@@ -3,7 +3,7 @@
 // same float64 operations, so no tolerance applies. Token counts around the 8-token / 16-token
 // steps of the grid, T = 0 and 70,000 (input offsets past 2^31 elements), V4-Flash / V4-Pro TP8
 // heads, strided inputs and outputs, positions 0 and max_pos - 1, zero blocks, NaN / Inf, a
-// position outside the cache (NaN row), CUDA-graph replay, poisoned outputs.
+// position outside the cache (NaN row), CUDA-graph replay, poisoned outputs; both tile configs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -210,12 +210,17 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
     }
 }
 
+// The reference once, then the kernel in both tile configs (config.hpp: 2 and 4 rows a warp,
+// MOEKIT_ROPE_QUANT_ROWS), each into freshly poisoned outputs.
 void check(Problem& p, const std::string& what) {
   const Result want = run_cpu(p);
-  DeviceRun d(p);
-  d.run();
-  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize()) << what;
-  expect_same(p, want, d.fetch(p), what);
+  for (const char* rows : {"2", "4"}) {
+    moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
+    DeviceRun d(p);
+    d.run();
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize()) << what;
+    expect_same(p, want, d.fetch(p), what + " rows/warp " + rows);
+  }
 }
 
 struct HeadShape {
@@ -322,6 +327,7 @@ TEST(Sm90RopeQuant, PositionOutsideCacheGivesNanRow) {
     good.pos[2] = 0;
     const Result want = run_cpu(good);
     p.pos[2] = p.max_pos;  // one past the last row
+    moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", packed ? "4" : "2");
     DeviceRun d(p);
     d.run();
     ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
@@ -374,6 +380,22 @@ TEST(Sm90RopeQuant, GraphReplayEqualsEagerAndIsDeterministic) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+TEST(Sm90RopeQuant, BadRowsSettingIsAClearError) {
+  SKIP_WITHOUT_SM90();
+  Problem p;
+  p.T = 2;
+  p.fill(1);
+  DeviceRun d(p);
+  moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", "3");
+  try {
+    d.run();
+    FAIL() << "no error";
+  } catch (const moekit::Error& e) {
+    EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_QUANT_ROWS is '3', expected 2 or 4"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sm90RopeQuant, MisalignedInputIsAClearError) {

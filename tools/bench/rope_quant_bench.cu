@@ -82,12 +82,15 @@ struct Options {
   int iters = 50;
   bool packed = false;
   bool check = false;
+  std::vector<int> rows{2};  // tile configs (MOEKIT_ROPE_QUANT_ROWS), each timed at every point
 };
 
 struct Result {
   std::string shape;
   std::int64_t heads = 0, groups = 0, tokens = 0;
   double us = 0, bytes = 0, roof_us = 0, target_us = 0, first_call_us = 0, steady_us = 0;
+  int rows_per_warp = 2;
+  bool has_first_call = false;  // measured for the first config of a point only (T is new once)
   std::string timing = "graph";
   int check = -1;  // -1 not checked, 0 mismatch, 1 bit-exact
 };
@@ -120,25 +123,43 @@ class Bench {
     return wall_us([&] { call(); });
   }
 
-  Result run(const HeadShape& s, std::int64_t T) {
-    Result r;
-    r.shape = s.name;
-    r.heads = s.heads;
-    r.groups = s.groups;
-    r.tokens = T;
+  // Every config of --rows at one point; the first call at this never-seen T is the first
+  // config's.
+  std::vector<Result> run(const HeadShape& s, std::int64_t T) {
     prepare(s, T);
-    // First call at this never-seen T, then the steady eager call (same method).
-    r.first_call_us = wall_us([&] { call(); });
-    std::vector<double> steady;
-    for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
-    r.steady_us = median(steady);
-    if (opt_.check) r.check = check(s, T) ? 1 : 0;
-    r.us = time_graph([&] { call(); });
-    const std::int64_t nb = s.heads * kHeadDim / 128, Tp = (T + 3) / 4 * 4;
-    r.bytes = static_cast<double>(T * s.heads * kHeadDim * 3 + nb * Tp * 4 + T * 8 + T * kRopeDim * 4);
-    r.roof_us = r.bytes / (kHbmGbps * 1e3);
-    r.target_us = r.roof_us / 0.85 + 4.0;
-    return r;
+    std::vector<Result> out;
+    for (std::size_t k = 0; k < opt_.rows.size(); ++k) {
+      const std::string rows = std::to_string(opt_.rows[k]);
+      setenv("MOEKIT_ROPE_QUANT_ROWS", rows.c_str(), 1);
+      Result r;
+      r.shape = s.name;
+      r.heads = s.heads;
+      r.groups = s.groups;
+      r.tokens = T;
+      r.rows_per_warp = opt_.rows[k];
+      if (k == 0) {
+        r.has_first_call = true;
+        r.first_call_us = wall_us([&] { call(); });
+        std::vector<double> steady;
+        for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
+        r.steady_us = median(steady);
+      }
+      if (opt_.check) {
+        RQ_CUDA(cudaMemsetAsync(q_.p, 0xAA, q_.bytes, stream_));  // poison, then one call
+        RQ_CUDA(cudaMemsetAsync(scale_.p, 0xFF, scale_.bytes, stream_));
+        call();
+        RQ_CUDA(cudaStreamSynchronize(stream_));
+        r.check = check(s, T) ? 1 : 0;
+      }
+      r.us = time_graph([&] { call(); });
+      const std::int64_t nb = s.heads * kHeadDim / 128, Tp = (T + 3) / 4 * 4;
+      r.bytes = static_cast<double>(T * s.heads * kHeadDim * 3 + nb * Tp * 4 + T * 8 + T * kRopeDim * 4);
+      r.roof_us = r.bytes / (kHbmGbps * 1e3);
+      r.target_us = r.roof_us / 0.85 + 4.0;
+      out.push_back(r);
+    }
+    unsetenv("MOEKIT_ROPE_QUANT_ROWS");
+    return out;
   }
 
  private:
@@ -259,15 +280,25 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--json PATH]\n  --tokens: comma-separated T values (default 1,2,4,...,16384)\n",
+               "[--rows 2,4] [--json PATH]\n  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
+               "  --rows: the kernel's tile configs to time at every point (rows per warp; default 2)\n",
                msg.c_str());
   std::exit(2);
+}
+
+std::string num(bool present, double v) {
+  if (!present) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return b;
 }
 
 std::string shell_command(const Options& o) {
   std::string c = "moekit-bench --op inv_rope_fp8_quant --tokens ";
   for (std::size_t i = 0; i < o.tokens.size(); ++i) c += (i ? "," : "") + std::to_string(o.tokens[i]);
   if (o.packed) c += " --packed";
+  c += " --rows ";
+  for (std::size_t i = 0; i < o.rows.size(); ++i) c += (i ? "," : "") + std::to_string(o.rows[i]);
   return c;
 }
 
@@ -311,6 +342,18 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       if (opt.iters < 1) usage("--iters must be >= 1");
     } else if (a == "--json") {
       opt.json = value();
+    } else if (a == "--rows") {
+      opt.rows.clear();
+      std::string list = value();
+      for (std::size_t p = 0; p <= list.size();) {
+        const std::size_t c = list.find(',', p);
+        const std::string item = list.substr(p, c == std::string::npos ? std::string::npos : c - p);
+        if (item == "2" || item == "4") opt.rows.push_back(item[0] - '0');
+        else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2 or 4");
+        if (c == std::string::npos) break;
+        p = c + 1;
+      }
+      if (opt.rows.empty()) usage("--rows needs 2 and/or 4");
     } else if (a == "--packed") {
       opt.packed = true;
     } else if (a == "--check") {
@@ -331,21 +374,28 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   std::printf("moekit-bench --op inv_rope_fp8_quant  commit %s  %s  gpu: %s  (%s scales)\n", commit.c_str(),
               date.c_str(), prop.name, opt.packed ? "packed UE8M0" : "fp32");
   std::printf("first call of the process (kernel preload included): %.1f us\n", process_first);
-  std::printf("%-13s %6s %9s %9s %7s %9s %6s %9s %9s %6s %s\n", "shape", "T", "us", "roof_us", "%roof", "target_us",
+  std::printf("%-13s %6s %4s %9s %9s %7s %9s %6s %9s %9s %6s %s\n", "shape", "T", "rows", "us", "roof_us", "%roof", "target_us",
               "ok", "first_us", "steady_us", "1st/st", "check");
   std::vector<Result> rows;
   int misses = 0, mismatches = 0;
   for (const HeadShape& s : kShapes)
     for (std::int64_t T : opt.tokens) {
       if (T == 0) continue;  // nothing is launched at T = 0 (tested in the GPU suite)
-      const Result r = bench.run(s, T);
-      misses += r.us > r.target_us;
-      mismatches += r.check == 0;
-      std::printf("%-13s %6lld %9.2f %9.2f %6.1f%% %9.2f %6s %9.1f %9.1f %6.2f %s\n", r.shape.c_str(),
-                  static_cast<long long>(T), r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
-                  r.us <= r.target_us ? "ok" : "MISS", r.first_call_us, r.steady_us, r.first_call_us / r.steady_us,
-                  r.check < 0 ? "-" : (r.check ? "bit-exact" : "MISMATCH"));
-      rows.push_back(r);
+      for (const Result& r : bench.run(s, T)) {
+        misses += r.us > r.target_us;
+        mismatches += r.check == 0;
+        char first[64] = "-", steady[64] = "-", ratio[64] = "-";
+        if (r.has_first_call) {
+          std::snprintf(first, sizeof first, "%.1f", r.first_call_us);
+          std::snprintf(steady, sizeof steady, "%.1f", r.steady_us);
+          std::snprintf(ratio, sizeof ratio, "%.2f", r.first_call_us / r.steady_us);
+        }
+        std::printf("%-13s %6lld %4d %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %s\n", r.shape.c_str(),
+                    static_cast<long long>(T), r.rows_per_warp, r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
+                    r.us <= r.target_us ? "ok" : "MISS", first, steady, ratio,
+                    r.check < 0 ? "-" : (r.check ? "bit-exact" : "MISMATCH"));
+        rows.push_back(r);
+      }
     }
   std::printf("%%roof = roof_us / us (roof: bytes / 4.8 TB/s); target = roof / 0.85 + 4 us (BRIEF §4); "
               "first_us / steady_us: eager host wall clock, L2 flushed\n");
@@ -362,13 +412,14 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       const Result& r = rows[i];
       std::fprintf(f,
                    "  {\"shape\": \"%s\", \"heads\": %lld, \"groups\": %lld, \"head_dim\": %lld, \"rope_dim\": %lld, "
-                   "\"tokens\": %lld, \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
-                   "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"first_call_us\": %.3f, "
-                   "\"steady_eager_us\": %.3f, \"first_over_steady\": %.3f, \"check\": %s}%s\n",
+                   "\"tokens\": %lld, \"rows_per_warp\": %d, \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
+                   "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"first_call_us\": %s, "
+                   "\"steady_eager_us\": %s, \"first_over_steady\": %s, \"check\": %s}%s\n",
                    r.shape.c_str(), static_cast<long long>(r.heads), static_cast<long long>(r.groups),
                    static_cast<long long>(kHeadDim), static_cast<long long>(kRopeDim), static_cast<long long>(r.tokens),
-                   r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
-                   r.us <= r.target_us ? "true" : "false", r.first_call_us, r.steady_us, r.first_call_us / r.steady_us,
+                   r.rows_per_warp, r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
+                   r.us <= r.target_us ? "true" : "false", num(r.has_first_call, r.first_call_us).c_str(),
+                   num(r.has_first_call, r.steady_us).c_str(), num(r.has_first_call, r.first_call_us / r.steady_us).c_str(),
                    r.check < 0 ? "null" : (r.check ? "\"bit-exact\"" : "\"mismatch\""), i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, " ]\n}\n");

@@ -38,6 +38,21 @@ __device__ __forceinline__ void inverse_rotate(float& ye, float& yo, float c, fl
   yo = __double2float_rn(__fma_rn(xo, cv, -__dmul_rn(xe, sv)));
 }
 
+// cos / sin of the 4 pairs of the chunk at channel c_last (identity where a pair is not rotated,
+// and for a position outside the cache, whose row is never read).
+__device__ __forceinline__ void load_cos_sin(const InvRopeQuantParams& p, std::int64_t pos, int c_last, int nope,
+                                             int half, float (&cs)[8]) {
+  const bool ok = pos >= 0 && pos < p.max_pos;
+  const float* c = p.cos_sin + (ok ? pos : 0) * p.cache_stride;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int e = c_last + 2 * k;
+    const int i = (e - nope) >> 1;
+    cs[k] = ok && e >= nope ? __ldg(c + i) : 1.0f;
+    cs[4 + k] = ok && e >= nope ? __ldg(c + half + i) : 0.0f;
+  }
+}
+
 // Padded token rows [T, Tp) of this head's scale columns get 0 (block x == 0 of each head).
 template <int kBlocksPerHead>
 __device__ __forceinline__ void zero_padding(const InvRopeQuantParams& p, int g, int hh) {
@@ -64,6 +79,7 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
   constexpr int kBlocksPerHead = kD / 128;  // block of chunk c = c / 16 = 2m + lane / 16
   constexpr int kRows = Cfg::kRowsPerWarp;
   constexpr int kWarps = Cfg::kWarps;
+  constexpr bool kPrefetch = Cfg::kPrefetchCs;
   static_assert(kD % 512 == 0, "a head packs whole UE8M0 words (4 blocks of 128)");
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -92,18 +108,12 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
       for (int m = 0; m < kChunks; ++m) x[r][m] = __ldcs(reinterpret_cast<const uint4*>(row + (lane + 32 * m) * 8));
     }
   }
-  float cs[kRows][8];  // cos of the lane's last-chunk pairs in [0, 4), sin in [4, 8)
+  // cos / sin of the lane's last-chunk pairs, for every row now (kPrefetchCs: one more dependent
+  // load overlapped across rows, 8 registers a row) or for each row when it is processed.
+  float cs[kPrefetch ? kRows : 1][8];
+  if constexpr (kPrefetch) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const bool ok = pos[r] >= 0 && pos[r] < p.max_pos;
-    const float* c = p.cos_sin + (ok ? pos[r] : 0) * p.cache_stride;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int e = c_last + 2 * k;
-      const int i = (e - nope) >> 1;
-      cs[r][k] = ok && e >= nope ? __ldg(c + i) : 1.0f;
-      cs[r][4 + k] = ok && e >= nope ? __ldg(c + half + i) : 0.0f;
-    }
+    for (int r = 0; r < kRows; ++r) load_cos_sin(p, pos[r], c_last, nope, half, cs[r]);
   }
 
   // 2. Per row: rotate, absmax per block, scale, quantize, store.
@@ -122,9 +132,11 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
         y[m][2 * k + 1] = bf16_hi(w[k]);
       }
     }
+    if constexpr (!kPrefetch) load_cos_sin(p, pos[r], c_last, nope, half, cs[0]);
+    const float* csr = cs[kPrefetch ? r : 0];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], cs[r][k], cs[r][4 + k]);
+      if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], csr[k], csr[4 + k]);
 
     std::uint8_t* qrow = p.q + g * p.q_stride_g + t * p.q_stride_t + hh * kD;
     std::uint32_t E[kChunks];

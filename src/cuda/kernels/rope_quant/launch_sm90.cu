@@ -1,8 +1,11 @@
-// Host launcher of the inv_rope_fp8_quant kernel (launch_sm90.hpp) and its one instantiation
-// (config.hpp: head_dim 512), registered for preloading so no call loads it lazily.
+// Host launcher of the inv_rope_fp8_quant kernel (launch_sm90.hpp) and its two instantiations
+// (config.hpp: head_dim 512, 2 or 4 rows a warp), registered for preloading so no call loads one
+// lazily.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/common/check.cuh"
@@ -14,7 +17,29 @@
 
 namespace moekit::cuda {
 
-using InvRopeQuantCfg = InvRopeQuantConfig;
+namespace {
+
+template <class Cfg>
+void launch(const InvRopeQuantParams& p, cudaStream_t stream) {
+  constexpr std::int64_t kTokensPerBlock = Cfg::kWarps * Cfg::kRowsPerWarp;
+  const std::int64_t blocks_x = (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
+  if (blocks_x > 0x7fffffff)
+    throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): T=" + std::to_string(p.num_tokens) + " is beyond the grid");
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.num_heads));
+  inv_rope_quant_sm90_kernel<Cfg><<<grid, Cfg::kWarps * 32, 0, stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int inv_rope_quant_rows_per_warp() {
+  const char* v = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "2") == 0) return 2;
+  if (std::strcmp(v, "4") == 0) return 4;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_ROPE_QUANT_ROWS is '") + v + "', expected 2 or 4");
+}
+
+using InvRopeQuantCfg = InvRopeQuantR2;  // what can_implement checks: both configs share its limits
 
 bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, std::string* why) {
   auto no = [why](const std::string& r) {
@@ -41,16 +66,15 @@ bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream) {
   std::string why;
   if (!can_implement_inv_rope_quant_sm90(p, head_dim, &why)) throw Error(Status::kNotSupported, why);
+  const int rows = inv_rope_quant_rows_per_warp();  // checked before anything is enqueued
   if (p.num_tokens == 0) return;
-  constexpr std::int64_t kTokensPerBlock = InvRopeQuantCfg::kWarps * InvRopeQuantCfg::kRowsPerWarp;
-  const std::int64_t blocks_x = (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
-  if (blocks_x > 0x7fffffff) throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): T=" + std::to_string(p.num_tokens) + " is beyond the grid");
-  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.num_heads));
-  inv_rope_quant_sm90_kernel<InvRopeQuantCfg>
-      <<<grid, InvRopeQuantCfg::kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  if (rows == 4)
+    launch<InvRopeQuantR4>(p, static_cast<cudaStream_t>(stream));
+  else
+    launch<InvRopeQuantR2>(p, static_cast<cudaStream_t>(stream));
 }
 
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantCfg>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR2>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR4>);
 
 }  // namespace moekit::cuda
