@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.hpp"
+#include "../core/backend.hpp"
 #include "moekit/error.hpp"
 #include "moekit/quant.hpp"
 #include "moekit/rope_quant.hpp"
