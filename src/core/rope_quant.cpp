@@ -54,7 +54,7 @@ void expect(const char* name, const TensorView& v, DType dtype, std::initializer
 // The innermost dimension must be dense (16-byte vector accesses on the GPU read it).
 void expect_unit_last_stride(const char* name, const TensorView& v) {
   const int last = v.ndim - 1;
-  if (v.shape[last] > 1 && v.strides[last] != 1)
+  if (v.numel() > 0 && v.shape[last] > 1 && v.strides[last] != 1)  // an empty view's strides are free
     fail(std::string(name) + " has strides " + strides_string(v) + " (shape " + v.shape_string() +
          "): its last dimension must have stride 1");
 }
@@ -85,7 +85,7 @@ void expect_aligned(const char* name, const TensorView& v, std::size_t bytes, co
 }
 
 void expect_stride_multiple(const char* name, const TensorView& v, int dim, std::int64_t m, const char* why) {
-  if (v.shape[dim] > 1 && v.strides[dim] % m != 0)
+  if (v.numel() > 0 && v.shape[dim] > 1 && v.strides[dim] % m != 0)
     fail(std::string(name) + " has strides " + strides_string(v) + ": stride " + str(v.strides[dim]) + " of dimension " +
          str(dim) + " must be a multiple of " + str(m) + " elements (" + why + ")");
 }
