@@ -50,7 +50,7 @@ table; --json writes the results in the format of bench/results/.
   --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
                                 from the logits plus experts in one call
   --op inv_rope_fp8_quant       DeepSeek-V4's inverse RoPE + FP8 quantization instead (CUDA; its
-                                options: --tokens, --iters, --packed, --check, --json)
+                                options: --tokens, --iters, --rows, --packed, --check, --json)
   --check                       compare the CUDA output with the CPU reference where cheap
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --threads N                   CPU backend threads (default: all cores)
