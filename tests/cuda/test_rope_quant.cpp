@@ -136,7 +136,9 @@ struct DeviceRun {
       }
     }
     pos = dev_alloc(static_cast<std::size_t>(p.T) * 8);
-    EXPECT_EQ(cudaSuccess, cudaMemcpy(pos.get(), p.pos.data(), static_cast<std::size_t>(p.T) * 8, cudaMemcpyHostToDevice));
+    if (p.T > 0) {
+      EXPECT_EQ(cudaSuccess, cudaMemcpy(pos.get(), p.pos.data(), static_cast<std::size_t>(p.T) * 8, cudaMemcpyHostToDevice));
+    }
     cache = dev_alloc(p.cache.size() * 4);
     EXPECT_EQ(cudaSuccess, cudaMemcpy(cache.get(), p.cache.data(), p.cache.size() * 4, cudaMemcpyHostToDevice));
     q_t_stride = p.hpg() * kD + p.q_t_pad;
