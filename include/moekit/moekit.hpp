@@ -8,5 +8,6 @@
 #include "moekit/presets.hpp"
 #include "moekit/problem.hpp"
 #include "moekit/quant.hpp"
+#include "moekit/rope_quant.hpp"
 #include "moekit/tensor.hpp"
 #include "moekit/version.hpp"

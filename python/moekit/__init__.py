@@ -4,6 +4,7 @@
     out = moekit.fused_experts(hidden, w13, w2, topk_weights, topk_ids)        # vLLM's layouts
     topk_weights, topk_ids = moekit.route(router_logits, top_k=8)
     out = moekit.fused_moe(hidden, router_logits, w13, w2, top_k=8)
+    o_fp8, o_scale = moekit.inv_rope_fp8_quant(o, positions, cos_sin_cache, num_groups=2)  # DeepSeek-V4
     q, scale = moekit.quantize_weights(w13, "fp8_per_channel")
 
 Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and torch tensors
@@ -41,6 +42,7 @@ from ._ops import (
     workspace_size,
 )
 from ._quant import dequantize_weights, quantize_weights
+from ._rope_quant import inv_rope_fp8_quant
 
 __version__ = _C.version()
 Problem = _C.Problem
@@ -53,6 +55,7 @@ __all__ = [
     "describe_fused_experts",
     "fused_experts",
     "fused_moe",
+    "inv_rope_fp8_quant",
     "model_presets",
     "preset_problem",
     "quantize_weights",

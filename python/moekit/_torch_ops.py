@@ -1,4 +1,4 @@
-"""torch.ops.moekit.{fused_experts, route, fused_moe}: moekit as PyTorch custom ops.
+"""torch.ops.moekit.{fused_experts, route, fused_moe, inv_rope_fp8_quant}: moekit as PyTorch custom ops.
 
 Registered through torch.library.custom_op with fake (meta) implementations, so the ops trace
 under torch.compile (one opaque node each) and run inside CUDA-graph capture (no host sync, the
@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _ops
+from . import _ops, _rope_quant
 
 REGISTERED = False
 Tensor = torch.Tensor
@@ -122,6 +122,22 @@ def _register() -> None:
         return (torch.empty_like(hidden_states, memory_format=torch.contiguous_format),
                 hidden_states.new_empty((M, top_k), dtype=torch.float32),
                 hidden_states.new_empty((M, top_k), dtype=torch.int32))
+
+    @lib.custom_op("moekit::inv_rope_fp8_quant", mutates_args=())
+    def inv_rope_fp8_quant(
+        o: Tensor,
+        positions: Tensor,
+        cos_sin_cache: Tensor,
+        num_groups: int,
+        packed_ue8m0: bool,
+    ) -> Tuple[Tensor, Tensor]:
+        return _rope_quant.inv_rope_fp8_quant_impl(o, positions, cos_sin_cache, num_groups, packed_ue8m0=packed_ue8m0)
+
+    @inv_rope_fp8_quant.register_fake
+    def _(o, positions, cos_sin_cache, num_groups, packed_ue8m0):
+        q_shape, s_shape = _rope_quant.output_shapes(o.shape, num_groups, packed_ue8m0)
+        return (o.new_empty(q_shape, dtype=torch.float8_e4m3fn),
+                o.new_empty(s_shape, dtype=torch.int32 if packed_ue8m0 else torch.float32))
 
     REGISTERED = True
 

@@ -275,6 +275,25 @@ NB_MODULE(_C, m) {
       },
       "args"_a, "backend"_a = "auto", "stream"_a = 0, "num_threads"_a = 0);
 
+  // inv_rope_fp8_quant (include/moekit/rope_quant.hpp).
+  nb::class_<moekit::InvRopeFp8QuantArgs>(m, "InvRopeFp8QuantArgs")
+      .def(nb::init<>())
+      .def_rw("o", &moekit::InvRopeFp8QuantArgs::o)
+      .def_rw("positions", &moekit::InvRopeFp8QuantArgs::positions)
+      .def_rw("cos_sin_cache", &moekit::InvRopeFp8QuantArgs::cos_sin_cache)
+      .def_rw("num_groups", &moekit::InvRopeFp8QuantArgs::num_groups)
+      .def_rw("o_fp8", &moekit::InvRopeFp8QuantArgs::o_fp8)
+      .def_rw("o_scale", &moekit::InvRopeFp8QuantArgs::o_scale)
+      .def_rw("packed_ue8m0", &moekit::InvRopeFp8QuantArgs::packed_ue8m0);
+  m.def(
+      "inv_rope_fp8_quant",
+      [](const moekit::InvRopeFp8QuantArgs& a, const std::string& backend, std::uintptr_t stream, int num_threads) {
+        const moekit::Options o = make_options(backend, stream, 0, 0, std::nullopt, num_threads);
+        nb::gil_scoped_release release;
+        moekit::inv_rope_fp8_quant(a, o);
+      },
+      "args"_a, "backend"_a = "auto", "stream"_a = 0, "num_threads"_a = 0);
+
   // Host weight quantization: returns (dtype, shape, data bytes, scale_shape, scale bytes (fp32)).
   m.def(
       "quantize_weights",

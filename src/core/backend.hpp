@@ -8,6 +8,7 @@
 #include <string>
 
 #include "call.hpp"
+#include "rope_quant_call.hpp"
 
 namespace moekit::detail {
 
@@ -21,6 +22,8 @@ struct CudaBackendV1 {
   /// The kernel paths the router picks for `problem` under the forced name (null = auto) on
   /// `device` (-1 = current): "gemm1=swapab(split_k=8) gemm2=mma"; the reason in *why.
   std::string (*describe_dispatch)(const MoeProblem& problem, const char* forced, int device, std::string* why);
+  /// inv_rope_fp8_quant (src/cuda/kernels/rope_quant/): one launch on call.stream.
+  void (*run_inv_rope_fp8_quant)(const InvRopeQuantCall& call);
 };
 
 /// The linked CUDA backend, or nullptr when this binary has none.
@@ -32,6 +35,7 @@ namespace moekit::cpu {
 /// The reference backend (src/cpu/). Exact semantics of docs/design.md, threaded over tokens.
 void run_moe(const detail::MoeCall& call);
 void run_route(const detail::RouteCall& call);
+void run_inv_rope_fp8_quant(const detail::InvRopeQuantCall& call);  // src/cpu/rope_quant_ref.cpp
 }  // namespace moekit::cpu
 
 namespace moekit::detail {

@@ -21,6 +21,7 @@
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "cuda/kernels/quant/quant.hpp"
+#include "cuda/kernels/rope_quant/launch_sm90.hpp"
 #include "cuda/kernels/routing/routing.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "cuda/kernels/tokmajor/launch_sm90.hpp"
@@ -428,7 +429,40 @@ void run_moe(const detail::MoeCall& call) {
   launch_combine_sm90(cp, stream, pdl);
 }
 
-const detail::CudaBackendV1 kBackend = {&device_ok, &workspace_size, &run_moe, &run_route, &describe_dispatch};
+// inv_rope_fp8_quant (kernels/rope_quant/): one launch, no workspace.
+void run_inv_rope_fp8_quant(const detail::InvRopeQuantCall& c) {
+  if (c.num_tokens <= 0) return;
+  DeviceGuard guard(c.device);
+  preload_kernels(c.device);  // one atomic load after the first call on the device
+  InvRopeQuantParams p;
+  p.num_tokens = c.num_tokens;
+  p.num_heads = static_cast<int>(c.num_heads);
+  p.heads_per_group = static_cast<int>(c.heads_per_group);
+  p.rope_dim = static_cast<int>(c.rope_dim);
+  p.max_pos = c.max_pos;
+  p.scale_rows = c.scale_rows;
+  p.packed_ue8m0 = c.packed_ue8m0;
+  p.o = c.o;
+  p.o_stride_t = c.o_stride_t;
+  p.o_stride_h = c.o_stride_h;
+  p.positions = c.positions;
+  p.pos_stride = c.pos_stride;
+  p.cos_sin = c.cos_sin;
+  p.cache_stride = c.cache_stride;
+  p.q = c.q;
+  p.q_stride_g = c.q_stride_g;
+  p.q_stride_t = c.q_stride_t;
+  p.scale = c.scale;
+  p.s_stride_g = c.s_stride_g;
+  p.s_stride_b = c.s_stride_b;
+  if (c.num_heads > 65535 || c.head_dim > 65536 || c.rope_dim > 65536)
+    throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): H=" + std::to_string(c.num_heads) +
+                                           " heads / head_dim " + std::to_string(c.head_dim) + " beyond the kernel's range");
+  launch_inv_rope_quant_sm90(p, static_cast<int>(c.head_dim), c.stream);
+}
+
+const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,    &run_moe, &run_route,
+                                        &describe_dispatch, &run_inv_rope_fp8_quant};
 
 }  // namespace
 }  // namespace moekit::cuda

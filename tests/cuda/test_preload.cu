@@ -63,6 +63,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"fused_moe_sm90_kernel", 3},     {"ep_plan_sm90_kernel", 1},
       {"ep_pack_sm90_kernel", 2},       {"ep_unpack_sm90_kernel", 2},
       {"ep_combine_sm90_kernel", 2},
+      {"inv_rope_quant_sm90_kernel", 2},  // rope_quant: 2 and 4 rows a warp
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
   EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";

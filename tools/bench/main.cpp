@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "rope_quant_bench.hpp"
 
 namespace moekit::bench {
 namespace {
@@ -52,6 +53,8 @@ table; --json writes the results in the format of bench/results/.
                                 status is 1. On the CPU backend it re-runs the reference
                                 on the sample (a test of the check, not a second implementation)
   --check-budget X              the M*k*K*N budget of --check (default 2^28 = 268435456)
+  --op inv_rope_fp8_quant       DeepSeek-V4's inverse RoPE + FP8 quantization instead (CUDA; its
+                                options: --tokens, --iters, --rows, --packed, --check, --json)
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --threads N                   CPU backend threads (default: all cores)
   --seed N                      input seed (default 1)
@@ -447,6 +450,16 @@ void write_json(const std::string& path, const std::string& date, const std::str
 }
 
 int run_main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {  // --op inv_rope_fp8_quant: a sweep of its own (rope_quant_bench.cu)
+    const std::string a = argv[i];
+    if (a == "--op=inv_rope_fp8_quant" || (a == "--op" && i + 1 < argc && std::string(argv[i + 1]) == "inv_rope_fp8_quant")) {
+#if defined(MOEKIT_BENCH_WITH_CUDA)
+      return run_rope_quant_bench(argc, argv, commit_id(), today_utc());
+#else
+      usage_error("--op inv_rope_fp8_quant needs the CUDA build of moekit-bench");
+#endif
+    }
+  }
   Cli cli = parse_args(argc, argv);
   Config& config = cli.config;
 
