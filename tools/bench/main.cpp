@@ -454,7 +454,7 @@ int run_main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--op=inv_rope_fp8_quant" || (a == "--op" && i + 1 < argc && std::string(argv[i + 1]) == "inv_rope_fp8_quant")) {
 #if defined(MOEKIT_BENCH_WITH_CUDA)
-      return run_rope_quant_bench(argc, argv, commit_id(), today_utc());
+      return run_rope_quant_bench(argc, argv, std::string(build_info().commit) + (build_info().dirty > 0 ? "-dirty" : ""), today_utc());
 #else
       usage_error("--op inv_rope_fp8_quant needs the CUDA build of moekit-bench");
 #endif
