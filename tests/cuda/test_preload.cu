@@ -64,6 +64,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"ep_pack_sm90_kernel", 2},       {"ep_unpack_sm90_kernel", 2},
       {"ep_combine_sm90_kernel", 2},
       {"inv_rope_quant_sm90_kernel", 2},  // rope_quant: 2 and 4 rows a warp
+      {"decode_sm90_kernel", 4},          // decode: bf16, fp16, e4m3 with bf16 / fp16 activations
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
   EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";
