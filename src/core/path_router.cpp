@@ -159,7 +159,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
   // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
   // token-major declines runs on mma).
-  if (kRouterTable.decode_in_auto && in.decode_ok && plan.local_slots <= kRouterTable.decode_max_slots) {
+  if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok && plan.local_slots <= kRouterTable.decode_max_slots) {
     plan.decode = true;
     plan.reason = "slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.decode_max_slots) +
                   ": decode, one launch from routing to combine";
@@ -269,6 +269,11 @@ std::string DispatchPlan::describe() const {
 
 std::string DispatchPlan::log_line(const MoeProblem& problem) const {
   return "moekit dispatch: " + problem.to_string() + " | path=" + requested + " -> " + describe() + " | " + reason;
+}
+
+bool decode_in_auto_enabled() noexcept {
+  const char* v = std::getenv("MOEKIT_DECODE");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 bool log_dispatch_enabled() noexcept {

@@ -119,6 +119,7 @@ struct RouterInputs {
   bool fused_ok = false;            ///< a single-launch fused path can run this call
   std::string fused_why = "the single-launch fused path is not built in this version of moekit";
   bool decode_ok = false;           ///< the single-launch decode path can run this call
+  bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
   std::string decode_why = "the single-launch decode path is not built in this version of moekit";
 };
 
@@ -162,6 +163,10 @@ std::int64_t swapab_max_items(std::int64_t n_out, std::int64_t num_experts, std:
 /// The split rule itself (RouterTable), from the GEMM's work items (64-row tiles x expert
 /// chunks) and K stages (128 bytes each); the Swap-AB launcher calls it when not told a split.
 int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages);
+
+/// MOEKIT_DECODE is not "0" (read at every call): auto may pick the single-launch decode path.
+/// Forcing it by name works either way.
+bool decode_in_auto_enabled() noexcept;
 
 /// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).
 bool log_dispatch_enabled() noexcept;

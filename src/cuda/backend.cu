@@ -222,6 +222,7 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
     }
   }
   in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
+  in.decode_in_auto = detail::decode_in_auto_enabled();
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;

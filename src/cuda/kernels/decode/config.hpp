@@ -10,12 +10,16 @@ namespace moekit::cuda::decode {
 
 // wgmma's A side is 64 rows: the expert's weight rows (Swap-AB), the tokens on the N side.
 inline constexpr int kTileRows = 64;
-// One pipeline stage: one 64-row weight tile x 128 bytes of the reduction dimension (64 bf16 or
-// 128 e4m3), the widest box TMA writes with the 128-byte swizzle. GEMM1 fills a stage with two
-// 32-row boxes (32 gate rows, then the 32 up rows of the same intermediate columns), so that one
-// accumulator tile holds both halves of the activation's input.
+// A K chunk: 128 bytes of the reduction dimension (64 bf16 or 128 e4m3), the widest box TMA
+// writes with the 128-byte swizzle; a 64-row tile of one chunk is 8 KB. GEMM1 fills a tile with
+// two 32-row boxes (32 gate rows, then the 32 up rows of the same intermediate columns), so that
+// one accumulator tile holds both halves of the activation's input.
 inline constexpr int kStageKBytes = 128;
-inline constexpr int kStageBytes = kTileRows * kStageKBytes;  // 8 KB
+inline constexpr int kTileBytes = kTileRows * kStageKBytes;  // 8 KB
+// One pipeline stage: up to 2 consecutive K chunks of one tile (16 KB), so that each barrier
+// round trip (wait, 8 wgmma, release) moves 16 KB of weights.
+inline constexpr int kChunksPerStage = 2;
+inline constexpr int kStageBytes = kChunksPerStage * kTileBytes;  // 16 KB
 inline constexpr int kGateUpRows = 32;                         // intermediate columns per GEMM1 tile
 // Intermediate columns per work item (an N chunk): GEMM2 reduces over them, two 128-byte stages
 // of bf16 or one of e4m3. Four GEMM1 tiles.
@@ -29,10 +33,10 @@ inline constexpr int kMaxTokens = 64;
 inline constexpr int kThreads = 256;
 inline constexpr int kConsumerThreads = 128;
 inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
-// Pipeline depth: 6..12 stages of 8 KB (48-96 KB of weights in flight per SM; HBM latency x
+// Pipeline depth: 4..8 stages of 16 KB (64-128 KB of weights in flight per SM; HBM latency x
 // per-SM bandwidth is ~40 KB), what the item's other buffers leave of 227 KB.
-inline constexpr int kMaxStages = 12;
-inline constexpr int kMinStages = 6;
+inline constexpr int kMaxStages = 8;
+inline constexpr int kMinStages = 4;
 inline constexpr int kSmemLimit = 227 * 1024;
 // Cluster: the CTAs of one item split GEMM1's reduction (K) and GEMM2's output rows (K) and
 // exchange the GEMM1 partial sums through distributed shared memory. 8 is the portable limit.
@@ -61,12 +65,12 @@ struct SmemLayout {
   int bytes = 0;       // total, with 1024 bytes of alignment slack
 };
 
-// The layout for token width W (8..64), `k_stages_rank` GEMM1 stages per rank, P slots, E experts.
-inline constexpr SmemLayout smem_layout_with(int W, int k_stages_rank, std::int64_t P, std::int64_t E,
+// The layout for token width W (8..64), `k_chunks_rank` GEMM1 K chunks per rank, P slots, E experts.
+inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int64_t P, std::int64_t E,
                                              int elem_bytes, int stages) {
   SmemLayout l{};
   l.stages = stages;
-  const std::int64_t x_bytes = static_cast<std::int64_t>(k_stages_rank) * W * kStageKBytes;
+  const std::int64_t x_bytes = static_cast<std::int64_t>(k_chunks_rank) * W * kStageKBytes;
   const std::int64_t h_bytes = align_to(static_cast<std::int64_t>(W) * kChunkCols * 4, 1024);
   const std::int64_t hb_bytes = ceil_div(kChunkCols * elem_bytes, kStageKBytes) * W * kStageKBytes;
   std::int64_t at = static_cast<std::int64_t>(stages) * kStageBytes;
@@ -98,26 +102,37 @@ inline constexpr SmemLayout smem_layout_with(int W, int k_stages_rank, std::int6
 struct Tiling {
   int cluster = 1;        // CTAs per item
   int max_tokens = 0;     // tokens per item (8, 16, 32 or 64); 0: the problem does not fit
-  int k_stages = 0;       // GEMM1 reduction stages (128 bytes of K each)
+  int k_chunks = 0;       // GEMM1 reduction chunks (128 bytes of K each)
+  int k_stages = 0;       // their stages (kChunksPerStage chunks each; past K zero-filled)
   int row_tiles = 0;      // GEMM2 output tiles of 64 rows (over K)
   int num_chunks = 0;     // N chunks of kChunkCols
   SmemLayout smem{};
 };
 
-// Expected touched experts and work items (uniform routing, as the router estimates them) set the
-// cluster: the smallest of 1, 2, 4, 8 whose CTAs fill the SMs, while each rank keeps >= 2 K stages.
+// Expected work items set the cluster: of 1, 2, 4, 8 (each rank keeping >= 2 K stages and >= 2
+// row tiles), the one with the least weight bytes per CTA over the rounds the persistent grid
+// takes: rounds(S) / S with rounds = ceil(items / (SMs / S)); ties go to the smaller cluster.
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
                             int elem_bytes, double expected_items, int sm_count) {
   Tiling t;
-  t.k_stages = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
+  t.k_chunks = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
+  t.k_stages = static_cast<int>(ceil_div(t.k_chunks, kChunksPerStage));
   t.row_tiles = static_cast<int>(ceil_div(K, kTileRows));
   t.num_chunks = static_cast<int>(ceil_div(N, kChunkCols));
-  int cluster = 1;
-  while (cluster < kMaxCluster && expected_items * cluster < 0.9 * sm_count && t.k_stages >= 4 * cluster &&
-         t.row_tiles >= 2 * cluster)
-    cluster *= 2;
-  t.cluster = cluster;
-  const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster));
+  const double items = expected_items > 1.0 ? expected_items : 1.0;
+  double best = 0.0;
+  for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
+    if (cluster > 1 && (t.k_stages < 2 * cluster || t.row_tiles < 2 * cluster)) break;
+    const double slots = static_cast<double>(sm_count / cluster > 0 ? sm_count / cluster : 1);
+    const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));
+    const double cost = (rounds > 1.0 ? rounds : 1.0) / cluster;
+    if (cluster == 1 || cost < best * 0.999) {
+      best = cost;
+      t.cluster = cluster;
+    }
+  }
+  const int cluster = t.cluster;
+  const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
   const std::int64_t P = M * k;
   for (int W = kMaxTokens; W >= 8 && t.max_tokens == 0; W /= 2) {
     for (int s = kMaxStages; s >= kMinStages; --s) {

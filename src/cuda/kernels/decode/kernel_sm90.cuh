@@ -124,6 +124,8 @@ struct Decode {
   static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
   static constexpr int kEs = kFp8 ? 1 : 2;                 // weight bytes
   static constexpr int kElemsPerStage = kStageKBytes / kEs;
+  // K chunks of GEMM2's stage: the chunk's kChunkCols columns.
+  static constexpr int kChunks2 = kChunkCols * kEs / kStageKBytes;
 
   struct Smem {
     std::uint32_t tiles;    // pipeline stage s at tiles + s * kStageBytes
@@ -161,6 +163,8 @@ struct Decode {
     std::uint32_t phase = 0;
     int ks0, ks1, rt0, rt1;
     rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
+    ks0 *= kChunksPerStage;  // whole stages of K chunks; chunks past K are zero-filled
+    ks1 *= kChunksPerStage;
     rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
     const int N = p.inter_size;
     const int num_clusters = gridDim.x / s.cluster;
@@ -174,27 +178,30 @@ struct Decode {
       const int cw = min(kChunkCols, N - n0);
       const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
       for (int j = 0; j < tiles1; ++j) {
-        for (int ks = ks0; ks < ks1; ++ks) {
+        for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
           const std::uint32_t full = s.full + 8 * stage;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           sm90::mbar_arrive_expect_tx(full, kStageBytes);
-          const std::uint32_t dst = s.tiles + stage * kStageBytes;
-          sm90::tma_load_3d(dst, &p.tmap_w13, full, ks * kElemsPerStage, n0 + kGateUpRows * j, it.e);
-          sm90::tma_load_3d(dst + kStageBytes / 2, &p.tmap_w13, full, ks * kElemsPerStage, N + n0 + kGateUpRows * j,
-                            it.e);
+          for (int u = 0; u < kChunksPerStage; ++u) {
+            const std::uint32_t dst = s.tiles + stage * kStageBytes + u * kTileBytes;
+            const int k0 = (kc + u) * kElemsPerStage;
+            sm90::tma_load_3d(dst, &p.tmap_w13, full, k0, n0 + kGateUpRows * j, it.e);
+            sm90::tma_load_3d(dst + kTileBytes / 2, &p.tmap_w13, full, k0, N + n0 + kGateUpRows * j, it.e);
+          }
           next();
         }
       }
-      const int s2 = (cw * kEs + kStageKBytes - 1) / kStageKBytes;
+      // GEMM2: one stage per 64-row tile, the chunk's 128 columns (bf16: 2 K chunks, e4m3: 1;
+      // columns past N zero-filled).
+      constexpr int nsub2 = kChunks2;
       for (int rt = rt0; rt < rt1; ++rt) {
-        for (int st = 0; st < s2; ++st) {
-          const std::uint32_t full = s.full + 8 * stage;
-          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          sm90::mbar_arrive_expect_tx(full, kStageBytes);
-          sm90::tma_load_3d(s.tiles + stage * kStageBytes, &p.tmap_w2, full, n0 + st * kElemsPerStage,
+        const std::uint32_t full = s.full + 8 * stage;
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        sm90::mbar_arrive_expect_tx(full, nsub2 * kTileBytes);
+        for (int u = 0; u < nsub2; ++u)
+          sm90::tma_load_3d(s.tiles + stage * kStageBytes + u * kTileBytes, &p.tmap_w2, full, n0 + u * kElemsPerStage,
                             rt * kTileRows, it.e);
-          next();
-        }
+        next();
       }
     }
   }
@@ -207,7 +214,8 @@ struct Decode {
   // Every rank's consumer warpgroup has passed this point (its shared-memory writes, local and
   // remote, before it are visible to the others after it). Parity: the item's round.
   static __device__ __forceinline__ void cluster_exchange(const Smem& s, std::uint32_t bar, int round) {
-    if (s.cluster > 1) sm90::fence_acq_rel_cluster();
+    // bar.sync orders every consumer thread's writes before the arriving thread's release at
+    // cluster scope (cumulative), so no per-thread fence is needed.
     consumer_sync();
     if (s.cluster > 1) {
       if (threadIdx.x == kThreads - kConsumerThreads) {
@@ -217,25 +225,29 @@ struct Decode {
     }
   }
 
-  // acc = sum over `nstages` pipeline stages of A(stage) x B(b_base + i * b_stride).
-  template <int W>
+  // acc = sum over `nstages` pipeline stages of kSub K chunks each: A (the stage's chunk u) x
+  // B (chunk c at b_base + c * W * 128).
+  template <int W, int kSub>
   static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], int nstages, std::uint32_t b_base,
                                                   int& stage, std::uint32_t& phase) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
     int prev = 0;
-    for (int ks = 0; ks < nstages; ++ks) {
+    for (int st = 0; st < nstages; ++st) {
       sm90::mbar_wait(s.full + 8 * stage, phase);
       sm90::fence_regs<W / 2>(acc);
       sm90::wgmma_fence();
-      const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes);
-      const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ks * (W * kStageKBytes));
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, (ks > 0 || kk > 0) ? 1 : 0);
+      for (int u = 0; u < kSub; ++u) {
+        const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + (st * kSub + u) * (W * kStageKBytes));
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+      }
       sm90::wgmma_commit();
       sm90::fence_regs<W / 2>(acc);
-      if (ks > 0) {
+      if (st > 0) {
         sm90::wgmma_wait<1>();
         if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
       }
@@ -366,6 +378,8 @@ struct Decode {
     const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
     int ks0, ks1, rt0, rt1;
     rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
+    ks0 *= kChunksPerStage;  // whole stages of K chunks; chunks past K are zero-filled
+    ks1 *= kChunksPerStage;
     rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
     const std::int64_t e = it.e;
 
@@ -391,7 +405,7 @@ struct Decode {
     const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
     for (int j = 0; j < tiles1; ++j) {
       float acc[32];
-      mainloop<W>(s, acc, ks1 - ks0, s.region_addr, stage, phase);
+      mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
 #pragma unroll
       for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -469,12 +483,11 @@ struct Decode {
     consumer_sync();
 
     // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
-    const int s2 = (cw * kEs + kStageKBytes - 1) / kStageKBytes;
     const float w2s_e = p.scale_mode == kScalePerTensor ? p.w2_scale[e] : 1.0f;
     const int nch = T.num_chunks;
     for (int rt = rt0; rt < rt1; ++rt) {
       float acc[32];
-      mainloop<W>(s, acc, s2, s.hb_addr, stage, phase);
+      mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
       for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
