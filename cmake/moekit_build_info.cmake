@@ -6,6 +6,8 @@
 #   2. else SRC/build-info.json, written by tools/scripts/stamp_tree.sh before the tree was copied
 #      (the GPU machine gets no .git); its per-file SHA-256 are checked here, so a file changed or
 #      removed after stamping marks the build dirty with a stale stamp, never clean;
+#      When both exist and build-info.json's tree equals the tree git computes, the stamp's commit
+#      wins: a copy of the tree may carry older git metadata than its files;
 #   3. else MOEKIT_COMMIT from the environment, typed by hand: accepted with a warning, dirty unknown;
 #   4. else "unknown".
 cmake_minimum_required(VERSION 3.25)
@@ -37,6 +39,20 @@ if(MOEKIT_GIT AND MOEKIT_BASH AND EXISTS "${SRC}/tools/scripts/stamp_tree.sh")
     else()
       message(WARNING "moekit build info: stamp_tree.sh failed in a git work tree: ${err}")
     endif()
+  endif()
+endif()
+
+# A copy of the tree can carry git metadata older than its files (the GPU machine's copy does):
+# when build-info.json stamps the very tree git computes, its commit is the one that tree came
+# from, not git's HEAD.
+if(source STREQUAL "git" AND EXISTS "${SRC}/build-info.json")
+  file(READ "${SRC}/build-info.json" stamp)
+  string(JSON stamp_tree ERROR_VARIABLE es1 GET "${stamp}" tree)
+  string(JSON git_tree ERROR_VARIABLE es2 GET "${json}" tree)
+  if(NOT es1 AND NOT es2 AND stamp_tree STREQUAL git_tree)
+    set(json "${stamp}")
+    set(source "build-info.json (tree verified by git)")
+    unset(commit_date)
   endif()
 endif()
 

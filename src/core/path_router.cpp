@@ -159,11 +159,19 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
   // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
   // token-major declines runs on mma).
-  if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok && plan.local_slots <= kRouterTable.decode_max_slots) {
-    plan.decode = true;
-    plan.reason = "slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.decode_max_slots) +
-                  ": decode, one launch from routing to combine";
-    return plan;
+  if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
+    const RouterTable& t = kRouterTable;
+    const std::int64_t N = p.intermediate_size;
+    const double max_slots = N < t.decode_tiny_n ? t.decode_tiny_n_max_slots
+                             : N < t.decode_mid_n ? t.decode_mid_n_max_slots
+                                                  : -1.0;
+    if (plan.local_slots <= max_slots) {
+      plan.decode = true;
+      plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
+                    " and slots " + fmt(plan.local_slots) + " <= " + fmt(max_slots) +
+                    ": decode, one launch from routing to combine";
+      return plan;
+    }
   }
   if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {

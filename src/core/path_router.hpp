@@ -101,9 +101,20 @@ struct RouterTable {
   // and the suite pass on the H200 since.
   bool fused_in_auto = true;
   // The single-launch decode path (kernels/decode/), when it can run the call
-  // (RouterInputs::decode_ok), up to this many local slots; it replaces the fused path and the
-  // multi-launch chain there. Placeholder pending the same-run path sweep (docs/router.md).
-  double decode_max_slots = 256.0;
+  // (RouterInputs::decode_ok: bf16, or fp8_per_tensor with static scales), ahead of everything
+  // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
+  // decode_mid_n up to decode_mid_n_max_slots. From the same-run sweep of decode against the
+  // previous auto choice (H200, commit 12caf21, 2026-12-01,
+  // bench/results/2026-12-01-12caf21-h200-decode-sweep.json, bf16, M = 1..256, every preset, TP
+  // 1 and 8): decode won qwen3-30b TP8 (N = 96) M=1 22.9 vs 26.8 µs (fused), M=4 45.6 vs 48.7,
+  // M=8 51.7 vs 63.0 (M=2 38.5 vs 37.8); gpt-oss TP8 (N = 360) M=1 32.4 vs 38.8, M=2 46.8 vs 47.8;
+  // deepseek-v3 TP8 (N = 256) M=1 75.0 vs 76.4; it lost qwen3-235b TP8 (N = 192) M=1 by 3 %
+  // (47.2 vs 45.5) and everything with more slots or at TP1 (down to 0.08x at mixtral TP8
+  // M=256): its per-item chain (docs/perf.md) costs more than the launches it saves.
+  std::int64_t decode_tiny_n = 128;
+  double decode_tiny_n_max_slots = 64.0;
+  std::int64_t decode_mid_n = 512;
+  double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};

@@ -145,6 +145,41 @@ TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_EQ(choose_paths(p, in).describe(), "fused");
 }
 
+TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
+  // bench/results/2026-12-01-12caf21-h200-decode-sweep.json: decode won the smallest TP8 shards
+  // at the fewest slots (N < 128 up to 64 slots, N < 512 up to 8), lost elsewhere.
+  detail::RouterInputs in;
+  const MoeProblem tiny = preset("qwen3-30b-a3b", 8, 8);    // N = 96, 64 slots
+  const MoeProblem tiny_more = preset("qwen3-30b-a3b", 9, 8);  // 72 slots
+  const MoeProblem mid = preset("gpt-oss-120b", 2, 8);      // N = 360, 8 slots
+  const MoeProblem mid_more = preset("gpt-oss-120b", 3, 8); // 12 slots
+  const MoeProblem tp1 = preset("qwen3-30b-a3b", 1, 1);     // N = 768
+  EXPECT_FALSE(choose_paths(tiny, in).decode);  // decode_ok is false by default (not built)
+  in.decode_ok = true;
+  in.fused_ok = true;
+  EXPECT_TRUE(choose_paths(tiny, in).decode);
+  EXPECT_FALSE(choose_paths(tiny, in).fused);  // decode replaces the fused launch there
+  EXPECT_EQ(choose_paths(tiny, in).describe(), "decode");
+  EXPECT_NE(choose_paths(tiny, in).log_line(tiny).find("-> decode |"), std::string::npos);
+  EXPECT_FALSE(choose_paths(tiny_more, in).decode);
+  EXPECT_TRUE(choose_paths(mid, in).decode);
+  EXPECT_FALSE(choose_paths(mid_more, in).decode);
+  EXPECT_FALSE(choose_paths(tp1, in).decode);
+  in.decode_in_auto = false;  // MOEKIT_DECODE=0
+  EXPECT_FALSE(choose_paths(tiny, in).decode);
+  in.forced = "decode";  // forcing works either way
+  EXPECT_TRUE(choose_paths(tp1, in).decode);
+  in.decode_ok = false;
+  in.decode_why = "decode_sm90: scheme fp8_block128 is not supported";
+  try {
+    choose_paths(tp1, in);
+    ADD_FAILURE() << "forced decode that cannot run did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("fp8_block128"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;
