@@ -4,6 +4,7 @@
     out = moekit.fused_experts(hidden, w13, w2, topk_weights, topk_ids)        # vLLM's layouts
     topk_weights, topk_ids = moekit.route(router_logits, top_k=8)
     out = moekit.fused_moe(hidden, router_logits, w13, w2, top_k=8)
+    moekit.preload()                       # load the CUDA kernels now, not at the first call
     q, scale = moekit.quantize_weights(w13, "fp8_per_channel")
 
 Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and torch tensors
@@ -35,6 +36,7 @@ from ._ops import (
     fused_experts,
     fused_moe,
     model_presets,
+    preload,
     preset_problem,
     resolve_scheme,
     route,
@@ -54,6 +56,7 @@ __all__ = [
     "fused_experts",
     "fused_moe",
     "model_presets",
+    "preload",
     "preset_problem",
     "quantize_weights",
     "resolve_scheme",

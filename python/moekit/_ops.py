@@ -452,6 +452,31 @@ def model_presets():
     return list(_C.model_presets())
 
 
+def preload(device=None) -> dict:
+    """Load every moekit CUDA kernel on `device` now, and say what that cost.
+
+    The first CUDA call on a device does this anyway (CUDA loads modules lazily; moekit loads all
+    of its kernels at once so that no later call, at any batch size, pays a load): call it at model
+    load to keep it off the first request. device: an int, a torch.device / "cuda:1", or None for
+    the current device. Once per process and device; later calls return the numbers of that load:
+    {"device", "loaded_now", "kernels", "context_ms", "load_ms", "slowest": [(kernel, ms), ...]}.
+    Raises NotImplementedError without the CUDA backend or a Hopper GPU.
+    """
+    if device is None:
+        index = -1
+        torch = T.torch_module()
+        if torch is not None and torch.cuda.is_initialized():
+            index = torch.cuda.current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        dev = str(device)
+        if not dev.startswith("cuda"):
+            raise ValueError(f"device must be a CUDA device, got {device!r}")
+        index = int(dev.split(":", 1)[1]) if ":" in dev else -1
+    return _C.preload(int(index))
+
+
 def cuda_available() -> Tuple[bool, str]:
     """(True, "") when this build has the CUDA backend and a Hopper GPU is visible, else (False, why)."""
     return tuple(_C.cuda_available())

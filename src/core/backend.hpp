@@ -21,6 +21,8 @@ struct CudaBackendV1 {
   /// The kernel paths the router picks for `problem` under the forced name (null = auto) on
   /// `device` (-1 = current): "gemm1=swapab(split_k=8) gemm2=mma"; the reason in *why.
   std::string (*describe_dispatch)(const MoeProblem& problem, const char* forced, int device, std::string* why);
+  /// moekit::preload: load every kernel on `device` (-1 = current) and report what it cost.
+  PreloadReport (*preload)(int device);
 };
 
 /// The linked CUDA backend, or nullptr when this binary has none.
