@@ -12,6 +12,8 @@ asked for (default: LAZY, which torch and CUDA 12.2+ default to, and EAGER for c
   py-preload   the same with moekit.preload() before the first call.
   py-direct    the first call without the torch op (backend="cuda": moekit's own path).
   py-profile   py under cProfile: where the first call's host time goes, by function.
+  py-int64     py with torch.topk's int64 ids and bf16 weights: the first call converts them, so
+               torch's cast kernels load inside it (torch's modules, not moekit's).
 Each process reports its phases on the wall clock (time.time_ns in Python, steady_clock in C++),
 the preload's own numbers (kernels, ms, the slowest kernels; moekit.preload() after the call
 returns them) and, for Python, the modules the first call imported. The parent adds the process
@@ -41,7 +43,7 @@ from typing import Dict, List, Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MARK = "COLD_START_JSON "
-SCENARIOS = ("cpp", "cpp-preload", "py", "py-preload", "py-direct", "py-profile")
+SCENARIOS = ("cpp", "cpp-preload", "py", "py-preload", "py-direct", "py-profile", "py-int64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,7 +72,10 @@ def child(args) -> None:
     logits = torch.randn(M, E, device="cuda", generator=g)
     topk_w, topk_ids = torch.softmax(logits, -1).topk(k, dim=-1)
     topk_w = (topk_w / topk_w.sum(-1, keepdim=True)).float().contiguous()
-    topk_ids = topk_ids.to(torch.int32).contiguous()
+    if args.child == "py-int64":  # as torch.topk returns them: moekit converts inside the call
+        topk_w = topk_w.to(torch.bfloat16)
+    else:
+        topk_ids = topk_ids.to(torch.int32).contiguous()
     torch.cuda.synchronize()
     rec["t_inputs"] = time.time_ns()
 
@@ -189,7 +194,7 @@ def py_row(rec: Dict[str, object], t_spawn: int) -> Dict[str, object]:
     row["preload_context_ms"] = pre.get("context_ms")
     row["preload_slowest"] = pre.get("slowest")
     # The first call minus the kernel load inside it: Python, torch dispatch, allocation, launches.
-    if rec["scenario"] in ("py", "py-direct", "py-profile") and pre.get("load_ms") is not None:
+    if rec["scenario"] in ("py", "py-direct", "py-profile", "py-int64") and pre.get("load_ms") is not None:
         row["first_call_without_preload_ms"] = row["first_call_ms"] - pre["load_ms"]
     for key in ("modules_imported_by_first_call", "modules_imported_by_first_call_sample",
                 "modules_imported_by_import_moekit", "torch", "torch_cuda", "device", "cuda_libs", "moekit_file",
