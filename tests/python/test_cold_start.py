@@ -93,6 +93,53 @@ def test_cold_start_rows_split_the_first_call():
     assert cs.preset_shape("qwen3-30b-a3b", 8) == (128, 8, 2048, 96)
 
 
+FAKE_CHILD = r"""#!/usr/bin/env python3
+# Stands in for the Python interpreter of cold_start.py's children: one fresh-process record.
+import json, os, sys, time
+scenario = sys.argv[sys.argv.index("--child") + 1]
+now = time.time_ns()
+ms = 1_000_000
+first = float(os.environ["FAKE_FIRST_MS"])
+rec = {"scenario": scenario, "t_script": now, "t_torch": now + 900 * ms, "t_context": now + 1200 * ms,
+       "t_inputs": now + 1300 * ms, "t_import": now + 1318 * ms, "t_preload": now + 1318 * ms,
+       "t_first": now + 1318 * ms + int(first * ms), "steady_ms": 0.43, "steady_min_ms": 0.42,
+       "preload": {"device": 0, "loaded_now": False, "kernels": 75, "context_ms": 0.0, "load_ms": 40.0,
+                   "slowest": [["swapab_sm90_kernel<...>", 2.5]]},
+       "modules_imported_by_first_call": 0, "modules_imported_by_first_call_sample": [],
+       "modules_imported_by_import_moekit": 12, "torch": "2.11", "torch_cuda": "13.0", "device": "fake",
+       "cuda_libs": ["/x/libcudart.so.13"], "moekit_file": "", "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "")}
+if scenario == "py-profile":
+    rec["profile"] = "   ncalls  tottime  percall  cumtime  percall filename:lineno(function)"
+print("COLD_START_JSON " + json.dumps(rec))
+"""
+
+
+@pytest.mark.parametrize("first_ms,rc", [(60.0, 0), (3700.0, 1)])
+def test_cold_start_parent_runs_the_scenarios_and_applies_the_bound(tmp_path, first_ms, rc):
+    cs = load_script("cold_start")
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_CHILD.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    fake.chmod(0o755)
+    out = tmp_path / "cold.json"
+    os.environ["FAKE_FIRST_MS"] = str(first_ms)
+    try:
+        got = cs.main(["--scenarios", "cpp,py,py-profile", "--loading", "LAZY,EAGER", "--repeats", "2",
+                       "--python", str(fake), "--build-dir", str(tmp_path / "no-build"), "--json", str(out)])
+    finally:
+        del os.environ["FAKE_FIRST_MS"]
+    assert got == rc
+    doc = json.loads(out.read_text())
+    by = {(s["loading"], s["scenario"]): s for s in doc["summary"]}
+    # EAGER runs only cpp and py by default; cpp is skipped without the C++ tool.
+    assert set(by) == {("LAZY", "py"), ("LAZY", "py-profile"), ("EAGER", "py")}
+    assert doc["rows"][0]["loading"] == "LAZY" and doc["fatbin_audit"] == {}
+    s = by[("LAZY", "py")]
+    assert s["runs"] == 2 and s["first_call_ms"] == pytest.approx(first_ms, abs=0.01)
+    assert s["first_call_without_preload_ms"] == pytest.approx(first_ms - 40.0, abs=0.01)
+    assert s["import_moekit_ms"] == pytest.approx(18.0, abs=0.01)
+    assert doc["max_ms"] == 200 and doc["commit"]
+
+
 # ---- on the GPU machine ----------------------------------------------------------------------
 
 def _cuda_ready():

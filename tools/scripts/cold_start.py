@@ -25,7 +25,8 @@ wall time and a fatbin audit of the binaries (tools/scripts/fatbin_report.py: SA
 
 The Python scenarios import the moekit that `python3 -c "import moekit"` finds (pip install .,
 tests/python/run.sh); --pythonpath DIR puts a build's package first. Exit 1 when a scenario's
-median cold time (preload + first call) is above --max-ms (default 200) under LAZY loading.
+median cold time (preload + first call) is above --max-ms (default 200) under LAZY loading
+(py-profile excepted: cProfile slows the call it measures).
 """
 
 from __future__ import annotations
@@ -227,14 +228,14 @@ def print_table(summary: List[Dict[str, object]]) -> None:
     cols = [("loading", "loading", "{}"), ("scenario", "scenario", "{}"), ("runs", "n", "{}"),
             ("import_torch_ms", "torch", "{:.0f}"), ("context_ms", "ctx", "{:.0f}"),
             ("import_moekit_ms", "import", "{:.1f}"), ("preload_ms", "preload()", "{:.1f}"),
-            ("first_call_ms", "1st call", "{:.1f}"), ("preload_load_ms", "of: load", "{:.1f}"),
+            ("first_call_ms", "1st call", "{:.1f}"), ("preload_load_ms", "load", "{:.1f}"),
             ("first_call_without_preload_ms", "rest", "{:.1f}"), ("cold_ms", "cold", "{:.1f}"),
             ("steady_ms", "steady", "{:.3f}"), ("process_ms", "process", "{:.0f}")]
     print("  ".join(f"{h:>10}" for _, h, _ in cols))
     for s in summary:
         print("  ".join(f"{(fmt.format(s[k]) if k in s else '-'):>10}" for k, _, fmt in cols))
-    print("(ms, medians; cold = preload() + first call; 'of: load' = moekit's kernel preload inside it, "
-          "'rest' = the first call without it)")
+    print("(ms, medians; cold = preload() + first call; load = moekit's kernel preload, inside the first call "
+          "or, in the *-preload scenarios, inside preload(); rest = the first call without the load)")
 
 
 def git_commit() -> str:
@@ -381,7 +382,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 (the audit is a diagnostic)
         print(f"fatbin audit failed: {e}", file=sys.stderr)
 
-    failed = [s for s in summary if s["loading"] in ("LAZY", "DEFAULT") and s.get("cold_ms", 0) > args.max_ms]
+    # The bound (BRIEF §4) under the default loading; py-profile's cProfile overhead does not count.
+    failed = [s for s in summary if s["loading"] in ("LAZY", "DEFAULT") and s["scenario"] != "py-profile"
+              and s.get("cold_ms", 0) > args.max_ms]
     for s in failed:
         print(f"ABOVE THE BOUND: {s['scenario']} ({s['loading']}) cold {s['cold_ms']:.1f} ms > {args.max_ms:.0f} ms",
               file=sys.stderr)
