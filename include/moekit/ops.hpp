@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "moekit/problem.hpp"
 #include "moekit/tensor.hpp"
@@ -97,16 +99,37 @@ void fused_experts(const FusedExpertsArgs& args, const Options& options = {});
 void fused_moe(const FusedMoeArgs& args, const Options& options = {});
 
 /// The kernel paths a call of `problem` runs with `options` (options.path, else MOEKIT_PATH, else
-/// the router), as MOEKIT_LOG_DISPATCH=1 prints them: "gemm1=swapab(split_k=8) gemm2=mma" on
-/// the CUDA backend (current device, tensors assumed 16-byte aligned), "cpu" on the reference.
+/// the router), as MOEKIT_LOG_DISPATCH=1 prints them: "gemm1=swapab(split_k=8) gemm2=tokmajor"
+/// or "fused" on the CUDA backend (current device; tensors assumed 256-byte aligned, as caching
+/// allocators hand them out: a real call whose weights or activations are not 16-byte aligned,
+/// which the TMA of Swap-AB and token-major needs, can run another path), "cpu" on the reference.
 /// `why` (if not null) receives the router's reason. Throws as the call would for a bad path
 /// name (kInvalidArgument) or a forced path that cannot run the problem (kNotSupported).
-/// Path names: "auto", "mma" (mma.sync token-major grouped GEMM), "swapab" (Swap-AB wgmma),
-/// "fused" (reserved for the single-launch path; not built yet).
+/// Path names: "auto" (the router), "mma" (mma.sync grouped GEMM, 64-token tiles), "swapab"
+/// (Swap-AB wgmma + TMA: decode), "tokmajor" (token-major wgmma, warp-specialized: prefill),
+/// "fused" (routing to combine in one cooperative launch: the smallest shards at low concurrency).
 std::string describe_dispatch(const MoeProblem& problem, const Options& options = {}, std::string* why = nullptr);
 
 /// True when this build has the CUDA backend and a Hopper (sm_90) GPU is visible. `why` (if not
-/// null) receives the reason when false.
+/// null) receives the reason when false. When the probed device (0) is the current one, this also
+/// loads the kernels there, as preload() does.
 bool cuda_available(std::string* why = nullptr);
+
+/// What loading moekit's kernels on a device cost (see preload()).
+struct PreloadReport {
+  int device = -1;
+  bool loaded_now = false;  ///< this call loaded them (false: an earlier call or the first op had)
+  int kernels = 0;          ///< every kernel a call can launch
+  double context_ms = 0;    ///< of load_ms: making the device's primary context (~0 when it existed)
+  double load_ms = 0;       ///< wall time of the load, host clock
+  std::vector<std::pair<std::string, double>> slowest;  ///< the 5 slowest kernels to load (name, ms)
+};
+
+/// Loads every moekit CUDA kernel on `device` (-1: the current device) now. The first CUDA call on
+/// a device does it anyway (CUDA loads modules lazily; moekit loads them all at once so that no
+/// later call, at any batch size, pays a load): call this at model load to keep it off the first
+/// request. Once per process and device; later calls return the numbers of that load. Not inside a
+/// CUDA-graph capture. Throws Error(kNotSupported) without the CUDA backend or a Hopper device.
+PreloadReport preload(int device = -1);
 
 }  // namespace moekit

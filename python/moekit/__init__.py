@@ -5,6 +5,7 @@
     topk_weights, topk_ids = moekit.route(router_logits, top_k=8)
     out = moekit.fused_moe(hidden, router_logits, w13, w2, top_k=8)
     o_fp8, o_scale = moekit.inv_rope_fp8_quant(o, positions, cos_sin_cache, num_groups=2)  # DeepSeek-V4
+    moekit.preload()                       # load the CUDA kernels now, not at the first call
     q, scale = moekit.quantize_weights(w13, "fp8_per_channel")
 
 Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and torch tensors
@@ -36,6 +37,7 @@ from ._ops import (
     fused_experts,
     fused_moe,
     model_presets,
+    preload,
     preset_problem,
     resolve_scheme,
     route,
@@ -57,6 +59,7 @@ __all__ = [
     "fused_moe",
     "inv_rope_fp8_quant",
     "model_presets",
+    "preload",
     "preset_problem",
     "quantize_weights",
     "resolve_scheme",

@@ -315,27 +315,68 @@ def _torch_ops_ready() -> bool:
     return _torch_ops.REGISTERED
 
 
-def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, *, activation: str = "silu",
-                  apply_router_weight_on_input: bool = False, expert_map=None, scheme: Optional[str] = None,
-                  w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None,
-                  block_shape: Optional[Sequence[int]] = None, w1_bias=None, w2_bias=None, inplace: bool = False,
-                  use_fp8_w8a8: bool = False, per_channel_quant: bool = False, global_num_experts: int = -1,
-                  swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, out=None, backend: str = "auto",
-                  path: Optional[str] = None, num_threads: int = 0, workspace=None):
-    """The MoE layer with routing given (vLLM's fused_experts).
+# vLLM's fused_experts contract that fused_experts follows, positional order included: vLLM v0.10.2
+# (vllm/model_executor/layers/fused_moe/fused_moe.py), the last release whose fused_experts takes
+# the quantization flags; from v0.11 they travel in quant_config (FusedMoEQuantConfig).
+VLLM_FUSED_EXPERTS_CONTRACT = "vLLM v0.10.2"
+# vLLM's quantization flags and arguments that moekit has no kernels for: accepted (the signature
+# is vLLM's), refused when set.
+_REFUSED_FLAGS = ("use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "use_mxfp4_w4a4")
+_REFUSED_TENSORS = ("w1_zp", "w2_zp")
+
+
+def _refuse_unsupported(flags: dict, tensors: dict) -> None:
+    set_flags = [name for name in _REFUSED_FLAGS if flags.get(name)]
+    given = [name for name in _REFUSED_TENSORS if tensors.get(name) is not None]
+    if set_flags or given:
+        what = ", ".join([f"{n}=True" for n in set_flags] + [f"{n} (zero points)" for n in given])
+        raise NotImplementedError(
+            f"moekit.fused_experts: {what} is not supported: moekit runs bf16/fp16 and fp8 (e4m3) weights "
+            f"({', '.join(SCHEMES)}); int8 / int4 / mxfp4 weights and zero points are not implemented"
+        )
+
+
+def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool = False, activation: str = "silu",
+                  apply_router_weight_on_input: bool = False, use_fp8_w8a8: bool = False,
+                  use_int8_w8a8: bool = False, use_int8_w8a16: bool = False, use_int4_w4a16: bool = False,
+                  use_mxfp4_w4a4: bool = False, per_channel_quant: bool = False, global_num_experts: int = -1,
+                  expert_map=None, w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None, a1_scale=None,
+                  a2_scale=None, block_shape: Optional[Sequence[int]] = None, allow_deep_gemm: bool = False,
+                  allow_cutlass_block_scaled_grouped_gemm: bool = False, w1_bias=None, w2_bias=None, *,
+                  scheme: Optional[str] = None, swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, out=None,
+                  backend: str = "auto", path: Optional[str] = None, num_threads: int = 0, workspace=None):
+    """The MoE layer with routing given: vLLM's fused_experts, with the signature of vLLM v0.10.2.
+
+    The positional order and the defaults are those of vLLM v0.10.2's
+    vllm.model_executor.layers.fused_moe.fused_experts (the last release whose fused_experts takes
+    the quantization flags; vLLM 0.11 moved them into a quant_config object), so a call written for
+    it runs here unchanged. Not supported, and refused with NotImplementedError naming them:
+    use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, use_mxfp4_w4a4 and the zero points w1_zp / w2_zp.
+    allow_deep_gemm and allow_cutlass_block_scaled_grouped_gemm only permit other vLLM backends and
+    are ignored; global_num_experts, when given with expert_map, must equal its length.
 
     hidden_states [M, K] bf16/fp16; w1 = w13 [E, 2N, K] (gate rows, then up rows); w2 [E, K, N];
     topk_weights [M, k] (fp32; bf16/fp16 are converted); topk_ids [M, k] int32 (int64 is converted,
-    one small copy). scheme: "bf16", "fp8_per_tensor", "fp8_per_channel", "fp8_block128"; when None
-    it follows vLLM's use_fp8_w8a8 / per_channel_quant / block_shape flags or the weights' dtype.
-    Scales are fp32 dequantization multipliers: w1_scale [E] / [E, 2N] (or [E, 2N, 1]) /
-    [E, ceil(2N/128), ceil(K/128)]; a1_scale, a2_scale static per-tensor activation scales.
-    w1_bias [E, 2N], w2_bias [E, K]. expert_map [E_global] maps global ids to local ones (-1 = not
-    here). activation: "silu", "gelu", "swigluoai" (gpt-oss, with swiglu_alpha/limit).
-    inplace writes the result into hidden_states (through a temporary: moekit's output never aliases
-    its input) and returns it. Returns out [M, K] in the dtype of hidden_states.
+    one small copy). inplace writes the result into hidden_states (through a temporary: moekit's
+    output never aliases its input) and returns it. activation: "silu", "gelu", "swigluoai"
+    (gpt-oss, with swiglu_alpha/limit). The scheme follows use_fp8_w8a8 / per_channel_quant /
+    block_shape ([128, 128] only) or the weights' dtype, unless the keyword-only `scheme` ("bf16",
+    "fp8_per_tensor", "fp8_per_channel", "fp8_block128") says it. Scales are fp32 dequantization
+    multipliers: w1_scale [E] / [E, 2N] (or [E, 2N, 1]) / [E, ceil(2N/128), ceil(K/128)]; a1_scale,
+    a2_scale static per-tensor activation scales. w1_bias [E, 2N], w2_bias [E, K]. expert_map
+    [E_global] maps global ids to local ones (-1 = not here). Keyword-only, moekit's own: scheme,
+    swiglu_alpha, swiglu_limit, out, backend, path, num_threads, workspace. Returns out [M, K] in
+    the dtype of hidden_states.
     """
-    del global_num_experts  # vLLM's argument; moekit takes E_global from expert_map
+    _refuse_unsupported(
+        dict(use_int8_w8a8=use_int8_w8a8, use_int8_w8a16=use_int8_w8a16, use_int4_w4a16=use_int4_w4a16,
+             use_mxfp4_w4a4=use_mxfp4_w4a4),
+        dict(w1_zp=w1_zp, w2_zp=w2_zp))
+    del allow_deep_gemm, allow_cutlass_block_scaled_grouped_gemm  # other vLLM backends: nothing to do here
+    if global_num_experts not in (-1, None) and expert_map is not None and len(expert_map.shape) == 1 \
+            and int(global_num_experts) != int(expert_map.shape[0]):
+        raise ValueError(f"global_num_experts is {global_num_experts} but expert_map has {expert_map.shape[0]} "
+                         "entries (one per global expert)")
     for name, x in (("hidden_states", hidden_states), ("w1", w1), ("w2", w2)):
         T.check_array(name, x)
     scheme = resolve_scheme(scheme, w1, w1_scale, block_shape, use_fp8_w8a8, per_channel_quant)
@@ -450,6 +491,31 @@ def preset_problem(name: str, num_tokens: int, tp: int = 1, scheme: str = "bf16"
 
 def model_presets():
     return list(_C.model_presets())
+
+
+def preload(device=None) -> dict:
+    """Load every moekit CUDA kernel on `device` now, and say what that cost.
+
+    The first CUDA call on a device does this anyway (CUDA loads modules lazily; moekit loads all
+    of its kernels at once so that no later call, at any batch size, pays a load): call it at model
+    load to keep it off the first request. device: an int, a torch.device / "cuda:1", or None for
+    the current device. Once per process and device; later calls return the numbers of that load:
+    {"device", "loaded_now", "kernels", "context_ms", "load_ms", "slowest": [(kernel, ms), ...]}.
+    Raises NotImplementedError without the CUDA backend or a Hopper GPU.
+    """
+    if device is None:
+        index = -1
+        torch = T.torch_module()
+        if torch is not None and torch.cuda.is_initialized():
+            index = torch.cuda.current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        dev = str(device)
+        if not dev.startswith("cuda"):
+            raise ValueError(f"device must be a CUDA device, got {device!r}")
+        index = int(dev.split(":", 1)[1]) if ":" in dev else -1
+    return _C.preload(int(index))
 
 
 def cuda_available() -> Tuple[bool, str]:

@@ -141,6 +141,29 @@ NB_MODULE(_C, m) {
     return std::make_pair(ok, why);
   });
 
+  // moekit.preload: load every kernel on a device now (the first call does it otherwise), and
+  // what that load cost, as a dict (tools/scripts/cold_start.py reads it).
+  m.def(
+      "preload",
+      [](int device) {
+        moekit::PreloadReport r;
+        {
+          nb::gil_scoped_release release;
+          r = moekit::preload(device);
+        }
+        nb::dict d;
+        d["device"] = r.device;
+        d["loaded_now"] = r.loaded_now;
+        d["kernels"] = r.kernels;
+        d["context_ms"] = r.context_ms;
+        d["load_ms"] = r.load_ms;
+        nb::list slowest;
+        for (const auto& [name, ms] : r.slowest) slowest.append(nb::make_tuple(name, ms));
+        d["slowest"] = slowest;
+        return d;
+      },
+      "device"_a = -1);
+
   nb::class_<TensorView>(m, "TensorView")
       .def(nb::init<>(), "An absent (optional, not given) tensor.")
       .def(

@@ -24,6 +24,8 @@ struct CudaBackendV1 {
   std::string (*describe_dispatch)(const MoeProblem& problem, const char* forced, int device, std::string* why);
   /// inv_rope_fp8_quant (src/cuda/kernels/rope_quant/): one launch on call.stream.
   void (*run_inv_rope_fp8_quant)(const InvRopeQuantCall& call);
+  /// moekit::preload: load every kernel on `device` (-1 = current) and report what it cost.
+  PreloadReport (*preload)(int device);
 };
 
 /// The linked CUDA backend, or nullptr when this binary has none.

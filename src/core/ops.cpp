@@ -120,6 +120,15 @@ std::string describe_dispatch(const MoeProblem& problem, const Options& options,
   return cuda->describe_dispatch(problem, forced, -1, why);
 }
 
+PreloadReport preload(int device) {
+  const detail::CudaBackendV1* cuda = detail::cuda_backend();
+  if (cuda == nullptr)
+    throw Error(Status::kNotSupported,
+                "this build of moekit has no CUDA backend (configure with -DMOEKIT_ENABLE_CUDA=ON "
+                "and link moekit::cuda)");
+  return cuda->preload(device);
+}
+
 bool cuda_available(std::string* why) {
   const detail::CudaBackendV1* cuda = detail::cuda_backend();
   if (cuda == nullptr) {

@@ -1,6 +1,6 @@
-// The kernel-path router of the CUDA backend: per call, which GEMM implementation runs GEMM1 and
-// GEMM2 (Swap-AB wgmma or the mma.sync grouped GEMM) and with which split-K, from host-known
-// sizes only (the per-expert token counts live on the device; the host never syncs). Host code,
+// The kernel-path router of the CUDA backend: per call, either the fused single launch or which
+// GEMM implementation runs GEMM1 and GEMM2 (Swap-AB wgmma, token-major wgmma or the mma.sync
+// grouped GEMM) and with which split-K, from host-known sizes only (the per-expert token counts live on the device; the host never syncs). Host code,
 // no CUDA: backend.cu asks the kernels' can_implement and hands the answers in; the CPU tests
 // call choose_paths directly. The heuristic's constants sit in one table (kRouterTable) to retune.
 #pragma once

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/backend.hpp"
 #include "core/path_router.hpp"
@@ -261,6 +263,32 @@ std::string describe_dispatch(const MoeProblem& problem, const char* forced, int
   return plan.describe();
 }
 
+// moekit::preload: device_ok's checks, then the load (device_ok does it for the current device;
+// preload_kernels is a no-op after the first time), then the numbers that load recorded.
+PreloadReport preload_report(int device) {
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // no usable device: device_ok(0) says why, as kNotSupported
+    device = 0;
+  }
+  const bool before = kernels_preloaded(device);
+  std::string why;
+  if (!device_ok(device, &why)) throw Error(Status::kNotSupported, why);
+  preload_kernels(device);
+  PreloadReport r;
+  r.device = device;
+  r.loaded_now = !before;
+  PreloadStats st;
+  if (preload_stats(device, &st)) {
+    r.kernels = st.kernels;
+    r.context_ms = st.context_seconds * 1e3;
+    r.load_ms = st.seconds * 1e3;
+    std::vector<std::pair<const char*, double>> slow = st.per_kernel;
+    std::sort(slow.begin(), slow.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    for (std::size_t i = 0; i < slow.size() && i < 5; ++i) r.slowest.emplace_back(slow[i].first, slow[i].second * 1e3);
+  }
+  return r;
+}
+
 void run_route(const detail::RouteCall& call) {
   if (call.num_tokens <= 0) return;
   DeviceGuard guard(call.device);
@@ -462,8 +490,8 @@ void run_inv_rope_fp8_quant(const detail::InvRopeQuantCall& c) {
   launch_inv_rope_quant_sm90(p, static_cast<int>(c.head_dim), c.stream);
 }
 
-const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,    &run_moe, &run_route,
-                                        &describe_dispatch, &run_inv_rope_fp8_quant};
+const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,         &run_moe, &run_route,
+                                        &describe_dispatch, &run_inv_rope_fp8_quant, &preload_report};
 
 }  // namespace
 }  // namespace moekit::cuda

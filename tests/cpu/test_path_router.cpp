@@ -1,6 +1,9 @@
-// The kernel-path router's choice function (src/core/path_router.cpp), host only: deterministic,
-// decode -> Swap-AB and prefill -> mma, a GEMM Swap-AB declines falls back to mma under auto,
-// forced names are honoured, unknown names and impossible forced paths are errors.
+// The kernel-path router's choice function (src/core/path_router.cpp), host only: deterministic;
+// the fused single launch only where it can run and wins (smallest shards, fewest slots); decode
+// -> Swap-AB, prefill -> token-major wgmma (mma where token-major cannot run, and between the two
+// for small shards); a GEMM Swap-AB or token-major declines falls back per GEMM under auto; split-K
+// fills the SMs; forced names ("auto", "mma", "swapab", "tokmajor", "fused") are honoured, unknown
+// names and impossible forced paths are errors.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

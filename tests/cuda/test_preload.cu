@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -85,6 +86,24 @@ TEST(Preload, CudaAvailableLoadsEveryKernel) {
     EXPECT_GT(attr.maxThreadsPerBlock, 0) << k.name;
     EXPECT_GE(attr.ptxVersion, 0) << k.name;
   }
+}
+
+TEST(Preload, PublicPreloadReportsTheLoad) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const moekit::PreloadReport r = moekit::preload(-1);  // the current device
+  EXPECT_EQ(r.device, 0);
+  EXPECT_EQ(r.kernels, static_cast<int>(moekit::cuda::registered_kernels().size()));
+  EXPECT_GT(r.load_ms, 0.0);
+  EXPECT_GE(r.load_ms, r.context_ms);
+  ASSERT_EQ(r.slowest.size(), std::min<std::size_t>(5, moekit::cuda::registered_kernels().size()));
+  for (std::size_t i = 1; i < r.slowest.size(); ++i) EXPECT_GE(r.slowest[i - 1].second, r.slowest[i].second);
+  EXPECT_TRUE(moekit::cuda::kernels_preloaded(0));
+  // Later calls load nothing and report the same load.
+  const moekit::PreloadReport again = moekit::preload(0);
+  EXPECT_FALSE(again.loaded_now);
+  EXPECT_EQ(again.load_ms, r.load_ms);
+  EXPECT_EQ(again.kernels, r.kernels);
 }
 
 TEST(Preload, EveryVisibleHopperDeviceLoads) {

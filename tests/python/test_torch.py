@@ -66,6 +66,27 @@ def test_ops_are_registered():
 
 # ------------------------------------------------------------------------ CPU torch tensors
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_vllm_positional_call_on_torch_tensors(device):
+    """A call written for vLLM v0.10.2's fused_experts, positionally, through the torch op; its int
+    flags refused by name (tests/python/test_vllm_signature.py has the full contract on numpy)."""
+    d = make(M=9, K=64, N=32, device=device)
+    ref = moekit.fused_experts(d["hidden"], d["w1"], d["w2"], d["topk_weights"], d["topk_ids"])
+    h = d["hidden"].clone()
+    # hidden, w1, w2, topk_weights, topk_ids, inplace, activation, apply_router_weight_on_input,
+    # use_fp8_w8a8, use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, use_mxfp4_w4a4, per_channel_quant,
+    # global_num_experts, expert_map
+    out = moekit.fused_experts(h, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"], True, "silu", False, False,
+                               False, False, False, False, False, -1, None)
+    assert out is h
+    torch.testing.assert_close(h, ref, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="use_int4_w4a16"):
+        moekit.fused_experts(h, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"], False, "silu", False, False,
+                             False, False, True)
+    with pytest.raises(NotImplementedError, match="w1_zp"):
+        moekit.fused_experts(h, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"], w1_zp=torch.zeros(1))
+
+
 def test_cpu_tensors_match_numpy_path():
     import ml_dtypes
 

@@ -7,12 +7,15 @@
 // "No run-time compilation, nothing lazy").
 //
 // preload_kernels is called by device_ok for the caller's current device (so
-// moekit::cuda_available() and the first eager call do it) and at the top of run_moe, run_route
-// and the parallel EP entries; after the first time on a device it is one atomic load. It calls cudaFuncGetAttributes, a non-stream API: make the first
-// call on a device eagerly, not inside a CUDA-graph capture.
+// moekit::cuda_available(), moekit::preload() and the first eager call do it) and at the top of
+// run_moe, run_route and the parallel EP entries; after the first time on a device it is one
+// atomic load. It calls cudaFuncGetAttributes, a non-stream API: make the first call on a device
+// eagerly, not inside a CUDA-graph capture. MOEKIT_PRELOAD_LOG=1 prints what it cost (one line
+// on stderr); preload_stats keeps the numbers.
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace moekit::cuda {
@@ -35,6 +38,19 @@ void preload_kernels(int device);
 
 /// Whether preload_kernels(device) has completed in this process (for tests).
 bool kernels_preloaded(int device);
+
+/// What the preload of one device cost (recorded once, by the preload_kernels call that did it):
+/// the cold-start numbers of moekit::preload's report and tools/cold_start (docs/perf.md "Cold
+/// start"). Host wall clock, steady_clock.
+struct PreloadStats {
+  int kernels = 0;
+  double context_seconds = 0;  // a context query first: the primary context, when the process had none
+  double seconds = 0;          // every cudaFuncGetAttributes, context included
+  std::vector<std::pair<const char*, double>> per_kernel;  // (name, seconds), registration order
+};
+
+/// The stats of the completed preload of `device`; false (and *out untouched) when none has run.
+bool preload_stats(int device, PreloadStats* out);
 
 /// Defined at namespace scope by MOEKIT_REGISTER_KERNEL: its constructor registers one kernel.
 struct KernelRegistrar {
