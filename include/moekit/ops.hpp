@@ -33,6 +33,10 @@ struct Options {
   const char* path = nullptr;
   /// CPU backend threads (0 = hardware concurrency).
   int num_threads = 0;
+  /// Debug mode: check for a bad expert id right after the call and throw Error(kInvalidArgument)
+  /// naming it (synchronizes the stream; moekit/faults.hpp). MOEKIT_DEBUG_FAULTS=1 does the same
+  /// for every call. Off: bad ids are recorded for moekit::check_faults, nothing waits.
+  bool debug_faults = false;
 };
 
 /// Expert weights as stored: w13 [E, 2N, K] (gate rows [0,N), up rows [N,2N)), w2 [E, K, N].
