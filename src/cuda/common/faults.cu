@@ -72,15 +72,7 @@ bool take_device_fault(void* stream_ptr, Fault* fault, bool* capturing) {
   if (capturing != nullptr) *capturing = false;
   if (!g_any_resolved.load(std::memory_order_acquire)) return false;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  int device = -1;
-  if (stream != nullptr) {
-    MOEKIT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
-  } else {
-    MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  }
-  FaultRecord* rec = lookup(device);
-  if (rec == nullptr) return false;  // no moekit call ever ran on this device
-
+  // First, and nothing else before it: a query that is legal while the stream captures.
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MOEKIT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   if (status != cudaStreamCaptureStatusNone) {
@@ -92,6 +84,14 @@ bool take_device_fault(void* stream_ptr, Fault* fault, bool* capturing) {
                 "check_faults: the stream is capturing a CUDA graph (a capture cannot synchronize); "
                 "check after the graph's launch instead");
   }
+  int device = -1;
+  if (stream != nullptr) {
+    MOEKIT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  } else {
+    MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  }
+  FaultRecord* rec = lookup(device);
+  if (rec == nullptr) return false;  // no moekit call ever ran on this device
   int previous = device;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&previous));
   if (previous != device) MOEKIT_CUDA_CHECK(cudaSetDevice(device));
