@@ -58,14 +58,16 @@ struct ExpertWeights {
 struct FusedExpertsArgs {
   TensorView hidden;        ///< [M, K] bf16 or fp16
   ExpertWeights weights;
-  TensorView topk_ids;      ///< [M, k] int32, global expert ids
+  TensorView topk_ids;      ///< [M, k] int32, global expert ids in [0, E_global), or -1 (masked);
+                            ///< others are dropped and recorded (moekit/faults.hpp)
   TensorView topk_weights;  ///< [M, k] fp32
   TensorView out;           ///< [M, K], dtype of hidden; every element is written
   Scheme scheme = Scheme::kBf16;
   ActivationConfig activation{};
   TensorView a13_scale;     ///< optional fp32 [1]: static activation scale (kFp8PerTensor)
   TensorView a2_scale;      ///< optional fp32 [1]: static intermediate scale (kFp8PerTensor)
-  TensorView expert_map;    ///< optional int32 [E_global]: global id -> local id, -1 = not here
+  TensorView expert_map;    ///< optional int32 [E_global]: global id -> local id, -1 = not here;
+                            ///< entries outside [0, E) and not -1 are recorded (moekit/faults.hpp)
   /// Multiply the router weight into GEMM1's result (before its bias) instead of GEMM2's.
   bool apply_router_weight_on_input = false;
 };
