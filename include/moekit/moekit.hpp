@@ -3,6 +3,7 @@
 
 #include "moekit/checkpoint.hpp"
 #include "moekit/error.hpp"
+#include "moekit/faults.hpp"
 #include "moekit/ops.hpp"
 #include "moekit/parallel.hpp"
 #include "moekit/presets.hpp"

@@ -35,6 +35,10 @@ struct Options {
   const char* path = nullptr;
   /// CPU backend threads (0 = hardware concurrency).
   int num_threads = 0;
+  /// Debug mode: check for a bad expert id right after the call and throw Error(kInvalidArgument)
+  /// naming it (synchronizes the stream; moekit/faults.hpp). MOEKIT_DEBUG_FAULTS=1 does the same
+  /// for every call. Off: bad ids are recorded for moekit::check_faults, nothing waits.
+  bool debug_faults = false;
 };
 
 /// Expert weights as stored: w13 [E, 2N, K] (gate rows [0,N), up rows [N,2N)), w2 [E, K, N].
@@ -56,14 +60,16 @@ struct ExpertWeights {
 struct FusedExpertsArgs {
   TensorView hidden;        ///< [M, K] bf16 or fp16
   ExpertWeights weights;
-  TensorView topk_ids;      ///< [M, k] int32, global expert ids
+  TensorView topk_ids;      ///< [M, k] int32, global expert ids in [0, E_global), or -1 (masked);
+                            ///< others are dropped and recorded (moekit/faults.hpp)
   TensorView topk_weights;  ///< [M, k] fp32
   TensorView out;           ///< [M, K], dtype of hidden; every element is written
   Scheme scheme = Scheme::kBf16;
   ActivationConfig activation{};
   TensorView a13_scale;     ///< optional fp32 [1]: static activation scale (kFp8PerTensor)
   TensorView a2_scale;      ///< optional fp32 [1]: static intermediate scale (kFp8PerTensor)
-  TensorView expert_map;    ///< optional int32 [E_global]: global id -> local id, -1 = not here
+  TensorView expert_map;    ///< optional int32 [E_global]: global id -> local id, -1 = not here;
+                            ///< entries outside [0, E) and not -1 are recorded (moekit/faults.hpp)
   /// Multiply the router weight into GEMM1's result (before its bias) instead of GEMM2's.
   bool apply_router_weight_on_input = false;
 };

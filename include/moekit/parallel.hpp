@@ -92,8 +92,9 @@ inline std::int64_t ep_capacity(std::int64_t num_tokens, std::int64_t top_k) { r
 
 /// Source side, step 1: plan and pack. For slot i = m*k + j (ascending), d = expert_owner(id) and
 /// pos = the number of earlier slots with the same d; then slot_route[i] = d*C + pos (-1 when the id
-/// is outside [0, E_global): the slot contributes nothing), send_counts[d] = slots to d, row d*C+pos
-/// of send_hidden = hidden[m] and of send_meta = (id, bit pattern of the fp32 weight).
+/// is outside [0, E_global): the slot contributes nothing; unless the id is -1 it is recorded as a
+/// fault, moekit/faults.hpp), send_counts[d] = slots to d, row d*C+pos of send_hidden = hidden[m]
+/// and of send_meta = (id, bit pattern of the fp32 weight).
 struct EpDispatchArgs {
   TensorView hidden;        ///< [M, K] bf16 or fp16
   TensorView topk_ids;      ///< [M, k] int32 global ids

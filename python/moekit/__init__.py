@@ -13,6 +13,9 @@ Works on numpy arrays (ml_dtypes for bf16 / fp8; run on the CPU reference) and t
 the operations are also torch.ops.moekit.{fused_experts, route, fused_moe}. Errors raise
 ValueError (bad argument), NotImplementedError (not supported by this build or backend) or
 RuntimeError (the rest), carrying moekit's message. Set MOEKIT_NO_TORCH=1 to skip the torch ops.
+A bad expert id (topk_ids outside [0, E_global), expert_map outside [0, E); -1 is valid) is
+dropped and recorded without a sync: moekit.check_faults() raises it (ValueError) where you
+synchronize anyway; MOEKIT_DEBUG_FAULTS=1 (or debug_faults=True) raises it from the call.
 
 Tensor and expert parallelism over a torch.distributed process group (NCCL or gloo):
 `import moekit.distributed` (shard_tp, shard_ep, tp_fused_moe, ep_fused_moe; docs/parallel.md).
@@ -32,6 +35,7 @@ if _WITH_TORCH:
 from . import _C
 from ._ops import (
     SCHEMES,
+    check_faults,
     cuda_available,
     describe_fused_experts,
     fused_experts,
@@ -41,6 +45,7 @@ from ._ops import (
     preset_problem,
     resolve_scheme,
     route,
+    take_fault,
     workspace_size,
 )
 from ._quant import dequantize_weights, quantize_weights
@@ -52,6 +57,7 @@ Problem = _C.Problem
 __all__ = [
     "SCHEMES",
     "Problem",
+    "check_faults",
     "cuda_available",
     "dequantize_weights",
     "describe_fused_experts",
@@ -64,6 +70,7 @@ __all__ = [
     "quantize_weights",
     "resolve_scheme",
     "route",
+    "take_fault",
     "workspace_size",
 ]
 

@@ -213,9 +213,10 @@ class _Launch:
             self.workspace_bytes = self.workspace.numel() * self.workspace.element_size()
 
 
-def _run(fn, args, launch: _Launch, path: Optional[str], num_threads: int) -> None:
+def _run(fn, args, launch: _Launch, path: Optional[str], num_threads: int, debug_faults: bool = False) -> None:
     kwargs = dict(backend=launch.backend, stream=launch.stream, workspace=launch.workspace_ptr,
-                  workspace_bytes=launch.workspace_bytes, path=path, num_threads=num_threads)
+                  workspace_bytes=launch.workspace_bytes, path=path, num_threads=num_threads,
+                  debug_faults=bool(debug_faults))
     if launch.device_ctx is not None:
         with launch.device_ctx:
             fn(args, **kwargs)
@@ -230,7 +231,7 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
                        apply_router_weight_on_input=False, expert_map=None, scheme="bf16", w1_scale=None,
                        w2_scale=None, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None,
                        swiglu_alpha=1.702, swiglu_limit=7.0, out=None, backend="auto", path=None,
-                       num_threads=0, workspace=None):
+                       num_threads=0, workspace=None, debug_faults=False):
     T.check_array("hidden_states", hidden_states)
     if out is None:
         out = T.empty(hidden_states, hidden_states.shape, "same")
@@ -240,7 +241,7 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
                         scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale,
                         w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
     launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True)
-    _run(_C.fused_experts, args, launch, path, num_threads)
+    _run(_C.fused_experts, args, launch, path, num_threads, debug_faults)
     return out
 
 
@@ -276,7 +277,7 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
                    activation="silu", apply_router_weight_on_input=False, expert_map=None, scheme="bf16",
                    w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None,
                    swiglu_alpha=1.702, swiglu_limit=7.0, out=None, topk_weights=None, topk_ids=None,
-                   backend="auto", path=None, num_threads=0, workspace=None):
+                   backend="auto", path=None, num_threads=0, workspace=None, debug_faults=False):
     """Returns (out, topk_weights, topk_ids); the last two are None unless buffers were given."""
     T.check_array("hidden_states", hidden_states)
     T.check_array("router_logits", router_logits)
@@ -298,7 +299,7 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
     a.e_score_correction_bias = keep.view("e_score_correction_bias", bias)
     a.experts = experts
     launch = _Launch(hidden_states, a, backend, workspace, needs_workspace=True)
-    _run(_C.fused_moe, a, launch, path, num_threads)
+    _run(_C.fused_moe, a, launch, path, num_threads, debug_faults)
     return out, topk_weights, topk_ids
 
 
@@ -344,7 +345,8 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool =
                   a2_scale=None, block_shape: Optional[Sequence[int]] = None, allow_deep_gemm: bool = False,
                   allow_cutlass_block_scaled_grouped_gemm: bool = False, w1_bias=None, w2_bias=None, *,
                   scheme: Optional[str] = None, swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, out=None,
-                  backend: str = "auto", path: Optional[str] = None, num_threads: int = 0, workspace=None):
+                  backend: str = "auto", path: Optional[str] = None, num_threads: int = 0, workspace=None,
+                  debug_faults: bool = False):
     """The MoE layer with routing given: vLLM's fused_experts, with the signature of vLLM v0.10.2.
 
     The positional order and the defaults are those of vLLM v0.10.2's
@@ -365,8 +367,11 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool =
     multipliers: w1_scale [E] / [E, 2N] (or [E, 2N, 1]) / [E, ceil(2N/128), ceil(K/128)]; a1_scale,
     a2_scale static per-tensor activation scales. w1_bias [E, 2N], w2_bias [E, K]. expert_map
     [E_global] maps global ids to local ones (-1 = not here). Keyword-only, moekit's own: scheme,
-    swiglu_alpha, swiglu_limit, out, backend, path, num_threads, workspace. Returns out [M, K] in
-    the dtype of hidden_states.
+    swiglu_alpha, swiglu_limit, out, backend, path, num_threads, workspace, debug_faults. Returns
+    out [M, K] in the dtype of hidden_states.
+    A topk_ids value outside [0, E_global) or an expert_map entry outside [0, E) (-1 is valid in
+    both) contributes nothing and is recorded: moekit.check_faults() raises it later (ValueError);
+    debug_faults=True (or MOEKIT_DEBUG_FAULTS=1) raises it from this call (synchronizes on CUDA).
     """
     _refuse_unsupported(
         dict(use_int8_w8a8=use_int8_w8a8, use_int8_w8a16=use_int8_w8a16, use_int4_w4a16=use_int4_w4a16,
@@ -380,7 +385,7 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool =
     for name, x in (("hidden_states", hidden_states), ("w1", w1), ("w2", w2)):
         T.check_array(name, x)
     scheme = resolve_scheme(scheme, w1, w1_scale, block_shape, use_fp8_w8a8, per_channel_quant)
-    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0
+    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0 or debug_faults
     if T.is_torch(hidden_states) and not direct and _torch_ops_ready():
         torch = T.torch_module()
         result = torch.ops.moekit.fused_experts(
@@ -393,7 +398,7 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool =
             apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map, scheme=scheme,
             w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale, w1_bias=w1_bias,
             w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit, out=out, backend=backend,
-            path=path, num_threads=num_threads, workspace=workspace)
+            path=path, num_threads=num_threads, workspace=workspace, debug_faults=debug_faults)
     if inplace:
         T.copy_into(hidden_states, result)
         return hidden_states
@@ -425,7 +430,7 @@ def fused_moe(hidden_states, router_logits, w1, w2, top_k: int, *, renormalize: 
               block_shape: Optional[Sequence[int]] = None, w1_bias=None, w2_bias=None, inplace: bool = False,
               use_fp8_w8a8: bool = False, per_channel_quant: bool = False, swiglu_alpha: float = 1.702,
               swiglu_limit: float = 7.0, return_routing: bool = False, out=None, backend: str = "auto",
-              path: Optional[str] = None, num_threads: int = 0, workspace=None):
+              path: Optional[str] = None, num_threads: int = 0, workspace=None, debug_faults: bool = False):
     """Route then run the experts in one call: route(router_logits, ...) + fused_experts(...).
 
     Arguments as in route() (routing = the method) and fused_experts(). With return_routing=True
@@ -434,7 +439,7 @@ def fused_moe(hidden_states, router_logits, w1, w2, top_k: int, *, renormalize: 
     for name, x in (("hidden_states", hidden_states), ("router_logits", router_logits), ("w1", w1), ("w2", w2)):
         T.check_array(name, x)
     scheme = resolve_scheme(scheme, w1, w1_scale, block_shape, use_fp8_w8a8, per_channel_quant)
-    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0
+    direct = out is not None or workspace is not None or backend != "auto" or num_threads != 0 or debug_faults
     if T.is_torch(hidden_states) and not direct and _torch_ops_ready():
         torch = T.torch_module()
         result, tw, ti = torch.ops.moekit.fused_moe(
@@ -454,7 +459,8 @@ def fused_moe(hidden_states, router_logits, w1, w2, top_k: int, *, renormalize: 
             apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map, scheme=scheme,
             w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale, w1_bias=w1_bias,
             w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit, out=out, topk_weights=tw,
-            topk_ids=ti, backend=backend, path=path, num_threads=num_threads, workspace=workspace)
+            topk_ids=ti, backend=backend, path=path, num_threads=num_threads, workspace=workspace,
+            debug_faults=debug_faults)
     if inplace:
         T.copy_into(hidden_states, result)
         result = hidden_states
@@ -516,6 +522,35 @@ def preload(device=None) -> dict:
             raise ValueError(f"device must be a CUDA device, got {device!r}")
         index = int(dev.split(":", 1)[1]) if ":" in dev else -1
     return _C.preload(int(index))
+
+
+def _stream_handle(stream: Any) -> int:
+    """A cudaStream_t as an int: None -> torch's current stream when torch has initialized CUDA
+    (else 0, the legacy default stream); a torch.cuda.Stream; or an int handle."""
+    if stream is None:
+        torch = T.torch_module()
+        if torch is not None:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                return torch.cuda.current_stream().cuda_stream
+        return 0
+    if hasattr(stream, "cuda_stream"):
+        return int(stream.cuda_stream)
+    return int(stream)
+
+
+def take_fault(stream: Any = None, backend: str = "auto") -> Optional[dict]:
+    """Read and clear the record of bad expert ids: None, or a dict with tensor ("topk_ids" /
+    "expert_map"), row, slot, value, expert (the id whose expert_map entry is bad), bound and
+    message. One record per process for the CPU reference and one per CUDA device (shared by
+    every call there, sticky until read; reading it synchronizes `stream`, which must not be
+    capturing a CUDA graph). backend: "cpu", "cuda" or "auto" (both)."""
+    return _C.take_fault(backend, _stream_handle(stream))
+
+
+def check_faults(stream: Any = None, backend: str = "auto") -> None:
+    """take_fault, raising ValueError naming the tensor, row, slot and value when a bad expert id
+    was recorded since the last check. Cheap: call it where you synchronize anyway."""
+    _C.check_faults(backend, _stream_handle(stream))
 
 
 def cuda_available() -> Tuple[bool, str]:

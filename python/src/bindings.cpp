@@ -54,8 +54,10 @@ std::vector<std::int64_t> shape_of(const TensorView& v) {
 
 // How a call runs; Options::path points into `path` for the duration of the call.
 moekit::Options make_options(const std::string& backend, std::uintptr_t stream, std::uintptr_t workspace,
-                             std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads) {
+                             std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads,
+                             bool debug_faults = false) {
   moekit::Options o;
+  o.debug_faults = debug_faults;
   o.backend = moekit::parse_backend(backend);
   o.stream = reinterpret_cast<void*>(stream);
   o.workspace = reinterpret_cast<void*>(workspace);
@@ -272,23 +274,60 @@ NB_MODULE(_C, m) {
       "fused_experts",
       [](const moekit::FusedExpertsArgs& a, const std::string& backend, std::uintptr_t stream,
          std::uintptr_t workspace, std::size_t workspace_bytes, const std::optional<std::string>& path,
-         int num_threads) {
-        const moekit::Options o = make_options(backend, stream, workspace, workspace_bytes, path, num_threads);
+         int num_threads, bool debug_faults) {
+        const moekit::Options o =
+            make_options(backend, stream, workspace, workspace_bytes, path, num_threads, debug_faults);
         nb::gil_scoped_release release;
         moekit::fused_experts(a, o);
       },
       "args"_a, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = 0, "workspace_bytes"_a = 0,
-      "path"_a = nb::none(), "num_threads"_a = 0);
+      "path"_a = nb::none(), "num_threads"_a = 0, "debug_faults"_a = false);
   m.def(
       "fused_moe",
       [](const moekit::FusedMoeArgs& a, const std::string& backend, std::uintptr_t stream, std::uintptr_t workspace,
-         std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads) {
-        const moekit::Options o = make_options(backend, stream, workspace, workspace_bytes, path, num_threads);
+         std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads, bool debug_faults) {
+        const moekit::Options o =
+            make_options(backend, stream, workspace, workspace_bytes, path, num_threads, debug_faults);
         nb::gil_scoped_release release;
         moekit::fused_moe(a, o);
       },
       "args"_a, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = 0, "workspace_bytes"_a = 0,
-      "path"_a = nb::none(), "num_threads"_a = 0);
+      "path"_a = nb::none(), "num_threads"_a = 0, "debug_faults"_a = false);
+
+  // Fault records (moekit/faults.hpp): bad expert ids the backends dropped and recorded.
+  // take_fault -> None or a dict; check_faults raises ValueError naming the id. Both synchronize
+  // the stream on CUDA (GIL released).
+  m.def(
+      "take_fault",
+      [](const std::string& backend, std::uintptr_t stream) -> std::optional<std::map<std::string, nb::object>> {
+        const moekit::Options o = make_options(backend, stream, 0, 0, std::nullopt, 0);
+        moekit::Fault f;
+        bool got = false;
+        {
+          nb::gil_scoped_release release;
+          got = moekit::take_fault(&f, o);
+        }
+        if (!got) return std::nullopt;
+        std::map<std::string, nb::object> d;
+        d["tensor"] = nb::str(moekit::fault_tensor_name(f.tensor));
+        d["row"] = nb::int_(f.row);
+        d["slot"] = nb::int_(f.slot);
+        d["value"] = nb::int_(f.value);
+        d["expert"] = nb::int_(f.expert);
+        d["bound"] = nb::int_(f.bound);
+        d["message"] = nb::str(f.to_string().c_str());
+        return d;
+      },
+      "backend"_a = "auto", "stream"_a = 0);
+  m.def(
+      "check_faults",
+      [](const std::string& backend, std::uintptr_t stream) {
+        const moekit::Options o = make_options(backend, stream, 0, 0, std::nullopt, 0);
+        nb::gil_scoped_release release;
+        moekit::check_faults(o);
+      },
+      "backend"_a = "auto", "stream"_a = 0);
+  m.def("debug_faults_enabled", []() { return moekit::debug_faults_enabled(); });
   m.def(
       "route",
       [](const moekit::RouteArgs& a, const std::string& backend, std::uintptr_t stream, int num_threads) {

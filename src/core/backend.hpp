@@ -9,6 +9,7 @@
 
 #include "call.hpp"
 #include "rope_quant_call.hpp"
+#include "moekit/faults.hpp"
 
 namespace moekit::detail {
 
@@ -26,10 +27,26 @@ struct CudaBackendV1 {
   void (*run_inv_rope_fp8_quant)(const InvRopeQuantCall& call);
   /// moekit::preload: load every kernel on `device` (-1 = current) and report what it cost.
   PreloadReport (*preload)(int device);
+  /// Read and clear the fault record of `stream`'s device after synchronizing it (true: a fault,
+  /// in *fault). With `capturing` not null, a capturing stream sets it and returns false instead
+  /// of throwing. src/cuda/common/faults.cuh.
+  bool (*take_fault)(void* stream, Fault* fault, bool* capturing);
 };
 
 /// The linked CUDA backend, or nullptr when this binary has none.
 const CudaBackendV1* cuda_backend() noexcept;
+
+/// The CPU backend's fault record (src/core/faults.cpp): one per process, first fault wins,
+/// sticky until take_cpu_fault reads and clears it. Thread-safe.
+void record_cpu_fault(const Fault& fault);
+bool take_cpu_fault(Fault* fault);
+/// The fault of topk_ids[row, slot] == id against E_global and expert_map (null: none) of E local
+/// experts; FaultTensor::kNone when the value is valid (in range, or -1). The CPU reference's
+/// literal statement of the rule the kernels follow (cuda/common/faults.cuh).
+Fault id_fault(std::int64_t row, std::int32_t slot, std::int32_t id, std::int64_t num_experts_global,
+               const std::int32_t* expert_map, std::int64_t num_experts);
+/// Throw Error(kInvalidArgument) with fault.to_string() and the debug-mode hint.
+[[noreturn]] void throw_fault(const Fault& fault, const char* what);
 
 }  // namespace moekit::detail
 

@@ -44,6 +44,7 @@ struct MoeCall {
   int device = 0;
   const char* forced_path = nullptr;  // Options::path or MOEKIT_PATH
   int num_threads = 0;
+  bool debug_faults = false;          // debug_faults_enabled(options): check ids after the call
 };
 
 /// One route call.

@@ -58,12 +58,19 @@ void check_workspace(const MoeCall& call, std::size_t need) {
 
 void run(const MoeCall& call, Backend backend) {
   if (backend == Backend::kCpu) {
-    cpu::run_moe(call);
+    cpu::run_moe(call);  // debug mode: throws at a bad id before computing anything
     return;
   }
   const CudaBackendV1& cuda = require_cuda(call.device);
   check_workspace(call, cuda.workspace_size(call.problem));
   cuda.run_moe(call);
+  // Debug mode: wait for this call and raise what it (or an unchecked earlier call on the device)
+  // recorded. Skipped inside a graph capture, which cannot synchronize.
+  if (call.debug_faults && call.problem.num_tokens > 0) {
+    Fault f;
+    bool capturing = false;
+    if (cuda.take_fault(call.stream, &f, &capturing)) throw_fault(f, "MOEKIT_DEBUG_FAULTS: a bad expert id");
+  }
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend.hpp"
 #include "moekit/error.hpp"
+#include "moekit/faults.hpp"
 #include "moekit/quant.hpp"
 #include "parallel_backend.hpp"
 
@@ -324,6 +326,14 @@ void ep_dispatch(const EpDispatchArgs& a, const Options& options) {
     c.send_meta = static_cast<std::int32_t*>(a.send_meta.data);
     c.stream = options.stream;
     require_cuda_parallel("ep_dispatch on CUDA tensors").ep_dispatch(c);
+    // The plan kernel records an id outside [0, E_global) (moekit/faults.hpp); debug mode: raise it.
+    if (debug_faults_enabled(options) && M * k > 0) {
+      const detail::CudaBackendV1* cuda = detail::cuda_backend();
+      Fault f;
+      bool capturing = false;
+      if (cuda != nullptr && cuda->take_fault(options.stream, &f, &capturing))
+        detail::throw_fault(f, "ep_dispatch: MOEKIT_DEBUG_FAULTS: a bad expert id");
+    }
     return;
   }
   // The reference: slots in ascending order, a running count per destination.
@@ -336,9 +346,17 @@ void ep_dispatch(const EpDispatchArgs& a, const Options& options) {
   auto* send = static_cast<std::uint8_t*>(a.send_hidden.data);
   const std::size_t row_bytes = static_cast<std::size_t>(K) * dtype_size(a.hidden.dtype);
   std::fill(counts, counts + a.ep_size, 0);
+  const bool debug = debug_faults_enabled(options);
   for (std::int64_t i = 0; i < M * k; ++i) {
     const int d = expert_owner(a.num_experts_global, a.ep_size, ids[i]);
     if (d < 0) {
+      // An id outside [0, E_global) and not -1 is a fault (moekit/faults.hpp), as on CUDA.
+      const Fault f = detail::id_fault(i / k, static_cast<std::int32_t>(i % k), ids[i], a.num_experts_global,
+                                       nullptr, 0);
+      if (f.tensor != FaultTensor::kNone) {
+        if (debug) detail::throw_fault(f, "ep_dispatch: MOEKIT_DEBUG_FAULTS: a bad expert id");
+        detail::record_cpu_fault(f);
+      }
       route[i] = -1;
       continue;
     }

@@ -11,6 +11,7 @@
 
 #include "backend.hpp"
 #include "moekit/error.hpp"
+#include "moekit/faults.hpp"
 #include "moekit/ops.hpp"
 #include "moekit/problem.hpp"
 #include "moekit/tensor.hpp"
@@ -18,7 +19,8 @@
 // What is NOT checked here: the values inside topk_ids and expert_map. They may live in device
 // memory, and reading them would synchronize the host (and break CUDA-graph capture). Backends
 // therefore treat a slot whose id is outside [0, E_global), or whose expert_map entry is outside
-// [0, E), as contributing nothing (the same as expert_map == -1), and never index with it.
+// [0, E), as contributing nothing (the same as expert_map == -1), never index with it, and record
+// the value unless it is -1 (moekit/faults.hpp: check_faults, the MOEKIT_DEBUG_FAULTS mode).
 // Likewise the values of the static scales a13_scale / a2_scale and of the weight scales are
 // the caller's: a zero or negative scale is not detected here.
 
@@ -460,6 +462,7 @@ MoeCall resolve_experts(const FusedExpertsArgs& a, const RoutingConfig* routing,
   call.stream = options.stream;
   call.forced_path = forced_path(options);
   call.num_threads = options.num_threads;
+  call.debug_faults = debug_faults_enabled(options);
   return call;
 }
 

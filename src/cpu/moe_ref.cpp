@@ -253,13 +253,23 @@ void run_moe(const detail::MoeCall& call) {
   const i64 P = M * k;
   std::vector<i64> local(static_cast<std::size_t>(P));
   std::vector<i64> count(static_cast<std::size_t>(E) + 1, 0);
-  // Ids and map entries are not validated (they may live on the device): a slot whose id is
-  // outside [0, E_global) or whose map entry is outside [0, E) contributes nothing, like -1.
+  // Ids and map entries are not validated up front (on CUDA they may live on the device): a slot
+  // whose id is outside [0, E_global) or whose map entry is outside [0, E) contributes nothing,
+  // like -1, and is recorded as a fault unless it is -1 (moekit/faults.hpp): in the process's CPU
+  // record, or, in the debug mode, thrown here before anything is computed.
   for (i64 s = 0; s < P; ++s) {
     const i64 id = topk_ids[s];
     i64 e = (id >= 0 && id < Eg) ? id : -1;
     if (e >= 0 && p.has_expert_map) e = call.expert_map[e];
     if (e >= E) e = -1;
+    if (e < 0) {
+      const Fault f = detail::id_fault(s / k, static_cast<std::int32_t>(s % k), topk_ids[s], Eg,
+                                       p.has_expert_map ? call.expert_map : nullptr, E);
+      if (f.tensor != FaultTensor::kNone) {
+        if (call.debug_faults) detail::throw_fault(f, "MOEKIT_DEBUG_FAULTS: a bad expert id");
+        detail::record_cpu_fault(f);
+      }
+    }
     local[static_cast<std::size_t>(s)] = e < 0 ? -1 : e;
     if (e >= 0) ++count[static_cast<std::size_t>(e) + 1];
   }

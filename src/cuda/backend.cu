@@ -16,6 +16,7 @@
 #include "core/backend.hpp"
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
@@ -372,6 +373,9 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
+  // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),
+  // not to the workspace: it outlives the call and is cleared only by moekit::take_fault.
+  FaultRecord* faults = device_fault_record(call.device);
   std::int32_t* offsets = slice<std::int32_t>(ws, L.expert_offsets);
   std::int32_t* sorted_slots = slice<std::int32_t>(ws, L.sorted_slots);
 
@@ -402,6 +406,7 @@ void run_moe(const detail::MoeCall& call) {
   rp.chunk_counts = permute_chunk_count_bytes(P, E) > 0 ? slice<std::int32_t>(ws, L.chunk_counts) : nullptr;
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
+  rp.faults = faults;
   launch_routing_sm90(rp, stream, pdl);
 
   // 2. Quantize hidden once per token (fp8 schemes).
@@ -455,6 +460,7 @@ void run_moe(const detail::MoeCall& call) {
   cp.hidden_size = K;
   cp.out = call.out;
   cp.out_dtype = p.act_dtype;
+  cp.faults = faults;
   launch_combine_sm90(cp, stream, pdl);
 }
 
@@ -490,8 +496,9 @@ void run_inv_rope_fp8_quant(const detail::InvRopeQuantCall& c) {
   launch_inv_rope_quant_sm90(p, static_cast<int>(c.head_dim), c.stream);
 }
 
-const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,         &run_moe, &run_route,
-                                        &describe_dispatch, &run_inv_rope_fp8_quant, &preload_report};
+const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,         &run_moe,
+                                        &run_route,         &describe_dispatch,      &run_inv_rope_fp8_quant,
+                                        &preload_report,    &take_device_fault};
 
 }  // namespace
 }  // namespace moekit::cuda

@@ -368,17 +368,26 @@ TEST(CpuMoeReference, PoisonedOutputIsFullyWrittenAndRemoteTokensAreZero) {
 }
 
 // Ids outside [0, E_global) contribute nothing (validation does not read ids: they may be on
-// the device), so the result equals the same slot marked remote.
+// the device), so the result equals the same slot marked remote; each is recorded as a fault
+// (tests/cpu/test_faults.cpp has the rest).
 TEST(CpuMoeReference, OutOfRangeIdsContributeNothing) {
   CaseSpec s = base_spec(Scheme::kBf16, 901);
   s.expert_map = true;
   MoeCase c = make_case(s);
+  Options cpu;
+  cpu.backend = Backend::kCpu;
+  take_fault(nullptr, cpu);
   c.topk_ids[3] = 1;  // remote
   const auto remote = run_cpu(c);
-  c.topk_ids[3] = 1000;
-  EXPECT_EQ(run_cpu(c), remote);
-  c.topk_ids[3] = -5;
-  EXPECT_EQ(run_cpu(c), remote);
+  EXPECT_FALSE(take_fault(nullptr, cpu));
+  for (std::int32_t bad : {1000, -5}) {
+    c.topk_ids[3] = bad;
+    EXPECT_EQ(run_cpu(c), remote);
+    Fault f;
+    ASSERT_TRUE(take_fault(&f, cpu));
+    EXPECT_EQ(f.tensor, FaultTensor::kTopkIds);
+    EXPECT_EQ(f.value, bad);
+  }
 }
 
 TEST(CpuMoeReference, NaNInOneTokenOnlyPoisonsItsRow) {

@@ -9,6 +9,8 @@
 
 namespace moekit::cuda {
 
+struct FaultRecord;  // cuda/common/faults.cuh
+
 struct CombineParams {
   const void* y = nullptr;                  // [M*k, K] (GEMM2 output, weights applied)
   DType y_dtype = DType::kFp32;             // kFp32, or out_dtype (token-major GEMM2)
@@ -21,6 +23,7 @@ struct CombineParams {
   std::int64_t hidden_size = 0;             // K
   void* out = nullptr;                      // [M, K] act dtype
   DType out_dtype = DType::kBf16;           // kBf16 or kFp16
+  FaultRecord* faults = nullptr;            // a dropped slot's bad id / map entry, or null
 };
 
 /// Enqueue the combine on `stream` (cudaStream_t). No-op when M == 0. With `pdl` it is the

@@ -12,6 +12,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/combine.hpp"
@@ -73,7 +74,12 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
       for (int t = 0; t < kSlotBatch; ++t) {
         const int id = e[t];
         e[t] = (id < 0 || id >= p.num_experts_global) ? -1 : (p.expert_map != nullptr ? __ldg(p.expert_map + id) : id);
-        if (e[t] >= p.num_experts) e[t] = -1;
+        if (e[t] >= p.num_experts || e[t] < 0) {
+          e[t] = -1;
+          // A bad value is recorded once per row (by its first vector's thread), off the good path.
+          if (c == 0 && j0 + t < p.top_k)
+            record_slot_fault(p.faults, m, j0 + t, id, p.expert_map, p.num_experts_global, p.num_experts);
+        }
       }
       using Y = YVec<TY, kVec>;
       typename Y::Raw v[kSlotBatch];

@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/ep/ep.hpp"
 
@@ -35,7 +36,8 @@ __device__ __forceinline__ int ep_owner(std::int64_t id, std::int64_t num_expert
 // per peer (shared) carries the count across chunks.
 __global__ void __launch_bounds__(kPlanThreads)
     ep_plan_sm90_kernel(const std::int32_t* __restrict__ ids, std::int64_t slots, std::int64_t num_experts, int ep,
-                        std::int64_t capacity, std::int32_t* __restrict__ route, std::int32_t* __restrict__ counts) {
+                        std::int64_t capacity, std::int32_t* __restrict__ route, std::int32_t* __restrict__ counts,
+                        std::int64_t top_k, FaultRecord* faults) {
   extern __shared__ int base[];  // [ep]
   __shared__ int warp_total[32];
   __shared__ int warp_offset[32];
@@ -46,7 +48,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
   for (std::int64_t chunk = 0; chunk < slots; chunk += blockDim.x) {
     const std::int64_t i = chunk + tid;
-    const int d = i < slots ? ep_owner(ids[i], num_experts, ep) : -1;
+    const int id = i < slots ? ids[i] : -1;
+    const int d = ep_owner(id, num_experts, ep);
+    if (d < 0) record_id_fault(faults, i / top_k, static_cast<int>(i % top_k), id, static_cast<int>(num_experts));
     int pos = -1;
     for (int p = 0; p < ep; ++p) {
       const unsigned ballot = __ballot_sync(0xffffffffu, d == p);
@@ -161,8 +165,11 @@ void launch_ep_dispatch_sm90(const detail::EpDispatchCall& c) {
   const std::int64_t slots = c.num_tokens * c.top_k;
   // moekit::ep_dispatch checked C >= M*k and ep*C < 2^31 (slot_route is int32).
   const std::size_t smem = static_cast<std::size_t>(c.ep_size) * sizeof(int);
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   ep_plan_sm90_kernel<<<1, kPlanThreads, smem, stream>>>(c.topk_ids, slots, c.num_experts_global, c.ep_size,
-                                                         c.capacity, c.slot_route, c.send_counts);
+                                                         c.capacity, c.slot_route, c.send_counts, c.top_k,
+                                                         device_fault_record(device));
   MOEKIT_CUDA_CHECK_LAUNCH();
   if (slots == 0) return;
   const std::int64_t row_bytes = c.hidden_size * 2;

@@ -100,6 +100,7 @@
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
@@ -540,7 +541,12 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
     int e = -1;
     if (id >= 0 && id < a.E_global) {
       e = a.expert_map != nullptr ? a.expert_map[id] : id;
-      if (e < 0 || e >= E) e = -1;
+      if (e < 0 || e >= E) {
+        if (blockIdx.x == 0) record_map_fault(a.faults, s / k, s % k, id, e, E);  // every CTA sees it: one records
+        e = -1;
+      }
+    } else if (blockIdx.x == 0) {
+      record_id_fault(a.faults, s / k, s % k, id, a.E_global);
     }
     slot_e[s] = e;
   }

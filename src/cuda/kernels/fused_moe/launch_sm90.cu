@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/kernel_sm90.cuh"
@@ -200,6 +201,7 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.expert_map = p.has_expert_map ? fp.expert_map : nullptr;
   a.topk_ids = fp.topk_ids;
   a.topk_weights = fp.topk_weights;
+  a.faults = fp.faults;
   a.route = p.with_routing;
   if (p.with_routing) {
     a.routing = p.routing;
@@ -269,6 +271,7 @@ FusedMoeParams fused_moe_params(const detail::MoeCall& call, void* workspace) {
   fp.workspace = workspace;
   fp.workspace_bytes = fused_workspace_size(p);
   fp.zero_counters = true;
+  fp.faults = device_fault_record(call.device);  // the call's device is current (run_moe)
   return fp;
 }
 

@@ -11,6 +11,8 @@
 
 namespace moekit::cuda {
 
+struct FaultRecord;  // cuda/common/faults.cuh
+
 struct FusedMoeParams {
   MoeProblem problem;  // sizes, scheme, activation, options, routing (with_routing)
 
@@ -45,6 +47,8 @@ struct FusedMoeParams {
   // this path with one problem shape needs one zeroing at allocation (the counter area grows
   // with M and overlaps a smaller M's intermediate).
   bool zero_counters = true;
+  // The device's fault record (a bad id or expert_map entry), or null: not recorded.
+  FaultRecord* faults = nullptr;
 };
 
 }  // namespace moekit::cuda

@@ -13,6 +13,8 @@
 
 namespace moekit::cuda {
 
+struct FaultRecord;  // cuda/common/faults.cuh
+
 // Above this many slots (M*k) the permutation runs on a grid (a count launch, then a scatter
 // launch) instead of one CTA. 4096 = 512 tokens x k = 8: decode and fused_moe's one-launch
 // routing (up to 512 tokens) of every k <= 8 preset keep the single CTA exactly as before. It is
@@ -59,7 +61,8 @@ struct RoutingParams {
   //   sorted_slots[offsets[E]]: slot m*k+j, grouped by local expert, ascending inside one;
   //   sorted_weights[offsets[E]] (if both it and topk_weights are given): topk_weights[slot] of
   //   each sorted row, so that the GEMMs read a row's router weight without the slot first.
-  // A slot is dropped when its id is outside [0, E_global) or expert_map maps it outside [0, E).
+  // A slot is dropped when its id is outside [0, E_global) or expert_map maps it outside [0, E);
+  // the counting pass records it in `faults` unless the value is -1 (cuda/common/faults.cuh).
   // Both paths write the same offsets, slots and weights.
   bool permute = false;
   const std::int32_t* topk_ids = nullptr;    // [M, k]; == topk_ids_out when routing here
@@ -69,6 +72,7 @@ struct RoutingParams {
   std::int32_t* sorted_slots = nullptr;
   const float* topk_weights = nullptr;       // [M, k]; == topk_weights_out when routing here
   float* sorted_weights = nullptr;           // [M*k] or null
+  FaultRecord* faults = nullptr;             // the device's fault record, or null: not recorded
 
   // Words zeroed before anything else (the per-call absmax accumulators), or null.
   std::uint32_t* zero_words = nullptr;

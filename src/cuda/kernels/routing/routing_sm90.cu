@@ -15,6 +15,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/routing/routing.hpp"
@@ -189,11 +190,18 @@ __device__ void route_token(const RoutingParams& p, std::int64_t m, float* srow,
   __syncwarp();  // other lanes read srow[id] above: finish before the next token overwrites it
 }
 
-__device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t slot) {
+// The local expert of a slot, -1 when dropped. `record`: report a bad id / map entry (the counting
+// pass does, once per slot; the scatter pass sees the same slots again and does not).
+__device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t slot, bool record = false) {
   const int id = __ldcg(p.topk_ids + slot);
-  if (id < 0 || id >= p.num_experts_global) return -1;
+  if (id < 0 || id >= p.num_experts_global) {
+    if (record) record_id_fault(p.faults, slot / p.top_k, static_cast<int>(slot % p.top_k), id, p.num_experts_global);
+    return -1;
+  }
   const int e = p.expert_map != nullptr ? __ldg(p.expert_map + id) : id;
-  return (e >= 0 && e < p.num_experts) ? e : -1;
+  if (e >= 0 && e < p.num_experts) return e;
+  if (record) record_map_fault(p.faults, slot / p.top_k, static_cast<int>(slot % p.top_k), id, e, p.num_experts);
+  return -1;
 }
 
 // The permutation's shared memory: warp_cnt[warps][E] (uint16, chunk-relative), running[E],
@@ -221,7 +229,7 @@ __device__ __forceinline__ void count_slots(const RoutingParams& p, std::int64_t
   for (int e = tid; e < p.num_experts; e += kNumThreads) counts[e] = 0;
   __syncthreads();
   for (std::int64_t s = s0 + tid; s < s1; s += kNumThreads) {
-    const int e = local_expert(p, s);
+    const int e = local_expert(p, s, /*record=*/true);
     if (e >= 0) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
