@@ -584,9 +584,15 @@ struct Decode {
     for (int sl = tid; sl < P; sl += kThreads) {
       const int id = p.topk_ids[sl];
       int e = -1;
+      // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same).
       if (id >= 0 && id < p.num_experts_global) {
         e = p.expert_map != nullptr ? p.expert_map[id] : id;
-        if (e < 0 || e >= E) e = -1;
+        if (e < 0 || e >= E) {
+          if (blockIdx.x == 0 && p.expert_map != nullptr) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, id, e, E);
+          e = -1;
+        }
+      } else if (blockIdx.x == 0) {
+        record_id_fault(p.faults, sl / p.top_k, sl % p.top_k, id, p.num_experts_global);
       }
       s.slot_e[sl] = e;
       if (e >= 0) atomicAdd(s.cur + e, 1);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/kernels/decode/config.hpp"
 #include "cuda/kernels/decode/params.hpp"
@@ -227,6 +228,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.tickets = reinterpret_cast<std::uint32_t*>(ws + L.tickets);
   kp.partials = reinterpret_cast<float*>(ws + L.partials);
+  kp.faults = device_fault_record(dev);
   kp.num_tokens = static_cast<int>(M);
   kp.top_k = static_cast<int>(k);
   kp.num_experts = static_cast<int>(E);

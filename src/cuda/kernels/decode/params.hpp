@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/faults.cuh"
 #include "cuda/kernels/decode/config.hpp"
 
 namespace moekit::cuda::decode {
@@ -32,6 +33,7 @@ struct DecodeParams {
   const void* b2;                   // [E, K] or null
   std::uint32_t* tickets;           // [M, cluster], zero at launch; the kernel leaves them zero
   float* partials;                  // [M * k, num_chunks, K] fp32
+  FaultRecord* faults;              // the device's fault record (cuda/common/faults.cuh), or null
   int num_tokens;                   // M
   int top_k;                        // k
   int num_experts;                  // E (local)
