@@ -116,6 +116,25 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
   for (int i = 0; i < 8; ++i) v[i] = to_float(x[i]);
 }
 
+// Phase timer (DecodeParams::phases; off when null): consumer thread 0 adds the time since its
+// last stamp to word w of its CTA's record.
+struct PhaseClock {
+  std::uint64_t* rec = nullptr;
+  std::uint64_t last = 0;
+  __device__ __forceinline__ void start(const DecodeParams& p) {
+    if (p.phases != nullptr && static_cast<int>(blockIdx.x) < p.phase_ctas) {
+      rec = p.phases + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords;
+      last = sm90::globaltimer_ns();
+    }
+  }
+  __device__ __forceinline__ void lap(int word) {
+    if (rec == nullptr) return;
+    const std::uint64_t now = sm90::globaltimer_ns();
+    rec[word] += now - last;
+    last = now;
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
@@ -368,7 +387,7 @@ struct Decode {
 
   template <int W>
   static __device__ void consume_item(const DecodeParams& p, const Smem& s, const Item& it, int& stage,
-                                      std::uint32_t& phase, int round) {
+                                      std::uint32_t& phase, int round, PhaseClock& clk) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int warp = t >> 5, lane = t & 31;
     const Tiling& T = p.tiling;
@@ -400,6 +419,7 @@ struct Decode {
     load_x<W>(p, s, ks0, ks1);
     sm90::fence_proxy_async_shared_cta();
     consumer_sync();
+    clk.lap(kPhaseTokens);
 
     // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
     const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
@@ -431,8 +451,10 @@ struct Decode {
       }
     }
 
+    clk.lap(kPhaseGemm1);
     // (d) Every rank's partial sums are in place.
     cluster_exchange(s, s.b1, round);
+    clk.lap(kPhaseExchange1);
 
     // (e) This rank's columns: sum the ranks' partials (rank order), router weight on the input,
     // bias, activation; h goes to every rank.
@@ -476,11 +498,13 @@ struct Decode {
       }
     }
     cluster_exchange(s, s.b2, round);
+    clk.lap(kPhaseActivation);
 
     // (f) h -> GEMM2's B tiles.
     convert_h<W>(p, s, it.count, cw);
     sm90::fence_proxy_async_shared_cta();
     consumer_sync();
+    clk.lap(kPhaseConvert);
 
     // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
     const float w2s_e = p.scale_mode == kScalePerTensor ? p.w2_scale[e] : 1.0f;
@@ -513,6 +537,7 @@ struct Decode {
       }
     }
 
+    clk.lap(kPhaseGemm2);
     // (h) Tickets: the item that brings a token's (token, rank) count to its total (local slots
     // x chunks) sums the token's partials over this rank's rows and writes them to out.
     __threadfence();
@@ -526,6 +551,7 @@ struct Decode {
       s.tok_done[t] = old + 1 == static_cast<unsigned>(valid * nch) ? m : -1;
     }
     consumer_sync();
+    clk.lap(kPhaseTickets);
     const int row_lo = rt0 * kTileRows;
     const int row_hi = min(K, rt1 * kTileRows);
     for (int tt = 0; tt < it.count; ++tt) {
@@ -554,22 +580,36 @@ struct Decode {
       if (t == 0) p.tickets[static_cast<std::int64_t>(m) * s.cluster + s.rank] = 0u;
     }
     consumer_sync();
+    clk.lap(kPhaseCombine);
   }
 
-  static __device__ void consume(const DecodeParams& p, const Smem& s) {
+  static __device__ void consume(const DecodeParams& p, const Smem& s, std::uint64_t t_entry) {
     int stage = 0;
     std::uint32_t phase = 0;
     int round = 0;
+    PhaseClock clk;
+    const bool stamp = threadIdx.x == kThreads - kConsumerThreads;
+    if (stamp) {
+      clk.start(p);
+      if (clk.rec != nullptr) {
+        clk.rec[kPhaseStart] = t_entry;
+        clk.rec[kPhasePrologue] += clk.last - t_entry;
+      }
+    }
     const int num_clusters = gridDim.x / s.cluster;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round); break;
-        default: consume_item<64>(p, s, it, stage, phase, round); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, round, clk); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round, clk); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round, clk); break;
+        default: consume_item<64>(p, s, it, stage, phase, round, clk); break;
       }
+    }
+    if (clk.rec != nullptr) {
+      clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
+      clk.rec[kPhaseEnd] = sm90::globaltimer_ns();
     }
   }
 
@@ -670,6 +710,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.tiling.smem;
   // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
+  const std::uint64_t t_entry = p.phases != nullptr ? sm90::globaltimer_ns() : 0;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename D::Smem s;
   s.tiles = sm90::smem_addr(base);
@@ -718,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   if (threadIdx.x < kThreads - kConsumerThreads) {
     if (threadIdx.x == 0) D::produce(p, s);
   } else {
-    D::consume(p, s);
+    D::consume(p, s, t_entry);
   }
 #endif
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -79,6 +80,10 @@ double expected_touched(const MoeProblem& p) {
   const double miss = std::max(0.0, 1.0 - static_cast<double>(p.top_k) / Eg);
   return E * (1.0 - std::pow(miss, static_cast<double>(p.num_tokens)));
 }
+
+// Phase timer buffer (set_decode_phase_buffer; null = off).
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
+std::atomic<int> g_phase_ctas{0};
 
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "decode_sm90: " + msg;
@@ -163,6 +168,11 @@ std::size_t decode_workspace_size(const MoeProblem& p) {
   return decode_layout(p).total;
 }
 
+void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
+}
+
 int decode_cluster_size(const MoeProblem& p, double touched, int sm_count) {
   return tiling_for(p, touched, std::max(1, sm_count)).cluster;
 }
@@ -229,6 +239,8 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.tickets = reinterpret_cast<std::uint32_t*>(ws + L.tickets);
   kp.partials = reinterpret_cast<float*>(ws + L.partials);
   kp.faults = device_fault_record(dev);
+  kp.phases = g_phase_buffer.load(std::memory_order_acquire);
+  kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.num_tokens = static_cast<int>(M);
   kp.top_k = static_cast<int>(k);
   kp.num_experts = static_cast<int>(E);

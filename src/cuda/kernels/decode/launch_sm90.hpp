@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/call.hpp"
@@ -28,5 +29,11 @@ int decode_cluster_size(const MoeProblem& problem, double touched, int sm_count)
 /// CUDA-graph capturable. Throws Error(kNotSupported) when the path cannot run the call,
 /// Error(kInvalidArgument) when the workspace is too small.
 void run_decode_sm90(const detail::MoeCall& call, double touched);
+
+/// Tests and benchmarks only (not synchronized with launches in flight): later decode launches add
+/// their consumer warpgroup's per-phase times to device_buffer[blockIdx.x * decode::kPhaseWords +
+/// word] (decode::PhaseWord order, kernels/decode/params.hpp) for the first max_ctas CTAs; the
+/// caller zeroes the buffer. Null turns it off (the default: then the kernel stamps nothing).
+void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
 
 }  // namespace moekit::cuda

@@ -34,6 +34,10 @@ struct DecodeParams {
   std::uint32_t* tickets;           // [M, cluster], zero at launch; the kernel leaves them zero
   float* partials;                  // [M * k, num_chunks, K] fp32
   FaultRecord* faults;              // the device's fault record (cuda/common/faults.cuh), or null
+  // Phase timer (tests and benchmarks only; null = off): per CTA < phase_ctas, kPhaseWords
+  // uint64 (PhaseWord order) of nanoseconds summed over the CTA's items.
+  std::uint64_t* phases;
+  int phase_ctas;
   int num_tokens;                   // M
   int top_k;                        // k
   int num_experts;                  // E (local)
@@ -47,6 +51,25 @@ struct DecodeParams {
   float limit;
   int weight_on_input;
   Tiling tiling;
+};
+
+// The phase timer's words per CTA (DecodeParams::phases): time in each phase of the consumer
+// warpgroup, summed over the CTA's items (ns, %globaltimer), then the item count and the CTA's
+// first and last stamps.
+enum PhaseWord : int {
+  kPhasePrologue = 0,  // kernel entry -> routing done, cluster synced
+  kPhaseTokens,        // item's token metadata + token rows loaded (B tiles ready)
+  kPhaseGemm1,         // GEMM1 main loops + partial sums to shared memory
+  kPhaseExchange1,     // first cluster exchange (partials visible)
+  kPhaseActivation,    // partial-sum reduction, activation, h to every rank + second exchange
+  kPhaseConvert,       // h -> GEMM2's B tiles
+  kPhaseGemm2,         // GEMM2 main loops + partial outputs to the workspace
+  kPhaseTickets,       // __threadfence + tickets
+  kPhaseCombine,       // the completed tokens' sums and stores
+  kPhaseItems,         // items done
+  kPhaseStart,         // %globaltimer at entry
+  kPhaseEnd,           // %globaltimer at exit
+  kPhaseWords = 16
 };
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.

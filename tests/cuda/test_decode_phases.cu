@@ -1,0 +1,142 @@
+// The single-launch decode path's phase timer (kernels/decode/params.hpp, PhaseWord): where one
+// launch spends its time at preset shapes, printed per phase (median and max over the CTAs that
+// ran items), and a check that the timer changes no result (bitwise equal to a run without it).
+// Label gpu; skipped without a Hopper GPU. docs/decode.md quotes its output.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda_test.hpp"
+#include "cuda/kernels/decode/launch_sm90.hpp"
+#include "cuda/kernels/decode/params.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit {
+namespace {
+
+__global__ void fill_bf16(__nv_bfloat16* x, std::int64_t n, std::uint32_t seed, float amp) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+    x[i] = __float2bfloat16_rn(amp * (u == 0.0f ? 0.5f : u));
+  }
+}
+
+struct Shape {
+  const char* name;
+  std::int64_t E, k, K, N, M;
+};
+
+// One decode call of `s` (bf16, random weights and routing) with the phase timer on; prints the
+// per-phase table and checks that the output equals, bit for bit, a call without the timer.
+void phase_table(const Shape& s) {
+  const std::int64_t E = s.E, k = s.k, K = s.K, N = s.N, M = s.M;
+  __nv_bfloat16 *w13 = nullptr, *w2 = nullptr, *hidden = nullptr, *out = nullptr;
+  std::int32_t* ids = nullptr;
+  float* wts = nullptr;
+  void* ws = nullptr;
+  std::uint64_t* phases = nullptr;
+  CUDA_OK(cudaMalloc(&w13, E * 2 * N * K * 2));
+  CUDA_OK(cudaMalloc(&w2, E * K * N * 2));
+  CUDA_OK(cudaMalloc(&hidden, M * K * 2));
+  CUDA_OK(cudaMalloc(&out, M * K * 2));
+  CUDA_OK(cudaMalloc(&ids, M * k * 4));
+  CUDA_OK(cudaMalloc(&wts, M * k * 4));
+  fill_bf16<<<1024, 256>>>(w13, E * 2 * N * K, 1u, 0.05f);
+  fill_bf16<<<1024, 256>>>(w2, E * K * N, 2u, 0.05f);
+  fill_bf16<<<256, 256>>>(hidden, M * K, 3u, 1.0f);
+  CUDA_OK(cudaGetLastError());
+  std::mt19937 rng(7);
+  std::vector<std::int32_t> h_ids(M * k);
+  std::vector<float> h_wts(M * k, 1.0f / static_cast<float>(k));
+  for (std::int64_t m = 0; m < M; ++m) {
+    std::vector<std::int32_t> perm(E);
+    for (std::int64_t e = 0; e < E; ++e) perm[e] = static_cast<std::int32_t>(e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (std::int64_t j = 0; j < k; ++j) h_ids[m * k + j] = perm[j];
+  }
+  CUDA_OK(cudaMemcpy(ids, h_ids.data(), M * k * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(wts, h_wts.data(), M * k * 4, cudaMemcpyHostToDevice));
+
+  FusedExpertsArgs a;
+  a.hidden = TensorView::contiguous(hidden, DType::kBf16, {M, K}, Device::cuda());
+  a.weights.w13 = TensorView::contiguous(w13, DType::kBf16, {E, 2 * N, K}, Device::cuda());
+  a.weights.w2 = TensorView::contiguous(w2, DType::kBf16, {E, K, N}, Device::cuda());
+  a.topk_ids = TensorView::contiguous(ids, DType::kInt32, {M, k}, Device::cuda());
+  a.topk_weights = TensorView::contiguous(wts, DType::kFp32, {M, k}, Device::cuda());
+  a.out = TensorView::contiguous(out, DType::kBf16, {M, K}, Device::cuda());
+  Options o;
+  o.path = "decode";
+  o.workspace_bytes = workspace_size(describe(a));
+  CUDA_OK(cudaMalloc(&ws, o.workspace_bytes));
+  o.workspace = ws;
+
+  fused_experts(a, o);  // warm-up, and the reference output without the timer
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<std::uint16_t> plain(M * K), timed(M * K);
+  CUDA_OK(cudaMemcpy(plain.data(), out, M * K * 2, cudaMemcpyDeviceToHost));
+
+  constexpr int kMaxCtas = 1024;
+  const std::size_t words = static_cast<std::size_t>(kMaxCtas) * cuda::decode::kPhaseWords;
+  CUDA_OK(cudaMalloc(&phases, words * 8));
+  CUDA_OK(cudaMemset(phases, 0, words * 8));
+  CUDA_OK(cudaMemset(out, 0xff, M * K * 2));  // NaN-poisoned: every element must be written again
+  cuda::set_decode_phase_buffer(phases, kMaxCtas);
+  fused_experts(a, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  cuda::set_decode_phase_buffer(nullptr, 0);
+  CUDA_OK(cudaMemcpy(timed.data(), out, M * K * 2, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(plain == timed) << s.name << ": the phase timer changed the output";
+
+  std::vector<std::uint64_t> rec(words);
+  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
+  const char* names[] = {"prologue", "tokens", "gemm1", "exchange1", "activation", "convert",
+                         "gemm2", "tickets", "combine"};
+  std::uint64_t t0 = ~std::uint64_t{0}, t1 = 0;
+  int ctas = 0;
+  std::vector<std::vector<double>> per(9);
+  for (int c = 0; c < kMaxCtas; ++c) {
+    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * cuda::decode::kPhaseWords;
+    if (r[cuda::decode::kPhaseStart] == 0) continue;
+    t0 = std::min(t0, r[cuda::decode::kPhaseStart]);
+    t1 = std::max(t1, r[cuda::decode::kPhaseEnd]);
+    if (r[cuda::decode::kPhaseItems] == 0) continue;
+    ++ctas;
+    for (int w = 0; w < 9; ++w) per[w].push_back(static_cast<double>(r[w]) / 1000.0);
+  }
+  ASSERT_GT(ctas, 0) << s.name << ": no CTA recorded an item";
+  std::printf("[ phases ] %s M=%lld: %d CTAs with items, first entry to last exit %.2f us\n", s.name,
+              static_cast<long long>(M), ctas, static_cast<double>(t1 - t0) / 1000.0);
+  for (int w = 0; w < 9; ++w) {
+    std::vector<double>& v = per[w];
+    std::sort(v.begin(), v.end());
+    std::printf("[ phases ]   %-10s median %7.2f us  max %7.2f us\n", names[w], v[v.size() / 2], v.back());
+  }
+  for (void* p : {static_cast<void*>(w13), static_cast<void*>(w2), static_cast<void*>(hidden), static_cast<void*>(out),
+                  static_cast<void*>(ids), static_cast<void*>(wts), ws, static_cast<void*>(phases)})
+    cudaFree(p);
+}
+
+TEST(Sm90Decode, PhaseBreakdown) {
+  SKIP_WITHOUT_SM90();
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 1});
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 16});
+  phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1});
+  phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1});
+  phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1});
+}
+
+}  // namespace
+}  // namespace moekit
