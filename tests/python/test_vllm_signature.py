@@ -44,7 +44,8 @@ def test_signature_is_vllms_in_order_with_its_defaults():
     assert [(p.name, p.default) for p in positional] == VLLM_V0_10_2_FUSED_EXPERTS
     # moekit's own arguments come after, keyword-only: they can never take a vLLM position.
     extra = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    assert extra == ["scheme", "swiglu_alpha", "swiglu_limit", "out", "backend", "path", "num_threads", "workspace"]
+    assert extra == ["scheme", "swiglu_alpha", "swiglu_limit", "out", "backend", "path", "num_threads", "workspace",
+                     "debug_faults"]
     assert "vLLM v0.10.2" in moekit.fused_experts.__doc__
 
 
