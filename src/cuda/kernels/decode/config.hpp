@@ -110,8 +110,15 @@ struct Tiling {
 };
 
 // Expected work items set the cluster: of 1, 2, 4, 8 (each rank keeping >= 2 K stages and >= 2
-// row tiles), the one with the least weight bytes per CTA over the rounds the persistent grid
-// takes: rounds(S) / S with rounds = ceil(items / (SMs / S)); ties go to the smaller cluster.
+// row tiles), the one whose persistent grid finishes first under a simple model: a CTA's items run
+// one after another, each a fixed chain (kItemFixedUs: routing-derived metadata, token rows, two
+// cluster exchanges, tickets; the phase timer measured 8-10 µs at 8 KB stages with serial
+// arrivals, ~5-6 µs expected after those fixes) plus its share of the item's weights at a
+// per-SM stream (kSmBytesPerUs: 4 TB/s over 132 SMs). More ranks shorten an item's stream but
+// make more rounds when the items outnumber the clusters. Ties go to the smaller cluster.
+inline constexpr double kItemFixedUs = 6.0;
+inline constexpr double kSmBytesPerUs = 30000.0;
+
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
                             int elem_bytes, double expected_items, int sm_count) {
   Tiling t;
@@ -120,12 +127,14 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
   t.row_tiles = static_cast<int>(ceil_div(K, kTileRows));
   t.num_chunks = static_cast<int>(ceil_div(N, kChunkCols));
   const double items = expected_items > 1.0 ? expected_items : 1.0;
+  const double cols = static_cast<double>(N < kChunkCols ? N : kChunkCols);
+  const double item_bytes = 3.0 * cols * static_cast<double>(K) * elem_bytes;  // gate, up, down
   double best = 0.0;
   for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
     if (cluster > 1 && (t.k_stages < 2 * cluster || t.row_tiles < 2 * cluster)) break;
     const double slots = static_cast<double>(sm_count / cluster > 0 ? sm_count / cluster : 1);
     const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));
-    const double cost = (rounds > 1.0 ? rounds : 1.0) / cluster;
+    const double cost = (rounds > 1.0 ? rounds : 1.0) * (kItemFixedUs + item_bytes / cluster / kSmBytesPerUs);
     if (cluster == 1 || cost < best * 0.999) {
       best = cost;
       t.cluster = cluster;

@@ -557,17 +557,29 @@ struct Decode {
       const int m = s.tok_done[tt];
       if (m < 0) continue;
       __threadfence();
+      // The token's partials are rows i = j * nch + chunk of partials[m * k * nch + i]: summed in
+      // i order (slots j in order, chunks in order inside one), loaded 8 at a time so that their
+      // latencies overlap.
+      const int J = k * nch;
+      const float* base = p.partials + static_cast<std::int64_t>(m) * J * K;
       for (int row = row_lo + 4 * t; row < row_hi; row += 4 * kConsumerThreads) {
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int j = 0; j < k; ++j) {
-          if (s.slot_e[m * k + j] < 0) continue;
-          const float* src = p.partials + (static_cast<std::int64_t>(m) * k + j) * nch * K + row;
-          for (int ch = 0; ch < nch; ++ch) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(src + static_cast<std::int64_t>(ch) * K));
-            acc.x += v.x;
-            acc.y += v.y;
-            acc.z += v.z;
-            acc.w += v.w;
+        for (int i0 = 0; i0 < J; i0 += 8) {
+          float4 v[8];
+          bool use[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u;
+            use[u] = i < J && s.slot_e[m * k + i / nch] >= 0;
+            if (use[u]) v[u] = __ldcg(reinterpret_cast<const float4*>(base + static_cast<std::int64_t>(i) * K + row));
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            if (!use[u]) continue;
+            acc.x += v[u].x;
+            acc.y += v[u].y;
+            acc.z += v[u].z;
+            acc.w += v[u].w;
           }
         }
         ActT* o = static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * K + row;
