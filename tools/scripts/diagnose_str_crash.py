@@ -1,8 +1,10 @@
-"""Diagnose the segfault of str(moekit.describe_fused_experts(...)) (the first std::ostringstream moekit
-uses) in the installed moekit, on the machine where it happened. Not a pytest file; run it after
-tests/python/run.sh has installed the package:
+"""A diagnostic, not a test (pytest never collects it): it looks into the segfault once seen in
+str(moekit.describe_fused_experts(...)) (the first std::ostringstream moekit uses) in the installed
+moekit, on the machine where it happened: symbol interposition between the extension's libstdc++
+and the host's, import order against torch, struct layouts. Run it by hand after
+tests/python/run.sh has installed the package, when a str()/repr() of a moekit object crashes:
 
-    python3 tests/python/diagnose_str_crash.py
+    python3 tools/scripts/diagnose_str_crash.py
 
 It prints what it finds and ends with one line, "DIAGNOSE: PASS" or "DIAGNOSE: FAIL (...)":
   1. the extension: its path, the libraries it needs, how many symbols it exports (the fix exports
@@ -207,7 +209,7 @@ def main():
               "  CMAKE_ARGS=-DMOEKIT_PYTHON_NOSTRIP=ON MOEKIT_ENABLE_CUDA=ON MOEKIT_PIP_OFFLINE=1 "
               "bash tests/python/run.sh -x -q -k describe\n"
               f"  {dbg} -batch -ex run -ex 'bt 12' -ex 'info sharedlibrary' -ex 'x/6i $pc' "
-              f"--args {sys.executable} tests/python/diagnose_str_crash.py --child {crashed_order}")
+              f"--args {sys.executable} tools/scripts/diagnose_str_crash.py --child {crashed_order}")
 
     print()
     if failures:
