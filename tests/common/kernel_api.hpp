@@ -1,0 +1,10 @@
+// The kernel-internal host APIs the GPU unit tests call directly (launchers and their plain
+// parameter structs), included here and nowhere else in tests/: when a kernel family's files move
+// (src/cuda/kernels/<family>/...), this is the one place whose includes change.
+#pragma once
+
+#include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/quant/quant.hpp"
+#include "cuda/kernels/swapab/launch_sm90.hpp"
+#include "cuda/kernels/tokmajor/launch_sm90.hpp"
