@@ -4,7 +4,10 @@
 #pragma once
 
 #include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/fused_moe/config.hpp"
+#include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"
 #include "cuda/kernels/quant/quant.hpp"
+#include "cuda/kernels/routing/routing.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "cuda/kernels/tokmajor/launch_sm90.hpp"

@@ -42,7 +42,7 @@ std::int64_t token_with_balanced_slots(const MoeCase& c) {
   return -1;
 }
 
-TEST(TestCompare, CatchesZeroedRowAndDroppedSlotAtM4097) {
+TEST(CpuCompare, CatchesZeroedRowAndDroppedSlotAtM4097) {
   for (Scheme scheme : kSchemes) {
     SCOPED_TRACE(scheme_name(scheme));
     MoeCase c = make_case(big_m_spec(scheme));
@@ -90,7 +90,7 @@ TEST(TestCompare, CatchesZeroedRowAndDroppedSlotAtM4097) {
 
 // The claim, checked once so that the test above keeps meaning something: the old
 // global error lets a zeroed token through at fp8's bound at this M.
-TEST(TestCompare, OldGlobalErrorDilutesAtM4097) {
+TEST(CpuCompare, OldGlobalErrorDilutesAtM4097) {
   MoeCase c = make_case(big_m_spec(Scheme::kFp8PerTensor));
   const std::vector<float> ref = reference_output(c);
   std::vector<float> zeroed = ref;
@@ -102,7 +102,7 @@ TEST(TestCompare, OldGlobalErrorDilutesAtM4097) {
 // Rounding-sized differences pass: every element one bf16 ulp away (what a flipped output rounding
 // gives) under every scheme; and for fp8, in addition, noise of 2 % of the row's rms per element
 // (intermediates that round to their e4m3 neighbour).
-TEST(TestCompare, RoundingSizedNoisePasses) {
+TEST(CpuCompare, RoundingSizedNoisePasses) {
   for (Scheme scheme : kSchemes) {
     SCOPED_TRACE(scheme_name(scheme));
     CaseSpec s = big_m_spec(scheme);
@@ -134,7 +134,7 @@ TEST(TestCompare, RoundingSizedNoisePasses) {
   }
 }
 
-TEST(TestCompare, NanNeverPassesAndMessageNamesTheElement) {
+TEST(CpuCompare, NanNeverPassesAndMessageNamesTheElement) {
   const std::int64_t rows = 8, cols = 16;
   std::vector<float> ref(rows * cols);
   for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = std::sin(0.37f * static_cast<float>(i)) + 0.1f;
@@ -172,7 +172,7 @@ TEST(TestCompare, NanNeverPassesAndMessageNamesTheElement) {
   }
 }
 
-TEST(TestCompare, ZeroRowsMustBeZeroAndShapesMustAgree) {
+TEST(CpuCompare, ZeroRowsMustBeZeroAndShapesMustAgree) {
   const Tolerance tol = tolerance_of(Scheme::kFp8Block128);
   std::vector<float> ref(4 * 8, 0.5f), got = ref;
   for (int j = 0; j < 8; ++j) ref[8 + j] = got[8 + j] = 0.0f;  // row 1: every slot remote -> zeros

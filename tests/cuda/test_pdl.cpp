@@ -25,8 +25,6 @@ namespace {
 
 enum class Mode { kFusedExperts, kFusedMoe };
 
-std::size_t view_bytes(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
-
 constexpr std::uint16_t kPoison = 0xffff;  // out is memset to 0xff bytes: a bf16 NaN
 
 // One case on the GPU. Weights are uploaded once; the per-call inputs (hidden, router logits,
@@ -38,26 +36,24 @@ class PdlCase {
   PdlCase(const MoeCase& a, const MoeCase& b) : spec_(a.spec) {
     const FusedExpertsArgs h = a.host_args(nullptr);
     base_ = h;
-    moekit::testing::upload_shared_operands(base_, [this](const TensorView& v) { return upload(v); });
+    upload_shared_operands(base_, [this](const TensorView& v) { return arena_.upload(v); });
     if (!a.correction_bias.empty())
-      bias_ = upload(TensorView::contiguous(a.correction_bias.data(), DType::kFp32, {a.E_global}));
+      bias_ = arena_.upload(TensorView::contiguous(a.correction_bias.data(), DType::kFp32, {a.E_global}));
     const MoeCase* src[3] = {&a, &b, &a};
     for (int s = 0; s < 3; ++s) {
       const FusedExpertsArgs hs = src[s]->host_args(nullptr);
-      in_[s].hidden = upload(hs.hidden);
-      in_[s].ids = upload(hs.topk_ids);
-      in_[s].wts = upload(hs.topk_weights);
-      in_[s].logits = upload(TensorView::contiguous(src[s]->router_logits.data(), DType::kFp32,
+      in_[s].hidden = arena_.upload(hs.hidden);
+      in_[s].ids = arena_.upload(hs.topk_ids);
+      in_[s].wts = arena_.upload(hs.topk_weights);
+      in_[s].logits = arena_.upload(TensorView::contiguous(src[s]->router_logits.data(), DType::kFp32,
                                                     {spec_.M, a.E_global}));
     }
-    for (TensorView& o : out_) o = device_only(h.out);
+    for (TensorView& o : out_) o = arena_.alloc_like(h.out);
     for (Mode mode : {Mode::kFusedExperts, Mode::kFusedMoe}) {
       const MoeProblem p = mode == Mode::kFusedMoe ? describe(moe_args(spec_.M, 0, 0)) : describe(experts_args(spec_.M, 0, 0));
       ws_bytes_ = std::max(ws_bytes_, workspace_size(p, Backend::kCuda));
     }
-    void* ws = nullptr;
-    EXPECT_EQ(cudaSuccess, cudaMalloc(&ws, ws_bytes_));
-    ws_.reset(ws);
+    ws_ = dev_alloc(ws_bytes_);
   }
 
   // Enqueues one call of the first M tokens of input set `set`, writing output `out`.
@@ -121,24 +117,8 @@ class PdlCase {
     return m;
   }
 
-  TensorView upload(const TensorView& h) {
-    if (!h.present()) return h;
-    TensorView d = device_only(h);
-    if (view_bytes(h) > 0) EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data, h.data, view_bytes(h), cudaMemcpyHostToDevice));
-    return d;
-  }
-  TensorView device_only(const TensorView& h) {
-    TensorView d = h;
-    void* p = nullptr;
-    if (view_bytes(h) > 0) EXPECT_EQ(cudaSuccess, cudaMalloc(&p, view_bytes(h)));
-    owned_.emplace_back(p);
-    d.data = p;
-    d.device = Device::cuda(0);
-    return d;
-  }
-
   CaseSpec spec_;
-  std::vector<DevPtr> owned_;
+  DeviceArena arena_;
   FusedExpertsArgs base_;
   TensorView bias_;
   Inputs in_[3];

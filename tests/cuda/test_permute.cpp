@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/kernels/routing/routing.hpp"
-#include "moekit/error.hpp"
 #include "common/cuda_test.hpp"
+#include "common/kernel_api.hpp"
+#include "moekit/error.hpp"
 #include "moekit/moekit.hpp"
 
 namespace {
@@ -30,28 +30,9 @@ using moekit::cuda::PermutePath;
 using moekit::cuda::RoutingParams;
 using moekit::testing::DevPtr;
 
-DevPtr dev_alloc(std::size_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, std::max<std::size_t>(bytes, 4)) != cudaSuccess) {
-    ADD_FAILURE() << "cudaMalloc(" << bytes << ") failed";
-    p = nullptr;
-  }
-  return DevPtr(p);
-}
-
-template <class T>
-DevPtr upload(const std::vector<T>& h) {
-  DevPtr d = dev_alloc(h.size() * sizeof(T));
-  if (!h.empty()) EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const void* d, std::size_t n) {
-  std::vector<T> h(n);
-  if (n > 0) EXPECT_EQ(cudaSuccess, cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
+using moekit::testing::dev_alloc;
+using moekit::testing::download;
+using moekit::testing::upload;
 
 std::uint16_t to_bf16_bits(float f) {  // round to nearest even (finite inputs)
   std::uint32_t u;
