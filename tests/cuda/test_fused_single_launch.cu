@@ -23,6 +23,7 @@
 
 #include "common/compare.hpp"
 #include "common/cuda_test.hpp"
+#include "common/device_case.hpp"
 #include "common/kernel_api.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
@@ -32,71 +33,40 @@
 namespace moekit::testing {
 namespace {
 
-// A case's tensors on the GPU (uploaded once); calls use the first M rows.
-class DeviceCase {
+// A case on the GPU (the shared DeviceCase: tensors uploaded once, calls on the first M rows)
+// run on the fused path directly (run_fused_moe_sm90), with a workspace of its own.
+class FusedCase {
  public:
-  explicit DeviceCase(const MoeCase& c) : spec_(c.spec) {
-    host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
-    const FusedExpertsArgs h = c.host_args(host_out_.data());
-    args_ = h;
-    upload_shared_operands(args_, [this](const TensorView& v) { return arena_.upload(v); });
-    args_.hidden = arena_.upload(h.hidden);
-    args_.topk_ids = arena_.upload(h.topk_ids);
-    args_.topk_weights = arena_.upload(h.topk_weights);
-    args_.out = arena_.alloc_like(h.out);
-    logits_ = arena_.upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
-    if (!c.correction_bias.empty())
-      bias_ = arena_.upload(TensorView::contiguous(c.correction_bias.data(), DType::kFp32, {c.E_global}));
-    ids_out_ = arena_.alloc_like(h.topk_ids);
-    wts_out_ = arena_.alloc_like(h.topk_weights);
-    // The uploads (pageable cudaMemcpy: it may return before the DMA lands) are on the legacy
-    // default stream, which a cudaStreamNonBlocking stream does not wait for: finish them
-    // before any call on such a stream reads the inputs.
-    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  }
+  explicit FusedCase(const MoeCase& c) : dev_(c), spec_(c.spec) {}
 
   // fused_moe for the first M tokens: routed from the logits in the launch; the routing goes
-  // to the ids / weights output buffers (read back by routed()).
+  // to the case's ids / weights output buffers (read back by run_moe).
   detail::MoeCall call_moe(std::int64_t M, cudaStream_t stream) const {
-    FusedMoeArgs a;
-    a.router_logits = logits_;
-    a.router_logits.shape[0] = M;
-    a.routing = spec_.routing;
-    a.routing.top_k = static_cast<int>(spec_.k);
-    a.e_score_correction_bias = bias_;
-    a.experts = args_;
-    a.experts.topk_ids = ids_out_;
-    a.experts.topk_weights = wts_out_;
-    for (TensorView* v : {&a.experts.hidden, &a.experts.topk_ids, &a.experts.topk_weights, &a.experts.out})
-      v->shape[0] = M;
     Options o;
     o.backend = Backend::kCuda;
     o.stream = stream;
-    return detail::resolve(a, o);
+    return detail::resolve(dev_.moe(M), o);
   }
 
   std::vector<std::uint16_t> run_moe(std::int64_t M, std::vector<std::int32_t>* ids, std::vector<float>* wts) {
     const detail::MoeCall c = call_moe(M, nullptr);
     void* ws = workspace(c.problem);
     poison(M, nullptr);
-    EXPECT_EQ(cudaSuccess, cudaMemset(ids_out_.data, 0xff, static_cast<std::size_t>(M * spec_.k) * 4));
+    const FusedMoeArgs a = dev_.moe(M);
+    EXPECT_EQ(cudaSuccess, cudaMemset(a.experts.topk_ids.data, 0xff, static_cast<std::size_t>(M * spec_.k) * 4));
     cuda::run_fused_moe_sm90(c, ws);
     std::vector<std::uint16_t> bits = fetch(M, nullptr);
-    ids->resize(static_cast<std::size_t>(M * spec_.k));
-    wts->resize(static_cast<std::size_t>(M * spec_.k));
-    EXPECT_EQ(cudaSuccess, cudaMemcpy(ids->data(), ids_out_.data, ids->size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(cudaSuccess, cudaMemcpy(wts->data(), wts_out_.data, wts->size() * 4, cudaMemcpyDeviceToHost));
+    *ids = download<std::int32_t>(a.experts.topk_ids.data, static_cast<std::size_t>(M * spec_.k));
+    *wts = download<float>(a.experts.topk_weights.data, static_cast<std::size_t>(M * spec_.k));
     return bits;
   }
 
   // The resolved call for the first M tokens (validation included).
   detail::MoeCall call(std::int64_t M, cudaStream_t stream) const {
-    FusedExpertsArgs a = args_;
-    for (TensorView* v : {&a.hidden, &a.topk_ids, &a.topk_weights, &a.out}) v->shape[0] = M;
     Options o;
     o.backend = Backend::kCuda;
     o.stream = stream;
-    return detail::resolve(a, o);
+    return detail::resolve(dev_.experts(M), o);
   }
 
   void* workspace(const MoeProblem& p) {
@@ -117,7 +87,8 @@ class DeviceCase {
   }
 
   void poison(std::int64_t M, cudaStream_t stream) {
-    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, static_cast<std::size_t>(M * spec_.K) * 2, stream));
+    EXPECT_EQ(cudaSuccess,
+              cudaMemsetAsync(dev_.experts(M).out.data, 0xff, static_cast<std::size_t>(M * spec_.K) * 2, stream));
   }
 
   // One eager call on `stream` (out NaN-poisoned first); returns out's bits.
@@ -130,20 +101,14 @@ class DeviceCase {
   }
 
   std::vector<std::uint16_t> fetch(std::int64_t M, cudaStream_t stream) {
-    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    std::vector<std::uint16_t> bits = dev_.fetch(M, stream);  // synchronizes the stream
     EXPECT_EQ(cudaSuccess, cudaGetLastError());
-    std::vector<std::uint16_t> bits(static_cast<std::size_t>(M * spec_.K));
-    EXPECT_EQ(cudaSuccess, cudaMemcpy(bits.data(), args_.out.data, bits.size() * 2, cudaMemcpyDeviceToHost));
     return bits;
   }
 
-
  private:
+  DeviceCase dev_;
   CaseSpec spec_;
-  std::vector<std::uint16_t> host_out_;
-  DeviceArena arena_;
-  FusedExpertsArgs args_;
-  TensorView logits_, bias_, ids_out_, wts_out_;
   DevPtr ws_;
   std::size_t ws_bytes_ = 0;
 };
@@ -160,7 +125,7 @@ MoeCase prefix(const MoeCase& c, std::int64_t M) {
 }
 
 // Runs the first M tokens of `c` on the fused path and compares with the CPU reference.
-void check_prefix(DeviceCase& d, const MoeCase& c, std::int64_t M) {
+void check_prefix(FusedCase& d, const MoeCase& c, std::int64_t M) {
   SCOPED_TRACE(c.spec.name() + " M=" + std::to_string(M));
   std::string why;
   const detail::MoeCall call = d.call(M, nullptr);
@@ -173,7 +138,7 @@ void check_prefix(DeviceCase& d, const MoeCase& c, std::int64_t M) {
 
 void check_case(const CaseSpec& s, std::initializer_list<std::int64_t> Ms) {
   const MoeCase c = make_case(s);
-  DeviceCase d(c);
+  FusedCase d(c);
   for (std::int64_t M : Ms) {
     if (M > s.M) continue;
     check_prefix(d, c, M);
@@ -288,7 +253,7 @@ TEST(Sm90FusedSingleLaunch, RoutesFromLogitsLikeTheReference) {
         s.routing.routed_scaling_factor = 2.5f;
       }
       const MoeCase c = make_case(s);
-      DeviceCase d(c);
+      FusedCase d(c);
       for (std::int64_t M : {1, 3, 16}) {
         SCOPED_TRACE(s.name() + " fused_moe M=" + std::to_string(M));
         std::string why;
@@ -385,7 +350,7 @@ TEST(Sm90FusedSingleLaunch, ExpertMapDropsRemoteExperts) {
   MoeCase c = make_case(s);
   for (std::size_t i = 0; i < c.topk_ids.size(); ++i)
     c.topk_ids[i] = (i % 3 == 0) ? -1 : (i % 3 == 1 ? 1 + 2 * static_cast<std::int32_t>(i % 10) : 100000);
-  DeviceCase d(c);
+  FusedCase d(c);
   check_prefix(d, c, 4);
 }
 
@@ -401,7 +366,7 @@ TEST(Sm90FusedSingleLaunch, NanRowStaysInItsRow) {
     s.scheme = scheme;
     MoeCase c = make_case(s);
     c.hidden[2 * s.K + 17] = 0x7fc0;  // NaN in token 2 (bf16 bits)
-    DeviceCase d(c);
+    FusedCase d(c);
     const std::vector<float> got = to_float(d.run(s.M), s.act_dtype);
     const std::vector<float> ref = reference_output(c);
     for (std::int64_t m = 0; m < s.M; ++m) {
@@ -419,7 +384,7 @@ TEST(Sm90FusedSingleLaunch, BitwiseDeterministic) {
   for (int preset : {0, 2}) {
     for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
       const MoeCase c = make_case(preset_spec(kPresetsTp8[preset], scheme, 16));
-      DeviceCase d(c);
+      FusedCase d(c);
       for (std::int64_t M : {1, 16}) {
         const std::vector<std::uint16_t> first = d.run(M);
         for (int rep = 0; rep < 3; ++rep) EXPECT_EQ(first, d.run(M)) << kPresetsTp8[preset].name << " M=" << M;
@@ -432,7 +397,7 @@ TEST(Sm90FusedSingleLaunch, GraphReplayEqualsEager) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     const MoeCase c = make_case(preset_spec(kPresetsTp8[0], scheme, 16));
-    DeviceCase d(c);
+    FusedCase d(c);
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (std::int64_t M : {1, 7, 16}) {
@@ -532,7 +497,7 @@ TEST(Sm90FusedSingleLaunch, StressStreamsGraphsEagerUnderLoad) {
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     SCOPED_TRACE(scheme_name(scheme));
     const MoeCase c = make_case(preset_spec(kPresetsTp8[0], scheme, 16));
-    DeviceCase d(c);
+    FusedCase d(c);
     const std::int64_t K = c.spec.K;
 
     // References: lone eager calls on the legacy stream, checked against the CPU.
@@ -673,7 +638,7 @@ TEST(Sm90FusedSingleLaunch, PhaseTimerDump) {
   constexpr int kMaxCtas = 1024;
   DevPtr buf = dev_alloc(static_cast<std::size_t>(kMaxCtas) * fm::kPhaseWords * 8);
   const MoeCase c = make_case(preset_spec(kPresetsTp8[0], Scheme::kBf16, 16));
-  DeviceCase d(c);
+  FusedCase d(c);
   const char* csv_path = std::getenv("MOEKIT_PHASE_CSV");
   std::FILE* csv = csv_path != nullptr ? std::fopen(csv_path, "w") : nullptr;
   if (csv != nullptr)

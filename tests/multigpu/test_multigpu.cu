@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/compare.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
 #include "moekit/moekit.hpp"
@@ -193,6 +194,8 @@ TEST_P(MultiGpuTp, AllReduceOfShardsEqualsSingleGpuOp) {
     outs[static_cast<std::size_t>(r)] = to_float(download(a.experts.out), c.spec.act_dtype);
   });
   for (int r = 0; r < gpus; ++r) {
+    // The whole-output bound, not the row comparator: a rank's shard has its own numerics by design
+    // (per-channel GEMM2 scales over N/tp channels; the bf16 all-reduce rounds after every add).
     EXPECT_LE(relative_error(outs[r], ref), tolerance(c.spec.scheme)) << c.spec.name() << " rank " << r << " of " << gpus;
     // An all-reduce gives every rank the same sum.
     EXPECT_EQ(outs[r], outs[0]) << "rank " << r;
@@ -261,7 +264,9 @@ TEST_P(MultiGpuEp, AllToAllRoundTripEqualsSingleGpuOp) {
     const std::vector<float> part = to_float(download(a.experts.out), spec.act_dtype);
     std::copy(part.begin(), part.end(), got.begin() + m0 * K);  // disjoint rows per thread
   });
-  EXPECT_LE(relative_error(got, ref), tolerance(spec.scheme)) << spec.name() << " ep=" << gpus;
+  // Row by row (tests/common/compare.hpp): each token's experts run with the single-GPU op's own
+  // scales (static per tensor, per token otherwise); only the per-slot rounding of the returned rows differs.
+  EXPECT_TRUE(rows_match(got, ref, K, spec.scheme, spec.name() + " ep=" + std::to_string(gpus)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, MultiGpuEp,
