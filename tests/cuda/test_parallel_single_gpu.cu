@@ -37,12 +37,11 @@ class DevArena : public DeviceArena {
   }
 };
 
+// A whole device tensor, downloaded (the shared helper with the view's size).
 template <class T>
 std::vector<T> download(const TensorView& d) {
-  std::vector<T> h(static_cast<std::size_t>(d.numel()));
   EXPECT_EQ(sizeof(T), dtype_size(d.dtype));
-  if (!h.empty()) EXPECT_EQ(cudaSuccess, cudaMemcpy(h.data(), d.data, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
+  return ::moekit::testing::download<T>(d.data, static_cast<std::size_t>(d.numel()));
 }
 
 ExpertWeights upload_weights(DevArena& arena, const ExpertWeights& w) {
