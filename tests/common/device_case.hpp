@@ -20,7 +20,7 @@ inline const char* call_mode_name(CallMode m) { return m == CallMode::kFusedMoe 
 // One case's tensors on the GPU (uploaded once); calls view the first M rows.
 class DeviceCase {
  public:
-  explicit DeviceCase(const MoeCase& c) : spec_(c.spec), E_global_(c.E_global) {
+  explicit DeviceCase(const MoeCase& c) : spec_(c.spec) {
     host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
     const FusedExpertsArgs h = c.host_args(host_out_.data());
     args_ = h;
@@ -109,7 +109,6 @@ class DeviceCase {
 
  private:
   CaseSpec spec_;
-  std::int64_t E_global_;
   std::vector<std::uint16_t> host_out_;
   DeviceArena arena_;
   FusedExpertsArgs args_;

@@ -173,7 +173,8 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   if (c.scheme == Scheme::kFp8PerTensor)
     for (int e = 0; e < E; ++e) b_scale.push_back((0.5f + 0.1f * static_cast<float>(e % 10)) / 448.0f);
   if (c.scheme == Scheme::kFp8PerChannel)
-    for (std::int64_t i = 0; i < E * rows_b; ++i) b_scale.push_back((0.5f + 0.01f * static_cast<float>(i % 50)) / 448.0f);
+    for (std::int64_t i = 0; i < E * rows_b; ++i)
+      b_scale.push_back((0.5f + 0.01f * static_cast<float>(i % 50)) / 448.0f);
   if (c.scheme == Scheme::kFp8Block128)
     for (std::int64_t i = 0; i < E * row_blocks * n_groups; ++i)
       b_scale.push_back((0.5f + 0.1f * static_cast<float>(i % 9)) / 448.0f);
