@@ -21,18 +21,10 @@ namespace {
 
 using moekit::DType;
 using moekit::TensorView;
+using moekit::testing::dev_alloc;  // the shared helper (tests/common/cuda_test.hpp): 16 bytes at least
 using moekit::testing::DevPtr;
 
 constexpr std::int64_t kD = 512;
-
-DevPtr dev_alloc(std::size_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes < 16 ? 16 : bytes) != cudaSuccess) {
-    ADD_FAILURE() << "cudaMalloc(" << bytes << ") failed";
-    return DevPtr(nullptr);
-  }
-  return DevPtr(p);
-}
 
 std::uint64_t mix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
