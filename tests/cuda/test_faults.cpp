@@ -26,8 +26,6 @@ using i64 = std::int64_t;
 // tokmajor, which share them), fused = the single-launch kernel's own permutation.
 const char* const kPaths[] = {"mma", "fused"};
 
-std::size_t bytes_of(const TensorView& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); }
-
 // A case's tensors on the GPU; topk_ids and expert_map can be rewritten between calls.
 class GpuCase {
  public:
@@ -35,15 +33,15 @@ class GpuCase {
     host_out_.resize(static_cast<std::size_t>(c.spec.M * c.spec.K));
     const FusedExpertsArgs h = c.host_args(host_out_.data());
     args_ = h;
-    upload_shared_operands(args_, [this](const TensorView& v) { return upload(v); });
-    args_.hidden = upload(h.hidden);
-    args_.topk_ids = upload(h.topk_ids);
-    args_.topk_weights = upload(h.topk_weights);
-    args_.out = upload(h.out);
-    logits_ = upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
+    upload_shared_operands(args_, [this](const TensorView& v) { return arena_.upload(v); });
+    args_.hidden = arena_.upload(h.hidden);
+    args_.topk_ids = arena_.upload(h.topk_ids);
+    args_.topk_weights = arena_.upload(h.topk_weights);
+    args_.out = arena_.upload(h.out);
+    logits_ = arena_.upload(TensorView::contiguous(c.router_logits.data(), DType::kFp32, {c.spec.M, c.E_global}));
     FusedMoeArgs m = moe();
     ws_bytes_ = std::max(workspace_size(describe(args_), Backend::kCuda), workspace_size(describe(m), Backend::kCuda));
-    ws_ = alloc(ws_bytes_);
+    ws_ = dev_alloc(ws_bytes_);
     EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
   }
 
@@ -79,7 +77,7 @@ class GpuCase {
   // out NaN-poisoned, one fused_experts call, out's bits after the stream's work.
   std::vector<std::uint16_t> run(const Options& o) {
     auto stream = static_cast<cudaStream_t>(o.stream);
-    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, bytes_of(args_.out), stream));
+    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, view_bytes(args_.out), stream));
     fused_experts(args_, o);
     return out(stream);
   }
@@ -91,24 +89,9 @@ class GpuCase {
   }
 
  private:
-  DevPtr alloc(std::size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaSuccess, cudaMalloc(&p, std::max<std::size_t>(bytes, 256)));
-    return DevPtr(p);
-  }
-  TensorView upload(const TensorView& h) {
-    if (!h.present()) return h;
-    owned_.push_back(alloc(bytes_of(h)));
-    TensorView d = h;
-    d.data = owned_.back().get();
-    d.device = Device::cuda(0);
-    if (bytes_of(h) > 0) EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data, h.data, bytes_of(h), cudaMemcpyHostToDevice));
-    return d;
-  }
-
   const MoeCase& c_;
   std::vector<std::uint16_t> host_out_;
-  std::vector<DevPtr> owned_;
+  DeviceArena arena_;  // the shared device helpers (tests/common/cuda_test.hpp)
   FusedExpertsArgs args_;
   TensorView logits_;
   DevPtr ws_;
@@ -333,10 +316,10 @@ TEST(Sm90Faults, EpDispatchRecordsBadIds) {
   auto dev = [&](const void* host, DType dtype, std::initializer_list<i64> shape) {
     TensorView v = TensorView::contiguous(nullptr, dtype, shape, Device::cuda(0));
     void* p = nullptr;
-    EXPECT_EQ(cudaSuccess, cudaMalloc(&p, std::max<std::size_t>(bytes_of(v), 256)));
+    EXPECT_EQ(cudaSuccess, cudaMalloc(&p, std::max<std::size_t>(view_bytes(v), 256)));
     owned.emplace_back(p);
     v.data = p;
-    if (host != nullptr) EXPECT_EQ(cudaSuccess, cudaMemcpy(p, host, bytes_of(v), cudaMemcpyHostToDevice));
+    if (host != nullptr) EXPECT_EQ(cudaSuccess, cudaMemcpy(p, host, view_bytes(v), cudaMemcpyHostToDevice));
     return v;
   };
   EpDispatchArgs a;
