@@ -4,6 +4,8 @@
 #pragma once
 
 #include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/decode/launch_sm90.hpp"
+#include "cuda/kernels/decode/params.hpp"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/grouped_gemm/params.hpp"

@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "common/cuda_test.hpp"
-#include "cuda/kernels/decode/launch_sm90.hpp"
-#include "cuda/kernels/decode/params.hpp"
+#include "common/kernel_api.hpp"
 #include "moekit/moekit.hpp"
 
 namespace moekit {
