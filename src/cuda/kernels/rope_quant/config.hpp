@@ -46,7 +46,7 @@ struct InvRopeQuantPipeConfig {
 // memory a CTA (a warp: 4 x 1 KB of data, 4 x 256 B of cos/sin, 8 x 128 B of positions), 4 CTAs
 // per SM (192 KB of shared memory; __launch_bounds__ caps registers at 64): 32 warps x 3 KB =
 // 96 KB of o in flight per SM (Little: ~4.1 TB/s x ~1.5 us loaded latency / 132 SMs = ~47 KB of
-// reads needed). ~310 SASS instructions a row in its loop (the register kernel: ~450), under the
+// reads needed). ~300 SASS instructions a row in its loop (the register kernel: ~450), under the
 // ~400 a row that 4.1 TB/s leaves an SM's 4 schedulers at 1.98 GHz.
 using InvRopeQuantPipe4 = InvRopeQuantPipeConfig<8, 4, 4>;
 // The A/B alternative (MOEKIT_ROPE_QUANT_ROWS=8): 4 warps x 8 stages (48 KB a CTA), 4 CTAs/SM:

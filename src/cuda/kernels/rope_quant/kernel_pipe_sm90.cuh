@@ -184,34 +184,31 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
 
   // Each issue_* handles its stream's row and advances it; a row past T issues nothing (the
   // group is still committed, so the counting above holds).
+  // Predicated copies, no branches (one basic block for the whole issue step); an address whose
+  // predicate is off is never dereferenced.
   auto issue_data = [&](int j) {
-    if (td < T) {
-      const std::uint32_t dst = data0 + (j & (kS - 1)) * kDataStage + 16 * lane;
-      cp_async_16_zfill(dst, od, 16);
-      cp_async_16_zfill(dst + 512, od + 512, 16);
-    }
+    const std::uint32_t dst = data0 + (j & (kS - 1)) * kDataStage + 16 * lane;
+    cp_async_16_if(td < T, dst, od);
+    cp_async_16_if(td < T, dst + 512, od + 512);
     td += dt;
     od += o_step;
   };
   auto issue_pos = [&](int j) {
-    if (cs_lane && tp < T) cp_async_8_zfill(pos0 + (j & (2 * kS - 1)) * kPosStage, pp, 8);
+    cp_async_8_if(cs_lane && tp < T, pos0 + (j & (2 * kS - 1)) * kPosStage, pp);
     tp += dt;
     pp += pos_step;
   };
-  // Needs row j's position landed (see the group schedule above).
+  // Needs row j's position landed (see the group schedule above); a lane's slot of a row past T
+  // holds a stale position, read but not used.
   auto issue_cs = [&](int j) {
-    if (cs_lane && tc < T) {
-      const long long pos = sm.pos[j & (2 * kS - 1)][cl];
-      if (pos >= 0 && pos < p.max_pos) {
-        const float* c = p.cos_sin + pos * p.cache_stride + i0;
-        const std::uint32_t dst = cs0 + (j & (kS - 1)) * kCsStage;
+    const long long pos = cs_lane ? sm.pos[j & (2 * kS - 1)][cs_lane ? cl : 0] : -1;  // lane-private slots only
+    const bool go = cs_lane && tc < T && pos >= 0 && pos < p.max_pos;
+    const float* c = p.cos_sin + pos * p.cache_stride + i0;
+    const std::uint32_t dst = cs0 + (j & (kS - 1)) * kCsStage;
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
-          if (i0 + k >= 0) {
-            cp_async_4_zfill(dst + 4 * k, c + k, 4);
-            cp_async_4_zfill(dst + 8 + 4 * k, c + half + k, 4);
-          }
-      }
+    for (int k = 0; k < 2; ++k) {
+      cp_async_4_if(go && i0 + k >= 0, dst + 4 * k, c + k);
+      cp_async_4_if(go && i0 + k >= 0, dst + 8 + 4 * k, c + half + k);
     }
     tc += dt;
   };
@@ -247,22 +244,17 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     const uint2 a = *reinterpret_cast<const uint2*>(reinterpret_cast<const char*>(sm.data[s]) + off1a);
     const uint2 b = *reinterpret_cast<const uint2*>(reinterpret_cast<const char*>(sm.data[s]) + off1b);
     x[1] = make_uint4(a.x, a.y, b.x, b.y);
-    long long pos = cs_lane ? sm.pos[j & (2 * kS - 1)][cl] : 0;
+    long long pos = cs_lane ? sm.pos[j & (2 * kS - 1)][cs_lane ? cl : 0] : 0;
     pos = __shfl_sync(0xffffffffu, pos, 31);
     const bool ok = pos >= 0 && pos < p.max_pos;
     float cs[4] = {1.0f, 1.0f, 0.0f, 0.0f};
     if (ok && cs_lane) {
-      // Only the floats of rotated pairs (the others of the slot were never written).
-      if (i0 >= 0) {
-        const float4 v = sm.cs[s][cl];
-        cs[0] = v.x;
-        cs[1] = v.y;
-        cs[2] = v.z;
-        cs[3] = v.w;
-      } else if (i0 + 1 >= 0) {  // rope_dim / 2 odd: the lane's second pair only
-        cs[1] = sm.cs[s][cl].y;
-        cs[3] = sm.cs[s][cl].w;
-      }
+      // The floats of a pair that is not rotated were never written, and are not used.
+      const float4 v = sm.cs[s][cl];
+      cs[0] = v.x;
+      cs[1] = v.y;
+      cs[2] = v.z;
+      cs[3] = v.w;
     }
     quantize_row_pipe(p.packed_ue8m0, x, cs, ok, qp, scol, tq, nope, lane);
     tq += dt;
