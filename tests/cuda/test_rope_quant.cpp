@@ -1,9 +1,11 @@
 // GPU test of inv_rope_fp8_quant (kernels/rope_quant/) against the CPU reference, bit for bit on
 // the e4m3 bytes and the scales (fp32 and packed UE8M0): the kernel computes the rotation with the
 // same float64 operations, so no tolerance applies. Token counts around the 8-token / 16-token
-// steps of the grid, T = 0 and 70,000 (input offsets past 2^31 elements), V4-Flash / V4-Pro TP8
-// heads, strided inputs and outputs, positions 0 and max_pos - 1, zero blocks, NaN / Inf, a
-// position outside the cache (NaN row), CUDA-graph replay, poisoned outputs; both tile configs.
+// steps of the register kernel's grid, T = 0 and 70,000 (input offsets past 2^31 elements),
+// V4-Flash / V4-Pro TP8 heads, head counts that do not divide the pipelined kernel's warp count
+// (its row walk carries), rope widths on both sides of the pipelined kernel's 64, strided inputs
+// and outputs, positions 0 and max_pos - 1, zero blocks, NaN / Inf, a position outside the cache
+// (NaN row), CUDA-graph replay, poisoned outputs; every config (MOEKIT_ROPE_QUANT_ROWS 2, 4, 8).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -204,16 +206,19 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
     }
 }
 
-// The reference once, then the kernel in both tile configs (config.hpp: 2 and 4 rows a warp,
-// MOEKIT_ROPE_QUANT_ROWS), each into freshly poisoned outputs.
+// The configs of config.hpp by their MOEKIT_ROPE_QUANT_ROWS value: the register kernel (2), the
+// pipelined kernel at 4 (the default) and 8 stages.
+constexpr const char* kConfigs[] = {"2", "4", "8"};
+
+// The reference once, then the kernel in every config, each into freshly poisoned outputs.
 void check(Problem& p, const std::string& what) {
   const Result want = run_cpu(p);
-  for (const char* rows : {"2", "4"}) {
+  for (const char* rows : kConfigs) {
     moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
     DeviceRun d(p);
     d.run();
     ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize()) << what;
-    expect_same(p, want, d.fetch(p), what + " rows/warp " + rows);
+    expect_same(p, want, d.fetch(p), what + " MOEKIT_ROPE_QUANT_ROWS=" + rows);
   }
 }
 
@@ -253,6 +258,37 @@ TEST(Sm90RopeQuant, SeventyThousandTokensInt64Offsets) {
   for (bool packed : {false, true}) {
     p.packed = packed;
     check(p, packed ? "T=70000 ue8m0" : "T=70000 fp32");
+  }
+}
+
+// Head counts that do not divide the pipelined kernel's 8 warps a CTA (7 heads: a grid of a
+// multiple of 7 CTAs; 10 heads in 5 groups: of 5), with 4,097 tokens: several tokens a warp.
+TEST(Sm90RopeQuant, HeadCountsNotDividingTheCtaWarps) {
+  SKIP_WITHOUT_SM90();
+  for (const HeadShape& s : {HeadShape{"7 heads", 7, 1}, HeadShape{"10 heads in 5 groups", 10, 5}})
+    for (bool packed : {false, true}) {
+      Problem p;
+      p.T = 4097;
+      p.H = s.H;
+      p.G = s.G;
+      p.packed = packed;
+      p.fill(31);
+      check(p, std::string(s.name) + (packed ? " ue8m0" : " fp32"));
+    }
+}
+
+// rope_dim from 2 to 256: up to 64 the pipelined kernel (its cos/sin lanes 24..31, odd cache row
+// pitches: 4-byte copies), above it the register kernel whatever MOEKIT_ROPE_QUANT_ROWS says.
+TEST(Sm90RopeQuant, RopeWidthsMatchReference) {
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t rope : {2, 6, 8, 30, 62, 64, 66, 128, 256}) {
+    Problem p;
+    p.T = 37;
+    p.H = 16;
+    p.G = 2;
+    p.rope = rope;
+    p.fill(static_cast<std::uint64_t>(rope));
+    check(p, "rope_dim " + std::to_string(rope));
   }
 }
 
@@ -321,28 +357,31 @@ TEST(Sm90RopeQuant, PositionOutsideCacheGivesNanRow) {
     good.pos[2] = 0;
     const Result want = run_cpu(good);
     p.pos[2] = p.max_pos;  // one past the last row
-    moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", packed ? "4" : "2");
-    DeviceRun d(p);
-    d.run();
-    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
-    const Result got = d.fetch(p);
-    const std::int64_t row = p.hpg() * kD;
-    for (std::int64_t t = 0; t < p.T; ++t)
-      for (std::int64_t c = 0; c < row; ++c)
-        ASSERT_EQ(got.q[t * row + c], t == 2 ? 0x7f : want.q[t * row + c]) << "t=" << t << " c=" << c;
-    for (std::int64_t col = 0; col < p.nb_cols(); ++col)
-      for (std::int64_t t = 0; t < p.Tp(); ++t) {
-        const std::uint32_t g = got.scale[col * p.Tp() + t];
-        if (t != 2) {
-          ASSERT_EQ(g, want.scale[col * p.Tp() + t]) << "col=" << col << " t=" << t;
-        } else if (packed) {
-          ASSERT_EQ(g, 0xffffffffu);
-        } else {
-          float f;
-          std::memcpy(&f, &g, 4);
-          ASSERT_TRUE(std::isnan(f));
+    for (const char* rows : kConfigs) {
+      SCOPED_TRACE(std::string("MOEKIT_ROPE_QUANT_ROWS=") + rows);
+      moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
+      DeviceRun d(p);
+      d.run();
+      ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+      const Result got = d.fetch(p);
+      const std::int64_t row = p.hpg() * kD;
+      for (std::int64_t t = 0; t < p.T; ++t)
+        for (std::int64_t c = 0; c < row; ++c)
+          ASSERT_EQ(got.q[t * row + c], t == 2 ? 0x7f : want.q[t * row + c]) << "t=" << t << " c=" << c;
+      for (std::int64_t col = 0; col < p.nb_cols(); ++col)
+        for (std::int64_t t = 0; t < p.Tp(); ++t) {
+          const std::uint32_t g = got.scale[col * p.Tp() + t];
+          if (t != 2) {
+            ASSERT_EQ(g, want.scale[col * p.Tp() + t]) << "col=" << col << " t=" << t;
+          } else if (packed) {
+            ASSERT_EQ(g, 0xffffffffu);
+          } else {
+            float f;
+            std::memcpy(&f, &g, 4);
+            ASSERT_TRUE(std::isnan(f));
+          }
         }
-      }
+    }
   }
 }
 
@@ -388,7 +427,7 @@ TEST(Sm90RopeQuant, BadRowsSettingIsAClearError) {
     FAIL() << "no error";
   } catch (const moekit::Error& e) {
     EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_QUANT_ROWS is '3', expected 2 or 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_QUANT_ROWS is '3', expected 2, 4 or 8"), std::string::npos) << e.what();
   }
 }
 

@@ -1,9 +1,10 @@
 // moekit-bench --op inv_rope_fp8_quant: the inverse-RoPE + FP8 quantization kernel at the
 // DeepSeek-V4 TP8 head shapes over T, timed the way moekit-bench times the MoE layer (one call
 // captured in a CUDA graph, cudaEvents around each replay, L2 flushed before each, median), against
-// the HBM roof (bytes read + written / 4.8 TB/s, BRIEF §4's target roof/0.85 + 4 us), with the
-// first eager call at a never-seen T against the steady eager call, and (--check) the bytes
-// against the CPU reference. The plain-torch comparison is tools/scripts/rope_quant_bench.py.
+// the HBM roof (bytes read + written / 4.8 TB/s, BRIEF §4's target roof/0.85 + 4 us) and the
+// launch floor (an empty kernel's graph replay, timed the same way), with the first eager call at
+// a never-seen T against the steady eager call, and (--check) the bytes against the CPU
+// reference. The plain-torch comparison is tools/scripts/rope_quant_bench.py.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -64,6 +65,9 @@ __global__ void fill_o_kernel(std::uint16_t* o, std::int64_t n, std::uint64_t se
   }
 }
 
+// The launch floor: a graph replay of a kernel that does nothing.
+__global__ void empty_kernel() {}
+
 __global__ void fill_pos_kernel(std::int64_t* pos, std::int64_t n, std::uint64_t seed, std::int64_t max_pos) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -82,14 +86,15 @@ struct Options {
   int iters = 50;
   bool packed = false;
   bool check = false;
-  std::vector<int> rows{2};  // tile configs (MOEKIT_ROPE_QUANT_ROWS), each timed at every point
+  std::vector<int> rows{4};  // configs (MOEKIT_ROPE_QUANT_ROWS: 2, 4, 8), each timed at every point
 };
 
 struct Result {
   std::string shape;
   std::int64_t heads = 0, groups = 0, tokens = 0;
   double us = 0, bytes = 0, roof_us = 0, target_us = 0, first_call_us = 0, steady_us = 0;
-  int rows_per_warp = 2;
+  double fresh_outputs_us = 0;  // a steady-T call into never-written cudaMalloc outputs
+  int rows_per_warp = 4;
   bool has_first_call = false;  // measured for the first config of a point only (T is new once)
   std::string timing = "graph";
   int check = -1;  // -1 not checked, 0 mismatch, 1 bit-exact
@@ -115,6 +120,12 @@ class Bench {
   }
   ~Bench() {
     if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // An empty kernel's graph replay, timed like the op (L2 flushed before each, median): the part
+  // of every small-T time that no kernel can remove.
+  double launch_floor_us() {
+    return time_graph([&] { empty_kernel<<<1, 32, 0, stream_>>>(); });
   }
 
   // The first call of the process, at a T outside the sweep (cuda_available() has preloaded the
@@ -144,6 +155,7 @@ class Bench {
         std::vector<double> steady;
         for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
         r.steady_us = median(steady);
+        r.fresh_outputs_us = fresh_outputs_call_us();
       }
       if (opt_.check) {
         RQ_CUDA(cudaMemsetAsync(q_.p, 0xAA, q_.bytes, stream_));  // poison, then one call
@@ -164,6 +176,21 @@ class Bench {
   }
 
  private:
+  // One call at this (already seen) T whose outputs are fresh cudaMalloc buffers that nothing has
+  // written: the cost of a first touch of new device pages, apart from the first call at a new T
+  // (whose outputs prepare() has written once, as a caching allocator's reused blocks are).
+  double fresh_outputs_call_us() {
+    Buf q2, s2;
+    q2.alloc(q_.bytes);
+    s2.alloc(scale_.bytes);
+    const InvRopeFp8QuantArgs keep = args_;
+    args_.o_fp8.data = q2.p;
+    args_.o_scale.data = s2.p;
+    const double us = wall_us([&] { call(); });
+    args_ = keep;
+    return us;
+  }
+
   void prepare(const HeadShape& s, std::int64_t T) {
     shape_ = s;
     T_ = T;
@@ -176,6 +203,11 @@ class Bench {
     if (n > 0) fill_o_kernel<<<1024, 256, 0, stream_>>>(static_cast<std::uint16_t*>(o_.p), n, mix_seed(1, kSeedHidden, static_cast<std::uint64_t>(T)));
     if (T > 0) fill_pos_kernel<<<64, 256, 0, stream_>>>(static_cast<std::int64_t*>(pos_.p), T, mix_seed(1, kSeedLogits, static_cast<std::uint64_t>(T)), kMaxPos);
     RQ_CUDA(cudaGetLastError());
+    // The outputs written once before the first call, as the blocks a caching allocator (torch's)
+    // hands out have been: the first call at this T then differs from the steady one by T alone.
+    // The never-written-pages case is measured apart (fresh_outputs_call_us).
+    RQ_CUDA(cudaMemsetAsync(q_.p, 0, q_.bytes, stream_));
+    RQ_CUDA(cudaMemsetAsync(scale_.p, 0, scale_.bytes, stream_));
     RQ_CUDA(cudaStreamSynchronize(stream_));
     const Device dev = Device::cuda(0);
     const std::int64_t hpg = s.heads / s.groups;
@@ -281,8 +313,9 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--rows 2,4] [--json PATH]\n  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
-               "  --rows: the kernel's tile configs to time at every point (rows per warp; default 2)\n",
+               "[--rows 4,8,2] [--json PATH]\n  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
+               "  --rows: the kernel configs to time at every point (MOEKIT_ROPE_QUANT_ROWS: 4 = pipelined, the\n"
+               "          default; 8 = pipelined, 8 stages; 2 = the register kernel)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -349,12 +382,12 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       for (std::size_t p = 0; p <= list.size();) {
         const std::size_t c = list.find(',', p);
         const std::string item = list.substr(p, c == std::string::npos ? std::string::npos : c - p);
-        if (item == "2" || item == "4") opt.rows.push_back(item[0] - '0');
-        else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2 or 4");
+        if (item == "2" || item == "4" || item == "8") opt.rows.push_back(item[0] - '0');
+        else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2, 4 or 8");
         if (c == std::string::npos) break;
         p = c + 1;
       }
-      if (opt.rows.empty()) usage("--rows needs 2 and/or 4");
+      if (opt.rows.empty()) usage("--rows needs one or more of 2, 4, 8");
     } else if (a == "--packed") {
       opt.packed = true;
     } else if (a == "--check") {
@@ -372,12 +405,14 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   RQ_CUDA(cudaGetDeviceProperties(&prop, 0));
   Bench bench(opt);
   const double process_first = bench.process_first_call_us();
+  const double launch_floor = bench.launch_floor_us();
   std::printf("moekit-bench --op inv_rope_fp8_quant  commit %s  %s  gpu: %s  (%s scales)\n", commit.c_str(),
               date.c_str(), prop.name, opt.packed ? "packed UE8M0" : "fp32");
   std::printf("first call of the process: %.1f us (moekit::cuda_available() before it preloaded the kernels)\n",
               process_first);
-  std::printf("%-13s %6s %4s %9s %9s %7s %9s %6s %9s %9s %6s %s\n", "shape", "T", "rows", "us", "roof_us", "%roof", "target_us",
-              "ok", "first_us", "steady_us", "1st/st", "check");
+  std::printf("launch floor: %.2f us (an empty kernel's graph replay, timed like the op)\n", launch_floor);
+  std::printf("%-13s %6s %4s %9s %9s %7s %9s %6s %9s %9s %6s %9s %s\n", "shape", "T", "rows", "us", "roof_us", "%roof", "target_us",
+              "ok", "first_us", "steady_us", "1st/st", "fresh_us", "check");
   std::vector<Result> rows;
   int misses = 0, mismatches = 0;
   for (const HeadShape& s : kShapes)
@@ -386,42 +421,46 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       for (const Result& r : bench.run(s, T)) {
         misses += r.us > r.target_us;
         mismatches += r.check == 0;
-        char first[64] = "-", steady[64] = "-", ratio[64] = "-";
+        char first[64] = "-", steady[64] = "-", ratio[64] = "-", fresh[64] = "-";
         if (r.has_first_call) {
           std::snprintf(first, sizeof first, "%.1f", r.first_call_us);
           std::snprintf(steady, sizeof steady, "%.1f", r.steady_us);
           std::snprintf(ratio, sizeof ratio, "%.2f", r.first_call_us / r.steady_us);
+          std::snprintf(fresh, sizeof fresh, "%.1f", r.fresh_outputs_us);
         }
-        std::printf("%-13s %6lld %4d %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %s\n", r.shape.c_str(),
+        std::printf("%-13s %6lld %4d %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %9s %s\n", r.shape.c_str(),
                     static_cast<long long>(T), r.rows_per_warp, r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
-                    r.us <= r.target_us ? "ok" : "MISS", first, steady, ratio,
+                    r.us <= r.target_us ? "ok" : "MISS", first, steady, ratio, fresh,
                     r.check < 0 ? "-" : (r.check ? "bit-exact" : "MISMATCH"));
         rows.push_back(r);
       }
     }
   std::printf("%%roof = roof_us / us (roof: bytes / 4.8 TB/s); target = roof / 0.85 + 4 us (BRIEF §4); "
-              "first_us / steady_us: eager host wall clock, L2 flushed\n");
+              "first_us / steady_us: eager host wall clock, L2 flushed; fresh_us: one steady-T call into "
+              "never-written cudaMalloc outputs\n");
   if (!opt.json.empty()) {
     FILE* f = std::fopen(opt.json.c_str(), "w");
     if (!f) throw std::runtime_error("--json: cannot write " + opt.json);
     std::fprintf(f, "{\n \"tool\": \"moekit-bench --op inv_rope_fp8_quant\",\n \"commit\": \"%s\",\n \"date\": \"%s\",\n"
                     " \"gpu\": \"%s\",\n \"hbm_gbps\": %.1f,\n \"scales\": \"%s\",\n \"iters\": %d,\n"
                     " \"timing\": \"graph replay, L2 flushed, median\",\n \"process_first_call_us\": %.3f,\n"
+                    " \"launch_floor_us\": %.3f,\n"
                     " \"reproduce\": \"%s\",\n \"rows\": [\n",
                  commit.c_str(), date.c_str(), prop.name, kHbmGbps, opt.packed ? "ue8m0_packed" : "fp32", opt.iters,
-                 process_first, shell_command(opt).c_str());
+                 process_first, launch_floor, shell_command(opt).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Result& r = rows[i];
       std::fprintf(f,
                    "  {\"shape\": \"%s\", \"heads\": %lld, \"groups\": %lld, \"head_dim\": %lld, \"rope_dim\": %lld, "
                    "\"tokens\": %lld, \"rows_per_warp\": %d, \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
                    "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"first_call_us\": %s, "
-                   "\"steady_eager_us\": %s, \"first_over_steady\": %s, \"check\": %s}%s\n",
+                   "\"steady_eager_us\": %s, \"first_over_steady\": %s, \"fresh_outputs_us\": %s, \"check\": %s}%s\n",
                    r.shape.c_str(), static_cast<long long>(r.heads), static_cast<long long>(r.groups),
                    static_cast<long long>(kHeadDim), static_cast<long long>(kRopeDim), static_cast<long long>(r.tokens),
                    r.rows_per_warp, r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
                    r.us <= r.target_us ? "true" : "false", num(r.has_first_call, r.first_call_us).c_str(),
                    num(r.has_first_call, r.steady_us).c_str(), num(r.has_first_call, r.first_call_us / r.steady_us).c_str(),
+                   num(r.has_first_call, r.fresh_outputs_us).c_str(),
                    r.check < 0 ? "null" : (r.check ? "\"bit-exact\"" : "\"mismatch\""), i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, " ]\n}\n");

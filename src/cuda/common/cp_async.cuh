@@ -23,6 +23,27 @@ __device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// Predicated forms (the copy is issued only where `pred`; no branch, so a run of them stays one
+// basic block): 16 bytes bypassing L1, 8 and 4 bytes through L1.
+__device__ __forceinline__ void cp_async_16_if(bool pred, std::uint32_t dst, const void* src) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<int>(pred))
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_8_if(bool pred, std::uint32_t dst, const void* src) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 8;\n}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<int>(pred))
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_4_if(bool pred, std::uint32_t dst, const void* src) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<int>(pred))
+      : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 // Wait until at most kPending committed groups of this thread are still in flight.

@@ -1,15 +1,18 @@
-// The tile shapes of the inv_rope_fp8_quant kernel (host-visible). Memory-bound: what matters is
-// the bytes of loads in flight per SM, not arithmetic.
+// The tile configs of the inv_rope_fp8_quant kernels (host-visible). Memory-bound: what matters is
+// the bytes of loads in flight per SM and that no dependent load (position -> cos/sin row) stalls
+// a warp's stream, not arithmetic.
 #pragma once
 
 namespace moekit::cuda {
 
-// One warp per (token, head) row of kHeadDim channels: each lane holds kHeadDim/256 chunks of 8
-// channels (16-byte loads), chunk c = lane + 32m, so a warp's load instruction reads 512
-// contiguous bytes and a 128-channel block is one half-warp (4 xor-shuffles for its absmax).
-// kWarps = 8: a CTA covers 8 consecutive tokens of one head per step, so lanes 0 / 16 of its
-// warps write 32 contiguous scale bytes. Each warp takes kRowsPerWarp tokens and issues the loads
-// of all of them before any math.
+// The register kernel (kernel_sm90.cuh): one warp per (token, head) row of kHeadDim channels, each
+// lane holds kHeadDim/256 chunks of 8 channels (16-byte loads), chunk c = lane + 32m, so a warp's
+// load instruction reads 512 contiguous bytes and a 128-channel block is one half-warp (4
+// xor-shuffles for its absmax). kWarps = 8: a CTA covers 8 consecutive tokens of one head per
+// step. Each warp takes kRowsPerWarp tokens, issues the loads of all of them, computes, exits:
+// two dependent latencies (position, then cos/sin) per warp lifetime with 2 KB in flight, 55 % of
+// HBM at T = 16384 on the H200 (docs/rope_quant.md). Kept for any rope_dim <= 256 (the pipelined
+// kernel takes rope_dim <= 64) and as the A/B baseline (MOEKIT_ROPE_QUANT_ROWS=2).
 template <int kRows, int kMinBlocks, bool kPrefetch>
 struct InvRopeQuantConfig {
   static constexpr int kHeadDim = 512;  // DeepSeek-V4; the only head_dim compiled
@@ -18,12 +21,37 @@ struct InvRopeQuantConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocks;
   static constexpr bool kPrefetchCs = kPrefetch;  // cos/sin of every row loaded up front
 };
-
-// The default: 2 rows a warp, cos/sin prefetched; 64 registers (capped by 4 CTAs/SM), no spills:
-// 32 warps x 2 KB = 64 KB of loads in flight per SM.
+// 2 rows a warp, cos/sin prefetched; 64 registers (capped by 4 CTAs/SM), no spills.
 using InvRopeQuantR2 = InvRopeQuantConfig<2, 4, true>;
-// The alternative for the A/B (MOEKIT_ROPE_QUANT_ROWS=4): 4 rows a warp, cos/sin loaded per row
-// when it is processed (an L2 hit for every head but the first); 3 CTAs/SM, 24 warps x 4 KB.
-using InvRopeQuantR4 = InvRopeQuantConfig<4, 3, false>;
+
+// The pipelined kernel (kernel_pipe_sm90.cuh): a persistent grid (the resident CTAs, or one row a
+// warp at small T); each warp keeps one head and walks its tokens t0, t0 + W / H, ... (the warps of
+// a CTA hold the heads of one token, which share its position and cos/sin row through L1) through a
+// kStages-deep cp.async ring in shared memory: row j + kStages - 1's data, row j + kStages - 2's
+// cos/sin (its position landed a stage before) and row j + 2 kStages - 2's position are in flight
+// while row j is computed, so the position -> cos/sin chain is off the stream's critical path and
+// each warp keeps (kStages - 1) KB of o in flight without registers holding it. The same float
+// operations per element as the register kernel, so the same bytes; its lane layout spreads the
+// rotated channels over 16 lanes (2 pairs each), so rope_dim <= 64.
+template <int kWarpsPerCta, int kNumStages, int kMinBlocks>
+struct InvRopeQuantPipeConfig {
+  static constexpr int kHeadDim = 512;
+  static constexpr int kMaxRopeDim = 64;
+  static constexpr int kWarps = kWarpsPerCta;
+  static constexpr int kStages = kNumStages;  // power of two, >= 3
+  static constexpr int kMinBlocksPerSm = kMinBlocks;
+  static_assert(kNumStages >= 3 && (kNumStages & (kNumStages - 1)) == 0, "ring indices use & (kStages - 1)");
+};
+// The default (MOEKIT_ROPE_QUANT_ROWS unset or 4): 8 warps x 4 stages, 48 KB of static shared
+// memory a CTA (a warp: 4 x 1 KB of data, 4 x 256 B of cos/sin, 8 x 128 B of positions), 4 CTAs
+// per SM (192 KB of shared memory; __launch_bounds__ caps registers at 64): 32 warps x 3 KB =
+// 96 KB of o in flight per SM (Little: ~4.1 TB/s x ~1.5 us loaded latency / 132 SMs = ~47 KB of
+// reads needed). ~300 SASS instructions a row in its loop (the register kernel: ~450), under the
+// ~400 a row that 4.1 TB/s leaves an SM's 4 schedulers at 1.98 GHz.
+using InvRopeQuantPipe4 = InvRopeQuantPipeConfig<8, 4, 4>;
+// The A/B alternative (MOEKIT_ROPE_QUANT_ROWS=8): 4 warps x 8 stages (48 KB a CTA), 4 CTAs/SM:
+// 16 warps x 7 KB = 112 KB in flight, half the warps (longer per-warp row lists, so a larger
+// start-up share at mid T).
+using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 
 }  // namespace moekit::cuda

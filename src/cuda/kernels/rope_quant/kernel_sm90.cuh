@@ -1,4 +1,5 @@
-// The inv_rope_fp8_quant kernel: one warp per (token, head) row of kHeadDim bf16 channels.
+// The register inv_rope_fp8_quant kernel (and the per-element operations that the pipelined one,
+// kernel_pipe_sm90.cuh, shares): one warp per (token, head) row of kHeadDim bf16 channels.
 // Loads (16-byte, streaming) -> inverse rotation of the last rope_dim channels in float64 ->
 // per-128-channel absmax by half-warp shuffles -> power-of-two scale -> e4m3 bytes (8-byte
 // stores) and the scales in the token-fastest layout. The math is docs/rope_quant.md's; the CPU
@@ -68,6 +69,81 @@ __device__ __forceinline__ void zero_padding(const InvRopeQuantParams& p, int g,
     static_cast<float*>(p.scale)[at] = 0.0f;
 }
 
+// One (token, head) row, the math of docs/rope_quant.md shared by both kernels: x = the lane's
+// kD/256 16-byte chunks (chunk m = channels (lane + 32m) * 8 ..+8), cs = cos[4] then sin[4] of the
+// lane's last-chunk pairs (read only where a pair is rotated), ok = the position lies in the
+// cache (else a NaN row). Rotate in float64 -> absmax per 128-channel block (half-warp) ->
+// power-of-two scale -> e4m3 (8-byte stores) and the scales, token-fastest. Warp-uniform: every
+// lane of the warp calls it for the same row.
+template <int kD>
+__device__ __forceinline__ void quantize_row(const InvRopeQuantParams& p, const uint4 (&x)[kD / 256],
+                                             const float (&cs)[8], bool ok, std::int64_t t, int g, int hh,
+                                             int nope, int lane) {
+  constexpr int kChunks = kD / 256;
+  constexpr int kBlocksPerHead = kD / 128;
+  const int c_last = (lane + 32 * (kChunks - 1)) * 8;
+  float y[kChunks][8];
+#pragma unroll
+  for (int m = 0; m < kChunks; ++m) {
+    const std::uint32_t w[4] = {x[m].x, x[m].y, x[m].z, x[m].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      y[m][2 * k] = bf16_lo(w[k]);
+      y[m][2 * k + 1] = bf16_hi(w[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], cs[k], cs[4 + k]);
+
+  std::uint8_t* qrow = p.q + g * p.q_stride_g + t * p.q_stride_t + hh * kD;
+  std::uint32_t E[kChunks];
+#pragma unroll
+  for (int m = 0; m < kChunks; ++m) {
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[m][j]));  // fmaxf: a NaN never wins
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));  // half-warp = block
+    E[m] = scale_exponent(a);
+    const float inv = __uint_as_float((254u - E[m]) << 23);  // 1 / scale, exact
+    std::uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float v0 = y[m][2 * k] * inv, v1 = y[m][2 * k + 1] * inv;  // exact (powers of two)
+      v0 = v0 == v0 ? v0 : __uint_as_float(0x7fffffffu);        // any NaN -> +NaN -> 0x7f
+      v1 = v1 == v1 ? v1 : __uint_as_float(0x7fffffffu);
+      // RNE, satfinite: +-Inf -> +-448
+      packed[k >> 1] |= static_cast<std::uint32_t>(e4m3x2(v0, v1)) << (16 * (k & 1));
+    }
+    uint2 out;
+    out.x = ok ? packed[0] : 0x7f7f7f7fu;
+    out.y = ok ? packed[1] : 0x7f7f7f7fu;
+    *reinterpret_cast<uint2*>(qrow + (lane + 32 * m) * 8) = out;
+  }
+
+  // Scales: lane 0 holds blocks 2m, lane 16 blocks 2m + 1 (after the xor-reduction every lane
+  // of a half-warp has its block's value).
+  const std::int64_t sbase = g * p.s_stride_g + t;
+  if (p.packed_ue8m0) {
+#pragma unroll
+    for (int wd = 0; wd < kChunks / 2; ++wd) {
+      const std::uint32_t e0 = E[2 * wd], e2 = E[2 * wd + 1];
+      const std::uint32_t e1 = __shfl_sync(0xffffffffu, e0, 16), e3 = __shfl_sync(0xffffffffu, e2, 16);
+      if (lane == 0) {
+        const std::uint32_t word = ok ? (e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)) : 0xffffffffu;
+        static_cast<std::uint32_t*>(p.scale)[sbase + (hh * (kBlocksPerHead / 4) + wd) * p.s_stride_b] = word;
+      }
+    }
+  } else if ((lane & 15) == 0) {
+#pragma unroll
+    for (int m = 0; m < kChunks; ++m) {
+      const int b = hh * kBlocksPerHead + 2 * m + (lane >> 4);
+      static_cast<float*>(p.scale)[sbase + b * p.s_stride_b] = ok ? __uint_as_float(E[m] << 23) : __uint_as_float(0x7fffffffu);
+    }
+  }
+}
+
 }  // namespace rope_quant
 
 template <class Cfg>
@@ -122,68 +198,8 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     const std::int64_t t = t0 + r * kWarps;
     if (t >= p.num_tokens) break;  // warp-uniform; later rows are further out
     const bool ok = pos[r] >= 0 && pos[r] < p.max_pos;
-    float y[kChunks][8];
-#pragma unroll
-    for (int m = 0; m < kChunks; ++m) {
-      const std::uint32_t w[4] = {x[r][m].x, x[r][m].y, x[r][m].z, x[r][m].w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        y[m][2 * k] = bf16_lo(w[k]);
-        y[m][2 * k + 1] = bf16_hi(w[k]);
-      }
-    }
     if constexpr (!kPrefetch) load_cos_sin(p, pos[r], c_last, nope, half, cs[0]);
-    const float* csr = cs[kPrefetch ? r : 0];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], csr[k], csr[4 + k]);
-
-    std::uint8_t* qrow = p.q + g * p.q_stride_g + t * p.q_stride_t + hh * kD;
-    std::uint32_t E[kChunks];
-#pragma unroll
-    for (int m = 0; m < kChunks; ++m) {
-      float a = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[m][j]));  // fmaxf: a NaN never wins
-#pragma unroll
-      for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));  // half-warp = block
-      E[m] = scale_exponent(a);
-      const float inv = __uint_as_float((254u - E[m]) << 23);  // 1 / scale, exact
-      std::uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        float v0 = y[m][2 * k] * inv, v1 = y[m][2 * k + 1] * inv;  // exact (powers of two)
-        v0 = v0 == v0 ? v0 : __uint_as_float(0x7fffffffu);        // any NaN -> +NaN -> 0x7f
-        v1 = v1 == v1 ? v1 : __uint_as_float(0x7fffffffu);
-        // RNE, satfinite: +-Inf -> +-448
-        packed[k >> 1] |= static_cast<std::uint32_t>(e4m3x2(v0, v1)) << (16 * (k & 1));
-      }
-      uint2 out;
-      out.x = ok ? packed[0] : 0x7f7f7f7fu;
-      out.y = ok ? packed[1] : 0x7f7f7f7fu;
-      *reinterpret_cast<uint2*>(qrow + (lane + 32 * m) * 8) = out;
-    }
-
-    // Scales: lane 0 holds blocks 2m, lane 16 blocks 2m + 1 (after the xor-reduction every lane
-    // of a half-warp has its block's value).
-    const std::int64_t sbase = g * p.s_stride_g + t;
-    if (p.packed_ue8m0) {
-#pragma unroll
-      for (int wd = 0; wd < kChunks / 2; ++wd) {
-        const std::uint32_t e0 = E[2 * wd], e2 = E[2 * wd + 1];
-        const std::uint32_t e1 = __shfl_sync(0xffffffffu, e0, 16), e3 = __shfl_sync(0xffffffffu, e2, 16);
-        if (lane == 0) {
-          const std::uint32_t word = ok ? (e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)) : 0xffffffffu;
-          static_cast<std::uint32_t*>(p.scale)[sbase + (hh * (kBlocksPerHead / 4) + wd) * p.s_stride_b] = word;
-        }
-      }
-    } else if ((lane & 15) == 0) {
-#pragma unroll
-      for (int m = 0; m < kChunks; ++m) {
-        const int b = hh * kBlocksPerHead + 2 * m + (lane >> 4);
-        static_cast<float*>(p.scale)[sbase + b * p.s_stride_b] = ok ? __uint_as_float(E[m] << 23) : __uint_as_float(0x7fffffffu);
-      }
-    }
+    quantize_row<kD>(p, x[r], cs[kPrefetch ? r : 0], ok, t, g, hh, nope, lane);
   }
 }
 

@@ -1,16 +1,20 @@
-// Host launcher of the inv_rope_fp8_quant kernel (launch_sm90.hpp) and its two instantiations
-// (config.hpp: head_dim 512, 2 or 4 rows a warp), registered for preloading so no call loads one
-// lazily.
+// Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp) and their instantiations
+// (config.hpp: the pipelined kernel at 4 and 8 stages, the register kernel at 2 rows a warp),
+// registered for preloading so no call loads one lazily.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <cstring>
 #include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/rope_quant/config.hpp"
+#include "cuda/kernels/rope_quant/kernel_pipe_sm90.cuh"
 #include "cuda/kernels/rope_quant/kernel_sm90.cuh"
 #include "cuda/kernels/rope_quant/launch_sm90.hpp"
 #include "moekit/error.hpp"
@@ -30,16 +34,60 @@ void launch(const InvRopeQuantParams& p, cudaStream_t stream) {
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
+// CTAs of the pipelined kernel resident on the whole device (SMs x occupancy): its grid, since
+// each warp walks a list of rows. Queried once per device and kept (the first call in the
+// process; later calls, at any T, read an atomic): a second wave of CTAs would start its rows
+// only when a first-wave CTA exits, doubling the time.
+template <class Cfg>
+int pipe_resident_ctas(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_pipe_sm90_kernel<Cfg>);
+  // kMinBlocksPerSm x 48 KB of static shared memory needs the largest shared-memory carveout.
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  int sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, Cfg::kWarps * 32, 0));
+  const int v = std::max(1, sms) * std::max(1, per_sm);
+  if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// The pipelined kernel's grid: one row a warp at small T, the resident CTAs at large T, and a
+// warp count W that is a multiple of H (each warp keeps one head: kernel_pipe_sm90.cuh); 0 when
+// no such grid fits on the device (then the register kernel runs).
+template <class Cfg>
+int pipe_grid(const InvRopeQuantParams& p, int resident_ctas) {
+  const std::int64_t H = p.num_heads;
+  const std::int64_t multiple = H / std::gcd<std::int64_t>(H, Cfg::kWarps);  // CTAs per H warps' worth
+  const std::int64_t needed = (p.num_tokens * H + Cfg::kWarps - 1) / Cfg::kWarps;
+  std::int64_t blocks = (needed + multiple - 1) / multiple * multiple;
+  if (blocks > resident_ctas) blocks = resident_ctas / multiple * multiple;
+  return static_cast<int>(blocks);
+}
+
+template <class Cfg>
+void launch_pipe(const InvRopeQuantParams& p, int blocks, cudaStream_t stream) {
+  inv_rope_quant_pipe_sm90_kernel<Cfg><<<blocks, Cfg::kWarps * 32, 0, stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 int inv_rope_quant_rows_per_warp() {
   const char* v = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "2") == 0) return 2;
-  if (std::strcmp(v, "4") == 0) return 4;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_ROPE_QUANT_ROWS is '") + v + "', expected 2 or 4");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "4") == 0) return 4;
+  if (std::strcmp(v, "2") == 0) return 2;
+  if (std::strcmp(v, "8") == 0) return 8;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_ROPE_QUANT_ROWS is '") + v + "', expected 2, 4 or 8");
 }
 
-using InvRopeQuantCfg = InvRopeQuantR2;  // what can_implement checks: both configs share its limits
+using InvRopeQuantCfg = InvRopeQuantR2;  // what can_implement checks: the register kernel's limits
 
 bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, std::string* why) {
   auto no = [why](const std::string& r) {
@@ -68,13 +116,31 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   if (!can_implement_inv_rope_quant_sm90(p, head_dim, &why)) throw Error(Status::kNotSupported, why);
   const int rows = inv_rope_quant_rows_per_warp();  // checked before anything is enqueued
   if (p.num_tokens == 0) return;
-  if (rows == 4)
-    launch<InvRopeQuantR4>(p, static_cast<cudaStream_t>(stream));
-  else
-    launch<InvRopeQuantR2>(p, static_cast<cudaStream_t>(stream));
+  const auto st = static_cast<cudaStream_t>(stream);
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  // Both pipelined configs' grids at the first call on a device (so an A/B switching
+  // MOEKIT_ROPE_QUANT_ROWS later queries nothing either); afterwards two atomic loads.
+  const int resident4 = pipe_resident_ctas<InvRopeQuantPipe4>(device);
+  const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
+  // The pipelined kernel keeps cos/sin slots for rope_dim <= 64 (DeepSeek-V4) and int token
+  // indices; other problems, or a head count whose multiple of warps does not fit on the device,
+  // take the register kernel, whatever the setting.
+  const bool pipe_fits = p.rope_dim <= InvRopeQuantPipe4::kMaxRopeDim && p.num_tokens <= (std::int64_t{1} << 30);
+  if (rows != 2 && pipe_fits) {
+    if (rows == 8) {
+      const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
+      if (blocks > 0) return launch_pipe<InvRopeQuantPipe8>(p, blocks, st);
+    } else {
+      const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
+      if (blocks > 0) return launch_pipe<InvRopeQuantPipe4>(p, blocks, st);
+    }
+  }
+  launch<InvRopeQuantR2>(p, st);
 }
 
 MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR2>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR4>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe4>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe8>);
 
 }  // namespace moekit::cuda

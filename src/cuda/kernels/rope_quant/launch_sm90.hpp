@@ -12,11 +12,13 @@ namespace moekit::cuda {
 bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, std::string* why);
 
 /// Enqueue the kernel on `stream` (cudaStream_t); nothing for T = 0. Throws moekit::Error
-/// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. The tile config
-/// is config.hpp's InvRopeQuantR2 unless MOEKIT_ROPE_QUANT_ROWS=4 (read at every call, for A/Bs).
+/// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. The kernel is
+/// config.hpp's pipelined InvRopeQuantPipe4 unless MOEKIT_ROPE_QUANT_ROWS says 8 (InvRopeQuantPipe8)
+/// or 2 (the register kernel InvRopeQuantR2, which also takes every rope_dim > 64); read at every
+/// call, for A/Bs in one process.
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream);
 
-/// MOEKIT_ROPE_QUANT_ROWS: 2 (default) or 4 rows a warp; throws kInvalidArgument otherwise.
+/// MOEKIT_ROPE_QUANT_ROWS: 4 (default), 8 or 2; throws kInvalidArgument otherwise.
 int inv_rope_quant_rows_per_warp();
 
 }  // namespace moekit::cuda
