@@ -1,4 +1,4 @@
-// GPU tests of the sm_90 grouped expert GEMMs (src/cuda/kernels/grouped_gemm/): small random
+// GPU tests of the sm_90 grouped expert GEMMs (src/cuda/kernels/mma/): small random
 // problems for every scheme and both epilogues against a double-precision host loop of
 // docs/design.md's formulas, with NaN-poisoned outputs (every owned element must be written,
 // nothing else may be). Skipped without an sm_90 GPU.
@@ -18,7 +18,8 @@
 
 #include "common/cuda_test.hpp"
 #include "common/tolerance.hpp"
-#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/gemm_common/params.hpp"
+#include "cuda/kernels/mma/launch_sm90.hpp"
 #include "moekit/error.hpp"
 
 namespace {

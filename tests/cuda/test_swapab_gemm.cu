@@ -23,6 +23,7 @@
 
 #include "common/cuda_test.hpp"
 #include "common/tolerance.hpp"
+#include "core/path_router.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "moekit/error.hpp"
 
@@ -108,7 +109,7 @@ struct Case {
   bool weight_on_input = false;
   DType gemm1_out = DType::kBf16;  // GEMM1 out dtype (GEMM2 is always fp32)
   int top_k = 2;
-  int split_k = 0;  // 0: the launcher's choice; 1, 2, 4, 8: forced cluster split-K
+  int split_k = 0;  // 0: the router's choice; 1, 2, 4, 8: forced cluster split-K
   int tiles_per_item = 0;  // 0: the launcher's choice; 1..16: forced tiles per work item
   // Router weights: 0 = topk_weights only (by slot); 1 = topk_weights and sorted_weights (as the
   // backend passes them); 2 = sorted_weights only.
@@ -342,7 +343,17 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
 
   std::string why;
   ASSERT_TRUE(moekit::cuda::can_implement_swapab_sm90(p, &why)) << why;
-  moekit::cuda::launch_grouped_gemm_swapab_sm90(p, nullptr, c.split_k, c.tiles_per_item);
+  // split_k 0: the router's choice (the launcher takes a split, it does not choose one).
+  int split_k = c.split_k;
+  if (split_k == 0) {
+    int dev = 0, sms = 0;
+    cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+    cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count");
+    const std::int64_t k_stages = (p.k_dim * (fp8 ? 1 : 2) + 127) / 128;
+    split_k = moekit::detail::choose_swapab_split(moekit::detail::swapab_max_items(p.n_out, p.num_experts, p.max_rows),
+                                                  sms, k_stages);
+  }
+  moekit::cuda::launch_grouped_gemm_swapab_sm90(p, nullptr, split_k, c.tiles_per_item);
   cuda_ok(cudaDeviceSynchronize(), "kernel");
 
   std::vector<float> got(out_elems);

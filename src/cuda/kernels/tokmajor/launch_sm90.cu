@@ -16,13 +16,13 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
+#include "cuda/kernels/tokmajor/params.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
 namespace {
 
 using tokmajor::KernelParams;
-using tokmajor::Operand;
 
 bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
 std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
@@ -229,24 +229,14 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
   kp.gather_a = p.gather_a_by_token ? 1 : 0;
   kp.weight_on_input = p.weight_on_input ? 1 : 0;
-  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? tokmajor::kScalePerTensor
-                  : p.scheme == Scheme::kFp8PerChannel ? tokmajor::kScalePerChannel
-                  : p.scheme == Scheme::kFp8Block128   ? tokmajor::kScaleBlock128
-                                                       : tokmajor::kScaleNone;
-  kp.bias_type = !p.bias                        ? tokmajor::kBiasNone
-                 : p.bias_dtype == DType::kFp32 ? tokmajor::kBiasF32
-                 : p.bias_dtype == DType::kBf16 ? tokmajor::kBiasBf16
-                                                : tokmajor::kBiasF16;
-  kp.out_type = p.out_dtype == DType::kBf16   ? tokmajor::kOutBf16
-                : p.out_dtype == DType::kFp16 ? tokmajor::kOutF16
-                                              : tokmajor::kOutF32;
+  kp.scale_mode = scale_mode_of(p.scheme);
+  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
+  kp.out_type = out_type_of(p.out_dtype);
   {
     const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
   }
-  kp.act = p.activation.kind == Activation::kGelu        ? tokmajor::kActGelu
-           : p.activation.kind == Activation::kSwigluOai ? tokmajor::kActSwigluOai
-                                                         : tokmajor::kActSilu;
+  kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
   kp.cluster = cluster;
