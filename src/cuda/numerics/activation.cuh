@@ -52,8 +52,10 @@ __device__ __forceinline__ float gelu_mul(float g, float u) {
 // gpt-oss: g = min(g, limit), u = clamp(u, -limit, limit), g * sigmoid(alpha g) * (u + 1). The
 // min / clamp are comparisons that keep a NaN input NaN (as std::min / std::clamp in the
 // reference), unlike fminf.
-template <ActMath kMath>
-__device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float limit) {
+// Scalar: float, or const float& where alpha and limit are read in place from the kernel's
+// parameters (the mma path's ActivationConfig; the SASS of each kernel stays what it was).
+template <ActMath kMath, class Scalar = float>
+__device__ __forceinline__ float swiglu_oai(float g, float u, Scalar alpha, Scalar limit) {
   g = (limit < g) ? limit : g;
   u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
   return g * act_div<kMath>(1.0f, 1.0f + act_exp<kMath>(-alpha * g)) * (u + 1.0f);
@@ -65,6 +67,16 @@ __device__ __forceinline__ float activate(Activation kind, float g, float u, flo
   switch (kind) {
     case Activation::kGelu: return gelu_mul<kMath>(g, u);
     case Activation::kSwigluOai: return swiglu_oai<kMath>(g, u, alpha, limit);
+    default: return silu_mul<kMath>(g, u);
+  }
+}
+
+// The activation of an ActivationConfig (alpha and limit read only by swiglu_oai).
+template <ActMath kMath>
+__device__ __forceinline__ float activate(const ActivationConfig& act, float g, float u) {
+  switch (act.kind) {
+    case Activation::kGelu: return gelu_mul<kMath>(g, u);
+    case Activation::kSwigluOai: return swiglu_oai<kMath, const float&>(g, u, act.alpha, act.limit);
     default: return silu_mul<kMath>(g, u);
   }
 }

@@ -32,6 +32,14 @@ __device__ __forceinline__ float load_bias(const void* bias, int type, std::int6
     default: return 0.0f;
   }
 }
+// The same for a bias whose dtype is given as DType (GroupedGemmParams::bias_dtype).
+__device__ __forceinline__ float load_bias(const void* bias, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+    case DType::kFp16: return __half2float(static_cast<const __half*>(bias)[i]);
+    default: return static_cast<const float*>(bias)[i];
+  }
+}
 #endif
 
 }  // namespace moekit::cuda::numerics

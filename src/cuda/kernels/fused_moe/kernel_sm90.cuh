@@ -184,17 +184,6 @@ __device__ __forceinline__ void store_operand8(std::uint8_t* dst, const float (&
   }
 }
 
-template <Operand kOp>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kOp == Operand::kBf16) {
-    sm90::mma_bf16_16816(d, a, b0, b1);
-  } else if constexpr (kOp == Operand::kF16) {
-    sm90::mma_f16_16816(d, a, b0, b1);
-  } else {
-    sm90::mma_e4m3_16832(d, a, b0, b1);
-  }
-}
-
 // A work item, decoded from its number (every thread decodes it the same way).
 struct Item {
   int gemm;   // 1 or 2; 0: past the end
@@ -719,8 +708,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
             std::uint32_t af[4], bf[4];
             sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
             sm90::ldmatrix_x4(bf, sb + kk * 32);
-            mma<kOp>(part[0], af, bf[0], bf[1]);
-            mma<kOp>(part[1], af, bf[2], bf[3]);
+            sm90::mma_m16n8<kOp>(part[0], af, bf[0], bf[1]);
+            sm90::mma_m16n8<kOp>(part[1], af, bf[2], bf[3]);
           }
           const int gl = cs * (skb / 128) + sg;
 #pragma unroll
@@ -739,8 +728,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         std::uint32_t af[4], bf[4];
         sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
         sm90::ldmatrix_x4(bf, sb + kk * 32);
-        mma<kOp>(acc[0], af, bf[0], bf[1]);
-        mma<kOp>(acc[1], af, bf[2], bf[3]);
+        sm90::mma_m16n8<kOp>(acc[0], af, bf[0], bf[1]);
+        sm90::mma_m16n8<kOp>(acc[1], af, bf[2], bf[3]);
       }
     }
 

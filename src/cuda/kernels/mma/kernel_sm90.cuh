@@ -60,17 +60,6 @@ __device__ __forceinline__ void store_pair(void* out, DType dtype, std::int64_t 
   }
 }
 
-template <Operand kOp>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kOp == Operand::kBf16) {
-    sm90::mma_bf16_16816(d, a, b0, b1);
-  } else if constexpr (kOp == Operand::kF16) {
-    sm90::mma_f16_16816(d, a, b0, b1);
-  } else {
-    sm90::mma_e4m3_16832(d, a, b0, b1);
-  }
-}
-
 // Tile layout. Smem holds, per stage, A [64 rows][128 B] then B [128 rows][128 B]; 16-byte
 // chunk c of row r sits at chunk c ^ (r & 7), so the 8 rows one ldmatrix phase reads (same
 // logical chunk) land on 8 distinct bank groups. Warps form 2 (rows) x 2 (B rows): warp (wm, wn)
@@ -255,7 +244,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < kNJ; ++j) mma<kOp>(d[i][j], af[i], bfr[j >> 1][(j & 1) * 2], bfr[j >> 1][(j & 1) * 2 + 1]);
+        for (int j = 0; j < kNJ; ++j) sm90::mma_m16n8<kOp>(d[i][j], af[i], bfr[j >> 1][(j & 1) * 2], bfr[j >> 1][(j & 1) * 2 + 1]);
     }
   };
 
@@ -354,10 +343,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               u *= w;
             }
             if (p.bias != nullptr) {
-              g += numerics::load_bias(p.bias, numerics::bias_type_of(true, p.bias_dtype), e_rows_b + col + c);
-              u += numerics::load_bias(p.bias, numerics::bias_type_of(true, p.bias_dtype), e_rows_b + n_out + col + c);
+              g += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
+              u += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + n_out + col + c);
             }
-            v[c] = numerics::activate<numerics::ActMath::kIeee>(p.activation.kind, g, u, p.activation.alpha, p.activation.limit);
+            v[c] = numerics::activate<numerics::ActMath::kIeee>(p.activation, g, u);
           }
           store_pair(p.out, p.out_dtype, out_base + col, v[0], v[1]);
         }
@@ -371,7 +360,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float x = scaled(acc[i][j][2 * h + c], col + c);
-            if (p.bias != nullptr) x += numerics::load_bias(p.bias, numerics::bias_type_of(true, p.bias_dtype), e_rows_b + col + c);
+            if (p.bias != nullptr) x += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
             v[c] = x * w;
           }
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + out_base + col) = make_float2(v[0], v[1]);
