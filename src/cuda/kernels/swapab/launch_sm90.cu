@@ -13,7 +13,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/tma.cuh"  // encode_tiled_fn
+#include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
 #include "cuda/numerics/bias.cuh"
@@ -129,19 +129,8 @@ bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
           "128-row scale block), got N = " << p.n_out;
     return fail(why, os.str());
   }
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return fail(why, "no usable CUDA device");
-  }
-  if (major != 9 || minor != 0) {
-    std::ostringstream os;
-    os << "needs an sm_90 GPU (wgmma, built for sm_90a), device " << dev << " is sm_" << major << minor;
-    return fail(why, os.str());
-  }
-  if (!sm90::encode_tiled_fn()) return fail(why, "cuTensorMapEncodeTiled not available from the driver");
+  const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
+  if (!device_why.empty()) return fail(why, device_why);
   return true;
 }
 
@@ -172,29 +161,8 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
 
   KernelParams kp{};
-  // Weights [E, rows_b, k_dim]: dims innermost first; strides (bytes) of dims 1 and 2.
-  {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.k_dim), static_cast<cuuint64_t>(rows_b),
-                                static_cast<cuuint64_t>(p.num_experts)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_dim * es),
-                                   static_cast<cuuint64_t>(rows_b * p.k_dim * es)};
-    const cuuint32_t box[3] = {static_cast<cuuint32_t>(swapab::kStageKBytes / es),
-                               static_cast<cuuint32_t>(swapab::kTileRows), 1};
-    const cuuint32_t elem_strides[3] = {1, 1, 1};
-    const CUtensorMapDataType dtype = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                      : p.act_dtype == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    const CUresult res = sm90::encode_tiled_fn()(&kp.tmap_b, dtype, 3, const_cast<void*>(p.b), dims, strides, box,
-                                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (res != CUDA_SUCCESS) {
-      std::ostringstream os;
-      os << "swapab_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res)
-         << ") for weights [" << p.num_experts << ", " << rows_b << ", " << p.k_dim << "]";
-      throw Error(Status::kCudaError, os.str());
-    }
-  }
+  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
+  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
   kp.row_offsets = p.row_offsets;
   kp.sorted_slots = p.sorted_slots;
   kp.a = static_cast<const std::uint8_t*>(p.a);
