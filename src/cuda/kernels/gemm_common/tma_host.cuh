@@ -1,10 +1,12 @@
-// Host steps shared by the TMA + wgmma GEMM families (swapab/, tokmajor/): whether the current
-// device can run them, and the weights' TMA descriptor. Host code; nvcc-compiled launchers only.
+// Host steps shared by the TMA + wgmma GEMM families (swapab/, tokmajor/): the checks both make
+// on GroupedGemmParams, whether the current device can run them, and the weights' TMA
+// descriptor. Host code; nvcc-compiled launchers only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -14,6 +16,66 @@
 #include "moekit/error.hpp"
 
 namespace moekit::cuda::gemm_common {
+
+// "" when `p` passes the checks every TMA + wgmma family makes (scheme, sizes, 16-byte row pitch,
+// pointers and their alignment, scales, weights, epilogue dtypes common to both); otherwise the
+// first that fails. Each family adds its own (tile limits, output dtypes, TMA size) and the
+// device check below.
+inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int max_experts) {
+  const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  switch (p.scheme) {
+    case Scheme::kBf16:
+      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
+        return std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype);
+      break;
+    case Scheme::kFp8PerTensor:
+    case Scheme::kFp8PerChannel:
+    case Scheme::kFp8Block128: break;
+    default: return "unknown scheme";
+  }
+  std::ostringstream os;
+  if (p.num_experts < 1 || p.num_experts > max_experts) {
+    os << "num_experts = " << p.num_experts << ", supported 1.." << max_experts
+       << " (the expert table lives in shared memory)";
+    return os.str();
+  }
+  if (p.n_out < 1 || p.k_dim < 1) {
+    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
+    return os.str();
+  }
+  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return "max_rows outside [0, 2^31)";
+  const std::int64_t es = fp8 ? 1 : 2;
+  if ((p.k_dim * es) % 16 != 0) {
+    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
+       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
+    return os.str();
+  }
+  if (p.max_rows > 0) {
+    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
+      return "a, b, out, row_offsets and sorted_slots must be non-null";
+    if ((reinterpret_cast<std::uintptr_t>(p.a) | reinterpret_cast<std::uintptr_t>(p.b)) % 16 != 0)
+      return "a and b must be 16-byte aligned (TMA and cp.async)";
+    if (fp8 && (!p.a_scale || !p.b_scale)) return "fp8 schemes need a_scale and b_scale";
+  }
+  if (p.gather_a_by_token && p.top_k < 1) return "gather_a_by_token needs top_k >= 1";
+  if (gate_up) {
+    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
+      return std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype);
+    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return "weight_on_input needs topk_weights or sorted_weights";
+  } else if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0) {
+    return "GEMM2 needs topk_weights or sorted_weights unless weight_on_input";
+  }
+  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
+    return std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype);
+  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
+    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
+          "block), got N = " << p.n_out;
+    return os.str();
+  }
+  return {};
+}
 
 // "" when the current device is an sm_90 GPU and the driver encodes TMA descriptors; otherwise
 // why not. Never throws (a failed query is cleared).

@@ -43,8 +43,6 @@ bool fail(std::string* why, const std::string& msg) {
   return false;
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
-
 int sm_count_of_current_device() {
   int dev = 0, sms = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
@@ -67,68 +65,16 @@ int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_
 
 bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
-  switch (p.scheme) {
-    case Scheme::kBf16:
-      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
-        return fail(why, std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype));
-      break;
-    case Scheme::kFp8PerTensor:
-    case Scheme::kFp8PerChannel:
-    case Scheme::kFp8Block128:
-      break;
-    default: return fail(why, "unknown scheme");
-  }
-  if (p.num_experts < 1 || p.num_experts > swapab::kMaxExperts) {
-    std::ostringstream os;
-    os << "num_experts = " << p.num_experts << ", supported 1.." << swapab::kMaxExperts
-       << " (the expert table lives in shared memory)";
-    return fail(why, os.str());
-  }
-  if (p.n_out < 1 || p.k_dim < 1) {
-    std::ostringstream os;
-    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
-    return fail(why, os.str());
-  }
-  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return fail(why, "max_rows outside [0, 2^31)");
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, swapab::kMaxExperts);
+  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t es = element_bytes(p);
-  if ((p.k_dim * es) % 16 != 0) {
-    std::ostringstream os;
-    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
-       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
-    return fail(why, os.str());
-  }
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
   if (p.k_dim >= (std::int64_t{1} << 32) || rows_b >= (std::int64_t{1} << 31) ||
       rows_b * p.k_dim * es >= (std::int64_t{1} << 40))
     return fail(why, "weight tensor too large for a TMA descriptor");
   if (max_items(p) >= INT32_MAX) return fail(why, "too many work items (max_rows too large for this path)");
-  if (p.max_rows > 0) {
-    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
-      return fail(why, "a, b, out, row_offsets and sorted_slots must be non-null");
-    if (!aligned16(p.a) || !aligned16(p.b))
-      return fail(why, "a and b must be 16-byte aligned (TMA and cp.async)");
-    if (is_fp8(p.scheme) && (!p.a_scale || !p.b_scale)) return fail(why, "fp8 schemes need a_scale and b_scale");
-  }
-  if (p.gather_a_by_token && p.top_k < 1) return fail(why, "gather_a_by_token needs top_k >= 1");
-  if (gate_up) {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
-      return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
-  } else {
-    if (p.out_dtype != DType::kFp32)
-      return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
-  }
-  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
-    return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
-  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % swapab::kTileRows != 0) {
-    std::ostringstream os;
-    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the up rows of a 64-row tile must sit in one "
-          "128-row scale block), got N = " << p.n_out;
-    return fail(why, os.str());
-  }
+  if (!gate_up && p.out_dtype != DType::kFp32)
+    return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
   if (!device_why.empty()) return fail(why, device_why);
   return true;

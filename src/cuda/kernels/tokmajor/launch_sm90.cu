@@ -55,41 +55,15 @@ bool aligned(const void* ptr, std::uintptr_t bytes) { return reinterpret_cast<st
 bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = gate_up_of(p);
   if (!gate_up && p.epilogue != GemmEpilogue::kBiasWeightScatter) return fail(why, "unknown epilogue");
-  switch (p.scheme) {
-    case Scheme::kBf16:
-      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
-        return fail(why, std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype));
-      break;
-    case Scheme::kFp8PerTensor:
-    case Scheme::kFp8PerChannel:
-    case Scheme::kFp8Block128: break;
-    default: return fail(why, "unknown scheme");
-  }
   switch (p.activation.kind) {
     case Activation::kSilu:
     case Activation::kGelu:
     case Activation::kSwigluOai: break;
     default: return fail(why, "unknown activation");
   }
-  if (p.num_experts < 1 || p.num_experts > tokmajor::kMaxExperts) {
-    std::ostringstream os;
-    os << "num_experts = " << p.num_experts << ", supported 1.." << tokmajor::kMaxExperts
-       << " (the expert table lives in shared memory)";
-    return fail(why, os.str());
-  }
-  if (p.n_out < 1 || p.k_dim < 1) {
-    std::ostringstream os;
-    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
-    return fail(why, os.str());
-  }
-  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return fail(why, "max_rows outside [0, 2^31)");
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, tokmajor::kMaxExperts);
+  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t es = element_bytes(p);
-  if ((p.k_dim * es) % 16 != 0) {
-    std::ostringstream os;
-    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
-       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
-    return fail(why, os.str());
-  }
   if (p.n_out % 2 != 0) {
     std::ostringstream os;
     os << "n_out = " << p.n_out << " must be even (the epilogue stores pairs of columns)";
@@ -102,38 +76,16 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   if (ceil_div(p.k_dim * es, tokmajor::kStageKBytes) >= INT32_MAX) return fail(why, "k_dim too large");
   if (max_tiles(p) >= INT32_MAX) return fail(why, "too many tiles (max_rows too large for this path)");
   if (p.max_rows > 0) {
-    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
-      return fail(why, "a, b, out, row_offsets and sorted_slots must be non-null");
-    if (!aligned(p.a, 16) || !aligned(p.b, 16)) return fail(why, "a and b must be 16-byte aligned (TMA and cp.async)");
     const std::uintptr_t out_align = p.out_dtype == DType::kFp32 ? 8 : 4;
     if (!aligned(p.out, out_align)) {
       std::ostringstream os;
       os << "out must be " << out_align << "-byte aligned (pairs of columns are stored together)";
       return fail(why, os.str());
     }
-    if (is_fp8(p.scheme) && (!p.a_scale || !p.b_scale)) return fail(why, "fp8 schemes need a_scale and b_scale");
   }
-  if (p.gather_a_by_token && p.top_k < 1) return fail(why, "gather_a_by_token needs top_k >= 1");
-  if (gate_up) {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
-      return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
-  } else {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
-      return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
-                           "), got " + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
-  }
-  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
-    return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
-  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
-    std::ostringstream os;
-    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
-          "block), got N = " << p.n_out;
-    return fail(why, os.str());
-  }
+  if (!gate_up && p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
+    return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
+                         "), got " + dtype_name(p.out_dtype));
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
   if (!device_why.empty()) return fail(why, device_why);
   return true;
