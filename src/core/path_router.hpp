@@ -14,7 +14,7 @@ namespace moekit::detail {
 
 /// The GEMM implementations one GEMM of a call can run on.
 enum class GemmImpl : int {
-  kMma,     ///< mma.sync grouped GEMM, 64-row token tiles (src/cuda/kernels/grouped_gemm/)
+  kMma,     ///< mma.sync grouped GEMM, 64-row token tiles (src/cuda/kernels/mma/)
   kSwapab,  ///< Swap-AB wgmma + TMA (src/cuda/kernels/swapab/): weights on wgmma's M side
   kTokmajor,///< token-major wgmma, 128-token tiles, warp-specialized (src/cuda/kernels/tokmajor/)
 };
@@ -55,7 +55,7 @@ struct RouterTable {
   std::int64_t mid_n = 512;
   double mid_n_max_tokens_per_expert_bf16 = 2.0;
   double mid_n_max_tokens_per_expert_fp8 = 8.0;
-  // Swap-AB split-K (choose_swapab_split below; the launcher uses the same function): the
+  // Swap-AB split-K (choose_swapab_split below; the plan passes it to the launcher): the
   // largest S in {1, 2, 4, 8} with items x S x 2 <= SMs and >= 4 x S K stages (128 bytes each)
   // before doubling: split only to fill SMs that would otherwise idle. Measured against a rule
   // that also splits to fill a partial last wave (S up to 8 wherever items x S reach 90 % wave
@@ -167,12 +167,13 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 
 /// Swap-AB split-K of one GEMM of `problem` (gemm = 1 or 2) on `sm_count` SMs.
 int swapab_split_k(const MoeProblem& problem, int gemm, int sm_count);
-/// Swap-AB work items of one GEMM (the launcher's count, shared so the router sizes the same
-/// grid): groups of `tiles_per_item` 64-row weight tiles over n_out, times the 64-token chunks
+/// Swap-AB work items of one GEMM (the same count as the launcher's max_items in
+/// src/cuda/kernels/swapab/launch_sm90.cu, so the router predicts its grid): groups of `tiles_per_item` 64-row weight tiles over n_out, times the 64-token chunks
 /// the experts' rows (at most `rows` in all) can form: min(E, rows) + rows / 64.
 std::int64_t swapab_max_items(std::int64_t n_out, std::int64_t num_experts, std::int64_t rows, int tiles_per_item = 1);
 /// The split rule itself (RouterTable), from the GEMM's work items (64-row tiles x expert
-/// chunks) and K stages (128 bytes each); the Swap-AB launcher calls it when not told a split.
+/// chunks) and K stages (128 bytes each); the plan's GemmChoice::split_k carries it to the
+/// Swap-AB launcher, which takes it as given.
 int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages);
 
 /// MOEKIT_DECODE is not "0" (read at every call): auto may pick the single-launch decode path.

@@ -3,12 +3,14 @@
 // (src/cuda/kernels/<family>/...), this is the one place whose includes change.
 #pragma once
 
+#include "core/path_router.hpp"  // the router's Swap-AB split, which the launcher takes
 #include "cuda/kernels/combine/combine.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/decode/params.hpp"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
-#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/gemm_common/params.hpp"
+#include "cuda/kernels/mma/launch_sm90.hpp"
 #include "cuda/kernels/quant/quant.hpp"
 #include "cuda/kernels/routing/routing.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"

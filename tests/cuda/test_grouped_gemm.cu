@@ -1,4 +1,4 @@
-// GPU tests of the sm_90 grouped expert GEMMs (src/cuda/kernels/grouped_gemm/): small random
+// GPU tests of the sm_90 grouped expert GEMMs (src/cuda/kernels/mma/): small random
 // problems for every scheme and both epilogues against a double-precision host loop of
 // docs/design.md's formulas, with NaN-poisoned outputs (every owned element must be written,
 // nothing else may be); the shared harness tests/common/gemm_harness.hpp builds, runs and checks

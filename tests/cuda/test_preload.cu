@@ -59,7 +59,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"permute_scatter_sm90_kernel", 1}, {"combine_sm90_kernel", 8},
       {"absmax_tensor_sm90_kernel", 6}, {"quant_tensor_sm90_kernel", 6},
       {"quant_tensor_small_sm90_kernel", 6}, {"quant_row_sm90_kernel", 6},
-      {"quant_group_sm90_kernel", 6},   {"grouped_gemm_sm90_kernel", 4},
+      {"quant_group_sm90_kernel", 6},   {"mma_sm90_kernel", 4},
       {"swapab_sm90_kernel", 8},        {"tokmajor_sm90_kernel", 8},
       {"fused_moe_sm90_kernel", 3},     {"ep_plan_sm90_kernel", 1},
       {"ep_pack_sm90_kernel", 2},       {"ep_unpack_sm90_kernel", 2},

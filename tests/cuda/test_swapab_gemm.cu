@@ -43,7 +43,17 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
       [&](const GroupedGemmParams& p, cudaStream_t stream) {
         std::string why;
         ASSERT_TRUE(moekit::cuda::can_implement_swapab_sm90(p, &why)) << why;
-        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, c.split_k, c.tiles_per_item);
+        // split_k 0: the router's choice (the launcher takes a split, it does not choose one).
+        int split_k = c.split_k;
+        if (split_k == 0) {
+          int dev = 0, sms = 0;
+          ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
+          ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+          const std::int64_t k_stages = (p.k_dim * (p.scheme == moekit::Scheme::kBf16 ? 2 : 1) + 127) / 128;
+          split_k = moekit::detail::choose_swapab_split(
+              moekit::detail::swapab_max_items(p.n_out, p.num_experts, p.max_rows), sms, k_stages);
+        }
+        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, split_k, c.tiles_per_item);
       },
       &run);
   if (result) *result = std::move(run.out);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/operand.hpp"
 #include "cuda/common/ptx.cuh"
 
 namespace moekit::cuda::sm90 {
@@ -41,6 +42,20 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const std::uint32_
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The m16n8 instruction of an operand type: k = 16 for bf16 / f16, 32 for e4m3 (32 bytes of K
+// either way, so one fragment layout serves all three).
+template <Operand kOp>
+__device__ __forceinline__ void mma_m16n8(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) {
+  if constexpr (kOp == Operand::kBf16) {
+    mma_bf16_16816(d, a, b0, b1);
+  } else if constexpr (kOp == Operand::kF16) {
+    mma_f16_16816(d, a, b0, b1);
+  } else {
+    mma_e4m3_16832(d, a, b0, b1);
+  }
 }
 
 }  // namespace moekit::cuda::sm90

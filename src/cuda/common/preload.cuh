@@ -64,7 +64,7 @@ struct KernelRegistrar {
 
 /// At namespace scope in the .cu file that defines or instantiates the kernel, after it:
 ///   MOEKIT_REGISTER_KERNEL(my_kernel);
-///   MOEKIT_REGISTER_KERNEL(ns::my_kernel_template<Op::kBf16, true>);
+///   MOEKIT_REGISTER_KERNEL(ns::my_kernel_template<Operand::kBf16, true>);
 /// Taking the address instantiates a template kernel in that translation unit.
 #define MOEKIT_REGISTER_KERNEL(...)                                                               \
   static const ::moekit::cuda::KernelRegistrar MOEKIT_PRELOAD_CAT(moekit_kernel_registrar_,      \

@@ -5,12 +5,20 @@
 
 #include <cstdint>
 
+#include "cuda/common/operand.hpp"
+
 namespace moekit::cuda::sm90 {
 
 // Element tags: they select the wgmma instruction (32 bytes of K per instruction for all three).
 struct Bf16Tag {};
 struct F16Tag {};
 struct E4m3Tag {};
+
+// The tag of an Operand (kernels instantiated per Operand by host launchers).
+template <Operand kOp> struct TagOf;
+template <> struct TagOf<Operand::kBf16> { using type = Bf16Tag; };
+template <> struct TagOf<Operand::kF16> { using type = F16Tag; };
+template <> struct TagOf<Operand::kE4m3> { using type = E4m3Tag; };
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

@@ -30,6 +30,9 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/decode/config.hpp"
 #include "cuda/kernels/decode/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
 #include "moekit/problem.hpp"
 
 namespace moekit::cuda::decode {
@@ -79,34 +82,12 @@ __device__ __forceinline__ void rank_range(int total, int S, int r, int& begin, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Numerics (docs/design.md "Exact numerics").
+// Numerics: the shared formulas (cuda/numerics/); the activation with Swap-AB's rounding
+// (expf, IEEE division, erf(g * (1 / sqrt 2))).
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
-  switch (type) {
-    case kBiasF32: return static_cast<const float*>(bias)[i];
-    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
-    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
-    default: return 0.0f;
-  }
-}
-
-// min / clamp as comparisons that keep a NaN input NaN, like the reference's std::min / clamp.
-__device__ __forceinline__ float activate(float g, float u, int act, float alpha, float limit) {
-  switch (act) {
-    case kActGelu: return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
-    case kActSwigluOai: {
-      g = (limit < g) ? limit : g;
-      u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
-      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
-    }
-    default: return g / (1.0f + expf(-g)) * u;
-  }
-}
-
-// dyn_scale(absmax) = max(absmax / 448, kMinDynamicScale), or the static scale when given.
+// dyn_scale(absmax), or the static scale when given.
 __device__ __forceinline__ float fp8_scale(float absmax, const float* static_scale) {
-  if (static_scale != nullptr) return static_scale[0];
-  return fmaxf(absmax / kFp8Max, kMinDynamicScale);
+  return static_scale != nullptr ? static_scale[0] : numerics::dynamic_scale(absmax);
 }
 
 template <class T>
@@ -330,10 +311,10 @@ struct Decode {
           if (slot >= 0 && e8 < K) {
             float v[8];
             unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
-            q.x = static_cast<std::uint32_t>(e4m3x2(v[0] * inv, v[1] * inv)) |
-                  (static_cast<std::uint32_t>(e4m3x2(v[2] * inv, v[3] * inv)) << 16);
-            q.y = static_cast<std::uint32_t>(e4m3x2(v[4] * inv, v[5] * inv)) |
-                  (static_cast<std::uint32_t>(e4m3x2(v[6] * inv, v[7] * inv)) << 16);
+            q.x = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
+                  (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+            q.y = static_cast<std::uint32_t>(numerics::e4m3x2(v[4] * inv, v[5] * inv)) |
+                  (static_cast<std::uint32_t>(numerics::e4m3x2(v[6] * inv, v[7] * inv)) << 16);
           }
           const int b = static_cast<int>(e8 - k_lo);
           const int ksl = b >> 7, ch = (b & 127) >> 4, half = (b & 15) >> 3;
@@ -378,8 +359,8 @@ struct Decode {
         const float scale = fp8_scale(amax, p.a2_scale);
         const float inv = 1.0f / scale;
         if (lane == 0) s.tok_hs[row] = scale;
-        const std::uint32_t q = static_cast<std::uint32_t>(e4m3x2(v[0] * inv, v[1] * inv)) |
-                                (static_cast<std::uint32_t>(e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+        const std::uint32_t q = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
+                                (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
         const int ch = lane >> 2;
         *reinterpret_cast<std::uint32_t*>(s.hb + row * kStageKBytes + ((ch ^ (row & 7)) << 4) + (lane & 3) * 4) = q;
       }
@@ -483,10 +464,10 @@ struct Decode {
             u *= s.tok_w[tt];
           }
           if (p.b13 != nullptr) {
-            g += load_bias(p.b13, p.bias_type, e * 2 * N + n0 + n);
-            u += load_bias(p.b13, p.bias_type, e * 2 * N + N + n0 + n);
+            g += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + n0 + n);
+            u += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + N + n0 + n);
           }
-          hv = activate(g, u, p.act, p.alpha, p.limit);
+          hv = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, g, u);
         }
         const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
         if (s.cluster > 1) {
@@ -528,7 +509,7 @@ struct Decode {
               const float ws = p.scale_mode == kScalePerChannel ? p.w2_scale[e * K + row] : w2s_e;
               v *= s.tok_hs[col] * ws;
             }
-            if (it.nchunk == 0 && p.b2 != nullptr) v += load_bias(p.b2, p.bias_type, e * K + row);
+            if (it.nchunk == 0 && p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, e * K + row);
             if (!p.weight_on_input) v *= s.tok_w[col];
             dst[row] = v;
           }

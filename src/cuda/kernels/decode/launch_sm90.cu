@@ -18,8 +18,10 @@
 #include "cuda/common/faults.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/kernels/decode/config.hpp"
+#include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/decode/params.hpp"
 #include "cuda/kernels/routing/routing.hpp"
+#include "cuda/numerics/bias.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -88,28 +90,6 @@ std::atomic<int> g_phase_ctas{0};
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "decode_sm90: " + msg;
   return false;
-}
-
-void encode(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner, std::int64_t rows,
-            std::int64_t experts, int box_rows, const char* what) {
-  const std::int64_t es = fp8 ? 1 : 2;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(experts)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(dc::kStageKBytes / es), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType dtype = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                    : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult res = sm90::encode_tiled_fn()(map, dtype, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
-                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS) {
-    std::ostringstream os;
-    os << "decode_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for " << what << " ["
-       << experts << ", " << rows << ", " << inner << "]";
-    throw Error(Status::kCudaError, os.str());
-  }
 }
 
 }  // namespace
@@ -198,8 +178,9 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
 
   dc::DecodeParams kp{};
   kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms);
-  encode(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows, "w13");
-  encode(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "w2");
+  gemm_common::encode_weight_tmap(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows,
+                                  "decode_sm90 (w13)");
+  gemm_common::encode_weight_tmap(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "decode_sm90 (w2)");
 
   // fused_moe: the routing kernel writes topk_ids / topk_weights first (route only).
   const std::int32_t* topk_ids = call.topk_ids;
@@ -250,15 +231,8 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? dc::kScalePerTensor
                   : p.scheme == Scheme::kFp8PerChannel ? dc::kScalePerChannel
                                                        : dc::kScaleNone;
-  kp.bias_type = !(p.has_bias13 || p.has_bias2) ? dc::kBiasNone
-                 : p.bias_dtype == DType::kFp32 ? dc::kBiasF32
-                 : p.bias_dtype == DType::kBf16 ? dc::kBiasBf16
-                                                : dc::kBiasF16;
-  kp.act = p.activation.kind == Activation::kGelu        ? dc::kActGelu
-           : p.activation.kind == Activation::kSwigluOai ? dc::kActSwigluOai
-                                                         : dc::kActSilu;
-  kp.alpha = p.activation.alpha;
-  kp.limit = p.activation.limit;
+  kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
+  kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), clusters of S, never more

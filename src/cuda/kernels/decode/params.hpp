@@ -7,13 +7,12 @@
 #include <cstdint>
 
 #include "cuda/common/faults.cuh"
+#include "moekit/problem.hpp"  // ActivationConfig
 #include "cuda/kernels/decode/config.hpp"
 
 namespace moekit::cuda::decode {
 
 enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2 };
-enum BiasType : int { kBiasNone = 0, kBiasF32 = 1, kBiasBf16 = 2, kBiasF16 = 3 };
-enum ActKind : int { kActSilu = 0, kActGelu = 1, kActSwigluOai = 2 };
 
 struct DecodeParams {
   // w13 [E, 2N, K] as a 3D map (innermost first), box [128 bytes of K, 32 rows, 1], 128-byte
@@ -45,10 +44,8 @@ struct DecodeParams {
   int hidden_size;                  // K
   int inter_size;                   // N
   int scale_mode;                   // ScaleMode
-  int bias_type;                    // BiasType
-  int act;                          // ActKind
-  float alpha;
-  float limit;
+  int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
+  ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
   Tiling tiling;
 };

@@ -1,6 +1,6 @@
 // Tile constants, work decomposition and workspace layout of the single-launch fused MoE path
 // (host-visible, no CUDA types). The launcher picks a FusedTiling per problem; the kernel reads
-// it from FusedArgs.
+// it from FusedArgs (params.hpp).
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/kernels/fused_moe/params.hpp"
 #include "moekit/problem.hpp"
 
 // Compile-time debug aids of the fused kernel (kernel_sm90.cuh), off by default; CMake options
@@ -229,61 +228,5 @@ inline FusedWorkspace fused_workspace_layout(const MoeProblem& p) {
   w.total = at;
   return w;
 }
-
-// What the kernel receives (by value, __grid_constant__).
-struct FusedArgs {
-  // Sizes.
-  int M = 0, k = 0, E = 0, E_global = 0, K = 0, N = 0;
-  // Options.
-  int scale_mode = 0;    // 0 none (bf16/fp16), 1 per tensor, 2 per channel, 3 block128
-  int act_fp16 = 0;      // hidden / out are fp16 (else bf16)
-  int bias13_type = 0;   // b13: 0 none, 1 fp32, 2 bf16, 3 fp16
-  int bias2_type = 0;    // b2: the same
-  int act_kind = 0;      // 0 silu, 1 gelu, 2 swiglu_oai
-  float alpha = 1.702f, limit = 7.0f;
-  int weight_on_input = 0;
-  int dyn_a1 = 0;        // per tensor: GEMM1 input scale = dyn_scale(absmax(hidden)) (else a13_scale)
-  int dyn_a2 = 0;        // per tensor: GEMM2 input scale from the intermediate's absmax
-  int vec16_1 = 1, vec16_2 = 1;  // weight rows are 16-byte multiples (else 8-byte cp.async)
-  GemmTiling t1, t2;
-  // Routing from logits (fused_moe), redundantly in every CTA; CTA 0 writes the outputs.
-  int route = 0;
-  RoutingConfig routing{};
-  const void* logits = nullptr;            // [M, E_global]
-  int logits_bf16 = 0;                     // else fp32
-  const float* correction_bias = nullptr;  // [E_global] or null
-  std::int32_t* topk_ids_out = nullptr;    // [M, k] or null
-  float* topk_weights_out = nullptr;       // [M, k] or null
-  // Tensors.
-  const void* hidden = nullptr;
-  void* out = nullptr;
-  const std::uint8_t* w13 = nullptr;
-  const std::uint8_t* w2 = nullptr;
-  const float* w13_scale = nullptr;
-  const float* w2_scale = nullptr;
-  const void* b13 = nullptr;
-  const void* b2 = nullptr;
-  const float* a13_scale = nullptr;
-  const float* a2_scale = nullptr;
-  const std::int32_t* expert_map = nullptr;
-  const std::int32_t* topk_ids = nullptr;
-  const float* topk_weights = nullptr;
-  FaultRecord* faults = nullptr;  // CTA 0 records a dropped slot's bad value (cuda/common/faults.cuh)
-  // Workspace slices.
-  std::uint32_t* counters = nullptr;
-  std::uint32_t* grp_done = nullptr;
-  std::uint32_t* t1_ticket = nullptr;
-  std::uint32_t* t2_ticket = nullptr;
-  std::uint32_t* comb = nullptr;
-  int tiles1_stride = 0;  // FusedWorkspace::tiles1_max
-  int tiles2_stride = 0;
-  float* inter = nullptr;
-  float* y = nullptr;
-  float* part1 = nullptr;
-  float* part2 = nullptr;
-  // Phase timer (MOEKIT_FUSED_PHASE_TIMER builds only; ignored otherwise): [phase_ctas][kPhaseWords].
-  std::uint64_t* phase = nullptr;
-  int phase_ctas = 0;
-};
 
 }  // namespace moekit::cuda::fused_moe

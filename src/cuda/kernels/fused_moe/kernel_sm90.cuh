@@ -94,20 +94,28 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
+#include "cuda/kernels/fused_moe/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
+#include "cuda/numerics/topk.cuh"
+#include "moekit/error.hpp"
 
 namespace moekit::cuda::fused_moe {
-
-enum class Op : int { kBf16, kFp16, kE4m3 };
 
 // ---- synchronization helpers (gpu scope; the counter operations are in cuda/common/ptx.cuh) ----
 // One thread spins until *p >= target; the caller follows with __syncthreads.
@@ -132,27 +140,6 @@ __device__ __forceinline__ void spin_until(const std::uint32_t* p, std::uint32_t
 #endif
 }
 
-__device__ __forceinline__ float dyn_scale(float amax) { return fmaxf(amax / kFp8Max, kMinDynamicScale); }
-
-__device__ __forceinline__ float load_bias(const void* b, int type, std::int64_t i) {
-  switch (type) {
-    case 2: return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i]);
-    case 3: return __half2float(static_cast<const __half*>(b)[i]);
-    default: return static_cast<const float*>(b)[i];
-  }
-}
-
-// docs/design.md activations; comparisons written so NaN propagates (std::min / clamp).
-__device__ __forceinline__ float activate(float g, float u, int kind, float alpha, float limit) {
-  if (kind == 1) return 0.5f * g * (1.0f + erff(g / 1.41421356237309504880f)) * u;
-  if (kind == 2) {
-    g = g > limit ? limit : g;
-    u = u > limit ? limit : (u < -limit ? -limit : u);
-    return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
-  }
-  return g / (1.0f + expf(-g)) * u;
-}
-
 // 8 activation-dtype values (16 bytes) as fp32.
 __device__ __forceinline__ void unpack8(uint4 v, bool fp16, float (&x)[8]) {
   const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -172,21 +159,21 @@ __device__ __forceinline__ void unpack8(uint4 v, bool fp16, float (&x)[8]) {
 
 // 8 fp32 -> the operand bytes at dst: 16 bytes of bf16/fp16 (RNE) or 8 bytes of e4m3
 // (quant(x, s) = e4m3(x * inv)).
-template <Op kOp>
+template <Operand kOp>
 __device__ __forceinline__ void store_operand8(std::uint8_t* dst, const float (&x)[8], float inv) {
-  if constexpr (kOp == Op::kE4m3) {
+  if constexpr (kOp == Operand::kE4m3) {
     uint2 q;
-    q.x = static_cast<std::uint32_t>(e4m3x2(x[0] * inv, x[1] * inv)) |
-          (static_cast<std::uint32_t>(e4m3x2(x[2] * inv, x[3] * inv)) << 16);
-    q.y = static_cast<std::uint32_t>(e4m3x2(x[4] * inv, x[5] * inv)) |
-          (static_cast<std::uint32_t>(e4m3x2(x[6] * inv, x[7] * inv)) << 16);
+    q.x = static_cast<std::uint32_t>(numerics::e4m3x2(x[0] * inv, x[1] * inv)) |
+          (static_cast<std::uint32_t>(numerics::e4m3x2(x[2] * inv, x[3] * inv)) << 16);
+    q.y = static_cast<std::uint32_t>(numerics::e4m3x2(x[4] * inv, x[5] * inv)) |
+          (static_cast<std::uint32_t>(numerics::e4m3x2(x[6] * inv, x[7] * inv)) << 16);
     *reinterpret_cast<uint2*>(dst) = q;
   } else {
     uint4 q;
     std::uint32_t* w = reinterpret_cast<std::uint32_t*>(&q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      if constexpr (kOp == Op::kFp16) {
+      if constexpr (kOp == Operand::kF16) {
         const __half2 h = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
         w[i] = *reinterpret_cast<const std::uint32_t*>(&h);
       } else {
@@ -195,17 +182,6 @@ __device__ __forceinline__ void store_operand8(std::uint8_t* dst, const float (&
       }
     }
     *reinterpret_cast<uint4*>(dst) = q;
-  }
-}
-
-template <Op kOp>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kOp == Op::kBf16) {
-    sm90::mma_bf16_16816(d, a, b0, b1);
-  } else if constexpr (kOp == Op::kFp16) {
-    sm90::mma_f16_16816(d, a, b0, b1);
-  } else {
-    sm90::mma_e4m3_16832(d, a, b0, b1);
   }
 }
 
@@ -314,149 +290,15 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return m;
 }
 
-// ---- Routing from logits (the routing/ kernel's method, one warp per token, into shared
-// memory). Selection order: higher score first, ties -> lower id; id < 0 loses to all. ----
-__device__ __forceinline__ bool route_better(float v1, int e1, float v2, int e2) {
-  if (e2 < 0) return e1 >= 0;
-  if (e1 < 0) return false;
-  return v1 > v2 || (v1 == v2 && e1 < e2);
-}
-__device__ __forceinline__ float sel_key(float v) { return v != v ? -INFINITY : v; }
-__device__ __forceinline__ void warp_argmax(float& v, int& e) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oe = __shfl_xor_sync(0xffffffffu, e, o);
-    if (route_better(ov, oe, v, e)) {
-      v = ov;
-      e = oe;
-    }
-  }
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// Routing from logits: cuda/numerics/topk.cuh, one warp per token into shared memory.
 __device__ __forceinline__ float load_logit(const FusedArgs& a, std::int64_t i) {
   return a.logits_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.logits)[i])
                        : static_cast<const float*>(a.logits)[i];
 }
 
-// Warp routes token m: ids[j], wts[j] (j < k) in shared memory; `srow` holds E_global floats.
-__device__ void route_token(const FusedArgs& a, int m, float* srow, int* ids, float* wts, int lane) {
-  const int Eg = a.E_global;
-  const int k = a.k;
-  const RoutingMethod method = a.routing.method;
-  const std::int64_t row = static_cast<std::int64_t>(m) * Eg;
-  if (method == RoutingMethod::kSoftmaxTopk) {
-    float mx = -INFINITY;
-    for (int e = lane; e < Eg; e += 32) mx = fmaxf(mx, load_logit(a, row + e));
-    mx = warp_max(mx);
-    float sum = 0.f;
-    for (int e = lane; e < Eg; e += 32) {
-      const float x = expf(load_logit(a, row + e) - mx);
-      srow[e] = x;
-      sum += x;
-    }
-    sum = warp_sum(sum);
-    for (int e = lane; e < Eg; e += 32) srow[e] = srow[e] / sum;
-  } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-    for (int e = lane; e < Eg; e += 32) {
-      const float b = a.correction_bias != nullptr ? a.correction_bias[e] : 0.f;
-      srow[e] = sigmoidf_(load_logit(a, row + e)) + b;
-    }
-  } else {
-    for (int e = lane; e < Eg; e += 32) srow[e] = load_logit(a, row + e);
-  }
-  __syncwarp();
-  std::uint32_t kept = 0xffffffffu;
-  int group_size = Eg;
-  const bool grouped = method == RoutingMethod::kSigmoidGroupedTopk && a.routing.num_groups > 1;
-  if (grouped) {
-    const int G = a.routing.num_groups;  // <= 32 (can_implement)
-    group_size = Eg / G;
-    float gscore = -INFINITY;
-    if (lane < G) {
-      float t1 = -INFINITY, t2 = -INFINITY;
-      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
-        const float v = sel_key(srow[e]);
-        if (v > t1) {
-          t2 = t1;
-          t1 = v;
-        } else if (v > t2) {
-          t2 = v;
-        }
-      }
-      gscore = sel_key(group_size == 1 ? t1 : t1 + t2);
-    }
-    kept = 0;
-    for (int t = 0; t < a.routing.topk_groups && t < G; ++t) {
-      float v = gscore;
-      int g = (lane < G && !((kept >> lane) & 1u)) ? lane : -1;
-      warp_argmax(v, g);
-      if (g >= 0) kept |= 1u << g;
-    }
-  }
-  float prev_v = 0.f, sum = 0.f, mx = -INFINITY;
-  int prev_e = -1;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int be = -1;
-    for (int e = lane; e < Eg; e += 32) {
-      if (grouped && !((kept >> (e / group_size)) & 1u)) continue;
-      const float v = sel_key(srow[e]);
-      if (prev_e >= 0 && !route_better(prev_v, prev_e, v, e)) continue;
-      if (route_better(v, e, bv, be)) {
-        bv = v;
-        be = e;
-      }
-    }
-    warp_argmax(bv, be);
-    prev_v = bv;
-    prev_e = be;
-    const int id = be >= 0 ? be : 0;
-    float raw;
-    if (method == RoutingMethod::kSoftmaxTopk) {
-      raw = srow[id];
-    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-      raw = sigmoidf_(load_logit(a, row + id));
-    } else {
-      raw = load_logit(a, row + id);
-      mx = fmaxf(mx, raw);
-    }
-    sum += raw;
-    if (lane == 0) {
-      ids[j] = id;
-      wts[j] = raw;
-    }
-  }
-  __syncwarp();
-  if (method == RoutingMethod::kTopkSoftmax) {
-    sum = 0.f;
-    for (int j = 0; j < k; ++j) sum += expf(wts[j] - mx);
-  }
-  __syncwarp();
-  const bool renorm = a.routing.renormalize;
-  for (int j = lane; j < k; j += 32) {
-    const float raw = wts[j];
-    float w;
-    if (method == RoutingMethod::kTopkSoftmax) {
-      w = expf(raw - mx) / sum;
-    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-      w = (renorm ? raw / sum : raw) * a.routing.routed_scaling_factor;
-    } else {
-      w = renorm ? raw / sum : raw;
-    }
-    wts[j] = w;
-  }
-  __syncwarp();
-}
-
-template <Op kOp>
+template <Operand kOp>
 __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __grid_constant__ FusedArgs a) {
-  constexpr int kEb = kOp == Op::kE4m3 ? 1 : 2;  // operand bytes per element
+  constexpr int kEb = kOp == Operand::kE4m3 ? 1 : 2;  // operand bytes per element
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* base = reinterpret_cast<std::uint8_t*>(
       (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~static_cast<std::uintptr_t>(1023));
@@ -519,7 +361,13 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   // writes the caller's outputs), or the given topk_ids / topk_weights. ----
   if (a.route) {
     float* srow = reinterpret_cast<float*>(tok) + warp * a.E_global;
-    for (int m = warp; m < M; m += kWarps) route_token(a, m, srow, s_ids + m * k, s_wts + m * k, lane);
+    for (int m = warp; m < M; m += kWarps) {
+      const std::int64_t row = static_cast<std::int64_t>(m) * a.E_global;
+      numerics::route_token_warp(
+          a.routing, a.E_global, a.k, [&](int e) { return load_logit(a, row + e); },
+          [&](int e) { return a.correction_bias != nullptr ? a.correction_bias[e] : 0.f; }, srow, s_ids + m * k,
+          s_wts + m * k, lane);
+    }
     __syncthreads();
     if (blockIdx.x == 0) {
       for (int s = tid; s < P; s += kThreads) {
@@ -666,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
   for (int s = 0; s < kStages - 1; ++s) issue();
 
   // ---- 3. Per-tensor scales (the weights above stream meanwhile). ----
-  if (a.scale_mode == 1) {
+  if (a.scale_mode == kScalePerTensor) {
     if (a.dyn_a1) {
       // Every CTA computes absmax(hidden) itself: M*K is small at decode, and it saves a grid sync.
       float m = 0.0f;
@@ -679,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(x[j]));
       }
       m = block_max(m, fscratch);
-      if (tid == 0) s_scale[0] = dyn_scale(m);
+      if (tid == 0) s_scale[0] = numerics::dynamic_scale(m);
     } else if (tid == 0) {
       s_scale[0] = a.a13_scale[0];
     }
@@ -717,10 +565,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
 #endif
       // GEMM2 needs the group's whole intermediate rows (and, for a dynamic per-tensor scale,
       // every group's): wait for the GEMM1 items that write them (all numbered lower).
-      if (a.scale_mode == 1 && a.dyn_a2) {
+      if (a.scale_mode == kScalePerTensor && a.dyn_a2) {
         spin_until(a.counters + 0, static_cast<std::uint32_t>(T.G * tiles1));
         const std::uint32_t bits = sm90::ld_acquire_gpu(a.counters + 1);
-        s_scale[1] = dyn_scale(__uint_as_float(bits));
+        s_scale[1] = numerics::dynamic_scale(__uint_as_float(bits));
       } else {
         spin_until(a.grp_done + it.g, static_cast<std::uint32_t>(tiles1));
       }
@@ -730,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
 #endif
     }
     __syncthreads();
-    if (a.scale_mode == 2) {
+    if (a.scale_mode == kScalePerChannel) {
       // Per-channel: the scale of each token row over its full length (hidden row for GEMM1,
       // intermediate row for GEMM2), a warp per token.
       for (int tt = warp; tt < it.cnt; tt += kWarps) {
@@ -751,11 +599,11 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
           }
         }
         m = warp_max(m);
-        if (lane == 0) tok_scale[tt] = dyn_scale(m);
+        if (lane == 0) tok_scale[tt] = numerics::dynamic_scale(m);
       }
       __syncthreads();
     }
-    if (a.scale_mode == 3) {
+    if (a.scale_mode == kScaleBlock128) {
       // block128 (e4m3: one byte per element, so the item's range starts on a 128-group): the
       // token scales of each group in range (a warp per (token, group), 4 elements a lane) and
       // the weight-block scale of each (row, group).
@@ -780,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
           }
         }
         m = warp_max(m);
-        if (lane == 0) blk_a[tt * kMaxRangeGroups + gl] = dyn_scale(m);
+        if (lane == 0) blk_a[tt * kMaxRangeGroups + gl] = numerics::dynamic_scale(m);
       }
       const std::int64_t rows_b = g1 ? 2 * static_cast<std::int64_t>(N) : K;
       const int row_blocks = static_cast<int>((rows_b + 127) / 128), col_blocks = (len + 127) / 128;
@@ -807,7 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       const int nv = it.nst * skb / kEb / 8;  // 8-element vectors per token row
       const int kel0 = it.kb / kEb;
       const int len = g1 ? K : N;
-      const float inv_pt = a.scale_mode == 1 ? 1.0f / s_scale[g1 ? 0 : 1] : 1.0f;
+      const float inv_pt = a.scale_mode == kScalePerTensor ? 1.0f / s_scale[g1 ? 0 : 1] : 1.0f;
       for (int idx = tid; idx < kMaxTok * nv; idx += kThreads) {
         const int tt = idx / nv, v = idx - tt * nv;
         const int kel = kel0 + 8 * v;
@@ -826,8 +674,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
             x[4] = x1.x; x[5] = x1.y; x[6] = x1.z; x[7] = x1.w;
           }
         }
-        const float inv = a.scale_mode == 2   ? 1.0f / tok_scale[tt < it.cnt ? tt : 0]
-                          : a.scale_mode == 3 ? 1.0f / blk_a[tt * kMaxRangeGroups + (8 * v) / 128]
+        const float inv = a.scale_mode == kScalePerChannel   ? 1.0f / tok_scale[tt < it.cnt ? tt : 0]
+                          : a.scale_mode == kScaleBlock128 ? 1.0f / blk_a[tt * kMaxRangeGroups + (8 * v) / 128]
                                               : inv_pt;
         store_operand8<kOp>(tok + tt * pitch + 8 * v * kEb, x, inv);
       }
@@ -852,8 +700,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       const std::uint32_t sa = stages_u32 + (cons_no % kStages) * kStageBytes + a_row_off;
       const std::uint32_t sb = b_row + cs * skb;
       ++cons_no;
-      if constexpr (kOp == Op::kE4m3) {
-        if (a.scale_mode == 3) {
+      if constexpr (kOp == Operand::kE4m3) {
+        if (a.scale_mode == kScaleBlock128) {
           // block128: this warp's segment is one 128-wide K group: scale its partial sums by
           // the token's group scale and the row's weight-block scale, then accumulate.
           float part[2][4];
@@ -866,8 +714,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
             std::uint32_t af[4], bf[4];
             sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
             sm90::ldmatrix_x4(bf, sb + kk * 32);
-            mma<kOp>(part[0], af, bf[0], bf[1]);
-            mma<kOp>(part[1], af, bf[2], bf[3]);
+            sm90::mma_m16n8<kOp>(part[0], af, bf[0], bf[1]);
+            sm90::mma_m16n8<kOp>(part[1], af, bf[2], bf[3]);
           }
           const int gl = cs * (skb / 128) + sg;
 #pragma unroll
@@ -886,8 +734,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         std::uint32_t af[4], bf[4];
         sm90::ldmatrix_x4(af, sa + (((2 * kk + (lane >> 4)) ^ (lane & 7)) << 4));
         sm90::ldmatrix_x4(bf, sb + kk * 32);
-        mma<kOp>(acc[0], af, bf[0], bf[1]);
-        mma<kOp>(acc[1], af, bf[2], bf[3]);
+        sm90::mma_m16n8<kOp>(acc[0], af, bf[0], bf[1]);
+        sm90::mma_m16n8<kOp>(acc[1], af, bf[2], bf[3]);
       }
     }
 
@@ -952,11 +800,11 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         if (n >= N) continue;
         float g = red[tt * rows + c], u = red[tt * rows + C + c];
         const std::int64_t rg = static_cast<std::int64_t>(e) * 2 * N + n, ru = rg + N;
-        if (a.scale_mode == 1) {
+        if (a.scale_mode == kScalePerTensor) {
           const float sa = s_scale[0], sw = a.w13_scale[e];
           g = g * sa * sw;
           u = u * sa * sw;
-        } else if (a.scale_mode == 2) {
+        } else if (a.scale_mode == kScalePerChannel) {
           const float sa = tok_scale[tt];
           g = g * sa * a.w13_scale[rg];
           u = u * sa * a.w13_scale[ru];
@@ -965,15 +813,15 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
           g *= tok_w[tt];
           u *= tok_w[tt];
         }
-        if (a.bias13_type != 0) {
-          g += load_bias(a.b13, a.bias13_type, rg);
-          u += load_bias(a.b13, a.bias13_type, ru);
+        if (a.bias13_type != numerics::kBiasNone) {
+          g += numerics::load_bias(a.b13, a.bias13_type, rg);
+          u += numerics::load_bias(a.b13, a.bias13_type, ru);
         }
-        const float h = activate(g, u, a.act_kind, a.alpha, a.limit);
+        const float h = numerics::activate<numerics::ActMath::kIeee>(a.act_kind, g, u, a.alpha, a.limit);
         __stcg(a.inter + static_cast<std::int64_t>(it.row0 + tt) * N + n, h);
         amax = fmaxf(amax, fabsf(h));
       }
-      const bool dyn2 = a.scale_mode == 1 && a.dyn_a2;
+      const bool dyn2 = a.scale_mode == kScalePerTensor && a.dyn_a2;
       if (dyn2) amax = block_max(amax, fscratch);
       __syncthreads();
       if (tid == 0) {
@@ -989,9 +837,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
         if (kc >= K) continue;
         float v = red[idx];
         const std::int64_t wr = static_cast<std::int64_t>(e) * K + kc;
-        if (a.scale_mode == 1) v = v * s_scale[1] * a.w2_scale[e];
-        else if (a.scale_mode == 2) v = v * tok_scale[tt] * a.w2_scale[wr];
-        if (a.bias2_type != 0) v += load_bias(a.b2, a.bias2_type, wr);
+        if (a.scale_mode == kScalePerTensor) v = v * s_scale[1] * a.w2_scale[e];
+        else if (a.scale_mode == kScalePerChannel) v = v * tok_scale[tt] * a.w2_scale[wr];
+        if (a.bias2_type != numerics::kBiasNone) v += numerics::load_bias(a.b2, a.bias2_type, wr);
         if (!a.weight_on_input) v *= tok_w[tt];
         __stcg(a.y + static_cast<std::int64_t>(tok_slot[tt]) * K + kc, v);
       }
@@ -1068,6 +916,58 @@ __global__ void __launch_bounds__(kThreads, 1) fused_moe_sm90_kernel(const __gri
       a.counters[2] = 0;
     }
   }
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+// CTAs of the fused kernel that can be resident at once on `device`: occupancy x SMs, computed
+// once per device and operand type (the first call also raises the kernel's shared-memory limit).
+// The grid never exceeds it, and the launch is cooperative, so the CUDA driver either makes the
+// whole grid co-resident or fails the launch (cudaErrorCooperativeLaunchTooLarge): GEMM2 items
+// spin on counters that other CTAs' GEMM1 items release (kernel_sm90.cuh, "Synchronization
+// protocol"), which deadlocks if a CTA that owes a GEMM1 item is waiting for an SM that spinning
+// CTAs hold (a second fused launch on another stream, MPS clients, any concurrent kernel).
+template <Operand kOp>
+inline int max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];  // zero: not computed yet (static storage)
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v > 0) return v;
+  }
+  auto* kernel = &fused_moe_sm90_kernel<kOp>;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  int coop = 0, sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
+  if (coop == 0)
+    throw Error(Status::kNotSupported,
+                "fused MoE path needs cooperative launches (co-resident CTAs); CUDA device " + std::to_string(device) +
+                    " does not support them");
+  if (per_sm < 1)
+    throw Error(Status::kNotSupported, "fused MoE kernel cannot be resident on device " + std::to_string(device) +
+                                           " (" + std::to_string(kSmemBytes) + " bytes of shared memory, " +
+                                           std::to_string(kThreads) + " threads per CTA)");
+  const int v = per_sm * sms;
+  if (device >= 0 && device < 64) cached[device].store(v, std::memory_order_release);
+  return v;
+}
+
+template <Operand kOp>
+void run_fused_moe_sm90(const FusedArgs& args, int grid, void* stream_ptr, int device) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  grid = std::min(grid, max_coresident_ctas<kOp>(device));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &fused_moe_sm90_kernel<kOp>, args));
 }
 
 }  // namespace moekit::cuda::fused_moe

@@ -1,7 +1,7 @@
 // Host side of the single-launch fused MoE path (sm_90a): can_implement, workspace size, the
 // launcher (tiling choice, cooperative launch of a co-resident grid, counter zeroing) and
-// run_fused_moe_sm90, which turns a resolved MoeCall into one launch. The three operand
-// instantiations live here.
+// run_fused_moe_sm90, which turns a resolved MoeCall into one launch. The kernel's operand
+// instantiations are in inst/ (this file includes no kernel body).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,9 +11,8 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/faults.cuh"
-#include "cuda/common/preload.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
-#include "cuda/kernels/fused_moe/kernel_sm90.cuh"
+#include "cuda/kernels/fused_moe/params.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "moekit/error.hpp"
 
@@ -22,74 +21,11 @@ namespace {
 
 namespace fm = fused_moe;
 
-int bias_code(bool present, DType dtype) {
-  if (!present) return 0;
-  switch (dtype) {
-    case DType::kBf16: return 2;
-    case DType::kFp16: return 3;
-    default: return 1;
-  }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 // Phase timer buffer (set_fused_phase_buffer; MOEKIT_FUSED_PHASE_TIMER builds only).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
-
-// CTAs of the fused kernel that can be resident at once on `device`: occupancy x SMs, computed
-// once per device and operand type (the first call also raises the kernel's shared-memory limit).
-// The grid never exceeds it, and the launch is cooperative, so the CUDA driver either makes the
-// whole grid co-resident or fails the launch (cudaErrorCooperativeLaunchTooLarge): GEMM2 items
-// spin on counters that other CTAs' GEMM1 items release (kernel_sm90.cuh, "Synchronization
-// protocol"), which deadlocks if a CTA that owes a GEMM1 item is waiting for an SM that spinning
-// CTAs hold (a second fused launch on another stream, MPS clients, any concurrent kernel).
-template <fm::Op kOp>
-int max_coresident_ctas(int device) {
-  static std::atomic<int> cached[64];  // zero: not computed yet (static storage)
-  if (device >= 0 && device < 64) {
-    const int v = cached[device].load(std::memory_order_acquire);
-    if (v > 0) return v;
-  }
-  auto* kernel = &fm::fused_moe_sm90_kernel<kOp>;
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fm::kSmemBytes));
-  int coop = 0, sms = 0, per_sm = 0;
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fm::kThreads, fm::kSmemBytes));
-  if (coop == 0)
-    throw Error(Status::kNotSupported,
-                "fused MoE path needs cooperative launches (co-resident CTAs); CUDA device " + std::to_string(device) +
-                    " does not support them");
-  if (per_sm < 1)
-    throw Error(Status::kNotSupported, "fused MoE kernel cannot be resident on device " + std::to_string(device) +
-                                           " (" + std::to_string(fm::kSmemBytes) + " bytes of shared memory, " +
-                                           std::to_string(fm::kThreads) + " threads per CTA)");
-  const int v = per_sm * sms;
-  if (device >= 0 && device < 64) cached[device].store(v, std::memory_order_release);
-  return v;
-}
-
-template <fm::Op kOp>
-void launch_op(const fm::FusedArgs& args, int grid, cudaStream_t stream, int device) {
-  grid = std::min(grid, max_coresident_ctas<kOp>(device));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(fm::kThreads, 1, 1);
-  cfg.dynamicSmemBytes = fm::kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &fm::fused_moe_sm90_kernel<kOp>, args));
-}
-
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kBf16>);
-MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kFp16>);
-MOEKIT_REGISTER_KERNEL(fm::fused_moe_sm90_kernel<fm::Op::kE4m3>);
 
 }  // namespace
 
@@ -169,20 +105,20 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   a.K = static_cast<int>(p.hidden_size);
   a.N = static_cast<int>(p.intermediate_size);
   switch (p.scheme) {
-    case Scheme::kBf16: a.scale_mode = 0; break;
-    case Scheme::kFp8PerTensor: a.scale_mode = 1; break;
-    case Scheme::kFp8PerChannel: a.scale_mode = 2; break;
-    case Scheme::kFp8Block128: a.scale_mode = 3; break;
+    case Scheme::kBf16: a.scale_mode = kScaleNone; break;
+    case Scheme::kFp8PerTensor: a.scale_mode = kScalePerTensor; break;
+    case Scheme::kFp8PerChannel: a.scale_mode = kScalePerChannel; break;
+    case Scheme::kFp8Block128: a.scale_mode = kScaleBlock128; break;
   }
   a.act_fp16 = p.act_dtype == DType::kFp16;
-  a.bias13_type = bias_code(p.has_bias13 && fp.b13 != nullptr, p.bias_dtype);
-  a.bias2_type = bias_code(p.has_bias2 && fp.b2 != nullptr, p.bias_dtype);
-  a.act_kind = p.activation.kind == Activation::kGelu ? 1 : (p.activation.kind == Activation::kSwigluOai ? 2 : 0);
+  a.bias13_type = numerics::bias_type_of(p.has_bias13 && fp.b13 != nullptr, p.bias_dtype);
+  a.bias2_type = numerics::bias_type_of(p.has_bias2 && fp.b2 != nullptr, p.bias_dtype);
+  a.act_kind = p.activation.kind;
   a.alpha = p.activation.alpha;
   a.limit = p.activation.limit;
   a.weight_on_input = p.apply_router_weight_on_input;
-  a.dyn_a1 = a.scale_mode == 1 && !(p.static_a13_scale && fp.a13_scale != nullptr);
-  a.dyn_a2 = a.scale_mode == 1 && !(p.static_a2_scale && fp.a2_scale != nullptr);
+  a.dyn_a1 = a.scale_mode == kScalePerTensor && !(p.static_a13_scale && fp.a13_scale != nullptr);
+  a.dyn_a2 = a.scale_mode == kScalePerTensor && !(p.static_a2_scale && fp.a2_scale != nullptr);
   a.vec16_1 = (static_cast<std::int64_t>(a.K) * eb) % 16 == 0;
   a.vec16_2 = (static_cast<std::int64_t>(a.N) * eb) % 16 == 0;
   const fm::FusedTiling t = fm::choose_tiling(p, sms);
@@ -239,9 +175,9 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (fp.zero_counters) MOEKIT_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, W.num_counters * 4, s));
   if (!fp8)
-    (p.act_dtype == DType::kFp16 ? launch_op<fm::Op::kFp16> : launch_op<fm::Op::kBf16>)(a, grid, s, device);
+    (p.act_dtype == DType::kFp16 ? fm::run_fused_moe_sm90<Operand::kF16> : fm::run_fused_moe_sm90<Operand::kBf16>)(a, grid, s, device);
   else
-    launch_op<fm::Op::kE4m3>(a, grid, s, device);
+    fm::run_fused_moe_sm90<Operand::kE4m3>(a, grid, s, device);
 }
 
 FusedMoeParams fused_moe_params(const detail::MoeCall& call, void* workspace) {

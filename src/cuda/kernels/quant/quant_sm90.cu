@@ -16,6 +16,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/quant/quant.hpp"
+#include "cuda/numerics/quant.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -48,16 +49,12 @@ __device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec]) {
 template <int kVec>
 __device__ __forceinline__ void store_q(std::uint8_t* q, const float (&v)[kVec], float inv) {
   if constexpr (kVec == 1) {
-    q[0] = e4m3(v[0] * inv);
+    q[0] = numerics::e4m3(v[0] * inv);
   } else {
-    const std::uint32_t lo = e4m3x2(v[0] * inv, v[1] * inv);
-    const std::uint32_t hi = e4m3x2(v[2] * inv, v[3] * inv);
+    const std::uint32_t lo = numerics::e4m3x2(v[0] * inv, v[1] * inv);
+    const std::uint32_t hi = numerics::e4m3x2(v[2] * inv, v[3] * inv);
     *reinterpret_cast<std::uint32_t*>(q) = lo | (hi << 16);
   }
-}
-
-__device__ __forceinline__ float dyn_scale(float absmax) {
-  return fmaxf(absmax / kFp8Max, kMinDynamicScale);
 }
 
 __device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
@@ -106,7 +103,7 @@ template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
   const T* x = static_cast<const T*>(p.x);
-  const float s = p.static_scale != nullptr ? __ldg(p.static_scale) : dyn_scale(__uint_as_float(*p.absmax));
+  const float s = p.static_scale != nullptr ? __ldg(p.static_scale) : numerics::dynamic_scale(__uint_as_float(*p.absmax));
   const float inv = 1.0f / s;
   if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = s;
   const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
@@ -142,7 +139,7 @@ __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_k
     amax = threadIdx.x < kSmallTensorThreads / 32 ? partial[threadIdx.x] : 0.f;
     amax = warp_max(amax);
     if (threadIdx.x == 0) {
-      s_scale = dyn_scale(amax);
+      s_scale = numerics::dynamic_scale(amax);
       p.scale[0] = s_scale;
     }
   }
@@ -171,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_c
 #pragma unroll
     for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
   }
-  const float s = dyn_scale(warp_max(amax));
+  const float s = numerics::dynamic_scale(warp_max(amax));
   const float inv = 1.0f / s;
   if (lane == 0) p.scale[row] = s;
   for (std::int64_t c = static_cast<std::int64_t>(lane) * kVec; c < p.cols; c += 32 * kVec) {
@@ -207,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) quant_group_sm90_kernel(const __grid
       for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[i][t]));
     }
   }
-  const float s = dyn_scale(warp_max(amax));
+  const float s = numerics::dynamic_scale(warp_max(amax));
   const float inv = 1.0f / s;
   if (lane == 0) p.scale[row * groups + g] = s;
 #pragma unroll

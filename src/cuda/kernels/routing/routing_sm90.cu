@@ -19,6 +19,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/routing/routing.hpp"
+#include "cuda/numerics/topk.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -35,159 +36,16 @@ constexpr int kMaxRouteBlocks = 1024;   // route-only grid cap (warps grid-strid
 // Above this many tokens fused_moe routes on a full grid and permutes in a second launch.
 constexpr std::int64_t kFusedRouteMaxTokens = 512;
 
-// Selection order: higher score first, ties -> lower id; id < 0 is "none" and loses to all.
-__device__ __forceinline__ bool better(float v1, int e1, float v2, int e2) {
-  if (e2 < 0) return e1 >= 0;
-  if (e1 < 0) return false;
-  return v1 > v2 || (v1 == v2 && e1 < e2);
-}
-
-// NaN scores select as -inf.
-__device__ __forceinline__ float sel_key(float v) { return v != v ? -INFINITY : v; }
-
-__device__ __forceinline__ void warp_argmax(float& v, int& e) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oe = __shfl_xor_sync(0xffffffffu, e, o);
-    if (better(ov, oe, v, e)) {
-      v = ov;
-      e = oe;
-    }
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-template <class TLogit>
-__device__ __forceinline__ float load_logit(const TLogit* row, int e) {
-  return to_float(row[e]);
-}
-
-// One warp routes token m; `srow` is this warp's shared row of E_global floats.
+// One warp routes token m (cuda/numerics/topk.cuh); `srow` is this warp's shared row of E_global
+// floats.
 template <class TLogit>
 __device__ void route_token(const RoutingParams& p, std::int64_t m, float* srow, int lane) {
-  const int Eg = p.num_experts_global;
   const int k = p.top_k;
-  const RoutingMethod method = p.routing.method;
-  const TLogit* lrow = static_cast<const TLogit*>(p.logits) + m * static_cast<std::int64_t>(Eg);
-
-  // Selection scores (raw: NaN kept; sel_key maps it to -inf when comparing).
-  if (method == RoutingMethod::kSoftmaxTopk) {
-    float mx = -INFINITY;
-    for (int e = lane; e < Eg; e += 32) mx = fmaxf(mx, load_logit(lrow, e));
-    mx = warp_max(mx);
-    float sum = 0.f;
-    for (int e = lane; e < Eg; e += 32) {
-      const float x = expf(load_logit(lrow, e) - mx);
-      srow[e] = x;
-      sum += x;
-    }
-    sum = warp_sum(sum);
-    for (int e = lane; e < Eg; e += 32) srow[e] = srow[e] / sum;
-  } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-    for (int e = lane; e < Eg; e += 32) {
-      const float b = p.correction_bias != nullptr ? __ldg(p.correction_bias + e) : 0.f;
-      srow[e] = sigmoidf(load_logit(lrow, e)) + b;
-    }
-  } else {
-    for (int e = lane; e < Eg; e += 32) srow[e] = load_logit(lrow, e);
-  }
-  __syncwarp();
-
-  // sigmoid_grouped_topk: keep the topk_groups best groups (score = sum of the two largest).
-  std::uint32_t kept = 0xffffffffu;
-  int group_size = Eg;
-  const bool grouped = method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 1;
-  if (grouped) {
-    const int G = p.routing.num_groups;  // <= 32 (checked on the host)
-    group_size = Eg / G;
-    float gscore = -INFINITY;
-    if (lane < G) {
-      float t1 = -INFINITY, t2 = -INFINITY;
-      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
-        const float v = sel_key(srow[e]);
-        if (v > t1) {
-          t2 = t1;
-          t1 = v;
-        } else if (v > t2) {
-          t2 = v;
-        }
-      }
-      gscore = sel_key(group_size == 1 ? t1 : t1 + t2);
-    }
-    kept = 0;
-    for (int t = 0; t < p.routing.topk_groups && t < G; ++t) {
-      float v = gscore;
-      int g = (lane < G && !((kept >> lane) & 1u)) ? lane : -1;
-      warp_argmax(v, g);
-      if (g >= 0) kept |= 1u << g;
-    }
-  }
-
-  // Top-k: round j picks the best expert ranked strictly after round j-1's pick. Every lane
-  // holds the same pick, so sums run in j order in every lane, exactly as the reference's.
-  std::int32_t* ids = p.topk_ids_out + m * k;
-  float* wts = p.topk_weights_out + m * k;
-  float prev_v = 0.f, sum = 0.f, mx = -INFINITY;
-  int prev_e = -1;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int be = -1;
-    for (int e = lane; e < Eg; e += 32) {
-      if (grouped && !((kept >> (e / group_size)) & 1u)) continue;
-      const float v = sel_key(srow[e]);
-      if (prev_e >= 0 && !better(prev_v, prev_e, v, e)) continue;
-      if (better(v, e, bv, be)) {
-        bv = v;
-        be = e;
-      }
-    }
-    warp_argmax(bv, be);
-    prev_v = bv;
-    prev_e = be;
-    const int id = be >= 0 ? be : 0;  // fewer eligible experts than k: validation forbids it
-    float raw;  // softmax: p; sigmoid: unbiased s; topk_softmax: the logit
-    if (method == RoutingMethod::kSoftmaxTopk) {
-      raw = srow[id];
-    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-      raw = sigmoidf(load_logit(lrow, id));
-    } else {
-      raw = load_logit(lrow, id);
-      mx = fmaxf(mx, raw);  // fmax: a NaN logit does not hide the max (as the reference)
-    }
-    sum += raw;
-    if (lane == 0) {
-      ids[j] = id;
-      wts[j] = raw;
-    }
-  }
-  __syncwarp();
-  if (method == RoutingMethod::kTopkSoftmax) {
-    sum = 0.f;
-    for (int j = 0; j < k; ++j) sum += expf(wts[j] - mx);
-  }
-  __syncwarp();
-  const bool renorm = p.routing.renormalize;
-  for (int j = lane; j < k; j += 32) {
-    const float raw = wts[j];
-    float w;
-    if (method == RoutingMethod::kTopkSoftmax) {
-      w = expf(raw - mx) / sum;
-    } else if (method == RoutingMethod::kSigmoidGroupedTopk) {
-      w = (renorm ? raw / sum : raw) * p.routing.routed_scaling_factor;
-    } else {
-      w = renorm ? raw / sum : raw;
-    }
-    wts[j] = w;
-  }
-  __syncwarp();  // other lanes read srow[id] above: finish before the next token overwrites it
+  const TLogit* lrow = static_cast<const TLogit*>(p.logits) + m * static_cast<std::int64_t>(p.num_experts_global);
+  numerics::route_token_warp(
+      p.routing, p.num_experts_global, k, [&](int e) { return to_float(lrow[e]); },
+      [&](int e) { return p.correction_bias != nullptr ? __ldg(p.correction_bias + e) : 0.f; }, srow,
+      p.topk_ids_out + m * k, p.topk_weights_out + m * k, lane);
 }
 
 // The local expert of a slot, -1 when dropped. `record`: report a bad id / map entry (the counting

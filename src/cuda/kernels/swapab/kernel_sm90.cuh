@@ -8,58 +8,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/swapab/config.hpp"
+#include "cuda/kernels/swapab/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
 
 namespace moekit::cuda::swapab {
 
-// ---------------------------------------------------------------------------------------------
-// Kernel parameters (built by launch_sm90.cu from GroupedGemmParams).
-// ---------------------------------------------------------------------------------------------
-enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2, kScaleBlock128 = 3 };
-enum OutType : int { kOutF32 = 0, kOutBf16 = 1, kOutF16 = 2 };
-enum BiasType : int { kBiasNone = 0, kBiasF32 = 1, kBiasBf16 = 2, kBiasF16 = 3 };
-enum ActKind : int { kActSilu = 0, kActGelu = 1, kActSwigluOai = 2 };
-
-struct KernelParams {
-  // Weights B as a 3D tensor [E, rows_b, k_dim] (dims listed innermost first in the map), box
-  // [128 bytes of K, 64 rows, 1 expert], 128-byte swizzle, zeros outside the tensor.
-  CUtensorMap tmap_b;
-  const std::int32_t* row_offsets;   // [E+1]
-  const std::int32_t* sorted_slots;  // [rows] slot m*k+j of each expert-sorted row
-  const std::uint8_t* a;             // A rows of a_row_bytes each
-  const float* a_scale;              // per tensor [1] / per row of A / [rows of A, k_groups]
-  const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
-  const void* bias;                  // [E, rows_b] or null
-  const float* topk_weights;         // [M*k] by slot
-  const float* sorted_weights;       // [rows] = topk_weights[sorted_slots[r]], or null
-  void* out;
-  std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
-  std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
-  std::int64_t rows_b;               // 2N or K
-  int num_experts;
-  int top_k;
-  int num_tiles;                     // ceil(n_out / 64)
-  int num_k_stages;                  // ceil(a_row_bytes / 128)
-  int k_groups;                      // block128: ceil(k_dim / 128)
-  int row_blocks;                    // block128: ceil(rows_b / 128)
-  int gather_a;                      // A row of sorted row r = sorted_slots[r] / top_k, else r
-  int weight_on_input;
-  int scale_mode;                    // ScaleMode
-  int bias_type;                     // BiasType
-  int out_type;                      // OutType
-  int act;                           // ActKind
-  float alpha;
-  float limit;
-  int split_k;                       // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
-  int tiles_per_item;                // T >= 1: consecutive 64-row tiles of one item (same tokens)
-  SmemLayout smem;                   // from smem_layout(gate_up, E, S) on the host
-};
 
 // ---------------------------------------------------------------------------------------------
 // Work items: (expert e, tile group, token chunk) with the chunk index fastest, so neighbouring
@@ -108,29 +72,6 @@ __device__ __forceinline__ int token_width(int count) {
 // ---------------------------------------------------------------------------------------------
 // Epilogue helpers.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
-  switch (type) {
-    case kBiasF32: return static_cast<const float*>(bias)[i];
-    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
-    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
-    default: return 0.0f;
-  }
-}
-
-// The activation of docs/design.md in fp32. min/clamp are written as comparisons that keep a NaN
-// input NaN (as std::min / std::clamp do in the reference), unlike fminf.
-__device__ __forceinline__ float activate(float g, float u, int act, float alpha, float limit) {
-  switch (act) {
-    case kActGelu: return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
-    case kActSwigluOai: {
-      g = (limit < g) ? limit : g;
-      u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
-      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
-    }
-    default: return g / (1.0f + expf(-g)) * u;
-  }
-}
-
 __device__ __forceinline__ void store_out(void* out, int type, std::int64_t i, float v) {
   switch (type) {
     case kOutBf16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
@@ -320,7 +261,7 @@ struct SwapAb {
           const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
           const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
           if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
-          if (p.bias) bia[g][h] = load_bias(p.bias, p.bias_type, idx);
+          if (p.bias) bia[g][h] = numerics::load_bias(p.bias, p.bias_type, idx);
         }
       }
 
@@ -559,7 +500,7 @@ struct SwapAb {
         const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
         if (rr >= valid_rows) continue;
         if (kGateUp) {
-          const float hval = activate(so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.act, p.alpha, p.limit);
+          const float hval = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.alpha, p.limit);
           store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
         } else {
           const int tslot = s.tok_slot[buf * kMaxTokens + tok];
@@ -683,6 +624,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   // No CTA leaves while a peer may still write into its shared memory.
   if (s.split > 1) sm90::cluster_sync_relaxed();
 #endif
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+template <Operand kOp, bool kGateUp, bool kBlock128>
+void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
+  auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128>;
+  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
+  static std::atomic<std::uint64_t> configured{0};
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
+  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
+    MOEKIT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(kp.split_k);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kp.split_k > 1 ? 1 : 0;
+  add_pdl_attribute(cfg, attr, pdl);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }
 
 }  // namespace moekit::cuda::swapab

@@ -1,6 +1,6 @@
 // Host side of the Swap-AB decode GEMM: checks what the kernel supports (can_implement), builds the
 // TMA descriptor of the expert weights, sizes the persistent grid and launches one of the
-// explicitly instantiated kernels of kernel_sm90.cuh.
+// explicit instantiations of inst/ (this file includes no kernel body).
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 
 #include <cuda.h>
@@ -12,48 +12,17 @@
 #include <sstream>
 #include <string>
 
-#include "core/path_router.hpp"
-#include "cuda/common/preload.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/swapab/config.hpp"
-#include "cuda/kernels/swapab/kernel_sm90.cuh"
+#include "cuda/kernels/swapab/params.hpp"
+#include "cuda/numerics/bias.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
 namespace {
 
 using swapab::KernelParams;
-
-void throw_cuda(cudaError_t err, const char* expr, const char* file, int line) {
-  std::ostringstream os;
-  os << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") in " << expr
-     << " at " << file << ":" << line;
-  throw Error(Status::kCudaError, os.str());
-}
-
-#define MOEKIT_SWAPAB_CUDA_CHECK(expr)                                    \
-  do {                                                                    \
-    const cudaError_t moekit_swapab_err_ = (expr);                        \
-    if (moekit_swapab_err_ != cudaSuccess)                                \
-      throw_cuda(moekit_swapab_err_, #expr, __FILE__, __LINE__);          \
-  } while (0)
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point: no -lcuda at link time.
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encode_tiled_fn() {
-  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult qres{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                                             cudaEnableDefault, &qres);
-    if (err != cudaSuccess || qres != cudaDriverEntryPointSuccess) return nullptr;
-    return reinterpret_cast<EncodeTiledFn>(ptr);
-  }();
-  return fn;
-}
 
 bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
 
@@ -63,9 +32,10 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 // Upper bound of the work items (expert, group of T tiles, chunk of 64 rows) from host-known
 // sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
+// The router (core/path_router.cpp, swapab_max_items) predicts the same count to choose split_k.
 std::int64_t max_items(const GroupedGemmParams& p, int tiles_per_item = 1) {
-  static_assert(swapab::kTileRows == 64 && swapab::kMaxTokens == 64, "detail::swapab_max_items counts 64-row tiles and chunks");
-  return detail::swapab_max_items(p.n_out, p.num_experts, p.max_rows, tiles_per_item);
+  const std::int64_t groups = ceil_div(ceil_div(p.n_out, swapab::kTileRows), std::max(1, tiles_per_item));
+  return groups * (std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / swapab::kMaxTokens);
 }
 
 bool fail(std::string* why, const std::string& msg) {
@@ -73,43 +43,13 @@ bool fail(std::string* why, const std::string& msg) {
   return false;
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
-
 int sm_count_of_current_device() {
   int dev = 0, sms = 0;
-  MOEKIT_SWAPAB_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_SWAPAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   return sms;
 }
 
-template <class Tag, bool kGateUp, bool kBlock128>
-void launch_kernel(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &swapab::swapab_sm90_kernel<Tag, kGateUp, kBlock128>;
-  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
-  static std::atomic<std::uint64_t> configured{0};
-  int dev = 0;
-  MOEKIT_SWAPAB_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
-  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
-    MOEKIT_SWAPAB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, swapab::kSmemLimit));
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(swapab::kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(kp.split_k);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kp.split_k > 1 ? 1 : 0;
-  add_pdl_attribute(cfg, attr, pdl);
-  MOEKIT_SWAPAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
-}
 
 // Tiles per item: T consecutive tiles share one item's tokens when a rank's K stages are few,
 // up to kTargetItemStages stages per item, as long as the items stay >= 2 per cluster.
@@ -121,107 +61,34 @@ int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_
   return tiles;
 }
 
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, true, true>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, false, true>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::E4m3Tag, false, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::F16Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::F16Tag, false, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::Bf16Tag, true, false>);
-MOEKIT_REGISTER_KERNEL(swapab::swapab_sm90_kernel<sm90::Bf16Tag, false, false>);
-
 }  // namespace
 
 bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
-  switch (p.scheme) {
-    case Scheme::kBf16:
-      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
-        return fail(why, std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype));
-      break;
-    case Scheme::kFp8PerTensor:
-    case Scheme::kFp8PerChannel:
-    case Scheme::kFp8Block128:
-      break;
-    default: return fail(why, "unknown scheme");
-  }
-  if (p.num_experts < 1 || p.num_experts > swapab::kMaxExperts) {
-    std::ostringstream os;
-    os << "num_experts = " << p.num_experts << ", supported 1.." << swapab::kMaxExperts
-       << " (the expert table lives in shared memory)";
-    return fail(why, os.str());
-  }
-  if (p.n_out < 1 || p.k_dim < 1) {
-    std::ostringstream os;
-    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
-    return fail(why, os.str());
-  }
-  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return fail(why, "max_rows outside [0, 2^31)");
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, swapab::kMaxExperts);
+  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t es = element_bytes(p);
-  if ((p.k_dim * es) % 16 != 0) {
-    std::ostringstream os;
-    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
-       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
-    return fail(why, os.str());
-  }
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
   if (p.k_dim >= (std::int64_t{1} << 32) || rows_b >= (std::int64_t{1} << 31) ||
       rows_b * p.k_dim * es >= (std::int64_t{1} << 40))
     return fail(why, "weight tensor too large for a TMA descriptor");
   if (max_items(p) >= INT32_MAX) return fail(why, "too many work items (max_rows too large for this path)");
-  if (p.max_rows > 0) {
-    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
-      return fail(why, "a, b, out, row_offsets and sorted_slots must be non-null");
-    if (!aligned16(p.a) || !aligned16(p.b))
-      return fail(why, "a and b must be 16-byte aligned (TMA and cp.async)");
-    if (is_fp8(p.scheme) && (!p.a_scale || !p.b_scale)) return fail(why, "fp8 schemes need a_scale and b_scale");
-  }
-  if (p.gather_a_by_token && p.top_k < 1) return fail(why, "gather_a_by_token needs top_k >= 1");
-  if (gate_up) {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
-      return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
-  } else {
-    if (p.out_dtype != DType::kFp32)
-      return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
-  }
-  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
-    return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
-  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % swapab::kTileRows != 0) {
-    std::ostringstream os;
-    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the up rows of a 64-row tile must sit in one "
-          "128-row scale block), got N = " << p.n_out;
-    return fail(why, os.str());
-  }
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return fail(why, "no usable CUDA device");
-  }
-  if (major != 9 || minor != 0) {
-    std::ostringstream os;
-    os << "needs an sm_90 GPU (wgmma, built for sm_90a), device " << dev << " is sm_" << major << minor;
-    return fail(why, os.str());
-  }
-  if (!encode_tiled_fn()) return fail(why, "cuTensorMapEncodeTiled not available from the driver");
+  if (!gate_up && p.out_dtype != DType::kFp32)
+    return fail(why, std::string("GEMM2 out_dtype must be fp32, got ") + dtype_name(p.out_dtype));
+  const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
+  if (!device_why.empty()) return fail(why, device_why);
   return true;
 }
 
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream) {
-  launch_grouped_gemm_swapab_sm90(p, stream, 0);
+  launch_grouped_gemm_swapab_sm90(p, stream, 1);
 }
 
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, int split_k, int tiles_per_item,
                                      bool pdl) {
-  if (split_k != 0 && split_k != 1 && split_k != 2 && split_k != 4 && split_k != 8) {
+  if (split_k != 1 && split_k != 2 && split_k != 4 && split_k != 8) {
     std::ostringstream os;
-    os << "swapab_sm90: split_k = " << split_k << ", expected 0 (auto), 1, 2, 4 or 8";
+    os << "swapab_sm90: split_k = " << split_k << ", expected 1, 2, 4 or 8 (the router's choice)";
     throw Error(Status::kInvalidArgument, os.str());
   }
   if (tiles_per_item < 0 || tiles_per_item > swapab::kMaxTilesPerItem) {
@@ -240,29 +107,8 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
 
   KernelParams kp{};
-  // Weights [E, rows_b, k_dim]: dims innermost first; strides (bytes) of dims 1 and 2.
-  {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.k_dim), static_cast<cuuint64_t>(rows_b),
-                                static_cast<cuuint64_t>(p.num_experts)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_dim * es),
-                                   static_cast<cuuint64_t>(rows_b * p.k_dim * es)};
-    const cuuint32_t box[3] = {static_cast<cuuint32_t>(swapab::kStageKBytes / es),
-                               static_cast<cuuint32_t>(swapab::kTileRows), 1};
-    const cuuint32_t elem_strides[3] = {1, 1, 1};
-    const CUtensorMapDataType dtype = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                      : p.act_dtype == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    const CUresult res = encode_tiled_fn()(&kp.tmap_b, dtype, 3, const_cast<void*>(p.b), dims, strides, box,
-                                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (res != CUDA_SUCCESS) {
-      std::ostringstream os;
-      os << "swapab_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res)
-         << ") for weights [" << p.num_experts << ", " << rows_b << ", " << p.k_dim << "]";
-      throw Error(Status::kCudaError, os.str());
-    }
-  }
+  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
+  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
   kp.row_offsets = p.row_offsets;
   kp.sorted_slots = p.sorted_slots;
   kp.a = static_cast<const std::uint8_t*>(p.a);
@@ -283,20 +129,10 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
   kp.gather_a = p.gather_a_by_token ? 1 : 0;
   kp.weight_on_input = p.weight_on_input ? 1 : 0;
-  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? swapab::kScalePerTensor
-                  : p.scheme == Scheme::kFp8PerChannel ? swapab::kScalePerChannel
-                  : p.scheme == Scheme::kFp8Block128   ? swapab::kScaleBlock128
-                                                       : swapab::kScaleNone;
-  kp.bias_type = !p.bias                           ? swapab::kBiasNone
-                 : p.bias_dtype == DType::kFp32 ? swapab::kBiasF32
-                 : p.bias_dtype == DType::kBf16 ? swapab::kBiasBf16
-                                                : swapab::kBiasF16;
-  kp.out_type = p.out_dtype == DType::kBf16   ? swapab::kOutBf16
-                : p.out_dtype == DType::kFp16 ? swapab::kOutF16
-                                              : swapab::kOutF32;
-  kp.act = p.activation.kind == Activation::kGelu        ? swapab::kActGelu
-           : p.activation.kind == Activation::kSwigluOai ? swapab::kActSwigluOai
-                                                         : swapab::kActSilu;
+  kp.scale_mode = scale_mode_of(p.scheme);
+  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
+  kp.out_type = out_type_of(p.out_dtype);
+  kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
 
@@ -304,7 +140,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   // S CTAs per work item, never more clusters than work items can exist.
   if (max_items(p) == 0) return;
   const int sms = sm_count_of_current_device();
-  const int split = split_k != 0 ? split_k : detail::choose_swapab_split(max_items(p), sms, kp.num_k_stages);
+  const int split = split_k;
   kp.split_k = split;
   kp.tiles_per_item = tiles_per_item != 0
                           ? std::min(tiles_per_item, kp.num_tiles)
@@ -318,18 +154,18 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   if (fp8) {
     const bool block = p.scheme == Scheme::kFp8Block128;
     if (gate_up) {
-      if (block) launch_kernel<sm90::E4m3Tag, true, true>(kp, grid, stream, pdl);
-      else launch_kernel<sm90::E4m3Tag, true, false>(kp, grid, stream, pdl);
+      if (block) swapab::run_swapab_sm90<Operand::kE4m3, true, true>(kp, grid, stream, pdl);
+      else swapab::run_swapab_sm90<Operand::kE4m3, true, false>(kp, grid, stream, pdl);
     } else {
-      if (block) launch_kernel<sm90::E4m3Tag, false, true>(kp, grid, stream, pdl);
-      else launch_kernel<sm90::E4m3Tag, false, false>(kp, grid, stream, pdl);
+      if (block) swapab::run_swapab_sm90<Operand::kE4m3, false, true>(kp, grid, stream, pdl);
+      else swapab::run_swapab_sm90<Operand::kE4m3, false, false>(kp, grid, stream, pdl);
     }
   } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) launch_kernel<sm90::F16Tag, true, false>(kp, grid, stream, pdl);
-    else launch_kernel<sm90::F16Tag, false, false>(kp, grid, stream, pdl);
+    if (gate_up) swapab::run_swapab_sm90<Operand::kF16, true, false>(kp, grid, stream, pdl);
+    else swapab::run_swapab_sm90<Operand::kF16, false, false>(kp, grid, stream, pdl);
   } else {
-    if (gate_up) launch_kernel<sm90::Bf16Tag, true, false>(kp, grid, stream, pdl);
-    else launch_kernel<sm90::Bf16Tag, false, false>(kp, grid, stream, pdl);
+    if (gate_up) swapab::run_swapab_sm90<Operand::kBf16, true, false>(kp, grid, stream, pdl);
+    else swapab::run_swapab_sm90<Operand::kBf16, false, false>(kp, grid, stream, pdl);
   }
 }
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/gemm_common/params.hpp"
 
 namespace moekit::cuda {
 
@@ -12,15 +12,15 @@ namespace moekit::cuda {
 // *why (if given). Never throws.
 bool can_implement_swapab_sm90(const GroupedGemmParams& params, std::string* why);
 
-// Launch on `stream` (cudaStream_t). Throws moekit::Error(kNotSupported) when
+// Launch on `stream` (cudaStream_t) without split-K. Throws moekit::Error(kNotSupported) when
 // can_implement_swapab_sm90 is false, Error(kCudaError) when a CUDA call fails. Does nothing
 // when max_rows == 0. No allocation, no host synchronization: CUDA-graph capturable.
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream);
 
-// The same with the split-K factor and the tiles per work item forced (tests, tuning), and PDL.
-// split_k in {1, 2, 4, 8} is the number of CTAs of a cluster that share one work item's K loop;
-// 0 chooses it as the launcher above does (split while the work items fill less than half of the
-// SMs). tiles_per_item in 1..16 is the number of consecutive 64-row weight tiles one item walks
+// The same with the split-K factor the router chose (core/path_router.hpp, choose_swapab_split:
+// the launcher takes the decision, it does not make it), the tiles per work item and PDL.
+// split_k in {1, 2, 4, 8} is the number of CTAs of a cluster that share one work item's K loop
+// (anything else: Error(kInvalidArgument)). tiles_per_item in 1..16 is the number of consecutive 64-row weight tiles one item walks
 // over the same tokens (clamped to the tile count); 0 chooses it as the launcher does (more tiles
 // per item while K is short and the items stay at least two per cluster). With `pdl` the launch
 // is the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).

@@ -19,13 +19,12 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
+#include "cuda/kernels/tokmajor/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
 
 namespace moekit::cuda::tokmajor {
 
-template <Operand kOp> struct TagOf;
-template <> struct TagOf<Operand::kBf16> { using type = sm90::Bf16Tag; };
-template <> struct TagOf<Operand::kF16> { using type = sm90::F16Tag; };
-template <> struct TagOf<Operand::kE4m3> { using type = sm90::E4m3Tag; };
 
 // ---------------------------------------------------------------------------------------------
 // Work units: (expert e, column tile, group of `cluster` token tiles), expert-major, then column
@@ -75,33 +74,6 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
 // ---------------------------------------------------------------------------------------------
 // Epilogue helpers.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float load_bias(const void* bias, int type, std::int64_t i) {
-  switch (type) {
-    case kBiasF32: return static_cast<const float*>(bias)[i];
-    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
-    case kBiasF16: return __half2float(static_cast<const __half*>(bias)[i]);
-    default: return 0.0f;
-  }
-}
-
-// The activation of docs/design.md in fp32 with the hardware exponential and reciprocal
-// (__expf: 2 + 1.17|x| ulp, __fdividef: 2 ulp; ~1e-6 relative for |x| <= 10), far below the
-// bf16 / fp8 rounding that follows, and ~4x fewer instructions than expf and an IEEE division.
-// NaN still propagates (min / clamp keep a NaN NaN, as the reference) and a saturated
-// exponential still gives the limit (x / inf = 0). GELU keeps erff. kAct: ActKind.
-template <int kAct>
-__device__ __forceinline__ float activate_fast(float g, float u, float alpha, float limit) {
-  if constexpr (kAct == kActGelu) {
-    return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
-  } else if constexpr (kAct == kActSwigluOai) {
-    g = (limit < g) ? limit : g;
-    u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
-    return g * __fdividef(1.0f, 1.0f + __expf(-alpha * g)) * (u + 1.0f);
-  } else {
-    return __fdividef(g, 1.0f + __expf(-g)) * u;
-  }
-}
-
 // store_pair with the output type known at compile time.
 template <int kOut>
 __device__ __forceinline__ void store_pair_t(void* out, std::int64_t i, float v0, float v1) {
@@ -118,7 +90,7 @@ __device__ __forceinline__ void store_pair_t(void* out, std::int64_t i, float v0
 // ---------------------------------------------------------------------------------------------
 template <Operand kOp, bool kGateUp, bool kBlock128>
 struct TokMajor {
-  using Tag = typename TagOf<kOp>::type;
+  using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
   static constexpr int kAcc = kBN / 2;            // fp32 accumulators per consumer thread
@@ -430,15 +402,15 @@ struct TokMajor {
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
                                                              std::int64_t rb, int lane) {
-    if (p.act == kActSilu) gateup_epilogue<kOut, kActSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else if (p.act == kActSwigluOai) gateup_epilogue<kOut, kActSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else gateup_epilogue<kOut, kActGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
+    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
+    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
+    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
   }
 
   // Gate column n (j < kBN/16) and its up column (j + kBN/16) sit in the same thread; column
   // pairs 8j + 2(lane%4) + {0,1} of the accumulator; the pair goes to the tile row's own row of
   // out [rows, N] (expert-sorted order).
-  template <int kOut, int kAct, bool kColTerms>
+  template <int kOut, Activation kAct, bool kColTerms>
   static __device__ __forceinline__ void gateup_epilogue(const KernelParams& p, const Tile& tl,
                                                          const float (&acc)[kAcc], const int (&slot)[2],
                                                          const int (&rloc)[2], const float (&f)[2],
@@ -461,8 +433,8 @@ struct TokMajor {
             us[c] = p.b_scale[rb + p.n_out + n0 + c];
           }
           if (p.bias) {
-            gb[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
-            ub[c] = load_bias(p.bias, p.bias_type, rb + p.n_out + n0 + c);
+            gb[c] = numerics::load_bias(p.bias, p.bias_type, rb + n0 + c);
+            ub[c] = numerics::load_bias(p.bias, p.bias_type, rb + p.n_out + n0 + c);
           }
         }
       }
@@ -477,7 +449,7 @@ struct TokMajor {
             g = g * gs[c] + gb[c];
             u = u * us[c] + ub[c];
           }
-          v[c] = activate_fast<kAct>(g, u, alpha, limit);
+          v[c] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
         }
         store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
       }
@@ -534,7 +506,7 @@ struct TokMajor {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
-              if (p.bias) bi[c] = load_bias(p.bias, p.bias_type, rb + n0 + c);
+              if (p.bias) bi[c] = numerics::load_bias(p.bias, p.bias_type, rb + n0 + c);
             }
           }
         }

@@ -14,15 +14,15 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/tma.cuh"
+#include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
+#include "cuda/kernels/tokmajor/params.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
 namespace {
 
 using tokmajor::KernelParams;
-using tokmajor::Operand;
 
 bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
 std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
@@ -55,41 +55,15 @@ bool aligned(const void* ptr, std::uintptr_t bytes) { return reinterpret_cast<st
 bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = gate_up_of(p);
   if (!gate_up && p.epilogue != GemmEpilogue::kBiasWeightScatter) return fail(why, "unknown epilogue");
-  switch (p.scheme) {
-    case Scheme::kBf16:
-      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
-        return fail(why, std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype));
-      break;
-    case Scheme::kFp8PerTensor:
-    case Scheme::kFp8PerChannel:
-    case Scheme::kFp8Block128: break;
-    default: return fail(why, "unknown scheme");
-  }
   switch (p.activation.kind) {
     case Activation::kSilu:
     case Activation::kGelu:
     case Activation::kSwigluOai: break;
     default: return fail(why, "unknown activation");
   }
-  if (p.num_experts < 1 || p.num_experts > tokmajor::kMaxExperts) {
-    std::ostringstream os;
-    os << "num_experts = " << p.num_experts << ", supported 1.." << tokmajor::kMaxExperts
-       << " (the expert table lives in shared memory)";
-    return fail(why, os.str());
-  }
-  if (p.n_out < 1 || p.k_dim < 1) {
-    std::ostringstream os;
-    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
-    return fail(why, os.str());
-  }
-  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return fail(why, "max_rows outside [0, 2^31)");
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, tokmajor::kMaxExperts);
+  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t es = element_bytes(p);
-  if ((p.k_dim * es) % 16 != 0) {
-    std::ostringstream os;
-    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
-       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
-    return fail(why, os.str());
-  }
   if (p.n_out % 2 != 0) {
     std::ostringstream os;
     os << "n_out = " << p.n_out << " must be even (the epilogue stores pairs of columns)";
@@ -102,51 +76,18 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   if (ceil_div(p.k_dim * es, tokmajor::kStageKBytes) >= INT32_MAX) return fail(why, "k_dim too large");
   if (max_tiles(p) >= INT32_MAX) return fail(why, "too many tiles (max_rows too large for this path)");
   if (p.max_rows > 0) {
-    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
-      return fail(why, "a, b, out, row_offsets and sorted_slots must be non-null");
-    if (!aligned(p.a, 16) || !aligned(p.b, 16)) return fail(why, "a and b must be 16-byte aligned (TMA and cp.async)");
     const std::uintptr_t out_align = p.out_dtype == DType::kFp32 ? 8 : 4;
     if (!aligned(p.out, out_align)) {
       std::ostringstream os;
       os << "out must be " << out_align << "-byte aligned (pairs of columns are stored together)";
       return fail(why, os.str());
     }
-    if (is_fp8(p.scheme) && (!p.a_scale || !p.b_scale)) return fail(why, "fp8 schemes need a_scale and b_scale");
   }
-  if (p.gather_a_by_token && p.top_k < 1) return fail(why, "gather_a_by_token needs top_k >= 1");
-  if (gate_up) {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
-      return fail(why, std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype));
-    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "weight_on_input needs topk_weights or sorted_weights");
-  } else {
-    if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
-      return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
-                           "), got " + dtype_name(p.out_dtype));
-    if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
-      return fail(why, "GEMM2 needs topk_weights or sorted_weights unless weight_on_input");
-  }
-  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
-    return fail(why, std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype));
-  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
-    std::ostringstream os;
-    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
-          "block), got N = " << p.n_out;
-    return fail(why, os.str());
-  }
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return fail(why, "no usable CUDA device");
-  }
-  if (major != 9 || minor != 0) {
-    std::ostringstream os;
-    os << "needs an sm_90 GPU (wgmma, built for sm_90a), device " << dev << " is sm_" << major << minor;
-    return fail(why, os.str());
-  }
-  if (!sm90::encode_tiled_fn()) return fail(why, "cuTensorMapEncodeTiled not available from the driver");
+  if (!gate_up && p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
+    return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
+                         "), got " + dtype_name(p.out_dtype));
+  const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
+  if (!device_why.empty()) return fail(why, device_why);
   return true;
 }
 
@@ -188,27 +129,9 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const int box_rows = tokmajor::block_n(block128) / 2;
 
   KernelParams kp{};
-  // Weights [E, rows_b, k_dim]: dims innermost first; strides (bytes) of dims 1 and 2. A box is
-  // 128 bytes of K by half a tile of rows; the kernel loads two boxes per stage.
-  {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.k_dim), static_cast<cuuint64_t>(rows_b),
-                                static_cast<cuuint64_t>(p.num_experts)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_dim * es), static_cast<cuuint64_t>(rows_b * p.k_dim * es)};
-    const cuuint32_t box[3] = {static_cast<cuuint32_t>(tokmajor::kStageKBytes / es), static_cast<cuuint32_t>(box_rows), 1};
-    const cuuint32_t elem_strides[3] = {1, 1, 1};
-    const CUtensorMapDataType dtype = fp8                           ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                      : p.act_dtype == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    const CUresult res = sm90::encode_tiled_fn()(&kp.tmap_b, dtype, 3, const_cast<void*>(p.b), dims, strides, box,
-                                                 elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (res != CUDA_SUCCESS) {
-      std::ostringstream os;
-      os << "tokmajor_sm90: cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for weights ["
-         << p.num_experts << ", " << rows_b << ", " << p.k_dim << "]";
-      throw Error(Status::kCudaError, os.str());
-    }
-  }
+  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by half a tile of rows; the kernel loads
+  // two boxes per stage.
+  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
   kp.row_offsets = p.row_offsets;
   kp.sorted_slots = p.sorted_slots;
   kp.a = static_cast<const std::uint8_t*>(p.a);
@@ -229,24 +152,14 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
   kp.gather_a = p.gather_a_by_token ? 1 : 0;
   kp.weight_on_input = p.weight_on_input ? 1 : 0;
-  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? tokmajor::kScalePerTensor
-                  : p.scheme == Scheme::kFp8PerChannel ? tokmajor::kScalePerChannel
-                  : p.scheme == Scheme::kFp8Block128   ? tokmajor::kScaleBlock128
-                                                       : tokmajor::kScaleNone;
-  kp.bias_type = !p.bias                        ? tokmajor::kBiasNone
-                 : p.bias_dtype == DType::kFp32 ? tokmajor::kBiasF32
-                 : p.bias_dtype == DType::kBf16 ? tokmajor::kBiasBf16
-                                                : tokmajor::kBiasF16;
-  kp.out_type = p.out_dtype == DType::kBf16   ? tokmajor::kOutBf16
-                : p.out_dtype == DType::kFp16 ? tokmajor::kOutF16
-                                              : tokmajor::kOutF32;
+  kp.scale_mode = scale_mode_of(p.scheme);
+  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
+  kp.out_type = out_type_of(p.out_dtype);
   {
     const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
   }
-  kp.act = p.activation.kind == Activation::kGelu        ? tokmajor::kActGelu
-           : p.activation.kind == Activation::kSwigluOai ? tokmajor::kActSwigluOai
-                                                         : tokmajor::kActSilu;
+  kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
   kp.cluster = cluster;

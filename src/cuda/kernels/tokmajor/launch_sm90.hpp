@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/gemm_common/params.hpp"
 
 namespace moekit::cuda {
 

@@ -9,8 +9,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.cuh"
-#include "cuda/kernels/grouped_gemm/config.hpp"
-#include "cuda/kernels/grouped_gemm/params.hpp"
+#include "cuda/kernels/mma/config.hpp"
+#include "cuda/kernels/mma/launch_sm90.hpp"
+#include "cuda/kernels/mma/params.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -104,7 +105,7 @@ void check_params(const GroupedGemmParams& p) {
   const std::uintptr_t out_align = p.out_dtype == DType::kFp32 ? 8 : 4;
   if (!aligned(p.out, out_align))
     fail(Status::kNotSupported, "out must be " + num(static_cast<std::int64_t>(out_align)) + "-byte aligned");
-  const std::int64_t cols = grouped_gemm_sm90::TileConfig::out_cols(p.epilogue);
+  const std::int64_t cols = mma_sm90::TileConfig::out_cols(p.epilogue);
   if ((p.n_out + cols - 1) / cols > 65535)
     fail(Status::kNotSupported, "n_out = " + num(p.n_out) + " needs more than 65535 column tiles");
 }
@@ -112,7 +113,7 @@ void check_params(const GroupedGemmParams& p) {
 }  // namespace
 
 void launch_grouped_gemm(const GroupedGemmParams& params, void* stream, bool pdl) {
-  using namespace grouped_gemm_sm90;
+  using namespace mma_sm90;
   check_params(params);
   if (params.max_rows == 0 || params.n_out == 0) return;
 

@@ -18,9 +18,12 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/kernels/grouped_gemm/config.hpp"
+#include "cuda/kernels/mma/config.hpp"
+#include "cuda/kernels/mma/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
 
-namespace moekit::cuda::grouped_gemm_sm90 {
+namespace moekit::cuda::mma_sm90 {
 
 using Cfg = TileConfig;
 
@@ -44,28 +47,6 @@ __device__ __forceinline__ void load_chunk(std::uint32_t dst, const std::uint8_t
   }
 }
 
-__device__ __forceinline__ float load_bias(const void* bias, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
-    case DType::kFp16: return __half2float(static_cast<const __half*>(bias)[i]);
-    default: return static_cast<const float*>(bias)[i];
-  }
-}
-
-// docs/design.md activations, fp32. The comparisons are written so that NaN propagates
-// (std::min / std::clamp semantics; fminf would drop it).
-__device__ __forceinline__ float activate(float g, float u, const ActivationConfig& act) {
-  switch (act.kind) {
-    case Activation::kGelu: return 0.5f * g * (1.0f + erff(g / 1.41421356237309515f)) * u;
-    case Activation::kSwigluOai: {
-      g = act.limit < g ? act.limit : g;
-      u = u < -act.limit ? -act.limit : (act.limit < u ? act.limit : u);
-      return g * (1.0f / (1.0f + expf(-act.alpha * g))) * (u + 1.0f);
-    }
-    default: return g / (1.0f + expf(-g)) * u;
-  }
-}
-
 // Two adjacent output columns (col even, so the pair is 4- or 8-byte aligned).
 __device__ __forceinline__ void store_pair(void* out, DType dtype, std::int64_t i, float v0, float v1) {
   switch (dtype) {
@@ -79,17 +60,6 @@ __device__ __forceinline__ void store_pair(void* out, DType dtype, std::int64_t 
   }
 }
 
-template <Operand kOp>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kOp == Operand::kBf16) {
-    sm90::mma_bf16_16816(d, a, b0, b1);
-  } else if constexpr (kOp == Operand::kFp16) {
-    sm90::mma_f16_16816(d, a, b0, b1);
-  } else {
-    sm90::mma_e4m3_16832(d, a, b0, b1);
-  }
-}
-
 // Tile layout. Smem holds, per stage, A [64 rows][128 B] then B [128 rows][128 B]; 16-byte
 // chunk c of row r sits at chunk c ^ (r & 7), so the 8 rows one ldmatrix phase reads (same
 // logical chunk) land on 8 distinct bank groups. Warps form 2 (rows) x 2 (B rows): warp (wm, wn)
@@ -97,7 +67,7 @@ __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], 
 // GEMM1 a thread holds each gate value and its matching up value (acc[i][j] and acc[i][j+4]).
 template <Operand kOp, bool kBlock128>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    grouped_gemm_sm90_kernel(const __grid_constant__ KernelArgs args) {
+    mma_sm90_kernel(const __grid_constant__ KernelArgs args) {
   constexpr bool kFp8 = kOp == Operand::kE4m3;
   constexpr unsigned kFull = 0xffffffffu;
   constexpr int BM = Cfg::kBlockM, BK = Cfg::kBlockKBytes, kHalf = Cfg::kHalfRowsB;
@@ -274,7 +244,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < kNJ; ++j) mma<kOp>(d[i][j], af[i], bfr[j >> 1][(j & 1) * 2], bfr[j >> 1][(j & 1) * 2 + 1]);
+        for (int j = 0; j < kNJ; ++j) sm90::mma_m16n8<kOp>(d[i][j], af[i], bfr[j >> 1][(j & 1) * 2], bfr[j >> 1][(j & 1) * 2 + 1]);
     }
   };
 
@@ -373,10 +343,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               u *= w;
             }
             if (p.bias != nullptr) {
-              g += load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
-              u += load_bias(p.bias, p.bias_dtype, e_rows_b + n_out + col + c);
+              g += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
+              u += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + n_out + col + c);
             }
-            v[c] = activate(g, u, p.activation);
+            v[c] = numerics::activate<numerics::ActMath::kIeee>(p.activation, g, u);
           }
           store_pair(p.out, p.out_dtype, out_base + col, v[0], v[1]);
         }
@@ -390,7 +360,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float x = scaled(acc[i][j][2 * h + c], col + c);
-            if (p.bias != nullptr) x += load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
+            if (p.bias != nullptr) x += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
             v[c] = x * w;
           }
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + out_base + col) = make_float2(v[0], v[1]);
@@ -402,7 +372,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // Host side of one instantiation: raise the dynamic smem limit (once per device) and launch.
 template <Operand kOp, bool kBlock128>
 void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl) {
-  auto* kernel = &grouped_gemm_sm90_kernel<kOp, kBlock128>;
+  auto* kernel = &mma_sm90_kernel<kOp, kBlock128>;
   static std::atomic<std::uint64_t> configured{0};  // bit d: device d has the smem limit raised
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
@@ -416,4 +386,4 @@ void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, voi
                     static_cast<cudaStream_t>(stream), pdl, args);
 }
 
-}  // namespace moekit::cuda::grouped_gemm_sm90
+}  // namespace moekit::cuda::mma_sm90

@@ -1,4 +1,5 @@
-// Plain parameters of the grouped expert GEMMs (host and device; no CUDA types).
+// The contract every grouped expert GEMM family (mma/, swapab/, tokmajor/) implements: plain
+// parameters (host and device; no CUDA types).
 // For each local expert e and each row r of the expert-sorted order in
 // [row_offsets[e], row_offsets[e+1]):
 //   acc[r, n] = sum_c A[a_row(r), c] * B[e, n, c]        (fp32, scales per scheme, docs/design.md)
@@ -68,9 +69,18 @@ struct GroupedGemmParams {
   std::uint32_t* tile_counter = nullptr;
 };
 
-/// Launch the grouped GEMM on `stream` (cudaStream_t). Throws moekit::Error on a bad
-/// configuration or a failed launch. Does nothing when max_rows == 0. With `pdl` the launch is
-/// the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
-void launch_grouped_gemm(const GroupedGemmParams& params, void* stream, bool pdl = false);
+// Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.
+enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2, kScaleBlock128 = 3 };
+enum OutType : int { kOutF32 = 0, kOutBf16 = 1, kOutF16 = 2 };
+
+constexpr ScaleMode scale_mode_of(Scheme s) {
+  return s == Scheme::kFp8PerTensor    ? kScalePerTensor
+         : s == Scheme::kFp8PerChannel ? kScalePerChannel
+         : s == Scheme::kFp8Block128   ? kScaleBlock128
+                                       : kScaleNone;
+}
+constexpr OutType out_type_of(DType d) {
+  return d == DType::kBf16 ? kOutBf16 : d == DType::kFp16 ? kOutF16 : kOutF32;
+}
 
 }  // namespace moekit::cuda

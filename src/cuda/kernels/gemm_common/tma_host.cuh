@@ -1,0 +1,131 @@
+// Host steps shared by the TMA + wgmma GEMM families (swapab/, tokmajor/): the checks both make
+// on GroupedGemmParams, whether the current device can run them, and the weights' TMA
+// descriptor. Host code; nvcc-compiled launchers only.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "cuda/common/tma.cuh"  // encode_tiled_fn
+#include "cuda/kernels/gemm_common/params.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda::gemm_common {
+
+// "" when `p` passes the checks every TMA + wgmma family makes (scheme, sizes, 16-byte row pitch,
+// pointers and their alignment, scales, weights, epilogue dtypes common to both); otherwise the
+// first that fails. Each family adds its own (tile limits, output dtypes, TMA size) and the
+// device check below.
+inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int max_experts) {
+  const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  switch (p.scheme) {
+    case Scheme::kBf16:
+      if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
+        return std::string("bf16 scheme needs act_dtype bf16 or fp16, got ") + dtype_name(p.act_dtype);
+      break;
+    case Scheme::kFp8PerTensor:
+    case Scheme::kFp8PerChannel:
+    case Scheme::kFp8Block128: break;
+    default: return "unknown scheme";
+  }
+  std::ostringstream os;
+  if (p.num_experts < 1 || p.num_experts > max_experts) {
+    os << "num_experts = " << p.num_experts << ", supported 1.." << max_experts
+       << " (the expert table lives in shared memory)";
+    return os.str();
+  }
+  if (p.n_out < 1 || p.k_dim < 1) {
+    os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
+    return os.str();
+  }
+  if (p.max_rows < 0 || p.max_rows > INT32_MAX) return "max_rows outside [0, 2^31)";
+  const std::int64_t es = fp8 ? 1 : 2;
+  if ((p.k_dim * es) % 16 != 0) {
+    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
+       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
+    return os.str();
+  }
+  if (p.max_rows > 0) {
+    if (!p.a || !p.b || !p.out || !p.row_offsets || !p.sorted_slots)
+      return "a, b, out, row_offsets and sorted_slots must be non-null";
+    if ((reinterpret_cast<std::uintptr_t>(p.a) | reinterpret_cast<std::uintptr_t>(p.b)) % 16 != 0)
+      return "a and b must be 16-byte aligned (TMA and cp.async)";
+    if (fp8 && (!p.a_scale || !p.b_scale)) return "fp8 schemes need a_scale and b_scale";
+  }
+  if (p.gather_a_by_token && p.top_k < 1) return "gather_a_by_token needs top_k >= 1";
+  if (gate_up) {
+    if (p.out_dtype != DType::kFp32 && p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16)
+      return std::string("GEMM1 out_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.out_dtype);
+    if (p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0)
+      return "weight_on_input needs topk_weights or sorted_weights";
+  } else if (!p.weight_on_input && !p.topk_weights && !p.sorted_weights && p.max_rows > 0) {
+    return "GEMM2 needs topk_weights or sorted_weights unless weight_on_input";
+  }
+  if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
+    return std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype);
+  if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
+    os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
+          "block), got N = " << p.n_out;
+    return os.str();
+  }
+  return {};
+}
+
+// "" when the current device is an sm_90 GPU and the driver encodes TMA descriptors; otherwise
+// why not. Never throws (a failed query is cleared).
+inline std::string sm90_tma_unsupported_reason() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "no usable CUDA device";
+  }
+  if (major != 9 || minor != 0) {
+    std::ostringstream os;
+    os << "needs an sm_90 GPU (wgmma, built for sm_90a), device " << dev << " is sm_" << major << minor;
+    return os.str();
+  }
+  if (!sm90::encode_tiled_fn()) return "cuTensorMapEncodeTiled not available from the driver";
+  return {};
+}
+
+// Expert weights [experts, rows, inner] at `base` (bf16 / fp16 by `act`, or e4m3 when fp8) as a 3D
+// map (dims innermost first; strides in bytes of dims 1 and 2), box [128 bytes of the inner dim,
+// box_rows rows, 1 expert], 128-byte swizzle, zeros outside the tensor. Throws Error(kCudaError)
+// naming `who` when the driver refuses it.
+inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
+                               std::int64_t rows, std::int64_t experts, int box_rows, const char* who) {
+  const std::int64_t es = fp8 ? 1 : 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(experts)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType dtype = fp8                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                    : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult res = sm90::encode_tiled_fn()(map, dtype, 3, const_cast<void*>(base), dims, strides, box,
+                                               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (res != CUDA_SUCCESS) {
+    std::ostringstream os;
+    os << who << ": cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for weights ["
+       << experts << ", " << rows << ", " << inner << "]";
+    throw Error(Status::kCudaError, os.str());
+  }
+}
+
+// The weights B [E, rows_b, k_dim] of a grouped GEMM `p`.
+inline void encode_weight_tmap(CUtensorMap* map, const GroupedGemmParams& p, std::int64_t rows_b, int box_rows,
+                               const char* who) {
+  encode_weight_tmap(map, p.b, p.scheme != Scheme::kBf16, p.act_dtype, p.k_dim, rows_b, p.num_experts, box_rows, who);
+}
+
+}  // namespace moekit::cuda::gemm_common

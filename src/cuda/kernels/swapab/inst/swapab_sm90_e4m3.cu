@@ -1,0 +1,15 @@
+// Instantiations of the Swap-AB decode GEMM for operand e4m3 (GEMM1 and GEMM2),
+// compiled on their own so the instantiations build in parallel.
+#include "cuda/common/preload.cuh"
+#include "cuda/kernels/swapab/kernel_sm90.cuh"
+
+namespace moekit::cuda::swapab {
+
+template void run_swapab_sm90<Operand::kE4m3, true, false>(const KernelParams&, int, void*, bool);
+template void run_swapab_sm90<Operand::kE4m3, false, false>(const KernelParams&, int, void*, bool);
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(swapab_sm90_kernel<sm90::E4m3Tag, true, false>);
+MOEKIT_REGISTER_KERNEL(swapab_sm90_kernel<sm90::E4m3Tag, false, false>);
+
+}  // namespace moekit::cuda::swapab
