@@ -129,28 +129,40 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
   const double items = expected_items > 1.0 ? expected_items : 1.0;
   const double cols = static_cast<double>(N < kChunkCols ? N : kChunkCols);
   const double item_bytes = 3.0 * cols * static_cast<double>(K) * elem_bytes;  // gate, up, down
+  // The layout of a cluster size: the widest token width (64, 32, 16, 8) that fits with the
+  // deepest pipeline; max_tokens 0 when none fits.
+  const std::int64_t P = M * k;
+  auto fit = [&](int cluster, int& max_tokens, SmemLayout& layout) {
+    max_tokens = 0;
+    const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
+    for (int W = kMaxTokens; W >= 8 && max_tokens == 0; W /= 2) {
+      for (int s = kMaxStages; s >= kMinStages; --s) {
+        const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s);
+        if (l.bytes <= kSmemLimit) {
+          max_tokens = W;
+          layout = l;
+          break;
+        }
+      }
+    }
+  };
   double best = 0.0;
+  bool found = false;
   for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
     if (cluster > 1 && (t.k_stages < 2 * cluster || t.row_tiles < 2 * cluster)) break;
+    int max_tokens = 0;
+    SmemLayout layout{};
+    fit(cluster, max_tokens, layout);
+    if (max_tokens == 0) continue;  // a larger cluster holds less of K per rank: it may fit
     const double slots = static_cast<double>(sm_count / cluster > 0 ? sm_count / cluster : 1);
     const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));
     const double cost = (rounds > 1.0 ? rounds : 1.0) * (kItemFixedUs + item_bytes / cluster / kSmBytesPerUs);
-    if (cluster == 1 || cost < best * 0.999) {
+    if (!found || cost < best * 0.999) {
+      found = true;
       best = cost;
       t.cluster = cluster;
-    }
-  }
-  const int cluster = t.cluster;
-  const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
-  const std::int64_t P = M * k;
-  for (int W = kMaxTokens; W >= 8 && t.max_tokens == 0; W /= 2) {
-    for (int s = kMaxStages; s >= kMinStages; --s) {
-      const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s);
-      if (l.bytes <= kSmemLimit) {
-        t.max_tokens = W;
-        t.smem = l;
-        break;
-      }
+      t.max_tokens = max_tokens;
+      t.smem = layout;
     }
   }
   return t;

@@ -519,15 +519,16 @@ struct Decode {
 
     clk.lap(kPhaseGemm2);
     // (h) Tickets: the item that brings a token's (token, rank) count to its total (local slots
-    // x chunks) sums the token's partials over this rank's rows and writes them to out.
-    __threadfence();
+    // x chunks) sums the token's partials over this rank's rows and writes them to out. bar.sync
+    // then an acq_rel atomic at GPU scope: the release covers every consumer thread's partial
+    // stores (cumulative through the barrier), the acquire (then bar.sync) every later reader.
     consumer_sync();
     if (t < it.count) {
       const int slot = s.tok_slot[t];
       const int m = slot / k;
       int valid = 0;
       for (int j = 0; j < k; ++j) valid += s.slot_e[m * k + j] >= 0 ? 1 : 0;
-      const unsigned old = atomicAdd(p.tickets + static_cast<std::int64_t>(m) * s.cluster + s.rank, 1u);
+      const unsigned old = sm90::atom_add_acq_rel_gpu(p.tickets + static_cast<std::int64_t>(m) * s.cluster + s.rank, 1u);
       s.tok_done[t] = old + 1 == static_cast<unsigned>(valid * nch) ? m : -1;
     }
     consumer_sync();
@@ -537,7 +538,6 @@ struct Decode {
     for (int tt = 0; tt < it.count; ++tt) {
       const int m = s.tok_done[tt];
       if (m < 0) continue;
-      __threadfence();
       // The token's partials are rows i = j * nch + chunk of partials[m * k * nch + i]: summed in
       // i order (slots j in order, chunks in order inside one), loaded 8 at a time so that their
       // latencies overlap.

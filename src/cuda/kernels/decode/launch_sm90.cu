@@ -178,6 +178,9 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
 
   dc::DecodeParams kp{};
   kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms);
+  if (kp.tiling.max_tokens == 0)
+    throw Error(Status::kNotSupported, "decode_sm90: the problem's tables do not fit in shared memory at cluster " +
+                                           std::to_string(kp.tiling.cluster));
   gemm_common::encode_weight_tmap(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows,
                                   "decode_sm90 (w13)");
   gemm_common::encode_weight_tmap(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "decode_sm90 (w2)");

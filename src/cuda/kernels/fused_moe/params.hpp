@@ -98,6 +98,7 @@ struct FusedArgs {
   const std::int32_t* expert_map = nullptr;
   const std::int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
+  FaultRecord* faults = nullptr;  // CTA 0 records a dropped slot's bad value (cuda/common/faults.cuh)
   // Workspace slices.
   std::uint32_t* counters = nullptr;
   std::uint32_t* grp_done = nullptr;
