@@ -75,7 +75,7 @@ __device__ __forceinline__ void quantize_row_pipe(bool packed_ue8m0, const uint4
     std::uint32_t packed[2] = {0u, 0u};
 #pragma unroll
     for (int k = 0; k < 4; ++k)  // exact products (powers of two); RNE, satfinite: +-Inf -> +-448
-      packed[k >> 1] |= static_cast<std::uint32_t>(e4m3x2(y[m][2 * k] * inv, y[m][2 * k + 1] * inv)) << (16 * (k & 1));
+      packed[k >> 1] |= static_cast<std::uint32_t>(numerics::e4m3x2(y[m][2 * k] * inv, y[m][2 * k + 1] * inv)) << (16 * (k & 1));
     const std::uint32_t lo = ok ? canonical_nan_bytes(packed[0]) : 0x7f7f7f7fu;
     const std::uint32_t hi = ok ? canonical_nan_bytes(packed[1]) : 0x7f7f7f7fu;
     if (m == 0) {

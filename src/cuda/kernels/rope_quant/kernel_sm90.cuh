@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/numerics/quant.cuh"
 #include "cuda/kernels/rope_quant/params.hpp"
 
 namespace moekit::cuda {
@@ -114,7 +115,7 @@ __device__ __forceinline__ void quantize_row(const InvRopeQuantParams& p, const 
       v0 = v0 == v0 ? v0 : __uint_as_float(0x7fffffffu);        // any NaN -> +NaN -> 0x7f
       v1 = v1 == v1 ? v1 : __uint_as_float(0x7fffffffu);
       // RNE, satfinite: +-Inf -> +-448
-      packed[k >> 1] |= static_cast<std::uint32_t>(e4m3x2(v0, v1)) << (16 * (k & 1));
+      packed[k >> 1] |= static_cast<std::uint32_t>(numerics::e4m3x2(v0, v1)) << (16 * (k & 1));
     }
     uint2 out;
     out.x = ok ? packed[0] : 0x7f7f7f7fu;
