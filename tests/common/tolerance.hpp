@@ -21,7 +21,9 @@ namespace moekit::testing {
 ///   up to ~0.2 for an outlier pair at N = 40. An element's bound is therefore relative to the
 ///   row's scale (elem_abs 0.25), not to the element, which can be near 0. The same flip moves the
 ///   row by 2^-3 |x_n| / ||x_row|| (~0.01 typical, ~0.04 for the row's largest element at N = 128),
-///   so row = 6e-2.
+///   so 6e-2 was the first choice; on the H200 (2026-12-01) single rows of fp8_per_tensor reached
+///   0.064-0.082 on every multi-launch path alike (the same flips; worst at N = 16-32, where one
+///   element is a larger share of its row), so row = 1e-1.
 /// What they still catch: a zeroed or garbage row (row error 1), a dropped slot (row error ~w_j /
 /// sqrt(sum w^2), 0.2 or more for the presets' routing), NaN anywhere the reference is finite, and
 /// any element off by more than a quarter of its row's scale (a wrong column tile).
@@ -36,7 +38,7 @@ inline Tolerance tolerance_of(Scheme scheme) {
     case Scheme::kBf16: return {1e-2, 2e-2, 2e-2};
     case Scheme::kFp8PerTensor:
     case Scheme::kFp8PerChannel:
-    case Scheme::kFp8Block128: return {6e-2, 1e-1, 2.5e-1};
+    case Scheme::kFp8Block128: return {1e-1, 1e-1, 2.5e-1};
   }
   return {};
 }

@@ -226,6 +226,8 @@ const char* const kPaths[] = {"auto", "mma", "swapab", "tokmajor"};
 // on a count grid that routes and a scatter grid instead; dynamic fp8 quantization takes two
 // launches above 32 K elements).
 void check_preset(const char* name, std::int64_t E, std::int64_t K, std::int64_t N, Scheme scheme) {
+  // PDL chains the multi-launch path's kernels: auto must not take the single-launch decode path.
+  ScopedEnv no_decode("MOEKIT_DECODE", "0");
   const ModelPreset& pr = find_preset(name);
   CaseSpec s;
   s.M = 600;
