@@ -49,9 +49,9 @@ inline Tolerance tolerance_of(Scheme scheme) {
 inline Tolerance gemm_tolerance(Scheme) { return tolerance_of(Scheme::kBf16); }
 
 /// The older single-number bound ||out - ref|| / ||ref||, kept where one number is wanted: a sum
-/// of tensor-parallel shards against the unsharded op (per-rank numerics differ by design), and
-/// moekit-bench --check's per-token bound (tools/bench/check.cpp; stricter than tolerance_of's row
-/// bound for fp8). Over a whole output it dilutes with M: a zeroed row among 4097 passes 3e-2.
+/// of tensor-parallel shards against the unsharded op (per-rank numerics differ by design).
+/// moekit-bench --check takes tolerance_of's row bound per token (tools/bench/check.cpp). Over a
+/// whole output it dilutes with M: a zeroed row among 4097 passes 3e-2.
 /// A call's output is compared with compare_rows / rows_match and tolerance_of.
 inline double tolerance(Scheme scheme) { return scheme == Scheme::kBf16 ? 1e-2 : 3e-2; }
 
