@@ -238,14 +238,24 @@ def print_table(summary: List[Dict[str, object]]) -> None:
           "or, in the *-preload scenarios, inside preload(); rest = the first call without the load)")
 
 
-def git_commit() -> str:
-    if os.environ.get("MOEKIT_COMMIT"):
-        return os.environ["MOEKIT_COMMIT"]
+def build_provenance(build_dir: str) -> dict:
+    """The measured build's own provenance (moekit::build_info(), through moekit-bench --build-info):
+    what CMake baked in from git or from the build-info.json stamp, never typed by hand. A copy of
+    the tree can carry git metadata older than its files, so `git rev-parse` here could name another
+    commit. Falls back to git only when the bench is not built."""
+    bench = pathlib.Path(build_dir) / "tools" / "bench" / "moekit-bench"
+    if bench.exists():
+        try:
+            out = subprocess.run([str(bench), "--build-info"], capture_output=True, text=True, check=True).stdout
+            return json.loads(out)
+        except (OSError, subprocess.CalledProcessError, ValueError):
+            pass
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        return {"commit": commit, "source": "git (moekit-bench not built)"}
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return {"commit": "unknown", "source": "unknown"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -390,7 +400,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"tool": "tools/scripts/cold_start.py", "commit": git_commit(),
+        prov = build_provenance(args.build_dir)
+        doc = {"tool": "tools/scripts/cold_start.py", "commit": prov.get("commit", "unknown"), "build_info": prov,
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "preset": args.preset, "tokens": args.tokens, "tp": args.tp, "max_ms": args.max_ms,
                "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + (argv if argv is not None else sys.argv[1:])),
