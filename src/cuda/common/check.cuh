@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "moekit/error.hpp"
@@ -28,3 +30,19 @@ namespace moekit::cuda {
 /// After a <<<...>>> launch: throw when the launch itself failed (bad configuration, too much
 /// shared memory, no kernel image). Asynchronous faults surface at the next synchronizing call.
 #define MOEKIT_CUDA_CHECK_LAUNCH() MOEKIT_CUDA_CHECK(cudaGetLastError())
+
+namespace moekit::cuda {
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` on the current device, once per device:
+// `raised` holds one bit per device (a static of the caller's kernel instantiation); devices past
+// 64 are raised at every call. Host-side; the first launch on a device pays the attribute call.
+inline void raise_smem_limit_once(const void* kernel, int bytes, std::atomic<std::uint64_t>& raised) {
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
+  if (bit != 0 && (raised.load(std::memory_order_acquire) & bit) != 0) return;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  raised.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+}  // namespace moekit::cuda

@@ -765,15 +765,8 @@ template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using 
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
   auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>;
-  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
-  static std::atomic<std::uint64_t> configured{0};
-  int dev = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
-  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
   cfg.blockDim = dim3(kThreads, 1, 1);

@@ -373,15 +373,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 template <Operand kOp, bool kBlock128>
 void launch_kernel(const KernelArgs& args, unsigned grid_x, unsigned grid_y, void* stream, bool pdl) {
   auto* kernel = &mma_sm90_kernel<kOp, kBlock128>;
-  static std::atomic<std::uint64_t> configured{0};  // bit d: device d has the smem limit raised
-  int device = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
-  if (bit == 0 || (configured.load(std::memory_order_acquire) & bit) == 0) {
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(Cfg::kSmemBytes)));
-    configured.fetch_or(bit, std::memory_order_release);
-  }
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), static_cast<int>(Cfg::kSmemBytes), raised);
   launch_kernel_pdl(kernel, dim3(grid_x, grid_y, 1), dim3(Cfg::kThreads), Cfg::kSmemBytes,
                     static_cast<cudaStream_t>(stream), pdl, args);
 }

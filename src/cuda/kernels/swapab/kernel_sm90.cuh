@@ -630,16 +630,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <Operand kOp, bool kGateUp, bool kBlock128>
 void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128>;
-  // Raise the dynamic shared-memory limit once per device (64 devices tracked; others every time).
-  static std::atomic<std::uint64_t> configured{0};
-  int dev = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
-  if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
-    MOEKIT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
   cfg.blockDim = dim3(kThreads, 1, 1);
