@@ -725,13 +725,15 @@ class CudaRunner final : public Runner {
     y2.alloc(static_cast<std::size_t>(P * ldc2) * 2);
     fill_e4m3(x1.p, P * Kp, mix_seed(config_.seed, kSeedBaseline, 3), kFp8Max, stream_);
     fill_e4m3(h2.p, P * Np, mix_seed(config_.seed, kSeedBaseline, 4), kFp8Max, stream_);
-    // Per-tensor scales: [0, E) w13's, [E, 2E) w2's, 2E the activations' (values do not change the time).
-    scales.alloc(static_cast<std::size_t>(2 * E + 1) * 4);
-    fill_f32(scales.p, E, mix_seed(config_.seed, kSeedScale13, 9), weight_amp(K) / kFp8Max, 0.0f, stream_);
-    fill_f32(scales.as<float>() + E, E, mix_seed(config_.seed, kSeedScale2, 9), weight_amp(N) / kFp8Max, 0.0f,
-             stream_);
-    fill_f32(scales.as<float>() + 2 * E, 1, mix_seed(config_.seed, kSeedBaseline, 5), kHiddenAmp / kFp8Max, 0.0f,
-             stream_);
+    // Per-tensor scales, each in its own 16-byte slot (cuBLASLt's scale pointers are not taken at
+    // 4-byte alignment): slot e w13's, E + e w2's, 2E the activations' (values do not change the time).
+    constexpr std::int64_t kSlot = 4;  // floats per slot
+    scales.alloc(static_cast<std::size_t>((2 * E + 1) * kSlot) * 4);
+    fill_f32(scales.p, E * kSlot, mix_seed(config_.seed, kSeedScale13, 9), weight_amp(K) / kFp8Max, 0.0f, stream_);
+    fill_f32(scales.as<float>() + E * kSlot, E * kSlot, mix_seed(config_.seed, kSeedScale2, 9),
+             weight_amp(N) / kFp8Max, 0.0f, stream_);
+    fill_f32(scales.as<float>() + 2 * E * kSlot, kSlot, mix_seed(config_.seed, kSeedBaseline, 5), kHiddenAmp / kFp8Max,
+             0.0f, stream_);
 
     // One descriptor per matmul (each names its expert's scale), one layout per distinct shape.
     struct Lt {
@@ -762,7 +764,7 @@ class CudaRunner final : public Runner {
       cublasLtMatmulAlgo_t algo;
     };
     std::vector<Call> calls;
-    const float* act_scale = scales.as<const float>() + 2 * E;
+    const float* act_scale = scales.as<const float>() + 2 * E * kSlot;
     // Column-major, as the bf16 baseline: Y^T = W · X^T with W row-major [rows, cols] read as
     // its transpose (TN, the layout cuBLASLt's fp8 kernels require).
     auto add = [&](const std::uint8_t* w, std::int64_t rows, std::int64_t inner, std::int64_t ld_inner,
@@ -816,14 +818,14 @@ class CudaRunner final : public Runner {
     for (int g = 0; g < G; ++g) {  // GEMM1 of every expert, then GEMM2 of every expert
       const int e = experts[g];
       add(w13 + e * 2 * N * Kp, 2 * N, K, Kp, x1.as<const std::uint8_t>() + off * Kp,
-          c1.as<std::uint16_t>() + off * ldc1, ldc1, count[e], scales.as<const float>() + e);
+          c1.as<std::uint16_t>() + off * ldc1, ldc1, count[e], scales.as<const float>() + e * kSlot);
       off += up16(count[e]);
     }
     off = 0;
     for (int g = 0; g < G; ++g) {
       const int e = experts[g];
       add(w2 + e * K * Np, K, N, Np, h2.as<const std::uint8_t>() + off * Np, y2.as<std::uint16_t>() + off * ldc2,
-          ldc2, count[e], scales.as<const float>() + E + e);
+          ldc2, count[e], scales.as<const float>() + (E + e) * kSlot);
       off += up16(count[e]);
     }
     const float one = 1.0f, zero = 0.0f;
