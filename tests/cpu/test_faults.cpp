@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/moe_case.hpp"
+#include "common/scoped_env.hpp"
 #include "moekit/moekit.hpp"
 
 namespace moekit::testing {
@@ -31,26 +32,6 @@ std::vector<std::uint16_t> run(const MoeCase& c, Options o = cpu_options()) {
   fused_experts(c.host_args(out.data()), o);
   return out;
 }
-
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 CaseSpec spec(bool expert_map) {
   CaseSpec s;
