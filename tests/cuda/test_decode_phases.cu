@@ -130,7 +130,13 @@ void phase_table(const Shape& s) {
 
 TEST(Sm90Decode, PhaseBreakdown) {
   SKIP_WITHOUT_SM90();
+  // The resident clusters of each size the persistent grid is sized by (GPCs hold them).
+  for (int c = 1; c <= 8; c *= 2)
+    std::printf("[ phases ] clusters of %d resident at once: %d\n", c,
+                cuda::decode::decode_max_active_clusters<cuda::decode::Operand::kBf16>(c));
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 1});
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 2});
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 4});
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 16});
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1});
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1});

@@ -96,6 +96,15 @@ __device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t addr, std::ui
 __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// The two halves of cluster_sync_all, for a barrier split around independent work: every thread
+// of the CTA arrives (release), and a thread that arrived waits (acquire) before it relies on the
+// peers' state before their arrival. Exited threads do not hold the barrier up.
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 // All threads of all CTAs of the cluster, execution order only (relaxed arrive): for callers
 // that publish barrier initialization with fence_mbarrier_init_cluster and data through
 // barriers' tx counts, so no cluster-wide memory fence is needed.

@@ -33,14 +33,20 @@ inline constexpr int kMaxTokens = 64;
 inline constexpr int kThreads = 256;
 inline constexpr int kConsumerThreads = 128;
 inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
-// Pipeline depth: 4..8 stages of 16 KB (64-128 KB of weights in flight per SM; HBM latency x
-// per-SM bandwidth is ~40 KB), what the item's other buffers leave of 227 KB.
-inline constexpr int kMaxStages = 8;
+// Pipeline depth: 4..12 stages of 16 KB, what the item's other buffers leave of 227 KB. HBM
+// latency x per-SM bandwidth is ~40 KB, but at M = 1 on a TP8 shard a CTA's whole item (GEMM1's
+// K slice and GEMM2's rows, e.g. 10 stages for qwen3-30b) fits: the producer then issues every
+// weight load at once, and GEMM2's tiles land while GEMM1 and the exchange run.
+inline constexpr int kMaxStages = 12;
 inline constexpr int kMinStages = 4;
 inline constexpr int kSmemLimit = 227 * 1024;
 // Cluster: the CTAs of one item split GEMM1's reduction (K) and GEMM2's output rows (K) and
 // exchange the GEMM1 partial sums through distributed shared memory. 8 is the portable limit.
 inline constexpr int kMaxCluster = 8;
+// Few tokens per item: every rank of the cluster sums all ranks' GEMM1 partials of every
+// column itself when that is at most this many DSMEM loads (count x columns x ranks; at TP8,
+// M = 1: 1 x 96 x 8), which saves the second cluster exchange.
+inline constexpr int kLocalActivationLoads = 2048;
 // Every CTA derives the routing itself: the slot table lives in shared memory.
 inline constexpr int kMaxSlots = 4096;   // M * k
 inline constexpr int kMaxExperts = 1024; // local experts
@@ -101,6 +107,7 @@ inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int6
 // The problem's tiling: cluster size, token width limit and pipeline depth.
 struct Tiling {
   int cluster = 1;        // CTAs per item
+  int resident = 0;       // clusters of that size resident at once (the persistent grid's size)
   int max_tokens = 0;     // tokens per item (8, 16, 32 or 64); 0: the problem does not fit
   int k_chunks = 0;       // GEMM1 reduction chunks (128 bytes of K each)
   int k_stages = 0;       // their stages (kChunksPerStage chunks each; past K zero-filled)
@@ -119,8 +126,10 @@ struct Tiling {
 inline constexpr double kItemFixedUs = 6.0;
 inline constexpr double kSmBytesPerUs = 30000.0;
 
+// cluster_slots[i]: clusters of 1 << i CTAs that can be resident at once (0: unknown, then
+// sm_count >> i). A cluster's CTAs share one GPC, so fewer clusters of 8 fit than SMs / 8.
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
-                            int elem_bytes, double expected_items, int sm_count) {
+                            int elem_bytes, double expected_items, int sm_count, const int* cluster_slots = nullptr) {
   Tiling t;
   t.k_chunks = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
   t.k_stages = static_cast<int>(ceil_div(t.k_chunks, kChunksPerStage));
@@ -132,10 +141,15 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
   // The layout of a cluster size: the widest token width (64, 32, 16, 8) that fits with the
   // deepest pipeline; max_tokens 0 when none fits.
   const std::int64_t P = M * k;
+  // No item holds more tokens than the call has (a token's slots name distinct experts; an item
+  // is cut at max_tokens anyway), so the token buffers are sized for at most M rounded up to a
+  // wgmma width: at M = 1 the room goes to pipeline stages instead.
+  int w_top = 8;
+  while (w_top < kMaxTokens && w_top < M) w_top *= 2;
   auto fit = [&](int cluster, int& max_tokens, SmemLayout& layout) {
     max_tokens = 0;
     const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
-    for (int W = kMaxTokens; W >= 8 && max_tokens == 0; W /= 2) {
+    for (int W = w_top; W >= 8 && max_tokens == 0; W /= 2) {
       for (int s = kMaxStages; s >= kMinStages; --s) {
         const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s);
         if (l.bytes <= kSmemLimit) {
@@ -154,13 +168,17 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     SmemLayout layout{};
     fit(cluster, max_tokens, layout);
     if (max_tokens == 0) continue;  // a larger cluster holds less of K per rank: it may fit
-    const double slots = static_cast<double>(sm_count / cluster > 0 ? sm_count / cluster : 1);
+    const int log2c = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
+    const int known = cluster_slots != nullptr ? cluster_slots[log2c] : 0;
+    const int resident = known > 0 ? known : sm_count / cluster;
+    const double slots = static_cast<double>(resident > 0 ? resident : 1);
     const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));
     const double cost = (rounds > 1.0 ? rounds : 1.0) * (kItemFixedUs + item_bytes / cluster / kSmBytesPerUs);
     if (!found || cost < best * 0.999) {
       found = true;
       best = cost;
       t.cluster = cluster;
+      t.resident = resident;
       t.max_tokens = max_tokens;
       t.smem = layout;
     }

@@ -26,6 +26,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/decode/config.hpp"
@@ -367,9 +368,51 @@ struct Decode {
     }
   }
 
+  // g, u = the S ranks' partial sums at the shared-memory addresses ga, ua (rank order); every
+  // load issued before the first add, so the DSMEM latencies overlap.
+  static __device__ __forceinline__ void sum_ranks(std::uint32_t ga, std::uint32_t ua, int S, float& g, float& u) {
+    float gv[kMaxCluster], uv[kMaxCluster];
+#pragma unroll
+    for (int q = 0; q < kMaxCluster; ++q) {
+      if (q < S) {
+        gv[q] = sm90::ld_cluster_f32(sm90::map_to_rank(ga, q));
+        uv[q] = sm90::ld_cluster_f32(sm90::map_to_rank(ua, q));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kMaxCluster; ++q) {
+      if (q < S) {
+        g += gv[q];
+        u += uv[q];
+      }
+    }
+  }
+
+  // Whether the ranks of an item sum every column's partials themselves (few tokens: each rank
+  // reads count x cw x 2 x S floats through DSMEM) instead of 1/S each plus a second exchange.
+  static __device__ __forceinline__ bool local_activation(int count, int cw, int S) {
+    return count * cw * S <= kLocalActivationLoads;
+  }
+
+  // h of column n (global intermediate index) for the item's token tt from the summed gate and
+  // up: router weight on the input, bias, activation (Swap-AB's rounding).
+  static __device__ __forceinline__ float activation_input(const DecodeParams& p, const Smem& s, std::int64_t e, int n,
+                                                           int tt, float g, float u) {
+    const std::int64_t N = p.inter_size;
+    if (p.weight_on_input) {
+      g *= s.tok_w[tt];
+      u *= s.tok_w[tt];
+    }
+    if (p.b13 != nullptr) {
+      g += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + n);
+      u += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + N + n);
+    }
+    return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, g, u);
+  }
+
   template <int W>
   static __device__ void consume_item(const DecodeParams& p, const Smem& s, const Item& it, int& stage,
-                                      std::uint32_t& phase, int round, PhaseClock& clk) {
+                                      std::uint32_t& phase, int round, int& pending_b2, PhaseClock& clk) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int warp = t >> 5, lane = t & 31;
     const Tiling& T = p.tiling;
@@ -401,11 +444,16 @@ struct Decode {
     consumer_sync();
     clk.lap(kPhaseTokens);
 
-    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
+    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1 (once
+    // the peers have read the previous item's).
     const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
     for (int j = 0; j < tiles1; ++j) {
       float acc[32];
       mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+      if (pending_b2 >= 0) {
+        sm90::mbar_wait_cluster(s.b2, pending_b2 & 1);
+        pending_b2 = -1;
+      }
 #pragma unroll
       for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -436,9 +484,29 @@ struct Decode {
     cluster_exchange(s, s.b1, round);
     clk.lap(kPhaseExchange1);
 
-    // (e) This rank's columns: sum the ranks' partials (rank order), router weight on the input,
-    // bias, activation; h goes to every rank.
-    {
+    // (e) Few tokens (M <= 2 at TP8): every rank sums all ranks' partials of every column itself
+    // (rank order, loads batched across ranks) and keeps h in its own shared memory: no second
+    // exchange. Its only message is "done reading your partials" (an arrival on every rank's b2),
+    // which a rank waits for before it rewrites p1 (next item) or exits.
+    if (s.cluster > 1 && local_activation(it.count, cw, s.cluster)) {
+      // Only the item's tokens: convert_h reads zeros past the count.
+      for (int idx = t; idx < cw * it.count; idx += kConsumerThreads) {
+        const int tt = idx % it.count;
+        const int n = idx / it.count;
+        const int j = n / kGateUpRows, nn = n % kGateUpRows;
+        const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
+        const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
+        float g = 0.0f, u = 0.0f;
+        sum_ranks(ga, ua, s.cluster, g, u);
+        s.h[tt * kChunkCols + n] = activation_input(p, s, e, n0 + n, tt, g, u);
+      }
+      consumer_sync();
+      if (t < s.cluster) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.b2, t));
+      pending_b2 = round;
+      clk.lap(kPhaseActivation);
+    } else {
+      // (e') More tokens: rank r sums the ranks' partials (rank order) of its 1/S of the columns,
+      // router weight on the input, bias, activation; h goes to every rank, then a second exchange.
       const int cpr = (cw + s.cluster - 1) / s.cluster;
       const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
       for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
@@ -451,23 +519,12 @@ struct Decode {
           const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
           float g = 0.0f, u = 0.0f;
           if (s.cluster > 1) {
-            for (int q = 0; q < s.cluster; ++q) {
-              g += sm90::ld_cluster_f32(sm90::map_to_rank(ga, q));
-              u += sm90::ld_cluster_f32(sm90::map_to_rank(ua, q));
-            }
+            sum_ranks(ga, ua, s.cluster, g, u);
           } else {
             g = s.p1[(j * kTileRows + nn) * W + tt];
             u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
           }
-          if (p.weight_on_input) {
-            g *= s.tok_w[tt];
-            u *= s.tok_w[tt];
-          }
-          if (p.b13 != nullptr) {
-            g += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + n0 + n);
-            u += numerics::load_bias(p.b13, p.bias_type, e * 2 * N + N + n0 + n);
-          }
-          hv = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, g, u);
+          hv = activation_input(p, s, e, n0 + n, tt, g, u);
         }
         const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
         if (s.cluster > 1) {
@@ -476,9 +533,9 @@ struct Decode {
           s.h[tt * kChunkCols + n] = hv;
         }
       }
+      cluster_exchange(s, s.b2, round);
+      clk.lap(kPhaseActivation);
     }
-    cluster_exchange(s, s.b2, round);
-    clk.lap(kPhaseActivation);
 
     // (f) h -> GEMM2's B tiles.
     convert_h<W>(p, s, it.count, cw);
@@ -523,6 +580,8 @@ struct Decode {
     // then an acq_rel atomic at GPU scope: the release covers every consumer thread's partial
     // stores (cumulative through the barrier), the acquire (then bar.sync) every later reader.
     consumer_sync();
+    // The tickets were zeroed by the reset kernel this one may overlap (PDL).
+    pdl_wait();
     if (t < it.count) {
       const int slot = s.tok_slot[t];
       const int m = slot / k;
@@ -588,17 +647,24 @@ struct Decode {
         clk.rec[kPhasePrologue] += clk.last - t_entry;
       }
     }
+    int pending_b2 = -1;  // round whose "done reading p1" arrivals this rank has not waited for
     const int num_clusters = gridDim.x / s.cluster;
+    // The peers' barriers were initialized (the arrive after routing) before the first remote access.
+    if (s.cluster > 1) sm90::cluster_wait_acquire();
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round, clk); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round, clk); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round, clk); break;
-        default: consume_item<64>(p, s, it, stage, phase, round, clk); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, round, pending_b2, clk); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round, pending_b2, clk); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round, pending_b2, clk); break;
+        default: consume_item<64>(p, s, it, stage, phase, round, pending_b2, clk); break;
       }
     }
+    // No exit while a peer may still read this CTA's partial sums.
+    if (pending_b2 >= 0) sm90::mbar_wait_cluster(s.b2, pending_b2 & 1);
+    // Every CTA waits for the reset kernel before it exits (pdl.cuh's chain rule).
+    pdl_wait();
     if (clk.rec != nullptr) {
       clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
       clk.rec[kPhaseEnd] = sm90::globaltimer_ns();
@@ -610,11 +676,13 @@ struct Decode {
     const int tid = threadIdx.x;
     const int P = p.num_tokens * p.top_k;
     const int E = p.num_experts;
+    // The first id load is in flight while the counts are zeroed.
+    const int id0 = tid < P ? p.topk_ids[tid] : -1;
     for (int i = tid; i < E; i += kThreads) s.cur[i] = 0;
     __syncthreads();
     // The local expert of every slot (-1: out of range, or not on this rank).
     for (int sl = tid; sl < P; sl += kThreads) {
-      const int id = p.topk_ids[sl];
+      const int id = sl == tid ? id0 : p.topk_ids[sl];
       int e = -1;
       // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same).
       if (id >= 0 && id < p.num_experts_global) {
@@ -745,8 +813,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     sm90::fence_proxy_async_shared_cta();
   }
   D::route(p, s);
-  // The peers' barriers are initialized before any remote arrival.
-  if (s.cluster > 1) sm90::cluster_sync_all();
+  // The peers' barriers are initialized before any remote arrival: every thread arrives here
+  // (release), the consumers wait (acquire) just before their first remote access, so the
+  // producer's first weight loads do not wait for the slowest rank's routing.
+  if (s.cluster > 1) sm90::cluster_arrive_release();
 
   if (threadIdx.x < kThreads - kConsumerThreads) {
     if (threadIdx.x == 0) D::produce(p, s);
@@ -754,6 +824,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     D::consume(p, s, t_entry);
   }
 #endif
+}
+
+// The call's completion tickets back to zero (the workspace is the caller's: nothing says they
+// are still zero from the previous call). Launched just before the decode kernel, which is its
+// programmatic dependent (PDL): the decode kernel's routing and first weight loads overlap this
+// launch, and it waits for it (pdl_wait) only before its first ticket.
+template <class Tag, class ActT>
+__global__ void __launch_bounds__(256) decode_reset_tickets_kernel(std::uint32_t* tickets, int n) {
+  pdl_launch_dependents();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) tickets[i] = 0u;
 }
 
 template <Operand kOp> struct OperandTypes;
@@ -764,7 +844,13 @@ template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using 
 
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
-  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>;
+  using Tag = typename OperandTypes<kOp>::Tag;
+  using Act = typename OperandTypes<kOp>::Act;
+  const int n = p.num_tokens * p.tiling.cluster;
+  const int reset_blocks = static_cast<int>(ceil_div(n, 256) < 32 ? ceil_div(n, 256) : 32);
+  launch_kernel_pdl(&decode_reset_tickets_kernel<Tag, Act>, dim3(static_cast<unsigned>(reset_blocks)), dim3(256), 0,
+                    static_cast<cudaStream_t>(stream), false, p.tickets, n);
+  auto* kernel = &decode_sm90_kernel<Tag, Act>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};
@@ -772,14 +858,39 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
   cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
+  add_pdl_attribute(cfg, attr, pdl_enabled());
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <Operand kOp>
+int decode_max_active_clusters(int cluster) {
+  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kSmemLimit);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed query leaves no sticky error: the caller falls back
+    return 0;
+  }
+  return n;
 }
 
 }  // namespace moekit::cuda::decode

@@ -1,7 +1,7 @@
 // Host side of the single-launch decode path: can_implement, the workspace, the tiling (cluster
 // size, token width, pipeline depth), the TMA descriptors and run_decode_sm90, which turns a
-// resolved MoeCall into (fused_moe: a routing launch and) a ticket reset and one launch. The
-// kernel instantiations live in inst/.
+// resolved MoeCall into (fused_moe: a routing launch and) a ticket-reset launch and the decode
+// launch, its programmatic dependent. The kernel instantiations live in inst/.
 #include "cuda/kernels/decode/launch_sm90.hpp"
 
 #include <cuda.h>
@@ -65,14 +65,38 @@ DecodeLayout decode_layout(const MoeProblem& p) {
   return l;
 }
 
+// Resident clusters of 1, 2, 4 and 8 CTAs (choose_tiling's cluster_slots), queried once for the
+// device of the first decode call (keyed by its SM count; 0 = not queried, sm_count / S is used).
+// A cluster's CTAs share a GPC: on the H200, 132 SMs hold fewer than 16 clusters of 8.
+struct ClusterSlots {
+  std::atomic<int> sm_count{0};
+  std::atomic<int> slots[4] = {};
+};
+ClusterSlots& cluster_slots_cache() {
+  static ClusterSlots c;
+  return c;
+}
+
+void query_cluster_slots(int sm_count) {
+  ClusterSlots& c = cluster_slots_cache();
+  if (c.sm_count.load(std::memory_order_acquire) == sm_count) return;
+  for (int i = 0; i < 4; ++i)
+    c.slots[i].store(dc::decode_max_active_clusters<dc::Operand::kBf16>(1 << i), std::memory_order_relaxed);
+  c.sm_count.store(sm_count, std::memory_order_release);
+}
+
 // Expected work items for the cluster choice: touched experts x N chunks x token chunks.
 dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count) {
+  int resident[4] = {0, 0, 0, 0};
+  const ClusterSlots& c = cluster_slots_cache();
+  if (c.sm_count.load(std::memory_order_acquire) == sm_count)
+    for (int i = 0; i < 4; ++i) resident[i] = c.slots[i].load(std::memory_order_relaxed);
   const double slots = static_cast<double>(p.num_tokens * p.top_k);
   const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
   return dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
-                           elem_bytes(p), items, sm_count);
+                           elem_bytes(p), items, sm_count, resident);
 }
 
 // Uniform routing's expected touched local experts (the router's estimate), when not given.
@@ -163,6 +187,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   int dev = 0, sms = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  query_cluster_slots(sms);
   std::string why;
   if (!can_implement_decode_sm90(p, sms, &why)) throw Error(Status::kNotSupported, why);
   const DecodeLayout L = decode_layout(p);
@@ -238,15 +263,15 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
 
-  // Persistent grid: one CTA per SM (~200 KB of shared memory each), clusters of S, never more
-  // clusters than work items can exist: sum_e ceil(rows_e / W) <= min(E, P) + P / W, times chunks.
+  // Persistent grid: one CTA per SM (~200 KB of shared memory each), as many clusters of S as
+  // can be resident at once (a cluster launched later would start only when one ends), never
+  // more than work items can exist: sum_e ceil(rows_e / W) <= min(E, P) + P / W, times chunks.
   const dc::Tiling& T = kp.tiling;
   const std::int64_t P = M * k;
   const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
-  const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, sms / T.cluster));
+  const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
   const int grid = static_cast<int>(clusters * T.cluster);
 
-  MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.tickets, 0, static_cast<std::size_t>(M) * T.cluster * 4, stream));
   const bool f16 = p.act_dtype == DType::kFp16;
   if (fp8) {
     if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream);

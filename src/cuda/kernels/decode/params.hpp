@@ -77,4 +77,10 @@ enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
 
+// Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
+// be resident at once on the current device (cudaOccupancyMaxActiveClusters); 0 when the query
+// fails. Defined in kernel_sm90.cuh, instantiated in inst/.
+template <Operand kOp>
+int decode_max_active_clusters(int cluster);
+
 }  // namespace moekit::cuda::decode
