@@ -1,0 +1,259 @@
+// moekit-launch-floor: what one timed call costs before moekit's kernels do anything, and how fast
+// a bare weight stream of a decode call's size can be, measured the way moekit-bench times a
+// call (CUDA-graph replay between two events, L2 flushed before each replay outside the events,
+// median). The floors the single-launch decode path (docs/decode.md) is judged against:
+//   - an empty kernel (1 CTA), the same with the decode kernel's launch shape (clusters of 8,
+//     210 KB of shared memory), a memset node + kernel, and a kernel + a PDL-launched kernel;
+//   - a stream: CTAs that only pull B bytes through cp.async.bulk into a 12-stage ring of 16 KB
+//     stages (one thread issuing, mbarrier completion), as the decode kernel's producer does.
+//
+//   moekit-launch-floor [--iters N] [--json PATH]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define LF_CHECK(x)                                                                          \
+  do {                                                                                       \
+    cudaError_t e_ = (x);                                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+__global__ void empty_kernel(int* sink) {
+  if (sink != nullptr && threadIdx.x == 1023) *sink = 0;  // never true: keeps the kernel alive
+}
+
+__global__ void pdl_trigger_kernel(int* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (sink != nullptr && threadIdx.x == 1023) *sink = 0;
+}
+
+__global__ void pdl_wait_kernel(int* sink) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (sink != nullptr && threadIdx.x == 1023) *sink = 0;
+}
+
+constexpr int kStages = 12;
+constexpr int kStageBytes = 16384;
+
+// Each CTA pulls bytes [blockIdx.x * per_cta, +per_cta) of src through a ring of kStages stages:
+// thread 0 issues one 16 KB bulk copy per stage and re-issues a stage once the CTA has "used" it
+// (here: waited for it); the sum of one word per stage keeps the loads live.
+__global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src, std::int64_t per_cta, int* sink) {
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[kStages];
+  const std::uint32_t sbase = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  const std::int64_t chunks = per_cta / kStageBytes;
+  const std::uint8_t* base = src + static_cast<std::int64_t>(blockIdx.x) * per_cta;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      const std::uint32_t b = static_cast<std::uint32_t>(__cvta_generic_to_shared(&full[s]));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](std::int64_t c) {
+    const int s = static_cast<int>(c % kStages);
+    const std::uint32_t b = static_cast<std::uint32_t>(__cvta_generic_to_shared(&full[s]));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(kStageBytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            sbase + s * kStageBytes),
+        "l"(base + c * kStageBytes), "r"(kStageBytes), "r"(b)
+        : "memory");
+  };
+  if (threadIdx.x == 0)
+    for (std::int64_t c = 0; c < chunks && c < kStages; ++c) issue(c);
+  int acc = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const int s = static_cast<int>(c % kStages);
+    const std::uint32_t b = static_cast<std::uint32_t>(__cvta_generic_to_shared(&full[s]));
+    const std::uint32_t parity = static_cast<std::uint32_t>((c / kStages) & 1);
+    std::uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(b), "r"(parity)
+          : "memory");
+    }
+    acc += reinterpret_cast<const int*>(smem + s * kStageBytes)[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0 && c + kStages < chunks) issue(c + kStages);
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+struct Timer {
+  cudaStream_t stream = nullptr;
+  void* flush = nullptr;
+  std::size_t flush_bytes = 0;
+  int flush_value = 0;
+  int iters = 200;
+
+  // Median event time of replaying the graph captured from `enqueue`, L2 flushed before each.
+  template <class F>
+  double graph_us(F&& enqueue) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t x = nullptr;
+    LF_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueue();
+    LF_CHECK(cudaStreamEndCapture(stream, &g));
+    LF_CHECK(cudaGraphInstantiate(&x, g, 0));
+    LF_CHECK(cudaGraphLaunch(x, stream));
+    LF_CHECK(cudaStreamSynchronize(stream));
+    std::vector<cudaEvent_t> ev(2 * iters);
+    for (auto& e : ev) LF_CHECK(cudaEventCreate(&e));
+    for (int i = 0; i < iters; ++i) {
+      LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
+      LF_CHECK(cudaEventRecord(ev[2 * i], stream));
+      LF_CHECK(cudaGraphLaunch(x, stream));
+      LF_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+    }
+    LF_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> t;
+    for (int i = 0; i < iters; ++i) {
+      float ms = 0;
+      LF_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+      t.push_back(1e3 * ms);
+    }
+    for (auto& e : ev) cudaEventDestroy(e);
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+void launch(const void* kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, int cluster, bool pdl,
+            void** args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  LF_CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Timer T;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) T.iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH]\n");
+      return 2;
+    }
+  }
+  int dev = 0;
+  cudaDeviceProp prop{};
+  LF_CHECK(cudaGetDeviceProperties(&prop, dev));
+  LF_CHECK(cudaStreamCreateWithFlags(&T.stream, cudaStreamNonBlocking));
+  T.flush_bytes = std::max<std::size_t>(2 * static_cast<std::size_t>(prop.l2CacheSize), 128u << 20);
+  LF_CHECK(cudaMalloc(&T.flush, T.flush_bytes));
+  int* sink = nullptr;
+  LF_CHECK(cudaMalloc(&sink, 256));
+  const int big_smem = 210 * 1024;
+  LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&empty_kernel),
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, big_smem));
+  LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&pdl_wait_kernel),
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, big_smem));
+  const std::size_t ring = static_cast<std::size_t>(kStages) * kStageBytes;
+  LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&stream_kernel),
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring)));
+  void* args1[] = {&sink};
+
+  struct Row {
+    std::string name;
+    double us;
+  };
+  std::vector<Row> rows;
+  auto add = [&](const std::string& name, double us) {
+    rows.push_back({name, us});
+    std::printf("%-72s %8.2f us\n", name.c_str(), us);
+    std::fflush(stdout);
+  };
+  std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed, median of %d\n", prop.name,
+              prop.multiProcessorCount, T.iters);
+  add("empty kernel, 1 CTA", T.graph_us([&] {
+        launch((const void*)&empty_kernel, dim3(1), dim3(32), 0, T.stream, 1, false, args1);
+      }));
+  add("empty kernel, 64 CTAs x 256 threads, clusters of 8, 210 KB smem", T.graph_us([&] {
+        launch((const void*)&empty_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
+      }));
+  add("memset 256 B + the same kernel", T.graph_us([&] {
+        LF_CHECK(cudaMemsetAsync(sink, 0, 256, T.stream));
+        launch((const void*)&empty_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
+      }));
+  add("1-CTA kernel + the same kernel as its PDL dependent", T.graph_us([&] {
+        launch((const void*)&pdl_trigger_kernel, dim3(1), dim3(256), 0, T.stream, 1, false, args1);
+        launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, true, args1);
+      }));
+  add("1-CTA kernel + the same kernel, no PDL", T.graph_us([&] {
+        launch((const void*)&pdl_trigger_kernel, dim3(1), dim3(256), 0, T.stream, 1, false, args1);
+        launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
+      }));
+
+  // Bare streams of a decode call's weight bytes (qwen3-30b TP8 M=1: 9.4 MB; qwen3-235b TP8 M=1:
+  // 37.7 MB; deepseek-v3 TP8 M=1: 88 MB) over 64 / 128 / 132 CTAs.
+  const std::int64_t sizes[] = {9437184, 37748736, 88080384};
+  const std::size_t max_bytes = 88080384 + (std::size_t{4} << 20);
+  std::uint8_t* src = nullptr;
+  LF_CHECK(cudaMalloc(&src, max_bytes));
+  LF_CHECK(cudaMemset(src, 1, max_bytes));
+  for (std::int64_t bytes : sizes) {
+    for (int ctas : {64, 128, 132}) {
+      const std::int64_t per = (bytes / ctas + kStageBytes - 1) / kStageBytes * kStageBytes;
+      const std::uint8_t* s = src;
+      void* args[] = {&s, const_cast<std::int64_t*>(&per), &sink};
+      const double us = T.graph_us([&] {
+        launch((const void*)&stream_kernel, dim3(ctas), dim3(128), ring, T.stream, 1, false, args);
+      });
+      char name[160];
+      std::snprintf(name, sizeof name, "stream %.1f MB over %d CTAs (%.0f KB each): %.2f TB/s", bytes / 1e6, ctas,
+                    per / 1024.0, (per * ctas) / us / 1e6);
+      add(name, us);
+    }
+  }
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (f == nullptr) return 2;
+    std::fprintf(f, "{\"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n", prop.name, T.iters);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f}%s\n", rows[i].name.c_str(), rows[i].us,
+                   i + 1 < rows.size() ? "," : "");
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
