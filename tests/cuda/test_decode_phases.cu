@@ -101,11 +101,11 @@ void phase_table(const Shape& s) {
 
   std::vector<std::uint64_t> rec(words);
   CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
-  const char* names[] = {"prologue", "tokens", "gemm1", "exchange1", "activation", "convert",
-                         "gemm2", "tickets", "combine"};
+  const char* names[] = {"prologue", "tokens", "gemm1", "exchange1", "activation", "convert", "gemm2"};
+  constexpr int kNames = sizeof(names) / sizeof(names[0]);
   std::uint64_t t0 = ~std::uint64_t{0}, t1 = 0;
   int ctas = 0;
-  std::vector<std::vector<double>> per(9);
+  std::vector<std::vector<double>> per(kNames);
   for (int c = 0; c < kMaxCtas; ++c) {
     const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * cuda::decode::kPhaseWords;
     if (r[cuda::decode::kPhaseStart] == 0) continue;
@@ -113,12 +113,12 @@ void phase_table(const Shape& s) {
     t1 = std::max(t1, r[cuda::decode::kPhaseEnd]);
     if (r[cuda::decode::kPhaseItems] == 0) continue;
     ++ctas;
-    for (int w = 0; w < 9; ++w) per[w].push_back(static_cast<double>(r[w]) / 1000.0);
+    for (int w = 0; w < kNames; ++w) per[w].push_back(static_cast<double>(r[w]) / 1000.0);
   }
   ASSERT_GT(ctas, 0) << s.name << ": no CTA recorded an item";
   std::printf("[ phases ] %s M=%lld: %d CTAs with items, first entry to last exit %.2f us\n", s.name,
               static_cast<long long>(M), ctas, static_cast<double>(t1 - t0) / 1000.0);
-  for (int w = 0; w < 9; ++w) {
+  for (int w = 0; w < kNames; ++w) {
     std::vector<double>& v = per[w];
     std::sort(v.begin(), v.end());
     std::printf("[ phases ]   %-10s median %7.2f us  max %7.2f us\n", names[w], v[v.size() / 2], v.back());

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -131,6 +132,18 @@ std::string gb(double bytes) {
   return buf;
 }
 
+// The L2 flush's read: every 16-byte word of the buffer once; the sum is stored only when it
+// equals a value the zeroed buffer cannot give, which keeps the loads.
+__global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n16;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(buf + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -174,6 +187,7 @@ class CudaRunner final : public Runner {
     // Writing twice the L2 evicts what the previous replay left there.
     const std::size_t l2 = prop_.l2CacheSize > 0 ? static_cast<std::size_t>(prop_.l2CacheSize) : (64u << 20);
     flush_.alloc(std::max<std::size_t>(2 * l2, 128u << 20));
+    BENCH_CUDA(cudaMemset(flush_.p, 0, flush_.bytes));
   }
   ~CudaRunner() override {
     release_all();
@@ -485,8 +499,20 @@ class CudaRunner final : public Runner {
     }
   }
 
+  // Evicts what the previous replay left in L2 by reading twice its size (MOEKIT_BENCH_FLUSH=write:
+  // by writing it, as before 2026-12-01's commit that made reading the default). A written flush
+  // leaves L2 full of dirty lines, so the timed call pays their write-back to HBM on top of its
+  // own reads (moekit-launch-floor measured the same 9.4 MB stream at both); a read flush leaves
+  // clean lines, as a decode step's attention and router kernels mostly do.
   void flush_l2() {
-    BENCH_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_));
+    if (flush_write_) {
+      BENCH_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_));
+      return;
+    }
+    const std::size_t n16 = flush_.bytes / 16;
+    flush_read_kernel<<<static_cast<unsigned>(2 * prop_.multiProcessorCount), 1024, 0, stream_>>>(
+        static_cast<const uint4*>(flush_.p), n16, static_cast<unsigned*>(flush_.p));
+    BENCH_CUDA(cudaGetLastError());
   }
 
   // Host wall clock of one call to completion, L2 flushed (and waited for) before it.
@@ -553,7 +579,7 @@ class CudaRunner final : public Runner {
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
       *error = e.what();
-      *timing = "eager";
+      *timing = flush_write_ ? "eager, L2 write-flushed" : "eager";
       return time_events(enqueue, iters);
     }
     double us = 0;
@@ -566,7 +592,7 @@ class CudaRunner final : public Runner {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    *timing = "graph";
+    *timing = flush_write_ ? "graph, L2 write-flushed" : "graph";
     return us;
   }
 
@@ -988,6 +1014,10 @@ class CudaRunner final : public Runner {
   cublasLtHandle_t lt_ = nullptr;
   DevBuf blas_ws_, flush_;
   int flush_value_ = 0;
+  bool flush_write_ = [] {
+    const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
+    return v != nullptr && std::strcmp(v, "write") == 0;
+  }();
 
   const Shape* shape_ = nullptr;
   int tp_ = 0;

@@ -95,12 +95,25 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
   if (acc == 0x7fffffff) *sink = acc;
 }
 
+// The read flush (moekit-bench's default): every 16-byte word of the flush buffer once.
+__global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n16;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(buf + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
 struct Timer {
   cudaStream_t stream = nullptr;
   void* flush = nullptr;
   std::size_t flush_bytes = 0;
   int flush_value = 0;
   int iters = 200;
+  bool write_flush = false;  // memset (dirty L2 lines) instead of the read flush
+  int sms = 132;
 
   // Median event time of replaying the graph captured from `enqueue`, L2 flushed before each.
   template <class F>
@@ -116,7 +129,12 @@ struct Timer {
     std::vector<cudaEvent_t> ev(2 * iters);
     for (auto& e : ev) LF_CHECK(cudaEventCreate(&e));
     for (int i = 0; i < iters; ++i) {
-      LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
+      if (write_flush) {
+        LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
+      } else {
+        flush_read_kernel<<<2 * sms, 1024, 0, stream>>>(static_cast<const uint4*>(flush), flush_bytes / 16,
+                                                       static_cast<unsigned*>(flush));
+      }
       LF_CHECK(cudaEventRecord(ev[2 * i], stream));
       LF_CHECK(cudaGraphLaunch(x, stream));
       LF_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
@@ -181,6 +199,8 @@ int main(int argc, char** argv) {
   LF_CHECK(cudaStreamCreateWithFlags(&T.stream, cudaStreamNonBlocking));
   T.flush_bytes = std::max<std::size_t>(2 * static_cast<std::size_t>(prop.l2CacheSize), 128u << 20);
   LF_CHECK(cudaMalloc(&T.flush, T.flush_bytes));
+  LF_CHECK(cudaMemset(T.flush, 0, T.flush_bytes));
+  T.sms = prop.multiProcessorCount;
   int* sink = nullptr;
   LF_CHECK(cudaMalloc(&sink, 256));
   const int big_smem = 210 * 1024;
@@ -203,8 +223,8 @@ int main(int argc, char** argv) {
     std::printf("%-72s %8.2f us\n", name.c_str(), us);
     std::fflush(stdout);
   };
-  std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed, median of %d\n", prop.name,
-              prop.multiProcessorCount, T.iters);
+  std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
+              prop.name, prop.multiProcessorCount, T.iters);
   add("empty kernel, 1 CTA", T.graph_us([&] {
         launch((const void*)&empty_kernel, dim3(1), dim3(32), 0, T.stream, 1, false, args1);
       }));
@@ -231,8 +251,10 @@ int main(int argc, char** argv) {
   std::uint8_t* src = nullptr;
   LF_CHECK(cudaMalloc(&src, max_bytes));
   LF_CHECK(cudaMemset(src, 1, max_bytes));
+  for (int write_flush = 0; write_flush < 2; ++write_flush)
   for (std::int64_t bytes : sizes) {
-    for (int ctas : {64, 128, 132}) {
+    T.write_flush = write_flush != 0;
+    for (int ctas : {64, 128}) {
       const std::int64_t per = (bytes / ctas + kStageBytes - 1) / kStageBytes * kStageBytes;
       const std::uint8_t* s = src;
       void* args[] = {&s, const_cast<std::int64_t*>(&per), &sink};
@@ -240,8 +262,8 @@ int main(int argc, char** argv) {
         launch((const void*)&stream_kernel, dim3(ctas), dim3(128), ring, T.stream, 1, false, args);
       });
       char name[160];
-      std::snprintf(name, sizeof name, "stream %.1f MB over %d CTAs (%.0f KB each): %.2f TB/s", bytes / 1e6, ctas,
-                    per / 1024.0, (per * ctas) / us / 1e6);
+      std::snprintf(name, sizeof name, "stream %.1f MB over %d CTAs (%.0f KB each), %s flush: %.2f TB/s", bytes / 1e6,
+                    ctas, per / 1024.0, write_flush ? "write" : "read", (per * ctas) / us / 1e6);
       add(name, us);
     }
   }

@@ -47,6 +47,10 @@ inline constexpr int kMaxCluster = 8;
 // column itself when that is at most this many DSMEM loads (count x columns x ranks; at TP8,
 // M = 1: 1 x 96 x 8), which saves the second cluster exchange.
 inline constexpr int kLocalActivationLoads = 2048;
+// The combine kernel: threads per CTA (4 output columns each) and the partials one thread loads
+// before its first add.
+inline constexpr int kCombineThreads = 256;
+inline constexpr int kCombineBatch = 16;
 // Every CTA derives the routing itself: the slot table lives in shared memory.
 inline constexpr int kMaxSlots = 4096;   // M * k
 inline constexpr int kMaxExperts = 1024; // local experts

@@ -9,8 +9,8 @@
 //      intermediate h into every rank's shared memory;
 //   3. GEMM2 (Swap-AB wgmma): rank r multiplies h by its 1/S of w2's rows (the output columns K),
 //      reducing over the chunk's 128 columns: a partial output per (slot, chunk) in the workspace;
-//   4. per (token, rank) ticket: the item that completes a token's last partial sums them, slots
-//      j = 0..k-1 in order and chunks in order, and writes that rank's columns of out.
+//   4. decode_combine_kernel, launched as this kernel's programmatic dependent (PDL), sums each
+//      token's partials, slots j = 0..k-1 in order and chunks in order, and writes out.
 // Every sum has a fixed order: bitwise reproducible run to run. docs/decode.md has the details.
 #pragma once
 
@@ -147,7 +147,6 @@ struct Decode {
     float* tok_w;           // [64] router weight of the slot
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
-    int* tok_done;          // [64] token m whose output this item completes, or -1
     std::uint32_t full;     // barriers, 8 bytes apart
     std::uint32_t empty;
     std::uint32_t b1;       // cluster exchange: partial sums written
@@ -575,63 +574,7 @@ struct Decode {
     }
 
     clk.lap(kPhaseGemm2);
-    // (h) Tickets: the item that brings a token's (token, rank) count to its total (local slots
-    // x chunks) sums the token's partials over this rank's rows and writes them to out. bar.sync
-    // then an acq_rel atomic at GPU scope: the release covers every consumer thread's partial
-    // stores (cumulative through the barrier), the acquire (then bar.sync) every later reader.
-    consumer_sync();
-    // The tickets were zeroed by the reset kernel this one may overlap (PDL).
-    pdl_wait();
-    if (t < it.count) {
-      const int slot = s.tok_slot[t];
-      const int m = slot / k;
-      int valid = 0;
-      for (int j = 0; j < k; ++j) valid += s.slot_e[m * k + j] >= 0 ? 1 : 0;
-      const unsigned old = sm90::atom_add_acq_rel_gpu(p.tickets + static_cast<std::int64_t>(m) * s.cluster + s.rank, 1u);
-      s.tok_done[t] = old + 1 == static_cast<unsigned>(valid * nch) ? m : -1;
-    }
-    consumer_sync();
-    clk.lap(kPhaseTickets);
-    const int row_lo = rt0 * kTileRows;
-    const int row_hi = min(K, rt1 * kTileRows);
-    for (int tt = 0; tt < it.count; ++tt) {
-      const int m = s.tok_done[tt];
-      if (m < 0) continue;
-      // The token's partials are rows i = j * nch + chunk of partials[m * k * nch + i]: summed in
-      // i order (slots j in order, chunks in order inside one), loaded 8 at a time so that their
-      // latencies overlap.
-      const int J = k * nch;
-      const float* base = p.partials + static_cast<std::int64_t>(m) * J * K;
-      for (int row = row_lo + 4 * t; row < row_hi; row += 4 * kConsumerThreads) {
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int i0 = 0; i0 < J; i0 += 8) {
-          float4 v[8];
-          bool use[8];
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int i = i0 + u;
-            use[u] = i < J && s.slot_e[m * k + i / nch] >= 0;
-            if (use[u]) v[u] = __ldcg(reinterpret_cast<const float4*>(base + static_cast<std::int64_t>(i) * K + row));
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            if (!use[u]) continue;
-            acc.x += v[u].x;
-            acc.y += v[u].y;
-            acc.z += v[u].z;
-            acc.w += v[u].w;
-          }
-        }
-        ActT* o = static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * K + row;
-        o[0] = from_float<ActT>(acc.x);
-        o[1] = from_float<ActT>(acc.y);
-        o[2] = from_float<ActT>(acc.z);
-        o[3] = from_float<ActT>(acc.w);
-      }
-      if (t == 0) p.tickets[static_cast<std::int64_t>(m) * s.cluster + s.rank] = 0u;
-    }
-    consumer_sync();
-    clk.lap(kPhaseCombine);
+    // The partial outputs are summed by decode_combine_kernel (below), this kernel's dependent.
   }
 
   static __device__ void consume(const DecodeParams& p, const Smem& s, std::uint64_t t_entry) {
@@ -663,8 +606,6 @@ struct Decode {
     }
     // No exit while a peer may still read this CTA's partial sums.
     if (pending_b2 >= 0) sm90::mbar_wait_cluster(s.b2, pending_b2 & 1);
-    // Every CTA waits for the reset kernel before it exits (pdl.cuh's chain rule).
-    pdl_wait();
     if (clk.rec != nullptr) {
       clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
       clk.rec[kPhaseEnd] = sm90::globaltimer_ns();
@@ -746,17 +687,6 @@ struct Decode {
         __syncwarp();
       }
     }
-    // Tokens with no local slot: out is zero (CTA 0).
-    if (blockIdx.x == 0) {
-      const int warp = tid >> 5, lane = tid & 31;
-      for (int m = warp; m < p.num_tokens; m += kThreads / 32) {
-        int valid = 0;
-        for (int j = 0; j < p.top_k; ++j) valid += s.slot_e[m * p.top_k + j] >= 0 ? 1 : 0;
-        if (valid != 0) continue;
-        ActT* o = static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * p.hidden_size;
-        for (int c = lane; c < p.hidden_size; c += 32) o[c] = from_float<ActT>(0.0f);
-      }
-    }
     __syncthreads();
   }
 };
@@ -771,6 +701,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   const SmemLayout& L = p.tiling.smem;
   // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
   const std::uint64_t t_entry = p.phases != nullptr ? sm90::globaltimer_ns() : 0;
+  // The combine kernel may launch now: its CTAs wait (pdl_wait) for this grid to complete.
+  pdl_launch_dependents();
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename D::Smem s;
   s.tiles = sm90::smem_addr(base);
@@ -791,7 +723,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   s.tok_w = reinterpret_cast<float*>(base + L.meta_off + kMaxTokens * 4);
   s.tok_xs = reinterpret_cast<float*>(base + L.meta_off + 2 * kMaxTokens * 4);
   s.tok_hs = reinterpret_cast<float*>(base + L.meta_off + 3 * kMaxTokens * 4);
-  s.tok_done = reinterpret_cast<int*>(base + L.meta_off + 4 * kMaxTokens * 4);
   s.full = sm90::smem_addr(base + L.bar_off);
   s.empty = s.full + 8 * L.stages;
   s.b1 = s.empty + 8 * L.stages;
@@ -826,14 +757,60 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
 #endif
 }
 
-// The call's completion tickets back to zero (the workspace is the caller's: nothing says they
-// are still zero from the previous call). Launched just before the decode kernel, which is its
-// programmatic dependent (PDL): the decode kernel's routing and first weight loads overlap this
-// launch, and it waits for it (pdl_wait) only before its first ticket.
+// The combine: out[m, c] = sum over the token's slots j = 0..k-1 that have a local expert, in
+// order, and over the N chunks in order inside one, of partials[(m*k + j) * nch + chunk][c]
+// (fp32), rounded once to the activation dtype; zeros for a token with no local slot. Launched
+// right after the decode kernel as its programmatic dependent (PDL): its CTAs launch while the
+// decode kernel runs (that kernel triggers at its start) and wait for it in pdl_wait(). No
+// tickets, no atomics: the one grid-wide dependency is the kernel boundary. Thread: 4 columns of
+// one token, every partial of a batch loaded before the first add.
 template <class Tag, class ActT>
-__global__ void __launch_bounds__(256) decode_reset_tickets_kernel(std::uint32_t* tickets, int n) {
-  pdl_launch_dependents();
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) tickets[i] = 0u;
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeParams p) {
+  const int m = blockIdx.y;
+  const int k = p.top_k;
+  const int K = p.hidden_size;
+  const int nch = p.tiling.num_chunks;
+  const int c = (blockIdx.x * kCombineThreads + threadIdx.x) * 4;  // K % 16 == 0: 4 columns in range or none
+  // The token's slots and their experts: inputs of the call, written by no kernel after the
+  // decode kernel started (fused_moe's routing ran before it), so read before the wait. Bit j of
+  // `valid`: slot j has a local expert (k <= E <= kMaxExperts).
+  __shared__ unsigned valid[kMaxExperts / 32];
+  for (int w = threadIdx.x; w < (k + 31) / 32; w += kCombineThreads) valid[w] = 0u;
+  __syncthreads();
+  for (int j = threadIdx.x; j < k; j += kCombineThreads) {
+    const int id = p.topk_ids[static_cast<std::int64_t>(m) * k + j];
+    int e = -1;
+    if (id >= 0 && id < p.num_experts_global) e = p.expert_map != nullptr ? p.expert_map[id] : id;
+    if (e >= 0 && e < p.num_experts) atomicOr(&valid[j >> 5], 1u << (j & 31));
+  }
+  __syncthreads();
+  pdl_wait();
+  if (c >= K) return;
+  auto has_expert = [&](int i) { const int j = i / nch; return ((valid[j >> 5] >> (j & 31)) & 1u) != 0u; };
+  const int J = k * nch;
+  const float* base = p.partials + static_cast<std::int64_t>(m) * J * K + c;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i0 = 0; i0 < J; i0 += kCombineBatch) {
+    float4 v[kCombineBatch];
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int i = i0 + u;
+      if (i < J && has_expert(i)) v[u] = __ldcg(reinterpret_cast<const float4*>(base + static_cast<std::int64_t>(i) * K));
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int i = i0 + u;
+      if (i < J && has_expert(i)) {
+        acc.x += v[u].x;
+        acc.y += v[u].y;
+        acc.z += v[u].z;
+        acc.w += v[u].w;
+      }
+    }
+  }
+  ActT o[4] = {from_float<ActT>(acc.x), from_float<ActT>(acc.y), from_float<ActT>(acc.z), from_float<ActT>(acc.w)};
+  *reinterpret_cast<uint2*>(static_cast<ActT*>(p.out) + static_cast<std::int64_t>(m) * K + c) =
+      *reinterpret_cast<const uint2*>(o);
 }
 
 template <Operand kOp> struct OperandTypes;
@@ -846,10 +823,6 @@ template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
   using Tag = typename OperandTypes<kOp>::Tag;
   using Act = typename OperandTypes<kOp>::Act;
-  const int n = p.num_tokens * p.tiling.cluster;
-  const int reset_blocks = static_cast<int>(ceil_div(n, 256) < 32 ? ceil_div(n, 256) : 32);
-  launch_kernel_pdl(&decode_reset_tickets_kernel<Tag, Act>, dim3(static_cast<unsigned>(reset_blocks)), dim3(256), 0,
-                    static_cast<cudaStream_t>(stream), false, p.tickets, n);
   auto* kernel = &decode_sm90_kernel<Tag, Act>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
@@ -858,15 +831,18 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
   cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
-  add_pdl_attribute(cfg, attr, pdl_enabled());
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  const dim3 combine_grid(static_cast<unsigned>(ceil_div(p.hidden_size, kCombineThreads * 4)),
+                          static_cast<unsigned>(p.num_tokens));
+  launch_kernel_pdl(&decode_combine_kernel<Tag, Act>, combine_grid, dim3(kCombineThreads), 0,
+                    static_cast<cudaStream_t>(stream), pdl_enabled(), p);
 }
 
 template <Operand kOp>

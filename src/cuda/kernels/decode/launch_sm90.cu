@@ -1,6 +1,6 @@
 // Host side of the single-launch decode path: can_implement, the workspace, the tiling (cluster
 // size, token width, pipeline depth), the TMA descriptors and run_decode_sm90, which turns a
-// resolved MoeCall into (fused_moe: a routing launch and) a ticket-reset launch and the decode
+// resolved MoeCall into (fused_moe: a routing launch and) the decode launch and the combine
 // launch, its programmatic dependent. The kernel instantiations live in inst/.
 #include "cuda/kernels/decode/launch_sm90.hpp"
 
@@ -38,7 +38,6 @@ int elem_bytes(const MoeProblem& p) { return p.scheme == Scheme::kBf16 ? 2 : 1; 
 struct DecodeLayout {
   std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
   std::size_t topk_weights = 0;  // fp32 [P]
-  std::size_t tickets = 0;       // uint32 [M, kMaxCluster]
   std::size_t partials = 0;      // fp32 [P, N chunks, K]
   std::size_t total = 0;
 };
@@ -59,7 +58,6 @@ DecodeLayout decode_layout(const MoeProblem& p) {
   };
   l.topk_ids = take(p.with_routing ? P * 4 : 0);
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
-  l.tickets = take(M * dc::kMaxCluster * 4);
   l.partials = take(P * nch * static_cast<std::size_t>(p.hidden_size) * 4);
   l.total = at;
   return l;
@@ -245,7 +243,6 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.a2_scale = p.scheme == Scheme::kFp8PerTensor && p.static_a2_scale ? call.a2_scale : nullptr;
   kp.b13 = p.has_bias13 ? call.b13 : nullptr;
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
-  kp.tickets = reinterpret_cast<std::uint32_t*>(ws + L.tickets);
   kp.partials = reinterpret_cast<float*>(ws + L.partials);
   kp.faults = device_fault_record(dev);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);

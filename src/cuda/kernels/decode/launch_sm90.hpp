@@ -23,9 +23,9 @@ std::size_t decode_workspace_size(const MoeProblem& problem);
 /// expected number of touched local experts (DispatchPlan::touched).
 int decode_cluster_size(const MoeProblem& problem, double touched, int sm_count);
 
-/// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) a
-/// launch that zeroes the completion tickets and the decode kernel, launched as its programmatic
-/// dependent (PDL, unless MOEKIT_PDL=0). `touched` is the router's expected
+/// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) the
+/// decode kernel and the combine kernel, launched as its programmatic dependent (PDL, unless
+/// MOEKIT_PDL=0). `touched` is the router's expected
 /// number of touched local experts (it sets the cluster size). No allocation, no host sync:
 /// CUDA-graph capturable. Throws Error(kNotSupported) when the path cannot run the call,
 /// Error(kInvalidArgument) when the workspace is too small.

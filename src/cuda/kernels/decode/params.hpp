@@ -30,7 +30,6 @@ struct DecodeParams {
   const float* a2_scale;            // static intermediate scale [1] or null (dynamic)
   const void* b13;                  // [E, 2N] or null
   const void* b2;                   // [E, K] or null
-  std::uint32_t* tickets;           // [M, cluster], zero at launch; the kernel leaves them zero
   float* partials;                  // [M * k, num_chunks, K] fp32
   FaultRecord* faults;              // the device's fault record (cuda/common/faults.cuh), or null
   // Phase timer (tests and benchmarks only; null = off): per CTA < phase_ctas, kPhaseWords
@@ -61,8 +60,6 @@ enum PhaseWord : int {
   kPhaseActivation,    // partial-sum reduction, activation, h to every rank + second exchange
   kPhaseConvert,       // h -> GEMM2's B tiles
   kPhaseGemm2,         // GEMM2 main loops + partial outputs to the workspace
-  kPhaseTickets,       // __threadfence + tickets
-  kPhaseCombine,       // the completed tokens' sums and stores
   kPhaseItems,         // items done
   kPhaseStart,         // %globaltimer at entry
   kPhaseEnd,           // %globaltimer at exit
@@ -72,8 +69,9 @@ enum PhaseWord : int {
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
 
-// One launch of decode_sm90_kernel on `stream` (cudaStream_t): cluster dimension p.tiling.cluster,
-// p.tiling.smem.bytes of shared memory. Defined in kernel_sm90.cuh, instantiated in inst/.
+// The call's two launches on `stream` (cudaStream_t): decode_sm90_kernel (cluster dimension
+// p.tiling.cluster, p.tiling.smem.bytes of shared memory, `grid` CTAs), then decode_combine_kernel
+// as its programmatic dependent. Defined in kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
 

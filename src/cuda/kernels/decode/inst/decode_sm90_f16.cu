@@ -10,6 +10,6 @@ template int decode_max_active_clusters<Operand::kF16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
-MOEKIT_REGISTER_KERNEL(decode_reset_tickets_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
+MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
 
 }  // namespace moekit::cuda::decode
