@@ -34,19 +34,22 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
     case Scheme::kFp8Block128: break;
     default: return "unknown scheme";
   }
-  std::ostringstream os;
+  // Each message builds its own stream: a call that passes (every call on the hot path) makes none.
   if (p.num_experts < 1 || p.num_experts > max_experts) {
+    std::ostringstream os;
     os << "num_experts = " << p.num_experts << ", supported 1.." << max_experts
        << " (the expert table lives in shared memory)";
     return os.str();
   }
   if (p.n_out < 1 || p.k_dim < 1) {
+    std::ostringstream os;
     os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
     return os.str();
   }
   if (p.max_rows < 0 || p.max_rows > INT32_MAX) return "max_rows outside [0, 2^31)";
   const std::int64_t es = fp8 ? 1 : 2;
   if ((p.k_dim * es) % 16 != 0) {
+    std::ostringstream os;
     os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
        << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
     return os.str();
@@ -70,6 +73,7 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype);
   if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
+    std::ostringstream os;
     os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
           "block), got N = " << p.n_out;
     return os.str();
