@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -35,6 +36,25 @@ Requested parse_requested(const char* forced) {
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The reason's stream, made only when the reason is wanted (RouterInputs::want_reason): an
+// ostringstream costs a locale copy per call, and an eager call without MOEKIT_LOG_DISPATCH
+// never reads the reason.
+class ReasonStream {
+ public:
+  explicit ReasonStream(bool on) {
+    if (on) os_.emplace();
+  }
+  template <class T>
+  ReasonStream& operator<<(const T& v) {
+    if (os_) *os_ << v;
+    return *this;
+  }
+  std::string str() const { return os_ ? os_->str() : std::string(); }
+
+ private:
+  std::optional<std::ostringstream> os_;
+};
 
 std::string fmt(double v) {
   char buf[32];
@@ -167,7 +187,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                                   : -1.0;
     if (plan.local_slots <= max_slots) {
       plan.decode = true;
-      plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
+      if (in.want_reason)
+        plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
                     " and slots " + fmt(plan.local_slots) + " <= " + fmt(max_slots) +
                     ": decode, one launch from routing to combine";
       return plan;
@@ -176,7 +197,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
-    plan.reason = "N=" + std::to_string(p.intermediate_size) + " <= " + std::to_string(kRouterTable.fused_max_n) +
+    if (in.want_reason)
+      plan.reason = "N=" + std::to_string(p.intermediate_size) + " <= " + std::to_string(kRouterTable.fused_max_n) +
                   " and slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.fused_max_slots) +
                   ": launches dominate, one fused launch";
     return plan;
@@ -184,7 +206,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   const double tpe = plan.tokens_per_expert;
   const bool fp8 = p.scheme != Scheme::kBf16;
   const RouterTable& t = kRouterTable;
-  std::ostringstream why;
+  ReasonStream why(in.want_reason);
   why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
       << " touched of " << p.num_experts << ")";
   const std::int64_t N = p.intermediate_size;

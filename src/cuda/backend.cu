@@ -227,8 +227,11 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   }
   in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
   in.decode_in_auto = detail::decode_in_auto_enabled();
+  // A call (log) needs the reason only to print it; describe_dispatch (!log) returns it.
+  const bool print = log && detail::log_dispatch_enabled();
+  in.want_reason = !log || print;
   detail::DispatchPlan plan = detail::choose_paths(p, in);
-  if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
+  if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
 }
 
