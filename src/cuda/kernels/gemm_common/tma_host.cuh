@@ -6,6 +6,7 @@
 #include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <sstream>
@@ -83,10 +84,18 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
 
 // "" when the current device is an sm_90 GPU and the driver encodes TMA descriptors; otherwise
 // why not. Never throws (a failed query is cleared).
+// The devices (0..63) that passed are remembered (their compute capability and the driver's
+// entry point cannot change within a process): the router asks this four times per call.
 inline std::string sm90_tma_unsupported_reason() {
+  static std::atomic<std::uint64_t> passed{0};
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "no usable CUDA device";
+  }
+  const std::uint64_t bit = dev >= 0 && dev < 64 ? std::uint64_t{1} << dev : 0;
+  if (bit != 0 && (passed.load(std::memory_order_acquire) & bit) != 0) return {};
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
     cudaGetLastError();
     return "no usable CUDA device";
@@ -97,6 +106,7 @@ inline std::string sm90_tma_unsupported_reason() {
     return os.str();
   }
   if (!sm90::encode_tiled_fn()) return "cuTensorMapEncodeTiled not available from the driver";
+  passed.fetch_or(bit, std::memory_order_acq_rel);
   return {};
 }
 
