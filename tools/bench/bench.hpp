@@ -99,8 +99,10 @@ struct Row {
   // enqueued). Median and p90 over host_iters calls, each timed alone, the stream drained every
   // kHostSyncEvery calls outside the timed regions. host_validate_us: moekit::describe(args) alone
   // (validate.cpp's resolve); host_plan_us: moekit::describe_dispatch alone (the device check and
-  // the router with its can_implement queries); host_launch_us = host_us - both, the rest
-  // (workspace check, parameter setup, the launches), a difference of medians, so an estimate.
+  // the router with its can_implement queries; it also spells out the reason and re-checks the
+  // device, which a call does not, so it bounds the router's share from above); host_launch_us =
+  // host_us - both, the rest (workspace check, parameter setup, the launches), a difference of
+  // medians, so an estimate (a lower bound, for the same reason).
   std::optional<double> host_us, host_p90_us, host_validate_us, host_plan_us, host_launch_us;
   std::string timing;                // "graph", "eager" (CUDA) or "wall" (CPU)
   std::int64_t touched_experts = 0;
