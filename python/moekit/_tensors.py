@@ -38,8 +38,14 @@ def is_numpy(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
+_TORCH_DTYPES: Optional[tuple] = None  # (the torch module, its table): built once, not per tensor
+
+
 def _torch_dtypes():
+    global _TORCH_DTYPES
     torch = torch_module()
+    if _TORCH_DTYPES is not None and _TORCH_DTYPES[0] is torch:
+        return _TORCH_DTYPES[1]
     table = {
         torch.bfloat16: _C.DType.kBf16,
         torch.float16: _C.DType.kFp16,
@@ -49,6 +55,7 @@ def _torch_dtypes():
     }
     if hasattr(torch, "float8_e4m3fn"):
         table[torch.float8_e4m3fn] = _C.DType.kFp8E4m3
+    _TORCH_DTYPES = (torch, table)
     return table
 
 

@@ -1,4 +1,6 @@
 // The public entry points: validate once (validate.cpp), pick the backend, run it.
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -31,14 +33,23 @@ Backend pick_backend(Backend requested, Device device) {
   return b;
 }
 
+// The devices (0..63) whose device_ok has passed in this process. What it checks (the device
+// exists, is compute capability 9.0, its kernels loaded) cannot change within a process, so an
+// eager call pays its queries (cudaGetDeviceCount, two attributes, the current device) once per
+// device rather than per call; a device that failed is asked again, so the error is the same.
+std::atomic<std::uint64_t> g_devices_ok{0};
+
 const CudaBackendV1& require_cuda(int device) {
   const CudaBackendV1* cuda = cuda_backend();
   if (cuda == nullptr)
     throw Error(Status::kNotSupported,
                 "this build of moekit has no CUDA backend (configure with -DMOEKIT_ENABLE_CUDA=ON "
                 "and link moekit::cuda)");
+  const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
+  if (bit != 0 && (g_devices_ok.load(std::memory_order_acquire) & bit) != 0) return *cuda;
   std::string why;
   if (!cuda->device_ok(device, &why)) throw Error(Status::kNotSupported, why);
+  g_devices_ok.fetch_or(bit, std::memory_order_acq_rel);
   return *cuda;
 }
 

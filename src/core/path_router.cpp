@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -35,6 +36,28 @@ Requested parse_requested(const char* forced) {
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The reason's stream, made only when the reason is wanted (RouterInputs::want_reason): an
+// ostringstream costs a locale copy per call, and an eager call without MOEKIT_LOG_DISPATCH
+// never reads the reason.
+class ReasonStream {
+ public:
+  explicit ReasonStream(bool on) {
+    if (on) os_.emplace();
+  }
+  template <class T>
+  ReasonStream& operator<<(const T& v) {
+    if (os_) *os_ << v;
+    return *this;
+  }
+  std::string str() const { return os_ ? os_->str() : std::string(); }
+  /// Whether the reason is wanted: statements test it first, so that their arguments (fmt's
+  /// snprintf, to_string) are not evaluated either when it is not.
+  explicit operator bool() const { return os_.has_value(); }
+
+ private:
+  std::optional<std::ostringstream> os_;
+};
 
 std::string fmt(double v) {
   char buf[32];
@@ -167,7 +190,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                                   : -1.0;
     if (plan.local_slots <= max_slots) {
       plan.decode = true;
-      plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
+      if (in.want_reason)
+        plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
                     " and slots " + fmt(plan.local_slots) + " <= " + fmt(max_slots) +
                     ": decode, one launch from routing to combine";
       return plan;
@@ -176,7 +200,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.fused_in_auto && in.fused_ok && p.intermediate_size <= kRouterTable.fused_max_n &&
       plan.local_slots <= kRouterTable.fused_max_slots) {
     plan.fused = true;
-    plan.reason = "N=" + std::to_string(p.intermediate_size) + " <= " + std::to_string(kRouterTable.fused_max_n) +
+    if (in.want_reason)
+      plan.reason = "N=" + std::to_string(p.intermediate_size) + " <= " + std::to_string(kRouterTable.fused_max_n) +
                   " and slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.fused_max_slots) +
                   ": launches dominate, one fused launch";
     return plan;
@@ -184,8 +209,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   const double tpe = plan.tokens_per_expert;
   const bool fp8 = p.scheme != Scheme::kBf16;
   const RouterTable& t = kRouterTable;
-  std::ostringstream why;
-  why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
+  ReasonStream why(in.want_reason);
+  if (why) why << "tokens/expert ~" << fmt(tpe) << " (slots " << fmt(plan.local_slots) << " over ~" << fmt(plan.touched)
       << " touched of " << p.num_experts << ")";
   const std::int64_t N = p.intermediate_size;
   // The early token-major crossover (RouterTable): Swap-AB for the fewest slots, token-major
@@ -194,51 +219,51 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     const bool tiny = N < t.tiny_n;
     const double swapab_slots = tiny ? t.tiny_n_swapab_max_slots : t.early_swapab_max_slots;
     if (plan.local_slots <= swapab_slots) {
-      why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "")
+      if (why) why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "")
           << ": decode, Swap-AB";
       for (int g = 0; g < 2; ++g) {
         if (in.swapab_ok[g]) {
           use_swapab(g);
         } else {
           use_tokmajor(g);
-          why << "; GEMM" << g + 1 << " token-major: " << why_of(g);
+          if (why) why << "; GEMM" << g + 1 << " token-major: " << why_of(g);
         }
       }
     } else if (tiny && !fp8 && tpe <= t.tiny_n_mma_max_tokens_per_expert_bf16) {
-      why << ", N=" << N << " < " << t.tiny_n << " bf16 past " << fmt(swapab_slots) << " slots, <= "
+      if (why) why << ", N=" << N << " < " << t.tiny_n << " bf16 past " << fmt(swapab_slots) << " slots, <= "
           << fmt(t.tiny_n_mma_max_tokens_per_expert_bf16) << " tokens/expert: mma";
       use_mma(0);
       use_mma(1);
     } else {
-      why << ", slots > " << fmt(swapab_slots) << ": token-major wgmma";
+      if (why) why << ", slots > " << fmt(swapab_slots) << ": token-major wgmma";
       use_tokmajor(0);
       use_tokmajor(1);
     }
     plan.reason = why.str();
     return plan;
   }
-  if (p.has_bias13 || p.has_bias2) why << ", expert biases: the late crossovers";
+  if ((p.has_bias13 || p.has_bias2) && why) why << ", expert biases: the late crossovers";
   // The late crossovers, three regimes: Swap-AB at decode, token-major wgmma at prefill, and
   // between them (small shards past 32 slots, where an expert still sees only a few tokens) mma.
   const double limit = fp8 ? t.swapab_max_tokens_per_expert_fp8 : t.swapab_max_tokens_per_expert_bf16;
   bool swapab = false;
   if (fp8 && N < t.mid_n) {
     swapab = tpe <= t.mid_n_max_tokens_per_expert_fp8;
-    why << ", fp8 with N=" << N << " < " << t.mid_n << ": Swap-AB up to " << fmt(t.mid_n_max_tokens_per_expert_fp8)
+    if (why) why << ", fp8 with N=" << N << " < " << t.mid_n << ": Swap-AB up to " << fmt(t.mid_n_max_tokens_per_expert_fp8)
         << " tokens/expert, token-major above";
   } else if (N < t.small_n) {
     swapab = plan.local_slots <= t.small_n_max_slots;
-    why << ", N=" << N << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots) << " slots";
+    if (why) why << ", N=" << N << " < " << t.small_n << ": Swap-AB only up to " << fmt(t.small_n_max_slots) << " slots";
   } else if (N < t.mid_n) {
     swapab = tpe <= t.mid_n_max_tokens_per_expert_bf16;
-    why << ", N=" << N << " < " << t.mid_n << ": Swap-AB only up to " << fmt(t.mid_n_max_tokens_per_expert_bf16)
+    if (why) why << ", N=" << N << " < " << t.mid_n << ": Swap-AB only up to " << fmt(t.mid_n_max_tokens_per_expert_bf16)
         << " tokens/expert";
   } else {
     swapab = tpe <= limit;
-    why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : "");
+    if (why) why << (swapab ? " <= " : " > ") << fmt(limit) << (swapab ? ": decode, Swap-AB" : "");
   }
   const bool prefill = !swapab && (tpe > limit || (fp8 && N < t.mid_n));
-  if (prefill) why << ": prefill, token-major wgmma";
+  if (prefill && why) why << ": prefill, token-major wgmma";
   for (int g = 0; g < 2; ++g) {
     if (swapab && in.swapab_ok[g]) {
       use_swapab(g);
@@ -246,8 +271,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       use_tokmajor(g);
     } else {
       use_mma(g);
-      if (swapab) why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
-      if (prefill) why << "; GEMM" << g + 1 << " on mma: " << in.tokmajor_why[g];
+      if (swapab && why) why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
+      if (prefill && why) why << "; GEMM" << g + 1 << " on mma: " << in.tokmajor_why[g];
     }
   }
   plan.reason = why.str();

@@ -132,6 +132,10 @@ struct RouterInputs {
   bool decode_ok = false;           ///< the single-launch decode path can run this call
   bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
   std::string decode_why = "the single-launch decode path is not built in this version of moekit";
+  /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
+  /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
+  /// eager call and nothing else reads it. The choice itself does not depend on it.
+  bool want_reason = true;
 };
 
 struct GemmChoice {

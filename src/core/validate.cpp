@@ -62,12 +62,29 @@ std::string strides_string(const TensorView& v) {
 // "w13 [8, 256, 128]": how a tensor is named in messages that cite it as the source of a size.
 std::string cite(const char* name, const TensorView& v) { return std::string(name) + " " + v.shape_string(); }
 
-// One expected dimension: a label ("2N"), its value (-1 = any) and where the value came from
-// ("hidden [16, 4096]"; empty when the tensor being checked defines it).
+// Where a size came from, as messages cite it: a tensor ("hidden [16, 4096]") or a routing
+// parameter ("routing.top_k=8"); empty when the tensor being checked defines it. Spelled out only
+// when a message needs it: a call that passes validation builds no strings.
+struct Src {
+  const char* name = nullptr;         // null: no source
+  const TensorView* view = nullptr;   // the tensor cited, or null for "name=value"
+  std::int64_t value = 0;
+
+  static Src tensor(const char* name, const TensorView& v) { return Src{name, &v, 0}; }
+  static Src param(const char* name, std::int64_t value) { return Src{name, nullptr, value}; }
+  bool empty() const { return name == nullptr; }
+  std::string str() const {
+    if (name == nullptr) return std::string();
+    if (view != nullptr) return cite(name, *view);
+    return std::string(name) + "=" + std::to_string(value);
+  }
+};
+
+// One expected dimension: a label ("2N"), its value (-1 = any) and where the value came from.
 struct Dim {
   const char* label;
   std::int64_t value;
-  std::string source;
+  Src source;
 };
 
 // Checks that v has exactly `dims`. The message lists the expected dims with their values and
@@ -96,13 +113,14 @@ void expect_shape(const char* name, const TensorView& v, std::initializer_list<D
     else if (same_rank) expected += "=" + str(v.shape[i]);
     ++i;
     if (d.source.empty()) continue;
+    const std::string source = d.source.str();
     bool found = false;
     for (auto& s : sources)
-      if (s.first == d.source) {
+      if (s.first == source) {
         s.second += std::string(", ") + d.label;
         found = true;
       }
-    if (!found) sources.emplace_back(d.source, d.label);
+    if (!found) sources.emplace_back(source, d.label);
   }
   expected += "]";
   std::string msg = std::string(name) + " has shape " + v.shape_string() + ", expected " + expected;
@@ -151,14 +169,18 @@ void check_view(const char* name, const TensorView& v) {
   }
 }
 
-void require(const char* name, const TensorView& v, const char* why) {
-  if (!v.present()) fail(std::string(name) + " is required" + (why[0] ? std::string(" ") + why : std::string()) + " but absent");
+// `why` is why + why2 (two pieces, so that the caller builds no string when the check passes).
+void require(const char* name, const TensorView& v, const char* why, const char* why2 = "") {
+  if (v.present()) return;
+  const std::string w = std::string(why) + why2;
+  fail(std::string(name) + " is required" + (w.empty() ? std::string() : " " + w) + " but absent");
 }
 
-void expect_dtype(const char* name, const TensorView& v, DType want, const std::string& why = "") {
-  if (v.dtype != want)
-    fail(std::string(name) + " has dtype " + dtype_str(v.dtype) + ", expected " + dtype_name(want) +
-         (why.empty() ? "" : " " + why));
+void expect_dtype(const char* name, const TensorView& v, DType want, const char* why = "", const char* why2 = "") {
+  if (v.dtype == want) return;
+  const std::string w = std::string(why) + why2;
+  fail(std::string(name) + " has dtype " + dtype_str(v.dtype) + ", expected " + dtype_name(want) +
+       (w.empty() ? "" : " " + w));
 }
 
 // All tensors of a call share one device: the first present tensor sets it.
@@ -216,22 +238,22 @@ void check_activation(const ActivationConfig& a) {
 // Routing parameters against E_global experts. A parameter that only another method reads is an
 // error when set away from its default: silently ignoring it would give a silent wrong answer
 // (e.g. DeepSeek-V2's group-limited softmax is not what softmax_topk computes).
-void check_routing(const RoutingConfig& r, std::int64_t e_global, const std::string& e_source) {
+void check_routing(const RoutingConfig& r, std::int64_t e_global, const Src& e_source) {
   const int m = static_cast<int>(r.method);
   if (m < 0 || m > static_cast<int>(RoutingMethod::kTopkSoftmax))
     fail("unknown routing method " + std::to_string(m) +
          " (expected 0..2: softmax_topk, sigmoid_grouped_topk, topk_softmax)");
-  const std::string method = routing_method_name(r.method);
+  const char* method = routing_method_name(r.method);
   if (r.top_k < 1) fail("routing.top_k must be >= 1, got " + std::to_string(r.top_k));
   if (r.top_k > e_global)
     fail("routing.top_k=" + std::to_string(r.top_k) + " is larger than the number of experts E_global=" +
-         str(e_global) + " from " + e_source);
+         str(e_global) + " from " + e_source.str());
   if (!std::isfinite(r.routed_scaling_factor) || !(r.routed_scaling_factor > 0.0f))
     fail("routing.routed_scaling_factor must be finite and > 0, got " + fmt_float(r.routed_scaling_factor));
   if (r.method == RoutingMethod::kSigmoidGroupedTopk) {
     if (r.num_groups < 1 || e_global % r.num_groups != 0)
       fail("routing.num_groups=" + std::to_string(r.num_groups) + " must be >= 1 and divide E_global=" + str(e_global) +
-           " from " + e_source);
+           " from " + e_source.str());
     if (r.topk_groups < 1 || r.topk_groups > r.num_groups)
       fail("routing.topk_groups=" + std::to_string(r.topk_groups) + " must be in [1, num_groups=" +
            std::to_string(r.num_groups) + "]");
@@ -291,9 +313,9 @@ MoeCall resolve_experts(const FusedExpertsArgs& a, const RoutingConfig* routing,
   require("out", a.out, "");
   require("w13", w.w13, "");
   require("w2", w.w2, "");
-  expect_shape("hidden", a.hidden, {{"M", -1, ""}, {"K", -1, ""}});
+  expect_shape("hidden", a.hidden, {{"M", -1, {}}, {"K", -1, {}}});
   const std::int64_t M = a.hidden.shape[0], K = a.hidden.shape[1];
-  const std::string h_src = cite("hidden", a.hidden);
+  const Src h_src = Src::tensor("hidden", a.hidden);
   if (a.hidden.dtype != DType::kBf16 && a.hidden.dtype != DType::kFp16)
     fail("hidden has dtype " + dtype_str(a.hidden.dtype) + ", expected bf16 or fp16");
   if (K < 1) fail("hidden has shape " + a.hidden.shape_string() + ": K (hidden size) must be >= 1");
@@ -303,30 +325,30 @@ MoeCall resolve_experts(const FusedExpertsArgs& a, const RoutingConfig* routing,
   expect_dtype("out", a.out, act, "(the dtype of hidden)");
 
   // w13 defines E and 2N.
-  expect_shape("w13", w.w13, {{"E", -1, ""}, {"2N", -1, ""}, {"K", K, h_src}});
+  expect_shape("w13", w.w13, {{"E", -1, {}}, {"2N", -1, {}}, {"K", K, h_src}});
   const std::int64_t E = w.w13.shape[0], two_n = w.w13.shape[1];
   if (E < 1) fail("w13 has shape " + w.w13.shape_string() + ": E (number of experts) must be >= 1");
   if (two_n < 2 || two_n % 2 != 0)
     fail("w13 has shape " + w.w13.shape_string() + ": dim 1 is 2N (gate rows then up rows) and must be even and >= 2, got " +
          str(two_n));
   const std::int64_t N = two_n / 2;
-  const std::string w_src = cite("w13", w.w13);
+  const Src w_src = Src::tensor("w13", w.w13);
   expect_shape("w2", w.w2, {{"E", E, w_src}, {"K", K, h_src}, {"N", N, w_src}});
 
   // Weight dtypes and scales per scheme.
   const bool fp8 = a.scheme != Scheme::kBf16;
-  const std::string for_scheme = std::string("for scheme ") + scheme_name(a.scheme);
+  const char* scheme = scheme_name(a.scheme);
   if (!fp8) {
-    expect_dtype("w13", w.w13, act, "(the dtype of hidden) " + for_scheme);
-    expect_dtype("w2", w.w2, act, "(the dtype of hidden) " + for_scheme);
+    expect_dtype("w13", w.w13, act, "(the dtype of hidden) for scheme ", scheme);
+    expect_dtype("w2", w.w2, act, "(the dtype of hidden) for scheme ", scheme);
     if (w.w13_scale.present() || w.w2_scale.present())
       fail(std::string(w.w13_scale.present() ? "w13_scale" : "w2_scale") +
            " is given but scheme bf16 has no weight scales (pass the fp8 scheme the weights were quantized with)");
   } else {
-    expect_dtype("w13", w.w13, DType::kFp8E4m3, for_scheme);
-    expect_dtype("w2", w.w2, DType::kFp8E4m3, for_scheme);
-    require("w13_scale", w.w13_scale, for_scheme.c_str());
-    require("w2_scale", w.w2_scale, for_scheme.c_str());
+    expect_dtype("w13", w.w13, DType::kFp8E4m3, "for scheme ", scheme);
+    expect_dtype("w2", w.w2, DType::kFp8E4m3, "for scheme ", scheme);
+    require("w13_scale", w.w13_scale, "for scheme ", scheme);
+    require("w2_scale", w.w2_scale, "for scheme ", scheme);
     expect_dtype("w13_scale", w.w13_scale, DType::kFp32);
     expect_dtype("w2_scale", w.w2_scale, DType::kFp32);
     const std::int64_t bq = kBlockQuant;
@@ -368,37 +390,37 @@ MoeCall resolve_experts(const FusedExpertsArgs& a, const RoutingConfig* routing,
 
   // E_global: expert_map's length, else E.
   std::int64_t e_global = E;
-  std::string e_src = w_src;  // where E_global comes from
+  Src e_src = w_src;  // where E_global comes from
   if (a.expert_map.present()) {
-    expect_shape("expert_map", a.expert_map, {{"E_global", -1, ""}});
+    expect_shape("expert_map", a.expert_map, {{"E_global", -1, {}}});
     expect_dtype("expert_map", a.expert_map, DType::kInt32);
     e_global = a.expert_map.shape[0];
     if (e_global < E)
       fail("expert_map has shape " + a.expert_map.shape_string() + ": E_global=" + str(e_global) +
-           " is smaller than the E=" + str(E) + " local experts of " + w_src);
-    e_src = cite("expert_map", a.expert_map);
+           " is smaller than the E=" + str(E) + " local experts of " + w_src.str());
+    e_src = Src::tensor("expert_map", a.expert_map);
   }
   // Expert ids are int32 (topk_ids), so more experts than that cannot be addressed.
   if (e_global > INT32_MAX)
-    fail("E_global=" + str(e_global) + " from " + e_src + " exceeds the int32 range of expert ids");
+    fail("E_global=" + str(e_global) + " from " + e_src.str() + " exceeds the int32 range of expert ids");
 
   // k: from topk_ids (fused_experts) or routing.top_k (fused_moe, where topk_ids is an output).
   std::int64_t k = 0;
-  std::string k_src;
+  Src k_src;
   if (routing == nullptr) {
     require("topk_ids", a.topk_ids, "");
     require("topk_weights", a.topk_weights, "");
-    expect_shape("topk_ids", a.topk_ids, {{"M", M, h_src}, {"k", -1, ""}});
+    expect_shape("topk_ids", a.topk_ids, {{"M", M, h_src}, {"k", -1, {}}});
     k = a.topk_ids.shape[1];
-    k_src = cite("topk_ids", a.topk_ids);
+    k_src = Src::tensor("topk_ids", a.topk_ids);
     if (k < 1) fail("topk_ids has shape " + a.topk_ids.shape_string() + ": k must be >= 1");
     if (k > e_global)
       fail("topk_ids has shape " + a.topk_ids.shape_string() + ": k=" + str(k) + " is larger than E_global=" +
-           str(e_global) + " from " + e_src);
+           str(e_global) + " from " + e_src.str());
   } else {
     check_routing(*routing, e_global, e_src);
     k = routing->top_k;
-    k_src = "routing.top_k=" + str(k);
+    k_src = Src::param("routing.top_k", k);
     if (a.topk_ids.present()) {
       expect_shape("topk_ids", a.topk_ids, {{"M", M, h_src}, {"k", k, k_src}});
     }
@@ -468,7 +490,7 @@ MoeCall resolve_experts(const FusedExpertsArgs& a, const RoutingConfig* routing,
 
 // router_logits [M, E_global] fp32/bf16 and the optional correction bias [E_global] fp32.
 void check_logits(const TensorView& logits, const TensorView& bias, const RoutingConfig& r, std::int64_t M,
-                  const std::string& m_src, std::int64_t e_global, const std::string& e_src) {
+                  const Src& m_src, std::int64_t e_global, const Src& e_src) {
   expect_shape("router_logits", logits, {{"M", M, m_src}, {"E_global", e_global, e_src}});
   if (logits.dtype != DType::kFp32 && logits.dtype != DType::kBf16)
     fail("router_logits has dtype " + dtype_str(logits.dtype) + ", expected fp32 or bf16");
@@ -499,8 +521,8 @@ MoeCall resolve(const FusedMoeArgs& args, const Options& options) {
   DeviceCheck devices;
   MoeCall call = resolve_experts(a, &args.routing, devices, options);
   const MoeProblem& p = call.problem;
-  const std::string e_src = a.expert_map.present() ? cite("expert_map", a.expert_map) : cite("w13", a.weights.w13);
-  check_logits(args.router_logits, args.e_score_correction_bias, args.routing, p.num_tokens, cite("hidden", a.hidden),
+  const Src e_src = a.expert_map.present() ? Src::tensor("expert_map", a.expert_map) : Src::tensor("w13", a.weights.w13);
+  check_logits(args.router_logits, args.e_score_correction_bias, args.routing, p.num_tokens, Src::tensor("hidden", a.hidden),
                p.num_experts_global, e_src);
   devices.add("router_logits", args.router_logits);
   devices.add("e_score_correction_bias", args.e_score_correction_bias);
@@ -545,16 +567,16 @@ RouteCall resolve(const RouteArgs& args, const Options& options) {
   require("topk_ids", args.topk_ids, "(the output of route)");
   require("topk_weights", args.topk_weights, "(the output of route)");
 
-  expect_shape("router_logits", args.router_logits, {{"M", -1, ""}, {"E_global", -1, ""}});
+  expect_shape("router_logits", args.router_logits, {{"M", -1, {}}, {"E_global", -1, {}}});
   const std::int64_t M = args.router_logits.shape[0], e_global = args.router_logits.shape[1];
-  const std::string l_src = cite("router_logits", args.router_logits);
+  const Src l_src = Src::tensor("router_logits", args.router_logits);
   if (e_global < 1 || e_global > INT32_MAX)
     fail("router_logits has shape " + args.router_logits.shape_string() +
          ": E_global must be >= 1 and fit the int32 range of expert ids");
   check_routing(args.routing, e_global, l_src);
   check_logits(args.router_logits, args.e_score_correction_bias, args.routing, M, l_src, e_global, l_src);
   const std::int64_t k = args.routing.top_k;
-  const std::string k_src = "routing.top_k=" + str(k);
+  const Src k_src = Src::param("routing.top_k", k);
   expect_shape("topk_ids", args.topk_ids, {{"M", M, l_src}, {"k", k, k_src}});
   expect_dtype("topk_ids", args.topk_ids, DType::kInt32);
   expect_shape("topk_weights", args.topk_weights, {{"M", M, l_src}, {"k", k, k_src}});

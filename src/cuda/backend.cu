@@ -211,11 +211,18 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&in.sm_count, cudaDevAttrMultiProcessorCount, device));
   in.forced = forced;
-  in.swapab_ok[0] = can_implement_swapab_sm90(g1, &in.swapab_why[0]);
-  in.swapab_ok[1] = can_implement_swapab_sm90(g2, &in.swapab_why[1]);
-  in.tokmajor_ok[0] = can_implement_tokmajor_sm90(g1, &in.tokmajor_why[0]);
-  in.tokmajor_ok[1] = can_implement_tokmajor_sm90(g2, &in.tokmajor_why[1]);
-  in.fused_ok = can_implement_fused_sm90(p, &in.fused_why);
+  // A call (log) needs the reason only to print it; describe_dispatch (!log) returns it.
+  const bool print = log && detail::log_dispatch_enabled();
+  in.want_reason = !log || print;
+  // The kernels' reasons for declining are read by the router's reason and by a forced path's
+  // error only: an automatic call that prints nothing does not have them spelled out.
+  const bool need_why = in.want_reason || (forced != nullptr && forced[0] != '\0');
+  auto why = [need_why](std::string& s) { return need_why ? &s : nullptr; };
+  in.swapab_ok[0] = can_implement_swapab_sm90(g1, why(in.swapab_why[0]));
+  in.swapab_ok[1] = can_implement_swapab_sm90(g2, why(in.swapab_why[1]));
+  in.tokmajor_ok[0] = can_implement_tokmajor_sm90(g1, why(in.tokmajor_why[0]));
+  in.tokmajor_ok[1] = can_implement_tokmajor_sm90(g2, why(in.tokmajor_why[1]));
+  in.fused_ok = can_implement_fused_sm90(p, why(in.fused_why));
   if (in.fused_ok) {
     // Its CTAs wait on each other: it launches cooperatively, which this device must support.
     int coop = 0;
@@ -225,10 +232,10 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
       in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
     }
   }
-  in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
+  in.decode_ok = can_implement_decode_sm90(p, in.sm_count, why(in.decode_why));
   in.decode_in_auto = detail::decode_in_auto_enabled();
   detail::DispatchPlan plan = detail::choose_paths(p, in);
-  if (log && detail::log_dispatch_enabled()) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
+  if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
 }
 

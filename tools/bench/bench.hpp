@@ -58,10 +58,17 @@ struct Config {
   bool check = true;
   double check_budget = kCheckBudget;  // or --check-budget
   bool first_call = false;
+  // The host side of one eager call (host_us, CUDA): -1 = for M <= kHostTimeAutoMaxTokens (the
+  // default), 0 = off (--no-host-time), 1 = at every M (--host-time). host_iters calls are timed.
+  int host_time = -1;
+  int host_iters = 200;
   bool quick = false;
   bool op_fused_moe = false;         // --op fused_moe: time routing + experts (else fused_experts)
   std::uint64_t seed = 1;
 };
+
+/// --host-time's default covers the decode sizes eager callers (Hugging Face transformers) run.
+inline constexpr std::int64_t kHostTimeAutoMaxTokens = 64;
 
 /// One measured row of the table and of the JSON (null where not measured).
 struct Row {
@@ -87,6 +94,16 @@ struct Row {
   std::optional<double> check_tol;
   std::optional<bool> check_passed;  // null when the check did not run
   std::optional<double> first_call_us, eager_us;
+  // The host side of one eager call (CUDA; Config::host_time): the wall time until the moekit
+  // call returns on the host, nothing synchronized inside the timed region (the GPU work is only
+  // enqueued). Median and p90 over host_iters calls, each timed alone, the stream drained every
+  // kHostSyncEvery calls outside the timed regions. host_validate_us: moekit::describe(args) alone
+  // (validate.cpp's resolve); host_plan_us: moekit::describe_dispatch alone (the device check and
+  // the router with its can_implement queries; it also spells out the reason and re-checks the
+  // device, which a call does not, so it bounds the router's share from above); host_launch_us =
+  // host_us - both, the rest (workspace check, parameter setup, the launches), a difference of
+  // medians, so an estimate (a lower bound, for the same reason).
+  std::optional<double> host_us, host_p90_us, host_validate_us, host_plan_us, host_launch_us;
   std::string timing;                // "graph", "eager" (CUDA) or "wall" (CPU)
   std::int64_t touched_experts = 0;
   std::string reproduce;

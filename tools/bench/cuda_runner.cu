@@ -151,6 +151,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The q-quantile (0..1) by the nearest rank of the sorted values.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t i = static_cast<std::size_t>(std::clamp(q, 0.0, 1.0) * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // Scale tensor shapes of ops.hpp for [E, R, C] weights.
@@ -383,6 +391,16 @@ class CudaRunner final : public Runner {
       for (int i = 0; i < std::min(iters, 20); ++i) t.push_back(wall_us(call));
       row.eager_us = median(t);
     }
+    // The host side of one eager call (Row::host_us): before the graph capture, on the warm state.
+    if (config_.host_time > 0 || (config_.host_time < 0 && M <= kHostTimeAutoMaxTokens)) {
+      try {
+        measure_host(row, call, [&] { (void)(whole ? describe(margs) : describe(args)); },
+                     [&] { (void)describe_dispatch(described, o); });
+      } catch (const std::exception& e) {
+        cudaGetLastError();
+        notes.push_back(std::string("host timing failed: ") + e.what());
+      }
+    }
     std::string graph_error;
     row.us = time_graph_or_eager(call, iters, &row.timing, &graph_error);
     if (!graph_error.empty()) notes.push_back("graph capture failed (" + graph_error + "), timed eager");
@@ -513,6 +531,42 @@ class CudaRunner final : public Runner {
     flush_read_kernel<<<static_cast<unsigned>(2 * prop_.multiProcessorCount), 1024, 0, stream_>>>(
         static_cast<const uint4*>(flush_.p), n16, static_cast<unsigned*>(flush_.p));
     BENCH_CUDA(cudaGetLastError());
+  }
+
+  // The host side of an eager call: host wall clock from the call to its return, nothing
+  // synchronized inside (the GPU work is only enqueued). Each call is timed alone; the stream is
+  // drained every kHostSyncEvery calls, outside the timed regions, so the queue never backs up
+  // (a full launch queue would block the host inside the call and time the GPU instead). The
+  // validation (`validate`: moekit::describe) and the router (`plan`: moekit::describe_dispatch)
+  // are timed alone the same way: the public calls that run those steps and nothing else, so
+  // the library's hot path carries no timing hook.
+  static constexpr int kHostWarmup = 20;
+  static constexpr int kHostSyncEvery = 8;
+
+  template <class F>
+  std::vector<double> host_times(F&& f, int iters, bool drain) {
+    std::vector<double> t;
+    t.reserve(static_cast<std::size_t>(iters));
+    for (int i = 0; i < kHostWarmup + iters; ++i) {
+      if (drain && i % kHostSyncEvery == 0) BENCH_CUDA(cudaStreamSynchronize(stream_));
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i >= kHostWarmup) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    if (drain) BENCH_CUDA(cudaStreamSynchronize(stream_));
+    return t;
+  }
+
+  template <class Call, class Validate, class Plan>
+  void measure_host(Row& row, Call&& call, Validate&& validate, Plan&& plan) {
+    const int iters = std::max(1, config_.host_iters);
+    const std::vector<double> t = host_times(call, iters, /*drain=*/true);
+    row.host_us = median(t);
+    row.host_p90_us = quantile(t, 0.9);
+    row.host_validate_us = median(host_times(validate, iters, /*drain=*/false));
+    row.host_plan_us = median(host_times(plan, iters, /*drain=*/false));
+    row.host_launch_us = std::max(0.0, *row.host_us - *row.host_validate_us - *row.host_plan_us);
   }
 
   // Host wall clock of one call to completion, L2 flushed (and waited for) before it.

@@ -56,6 +56,15 @@ table; --json writes the results in the format of bench/results/.
   --op inv_rope_fp8_quant       DeepSeek-V4's inverse RoPE + FP8 quantization instead (CUDA; its
                                 options: --tokens, --iters, --rows, --packed, --check, --json)
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
+  --host-time / --no-host-time  the host side of one eager call (CUDA; default: at M <= 64, on
+                                with --host-time at every M, off with --no-host-time): the host
+                                wall time until fused_experts (fused_moe) returns, no sync inside,
+                                median (host_us) and p90 over --host-iters calls timed one by one
+                                (the stream drained every 8 calls, outside the timed regions), and
+                                alone the same way: validation (moekit::describe, host_validate_us)
+                                and the router (moekit::describe_dispatch, host_plan_us);
+                                host_launch_us = host_us minus both (an estimate)
+  --host-iters N                calls timed for host_us (default 200)
   --threads N                   CPU backend threads (default: all cores)
   --seed N                      input seed (default 1)
   --build-info                  print this build's provenance (moekit::build_info()) as JSON, exit
@@ -235,6 +244,13 @@ Cli parse_args(int argc, char** argv) {
         usage_error("bad --check-budget '" + v + "': expected a positive number");
     } else if (a == "--first-call") {
       c.first_call = true;
+    } else if (a == "--host-time") {
+      c.host_time = 1;
+    } else if (a == "--no-host-time") {
+      c.host_time = 0;
+    } else if (a == "--host-iters") {
+      c.host_iters = static_cast<int>(parse_int(value(i), "--host-iters"));
+      if (c.host_iters < 1) usage_error("--host-iters must be >= 1");
     } else if (a == "--threads") {
       c.threads = static_cast<int>(parse_int(value(i), "--threads"));
     } else if (a == "--seed") {
@@ -364,6 +380,10 @@ void print_row(const Row& r) {
     std::printf("  first_call %s us", fmt(r.first_call_us, "%.1f").c_str());
     if (r.eager_us) std::printf(" (steady eager %s us)", fmt(r.eager_us, "%.1f").c_str());
   }
+  if (r.host_us)
+    std::printf("  host %s us (p90 %s; validate %s, plan %s, launch ~%s)", fmt(r.host_us, "%.1f").c_str(),
+                fmt(r.host_p90_us, "%.1f").c_str(), fmt(r.host_validate_us, "%.2f").c_str(),
+                fmt(r.host_plan_us, "%.2f").c_str(), fmt(r.host_launch_us, "%.1f").c_str());
   if (!r.note.empty()) std::printf("  [%s]", r.note.c_str());
   std::printf("\n");
   std::fflush(stdout);
@@ -441,6 +461,10 @@ void write_json(const std::string& path, const std::string& date, const std::str
       << ", \"max_rel_err\": " << json_num(r.max_rel_err);
     if (r.first_call_us) f << ", \"first_call_us\": " << json_num(r.first_call_us);
     if (r.eager_us) f << ", \"eager_us\": " << json_num(r.eager_us);
+    if (r.host_us)
+      f << ", \"host_us\": " << json_num(r.host_us) << ", \"host_p90_us\": " << json_num(r.host_p90_us)
+        << ", \"host_validate_us\": " << json_num(r.host_validate_us) << ", \"host_plan_us\": " << json_num(r.host_plan_us)
+        << ", \"host_launch_us\": " << json_num(r.host_launch_us);
     f << ", \"op\": " << json_str(r.op) << ", \"timing\": " << json_str(r.timing) << ", \"touched_experts\": " << r.touched_experts;
     if (!r.note.empty()) f << ", \"note\": " << json_str(r.note);
     f << ", \"reproduce\": " << json_str(r.reproduce) << "}";

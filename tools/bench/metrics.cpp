@@ -92,6 +92,9 @@ std::string reproduce_command(const Config& config, const Point& point, const ch
   if (!config.check) s << " --no-check";
   if (config.check && config.check_budget != kCheckBudget) s << " --check-budget " << config.check_budget;
   if (config.first_call) s << " --first-call";
+  if (config.host_time > 0) s << " --host-time";
+  if (config.host_time == 0) s << " --no-host-time";
+  if (config.host_iters != 200) s << " --host-iters " << config.host_iters;
   return s.str();
 }
 

@@ -6,6 +6,7 @@
 #include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <sstream>
@@ -34,19 +35,22 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
     case Scheme::kFp8Block128: break;
     default: return "unknown scheme";
   }
-  std::ostringstream os;
+  // Each message builds its own stream: a call that passes (every call on the hot path) makes none.
   if (p.num_experts < 1 || p.num_experts > max_experts) {
+    std::ostringstream os;
     os << "num_experts = " << p.num_experts << ", supported 1.." << max_experts
        << " (the expert table lives in shared memory)";
     return os.str();
   }
   if (p.n_out < 1 || p.k_dim < 1) {
+    std::ostringstream os;
     os << "n_out = " << p.n_out << ", k_dim = " << p.k_dim << ": both must be positive";
     return os.str();
   }
   if (p.max_rows < 0 || p.max_rows > INT32_MAX) return "max_rows outside [0, 2^31)";
   const std::int64_t es = fp8 ? 1 : 2;
   if ((p.k_dim * es) % 16 != 0) {
+    std::ostringstream os;
     os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
        << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
     return os.str();
@@ -70,6 +74,7 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype);
   if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
+    std::ostringstream os;
     os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "
           "block), got N = " << p.n_out;
     return os.str();
@@ -79,10 +84,18 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
 
 // "" when the current device is an sm_90 GPU and the driver encodes TMA descriptors; otherwise
 // why not. Never throws (a failed query is cleared).
+// The devices (0..63) that passed are remembered (their compute capability and the driver's
+// entry point cannot change within a process): the router asks this four times per call.
 inline std::string sm90_tma_unsupported_reason() {
+  static std::atomic<std::uint64_t> passed{0};
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "no usable CUDA device";
+  }
+  const std::uint64_t bit = dev >= 0 && dev < 64 ? std::uint64_t{1} << dev : 0;
+  if (bit != 0 && (passed.load(std::memory_order_acquire) & bit) != 0) return {};
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
     cudaGetLastError();
     return "no usable CUDA device";
@@ -93,6 +106,7 @@ inline std::string sm90_tma_unsupported_reason() {
     return os.str();
   }
   if (!sm90::encode_tiled_fn()) return "cuTensorMapEncodeTiled not available from the driver";
+  passed.fetch_or(bit, std::memory_order_acq_rel);
   return {};
 }
 
