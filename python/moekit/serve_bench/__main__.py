@@ -228,7 +228,7 @@ class Run:
         if a.tarball:
             os.makedirs(os.path.dirname(os.path.abspath(a.tarball)) or ".", exist_ok=True)
             with tarfile.open(a.tarball, "w:gz") as tf:
-                tf.add(self.out, arcname=os.path.basename(os.path.normpath(self.out)) or "serve")
+                tf.add(self.out, arcname="serve")  # tar xzf X -C bench/results -> bench/results/serve/
             print(f"tarball: {a.tarball}")
 
 
