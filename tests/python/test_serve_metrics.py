@@ -197,6 +197,7 @@ def test_sizes_and_parsers():
 class FakeOutput:
     def __init__(self, rid, times, error=None):
         self.request_id, self.timestamps, self.error = rid, times, error
+        self.generated_tokens = [0] * len(times)
 
     def is_finished(self):
         return True

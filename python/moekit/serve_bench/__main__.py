@@ -419,6 +419,12 @@ def _profile(a, run: Run, model, mname: str, impl: str, dry: bool) -> None:
             apply_impl(model, impl) if model.config._experts_implementation != _expected_impl(impl) else None
             res = profile_decode(model, c, ctx_len, steps=a.profile_steps, seed=a.seed, prefill=prefill_with_grouped)
             res.update(model=mname, implementation=impl, layers=model.config.num_hidden_layers)
+            # Against the serving run at the same concurrency: what the engine adds per step.
+            for pt in run.summary["points"]:
+                if (pt["model"]["preset"], pt["implementation"], pt["concurrency"]) == (mname, impl, c):
+                    itl = pt["metrics"].get("median_itl_ms")
+                    res["serving_median_itl_ms"] = itl
+                    res["engine_overhead_ms_per_step"] = None if itl is None else itl - res["gpu_ms_per_step"]
             run.summary["profiles"].append(res)
             print(f"profile {mname}/{impl} c={c}: step GPU {_fmt(res['gpu_ms_per_step'], 2)} ms of "
                   f"{_fmt(res['wall_ms_per_step'], 2)} ms wall; MoE blocks {_fmt(100 * (res['moe_share_of_step_gpu'] or 0))}% "

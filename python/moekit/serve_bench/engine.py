@@ -234,6 +234,11 @@ class Engine:
                 continue
             req, start = inflight.pop(out.request_id)
             times = list(out.timestamps or [])
+            # One stamp per generated token; a token the engine dropped past the limit (its "useless
+            # token" warning, async batching) may still have been stamped: keep the first n.
+            n_gen = len(getattr(out, "generated_tokens", None) or [])
+            if 0 < n_gen < len(times):
+                times = times[:n_gen]
             ok = out.error is None and len(times) > 0
             err = out.error if out.error is not None else (None if times else "no token timestamps")
             results.append(RequestResult(req.prompt_len, start, times, ok, err, req.output_len))

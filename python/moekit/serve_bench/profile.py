@@ -135,5 +135,4 @@ def profile_decode(model, concurrency: int, context: int, steps: int = 5, warmup
         res[f"{key}_gpu_ms_per_step"] = per_step
         res[f"{key}_share_of_step_gpu"] = (per_step * 1e3 / step_us) if step_us > 0 else None
     res["gpu_busy_share_of_wall"] = (res["gpu_ms_per_step"] / wall_ms) if wall_ms > 0 else None
-    del cache
     return res
