@@ -296,7 +296,9 @@ def sweep(a, dry: bool = False) -> int:
         master = W.make_requests(spec, max(spec.num_prompts(c) for c in conc))
         warm = [W.Request(r.index, r.prompt, min(r.output_len, 8)) for r in W.make_requests(spec, max_c, "warmup")]
         for k, impl in enumerate(impls):
-            impl_budget = _time_left(a) / (len(impls) - k) if not dry else 1e9
+            left_impls = len(impls) - k
+            reserve = 25.0 * left_impls if a.profile else 0.0  # the profile pass after each implementation
+            impl_budget = max(_time_left(a) - reserve, 0.0) / left_impls if not dry else 1e9
             impl_end = time.time() + impl_budget
             rec: Dict[str, Any] = {"model": mname, "implementation": impl}
             run.summary["implementations"].append(rec)
