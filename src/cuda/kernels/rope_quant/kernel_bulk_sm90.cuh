@@ -126,7 +126,6 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
     }
     fence_mbarrier_init_cluster();  // visible to the async proxy (the bulk copies' complete_tx)
   }
-  if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), (kC + 1) * 32);
   __syncthreads();
 
   if (warp == kC) {
@@ -257,6 +256,8 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
       }
     }
   }
+  // Padded token rows [T, Tp) of the scales: CTA 0's consumers, after their rows (off the start).
+  if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), kC * 32);
 }
 
 }  // namespace moekit::cuda

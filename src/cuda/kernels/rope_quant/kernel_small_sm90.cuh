@@ -24,13 +24,13 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32)
   constexpr int kChunks = kD / 256;
   static_assert(kD == 512, "zero_padding_all_heads and the cos/sin lanes assume 512 channels");
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), Cfg::kWarps * 32);
 
-  const std::int64_t H = p.num_heads;
-  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * Cfg::kWarps + warp;  // warp-uniform
-  if (r >= p.num_tokens * H) return;
+  // 32-bit row indices (the launcher: T * H < 2^31), so no 64-bit division precedes the loads.
+  const unsigned H = static_cast<unsigned>(p.num_heads);
+  const unsigned r = blockIdx.x * Cfg::kWarps + static_cast<unsigned>(warp);  // warp-uniform
+  if (r >= static_cast<unsigned>(p.num_tokens) * H) return;
   const std::int64_t t = r / H;
-  const int h = static_cast<int>(r - t * H);
+  const int h = static_cast<int>(r - static_cast<unsigned>(t) * H);
   const int g = h / p.heads_per_group, hh = h % p.heads_per_group;
   const int nope = kD - p.rope_dim, half = p.rope_dim >> 1;
   const int c_last = (lane + 32 * (kChunks - 1)) * 8;
@@ -60,6 +60,8 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32)
   } else {
     load_cos_sin(p, pos, c_last, nope, half, cs);
   }
+  // Padded token rows of the scales, by the first warp (row 0 always exists), while the loads fly.
+  if (r == 0) zero_padding_all_heads(p, lane, 32);
 
   // 3. The math (chunk 0, which holds no rotated channel, before the last chunk's rotation).
   quantize_row<kD, true>(p, x, cs, ok, t, g, hh, nope, lane);

@@ -83,9 +83,7 @@ void launch_pipe(const InvRopeQuantParams& p, int blocks, cudaStream_t stream) {
 // The latency-first kernel: one warp a row, rows past T * H exit.
 void launch_small(const InvRopeQuantParams& p, cudaStream_t stream) {
   using Cfg = InvRopeQuantSmall;
-  const std::int64_t blocks = (p.num_tokens * p.num_heads + Cfg::kWarps - 1) / Cfg::kWarps;
-  if (blocks > 0x7fffffff)
-    throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): T=" + std::to_string(p.num_tokens) + " is beyond the grid");
+  const std::int64_t blocks = (p.num_tokens * p.num_heads + Cfg::kWarps - 1) / Cfg::kWarps;  // T * H < 2^31
   inv_rope_quant_small_sm90_kernel<Cfg><<<static_cast<unsigned>(blocks), Cfg::kWarps * 32, 0, stream>>>(p);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
@@ -208,7 +206,7 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
   const int resident_bulk = bulk_resident_ctas<InvRopeQuantBulk>(device);
   if (k == RopeQuantKernel::kAuto) k = p.num_tokens <= kRopeQuantSmallMaxTokens ? RopeQuantKernel::kSmall : RopeQuantKernel::kBulk;
-  if (k == RopeQuantKernel::kSmall) {
+  if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
     g_last_kernel = "small";
     return launch_small(p, st);
   }
