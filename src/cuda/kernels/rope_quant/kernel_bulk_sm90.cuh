@@ -1,8 +1,8 @@
 // The bandwidth inv_rope_fp8_quant kernel (config.hpp InvRopeQuantBulkConfig), for large T: a
 // persistent grid of warp-specialized CTAs. One producer warp streams tiles of kRows (token, head)
 // rows into a kStages-deep shared-memory ring with 1D bulk copies (cp.async.bulk, one instruction
-// a 1 KB row, completing on the stage's mbarrier), the positions kLag tiles ahead (cp.async), and
-// each tile's cos/sin rows once its positions landed; consumer warps take two rows each a tile.
+// a 1 KB row, completing on the stage's mbarrier), the positions kPosAhead tiles ahead (cp.async),
+// each tile's cos/sin rows right after its rows; consumer warps take two rows each a tile.
 // The same float operations per element as the other kernels (kernel_sm90.cuh: inverse_rotate,
 // scale_exponent, e4m3x2), so the same bytes; only the lanes' channel layout differs.
 #pragma once
@@ -24,7 +24,7 @@ namespace rope_quant {
 // over and the warp's 16-byte reads (quarter-warp = one block of both rows) are conflict-free.
 constexpr int kBulkRowPitch = 1040;
 constexpr int kBulkCsPitch = 256;  // floats of a cos/sin row: rope_dim <= 64
-constexpr int kBulkPosRing = 4;    // producer's position ring (> kLag)
+constexpr int kBulkPosRing = 4;    // producer's position ring (> kPosAhead)
 
 template <int kRows, int kStages>
 struct BulkSmem {
@@ -90,11 +90,13 @@ __device__ __forceinline__ float absmax8(const float (&y)[8], float a) {
 // The tile schedule: CTA c takes tiles c, c + gridDim.x, ... (tile k = rows k * kRows ..+kRows of
 // the token-major order r = t * H + h, so its rows share a few tokens' positions and cos/sin rows).
 // Producer iteration k: wait for stage k % S to be empty, bulk-copy tile k's rows into it
-// (arrival 1 of full[k % S], with their bytes), cp.async tile k's positions into the ring
-// (one group per iteration); then, for tile j = k - kLag, wait for its positions (group j), mark
-// each token's position valid or not, bulk-copy the valid tokens' cos/sin rows (arrival 2, with
-// their bytes). So the rows of tile k are in flight S tiles before they are used, its cos/sin
-// S - kLag tiles before, and no copy ever waits for a position that was not loaded kLag tiles ago.
+// (arrival 1 of full[k % S], with their bytes); wait for tile k's positions (cp.async'd kAhead
+// iterations earlier into a lane-private ring, one group an iteration), mark each token's position
+// valid or not, bulk-copy the valid tokens' cos/sin rows (arrival 2, with their bytes); cp.async
+// tile k + kAhead's positions. So a tile's rows and cos/sin rows are both in flight S - 1 tiles
+// before they are used, and the position -> cos/sin chain costs the stream nothing once the
+// positions run kAhead tiles ahead (at one tile a CTA, e.g. small T, the rows are issued before the
+// wait: max(rows, position -> cos/sin) latency).
 template <class Cfg>
 __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlocksPerSm)
     inv_rope_quant_bulk_sm90_kernel(const __grid_constant__ InvRopeQuantParams p) {
@@ -104,10 +106,10 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
   constexpr int kS = Cfg::kStages;
   constexpr int kC = Cfg::kConsumerWarps;
   constexpr int kR = Cfg::kRows;  // 2 rows a consumer warp
-  constexpr int kLag = Cfg::kLag;
+  constexpr int kAhead = Cfg::kPosAhead;
   static_assert(kD == 512 && Cfg::kMaxRopeDim == 64, "the tail is channels 448..511");
   static_assert(kR == 2 * kC && kR <= 32, "a producer lane per row and per token");
-  static_assert(kLag >= 1 && kLag < kS && kLag < kBulkPosRing, "positions kLag tiles ahead of their cos/sin");
+  static_assert(kAhead >= 1 && kAhead < kBulkPosRing, "a tile's position slot is refilled kAhead tiles after it was read");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   BulkSmem<kR, kS>& sm = *reinterpret_cast<BulkSmem<kR, kS>*>(smem_raw);
 
@@ -132,41 +134,51 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
     // ---- producer warp ----
     const std::uint64_t policy = createpolicy_evict_first();  // o is read once
     const int cs_bytes = p.rope_dim * 4;                        // a multiple of 16 (launcher)
-    for (int k = 0; k < n + kLag; ++k) {
+    // Tile k's first row, its row count and its tokens [tf, tf + ntok).
+    auto tile_rows = [&](int k, int& r0, int& nrows, int& tf, int& ntok) {
+      r0 = (first + k * stride) * kR;
+      nrows = min(kR, TH - r0);
+      tf = r0 / H;
+      ntok = (r0 + nrows - 1) / H - tf + 1;
+    };
+    // Tile k's positions into ring slot k: one cp.async a token lane, one group (empty past the
+    // CTA's last tile, so that group i is always tile i's).
+    auto issue_positions = [&](int k) {
       if (k < n) {
-        const int s = k & (kS - 1);
-        mbar_wait(smem_addr(&sm.empty[s]), ((k / kS) & 1) ^ 1);  // first round: returns at once
-        const int r0 = (first + k * stride) * kR;
-        const int nrows = min(kR, TH - r0);
-        const std::uint32_t full = smem_addr(&sm.full[s]);
-        if (lane == 0) mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(nrows) * 1024u);
-        if (lane < nrows) {
-          const int r = r0 + lane, t = r / H, h = r - t * H;
-          const std::uint16_t* src = p.o + static_cast<std::int64_t>(t) * p.o_stride_t + static_cast<std::int64_t>(h) * p.o_stride_h;
-          bulk_copy_g2s_hint(smem_addr(&sm.x[s][lane * kBulkRowPitch]), src, 1024u, full, policy);
-        }
-        const int tf = r0 / H, ntok = (r0 + nrows - 1) / H - tf + 1;
+        int r0, nrows, tf, ntok;
+        tile_rows(k, r0, nrows, tf, ntok);
         cp_async_8_if(lane < ntok, smem_addr(&sm.pos[k & (kBulkPosRing - 1)][lane]),
                       p.positions + static_cast<std::int64_t>(tf + (lane < ntok ? lane : 0)) * p.pos_stride);
       }
-      cp_async_commit();  // one group per iteration (empty past the last tile)
-      const int j = k - kLag;
-      if (j >= 0) {
-        cp_async_wait<kLag>();  // groups 0..j: tile j's positions
-        const int s = j & (kS - 1);
-        const int r0 = (first + j * stride) * kR;
-        const int nrows = min(kR, TH - r0);
-        const int tf = r0 / H, ntok = (r0 + nrows - 1) / H - tf + 1;
-        const long long pos = lane < ntok ? sm.pos[j & (kBulkPosRing - 1)][lane] : -1;
-        const bool ok = lane < ntok && pos >= 0 && pos < p.max_pos;
-        if (lane < kR) sm.ok[s][lane] = ok ? 1 : 0;
-        const unsigned okmask = __ballot_sync(0xffffffffu, ok);
-        __syncwarp();  // the ok flags before lane 0's arrival releases them
-        const std::uint32_t full = smem_addr(&sm.full[s]);
-        if (lane == 0) mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(okmask) * cs_bytes));
-        if (ok && cs_bytes > 0)
-          bulk_copy_g2s(smem_addr(&sm.cs[s][lane][0]), p.cos_sin + pos * p.cache_stride, static_cast<std::uint32_t>(cs_bytes), full);
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) issue_positions(k);
+    for (int k = 0; k < n; ++k) {
+      const int s = k & (kS - 1);
+      int r0, nrows, tf, ntok;
+      tile_rows(k, r0, nrows, tf, ntok);
+      const std::uint32_t full = smem_addr(&sm.full[s]);
+      // 1. The rows (arrival 1 of the stage), as soon as the stage is free.
+      mbar_wait(smem_addr(&sm.empty[s]), ((k / kS) & 1) ^ 1);  // first round: returns at once
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(nrows) * 1024u);
+      if (lane < nrows) {
+        const int r = r0 + lane, t = r / H, h = r - t * H;
+        const std::uint16_t* src = p.o + static_cast<std::int64_t>(t) * p.o_stride_t + static_cast<std::int64_t>(h) * p.o_stride_h;
+        bulk_copy_g2s_hint(smem_addr(&sm.x[s][lane * kBulkRowPitch]), src, 1024u, full, policy);
       }
+      // 2. The cos/sin rows (arrival 2): tile k's positions were issued kAhead tiles ago.
+      cp_async_wait<kAhead - 1>();  // groups 0..k landed
+      const long long pos = lane < ntok ? sm.pos[k & (kBulkPosRing - 1)][lane] : -1;
+      const bool ok = lane < ntok && pos >= 0 && pos < p.max_pos;
+      if (lane < kR) sm.ok[s][lane] = ok ? 1 : 0;
+      const unsigned okmask = __ballot_sync(0xffffffffu, ok);
+      __syncwarp();  // the ok flags before lane 0's arrival releases them
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(okmask) * cs_bytes));
+      if (ok && cs_bytes > 0)
+        bulk_copy_g2s(smem_addr(&sm.cs[s][lane][0]), p.cos_sin + pos * p.cache_stride, static_cast<std::uint32_t>(cs_bytes), full);
+      // 3. The positions of tile k + kAhead (its ring slot was read kBulkPosRing - kAhead tiles ago).
+      issue_positions(k + kAhead);
     }
     cp_async_wait_all_groups();
     return;
