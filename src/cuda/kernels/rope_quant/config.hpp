@@ -83,7 +83,7 @@ struct InvRopeQuantBulkConfig {
 };
 // The default: 8 consumer warps (16-row tiles of 16.25 KB + 4 KB of cos/sin), 4 stages, positions 2
 // tiles ahead of the rows: 84,352 B of dynamic shared memory, 2 CTAs (18 warps) a SM, up to 128 KB
-// of o in flight a SM (Little: ~47 KB needed at 4.1 TB/s). ~150 SASS instructions a row in the
+// of o in flight a SM (Little: ~47 KB needed at 4.1 TB/s). ~185 SASS instructions a row in the
 // consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
 using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
