@@ -66,6 +66,8 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"ep_combine_sm90_kernel", 2},
       {"inv_rope_quant_sm90_kernel", 1},  // rope_quant: the register kernel (2 rows a warp)
       {"inv_rope_quant_pipe_sm90_kernel", 2},  // rope_quant: the pipelined kernel, 4 and 8 stages
+      {"inv_rope_quant_small_sm90_kernel", 1},  // rope_quant: the latency-first kernel
+      {"inv_rope_quant_bulk_sm90_kernel", 1},   // rope_quant: the bulk-copy kernel
       {"decode_sm90_kernel", 4},          // decode: bf16, fp16, e4m3 with bf16 / fp16 activations
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;

@@ -5,7 +5,8 @@
 // V4-Flash / V4-Pro TP8 heads, head counts that do not divide the pipelined kernel's warp count
 // (its row walk carries), rope widths on both sides of the pipelined kernel's 64, strided inputs
 // and outputs, positions 0 and max_pos - 1, zero blocks, NaN / Inf, a position outside the cache
-// (NaN row), CUDA-graph replay, poisoned outputs; every config (MOEKIT_ROPE_QUANT_ROWS 2, 4, 8).
+// (NaN row), CUDA-graph replay, poisoned outputs; every kernel (MOEKIT_ROPE_KERNEL auto, small,
+// bulk, pipe4, pipe8, reg), each checked to have really run where it can run the problem.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "common/cuda_test.hpp"
+#include "cuda/kernels/rope_quant/config.hpp"
+#include "cuda/kernels/rope_quant/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
 namespace {
@@ -206,19 +209,32 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
     }
 }
 
-// The configs of config.hpp by their MOEKIT_ROPE_QUANT_ROWS value: the register kernel (2), the
-// pipelined kernel at 4 (the default) and 8 stages.
-constexpr const char* kConfigs[] = {"2", "4", "8"};
+// The kernels of config.hpp by their MOEKIT_ROPE_KERNEL value: auto (by T), the latency-first
+// kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8 stages, the register kernel.
+constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "reg"};
 
-// The reference once, then the kernel in every config, each into freshly poisoned outputs.
+// The kernel a forced MOEKIT_ROPE_KERNEL value must run on problem p (the launcher hands a problem
+// a kernel cannot run on to the next one: bulk -> pipe4 -> reg), so a silent fallback fails.
+std::string expected_kernel(const Problem& p, const std::string& k) {
+  const bool pipe_ok = p.rope <= 64;  // the test problems' head counts all fit the pipelined grid
+  const bool bulk_ok = p.rope <= 64 && p.rope % 4 == 0;  // the test caches are 16-byte aligned
+  if (k == "auto") return p.T <= moekit::cuda::kRopeQuantSmallMaxTokens ? "small" : expected_kernel(p, "bulk");
+  if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "pipe4");
+  if (k == "pipe4" || k == "pipe8") return pipe_ok ? k : "reg";
+  return k;
+}
+
+// The reference once, then every kernel, each into freshly poisoned outputs.
 void check(Problem& p, const std::string& what) {
   const Result want = run_cpu(p);
-  for (const char* rows : kConfigs) {
-    moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
+  for (const char* k : kKernels) {
+    moekit::testing::ScopedEnv env("MOEKIT_ROPE_KERNEL", k);
     DeviceRun d(p);
     d.run();
     ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize()) << what;
-    expect_same(p, want, d.fetch(p), what + " MOEKIT_ROPE_QUANT_ROWS=" + rows);
+    const std::string ran = moekit::cuda::inv_rope_quant_last_kernel();
+    if (p.T > 0) EXPECT_EQ(ran, expected_kernel(p, k)) << what << " MOEKIT_ROPE_KERNEL=" << k;
+    expect_same(p, want, d.fetch(p), what + " MOEKIT_ROPE_KERNEL=" + k + " (ran " + ran + ")");
   }
 }
 
@@ -232,7 +248,7 @@ constexpr HeadShape kShapes[] = {{"v4-flash-tp8", 8, 1}, {"v4-pro-tp8", 16, 2}};
 TEST(Sm90RopeQuant, MatchesReferenceBitForBit) {
   SKIP_WITHOUT_SM90();
   for (const HeadShape& s : kShapes)
-    for (std::int64_t T : {0, 1, 3, 4, 5, 16, 17, 4097})
+    for (std::int64_t T : {0, 1, 3, 4, 5, 16, 17, 63, 64, 65, 100, 4097})
       for (bool packed : {false, true}) {
         Problem p;
         p.T = T;
@@ -262,10 +278,11 @@ TEST(Sm90RopeQuant, SeventyThousandTokensInt64Offsets) {
 }
 
 // Head counts that do not divide the pipelined kernel's 8 warps a CTA (7 heads: a grid of a
-// multiple of 7 CTAs; 10 heads in 5 groups: of 5), with 4,097 tokens: several tokens a warp.
+// multiple of 7 CTAs; 10 heads in 5 groups: of 5), with 4,097 tokens: several tokens a warp; and
+// one head (a bulk tile of 16 rows holds 16 tokens: every producer lane loads a position).
 TEST(Sm90RopeQuant, HeadCountsNotDividingTheCtaWarps) {
   SKIP_WITHOUT_SM90();
-  for (const HeadShape& s : {HeadShape{"7 heads", 7, 1}, HeadShape{"10 heads in 5 groups", 10, 5}})
+  for (const HeadShape& s : {HeadShape{"7 heads", 7, 1}, HeadShape{"10 heads in 5 groups", 10, 5}, HeadShape{"1 head", 1, 1}})
     for (bool packed : {false, true}) {
       Problem p;
       p.T = 4097;
@@ -278,7 +295,8 @@ TEST(Sm90RopeQuant, HeadCountsNotDividingTheCtaWarps) {
 }
 
 // rope_dim from 2 to 256: up to 64 the pipelined kernel (its cos/sin lanes 24..31, odd cache row
-// pitches: 4-byte copies), above it the register kernel whatever MOEKIT_ROPE_QUANT_ROWS says.
+// pitches: 4-byte copies; the bulk kernel takes rope_dim % 4 == 0 only), above it the register
+// kernel (and the latency-first one) whatever MOEKIT_ROPE_KERNEL says.
 TEST(Sm90RopeQuant, RopeWidthsMatchReference) {
   SKIP_WITHOUT_SM90();
   for (std::int64_t rope : {2, 6, 8, 30, 62, 64, 66, 128, 256}) {
@@ -292,20 +310,24 @@ TEST(Sm90RopeQuant, RopeWidthsMatchReference) {
   }
 }
 
+// Padded head and token strides of the input and padded outputs, on both sides of the auto
+// choice's threshold (T = 17: the latency-first kernel; 4,097: the bulk kernel, several tiles a CTA).
 TEST(Sm90RopeQuant, StridedInputsAndOutputs) {
   SKIP_WITHOUT_SM90();
-  Problem p;
-  p.T = 17;
-  p.H = 16;
-  p.G = 2;
-  p.dev_h_stride = 520;             // heads 16 bytes apart plus padding
-  p.dev_t_stride = 16 * 520 + 64;   // tokens padded too
-  p.q_t_pad = 256;                  // o_fp8 token rows padded
-  p.s_b_pad = 12;                   // scale columns padded (token stride stays 1)
-  p.fill(5);
-  check(p, "strided fp32");
-  p.packed = true;
-  check(p, "strided ue8m0");
+  for (std::int64_t T : {17, 4097}) {
+    Problem p;
+    p.T = T;
+    p.H = 16;
+    p.G = 2;
+    p.dev_h_stride = 520;             // heads 16 bytes apart plus padding
+    p.dev_t_stride = 16 * 520 + 64;   // tokens padded too
+    p.q_t_pad = 256;                  // o_fp8 token rows padded
+    p.s_b_pad = 12;                   // scale columns padded (token stride stays 1)
+    p.fill(5);
+    check(p, "strided fp32 T=" + std::to_string(T));
+    p.packed = true;
+    check(p, "strided ue8m0 T=" + std::to_string(T));
+  }
 }
 
 // Rows with the special values of docs/rope_quant.md: zero blocks (2^-42), the fp32 rounding case,
@@ -357,9 +379,9 @@ TEST(Sm90RopeQuant, PositionOutsideCacheGivesNanRow) {
     good.pos[2] = 0;
     const Result want = run_cpu(good);
     p.pos[2] = p.max_pos;  // one past the last row
-    for (const char* rows : kConfigs) {
-      SCOPED_TRACE(std::string("MOEKIT_ROPE_QUANT_ROWS=") + rows);
-      moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
+    for (const char* k : kKernels) {
+      SCOPED_TRACE(std::string("MOEKIT_ROPE_KERNEL=") + k);
+      moekit::testing::ScopedEnv env("MOEKIT_ROPE_KERNEL", k);
       DeviceRun d(p);
       d.run();
       ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
@@ -385,34 +407,38 @@ TEST(Sm90RopeQuant, PositionOutsideCacheGivesNanRow) {
   }
 }
 
-// Captured in a CUDA graph (no allocation, no sync inside), replayed twice: equal to eager.
+// Captured in a CUDA graph (no allocation, no sync inside), replayed twice: equal to eager. T = 1
+// (the latency-first kernel) and 1,000 (the bulk kernel).
 TEST(Sm90RopeQuant, GraphReplayEqualsEagerAndIsDeterministic) {
   SKIP_WITHOUT_SM90();
-  Problem p;
-  p.T = 1000;
-  p.H = 16;
-  p.G = 2;
-  p.fill(13);
-  DeviceRun d(p);
-  d.run();  // eager first: loads the kernels (preload) outside the capture
-  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  const Result eager = d.fetch(p);
-  CUDA_OK(cudaMemset(d.q.get(), 0xAA, static_cast<std::size_t>(p.G * p.T * d.q_t_stride)));
-  cudaStream_t s = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  d.run(s);
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) CUDA_OK(cudaGraphLaunch(exec, s));
-  CUDA_OK(cudaStreamSynchronize(s));
-  expect_same(p, eager, d.fetch(p), "graph replay");
-  expect_same(p, run_cpu(p), eager, "eager");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  for (std::int64_t T : {1, 1000}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    Problem p;
+    p.T = T;
+    p.H = 16;
+    p.G = 2;
+    p.fill(13);
+    DeviceRun d(p);
+    d.run();  // eager first: loads the kernels (preload) outside the capture
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    const Result eager = d.fetch(p);
+    CUDA_OK(cudaMemset(d.q.get(), 0xAA, static_cast<std::size_t>(p.G * p.T * d.q_t_stride)));
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    d.run(s);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 2; ++i) CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    expect_same(p, eager, d.fetch(p), "graph replay");
+    expect_same(p, run_cpu(p), eager, "eager");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
 }
 
 TEST(Sm90RopeQuant, BadRowsSettingIsAClearError) {
@@ -428,6 +454,42 @@ TEST(Sm90RopeQuant, BadRowsSettingIsAClearError) {
   } catch (const moekit::Error& e) {
     EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_QUANT_ROWS is '3', expected 2, 4 or 8"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sm90RopeQuant, BadKernelSettingIsAClearError) {
+  SKIP_WITHOUT_SM90();
+  Problem p;
+  p.T = 2;
+  p.fill(1);
+  DeviceRun d(p);
+  moekit::testing::ScopedEnv env("MOEKIT_ROPE_KERNEL", "fast");
+  try {
+    d.run();
+    FAIL() << "no error";
+  } catch (const moekit::Error& e) {
+    EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_KERNEL is 'fast', expected auto, small, bulk, pipe4, pipe8 or reg"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The older MOEKIT_ROPE_QUANT_ROWS still picks its kernel when MOEKIT_ROPE_KERNEL is unset.
+TEST(Sm90RopeQuant, RowsSettingStillPicksItsKernel) {
+  SKIP_WITHOUT_SM90();
+  Problem p;
+  p.T = 100;
+  p.fill(3);
+  const Result want = run_cpu(p);
+  for (const auto& [rows, kernel] : {std::pair<const char*, const char*>{"2", "reg"}, {"4", "pipe4"}, {"8", "pipe8"}}) {
+    moekit::testing::ScopedEnv unset("MOEKIT_ROPE_KERNEL", "");
+    moekit::testing::ScopedEnv env("MOEKIT_ROPE_QUANT_ROWS", rows);
+    DeviceRun d(p);
+    d.run();
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    EXPECT_STREQ(moekit::cuda::inv_rope_quant_last_kernel(), kernel) << rows;
+    expect_same(p, want, d.fetch(p), std::string("MOEKIT_ROPE_QUANT_ROWS=") + rows);
   }
 }
 

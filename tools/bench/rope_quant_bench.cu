@@ -86,7 +86,8 @@ struct Options {
   int iters = 50;
   bool packed = false;
   bool check = false;
-  std::vector<int> rows{4};  // configs (MOEKIT_ROPE_QUANT_ROWS: 2, 4, 8), each timed at every point
+  // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, reg), each timed at every point.
+  std::vector<std::string> kernels{"auto"};
 };
 
 struct Result {
@@ -94,7 +95,7 @@ struct Result {
   std::int64_t heads = 0, groups = 0, tokens = 0;
   double us = 0, bytes = 0, roof_us = 0, target_us = 0, first_call_us = 0, steady_us = 0;
   double fresh_outputs_us = 0;  // a steady-T call into never-written cudaMalloc outputs
-  int rows_per_warp = 4;
+  std::string kernel = "auto";  // the MOEKIT_ROPE_KERNEL value timed
   bool has_first_call = false;  // measured for the first config of a point only (T is new once)
   std::string timing = "graph";
   int check = -1;  // -1 not checked, 0 mismatch, 1 bit-exact
@@ -135,20 +136,19 @@ class Bench {
     return wall_us([&] { call(); });
   }
 
-  // Every config of --rows at one point; the first call at this never-seen T is the first
-  // config's.
+  // Every kernel of --kernels at one point; the first call at this never-seen T is the first
+  // kernel's.
   std::vector<Result> run(const HeadShape& s, std::int64_t T) {
     prepare(s, T);
     std::vector<Result> out;
-    for (std::size_t k = 0; k < opt_.rows.size(); ++k) {
-      const std::string rows = std::to_string(opt_.rows[k]);
-      setenv("MOEKIT_ROPE_QUANT_ROWS", rows.c_str(), 1);
+    for (std::size_t k = 0; k < opt_.kernels.size(); ++k) {
+      setenv("MOEKIT_ROPE_KERNEL", opt_.kernels[k].c_str(), 1);
       Result r;
       r.shape = s.name;
       r.heads = s.heads;
       r.groups = s.groups;
       r.tokens = T;
-      r.rows_per_warp = opt_.rows[k];
+      r.kernel = opt_.kernels[k];
       if (k == 0) {
         r.has_first_call = true;
         r.first_call_us = wall_us([&] { call(); });
@@ -171,7 +171,7 @@ class Bench {
       r.target_us = r.roof_us / 0.85 + 4.0;
       out.push_back(r);
     }
-    unsetenv("MOEKIT_ROPE_QUANT_ROWS");
+    unsetenv("MOEKIT_ROPE_KERNEL");
     return out;
   }
 
@@ -313,9 +313,12 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--rows 4,8,2] [--json PATH]\n  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
-               "  --rows: the kernel configs to time at every point (MOEKIT_ROPE_QUANT_ROWS: 4 = pipelined, the\n"
-               "          default; 8 = pipelined, 8 stages; 2 = the register kernel)\n",
+               "[--kernels auto,small,bulk,pipe4,pipe8,reg] [--rows 4,8,2] [--json PATH]\n"
+               "  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
+               "  --kernels: the kernels to time at every point (MOEKIT_ROPE_KERNEL; default auto: small at\n"
+               "          T <= 64, bulk above; small = latency-first, bulk = bulk-copy pipeline, pipe4 / pipe8 =\n"
+               "          the cp.async pipelined kernel, reg = the register kernel)\n"
+               "  --rows: the older spelling (4 = pipe4, 8 = pipe8, 2 = reg)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -331,8 +334,8 @@ std::string shell_command(const Options& o) {
   std::string c = "moekit-bench --op inv_rope_fp8_quant --tokens ";
   for (std::size_t i = 0; i < o.tokens.size(); ++i) c += (i ? "," : "") + std::to_string(o.tokens[i]);
   if (o.packed) c += " --packed";
-  c += " --rows ";
-  for (std::size_t i = 0; i < o.rows.size(); ++i) c += (i ? "," : "") + std::to_string(o.rows[i]);
+  c += " --kernels ";
+  for (std::size_t i = 0; i < o.kernels.size(); ++i) c += (i ? "," : "") + o.kernels[i];
   return c;
 }
 
@@ -376,18 +379,27 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       if (opt.iters < 1) usage("--iters must be >= 1");
     } else if (a == "--json") {
       opt.json = value();
-    } else if (a == "--rows") {
-      opt.rows.clear();
+    } else if (a == "--rows" || a == "--kernels") {
+      opt.kernels.clear();
+      const bool rows = a == "--rows";
       std::string list = value();
       for (std::size_t p = 0; p <= list.size();) {
         const std::size_t c = list.find(',', p);
         const std::string item = list.substr(p, c == std::string::npos ? std::string::npos : c - p);
-        if (item == "2" || item == "4" || item == "8") opt.rows.push_back(item[0] - '0');
-        else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2, 4 or 8");
+        if (rows) {
+          if (item == "2") opt.kernels.push_back("reg");
+          else if (item == "4") opt.kernels.push_back("pipe4");
+          else if (item == "8") opt.kernels.push_back("pipe8");
+          else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2, 4 or 8");
+        } else if (item == "auto" || item == "small" || item == "bulk" || item == "pipe4" || item == "pipe8" || item == "reg") {
+          opt.kernels.push_back(item);
+        } else if (!item.empty()) {
+          usage("bad --kernels value '" + item + "': expected auto, small, bulk, pipe4, pipe8 or reg");
+        }
         if (c == std::string::npos) break;
         p = c + 1;
       }
-      if (opt.rows.empty()) usage("--rows needs one or more of 2, 4, 8");
+      if (opt.kernels.empty()) usage(a + " needs at least one kernel");
     } else if (a == "--packed") {
       opt.packed = true;
     } else if (a == "--check") {
@@ -411,7 +423,7 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   std::printf("first call of the process: %.1f us (moekit::cuda_available() before it preloaded the kernels)\n",
               process_first);
   std::printf("launch floor: %.2f us (an empty kernel's graph replay, timed like the op)\n", launch_floor);
-  std::printf("%-13s %6s %4s %9s %9s %7s %9s %6s %9s %9s %6s %9s %s\n", "shape", "T", "rows", "us", "roof_us", "%roof", "target_us",
+  std::printf("%-13s %6s %5s %9s %9s %7s %9s %6s %9s %9s %6s %9s %s\n", "shape", "T", "kernel", "us", "roof_us", "%roof", "target_us",
               "ok", "first_us", "steady_us", "1st/st", "fresh_us", "check");
   std::vector<Result> rows;
   int misses = 0, mismatches = 0;
@@ -428,8 +440,8 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
           std::snprintf(ratio, sizeof ratio, "%.2f", r.first_call_us / r.steady_us);
           std::snprintf(fresh, sizeof fresh, "%.1f", r.fresh_outputs_us);
         }
-        std::printf("%-13s %6lld %4d %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %9s %s\n", r.shape.c_str(),
-                    static_cast<long long>(T), r.rows_per_warp, r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
+        std::printf("%-13s %6lld %5s %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %9s %s\n", r.shape.c_str(),
+                    static_cast<long long>(T), r.kernel.c_str(), r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
                     r.us <= r.target_us ? "ok" : "MISS", first, steady, ratio, fresh,
                     r.check < 0 ? "-" : (r.check ? "bit-exact" : "MISMATCH"));
         rows.push_back(r);
@@ -452,12 +464,12 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
       const Result& r = rows[i];
       std::fprintf(f,
                    "  {\"shape\": \"%s\", \"heads\": %lld, \"groups\": %lld, \"head_dim\": %lld, \"rope_dim\": %lld, "
-                   "\"tokens\": %lld, \"rows_per_warp\": %d, \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
+                   "\"tokens\": %lld, \"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
                    "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"first_call_us\": %s, "
                    "\"steady_eager_us\": %s, \"first_over_steady\": %s, \"fresh_outputs_us\": %s, \"check\": %s}%s\n",
                    r.shape.c_str(), static_cast<long long>(r.heads), static_cast<long long>(r.groups),
                    static_cast<long long>(kHeadDim), static_cast<long long>(kRopeDim), static_cast<long long>(r.tokens),
-                   r.rows_per_warp, r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
+                   r.kernel.c_str(), r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
                    r.us <= r.target_us ? "true" : "false", num(r.has_first_call, r.first_call_us).c_str(),
                    num(r.has_first_call, r.steady_us).c_str(), num(r.has_first_call, r.first_call_us / r.steady_us).c_str(),
                    num(r.has_first_call, r.fresh_outputs_us).c_str(),

@@ -1,6 +1,6 @@
 // cp.async (sm_80+) for shared-memory pipelines: 16/8/4-byte copies that zero-fill when the
-// source size is 0 (predicated-off loads at tile edges), commit / wait groups, and the arrival
-// on an mbarrier once a thread's copies have landed.
+// source size is 0 (predicated-off loads at tile edges), commit / wait groups, the arrival on an
+// mbarrier once a thread's copies have landed, and the 1D bulk copy (cp.async.bulk, sm_90).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,31 @@ __device__ __forceinline__ void cp_async_wait_all_groups() { asm volatile("cp.as
 // of those the barrier was initialized with.
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(std::uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// cp.async.bulk (sm_90, the TMA engine's 1D form): `bytes` (a multiple of 16; src and dst 16-byte
+// aligned) from global into this CTA's shared memory, completing as transaction bytes on the
+// mbarrier `bar` (whose phase expects them through mbar_arrive_expect_tx). One instruction a row,
+// whatever its size: what a streaming kernel issues instead of a cp.async per 16 bytes a lane.
+__device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src, std::uint32_t bytes, std::uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// The same with an L2 cache policy (createpolicy_evict_first: data read once, so it does not
+// push out what is read again).
+__device__ __forceinline__ void bulk_copy_g2s_hint(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                                   std::uint32_t bar, std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ std::uint64_t createpolicy_evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
 }
 
 #endif  // __CUDACC__

@@ -54,4 +54,41 @@ using InvRopeQuantPipe4 = InvRopeQuantPipeConfig<8, 4, 4>;
 // start-up share at mid T).
 using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 
+// The latency-first kernel (kernel_small_sm90.cuh): one warp per row, one row a warp, 4 warps a
+// CTA (grid = ceil(T * H / 4)), no loop, no shared memory: a call is launch + max(position, row)
+// load + the cos/sin load + the math. Any rope_dim <= 256.
+template <int kWarpsPerCta>
+struct InvRopeQuantSmallConfig {
+  static constexpr int kHeadDim = 512;
+  static constexpr int kWarps = kWarpsPerCta;
+};
+using InvRopeQuantSmall = InvRopeQuantSmallConfig<4>;
+
+// The bandwidth kernel (kernel_bulk_sm90.cuh): a persistent grid of CTAs with one producer warp
+// (1D bulk copies of whole rows into a kStages ring of kRows-row tiles, positions kPosAhead tiles
+// ahead, so each tile's cos/sin rows go out right after its rows) and kConsumerWarps warps of two
+// rows each a tile. rope_dim <= 64 with rope_dim % 4 == 0 (a cos/sin row is a bulk copy: a
+// multiple of 16 bytes) and a 16-byte aligned cache (pointer and row pitch); otherwise the launcher
+// takes the pipelined kernel.
+template <int kConsumers, int kNumStages, int kPosAheadTiles, int kMinBlocks>
+struct InvRopeQuantBulkConfig {
+  static constexpr int kHeadDim = 512;
+  static constexpr int kMaxRopeDim = 64;
+  static constexpr int kConsumerWarps = kConsumers;
+  static constexpr int kRows = 2 * kConsumers;  // rows a tile (a stage)
+  static constexpr int kStages = kNumStages;    // power of two
+  static constexpr int kPosAhead = kPosAheadTiles;  // positions loaded this many tiles before their rows
+  static constexpr int kMinBlocksPerSm = kMinBlocks;
+  static_assert((kNumStages & (kNumStages - 1)) == 0, "ring indices use & (kStages - 1)");
+};
+// The default: 8 consumer warps (16-row tiles of 16.25 KB + 4 KB of cos/sin), 4 stages, positions 2
+// tiles ahead of the rows: 84,352 B of dynamic shared memory, 2 CTAs (18 warps) a SM, up to 128 KB
+// of o in flight a SM (Little: ~47 KB needed at 4.1 TB/s). ~185 SASS instructions a row in the
+// consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
+using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
+
+// The largest T the launcher's auto choice gives the latency-first kernel (above it the bulk
+// kernel); MOEKIT_ROPE_KERNEL=small|bulk forces one for A/Bs. To be tuned on the H200.
+constexpr long long kRopeQuantSmallMaxTokens = 64;
+
 }  // namespace moekit::cuda

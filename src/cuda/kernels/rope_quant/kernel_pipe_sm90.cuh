@@ -147,19 +147,7 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
   const int off1a = part1_offset(lane, 0), off1b = part1_offset(lane, 1);
 
   // Padded token rows [T, Tp) of every head's scale columns get 0 (CTA 0).
-  if (blockIdx.x == 0) {
-    const int pad = static_cast<int>(p.scale_rows - p.num_tokens);  // 0..3
-    const int cols = p.packed_ue8m0 ? kBlocksPerHead / 4 : kBlocksPerHead;
-    for (int i = static_cast<int>(threadIdx.x); i < H * cols * pad; i += kWarps * 32) {
-      const int h = i / (cols * pad), rem = i % (cols * pad);
-      const int g = h / p.heads_per_group, hh = h % p.heads_per_group;
-      const std::int64_t at = g * p.s_stride_g + (hh * cols + rem / pad) * p.s_stride_b + p.num_tokens + rem % pad;
-      if (p.packed_ue8m0)
-        static_cast<std::uint32_t*>(p.scale)[at] = 0u;
-      else
-        static_cast<float*>(p.scale)[at] = 0.0f;
-    }
-  }
+  if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), kWarps * 32);
 
   // The warp's head is fixed (the grid's warp count W is a multiple of H: launch_sm90.cu), its
   // tokens are t0, t0 + dt, ...: rows r = warp_id + j * W of the token-major order r = t * H + h,

@@ -70,13 +70,33 @@ __device__ __forceinline__ void zero_padding(const InvRopeQuantParams& p, int g,
     static_cast<float*>(p.scale)[at] = 0.0f;
 }
 
+// Padded token rows [T, Tp) of every head's scale columns get 0: threads tid, tid + nthreads, ...
+// of one CTA (the kernels whose CTAs do not each own one head).
+__device__ __forceinline__ void zero_padding_all_heads(const InvRopeQuantParams& p, int tid, int nthreads) {
+  constexpr int kBlocksPerHead = 4;  // kD = 512
+  const int pad = static_cast<int>(p.scale_rows - p.num_tokens);  // 0..3
+  const int cols = p.packed_ue8m0 ? kBlocksPerHead / 4 : kBlocksPerHead;
+  for (int i = tid; i < p.num_heads * cols * pad; i += nthreads) {
+    const int h = i / (cols * pad), rem = i % (cols * pad);
+    const int g = h / p.heads_per_group, hh = h % p.heads_per_group;
+    const std::int64_t at = g * p.s_stride_g + (hh * cols + rem / pad) * p.s_stride_b + p.num_tokens + rem % pad;
+    if (p.packed_ue8m0)
+      static_cast<std::uint32_t*>(p.scale)[at] = 0u;
+    else
+      static_cast<float*>(p.scale)[at] = 0.0f;
+  }
+}
+
 // One (token, head) row, the math of docs/rope_quant.md shared by both kernels: x = the lane's
 // kD/256 16-byte chunks (chunk m = channels (lane + 32m) * 8 ..+8), cs = cos[4] then sin[4] of the
 // lane's last-chunk pairs (read only where a pair is rotated), ok = the position lies in the
 // cache (else a NaN row). Rotate in float64 -> absmax per 128-channel block (half-warp) ->
 // power-of-two scale -> e4m3 (8-byte stores) and the scales, token-fastest. Warp-uniform: every
 // lane of the warp calls it for the same row.
-template <int kD>
+// kRotateLate (the latency-first kernel): the last chunk's rotation right before its own math, so
+// chunk 0's math and stores need not wait for the cos/sin loads; otherwise (the register kernel,
+// whose two rows a warp would spill) all rotations first.
+template <int kD, bool kRotateLate = false>
 __device__ __forceinline__ void quantize_row(const InvRopeQuantParams& p, const uint4 (&x)[kD / 256],
                                              const float (&cs)[8], bool ok, std::int64_t t, int g, int hh,
                                              int nope, int lane) {
@@ -93,14 +113,21 @@ __device__ __forceinline__ void quantize_row(const InvRopeQuantParams& p, const 
       y[m][2 * k + 1] = bf16_hi(w[k]);
     }
   }
+  if constexpr (!kRotateLate) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
-    if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], cs[k], cs[4 + k]);
+    for (int k = 0; k < 4; ++k)
+      if (c_last + 2 * k >= nope) inverse_rotate(y[kChunks - 1][2 * k], y[kChunks - 1][2 * k + 1], cs[k], cs[4 + k]);
+  }
 
   std::uint8_t* qrow = p.q + g * p.q_stride_g + t * p.q_stride_t + hh * kD;
   std::uint32_t E[kChunks];
 #pragma unroll
   for (int m = 0; m < kChunks; ++m) {
+    if (kRotateLate && m == kChunks - 1) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (c_last + 2 * k >= nope) inverse_rotate(y[m][2 * k], y[m][2 * k + 1], cs[k], cs[4 + k]);
+    }
     float a = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[m][j]));  // fmaxf: a NaN never wins

@@ -1,6 +1,7 @@
 // Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp) and their instantiations
-// (config.hpp: the pipelined kernel at 4 and 8 stages, the register kernel at 2 rows a warp),
-// registered for preloading so no call loads one lazily.
+// (config.hpp: the latency-first kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8
+// stages, the register kernel at 2 rows a warp), registered for preloading so no call loads one
+// lazily.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,8 +15,10 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/rope_quant/config.hpp"
+#include "cuda/kernels/rope_quant/kernel_bulk_sm90.cuh"
 #include "cuda/kernels/rope_quant/kernel_pipe_sm90.cuh"
 #include "cuda/kernels/rope_quant/kernel_sm90.cuh"
+#include "cuda/kernels/rope_quant/kernel_small_sm90.cuh"
 #include "cuda/kernels/rope_quant/launch_sm90.hpp"
 #include "moekit/error.hpp"
 
@@ -77,7 +80,83 @@ void launch_pipe(const InvRopeQuantParams& p, int blocks, cudaStream_t stream) {
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
+// The latency-first kernel: one warp a row, rows past T * H exit.
+void launch_small(const InvRopeQuantParams& p, cudaStream_t stream) {
+  using Cfg = InvRopeQuantSmall;
+  const std::int64_t blocks = (p.num_tokens * p.num_heads + Cfg::kWarps - 1) / Cfg::kWarps;  // T * H < 2^31
+  inv_rope_quant_small_sm90_kernel<Cfg><<<static_cast<unsigned>(blocks), Cfg::kWarps * 32, 0, stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+// The bulk kernel: its dynamic shared memory (set once per device, with its occupancy: the
+// persistent grid is the resident CTAs) and whether it runs a problem.
+template <class Cfg>
+constexpr int bulk_smem_bytes() {
+  return static_cast<int>(sizeof(rope_quant::BulkSmem<Cfg::kRows, Cfg::kStages>));
+}
+
+template <class Cfg>
+int bulk_resident_ctas(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_bulk_sm90_kernel<Cfg>);
+  constexpr int kThreads = (Cfg::kConsumerWarps + 1) * 32;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_smem_bytes<Cfg>()));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  int sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, bulk_smem_bytes<Cfg>()));
+  const int v = std::max(1, sms) * std::max(1, per_sm);
+  if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// rope_dim <= 64 in whole 16-byte cos/sin copies (rope_dim % 4 == 0) from a 16-byte aligned
+// cache, and int row indices (T * H plus a tile below 2^31).
+template <class Cfg>
+bool bulk_fits(const InvRopeQuantParams& p) {
+  return p.rope_dim <= Cfg::kMaxRopeDim && p.rope_dim % 4 == 0 && p.cache_stride % 4 == 0 &&
+         reinterpret_cast<std::uintptr_t>(p.cos_sin) % 16 == 0 &&
+         p.num_tokens * p.num_heads < (std::int64_t{1} << 31) - Cfg::kRows;
+}
+
+template <class Cfg>
+void launch_bulk(const InvRopeQuantParams& p, int resident_ctas, cudaStream_t stream) {
+  const std::int64_t tiles = (p.num_tokens * p.num_heads + Cfg::kRows - 1) / Cfg::kRows;
+  const int blocks = static_cast<int>(std::min<std::int64_t>(tiles, resident_ctas));
+  inv_rope_quant_bulk_sm90_kernel<Cfg><<<blocks, (Cfg::kConsumerWarps + 1) * 32, bulk_smem_bytes<Cfg>(), stream>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+thread_local const char* g_last_kernel = "";
+
 }  // namespace
+
+const char* inv_rope_quant_last_kernel() { return g_last_kernel; }
+
+RopeQuantKernel inv_rope_quant_kernel_choice() {
+  const char* v = std::getenv("MOEKIT_ROPE_KERNEL");
+  if (v == nullptr || v[0] == '\0') {
+    const char* rows = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
+    if (rows == nullptr || rows[0] == '\0') return RopeQuantKernel::kAuto;
+    const int n = inv_rope_quant_rows_per_warp();
+    return n == 2 ? RopeQuantKernel::kReg : n == 8 ? RopeQuantKernel::kPipe8 : RopeQuantKernel::kPipe4;
+  }
+  const std::string s = v;
+  if (s == "auto") return RopeQuantKernel::kAuto;
+  if (s == "small") return RopeQuantKernel::kSmall;
+  if (s == "bulk") return RopeQuantKernel::kBulk;
+  if (s == "pipe4") return RopeQuantKernel::kPipe4;
+  if (s == "pipe8") return RopeQuantKernel::kPipe8;
+  if (s == "reg") return RopeQuantKernel::kReg;
+  throw Error(Status::kInvalidArgument,
+              "MOEKIT_ROPE_KERNEL is '" + s + "', expected auto, small, bulk, pipe4, pipe8 or reg");
+}
 
 int inv_rope_quant_rows_per_warp() {
   const char* v = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
@@ -114,33 +193,55 @@ bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream) {
   std::string why;
   if (!can_implement_inv_rope_quant_sm90(p, head_dim, &why)) throw Error(Status::kNotSupported, why);
-  const int rows = inv_rope_quant_rows_per_warp();  // checked before anything is enqueued
+  RopeQuantKernel k = inv_rope_quant_kernel_choice();  // checked before anything is enqueued
+  g_last_kernel = "";
   if (p.num_tokens == 0) return;
   const auto st = static_cast<cudaStream_t>(stream);
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  // Both pipelined configs' grids at the first call on a device (so an A/B switching
-  // MOEKIT_ROPE_QUANT_ROWS later queries nothing either); afterwards two atomic loads.
+  // Every persistent kernel's grid (and the bulk kernel's shared-memory attribute) at the first
+  // call on a device, so an A/B switching kernels later queries and sets nothing; afterwards
+  // three atomic loads.
   const int resident4 = pipe_resident_ctas<InvRopeQuantPipe4>(device);
   const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
+  const int resident_bulk = bulk_resident_ctas<InvRopeQuantBulk>(device);
+  if (k == RopeQuantKernel::kAuto) k = p.num_tokens <= kRopeQuantSmallMaxTokens ? RopeQuantKernel::kSmall : RopeQuantKernel::kBulk;
+  if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
+    g_last_kernel = "small";
+    return launch_small(p, st);
+  }
+  if (k == RopeQuantKernel::kBulk) {
+    if (bulk_fits<InvRopeQuantBulk>(p)) {
+      g_last_kernel = "bulk";
+      return launch_bulk<InvRopeQuantBulk>(p, resident_bulk, st);
+    }
+    k = RopeQuantKernel::kPipe4;
+  }
   // The pipelined kernel keeps cos/sin slots for rope_dim <= 64 (DeepSeek-V4) and int token
   // indices; other problems, or a head count whose multiple of warps does not fit on the device,
-  // take the register kernel, whatever the setting.
+  // take the register kernel.
   const bool pipe_fits = p.rope_dim <= InvRopeQuantPipe4::kMaxRopeDim && p.num_tokens <= (std::int64_t{1} << 30);
-  if (rows != 2 && pipe_fits) {
-    if (rows == 8) {
-      const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
-      if (blocks > 0) return launch_pipe<InvRopeQuantPipe8>(p, blocks, st);
-    } else {
-      const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
-      if (blocks > 0) return launch_pipe<InvRopeQuantPipe4>(p, blocks, st);
+  if (k == RopeQuantKernel::kPipe8 && pipe_fits) {
+    const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
+    if (blocks > 0) {
+      g_last_kernel = "pipe8";
+      return launch_pipe<InvRopeQuantPipe8>(p, blocks, st);
+    }
+  } else if (k == RopeQuantKernel::kPipe4 && pipe_fits) {
+    const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
+    if (blocks > 0) {
+      g_last_kernel = "pipe4";
+      return launch_pipe<InvRopeQuantPipe4>(p, blocks, st);
     }
   }
+  g_last_kernel = "reg";
   launch<InvRopeQuantR2>(p, st);
 }
 
 MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR2>);
 MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe4>);
 MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe8>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_small_sm90_kernel<InvRopeQuantSmall>);
+MOEKIT_REGISTER_KERNEL(inv_rope_quant_bulk_sm90_kernel<InvRopeQuantBulk>);
 
 }  // namespace moekit::cuda

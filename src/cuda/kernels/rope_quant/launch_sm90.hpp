@@ -12,13 +12,28 @@ namespace moekit::cuda {
 bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, std::string* why);
 
 /// Enqueue the kernel on `stream` (cudaStream_t); nothing for T = 0. Throws moekit::Error
-/// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. The kernel is
-/// config.hpp's pipelined InvRopeQuantPipe4 unless MOEKIT_ROPE_QUANT_ROWS says 8 (InvRopeQuantPipe8)
-/// or 2 (the register kernel InvRopeQuantR2, which also takes every rope_dim > 64); read at every
-/// call, for A/Bs in one process.
+/// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. Which kernel runs
+/// is inv_rope_quant_kernel_choice()'s (read at every call, for A/Bs in one process): by default
+/// (auto) the latency-first kernel at T <= kRopeQuantSmallMaxTokens, the bulk kernel above; a
+/// kernel that cannot run the problem hands it on: bulk -> pipe4 -> reg, pipe4 / pipe8 -> reg
+/// (small and reg run every problem can_implement accepts).
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream);
+
+/// The kernels of config.hpp: auto (by T), small (InvRopeQuantSmall), bulk (InvRopeQuantBulk),
+/// pipe4 / pipe8 (InvRopeQuantPipe4 / 8), reg (the register kernel InvRopeQuantR2).
+enum class RopeQuantKernel { kAuto, kSmall, kBulk, kPipe4, kPipe8, kReg };
+
+/// MOEKIT_ROPE_KERNEL (auto, small, bulk, pipe4, pipe8, reg); when it is unset or empty, the older
+/// MOEKIT_ROPE_QUANT_ROWS (4 = pipe4, 8 = pipe8, 2 = reg); both unset: auto. Throws
+/// kInvalidArgument on any other value.
+RopeQuantKernel inv_rope_quant_kernel_choice();
 
 /// MOEKIT_ROPE_QUANT_ROWS: 4 (default), 8 or 2; throws kInvalidArgument otherwise.
 int inv_rope_quant_rows_per_warp();
+
+/// The name of the kernel that this thread's last launch_inv_rope_quant_sm90 enqueued ("small",
+/// "bulk", "pipe4", "pipe8", "reg"; "" before any launch or after a T = 0 call): tests check that
+/// a forced kernel really ran.
+const char* inv_rope_quant_last_kernel();
 
 }  // namespace moekit::cuda
