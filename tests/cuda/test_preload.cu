@@ -69,6 +69,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"inv_rope_quant_small_sm90_kernel", 1},  // rope_quant: the latency-first kernel
       {"inv_rope_quant_bulk_sm90_kernel", 1},   // rope_quant: the bulk-copy kernel
       {"decode_sm90_kernel", 4},          // decode: bf16, fp16, e4m3 with bf16 / fp16 activations
+      {"decode_combine_kernel", 4},       // decode: its PDL-launched combine, one per operand
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
   EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";
