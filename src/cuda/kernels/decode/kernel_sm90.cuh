@@ -157,53 +157,97 @@ struct Decode {
   };
 
   // ---- producer: one thread streams every weight tile of the cluster's items through TMA ----
-  static __device__ void produce(const DecodeParams& p, const Smem& s) {
+  // The weight tiles of one item (local expert e, N chunk nchunk) on this rank, stage after stage
+  // of the ring (each waits for its stage to be free).
+  static __device__ void produce_item(const DecodeParams& p, const Smem& s, int e, int nchunk, int& stage,
+                                      std::uint32_t& phase) {
     const Tiling& T = p.tiling;
-    int stage = 0;
-    std::uint32_t phase = 0;
     int ks0, ks1, rt0, rt1;
     rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
     ks0 *= kChunksPerStage;  // whole stages of K chunks; chunks past K are zero-filled
     ks1 *= kChunksPerStage;
     rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
     const int N = p.inter_size;
-    const int num_clusters = gridDim.x / s.cluster;
     auto next = [&]() {
       if (++stage == s.stages) { stage = 0; phase ^= 1; }
     };
-    for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
-      Item it;
-      if (!find_item(w, s.off, s.prefix, p.num_experts, T.max_tokens, it)) break;
-      const int n0 = it.nchunk * kChunkCols;
-      const int cw = min(kChunkCols, N - n0);
-      const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
-      for (int j = 0; j < tiles1; ++j) {
-        for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
-          const std::uint32_t full = s.full + 8 * stage;
-          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          sm90::mbar_arrive_expect_tx(full, kStageBytes);
-          for (int u = 0; u < kChunksPerStage; ++u) {
-            const std::uint32_t dst = s.tiles + stage * kStageBytes + u * kTileBytes;
-            const int k0 = (kc + u) * kElemsPerStage;
-            sm90::tma_load_3d(dst, &p.tmap_w13, full, k0, n0 + kGateUpRows * j, it.e);
-            sm90::tma_load_3d(dst + kTileBytes / 2, &p.tmap_w13, full, k0, N + n0 + kGateUpRows * j, it.e);
-          }
-          next();
-        }
-      }
-      // GEMM2: one stage per 64-row tile, the chunk's 128 columns (bf16: 2 K chunks, e4m3: 1;
-      // columns past N zero-filled).
-      constexpr int nsub2 = kChunks2;
-      for (int rt = rt0; rt < rt1; ++rt) {
+    const int n0 = nchunk * kChunkCols;
+    const int cw = min(kChunkCols, N - n0);
+    const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
+    for (int j = 0; j < tiles1; ++j) {
+      for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
         const std::uint32_t full = s.full + 8 * stage;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        sm90::mbar_arrive_expect_tx(full, nsub2 * kTileBytes);
-        for (int u = 0; u < nsub2; ++u)
-          sm90::tma_load_3d(s.tiles + stage * kStageBytes + u * kTileBytes, &p.tmap_w2, full, n0 + u * kElemsPerStage,
-                            rt * kTileRows, it.e);
+        sm90::mbar_arrive_expect_tx(full, kStageBytes);
+        for (int u = 0; u < kChunksPerStage; ++u) {
+          const std::uint32_t dst = s.tiles + stage * kStageBytes + u * kTileBytes;
+          const int k0 = (kc + u) * kElemsPerStage;
+          sm90::tma_load_3d(dst, &p.tmap_w13, full, k0, n0 + kGateUpRows * j, e);
+          sm90::tma_load_3d(dst + kTileBytes / 2, &p.tmap_w13, full, k0, N + n0 + kGateUpRows * j, e);
+        }
         next();
       }
     }
+    // GEMM2: one stage per 64-row tile, the chunk's 128 columns (bf16: 2 K chunks, e4m3: 1;
+    // columns past N zero-filled).
+    constexpr int nsub2 = kChunks2;
+    for (int rt = rt0; rt < rt1; ++rt) {
+      const std::uint32_t full = s.full + 8 * stage;
+      sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+      sm90::mbar_arrive_expect_tx(full, nsub2 * kTileBytes);
+      for (int u = 0; u < nsub2; ++u)
+        sm90::tma_load_3d(s.tiles + stage * kStageBytes + u * kTileBytes, &p.tmap_w2, full, n0 + u * kElemsPerStage,
+                          rt * kTileRows, e);
+      next();
+    }
+  }
+
+  // ---- producer: one thread streams the weight tiles of the cluster's items w, w + clusters, ...
+  // (from w_begin on) through TMA ----
+  static __device__ void produce(const DecodeParams& p, const Smem& s, int w_begin, int& stage, std::uint32_t& phase) {
+    const int num_clusters = gridDim.x / s.cluster;
+    for (int w = w_begin;; w += num_clusters) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
+      produce_item(p, s, it.e, it.nchunk, stage, phase);
+    }
+  }
+
+  // The cluster's first item (local expert, N chunk) from the routing in one warp, for calls of
+  // at most 32 slots (Tiling::early_first_item): one load of topk_ids (and expert_map) and a few
+  // shuffles, so the producer issues its first weight loads before the CTA's full routing
+  // (shared-memory tables for the consumers) is done. The same item find_item gives: experts in
+  // ascending order, nch x ceil(count / max_tokens) items each. False when w has no item.
+  static __device__ bool first_item_fast(const DecodeParams& p, int w, int& e_out, int& nchunk_out) {
+    const int lane = threadIdx.x & 31;
+    const int P = p.num_tokens * p.top_k;
+    int e = -1;
+    if (lane < P) {
+      const int id = p.topk_ids[lane];
+      if (id >= 0 && id < p.num_experts_global) {
+        e = p.expert_map != nullptr ? p.expert_map[id] : id;
+        if (e < 0 || e >= p.num_experts) e = -1;
+      }
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int count = __popc(peers);
+    const bool leader = e >= 0 && __ffs(peers) - 1 == lane;
+    const int mt = p.tiling.max_tokens;
+    const int items = leader ? (count + mt - 1) / mt * p.tiling.num_chunks : 0;
+    int prefix = 0;  // items of the smaller experts
+    for (int q = 0; q < 32; ++q) {
+      const int eq = __shfl_sync(0xffffffffu, e, q);
+      const int iq = __shfl_sync(0xffffffffu, items, q);
+      if (eq < e) prefix += iq;
+    }
+    const unsigned mine = __ballot_sync(0xffffffffu, leader && prefix <= w && w < prefix + items);
+    if (mine == 0u) return false;
+    const int src = __ffs(mine) - 1;
+    e_out = __shfl_sync(0xffffffffu, e, src);
+    const int local = w - __shfl_sync(0xffffffffu, prefix, src);
+    const int tchunks = (__shfl_sync(0xffffffffu, count, src) + mt - 1) / mt;
+    nchunk_out = local / tchunks;
+    return true;
   }
 
   // ---- consumer warpgroup ----
@@ -743,6 +787,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
   }
+  // Few slots: warp 0 finds the cluster's first item itself and its thread 0 issues that item's
+  // weight loads (the whole item fits in the ring, so none waits) before the routing below.
+  int stage = 0;
+  std::uint32_t phase = 0;
+  int w_next = blockIdx.x / s.cluster;
+  if (p.tiling.early_first_item && threadIdx.x < 32) {
+    int e = 0, nchunk = 0;
+    if (D::first_item_fast(p, w_next, e, nchunk)) {
+      if (threadIdx.x == 0) D::produce_item(p, s, e, nchunk, stage, phase);
+      w_next += gridDim.x / s.cluster;
+    }
+  }
   D::route(p, s);
   // The peers' barriers are initialized before any remote arrival: every thread arrives here
   // (release), the consumers wait (acquire) just before their first remote access, so the
@@ -750,7 +806,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   if (s.cluster > 1) sm90::cluster_arrive_release();
 
   if (threadIdx.x < kThreads - kConsumerThreads) {
-    if (threadIdx.x == 0) D::produce(p, s);
+    if (threadIdx.x == 0) D::produce(p, s, w_next, stage, phase);
   } else {
     D::consume(p, s, t_entry);
   }

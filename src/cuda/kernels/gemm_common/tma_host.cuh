@@ -116,6 +116,25 @@ inline std::string sm90_tma_unsupported_reason() {
 // naming `who` when the driver refuses it.
 inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
                                std::int64_t rows, std::int64_t experts, int box_rows, const char* who) {
+  // A serving engine calls with the same few dozen weight tensors every step: the last maps
+  // encoded on this thread are kept (the key is everything the map encodes; the map holds no
+  // data, so a freed and reused address with the same shape gives the same map).
+  struct Cached {
+    const void* base;
+    std::int64_t inner, rows, experts;
+    int box_rows, fp8, act;
+    CUtensorMap map;
+  };
+  constexpr int kCached = 32;
+  thread_local Cached cache[kCached] = {};
+  thread_local int next_slot = 0;
+  for (const Cached& c : cache) {
+    if (c.base == base && c.base != nullptr && c.inner == inner && c.rows == rows && c.experts == experts &&
+        c.box_rows == box_rows && c.fp8 == static_cast<int>(fp8) && c.act == static_cast<int>(act)) {
+      *map = c.map;
+      return;
+    }
+  }
   const std::int64_t es = fp8 ? 1 : 2;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(experts)};
@@ -134,6 +153,9 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
        << experts << ", " << rows << ", " << inner << "]";
     throw Error(Status::kCudaError, os.str());
   }
+  Cached& c = cache[next_slot];
+  next_slot = (next_slot + 1) % kCached;
+  c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), *map};
 }
 
 // The weights B [E, rows_b, k_dim] of a grouped GEMM `p`.
