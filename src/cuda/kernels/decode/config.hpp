@@ -117,9 +117,6 @@ struct Tiling {
   int k_stages = 0;       // their stages (kChunksPerStage chunks each; past K zero-filled)
   int row_tiles = 0;      // GEMM2 output tiles of 64 rows (over K)
   int num_chunks = 0;     // N chunks of kChunkCols
-  // At most 32 slots and one item's stages (this rank's share) fit in the ring: warp 0 finds the
-  // first item itself and issues its weight loads before the CTA's routing (set by the launcher).
-  int early_first_item = 0;
   SmemLayout smem{};
 };
 

@@ -202,52 +202,16 @@ struct Decode {
     }
   }
 
-  // ---- producer: one thread streams the weight tiles of the cluster's items w, w + clusters, ...
-  // (from w_begin on) through TMA ----
-  static __device__ void produce(const DecodeParams& p, const Smem& s, int w_begin, int& stage, std::uint32_t& phase) {
+  // ---- producer: one thread streams the weight tiles of the cluster's items through TMA ----
+  static __device__ void produce(const DecodeParams& p, const Smem& s) {
+    int stage = 0;
+    std::uint32_t phase = 0;
     const int num_clusters = gridDim.x / s.cluster;
-    for (int w = w_begin;; w += num_clusters) {
+    for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
       produce_item(p, s, it.e, it.nchunk, stage, phase);
     }
-  }
-
-  // The cluster's first item (local expert, N chunk) from the routing in one warp, for calls of
-  // at most 32 slots (Tiling::early_first_item): one load of topk_ids (and expert_map) and a few
-  // shuffles, so the producer issues its first weight loads before the CTA's full routing
-  // (shared-memory tables for the consumers) is done. The same item find_item gives: experts in
-  // ascending order, nch x ceil(count / max_tokens) items each. False when w has no item.
-  static __device__ bool first_item_fast(const DecodeParams& p, int w, int& e_out, int& nchunk_out) {
-    const int lane = threadIdx.x & 31;
-    const int P = p.num_tokens * p.top_k;
-    int e = -1;
-    if (lane < P) {
-      const int id = p.topk_ids[lane];
-      if (id >= 0 && id < p.num_experts_global) {
-        e = p.expert_map != nullptr ? p.expert_map[id] : id;
-        if (e < 0 || e >= p.num_experts) e = -1;
-      }
-    }
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    const int count = __popc(peers);
-    const bool leader = e >= 0 && __ffs(peers) - 1 == lane;
-    const int mt = p.tiling.max_tokens;
-    const int items = leader ? (count + mt - 1) / mt * p.tiling.num_chunks : 0;
-    int prefix = 0;  // items of the smaller experts
-    for (int q = 0; q < 32; ++q) {
-      const int eq = __shfl_sync(0xffffffffu, e, q);
-      const int iq = __shfl_sync(0xffffffffu, items, q);
-      if (eq < e) prefix += iq;
-    }
-    const unsigned mine = __ballot_sync(0xffffffffu, leader && prefix <= w && w < prefix + items);
-    if (mine == 0u) return false;
-    const int src = __ffs(mine) - 1;
-    e_out = __shfl_sync(0xffffffffu, e, src);
-    const int local = w - __shfl_sync(0xffffffffu, prefix, src);
-    const int tchunks = (__shfl_sync(0xffffffffu, count, src) + mt - 1) / mt;
-    nchunk_out = local / tchunks;
-    return true;
   }
 
   // ---- consumer warpgroup ----
@@ -787,18 +751,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
   }
-  // Few slots: warp 0 finds the cluster's first item itself and its thread 0 issues that item's
-  // weight loads (the whole item fits in the ring, so none waits) before the routing below.
-  int stage = 0;
-  std::uint32_t phase = 0;
-  int w_next = blockIdx.x / s.cluster;
-  if (p.tiling.early_first_item && threadIdx.x < 32) {
-    int e = 0, nchunk = 0;
-    if (D::first_item_fast(p, w_next, e, nchunk)) {
-      if (threadIdx.x == 0) D::produce_item(p, s, e, nchunk, stage, phase);
-      w_next += gridDim.x / s.cluster;
-    }
-  }
   D::route(p, s);
   // The peers' barriers are initialized before any remote arrival: every thread arrives here
   // (release), the consumers wait (acquire) just before their first remote access, so the
@@ -806,7 +758,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   if (s.cluster > 1) sm90::cluster_arrive_release();
 
   if (threadIdx.x < kThreads - kConsumerThreads) {
-    if (threadIdx.x == 0) D::produce(p, s, w_next, stage, phase);
+    if (threadIdx.x == 0) D::produce(p, s);
   } else {
     D::consume(p, s, t_entry);
   }

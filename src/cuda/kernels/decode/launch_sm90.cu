@@ -265,12 +265,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   // more than work items can exist: sum_e ceil(rows_e / W) <= min(E, P) + P / W, times chunks.
   const dc::Tiling& T = kp.tiling;
   const std::int64_t P = M * k;
-  {
-    // The largest item's stages on one rank: GEMM1's tiles x K stages, GEMM2's row tiles.
-    const std::int64_t tiles1 = dc::ceil_div(std::min<std::int64_t>(N, dc::kChunkCols), dc::kGateUpRows);
-    const std::int64_t item_stages = tiles1 * dc::ceil_div(T.k_stages, T.cluster) + dc::ceil_div(T.row_tiles, T.cluster);
-    kp.tiling.early_first_item = P <= 32 && item_stages <= T.smem.stages ? 1 : 0;
-  }
+
   const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
   const int grid = static_cast<int>(clusters * T.cluster);
