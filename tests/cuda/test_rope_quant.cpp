@@ -218,7 +218,12 @@ constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "
 std::string expected_kernel(const Problem& p, const std::string& k) {
   const bool pipe_ok = p.rope <= 64;  // the test problems' head counts all fit the pipelined grid
   const bool bulk_ok = p.rope <= 64 && p.rope % 4 == 0;  // the test caches are 16-byte aligned
-  if (k == "auto") return p.T <= moekit::cuda::kRopeQuantSmallMaxTokens ? "small" : expected_kernel(p, "bulk");
+  if (k == "auto") {
+    const std::int64_t rows = p.T * p.H;
+    return rows <= moekit::cuda::kRopeQuantSmallMaxRows ? "small"
+           : rows <= moekit::cuda::kRopeQuantBulkMaxRows ? expected_kernel(p, "bulk")
+                                                        : expected_kernel(p, "pipe4");
+  }
   if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "pipe4");
   if (k == "pipe4" || k == "pipe8") return pipe_ok ? k : "reg";
   return k;

@@ -87,8 +87,15 @@ struct InvRopeQuantBulkConfig {
 // consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
 using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
-// The largest T the launcher's auto choice gives the latency-first kernel (above it the bulk
-// kernel); MOEKIT_ROPE_KERNEL=small|bulk forces one for A/Bs. To be tuned on the H200.
-constexpr long long kRopeQuantSmallMaxTokens = 64;
+// The launcher's auto choice by rows (T x H): the latency-first kernel up to kRopeQuantSmallMaxRows,
+// the bulk kernel up to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above.
+// MOEKIT_ROPE_KERNEL=small|bulk|pipe4|... forces one for A/Bs. Measured on the H200 (2026-12-01,
+// moekit-bench --op inv_rope_fp8_quant --kernels small,bulk,pipe4, V4-Flash 8 heads and V4-Pro 16
+// heads at TP8, T = 1..16384): small is fastest up to 4096 rows (Flash T <= 512, Pro T <= 256),
+// bulk from 8192 to 32768-65536 rows (Flash 1024-4096, Pro 512-4096; at 65536 rows bulk and
+// pipe4 are within 1 %), pipe4 at 131072 rows and more (Flash 16384: 65.7 us against bulk 68.6;
+// Pro 8192: 64.8 against 68.7).
+constexpr long long kRopeQuantSmallMaxRows = 4096;
+constexpr long long kRopeQuantBulkMaxRows = 65536;
 
 }  // namespace moekit::cuda

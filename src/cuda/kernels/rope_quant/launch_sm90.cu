@@ -205,7 +205,12 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   const int resident4 = pipe_resident_ctas<InvRopeQuantPipe4>(device);
   const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
   const int resident_bulk = bulk_resident_ctas<InvRopeQuantBulk>(device);
-  if (k == RopeQuantKernel::kAuto) k = p.num_tokens <= kRopeQuantSmallMaxTokens ? RopeQuantKernel::kSmall : RopeQuantKernel::kBulk;
+  if (k == RopeQuantKernel::kAuto) {
+    const std::int64_t rows = p.num_tokens * p.num_heads;
+    k = rows <= kRopeQuantSmallMaxRows ? RopeQuantKernel::kSmall
+        : rows <= kRopeQuantBulkMaxRows ? RopeQuantKernel::kBulk
+                                        : RopeQuantKernel::kPipe4;
+  }
   if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
     g_last_kernel = "small";
     return launch_small(p, st);

@@ -14,7 +14,8 @@ bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim
 /// Enqueue the kernel on `stream` (cudaStream_t); nothing for T = 0. Throws moekit::Error
 /// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. Which kernel runs
 /// is inv_rope_quant_kernel_choice()'s (read at every call, for A/Bs in one process): by default
-/// (auto) the latency-first kernel at T <= kRopeQuantSmallMaxTokens, the bulk kernel above; a
+/// (auto) by rows T x H: the latency-first kernel up to kRopeQuantSmallMaxRows, the bulk kernel up
+/// to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above (config.hpp, measured); a
 /// kernel that cannot run the problem hands it on: bulk -> pipe4 -> reg, pipe4 / pipe8 -> reg
 /// (small and reg run every problem can_implement accepts).
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream);
