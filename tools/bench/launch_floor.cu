@@ -11,12 +11,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "moekit/version.hpp"
 
 namespace {
 
@@ -270,7 +273,12 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (f == nullptr) return 2;
-    std::fprintf(f, "{\"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n", prop.name, T.iters);
+    const moekit::BuildInfo& bi = moekit::build_info();
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    std::fprintf(f, "{\"commit\": \"%s\", \"dirty\": %d, \"date\": \"%s\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n",
+                 bi.commit, bi.dirty, date, prop.name, T.iters);
     for (std::size_t i = 0; i < rows.size(); ++i)
       std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f}%s\n", rows[i].name.c_str(), rows[i].us,
                    i + 1 < rows.size() ? "," : "");
