@@ -1,22 +1,22 @@
-// Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp) and their instantiations
+// Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp): checks, chooses the kernel
 // (config.hpp: the pipelined kernel at 4 and 8 stages, the register kernel at 2 rows a warp),
-// registered for preloading so no call loads one lazily.
+// sizes its grid and launches one of the explicit instantiations of inst/ (this file includes no
+// kernel body).
+#include "cuda/kernels/rope_quant/launch_sm90.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <numeric>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/preload.cuh"
 #include "cuda/kernels/rope_quant/config.hpp"
-#include "cuda/kernels/rope_quant/kernel_pipe_sm90.cuh"
-#include "cuda/kernels/rope_quant/kernel_sm90.cuh"
-#include "cuda/kernels/rope_quant/launch_sm90.hpp"
+#include "cuda/kernels/rope_quant/params.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -24,14 +24,12 @@ namespace moekit::cuda {
 namespace {
 
 template <class Cfg>
-void launch(const InvRopeQuantParams& p, cudaStream_t stream) {
+void launch(const InvRopeQuantParams& p, void* stream) {
   constexpr std::int64_t kTokensPerBlock = Cfg::kWarps * Cfg::kRowsPerWarp;
   const std::int64_t blocks_x = (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
   if (blocks_x > 0x7fffffff)
     throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): T=" + std::to_string(p.num_tokens) + " is beyond the grid");
-  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.num_heads));
-  inv_rope_quant_sm90_kernel<Cfg><<<grid, Cfg::kWarps * 32, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  run_inv_rope_quant_sm90<Cfg>(p, static_cast<unsigned>(blocks_x), stream);
 }
 
 // CTAs of the pipelined kernel resident on the whole device (SMs x occupancy): its grid, since
@@ -46,13 +44,9 @@ int pipe_resident_ctas(int device) {
     const int v = cache[device].load(std::memory_order_relaxed);
     if (v > 0) return v;
   }
-  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_pipe_sm90_kernel<Cfg>);
-  // kMinBlocksPerSm x 48 KB of static shared memory needs the largest shared-memory carveout.
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  int sms = 0, per_sm = 0;
+  const int per_sm = inv_rope_quant_pipe_ctas_per_sm<Cfg>();  // `device` is the current device
+  int sms = 0;
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, Cfg::kWarps * 32, 0));
   const int v = std::max(1, sms) * std::max(1, per_sm);
   if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
   return v;
@@ -69,12 +63,6 @@ int pipe_grid(const InvRopeQuantParams& p, int resident_ctas) {
   std::int64_t blocks = (needed + multiple - 1) / multiple * multiple;
   if (blocks > resident_ctas) blocks = resident_ctas / multiple * multiple;
   return static_cast<int>(blocks);
-}
-
-template <class Cfg>
-void launch_pipe(const InvRopeQuantParams& p, int blocks, cudaStream_t stream) {
-  inv_rope_quant_pipe_sm90_kernel<Cfg><<<blocks, Cfg::kWarps * 32, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -116,7 +104,6 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   if (!can_implement_inv_rope_quant_sm90(p, head_dim, &why)) throw Error(Status::kNotSupported, why);
   const int rows = inv_rope_quant_rows_per_warp();  // checked before anything is enqueued
   if (p.num_tokens == 0) return;
-  const auto st = static_cast<cudaStream_t>(stream);
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   // Both pipelined configs' grids at the first call on a device (so an A/B switching
@@ -130,17 +117,13 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   if (rows != 2 && pipe_fits) {
     if (rows == 8) {
       const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
-      if (blocks > 0) return launch_pipe<InvRopeQuantPipe8>(p, blocks, st);
+      if (blocks > 0) return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe8>(p, blocks, stream);
     } else {
       const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
-      if (blocks > 0) return launch_pipe<InvRopeQuantPipe4>(p, blocks, st);
+      if (blocks > 0) return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe4>(p, blocks, stream);
     }
   }
-  launch<InvRopeQuantR2>(p, st);
+  launch<InvRopeQuantR2>(p, stream);
 }
-
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR2>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe4>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe8>);
 
 }  // namespace moekit::cuda
