@@ -15,6 +15,7 @@
 #include "cuda/common/convert.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/kernels/ep/config.hpp"
 #include "cuda/kernels/ep/params.hpp"
 
@@ -56,11 +57,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       __syncthreads();
       if (warp == 0) {
         const int v = lane < num_warps ? warp_total[lane] : 0;
-        int incl = v;
-        for (int o = 1; o < 32; o <<= 1) {
-          const int t = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += t;
-        }
+        const int incl = warp_inclusive_sum(v, lane);
         warp_offset[lane] = incl - v;
         if (lane == 31) chunk_total = incl;
       }

@@ -18,6 +18,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "cuda/numerics/topk.cuh"
@@ -89,12 +90,7 @@ __device__ __forceinline__ void scan_expert_counts(int* running, int E, std::int
   const int lo = min(E, lane * per), hi = min(E, lo + per);
   int local = 0;
   for (int e = lo; e < hi; ++e) local += running[e];
-  int incl = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const int incl = warp_inclusive_sum(local, lane);
   int acc = incl - local;
   for (int e = lo; e < hi; ++e) {
     const int c = running[e];

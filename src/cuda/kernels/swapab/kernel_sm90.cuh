@@ -16,6 +16,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
@@ -603,11 +604,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int rows = max(0, s.off[e + 1] - s.off[e]);
         items = (rows + kMaxTokens - 1) / kMaxTokens * tile_groups;
       }
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, items, d);
-        if (lane >= d) items += v;
-      }
+      items = warp_inclusive_sum(items, lane);
       if (e < E) s.prefix[e + 1] = running + items;
       running += __shfl_sync(0xffffffffu, items, 31);
     }

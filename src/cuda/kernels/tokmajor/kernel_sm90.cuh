@@ -17,6 +17,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
@@ -626,11 +627,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
         const int rows = max(0, s.off[e + 1] - s.off[e]);
         tiles = units_of(rows, p.cluster, p.num_col_tiles);
       }
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, tiles, d);
-        if (lane >= d) tiles += v;
-      }
+      tiles = warp_inclusive_sum(tiles, lane);
       if (e < E) s.prefix[e + 1] = running + tiles;
       running += __shfl_sync(0xffffffffu, tiles, 31);
     }
