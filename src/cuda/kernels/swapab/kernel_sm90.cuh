@@ -18,6 +18,7 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/gemm_common/gather.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -150,7 +151,7 @@ struct SwapAb {
         src[i] = p.a;
         if (has_row[i]) {
           const int r = it.row_begin + rr;
-          const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+          const std::int64_t arow = gemm_common::a_row_of(p, r);
           src[i] = p.a + arow * p.a_row_bytes + chunk16 * 16;
         }
       }
@@ -158,7 +159,7 @@ struct SwapAb {
       const float* tok_scale_src = p.a_scale;
       if (kBlock128 && t < it.count) {
         const int r = it.row_begin + t;
-        const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        const std::int64_t arow = gemm_common::a_row_of(p, r);
         tok_scale_src = p.a_scale + arow * p.k_groups;
       }
       // The item's tiles, each a full pass over this rank's K stages with the same tokens.

@@ -19,6 +19,7 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/gemm_common/gather.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -176,13 +177,13 @@ struct TokMajor {
         arow[i] = -1;
         if (rr < tl.count) {
           const int r = tl.row_begin + rr;
-          arow[i] = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+          arow[i] = gemm_common::a_row_of(p, r);
         }
       }
       int srow = -1;  // block128: A row of tile row t, whose group scales this thread copies
       if (kBlock128 && t < tl.count) {
         const int r = tl.row_begin + t;
-        srow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        srow = gemm_common::a_row_of(p, r);
       }
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
 
