@@ -12,7 +12,7 @@
 #include "core/parallel_backend.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/preload.cuh"
-#include "cuda/kernels/ep/ep.hpp"
+#include "cuda/kernels/ep/launch.hpp"
 #include "moekit/error.hpp"
 
 #if defined(MOEKIT_WITH_NCCL) && MOEKIT_WITH_NCCL
@@ -35,17 +35,17 @@ void preload_current_device() {
 
 void preloaded_ep_dispatch(const detail::EpDispatchCall& c) {
   preload_current_device();
-  launch_ep_dispatch_sm90(c);
+  launch_ep_dispatch(c);
 }
 
 void preloaded_ep_unpack(const detail::EpUnpackCall& c) {
   preload_current_device();
-  launch_ep_unpack_sm90(c);
+  launch_ep_unpack(c);
 }
 
 void preloaded_ep_combine(const detail::EpCombineCall& c) {
   preload_current_device();
-  launch_ep_combine_sm90(c);
+  launch_ep_combine(c);
 }
 
 #if MOEKIT_HAS_NCCL

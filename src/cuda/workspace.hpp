@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/kernels/routing/routing.hpp"
+#include "cuda/kernels/routing/config.hpp"
 #include "moekit/problem.hpp"
 
 namespace moekit::cuda {

@@ -4,14 +4,15 @@
 #pragma once
 
 #include "core/path_router.hpp"  // the router's Swap-AB split, which the launcher takes
-#include "cuda/kernels/combine/combine.hpp"
+#include "cuda/kernels/combine/launch_sm90.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/decode/params.hpp"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"
 #include "cuda/kernels/mma/launch_sm90.hpp"
-#include "cuda/kernels/quant/quant.hpp"
-#include "cuda/kernels/routing/routing.hpp"
+#include "cuda/kernels/quant/launch_sm90.hpp"
+#include "cuda/kernels/routing/config.hpp"  // kPermuteMultiCtaMinSlots, permute_chunk_count_words
+#include "cuda/kernels/routing/launch_sm90.hpp"
 #include "cuda/kernels/swapab/launch_sm90.hpp"
 #include "cuda/kernels/tokmajor/launch_sm90.hpp"

@@ -61,9 +61,9 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"quant_tensor_small_sm90_kernel", 6}, {"quant_row_sm90_kernel", 6},
       {"quant_group_sm90_kernel", 6},   {"mma_sm90_kernel", 4},
       {"swapab_sm90_kernel", 8},        {"tokmajor_sm90_kernel", 8},
-      {"fused_moe_sm90_kernel", 3},     {"ep_plan_sm90_kernel", 1},
-      {"ep_pack_sm90_kernel", 2},       {"ep_unpack_sm90_kernel", 2},
-      {"ep_combine_sm90_kernel", 2},
+      {"fused_moe_sm90_kernel", 3},     {"ep_plan_kernel", 1},  // EP: arch-generic (kernels/ep/kernel.cuh)
+      {"ep_pack_kernel", 2},            {"ep_unpack_kernel", 2},
+      {"ep_combine_kernel", 2},
       {"inv_rope_quant_sm90_kernel", 1},  // rope_quant: the register kernel (2 rows a warp)
       {"inv_rope_quant_pipe_sm90_kernel", 2},  // rope_quant: the pipelined kernel, 4 and 8 stages
       {"inv_rope_quant_small_sm90_kernel", 1},  // rope_quant: the latency-first kernel

@@ -20,7 +20,7 @@
 #include "cuda/kernels/decode/config.hpp"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/decode/params.hpp"
-#include "cuda/kernels/routing/routing.hpp"
+#include "cuda/kernels/routing/launch_sm90.hpp"
 #include "cuda/numerics/bias.cuh"
 #include "moekit/error.hpp"
 

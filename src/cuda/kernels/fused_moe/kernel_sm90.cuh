@@ -107,6 +107,7 @@
 #include "cuda/common/faults.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -246,22 +247,12 @@ __device__ __forceinline__ void block_exclusive_scan(int* arr, int n, int* scrat
     v[i] = j < n ? arr[j] : 0;
     sum += v[i];
   }
-  int incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int x = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += x;
-  }
+  const int incl = warp_inclusive_sum(sum, lane);
   if (lane == 31) scratch[warp] = incl;
   __syncthreads();
   if (warp == 0) {
     const int x = lane < kWarps ? scratch[lane] : 0;
-    int y = x;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int z = __shfl_up_sync(0xffffffffu, y, o);
-      if (lane >= o) y += z;
-    }
+    const int y = warp_inclusive_sum(x, lane);
     if (lane < kWarps) scratch[lane] = y - x;
     if (lane == kWarps - 1) scratch[kWarps] = y;
   }

@@ -6,17 +6,85 @@
 #include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
+#include "cuda/common/operand.hpp"
 #include "cuda/common/tma.cuh"  // encode_tiled_fn
 #include "cuda/kernels/gemm_common/params.hpp"
+#include "cuda/numerics/bias.cuh"  // bias_type_of
 #include "moekit/error.hpp"
 
 namespace moekit::cuda::gemm_common {
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+inline bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
+// Bytes of one A / B element: e4m3 for the fp8 schemes, else the 16-bit activation dtype.
+inline std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
+
+// The fields every TMA + wgmma family's KernelParams (swapab/, tokmajor/ params.hpp) takes from
+// GroupedGemmParams as they are: pointers, sizes, the epilogue's encodings. `rows_b` is B's rows
+// (2N or K), `es` the element bytes of A and B. The family sets its tiling fields itself.
+template <class KP>
+void fill_common_fields(KP& kp, const GroupedGemmParams& p, std::int64_t rows_b, std::int64_t es) {
+  kp.row_offsets = p.row_offsets;
+  kp.sorted_slots = p.sorted_slots;
+  kp.a = static_cast<const std::uint8_t*>(p.a);
+  kp.a_scale = p.a_scale;
+  kp.b_scale = p.b_scale;
+  kp.bias = p.bias;
+  kp.topk_weights = p.topk_weights;
+  kp.sorted_weights = p.sorted_weights;
+  kp.out = p.out;
+  kp.a_row_bytes = p.k_dim * es;
+  kp.n_out = p.n_out;
+  kp.rows_b = rows_b;
+  kp.num_experts = p.num_experts;
+  kp.top_k = std::max(1, p.top_k);
+  kp.k_groups = static_cast<int>(ceil_div(p.k_dim, 128));
+  kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
+  kp.gather_a = p.gather_a_by_token ? 1 : 0;
+  kp.weight_on_input = p.weight_on_input ? 1 : 0;
+  kp.scale_mode = scale_mode_of(p.scheme);
+  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
+  kp.out_type = out_type_of(p.out_dtype);
+  kp.act = p.activation.kind;
+  kp.alpha = p.activation.alpha;
+  kp.limit = p.activation.limit;
+}
+
+// Calls f(op, gate_up, block128) with the compile-time values (std::integral_constant) of the
+// inst/ instantiation that runs `p`: e4m3 for the fp8 schemes (block128 for kFp8Block128), else
+// the activation dtype's operand; the launcher's f forwards them as template arguments.
+template <class F>
+void run_instantiation(const GroupedGemmParams& p, bool gate_up, F&& f) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (is_fp8(p.scheme)) {
+    using Op = std::integral_constant<Operand, Operand::kE4m3>;
+    const bool block = p.scheme == Scheme::kFp8Block128;
+    if (gate_up) {
+      if (block) f(Op{}, Yes{}, Yes{});
+      else f(Op{}, Yes{}, No{});
+    } else {
+      if (block) f(Op{}, No{}, Yes{});
+      else f(Op{}, No{}, No{});
+    }
+  } else if (p.act_dtype == DType::kFp16) {
+    using Op = std::integral_constant<Operand, Operand::kF16>;
+    if (gate_up) f(Op{}, Yes{}, No{});
+    else f(Op{}, No{}, No{});
+  } else {
+    using Op = std::integral_constant<Operand, Operand::kBf16>;
+    if (gate_up) f(Op{}, Yes{}, No{});
+    else f(Op{}, No{}, No{});
+  }
+}
 
 // "" when `p` passes the checks every TMA + wgmma family makes (scheme, sizes, 16-byte row pitch,
 // pointers and their alignment, scales, weights, epilogue dtypes common to both); otherwise the

@@ -18,6 +18,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/kernels/mma/config.hpp"
 #include "cuda/kernels/mma/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -99,12 +100,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         const int rows = p.row_offsets[e + 1] - p.row_offsets[e];
         tiles = rows > 0 ? rows / BM + (rows % BM != 0) : 0;
       }
-      int incl = tiles;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(kFull, incl, d);
-        if (lane >= d) incl += v;
-      }
+      const int incl = warp_inclusive_sum(tiles, lane);
       const int start = running + incl - tiles;
       if (bid >= start && bid < start + tiles) {
         s_expert = e;

@@ -16,7 +16,9 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/gemm_common/gather.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -149,7 +151,7 @@ struct SwapAb {
         src[i] = p.a;
         if (has_row[i]) {
           const int r = it.row_begin + rr;
-          const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+          const std::int64_t arow = gemm_common::a_row_of(p, r);
           src[i] = p.a + arow * p.a_row_bytes + chunk16 * 16;
         }
       }
@@ -157,7 +159,7 @@ struct SwapAb {
       const float* tok_scale_src = p.a_scale;
       if (kBlock128 && t < it.count) {
         const int r = it.row_begin + t;
-        const std::int64_t arow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        const std::int64_t arow = gemm_common::a_row_of(p, r);
         tok_scale_src = p.a_scale + arow * p.k_groups;
       }
       // The item's tiles, each a full pass over this rank's K stages with the same tokens.
@@ -603,11 +605,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int rows = max(0, s.off[e + 1] - s.off[e]);
         items = (rows + kMaxTokens - 1) / kMaxTokens * tile_groups;
       }
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, items, d);
-        if (lane >= d) items += v;
-      }
+      items = warp_inclusive_sum(items, lane);
       if (e < E) s.prefix[e + 1] = running + items;
       running += __shfl_sync(0xffffffffu, items, 31);
     }

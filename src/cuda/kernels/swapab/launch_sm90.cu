@@ -16,19 +16,14 @@
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
-#include "cuda/numerics/bias.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
 namespace {
 
 using swapab::KernelParams;
-
-bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
-
-std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+using gemm_common::ceil_div;
+using gemm_common::element_bytes;
 
 // Upper bound of the work items (expert, group of T tiles, chunk of 64 rows) from host-known
 // sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
@@ -102,39 +97,15 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   if (!can_implement_swapab_sm90(p, &why)) throw Error(Status::kNotSupported, why);
 
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
-  const bool fp8 = is_fp8(p.scheme);
   const std::int64_t es = element_bytes(p);
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
 
   KernelParams kp{};
   // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
   gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
-  kp.row_offsets = p.row_offsets;
-  kp.sorted_slots = p.sorted_slots;
-  kp.a = static_cast<const std::uint8_t*>(p.a);
-  kp.a_scale = p.a_scale;
-  kp.b_scale = p.b_scale;
-  kp.bias = p.bias;
-  kp.topk_weights = p.topk_weights;
-  kp.sorted_weights = p.sorted_weights;
-  kp.out = p.out;
-  kp.a_row_bytes = p.k_dim * es;
-  kp.n_out = p.n_out;
-  kp.rows_b = rows_b;
-  kp.num_experts = p.num_experts;
-  kp.top_k = std::max(1, p.top_k);
+  gemm_common::fill_common_fields(kp, p, rows_b, es);
   kp.num_tiles = static_cast<int>(ceil_div(p.n_out, swapab::kTileRows));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, swapab::kStageKBytes));
-  kp.k_groups = static_cast<int>(ceil_div(p.k_dim, 128));
-  kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
-  kp.gather_a = p.gather_a_by_token ? 1 : 0;
-  kp.weight_on_input = p.weight_on_input ? 1 : 0;
-  kp.scale_mode = scale_mode_of(p.scheme);
-  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
-  kp.out_type = out_type_of(p.out_dtype);
-  kp.act = p.activation.kind;
-  kp.alpha = p.activation.alpha;
-  kp.limit = p.activation.limit;
 
   // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), clusters of
   // S CTAs per work item, never more clusters than work items can exist.
@@ -151,22 +122,11 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   const std::int64_t clusters = std::min<std::int64_t>(items, std::max(1, sms / split));
   const int grid = static_cast<int>(clusters * split);
 
-  if (fp8) {
-    const bool block = p.scheme == Scheme::kFp8Block128;
-    if (gate_up) {
-      if (block) swapab::run_swapab_sm90<Operand::kE4m3, true, true>(kp, grid, stream, pdl);
-      else swapab::run_swapab_sm90<Operand::kE4m3, true, false>(kp, grid, stream, pdl);
-    } else {
-      if (block) swapab::run_swapab_sm90<Operand::kE4m3, false, true>(kp, grid, stream, pdl);
-      else swapab::run_swapab_sm90<Operand::kE4m3, false, false>(kp, grid, stream, pdl);
-    }
-  } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) swapab::run_swapab_sm90<Operand::kF16, true, false>(kp, grid, stream, pdl);
-    else swapab::run_swapab_sm90<Operand::kF16, false, false>(kp, grid, stream, pdl);
-  } else {
-    if (gate_up) swapab::run_swapab_sm90<Operand::kBf16, true, false>(kp, grid, stream, pdl);
-    else swapab::run_swapab_sm90<Operand::kBf16, false, false>(kp, grid, stream, pdl);
-  }
+  // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
+  gemm_common::run_instantiation(p, gate_up, [&](auto op, auto gate_up_c, auto block128_c) {
+    swapab::run_swapab_sm90<decltype(op)::value, decltype(gate_up_c)::value, decltype(block128_c)::value>(
+        kp, grid, stream, pdl);
+  });
 }
 
 }  // namespace moekit::cuda

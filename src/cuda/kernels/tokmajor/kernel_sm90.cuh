@@ -17,7 +17,9 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/gemm_common/gather.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -175,13 +177,13 @@ struct TokMajor {
         arow[i] = -1;
         if (rr < tl.count) {
           const int r = tl.row_begin + rr;
-          arow[i] = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+          arow[i] = gemm_common::a_row_of(p, r);
         }
       }
       int srow = -1;  // block128: A row of tile row t, whose group scales this thread copies
       if (kBlock128 && t < tl.count) {
         const int r = tl.row_begin + t;
-        srow = p.gather_a ? p.sorted_slots[r] / p.top_k : r;
+        srow = gemm_common::a_row_of(p, r);
       }
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
 
@@ -626,11 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
         const int rows = max(0, s.off[e + 1] - s.off[e]);
         tiles = units_of(rows, p.cluster, p.num_col_tiles);
       }
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, tiles, d);
-        if (lane >= d) tiles += v;
-      }
+      tiles = warp_inclusive_sum(tiles, lane);
       if (e < E) s.prefix[e + 1] = running + tiles;
       running += __shfl_sync(0xffffffffu, tiles, 31);
     }

@@ -23,10 +23,9 @@ namespace moekit::cuda {
 namespace {
 
 using tokmajor::KernelParams;
+using gemm_common::ceil_div;
+using gemm_common::element_bytes;
 
-bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
-std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 bool gate_up_of(const GroupedGemmParams& p) { return p.epilogue == GemmEpilogue::kGateUpActivation; }
 bool block128_of(const GroupedGemmParams& p) { return p.scheme == Scheme::kFp8Block128; }
 
@@ -122,7 +121,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   if (!can_implement_tokmajor_sm90(p, &why)) throw Error(Status::kNotSupported, why);
 
   const bool gate_up = gate_up_of(p);
-  const bool fp8 = is_fp8(p.scheme);
   const bool block128 = block128_of(p);
   const std::int64_t es = element_bytes(p);
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
@@ -132,36 +130,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // Weights [E, rows_b, k_dim], a box of 128 bytes of K by half a tile of rows; the kernel loads
   // two boxes per stage.
   gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
-  kp.row_offsets = p.row_offsets;
-  kp.sorted_slots = p.sorted_slots;
-  kp.a = static_cast<const std::uint8_t*>(p.a);
-  kp.a_scale = p.a_scale;
-  kp.b_scale = p.b_scale;
-  kp.bias = p.bias;
-  kp.topk_weights = p.topk_weights;
-  kp.sorted_weights = p.sorted_weights;
-  kp.out = p.out;
-  kp.a_row_bytes = p.k_dim * es;
-  kp.n_out = p.n_out;
-  kp.rows_b = rows_b;
-  kp.num_experts = p.num_experts;
-  kp.top_k = std::max(1, p.top_k);
+  gemm_common::fill_common_fields(kp, p, rows_b, es);
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, tokmajor::kStageKBytes));
-  kp.k_groups = static_cast<int>(ceil_div(p.k_dim, 128));
-  kp.row_blocks = static_cast<int>(ceil_div(rows_b, 128));
-  kp.gather_a = p.gather_a_by_token ? 1 : 0;
-  kp.weight_on_input = p.weight_on_input ? 1 : 0;
-  kp.scale_mode = scale_mode_of(p.scheme);
-  kp.bias_type = numerics::bias_type_of(p.bias != nullptr, p.bias_dtype);
-  kp.out_type = out_type_of(p.out_dtype);
   {
     const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
   }
-  kp.act = p.activation.kind;
-  kp.alpha = p.activation.alpha;
-  kp.limit = p.activation.limit;
   kp.cluster = cluster;
   // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
   // static schedule gives it to them without talking).
@@ -179,21 +154,11 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const std::int64_t clusters = std::min<std::int64_t>(tiles, std::max(1, sms / cluster));
   const int grid = static_cast<int>(clusters * cluster);
 
-  if (fp8) {
-    if (block128) {
-      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, true>(kp, grid, stream, pdl);
-      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, true>(kp, grid, stream, pdl);
-    } else {
-      if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kE4m3, true, false>(kp, grid, stream, pdl);
-      else tokmajor::run_tokmajor_sm90<Operand::kE4m3, false, false>(kp, grid, stream, pdl);
-    }
-  } else if (p.act_dtype == DType::kFp16) {
-    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kF16, true, false>(kp, grid, stream, pdl);
-    else tokmajor::run_tokmajor_sm90<Operand::kF16, false, false>(kp, grid, stream, pdl);
-  } else {
-    if (gate_up) tokmajor::run_tokmajor_sm90<Operand::kBf16, true, false>(kp, grid, stream, pdl);
-    else tokmajor::run_tokmajor_sm90<Operand::kBf16, false, false>(kp, grid, stream, pdl);
-  }
+  // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
+  gemm_common::run_instantiation(p, gate_up, [&](auto op, auto gate_up_c, auto block128_c) {
+    tokmajor::run_tokmajor_sm90<decltype(op)::value, decltype(gate_up_c)::value, decltype(block128_c)::value>(
+        kp, grid, stream, pdl);
+  });
 }
 
 }  // namespace moekit::cuda

@@ -1,26 +1,25 @@
 // The expert-parallel bookkeeping kernels. The plan is one block walking the slots in ascending
 // order a chunk at a time, so a slot's position inside its destination's region is its rank
 // among earlier slots to the same destination: deterministic and equal to the CPU reference.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Nothing here is specific to sm_90 (warp ballots and shuffles, 16-byte loads): hence kernel.cuh,
+// launch.hpp / .cu and kernel names without the arch. Included by inst/ep.cu alone (the plan
+// kernel is not a template: a second includer would define it twice).
+#pragma once
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
-#include "cuda/common/preload.cuh"
-#include "cuda/kernels/ep/ep.hpp"
+#include "cuda/common/warp.cuh"
+#include "cuda/kernels/ep/config.hpp"
+#include "cuda/kernels/ep/params.hpp"
 
-namespace moekit::cuda {
-namespace {
-
-constexpr int kPlanThreads = 1024;  // 32 warps: one warp scans the 32 warp totals
-constexpr int kRowThreads = 128;
-constexpr int kCombineThreads = 256;
-constexpr std::int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
+namespace moekit::cuda::ep {
 
 // expert_owner of moekit/parallel.hpp: contiguous ranges, the first E % ep ranks one larger.
 __device__ __forceinline__ int ep_owner(std::int64_t id, std::int64_t num_experts, int ep) {
@@ -35,7 +34,7 @@ __device__ __forceinline__ int ep_owner(std::int64_t id, std::int64_t num_expert
 // ballot gives each lane its rank inside the warp, warp 0 scans the warp totals, a running base
 // per peer (shared) carries the count across chunks.
 __global__ void __launch_bounds__(kPlanThreads)
-    ep_plan_sm90_kernel(const std::int32_t* __restrict__ ids, std::int64_t slots, std::int64_t num_experts, int ep,
+    ep_plan_kernel(const std::int32_t* __restrict__ ids, std::int64_t slots, std::int64_t num_experts, int ep,
                         std::int64_t capacity, std::int32_t* __restrict__ route, std::int32_t* __restrict__ counts,
                         std::int64_t top_k, FaultRecord* faults) {
   extern __shared__ int base[];  // [ep]
@@ -58,11 +57,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       __syncthreads();
       if (warp == 0) {
         const int v = lane < num_warps ? warp_total[lane] : 0;
-        int incl = v;
-        for (int o = 1; o < 32; o <<= 1) {
-          const int t = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += t;
-        }
+        const int incl = warp_inclusive_sum(v, lane);
         warp_offset[lane] = incl - v;
         if (lane == 31) chunk_total = incl;
       }
@@ -80,7 +75,7 @@ __global__ void __launch_bounds__(kPlanThreads)
 // One block per slot: copy the token's row to its place in the send buffer, and its meta.
 template <class V>
 __global__ void __launch_bounds__(kRowThreads)
-    ep_pack_sm90_kernel(const V* __restrict__ hidden, const std::int32_t* __restrict__ ids,
+    ep_pack_kernel(const V* __restrict__ hidden, const std::int32_t* __restrict__ ids,
                         const float* __restrict__ weights, const std::int32_t* __restrict__ route, std::int64_t slots,
                         std::int64_t top_k, std::int64_t row_vecs, V* __restrict__ send, std::int32_t* __restrict__ meta) {
   for (std::int64_t i = blockIdx.x; i < slots; i += gridDim.x) {
@@ -98,7 +93,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <class V>
 __global__ void __launch_bounds__(kRowThreads)
-    ep_unpack_sm90_kernel(const std::int32_t* __restrict__ counts, const std::int32_t* __restrict__ meta,
+    ep_unpack_kernel(const std::int32_t* __restrict__ counts, const std::int32_t* __restrict__ meta,
                           V* __restrict__ hidden, std::int64_t rows, std::int64_t capacity, std::int64_t row_vecs,
                           std::int64_t first_expert, std::int64_t num_local, bool zero_unused,
                           std::int32_t* __restrict__ local_ids, float* __restrict__ local_weights) {
@@ -125,7 +120,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // One block per token: its k routes in shared memory, then each thread sums columns in j order.
 template <class T>
 __global__ void __launch_bounds__(kCombineThreads)
-    ep_combine_sm90_kernel(const std::int32_t* __restrict__ route, const T* __restrict__ returned,
+    ep_combine_kernel(const std::int32_t* __restrict__ route, const T* __restrict__ returned,
                            std::int64_t returned_rows, std::int64_t num_tokens, std::int64_t top_k,
                            std::int64_t hidden_size, T* __restrict__ out) {
   extern __shared__ std::int64_t rows[];  // [top_k]
@@ -145,79 +140,38 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
-unsigned grid_for(std::int64_t items) { return static_cast<unsigned>(std::min<std::int64_t>(items, kMaxGrid)); }
+// ---- host side of one instantiation (inst/ep.cu) ----
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+// Rows move as 16-byte vectors (uint4) or 2-byte elements.
+template <int kVecBytes> struct RowVec;
+template <> struct RowVec<16> { using type = uint4; };
+template <> struct RowVec<2> { using type = std::uint16_t; };
 
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(ep_plan_sm90_kernel);
-MOEKIT_REGISTER_KERNEL(ep_pack_sm90_kernel<uint4>);
-MOEKIT_REGISTER_KERNEL(ep_pack_sm90_kernel<std::uint16_t>);
-MOEKIT_REGISTER_KERNEL(ep_unpack_sm90_kernel<uint4>);
-MOEKIT_REGISTER_KERNEL(ep_unpack_sm90_kernel<std::uint16_t>);
-MOEKIT_REGISTER_KERNEL(ep_combine_sm90_kernel<__half>);
-MOEKIT_REGISTER_KERNEL(ep_combine_sm90_kernel<__nv_bfloat16>);
-
-}  // namespace
-
-void launch_ep_dispatch_sm90(const detail::EpDispatchCall& c) {
-  auto stream = static_cast<cudaStream_t>(c.stream);
-  const std::int64_t slots = c.num_tokens * c.top_k;
-  // moekit::ep_dispatch checked C >= M*k and ep*C < 2^31 (slot_route is int32).
-  const std::size_t smem = static_cast<std::size_t>(c.ep_size) * sizeof(int);
-  int device = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  ep_plan_sm90_kernel<<<1, kPlanThreads, smem, stream>>>(c.topk_ids, slots, c.num_experts_global, c.ep_size,
-                                                         c.capacity, c.slot_route, c.send_counts, c.top_k,
-                                                         device_fault_record(device));
-  MOEKIT_CUDA_CHECK_LAUNCH();
-  if (slots == 0) return;
-  const std::int64_t row_bytes = c.hidden_size * 2;
-  if (row_bytes % 16 == 0 && aligned16(c.hidden) && aligned16(c.send_hidden)) {
-    ep_pack_sm90_kernel<uint4><<<grid_for(slots), kRowThreads, 0, stream>>>(
-        static_cast<const uint4*>(c.hidden), c.topk_ids, c.topk_weights, c.slot_route, slots, c.top_k, row_bytes / 16,
-        static_cast<uint4*>(c.send_hidden), c.send_meta);
-  } else {
-    ep_pack_sm90_kernel<std::uint16_t><<<grid_for(slots), kRowThreads, 0, stream>>>(
-        static_cast<const std::uint16_t*>(c.hidden), c.topk_ids, c.topk_weights, c.slot_route, slots, c.top_k,
-        c.hidden_size, static_cast<std::uint16_t*>(c.send_hidden), c.send_meta);
-  }
+template <int kVecBytes>
+void run_ep_pack(const EpPackParams& p, unsigned grid, void* stream) {
+  using V = typename RowVec<kVecBytes>::type;
+  ep_pack_kernel<V><<<grid, kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const V*>(p.hidden), p.ids, p.weights, p.route, p.slots, p.top_k, p.row_vecs, static_cast<V*>(p.send),
+      p.meta);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-void launch_ep_unpack_sm90(const detail::EpUnpackCall& c) {
-  auto stream = static_cast<cudaStream_t>(c.stream);
-  const std::int64_t rows = static_cast<std::int64_t>(c.ep_size) * c.capacity;
-  if (rows == 0) return;
-  const std::int64_t row_bytes = c.hidden_size * 2;
-  if (row_bytes % 16 == 0 && aligned16(c.recv_hidden)) {
-    ep_unpack_sm90_kernel<uint4><<<grid_for(rows), kRowThreads, 0, stream>>>(
-        c.recv_counts, c.recv_meta, static_cast<uint4*>(c.recv_hidden), rows, c.capacity, row_bytes / 16,
-        c.first_expert, c.num_local_experts, c.zero_unused_rows, c.local_ids, c.local_weights);
-  } else {
-    ep_unpack_sm90_kernel<std::uint16_t><<<grid_for(rows), kRowThreads, 0, stream>>>(
-        c.recv_counts, c.recv_meta, static_cast<std::uint16_t*>(c.recv_hidden), rows, c.capacity, c.hidden_size,
-        c.first_expert, c.num_local_experts, c.zero_unused_rows, c.local_ids, c.local_weights);
-  }
+template <int kVecBytes>
+void run_ep_unpack(const EpUnpackParams& p, unsigned grid, void* stream) {
+  using V = typename RowVec<kVecBytes>::type;
+  ep_unpack_kernel<V><<<grid, kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      p.counts, p.meta, static_cast<V*>(p.hidden), p.rows, p.capacity, p.row_vecs, p.first_expert, p.num_local,
+      p.zero_unused, p.local_ids, p.local_weights);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-void launch_ep_combine_sm90(const detail::EpCombineCall& c) {
-  auto stream = static_cast<cudaStream_t>(c.stream);
-  if (c.num_tokens == 0) return;
-  // Rounded up to whole 16-byte words: the compiler reads rows[] two at a time (ld.shared.v2),
-  // and compute-sanitizer flags the second half past an odd top_k.
-  const std::size_t smem = static_cast<std::size_t>((c.top_k + 1) / 2 * 2) * sizeof(std::int64_t);
-  if (c.act_dtype == DType::kFp16) {
-    ep_combine_sm90_kernel<__half><<<grid_for(c.num_tokens), kCombineThreads, smem, stream>>>(
-        c.slot_route, static_cast<const __half*>(c.returned), c.returned_rows, c.num_tokens, c.top_k, c.hidden_size,
-        static_cast<__half*>(c.out));
-  } else {
-    ep_combine_sm90_kernel<__nv_bfloat16><<<grid_for(c.num_tokens), kCombineThreads, smem, stream>>>(
-        c.slot_route, static_cast<const __nv_bfloat16*>(c.returned), c.returned_rows, c.num_tokens, c.top_k, c.hidden_size,
-        static_cast<__nv_bfloat16*>(c.out));
-  }
+template <DType kAct>
+void run_ep_combine(const EpCombineParams& p, unsigned grid, std::size_t smem, void* stream) {
+  using T = element_t<kAct>;
+  ep_combine_kernel<T><<<grid, kCombineThreads, smem, static_cast<cudaStream_t>(stream)>>>(
+      p.route, static_cast<const T*>(p.returned), p.returned_rows, p.num_tokens, p.top_k, p.hidden_size,
+      static_cast<T*>(p.out));
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace moekit::cuda
+}  // namespace moekit::cuda::ep

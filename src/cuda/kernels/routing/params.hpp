@@ -1,42 +1,18 @@
-// Routing fused with the permutation: optionally route every token (softmax_topk,
+// Parameters of routing fused with the permutation: optionally route every token (softmax_topk,
 // sigmoid_grouped_topk, topk_softmax), then count the slots of each local expert, prefix-sum them
-// to expert_offsets and write sorted_slots. One CTA up to kPermuteMultiCtaMinSlots slots, a
-// count grid and a scatter grid above. Plain parameters, no CUDA types.
+// to expert_offsets and write sorted_slots. Plain struct shared by host and device (no CUDA
+// types), and the launch entry of each instantiation (inst/*.cu).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
-#include "moekit/problem.hpp"
-#include "moekit/tensor.hpp"
+#include "moekit/problem.hpp"  // RoutingConfig
+#include "moekit/tensor.hpp"   // DType
 
 namespace moekit::cuda {
 
 struct FaultRecord;  // cuda/common/faults.cuh
-
-// Above this many slots (M*k) the permutation runs on a grid (a count launch, then a scatter
-// launch) instead of one CTA. 4096 = 512 tokens x k = 8: decode and fused_moe's one-launch
-// routing (up to 512 tokens) of every k <= 8 preset keep the single CTA exactly as before. It is
-// also about where the grid starts to pay: 4 chunks of 1024 slots take ~13 us in one CTA at the
-// ~3.1 ns per slot measured at 65536 slots, the two grid launches an estimated ~6 us whatever
-// the size (not yet measured: retune with a sweep of M around 512 at k = 8).
-constexpr std::int64_t kPermuteMultiCtaMinSlots = 4096;
-// Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
-// (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
-constexpr std::int64_t kPermuteMaxCountWords = 32768;
-
-// int32 words of the [count CTAs][E] table the multi-CTA permutation needs (RoutingParams::
-// chunk_counts) for `num_experts` local experts: count CTAs x E <= max(E, kPermuteMaxCountWords).
-inline std::size_t permute_chunk_count_words(std::int64_t num_experts) {
-  return static_cast<std::size_t>(std::max<std::int64_t>(num_experts, kPermuteMaxCountWords));
-}
-
-// Bytes a call of `slots` slots reserves for chunk_counts (cuda/workspace.hpp): none up to
-// kPermuteMultiCtaMinSlots, where PermutePath::kAuto always takes the one-CTA path.
-inline std::size_t permute_chunk_count_bytes(std::int64_t slots, std::int64_t num_experts) {
-  return slots > kPermuteMultiCtaMinSlots ? permute_chunk_count_words(num_experts) * sizeof(std::int32_t) : 0;
-}
 
 // Which permutation launch_routing_sm90 runs: kAuto picks by slot count (above); tests force
 // either to compare them at the same M (same results, bit for bit).
@@ -95,15 +71,19 @@ struct RoutingParams {
   bool pdl_trigger = false;
 };
 
-/// Enqueue the routing / permutation launches on `stream` (cudaStream_t). Permutation of at most
-/// kPermuteMultiCtaMinSlots slots: one CTA (route + permute of more than 512 tokens: a routing
-/// grid, then the one-CTA permute). Above (with chunk_counts): a count grid (routing its own
-/// tokens first when `route`), then a scatter grid. Route only: a grid of warps-per-token.
-/// Throws Error(kNotSupported) for shapes past the shared-memory limit, Error(kInvalidArgument)
-/// for kMultiCta without chunk_counts and Error(kCudaError) when a launch fails. No-op when M == 0.
-/// The first launch is a call's first and never overlaps earlier work on the stream; with `pdl`
-/// the second launch (permute or scatter) is launched as its programmatic dependent
-/// (cuda/common/pdl.cuh).
-void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
+namespace routing {
 
+// The launch of one instantiation (inst/*.cu) on `stream` (cudaStream_t) with `grid` CTAs and
+// `smem` bytes of dynamic shared memory (the kernel's limit raised past 48 KiB when needed); with
+// `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+// Logits of dtype kLogits (kFp32 also when not routing).
+// routing_sm90_kernel: route and / or the one-CTA permutation, CTAs of kNumThreads.
+template <DType kLogits, int kNumThreads>
+void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
+// The multi-CTA permutation: the count launch (routing its own tokens first), then the scatter.
+template <DType kLogits>
+void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
+void run_permute_scatter_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
+
+}  // namespace routing
 }  // namespace moekit::cuda

@@ -1,11 +1,12 @@
-// The weighted combine (docs/design.md step 6): out[m, :] = round_act(sum over the local slots j
-// of y[m*k + j, :]) in j order, fp32 (y itself fp32 or the act dtype); zeros when no slot is
-// local. Deterministic, no atomics.
+// Parameters of the weighted combine (docs/design.md step 6): out[m, :] = round_act(sum over the
+// local slots j of y[m*k + j, :]) in j order, fp32 (y itself fp32 or the act dtype); zeros when no
+// slot is local. Plain struct shared by host and device, and the launch entry of each
+// instantiation (inst/*.cu).
 #pragma once
 
 #include <cstdint>
 
-#include "moekit/tensor.hpp"
+#include "moekit/tensor.hpp"  // DType
 
 namespace moekit::cuda {
 
@@ -26,8 +27,13 @@ struct CombineParams {
   FaultRecord* faults = nullptr;            // a dropped slot's bad id / map entry, or null
 };
 
-/// Enqueue the combine on `stream` (cudaStream_t). No-op when M == 0. With `pdl` it is the
-/// programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
-void launch_combine_sm90(const CombineParams& params, void* stream, bool pdl = false);
+namespace combine {
 
+// Launches combine_sm90_kernel for out dtype kOut, y dtype kY and kVec values of y per thread
+// (16 bytes or 1) on `stream` (cudaStream_t) with `grid` CTAs of kThreads (inst/*.cu); with `pdl`
+// as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
+template <DType kOut, DType kY, int kVec>
+void run_combine_sm90(const CombineParams& p, unsigned grid, void* stream, bool pdl);
+
+}  // namespace combine
 }  // namespace moekit::cuda

@@ -1,40 +1,29 @@
-// The routing + permutation kernels (docs/design.md step 1) and their launcher. Routing: one warp
-// per token, the token's E_global scores in a shared-memory row, top-k by k rounds of a warp
-// argmax (ties -> lower id). Permutation: counts by shared atomics, then a stable scatter in
-// chunks of 1024 slots (per-warp match_any ranks + per-warp counts). Up to
-// kPermuteMultiCtaMinSlots slots one persistent CTA does it all (fused_moe routes in the same CTA
-// up to kFusedRouteMaxTokens tokens, on a grid before it above); past that a count grid (routing
-// its own tokens first) and a scatter grid split the slots into contiguous chunks.
-#include <cuda_bf16.h>
+// The routing + permutation kernels (docs/design.md step 1). Routing: one warp per token, the
+// token's E_global scores in a shared-memory row, top-k by k rounds of a warp argmax (ties -> lower
+// id). Permutation: counts by shared atomics, then a stable scatter in chunks of 1024 slots
+// (per-warp match_any ranks + per-warp counts). Up to kPermuteMultiCtaMinSlots slots one
+// persistent CTA does it all (fused_moe routes in the same CTA up to kFusedRouteMaxTokens tokens,
+// on a grid before it above); past that a count grid (routing its own tokens first) and a scatter
+// grid split the slots into contiguous chunks. Included by inst/routing_sm90.cu alone (the scatter
+// kernel is not a template: a second includer would define it twice).
+#pragma once
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
+#include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/preload.cuh"
-#include "cuda/kernels/routing/routing.hpp"
+#include "cuda/common/warp.cuh"
+#include "cuda/kernels/routing/config.hpp"
+#include "cuda/kernels/routing/params.hpp"
 #include "cuda/numerics/topk.cuh"
-#include "moekit/error.hpp"
 
-namespace moekit::cuda {
-namespace {
-
-constexpr int kThreads = 1024;          // 32 warps: the permutation handles 1024 slots per chunk
-constexpr int kWarps = kThreads / 32;
-// Decode: at most kSmallThreads slots (and at most 2 tokens per warp to route) run on a CTA of
-// 8 warps: one chunk either way, but the per-expert column scan of pass 2 walks 8 warp counts
-// instead of 32 and the CTA-wide barriers are cheaper.
-constexpr int kSmallThreads = 256;
-constexpr std::int64_t kSmallMaxRouteTokens = 2 * (kSmallThreads / 32);
-constexpr int kMaxRouteBlocks = 1024;   // route-only grid cap (warps grid-stride over tokens)
-// Above this many tokens fused_moe routes on a full grid and permutes in a second launch.
-constexpr std::int64_t kFusedRouteMaxTokens = 512;
+namespace moekit::cuda::routing {
 
 // One warp routes token m (cuda/numerics/topk.cuh); `srow` is this warp's shared row of E_global
 // floats.
@@ -101,12 +90,7 @@ __device__ __forceinline__ void scan_expert_counts(int* running, int E, std::int
   const int lo = min(E, lane * per), hi = min(E, lo + per);
   int local = 0;
   for (int e = lo; e < hi; ++e) local += running[e];
-  int incl = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const int incl = warp_inclusive_sum(local, lane);
   int acc = incl - local;
   for (int e = lo; e < hi; ++e) {
     const int c = running[e];
@@ -290,147 +274,24 @@ __global__ void __launch_bounds__(kThreads, 1) permute_scatter_sm90_kernel(const
   scatter_slots<kThreads>(p, s0, s1, sm);
 }
 
-std::size_t route_smem_bytes(const RoutingParams& p, int warps = kWarps) {
-  return p.route ? static_cast<std::size_t>(warps) * p.num_experts_global * sizeof(float) : 0;
-}
-std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
-  if (!p.permute) return 0;
-  const std::size_t cnt = static_cast<std::size_t>(warps) * p.num_experts * 2;
-  return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
-}
+// ---- host side of one instantiation (inst/*.cu) ----
 
 // Launches `kernel` with `smem` bytes of dynamic shared memory (opting in past 48 KiB).
-void launch_routing_kernel(void (*kernel)(RoutingParams), const RoutingParams& p, std::size_t smem, int grid,
-                           int threads, cudaStream_t stream, bool pdl) {
+inline void launch_routing_kernel(void (*kernel)(RoutingParams), const RoutingParams& p, std::size_t smem, int grid,
+                                  int threads, void* stream, bool pdl) {
   if (smem > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch_kernel_pdl(kernel, dim3(grid), dim3(threads), smem, stream, pdl, p);
+  launch_kernel_pdl(kernel, dim3(grid), dim3(threads), smem, static_cast<cudaStream_t>(stream), pdl, p);
 }
 
-template <class TLogit, int kNumThreads>
-void launch_typed(const RoutingParams& p, std::size_t smem, int grid, cudaStream_t stream, bool pdl) {
-  launch_routing_kernel(routing_sm90_kernel<TLogit, kNumThreads>, p, smem, grid, kNumThreads, stream, pdl);
+template <DType kLogits, int kNumThreads>
+void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl) {
+  launch_routing_kernel(routing_sm90_kernel<element_t<kLogits>, kNumThreads>, p, smem, grid, kNumThreads, stream, pdl);
 }
 
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kSmallThreads>);
-MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kSmallThreads>);
-MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<float, kThreads>);
-MOEKIT_REGISTER_KERNEL(routing_sm90_kernel<__nv_bfloat16, kThreads>);
-MOEKIT_REGISTER_KERNEL(permute_count_sm90_kernel<float>);
-MOEKIT_REGISTER_KERNEL(permute_count_sm90_kernel<__nv_bfloat16>);
-MOEKIT_REGISTER_KERNEL(permute_scatter_sm90_kernel);
-
-}  // namespace
-
-void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
-  if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
-  if (p.route) {
-    if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
-      throw Error(Status::kNotSupported, "sigmoid_grouped_topk on CUDA supports num_groups <= 32, got " +
-                                             std::to_string(p.routing.num_groups));
-    if (p.logits_dtype != DType::kFp32 && p.logits_dtype != DType::kBf16)
-      throw Error(Status::kNotSupported, std::string("router_logits dtype ") + dtype_name(p.logits_dtype) +
-                                             " (expected fp32 or bf16)");
-  }
-  if (p.permute && p.num_tokens * p.top_k > 0x7fffffffLL)
-    throw Error(Status::kNotSupported, "M*k = " + std::to_string(p.num_tokens * p.top_k) +
-                                           " slots exceeds the int32 slot index of the CUDA backend");
-  const std::size_t smem = std::max(route_smem_bytes(p), permute_smem_bytes(p));
-  int device = 0, optin = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<std::size_t>(optin))
-    throw Error(Status::kNotSupported, "routing kernel needs " + std::to_string(smem) +
-                                           " bytes of shared memory (E_global=" + std::to_string(p.num_experts_global) +
-                                           ", E=" + std::to_string(p.num_experts) + "), the device allows " +
-                                           std::to_string(optin));
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int route_grid =
-      static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
-  const std::int64_t P = p.num_tokens * p.top_k;
-  const bool multi = p.permute && (p.permute_path == PermutePath::kMultiCta ||
-                                   (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots &&
-                                    p.chunk_counts != nullptr));
-  if (multi) {
-    if (p.chunk_counts == nullptr)
-      throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
-    int sms = 0;
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
-    // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
-    const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
-    // Scatter CTAs: one wave (<= SM count), each at least one full chunk of kThreads slots (a
-    // chunk's cost is mostly latency: fewer slots would not finish sooner).
-    const std::int64_t scatters_wanted =
-        std::max<std::int64_t>(1, std::min({cdiv(P, kThreads), static_cast<std::int64_t>(std::max(sms, 1)), max_chunks}));
-    // Count CTAs: when routing here, the route-only grid (one token per warp up to
-    // kMaxRouteBlocks CTAs), so that routing is as parallel as in the route-only launch; else one
-    // per scatter CTA. Whole tokens per CTA (routing writes a token's k slots).
-    std::int64_t chunks = p.route ? std::min<std::int64_t>(route_grid, max_chunks) : scatters_wanted;
-    chunks = std::max(chunks, scatters_wanted);
-    const std::int64_t chunk_tokens = cdiv(p.num_tokens, chunks);
-    chunks = cdiv(p.num_tokens, chunk_tokens);  // no CTA without tokens
-    const std::int64_t per_scatter = cdiv(chunks, scatters_wanted);
-    const std::int64_t scatters = cdiv(chunks, per_scatter);
-
-    RoutingParams q = p;
-    q.chunk_tokens = chunk_tokens;
-    q.num_chunks = static_cast<int>(chunks);
-    q.chunks_per_scatter = static_cast<int>(per_scatter);
-    q.pdl_trigger = true;  // the scatter launch follows the count launch; quant or GEMM1 the scatter
-    // Launch 1: the call's first, never with the PDL attribute. Routing rows, then counts[E].
-    const std::size_t count_smem =
-        std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
-    if (q.route && q.logits_dtype == DType::kBf16)
-      launch_routing_kernel(permute_count_sm90_kernel<__nv_bfloat16>, q, count_smem, static_cast<int>(chunks), kThreads,
-                            s, false);
-    else
-      launch_routing_kernel(permute_count_sm90_kernel<float>, q, count_smem, static_cast<int>(chunks), kThreads, s,
-                            false);
-    // Launch 2: the scatter, the programmatic dependent of the count launch.
-    q.route = false;
-    q.zero_words = nullptr;
-    q.num_zero_words = 0;
-    launch_routing_kernel(permute_scatter_sm90_kernel, q, permute_smem_bytes(q), static_cast<int>(scatters), kThreads, s,
-                          pdl);
-    return;
-  }
-  // `after_routing`: the permute launch that follows this call's routing launch, the only one
-  // that may have the PDL attribute (the first launch of a call never has it).
-  auto launch = [&](RoutingParams q, int grid, bool after_routing) {
-    const bool with_pdl = pdl && after_routing;
-    // With a permutation a kernel of the chain always follows (the permute launch, quant or
-    // GEMM1); a route-only call (moekit::route) ends with this kernel.
-    q.pdl_trigger = p.permute;
-    // The one-CTA permutation of few slots (decode) runs on the 8-warp CTA.
-    const bool small = q.permute && q.num_tokens * q.top_k <= kSmallThreads &&
-                       (!q.route || q.num_tokens <= kSmallMaxRouteTokens);
-    const int warps = small ? kSmallThreads / 32 : kWarps;
-    const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
-    const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
-    if (small) {
-      if (bf16) launch_typed<__nv_bfloat16, kSmallThreads>(q, bytes, grid, s, with_pdl);
-      else launch_typed<float, kSmallThreads>(q, bytes, grid, s, with_pdl);
-    } else {
-      if (bf16) launch_typed<__nv_bfloat16, kThreads>(q, bytes, grid, s, with_pdl);
-      else launch_typed<float, kThreads>(q, bytes, grid, s, with_pdl);
-    }
-  };
-  if (p.route && p.permute && p.num_tokens > kFusedRouteMaxTokens) {
-    // Prefill: one CTA would route ~100 cycles per token; route on a full grid first, then
-    // permute in one CTA (two launches instead of one, same results).
-    RoutingParams r = p;
-    r.permute = false;
-    launch(r, route_grid, false);
-    RoutingParams q = p;
-    q.route = false;
-    q.zero_words = nullptr;
-    q.num_zero_words = 0;
-    launch(q, 1, true);
-    return;
-  }
-  launch(p, p.permute ? 1 : route_grid, false);
+template <DType kLogits>
+void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl) {
+  launch_routing_kernel(permute_count_sm90_kernel<element_t<kLogits>>, p, smem, grid, kThreads, stream, pdl);
 }
 
-}  // namespace moekit::cuda
+}  // namespace moekit::cuda::routing

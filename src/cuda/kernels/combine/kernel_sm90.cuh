@@ -1,29 +1,21 @@
 // The combine kernel: one thread per (token, 16 bytes of y: 4 fp32 or 8 16-bit columns), the k
 // slots summed in j order in fp32, slots whose expert is not local skipped (their y rows are
-// never written, never read).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// never written, never read). Deterministic, no atomics. Included by inst/*.cu only.
+#pragma once
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
-#include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/preload.cuh"
-#include "cuda/kernels/combine/combine.hpp"
-#include "moekit/error.hpp"
+#include "cuda/kernels/combine/config.hpp"
+#include "cuda/kernels/combine/params.hpp"
 
-namespace moekit::cuda {
-namespace {
-
-constexpr int kThreads = 256;
-constexpr std::int64_t kMaxBlocks = 65536;  // grid-stride beyond this
-constexpr int kSlotBatch = 8;               // slots whose loads are in flight together (k <= 8 in every preset)
+namespace moekit::cuda::combine {
 
 // kVec consecutive y values of one row: one 16-byte load when kVec * the element size is 16 (4
 // fp32 or 8 bf16 / fp16), else one element. The loaded bits stay packed until the add (16-bit
@@ -107,47 +99,12 @@ __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_con
   }
 }
 
-template <class TOut, class TY>
-void launch_typed(const CombineParams& p, cudaStream_t stream, bool pdl) {
-  // One 16-byte y load per slot and thread when rows and pointers allow it.
-  constexpr int kWide = 16 / sizeof(TY);  // 4 fp32 or 8 16-bit values
-  const bool wide = p.hidden_size % kWide == 0 && reinterpret_cast<std::uintptr_t>(p.out) % (kWide * sizeof(TOut)) == 0 &&
-                    reinterpret_cast<std::uintptr_t>(p.y) % 16 == 0;
-  const int vec = wide ? kWide : 1;
-  const std::int64_t total = p.num_tokens * (p.hidden_size / vec);
-  const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min(kMaxBlocks, (total + kThreads - 1) / kThreads)));
-  launch_kernel_pdl(wide ? combine_sm90_kernel<TOut, TY, kWide> : combine_sm90_kernel<TOut, TY, 1>, dim3(grid),
-                    dim3(kThreads), 0, stream, pdl, p);
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <DType kOut, DType kY, int kVec>
+void run_combine_sm90(const CombineParams& p, unsigned grid, void* stream, bool pdl) {
+  launch_kernel_pdl(combine_sm90_kernel<element_t<kOut>, element_t<kY>, kVec>, dim3(grid), dim3(kThreads), 0,
+                    static_cast<cudaStream_t>(stream), pdl, p);
 }
 
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 4>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, float, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 8>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 4>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, float, 1>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 8>);
-MOEKIT_REGISTER_KERNEL(combine_sm90_kernel<__half, __half, 1>);
-
-}  // namespace
-
-void launch_combine_sm90(const CombineParams& p, void* stream, bool pdl) {
-  if (p.num_tokens <= 0 || p.hidden_size <= 0) return;
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // y is fp32 or the output's own dtype (run_moe's y_dtype).
-  if (p.y_dtype != DType::kFp32 && p.y_dtype != p.out_dtype)
-    throw Error(Status::kInternal, std::string("launch_combine_sm90: y dtype ") + dtype_name(p.y_dtype) +
-                                       " with out dtype " + dtype_name(p.out_dtype));
-  const bool y32 = p.y_dtype == DType::kFp32;
-  switch (p.out_dtype) {
-    case DType::kBf16:
-      y32 ? launch_typed<__nv_bfloat16, float>(p, s, pdl) : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, s, pdl);
-      break;
-    case DType::kFp16: y32 ? launch_typed<__half, float>(p, s, pdl) : launch_typed<__half, __half>(p, s, pdl); break;
-    default:
-      throw Error(Status::kInternal, std::string("launch_combine_sm90: unsupported out dtype ") + dtype_name(p.out_dtype));
-  }
-}
-
-}  // namespace moekit::cuda
+}  // namespace moekit::cuda::combine

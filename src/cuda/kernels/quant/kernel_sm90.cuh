@@ -2,33 +2,22 @@
 // (fmaxf from 0), scale = max(absmax / 448, kMinDynamicScale), q = e4m3(x * (1 / scale)) with
 // RNE + satfinite. Per-tensor absmax: float bits of non-negative values combined by atomicMax,
 // which is order-free and so deterministic. Rows may be bounded by a device count (the
-// intermediate has offsets[E] live rows).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// intermediate has offsets[E] live rows). Included by inst/*.cu only.
+#pragma once
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
-#include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/preload.cuh"
-#include "cuda/kernels/quant/quant.hpp"
+#include "cuda/kernels/quant/config.hpp"
+#include "cuda/kernels/quant/params.hpp"
 #include "cuda/numerics/quant.cuh"
 #include "moekit/error.hpp"
 
-namespace moekit::cuda {
-namespace {
-
-constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int kMaxTensorBlocks = 2048;  // grid-stride cap for the whole-tensor kernels
-// Dynamic per-tensor quantization of at most this many elements runs in one CTA (one launch):
-// 32 K elements are 32 per thread, ~1 us of one SM, less than the launch it saves.
-constexpr int kSmallTensorThreads = 1024;
-constexpr std::int64_t kSmallTensorMaxElems = 32 * 1024;
+namespace moekit::cuda::quant {
 
 // kVec elements from p (aligned to kVec * sizeof(T) when kVec == 4).
 template <int kVec, class T>
@@ -214,83 +203,30 @@ __global__ void __launch_bounds__(kThreads) quant_group_sm90_kernel(const __grid
   }
 }
 
-std::int64_t blocks_for(std::int64_t work_items, std::int64_t per_block, std::int64_t cap) {
-  const std::int64_t b = (work_items + per_block - 1) / per_block;
-  return std::max<std::int64_t>(1, std::min<std::int64_t>(b, cap));
-}
+// ---- host side of one instantiation (inst/*.cu) ----
 
-template <class T, int kVec>
-void launch_typed(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  switch (p.scheme) {
-    case Scheme::kFp8PerTensor: {
-      if (p.static_scale == nullptr && p.rows * p.cols <= kSmallTensorMaxElems) {
-        launch_kernel_pdl(quant_tensor_small_sm90_kernel<T, kVec>, dim3(1), dim3(kSmallTensorThreads), 0, stream,
-                          pdl, p);
-        break;
-      }
-      const int grid = static_cast<int>(blocks_for(p.rows * p.cols / kVec, kThreads, kMaxTensorBlocks));
-      if (p.static_scale == nullptr) {
-        launch_kernel_pdl(absmax_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, pdl, p);
-      }
-      launch_kernel_pdl(quant_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, pdl, p);
-      break;
-    }
-    case Scheme::kFp8PerChannel: {
-      const std::int64_t grid = blocks_for(p.rows, kWarpsPerBlock, 0x7fffffffLL);
-      launch_kernel_pdl(quant_row_sm90_kernel<T, kVec>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream,
-                        pdl, p);
-      break;
-    }
-    case Scheme::kFp8Block128: {
-      const std::int64_t groups = (p.cols + kBlockQuant - 1) / kBlockQuant;
-      const std::int64_t grid = blocks_for(p.rows * groups, kWarpsPerBlock, 0x7fffffffLL);
-      launch_kernel_pdl(quant_group_sm90_kernel<T, kVec>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream,
-                        pdl, p);
-      break;
-    }
-    case Scheme::kBf16:
-      throw Error(Status::kInternal, "launch_quant_sm90 called for the bf16 scheme");
+template <DType kX, int kVec>
+void run_quant_sm90(QuantKernel kernel, const QuantParams& p, unsigned grid, void* stream, bool pdl) {
+  using T = element_t<kX>;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (kernel) {
+    case QuantKernel::kAbsmaxTensor:
+      launch_kernel_pdl(absmax_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, s, pdl, p);
+      return;
+    case QuantKernel::kQuantTensor:
+      launch_kernel_pdl(quant_tensor_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, s, pdl, p);
+      return;
+    case QuantKernel::kQuantTensorSmall:
+      launch_kernel_pdl(quant_tensor_small_sm90_kernel<T, kVec>, dim3(grid), dim3(kSmallTensorThreads), 0, s, pdl, p);
+      return;
+    case QuantKernel::kQuantRow:
+      launch_kernel_pdl(quant_row_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, s, pdl, p);
+      return;
+    case QuantKernel::kQuantGroup:
+      launch_kernel_pdl(quant_group_sm90_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, s, pdl, p);
+      return;
   }
+  throw Error(Status::kInternal, "run_quant_sm90: unknown kernel");
 }
 
-template <class T>
-void launch_dtype(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  const bool vec4 = p.cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.x) % (4 * sizeof(T)) == 0 &&
-                    reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
-  if (vec4)
-    launch_typed<T, 4>(p, stream, pdl);
-  else
-    launch_typed<T, 1>(p, stream, pdl);
-}
-
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. Every (input
-// dtype, vector width) launch_dtype can pick, for each of the five kernels.
-#define MOEKIT_REGISTER_QUANT_KERNELS(T, V)                    \
-  MOEKIT_REGISTER_KERNEL(absmax_tensor_sm90_kernel<T, V>);      \
-  MOEKIT_REGISTER_KERNEL(quant_tensor_sm90_kernel<T, V>);       \
-  MOEKIT_REGISTER_KERNEL(quant_tensor_small_sm90_kernel<T, V>); \
-  MOEKIT_REGISTER_KERNEL(quant_row_sm90_kernel<T, V>);          \
-  MOEKIT_REGISTER_KERNEL(quant_group_sm90_kernel<T, V>)
-MOEKIT_REGISTER_QUANT_KERNELS(__nv_bfloat16, 4);
-MOEKIT_REGISTER_QUANT_KERNELS(__nv_bfloat16, 1);
-MOEKIT_REGISTER_QUANT_KERNELS(__half, 4);
-MOEKIT_REGISTER_QUANT_KERNELS(__half, 1);
-MOEKIT_REGISTER_QUANT_KERNELS(float, 4);
-MOEKIT_REGISTER_QUANT_KERNELS(float, 1);
-#undef MOEKIT_REGISTER_QUANT_KERNELS
-
-}  // namespace
-
-void launch_quant_sm90(const QuantParams& p, void* stream, bool pdl) {
-  if (p.rows <= 0 || p.cols <= 0) return;
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.x_dtype) {
-    case DType::kBf16: launch_dtype<__nv_bfloat16>(p, s, pdl); break;
-    case DType::kFp16: launch_dtype<__half>(p, s, pdl); break;
-    case DType::kFp32: launch_dtype<float>(p, s, pdl); break;
-    default:
-      throw Error(Status::kInternal, std::string("launch_quant_sm90: unsupported input dtype ") + dtype_name(p.x_dtype));
-  }
-}
-
-}  // namespace moekit::cuda
+}  // namespace moekit::cuda::quant

@@ -1,0 +1,14 @@
+// Host entry point of the activation quantization (sm_90a): one or two launches on the caller's
+// stream.
+#pragma once
+
+#include "cuda/kernels/quant/params.hpp"
+
+namespace moekit::cuda {
+
+/// Enqueue the quantization of params.x on `stream` (one launch; two for dynamic per tensor
+/// above 32 K elements). With `pdl` every launch is the programmatic dependent of the kernel
+/// before it on the stream (cuda/common/pdl.cuh).
+void launch_quant_sm90(const QuantParams& params, void* stream, bool pdl = false);
+
+}  // namespace moekit::cuda

@@ -1,0 +1,50 @@
+// Sizing constants of the routing + permutation kernels (host-visible): when the permutation
+// leaves the single CTA and how large the multi-CTA count table is (the workspace reserves it:
+// cuda/workspace.hpp), and the CTA shapes the launcher sizes grids and shared memory with.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace moekit::cuda {
+
+// Above this many slots (M*k) the permutation runs on a grid (a count launch, then a scatter
+// launch) instead of one CTA. 4096 = 512 tokens x k = 8: decode and fused_moe's one-launch
+// routing (up to 512 tokens) of every k <= 8 preset keep the single CTA exactly as before. It is
+// also about where the grid starts to pay: 4 chunks of 1024 slots take ~13 us in one CTA at the
+// ~3.1 ns per slot measured at 65536 slots, the two grid launches an estimated ~6 us whatever
+// the size (not yet measured: retune with a sweep of M around 512 at k = 8).
+inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 4096;
+// Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
+// (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
+inline constexpr std::int64_t kPermuteMaxCountWords = 32768;
+
+// int32 words of the [count CTAs][E] table the multi-CTA permutation needs (RoutingParams::
+// chunk_counts) for `num_experts` local experts: count CTAs x E <= max(E, kPermuteMaxCountWords).
+inline std::size_t permute_chunk_count_words(std::int64_t num_experts) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(num_experts, kPermuteMaxCountWords));
+}
+
+// Bytes a call of `slots` slots reserves for chunk_counts (cuda/workspace.hpp): none up to
+// kPermuteMultiCtaMinSlots, where PermutePath::kAuto always takes the one-CTA path.
+inline std::size_t permute_chunk_count_bytes(std::int64_t slots, std::int64_t num_experts) {
+  return slots > kPermuteMultiCtaMinSlots ? permute_chunk_count_words(num_experts) * sizeof(std::int32_t) : 0;
+}
+
+}  // namespace moekit::cuda
+
+namespace moekit::cuda::routing {
+
+inline constexpr int kThreads = 1024;          // 32 warps: the permutation handles 1024 slots per chunk
+inline constexpr int kWarps = kThreads / 32;
+// Decode: at most kSmallThreads slots (and at most 2 tokens per warp to route) run on a CTA of
+// 8 warps: one chunk either way, but the per-expert column scan of pass 2 walks 8 warp counts
+// instead of 32 and the CTA-wide barriers are cheaper.
+inline constexpr int kSmallThreads = 256;
+inline constexpr std::int64_t kSmallMaxRouteTokens = 2 * (kSmallThreads / 32);
+inline constexpr int kMaxRouteBlocks = 1024;   // route-only grid cap (warps grid-stride over tokens)
+// Above this many tokens fused_moe routes on a full grid and permutes in a second launch.
+inline constexpr std::int64_t kFusedRouteMaxTokens = 512;
+
+}  // namespace moekit::cuda::routing

@@ -1,0 +1,148 @@
+// Host side of routing + permutation: checks what the kernels need (routing method, logits dtype,
+// slot count, shared memory), chooses the path (one CTA, route grid + one CTA, or count grid +
+// scatter grid), sizes the grids and launches the explicit instantiations of inst/ (this file
+// includes no kernel body).
+#include "cuda/kernels/routing/launch_sm90.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/kernels/routing/config.hpp"
+#include "cuda/kernels/routing/params.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+using routing::kFusedRouteMaxTokens;
+using routing::kMaxRouteBlocks;
+using routing::kSmallMaxRouteTokens;
+using routing::kSmallThreads;
+using routing::kThreads;
+using routing::kWarps;
+
+// Dynamic shared memory of the routing rows (a row of E_global floats per warp) and of the
+// permutation (kernel_sm90.cuh, permute_smem: warp_cnt, padded to 16 bytes, running, chunk_tot).
+std::size_t route_smem_bytes(const RoutingParams& p, int warps = kWarps) {
+  return p.route ? static_cast<std::size_t>(warps) * p.num_experts_global * sizeof(float) : 0;
+}
+std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
+  if (!p.permute) return 0;
+  const std::size_t cnt = static_cast<std::size_t>(warps) * p.num_experts * 2;
+  return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
+}
+
+}  // namespace
+
+void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
+  if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
+  if (p.route) {
+    if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
+      throw Error(Status::kNotSupported, "sigmoid_grouped_topk on CUDA supports num_groups <= 32, got " +
+                                             std::to_string(p.routing.num_groups));
+    if (p.logits_dtype != DType::kFp32 && p.logits_dtype != DType::kBf16)
+      throw Error(Status::kNotSupported, std::string("router_logits dtype ") + dtype_name(p.logits_dtype) +
+                                             " (expected fp32 or bf16)");
+  }
+  if (p.permute && p.num_tokens * p.top_k > 0x7fffffffLL)
+    throw Error(Status::kNotSupported, "M*k = " + std::to_string(p.num_tokens * p.top_k) +
+                                           " slots exceeds the int32 slot index of the CUDA backend");
+  const std::size_t smem = std::max(route_smem_bytes(p), permute_smem_bytes(p));
+  int device = 0, optin = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<std::size_t>(optin))
+    throw Error(Status::kNotSupported, "routing kernel needs " + std::to_string(smem) +
+                                           " bytes of shared memory (E_global=" + std::to_string(p.num_experts_global) +
+                                           ", E=" + std::to_string(p.num_experts) + "), the device allows " +
+                                           std::to_string(optin));
+  const int route_grid =
+      static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
+  const std::int64_t P = p.num_tokens * p.top_k;
+  const bool multi = p.permute && (p.permute_path == PermutePath::kMultiCta ||
+                                   (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots &&
+                                    p.chunk_counts != nullptr));
+  if (multi) {
+    if (p.chunk_counts == nullptr)
+      throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
+    int sms = 0;
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+    // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
+    const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
+    // Scatter CTAs: one wave (<= SM count), each at least one full chunk of kThreads slots (a
+    // chunk's cost is mostly latency: fewer slots would not finish sooner).
+    const std::int64_t scatters_wanted =
+        std::max<std::int64_t>(1, std::min({cdiv(P, kThreads), static_cast<std::int64_t>(std::max(sms, 1)), max_chunks}));
+    // Count CTAs: when routing here, the route-only grid (one token per warp up to
+    // kMaxRouteBlocks CTAs), so that routing is as parallel as in the route-only launch; else one
+    // per scatter CTA. Whole tokens per CTA (routing writes a token's k slots).
+    std::int64_t chunks = p.route ? std::min<std::int64_t>(route_grid, max_chunks) : scatters_wanted;
+    chunks = std::max(chunks, scatters_wanted);
+    const std::int64_t chunk_tokens = cdiv(p.num_tokens, chunks);
+    chunks = cdiv(p.num_tokens, chunk_tokens);  // no CTA without tokens
+    const std::int64_t per_scatter = cdiv(chunks, scatters_wanted);
+    const std::int64_t scatters = cdiv(chunks, per_scatter);
+
+    RoutingParams q = p;
+    q.chunk_tokens = chunk_tokens;
+    q.num_chunks = static_cast<int>(chunks);
+    q.chunks_per_scatter = static_cast<int>(per_scatter);
+    q.pdl_trigger = true;  // the scatter launch follows the count launch; quant or GEMM1 the scatter
+    // Launch 1: the call's first, never with the PDL attribute. Routing rows, then counts[E].
+    const std::size_t count_smem =
+        std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
+    if (q.route && q.logits_dtype == DType::kBf16)
+      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, static_cast<int>(chunks), stream, false);
+    else
+      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, static_cast<int>(chunks), stream, false);
+    // Launch 2: the scatter, the programmatic dependent of the count launch.
+    q.route = false;
+    q.zero_words = nullptr;
+    q.num_zero_words = 0;
+    routing::run_permute_scatter_sm90(q, permute_smem_bytes(q), static_cast<int>(scatters), stream, pdl);
+    return;
+  }
+  // `after_routing`: the permute launch that follows this call's routing launch, the only one
+  // that may have the PDL attribute (the first launch of a call never has it).
+  auto launch = [&](RoutingParams q, int grid, bool after_routing) {
+    const bool with_pdl = pdl && after_routing;
+    // With a permutation a kernel of the chain always follows (the permute launch, quant or
+    // GEMM1); a route-only call (moekit::route) ends with this kernel.
+    q.pdl_trigger = p.permute;
+    // The one-CTA permutation of few slots (decode) runs on the 8-warp CTA.
+    const bool small = q.permute && q.num_tokens * q.top_k <= kSmallThreads &&
+                       (!q.route || q.num_tokens <= kSmallMaxRouteTokens);
+    const int warps = small ? kSmallThreads / 32 : kWarps;
+    const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
+    const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
+    if (small) {
+      if (bf16) routing::run_routing_sm90<DType::kBf16, kSmallThreads>(q, bytes, grid, stream, with_pdl);
+      else routing::run_routing_sm90<DType::kFp32, kSmallThreads>(q, bytes, grid, stream, with_pdl);
+    } else {
+      if (bf16) routing::run_routing_sm90<DType::kBf16, kThreads>(q, bytes, grid, stream, with_pdl);
+      else routing::run_routing_sm90<DType::kFp32, kThreads>(q, bytes, grid, stream, with_pdl);
+    }
+  };
+  if (p.route && p.permute && p.num_tokens > kFusedRouteMaxTokens) {
+    // Prefill: one CTA would route ~100 cycles per token; route on a full grid first, then
+    // permute in one CTA (two launches instead of one, same results).
+    RoutingParams r = p;
+    r.permute = false;
+    launch(r, route_grid, false);
+    RoutingParams q = p;
+    q.route = false;
+    q.zero_words = nullptr;
+    q.num_zero_words = 0;
+    launch(q, 1, true);
+    return;
+  }
+  launch(p, p.permute ? 1 : route_grid, false);
+}
+
+}  // namespace moekit::cuda

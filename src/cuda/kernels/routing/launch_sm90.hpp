@@ -1,0 +1,20 @@
+// Host entry point of routing + permutation (sm_90a): one CTA up to kPermuteMultiCtaMinSlots
+// slots (config.hpp), a count grid and a scatter grid above.
+#pragma once
+
+#include "cuda/kernels/routing/params.hpp"
+
+namespace moekit::cuda {
+
+/// Enqueue the routing / permutation launches on `stream` (cudaStream_t). Permutation of at most
+/// kPermuteMultiCtaMinSlots slots: one CTA (route + permute of more than 512 tokens: a routing
+/// grid, then the one-CTA permute). Above (with chunk_counts): a count grid (routing its own
+/// tokens first when `route`), then a scatter grid. Route only: a grid of warps-per-token.
+/// Throws Error(kNotSupported) for shapes past the shared-memory limit, Error(kInvalidArgument)
+/// for kMultiCta without chunk_counts and Error(kCudaError) when a launch fails. No-op when M == 0.
+/// The first launch is a call's first and never overlaps earlier work on the stream; with `pdl`
+/// the second launch (permute or scatter) is launched as its programmatic dependent
+/// (cuda/common/pdl.cuh).
+void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
+
+}  // namespace moekit::cuda
