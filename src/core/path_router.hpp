@@ -103,16 +103,17 @@ struct RouterTable {
   // The single-launch decode path (kernels/decode/), when it can run the call
   // (RouterInputs::decode_ok: bf16, or fp8_per_tensor with static scales), ahead of everything
   // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
-  // decode_mid_n up to decode_mid_n_max_slots. From the same-run sweep of decode against the
-  // previous auto choice (MOEKIT_DECODE=0), bf16, TP8, M = 1..32 (H200, commit 7e36041, 2026-12-01,
-  // bench/results/2026-12-01-7e36041-h200-decode-tp8-sweep.json): qwen3-30b (N = 96) M=1 19.4 vs
-  // 26.3 µs (fused), M=2 32.3 vs 37.8, M=4 42.8 vs 49.3, M=8 45.8 vs 62.9, M=16 73.1 vs 76.8, M=32
-  // 87.9 vs 86.4 (lost); gpt-oss (N = 360, k = 4) M=1 30.2 vs 39.7, M=2 45.0 vs 48.5, M=4 70.6 vs
-  // 64.6 (lost); deepseek-v3 (N = 256) M=1 67.5 vs 78.2, M=2 111.8 vs 90.6 (lost); qwen3-235b
-  // (N = 192) M=1 41.6 vs 46.6, M=2 61.7 vs 59.3 (lost); mixtral (N = 1792) M=1 52.3 vs 53.1 (a
-  // tie, left out). At TP1 it lost everywhere in the earlier sweep (12caf21, down to 0.15x).
+  // decode_mid_n up to decode_mid_n_max_slots. From the same-run grid of decode against the
+  // previous auto choice (MOEKIT_DECODE=0), bf16, every preset, TP 1 and 8, M = 1..256 (H200,
+  // commit 875d60a, 2026-12-01, bench/results/2026-12-01-875d60a-h200-decode-grid.json):
+  // qwen3-30b TP8 (N = 96) wins M = 1..32 (M=1 20.6 vs 28.0 µs, M=8 38.3 vs 59.0, M=32 62.4 vs
+  // 84.3), ties at 64 (85.3 vs 85.4), loses from 128; gpt-oss TP8 (N = 360, k = 4) wins M = 1, 2
+  // (29.3 vs 36.6, 39.6 vs 43.1), ties at 4, loses from 8; deepseek-v3 TP8 (N = 256) and
+  // qwen3-235b TP8 (N = 192) win M = 1 (46.6 vs 71.9; 32.5 vs 42.5) and alternate above (lose at
+  // 2 and 8, win at 4 and 16: left out until that is understood); mixtral TP8 (N = 1792) M = 1, 2
+  // within 3 % (left out); TP1 loses but for qwen3-30b M = 8, 16 (161.1 vs 168.3, 240.6 vs 240.8).
   std::int64_t decode_tiny_n = 128;
-  double decode_tiny_n_max_slots = 128.0;
+  double decode_tiny_n_max_slots = 256.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;

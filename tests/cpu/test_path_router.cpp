@@ -149,11 +149,11 @@ TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
 }
 
 TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
-  // bench/results/2026-12-01-7e36041-h200-decode-tp8-sweep.json: decode won the smallest TP8
-  // shards at the fewest slots (N < 128 up to 128 slots, N < 512 up to 8), lost elsewhere.
+  // bench/results/2026-12-01-875d60a-h200-decode-grid.json: decode won the smallest TP8 shards at
+  // the fewest slots (N < 128 up to 256 slots, N < 512 up to 8), lost or tied elsewhere.
   detail::RouterInputs in;
-  const MoeProblem tiny = preset("qwen3-30b-a3b", 16, 8);    // N = 96, 128 slots
-  const MoeProblem tiny_more = preset("qwen3-30b-a3b", 17, 8);  // 136 slots
+  const MoeProblem tiny = preset("qwen3-30b-a3b", 32, 8);    // N = 96, 256 slots
+  const MoeProblem tiny_more = preset("qwen3-30b-a3b", 33, 8);  // 264 slots
   const MoeProblem mid = preset("gpt-oss-120b", 2, 8);      // N = 360, 8 slots
   const MoeProblem mid_more = preset("gpt-oss-120b", 3, 8); // 12 slots
   const MoeProblem tp1 = preset("qwen3-30b-a3b", 1, 1);     // N = 768
