@@ -132,6 +132,13 @@ NB_MODULE(_C, m) {
       .value("kTopkSoftmax", moekit::RoutingMethod::kTopkSoftmax);
 
   m.def("version", &moekit::version);
+  // The library's provenance as baked in by its build (moekit::build_info()).
+  m.def("build_info", []() {
+    const moekit::BuildInfo& b = moekit::build_info();
+    std::map<std::string, std::string> d{{"commit", b.commit}, {"tree", b.tree}, {"date", b.date}, {"source", b.source}};
+    d["dirty"] = std::to_string(b.dirty);
+    return d;
+  });
   m.def("parse_scheme", [](const std::string& s) { return moekit::parse_scheme(s); });
   m.def("parse_activation", [](const std::string& s) { return moekit::parse_activation(s); });
   m.def("parse_routing_method", [](const std::string& s) { return moekit::parse_routing_method(s); });

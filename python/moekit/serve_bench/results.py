@@ -26,8 +26,19 @@ def _find_build_info(start: str) -> Optional[str]:
 
 
 def commit_info(path: Optional[str] = None) -> Dict[str, Any]:
-    """{'commit', 'dirty', 'source'}: build-info.json (given, or found upwards of the working
-    directory), else `git rev-parse HEAD`, else unknown."""
+    """{'commit', 'dirty', 'source'}: build-info.json when given; else the installed moekit's
+    own provenance (baked in by its build, so right from any working directory); else a
+    build-info.json found upwards of the working directory, `git rev-parse HEAD`, or unknown."""
+    if path is None:
+        try:
+            from moekit import _C  # noqa: PLC0415 (the benchmark runs without a built moekit in tests)
+
+            b = _C.build_info()
+            if b.get("commit") and b["commit"] != "unknown":
+                return {"commit": b["commit"], "dirty": {"1": True, "0": False}.get(b.get("dirty")),
+                        "tree": b.get("tree"), "stamped": b.get("date"), "source": "moekit build (" + b.get("source", "") + ")"}
+        except (ImportError, AttributeError):
+            pass
     p = path or _find_build_info(os.getcwd())
     if p and os.path.isfile(p):
         try:
