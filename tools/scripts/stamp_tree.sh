@@ -24,7 +24,10 @@ head_tree=$(git rev-parse 'HEAD^{tree}')
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 index=$(git rev-parse --git-path index)
-[ -f "$index" ] && cp "$index" "$scratch/index"
+# -p keeps the index file's mtime, which git's racy-entry check compares file mtimes against: a
+# fresh mtime would let a same-size edit made in the same second as the last `git add` pass as
+# unchanged.
+[ -f "$index" ] && cp -p "$index" "$scratch/index"
 GIT_INDEX_FILE=$scratch/index git add -A -- . ":(exclude)$SELF" >/dev/null
 tree=$(GIT_INDEX_FILE=$scratch/index git write-tree)
 GIT_INDEX_FILE=$scratch/index git ls-files -z -- . ":(exclude)$SELF" >"$scratch/files"
