@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/rope_quant/kernel_pipe_sm90.cuh"
@@ -270,6 +271,32 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
   }
   // Padded token rows [T, Tp) of the scales: CTA 0's consumers, after their rows (off the start).
   if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), kC * 32);
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <class Cfg>
+constexpr int bulk_smem_bytes() {
+  return static_cast<int>(sizeof(rope_quant::BulkSmem<Cfg::kRows, Cfg::kStages>));
+}
+
+template <class Cfg>
+void run_inv_rope_quant_bulk_sm90(const InvRopeQuantParams& p, int blocks, void* stream) {
+  inv_rope_quant_bulk_sm90_kernel<Cfg><<<blocks, (Cfg::kConsumerWarps + 1) * 32, bulk_smem_bytes<Cfg>(),
+                                         static_cast<cudaStream_t>(stream)>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+template <class Cfg>
+int inv_rope_quant_bulk_ctas_per_sm() {
+  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_bulk_sm90_kernel<Cfg>);
+  constexpr int kThreads = (Cfg::kConsumerWarps + 1) * 32;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_smem_bytes<Cfg>()));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  int per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, bulk_smem_bytes<Cfg>()));
+  return per_sm;
 }
 
 }  // namespace moekit::cuda

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/kernels/rope_quant/kernel_sm90.cuh"
 #include "cuda/kernels/rope_quant/params.hpp"
@@ -249,6 +250,25 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     qp += q_step;
   }
   cp_async_wait_all_groups();  // nothing lands in shared memory after the CTA exits
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <class Cfg>
+void run_inv_rope_quant_pipe_sm90(const InvRopeQuantParams& p, int blocks, void* stream) {
+  inv_rope_quant_pipe_sm90_kernel<Cfg><<<blocks, Cfg::kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+template <class Cfg>
+int inv_rope_quant_pipe_ctas_per_sm() {
+  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_pipe_sm90_kernel<Cfg>);
+  // kMinBlocksPerSm x 48 KB of static shared memory needs the largest shared-memory carveout.
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  int per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, Cfg::kWarps * 32, 0));
+  return per_sm;
 }
 
 }  // namespace moekit::cuda

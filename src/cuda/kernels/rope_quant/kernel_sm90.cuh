@@ -11,6 +11,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
 #include "cuda/numerics/quant.cuh"
 #include "cuda/kernels/rope_quant/params.hpp"
@@ -229,6 +230,15 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     if constexpr (!kPrefetch) load_cos_sin(p, pos[r], c_last, nope, half, cs[0]);
     quantize_row<kD>(p, x[r], cs[kPrefetch ? r : 0], ok, t, g, hh, nope, lane);
   }
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <class Cfg>
+void run_inv_rope_quant_sm90(const InvRopeQuantParams& p, unsigned blocks_x, void* stream) {
+  const dim3 grid(blocks_x, static_cast<unsigned>(p.num_heads));
+  inv_rope_quant_sm90_kernel<Cfg><<<grid, Cfg::kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moekit::cuda

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/check.cuh"
 #include "cuda/kernels/rope_quant/kernel_sm90.cuh"
 #include "cuda/kernels/rope_quant/params.hpp"
 
@@ -65,6 +66,14 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32)
 
   // 3. The math (chunk 0, which holds no rotated channel, before the last chunk's rotation).
   quantize_row<kD, true>(p, x, cs, ok, t, g, hh, nope, lane);
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <class Cfg>
+void run_inv_rope_quant_small_sm90(const InvRopeQuantParams& p, unsigned blocks, void* stream) {
+  inv_rope_quant_small_sm90_kernel<Cfg><<<blocks, Cfg::kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moekit::cuda

@@ -1,7 +1,9 @@
-// Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp) and their instantiations
+// Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp): checks, chooses the kernel
 // (config.hpp: the latency-first kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8
-// stages, the register kernel at 2 rows a warp), registered for preloading so no call loads one
-// lazily.
+// stages, the register kernel at 2 rows a warp), sizes its grid and launches one of the explicit
+// instantiations of inst/ (this file includes no kernel body).
+#include "cuda/kernels/rope_quant/launch_sm90.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,13 +15,8 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/preload.cuh"
 #include "cuda/kernels/rope_quant/config.hpp"
-#include "cuda/kernels/rope_quant/kernel_bulk_sm90.cuh"
-#include "cuda/kernels/rope_quant/kernel_pipe_sm90.cuh"
-#include "cuda/kernels/rope_quant/kernel_sm90.cuh"
-#include "cuda/kernels/rope_quant/kernel_small_sm90.cuh"
-#include "cuda/kernels/rope_quant/launch_sm90.hpp"
+#include "cuda/kernels/rope_quant/params.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -27,14 +24,12 @@ namespace moekit::cuda {
 namespace {
 
 template <class Cfg>
-void launch(const InvRopeQuantParams& p, cudaStream_t stream) {
+void launch(const InvRopeQuantParams& p, void* stream) {
   constexpr std::int64_t kTokensPerBlock = Cfg::kWarps * Cfg::kRowsPerWarp;
   const std::int64_t blocks_x = (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
   if (blocks_x > 0x7fffffff)
     throw Error(Status::kNotSupported, "inv_rope_fp8_quant (CUDA): T=" + std::to_string(p.num_tokens) + " is beyond the grid");
-  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.num_heads));
-  inv_rope_quant_sm90_kernel<Cfg><<<grid, Cfg::kWarps * 32, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  run_inv_rope_quant_sm90<Cfg>(p, static_cast<unsigned>(blocks_x), stream);
 }
 
 // CTAs of the pipelined kernel resident on the whole device (SMs x occupancy): its grid, since
@@ -49,13 +44,9 @@ int pipe_resident_ctas(int device) {
     const int v = cache[device].load(std::memory_order_relaxed);
     if (v > 0) return v;
   }
-  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_pipe_sm90_kernel<Cfg>);
-  // kMinBlocksPerSm x 48 KB of static shared memory needs the largest shared-memory carveout.
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  int sms = 0, per_sm = 0;
+  const int per_sm = inv_rope_quant_pipe_ctas_per_sm<Cfg>();  // `device` is the current device
+  int sms = 0;
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, Cfg::kWarps * 32, 0));
   const int v = std::max(1, sms) * std::max(1, per_sm);
   if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
   return v;
@@ -74,26 +65,15 @@ int pipe_grid(const InvRopeQuantParams& p, int resident_ctas) {
   return static_cast<int>(blocks);
 }
 
-template <class Cfg>
-void launch_pipe(const InvRopeQuantParams& p, int blocks, cudaStream_t stream) {
-  inv_rope_quant_pipe_sm90_kernel<Cfg><<<blocks, Cfg::kWarps * 32, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
-}
-
 // The latency-first kernel: one warp a row, rows past T * H exit.
-void launch_small(const InvRopeQuantParams& p, cudaStream_t stream) {
+void launch_small(const InvRopeQuantParams& p, void* stream) {
   using Cfg = InvRopeQuantSmall;
   const std::int64_t blocks = (p.num_tokens * p.num_heads + Cfg::kWarps - 1) / Cfg::kWarps;  // T * H < 2^31
-  inv_rope_quant_small_sm90_kernel<Cfg><<<static_cast<unsigned>(blocks), Cfg::kWarps * 32, 0, stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  run_inv_rope_quant_small_sm90<Cfg>(p, static_cast<unsigned>(blocks), stream);
 }
 
 // The bulk kernel: its dynamic shared memory (set once per device, with its occupancy: the
 // persistent grid is the resident CTAs) and whether it runs a problem.
-template <class Cfg>
-constexpr int bulk_smem_bytes() {
-  return static_cast<int>(sizeof(rope_quant::BulkSmem<Cfg::kRows, Cfg::kStages>));
-}
 
 template <class Cfg>
 int bulk_resident_ctas(int device) {
@@ -103,14 +83,9 @@ int bulk_resident_ctas(int device) {
     const int v = cache[device].load(std::memory_order_relaxed);
     if (v > 0) return v;
   }
-  const void* fn = reinterpret_cast<const void*>(&inv_rope_quant_bulk_sm90_kernel<Cfg>);
-  constexpr int kThreads = (Cfg::kConsumerWarps + 1) * 32;
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_smem_bytes<Cfg>()));
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  int sms = 0, per_sm = 0;
+  const int per_sm = inv_rope_quant_bulk_ctas_per_sm<Cfg>();  // `device` is the current device
+  int sms = 0;
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, bulk_smem_bytes<Cfg>()));
   const int v = std::max(1, sms) * std::max(1, per_sm);
   if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
   return v;
@@ -126,11 +101,10 @@ bool bulk_fits(const InvRopeQuantParams& p) {
 }
 
 template <class Cfg>
-void launch_bulk(const InvRopeQuantParams& p, int resident_ctas, cudaStream_t stream) {
+void launch_bulk(const InvRopeQuantParams& p, int resident_ctas, void* stream) {
   const std::int64_t tiles = (p.num_tokens * p.num_heads + Cfg::kRows - 1) / Cfg::kRows;
   const int blocks = static_cast<int>(std::min<std::int64_t>(tiles, resident_ctas));
-  inv_rope_quant_bulk_sm90_kernel<Cfg><<<blocks, (Cfg::kConsumerWarps + 1) * 32, bulk_smem_bytes<Cfg>(), stream>>>(p);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  run_inv_rope_quant_bulk_sm90<Cfg>(p, blocks, stream);
 }
 
 thread_local const char* g_last_kernel = "";
@@ -196,7 +170,6 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   RopeQuantKernel k = inv_rope_quant_kernel_choice();  // checked before anything is enqueued
   g_last_kernel = "";
   if (p.num_tokens == 0) return;
-  const auto st = static_cast<cudaStream_t>(stream);
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   // Every persistent kernel's grid (and the bulk kernel's shared-memory attribute) at the first
@@ -213,12 +186,12 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   }
   if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
     g_last_kernel = "small";
-    return launch_small(p, st);
+    return launch_small(p, stream);
   }
   if (k == RopeQuantKernel::kBulk) {
     if (bulk_fits<InvRopeQuantBulk>(p)) {
       g_last_kernel = "bulk";
-      return launch_bulk<InvRopeQuantBulk>(p, resident_bulk, st);
+      return launch_bulk<InvRopeQuantBulk>(p, resident_bulk, stream);
     }
     k = RopeQuantKernel::kPipe4;
   }
@@ -230,23 +203,18 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
     const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
     if (blocks > 0) {
       g_last_kernel = "pipe8";
-      return launch_pipe<InvRopeQuantPipe8>(p, blocks, st);
+      return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe8>(p, blocks, stream);
     }
   } else if (k == RopeQuantKernel::kPipe4 && pipe_fits) {
     const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
     if (blocks > 0) {
       g_last_kernel = "pipe4";
-      return launch_pipe<InvRopeQuantPipe4>(p, blocks, st);
+      return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe4>(p, blocks, stream);
     }
   }
   g_last_kernel = "reg";
-  launch<InvRopeQuantR2>(p, st);
+  launch<InvRopeQuantR2>(p, stream);
 }
 
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_sm90_kernel<InvRopeQuantR2>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe4>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_pipe_sm90_kernel<InvRopeQuantPipe8>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_small_sm90_kernel<InvRopeQuantSmall>);
-MOEKIT_REGISTER_KERNEL(inv_rope_quant_bulk_sm90_kernel<InvRopeQuantBulk>);
 
 }  // namespace moekit::cuda

@@ -1,5 +1,5 @@
 // inv_rope_fp8_quant's kernel parameters: one plain struct shared by host and device (no CUDA
-// types). Element strides, int64 throughout: T * H * D passes 2^31 at T = 70,000 x 16 heads.
+// types), and the launch entries of each instantiation (inst/*.cu). Element strides, int64 throughout: T * H * D passes 2^31 at T = 70,000 x 16 heads.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +26,26 @@ struct InvRopeQuantParams {
   void* scale = nullptr;             // scale[g*s_stride_g + b*s_stride_b + t], b in [0, hpg*D/128)
   std::int64_t s_stride_g = 0, s_stride_b = 0;  // (packed: b indexes words of 4 blocks)
 };
+
+// The launch entries of config.hpp's instantiations on `stream` (cudaStream_t), checked; defined
+// next to each kernel (kernel_*_sm90.cuh), instantiated in inst/.
+// The register kernel (InvRopeQuantConfig): grid [blocks_x, H] of Cfg::kWarps warps.
+template <class Cfg>
+void run_inv_rope_quant_sm90(const InvRopeQuantParams& p, unsigned blocks_x, void* stream);
+// The pipelined kernel (InvRopeQuantPipeConfig): `blocks` persistent CTAs.
+template <class Cfg>
+void run_inv_rope_quant_pipe_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
+// The latency-first kernel (InvRopeQuantSmallConfig): one warp a row.
+template <class Cfg>
+void run_inv_rope_quant_small_sm90(const InvRopeQuantParams& p, unsigned blocks, void* stream);
+// The bulk kernel (InvRopeQuantBulkConfig): `blocks` persistent CTAs with its dynamic shared memory.
+template <class Cfg>
+void run_inv_rope_quant_bulk_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
+// CTAs of the pipelined / bulk kernel resident on one SM of the current device (after giving it
+// the largest shared-memory carveout, and the bulk kernel its dynamic shared memory).
+template <class Cfg>
+int inv_rope_quant_pipe_ctas_per_sm();
+template <class Cfg>
+int inv_rope_quant_bulk_ctas_per_sm();
 
 }  // namespace moekit::cuda
