@@ -397,8 +397,8 @@ struct Decode {
 
   // Whether the ranks of an item sum every column's partials themselves (few tokens: each rank
   // reads count x cw x 2 x S floats through DSMEM) instead of 1/S each plus a second exchange.
-  static __device__ __forceinline__ bool local_activation(int count, int cw, int S) {
-    return count * cw * S <= kLocalActivationLoads;
+  static __device__ __forceinline__ bool local_activation(int count, int cw, int S, int limit) {
+    return count * cw * S <= limit;
   }
 
   // h of column n (global intermediate index) for the item's token tt from the summed gate and
@@ -495,7 +495,7 @@ struct Decode {
     // (rank order, loads batched across ranks) and keeps h in its own shared memory: no second
     // exchange. Its only message is "done reading your partials" (an arrival on every rank's b2),
     // which a rank waits for before it rewrites p1 (next item) or exits.
-    if (s.cluster > 1 && local_activation(it.count, cw, s.cluster)) {
+    if (s.cluster > 1 && local_activation(it.count, cw, s.cluster, T.local_activation_loads)) {
       // Only the item's tokens: convert_h reads zeros past the count.
       for (int idx = t; idx < cw * it.count; idx += kConsumerThreads) {
         const int tt = idx % it.count;
