@@ -43,11 +43,6 @@ inline constexpr int kSmemLimit = 227 * 1024;
 // Cluster: the CTAs of one item split GEMM1's reduction (K) and GEMM2's output rows (K) and
 // exchange the GEMM1 partial sums through distributed shared memory. 8 is the portable limit.
 inline constexpr int kMaxCluster = 8;
-// Few tokens per item: every rank of the cluster sums all ranks' GEMM1 partials of every
-// column itself when that is at most this many DSMEM loads (count x columns x ranks; at TP8,
-// M = 1: 1 x 96 x 8), which saves the second cluster exchange. MOEKIT_DECODE_LOCAL_LOADS=N
-// (read at every call) overrides it for A/Bs; 0 turns the one-exchange path off.
-inline constexpr int kLocalActivationLoads = 2048;
 // The combine kernel: threads per CTA (4 output columns each) and the partials one thread loads
 // before its first add.
 inline constexpr int kCombineThreads = 256;
@@ -118,7 +113,6 @@ struct Tiling {
   int k_stages = 0;       // their stages (kChunksPerStage chunks each; past K zero-filled)
   int row_tiles = 0;      // GEMM2 output tiles of 64 rows (over K)
   int num_chunks = 0;     // N chunks of kChunkCols
-  int local_activation_loads = kLocalActivationLoads;  // the launcher's (MOEKIT_DECODE_LOCAL_LOADS for A/Bs)
   SmemLayout smem{};
 };
 

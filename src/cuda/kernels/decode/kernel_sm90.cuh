@@ -395,12 +395,6 @@ struct Decode {
     }
   }
 
-  // Whether the ranks of an item sum every column's partials themselves (few tokens: each rank
-  // reads count x cw x 2 x S floats through DSMEM) instead of 1/S each plus a second exchange.
-  static __device__ __forceinline__ bool local_activation(int count, int cw, int S, int limit) {
-    return count * cw * S <= limit;
-  }
-
   // h of column n (global intermediate index) for the item's token tt from the summed gate and
   // up: router weight on the input, bias, activation (Swap-AB's rounding).
   static __device__ __forceinline__ float activation_input(const DecodeParams& p, const Smem& s, std::int64_t e, int n,
@@ -419,7 +413,7 @@ struct Decode {
 
   template <int W>
   static __device__ void consume_item(const DecodeParams& p, const Smem& s, const Item& it, int& stage,
-                                      std::uint32_t& phase, int round, int& pending_b2, PhaseClock& clk) {
+                                      std::uint32_t& phase, int round, PhaseClock& clk) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int warp = t >> 5, lane = t & 31;
     const Tiling& T = p.tiling;
@@ -451,16 +445,11 @@ struct Decode {
     consumer_sync();
     clk.lap(kPhaseTokens);
 
-    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1 (once
-    // the peers have read the previous item's).
+    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
     const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
     for (int j = 0; j < tiles1; ++j) {
       float acc[32];
       mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
-      if (pending_b2 >= 0) {
-        sm90::mbar_wait_cluster(s.b2, pending_b2 & 1);
-        pending_b2 = -1;
-      }
 #pragma unroll
       for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -491,58 +480,38 @@ struct Decode {
     cluster_exchange(s, s.b1, round);
     clk.lap(kPhaseExchange1);
 
-    // (e) Few tokens (M <= 2 at TP8): every rank sums all ranks' partials of every column itself
-    // (rank order, loads batched across ranks) and keeps h in its own shared memory: no second
-    // exchange. Its only message is "done reading your partials" (an arrival on every rank's b2),
-    // which a rank waits for before it rewrites p1 (next item) or exits.
-    if (s.cluster > 1 && local_activation(it.count, cw, s.cluster, T.local_activation_loads)) {
-      // Only the item's tokens: convert_h reads zeros past the count.
-      for (int idx = t; idx < cw * it.count; idx += kConsumerThreads) {
-        const int tt = idx % it.count;
-        const int n = idx / it.count;
+    // (e) Rank r sums the ranks' partials (rank order, the S loads of a column issued before the
+    // first add) of its 1/S of the columns, router weight on the input, bias, activation; h goes
+    // to every rank, then a second exchange. (A variant where every rank summed all columns
+    // itself, saving the second exchange for few tokens, measured no faster: docs/decode.md.)
+    const int cpr = (cw + s.cluster - 1) / s.cluster;
+    const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
+    for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
+      const int tt = idx % W;
+      const int n = c0 + idx / W;
+      float hv = 0.0f;
+      if (tt < it.count) {
         const int j = n / kGateUpRows, nn = n % kGateUpRows;
         const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
         const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
         float g = 0.0f, u = 0.0f;
-        sum_ranks(ga, ua, s.cluster, g, u);
-        s.h[tt * kChunkCols + n] = activation_input(p, s, e, n0 + n, tt, g, u);
-      }
-      consumer_sync();
-      if (t < s.cluster) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.b2, t));
-      pending_b2 = round;
-      clk.lap(kPhaseActivation);
-    } else {
-      // (e') More tokens: rank r sums the ranks' partials (rank order) of its 1/S of the columns,
-      // router weight on the input, bias, activation; h goes to every rank, then a second exchange.
-      const int cpr = (cw + s.cluster - 1) / s.cluster;
-      const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
-      for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
-        const int tt = idx % W;
-        const int n = c0 + idx / W;
-        float hv = 0.0f;
-        if (tt < it.count) {
-          const int j = n / kGateUpRows, nn = n % kGateUpRows;
-          const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
-          const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
-          float g = 0.0f, u = 0.0f;
-          if (s.cluster > 1) {
-            sum_ranks(ga, ua, s.cluster, g, u);
-          } else {
-            g = s.p1[(j * kTileRows + nn) * W + tt];
-            u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
-          }
-          hv = activation_input(p, s, e, n0 + n, tt, g, u);
-        }
-        const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
         if (s.cluster > 1) {
-          for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
+          sum_ranks(ga, ua, s.cluster, g, u);
         } else {
-          s.h[tt * kChunkCols + n] = hv;
+          g = s.p1[(j * kTileRows + nn) * W + tt];
+          u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
         }
+        hv = activation_input(p, s, e, n0 + n, tt, g, u);
       }
-      cluster_exchange(s, s.b2, round);
-      clk.lap(kPhaseActivation);
+      const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
+      if (s.cluster > 1) {
+        for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
+      } else {
+        s.h[tt * kChunkCols + n] = hv;
+      }
     }
+    cluster_exchange(s, s.b2, round);
+    clk.lap(kPhaseActivation);
 
     // (f) h -> GEMM2's B tiles.
     convert_h<W>(p, s, it.count, cw);
@@ -598,7 +567,6 @@ struct Decode {
         clk.rec[kPhasePrologue] += clk.last - t_entry;
       }
     }
-    int pending_b2 = -1;  // round whose "done reading p1" arrivals this rank has not waited for
     const int num_clusters = gridDim.x / s.cluster;
     // The peers' barriers were initialized (the arrive after routing) before the first remote access.
     if (s.cluster > 1) sm90::cluster_wait_acquire();
@@ -606,14 +574,12 @@ struct Decode {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round, pending_b2, clk); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round, pending_b2, clk); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round, pending_b2, clk); break;
-        default: consume_item<64>(p, s, it, stage, phase, round, pending_b2, clk); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, round, clk); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round, clk); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round, clk); break;
+        default: consume_item<64>(p, s, it, stage, phase, round, clk); break;
       }
     }
-    // No exit while a peer may still read this CTA's partial sums.
-    if (pending_b2 >= 0) sm90::mbar_wait_cluster(s.b2, pending_b2 & 1);
     if (clk.rec != nullptr) {
       clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
       clk.rec[kPhaseEnd] = sm90::globaltimer_ns();

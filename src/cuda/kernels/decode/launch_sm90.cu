@@ -202,7 +202,6 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
 
   dc::DecodeParams kp{};
   kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms);
-  if (const char* v = std::getenv("MOEKIT_DECODE_LOCAL_LOADS")) kp.tiling.local_activation_loads = std::atoi(v);
   if (kp.tiling.max_tokens == 0)
     throw Error(Status::kNotSupported, "decode_sm90: the problem's tables do not fit in shared memory at cluster " +
                                            std::to_string(kp.tiling.cluster));
