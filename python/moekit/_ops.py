@@ -181,11 +181,18 @@ class _Keep:
     def view(self, name: str, x: Any):
         if x is None:
             self.meta.append(None)
-            return _C.TensorView()
-        v = T.view(name, x)
+            return _ABSENT
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):
+            v = T.torch_view(name, x, self.meta)
+        else:
+            v = T.view(name, x)
+            self.meta.append(T.view_meta(x))
         self.items.append(x)
-        self.meta.append(T.view_meta(x))
         return v
+
+
+_ABSENT = _C.TensorView()  # an absent tensor (assigning a view to an args field copies it)
 
 
 def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, activation, apply_router_weight_on_input,

@@ -29,8 +29,11 @@ def torch_module():
     return sys.modules.get("torch")
 
 
+_MODULES = sys.modules  # looked up inline on the hot path (torch may be imported after moekit)
+
+
 def is_torch(x: Any) -> bool:
-    torch = torch_module()
+    torch = _MODULES.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -43,7 +46,7 @@ _TORCH_DTYPES: Optional[tuple] = None  # (the torch module, its table): built on
 
 def _torch_dtypes():
     global _TORCH_DTYPES
-    torch = torch_module()
+    torch = _MODULES.get("torch")
     if _TORCH_DTYPES is not None and _TORCH_DTYPES[0] is torch:
         return _TORCH_DTYPES[1]
     table = {
@@ -74,7 +77,10 @@ def dtype_of(name: str, x: Any):
 
 
 def check_array(name: str, x: Any) -> None:
-    if not (is_numpy(x) or is_torch(x)):
+    if isinstance(x, np.ndarray):
+        return
+    torch = _MODULES.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
 
 
@@ -101,11 +107,13 @@ _KCPU = _C.DeviceType.kCpu
 _KCUDA = _C.DeviceType.kCuda
 
 
-def torch_view(name: str, x: Any) -> "_C.TensorView":
+def torch_view(name: str, x: Any, meta: Optional[list] = None) -> "_C.TensorView":
     """view() of a torch tensor, on the per-call hot path: one dict lookup for the dtype, the
     device from is_cuda / get_device() (no torch.device object), shape and strides handed to the
-    binding as the tuples torch returns. Same errors, in the same order, as view()."""
-    d = _torch_dtypes().get(x.dtype)
+    binding as the tuples torch returns. Same errors, in the same order, as view(). With `meta`,
+    appends view_meta(x) to it."""
+    dtype = x.dtype
+    d = _torch_dtypes().get(dtype)
     if d is None:
         dtype_of(name, x)  # raises the ValueError naming the argument
     if x.is_cuda:
@@ -114,8 +122,11 @@ def torch_view(name: str, x: Any) -> "_C.TensorView":
         dt, di = _KCPU, 0
     else:
         raise ValueError(f"{name} is on {x.device}, moekit runs on cpu and cuda tensors")
+    shape, strides = x.shape, x.stride()
+    if meta is not None:
+        meta.append((dtype, shape, strides, di if dt is _KCUDA else -1))
     ptr = x.data_ptr() if x.numel() > 0 else 0
-    return _C.TensorView(ptr, d, x.shape, x.stride(), dt, di)
+    return _C.TensorView(ptr, d, shape, strides, dt, di)
 
 
 def view_meta(x: Any):
