@@ -9,6 +9,8 @@ call never synchronizes the host and can be captured in a CUDA graph).
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from . import _C
@@ -28,14 +30,41 @@ _ACTIVATION_ALIASES = {
 # ---------------------------------------------------------------------------------------------
 # Argument normalization (shared by the direct path and the torch ops)
 
+# Per-call values that only depend on their (few, hashable) arguments, made once. Assigning one
+# to an args struct copies it, so sharing them is safe. Bounded: cleared when they grow past this.
+_CACHE_LIMIT = 4096
+_ACTIVATION_CONFIGS: dict = {}  # (activation, alpha, limit) -> ActivationConfig
+_SCHEMES: dict = {}  # scheme string -> (canonical name, Scheme)
+
+
 def _activation_config(activation: str, alpha: float, limit: float) -> "_C.ActivationConfig":
+    plain = type(alpha) in (float, int) and type(limit) in (float, int)
+    if plain:
+        cfg = _ACTIVATION_CONFIGS.get((activation, alpha, limit))
+        if cfg is not None:
+            return cfg
     if not isinstance(activation, str):
         raise TypeError(f"activation must be a str, got {type(activation).__name__}")
     cfg = _C.ActivationConfig()
     cfg.kind = _C.parse_activation(_ACTIVATION_ALIASES.get(activation.lower(), activation))
     cfg.alpha = float(alpha)
     cfg.limit = float(limit)
+    if plain:
+        if len(_ACTIVATION_CONFIGS) >= _CACHE_LIMIT:
+            _ACTIVATION_CONFIGS.clear()
+        _ACTIVATION_CONFIGS[(activation, alpha, limit)] = cfg
     return cfg
+
+
+def _scheme(scheme: str) -> tuple:
+    """(canonical name, Scheme) of a scheme string; ValueError listing the schemes if unknown."""
+    got = _SCHEMES.get(scheme) if type(scheme) is str else None
+    if got is None:
+        enum = _C.parse_scheme(scheme)
+        got = (_C.scheme_name(enum), enum)
+        if type(scheme) is str and len(_SCHEMES) < _CACHE_LIMIT:
+            _SCHEMES[scheme] = got
+    return got
 
 
 def resolve_scheme(
@@ -62,7 +91,7 @@ def resolve_scheme(
     if scheme is not None:
         if not isinstance(scheme, str):
             raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
-        name = _C.scheme_name(_C.parse_scheme(scheme))  # ValueError listing the schemes
+        name = _scheme(scheme)[0]  # ValueError listing the schemes
         if block_shape is not None and name != "fp8_block128":
             raise ValueError(f"block_shape={list(block_shape)} is given but scheme is {name} (expected fp8_block128)")
         return name
@@ -139,15 +168,31 @@ def _routing_config(top_k, method, renormalize, num_groups, topk_groups, routed_
 
 
 class _Keep:
-    """Holds the arrays whose views a call uses, so none is freed before the call returns."""
+    """Holds the arrays whose views a call uses, so none is freed before the call returns, and
+    what those views hold besides their pointers (T.view_meta): the key of the workspace-size
+    cache (_Launch)."""
+
+    __slots__ = ("items", "meta")
 
     def __init__(self):
         self.items = []
+        self.meta = []
 
     def view(self, name: str, x: Any):
-        if x is not None:
-            self.items.append(x)
-        return T.view(name, x)
+        if x is None:
+            self.meta.append(None)
+            return _ABSENT
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):
+            v = T.torch_view(name, x, self.meta)
+        else:
+            v = T.view(name, x)
+            self.meta.append(T.view_meta(x))
+        self.items.append(x)
+        return v
+
+
+_ABSENT = _C.TensorView()  # an absent tensor (assigning a view to an args field copies it)
 
 
 def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, activation, apply_router_weight_on_input,
@@ -171,7 +216,7 @@ def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, ac
     a.topk_ids = keep.view("topk_ids", None if topk_ids is None else _topk_ids(topk_ids))
     a.topk_weights = keep.view("topk_weights", None if topk_weights is None else _topk_weights(topk_weights))
     a.out = keep.view("out", out)
-    a.scheme = _C.parse_scheme(scheme)
+    a.scheme = _scheme(scheme)[1]
     a.activation = _activation_config(activation, swiglu_alpha, swiglu_limit)
     a.a13_scale = keep.view("a1_scale", _act_scale("a1_scale", a1_scale))
     a.a2_scale = keep.view("a2_scale", _act_scale("a2_scale", a2_scale))
@@ -180,48 +225,84 @@ def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, ac
     return a
 
 
-class _Launch:
-    """Where and how a call runs: backend, stream, workspace (kept alive for the call)."""
+# Device workspace bytes per call signature: what _C.describe + _C.workspace_size said for the
+# same tensor metadata (dtype, shape, strides, device of every view; data pointers left out),
+# scalar arguments and backend. The size depends on the problem only, which these determine, so a
+# hit skips describe's second pass over the validation; the call itself still validates
+# everything (pointers included) and raises the same errors.
+_WORKSPACE_BYTES: dict = {}
 
-    def __init__(self, like: Any, args, backend: str, workspace: Any, needs_workspace: bool):
+
+def _workspace_need(args, key) -> int:
+    need = None
+    if key is not None:
+        try:
+            need = _WORKSPACE_BYTES.get(key)
+        except TypeError:  # an unhashable argument (an array as swiglu_alpha, ...): no cache
+            key = None
+    if need is None:
+        need = _C.workspace_size(_C.describe(args), "cuda")
+        if key is not None:
+            if len(_WORKSPACE_BYTES) >= _CACHE_LIMIT:
+                _WORKSPACE_BYTES.clear()
+            _WORKSPACE_BYTES[key] = need
+    return need
+
+
+class _Launch:
+    """Where and how a call runs: backend, stream, workspace (kept alive for the call).
+
+    On CUDA the stream is torch's current stream of the tensors' device. device_ctx is a
+    torch.cuda.device context only when that device is not the current one (entering it when it
+    is changes nothing; the C++ call makes the tensors' device current for its launches either
+    way). key: the call's signature for the workspace-size cache (None: no cache)."""
+
+    __slots__ = ("backend", "stream", "workspace_ptr", "workspace_bytes", "workspace", "device_ctx")
+
+    def __init__(self, like: Any, args, backend: str, workspace: Any, needs_workspace: bool, key=None):
         self.backend = backend
-        self.stream = T.cuda_stream(like)
         self.workspace_ptr = 0
         self.workspace_bytes = 0
         self.workspace = None
         self.device_ctx = None
-        dev = T.device_of(like)
-        if dev[0] != "cuda":
+        if T.is_numpy(like) or not like.is_cuda:
+            self.stream = 0
             return
+        index = like.get_device()
+        self.stream = T.cuda_stream(like)
         torch = T.torch_module()
-        self.device_ctx = torch.cuda.device(like.device)
+        if T.current_cuda_device() != index:
+            self.device_ctx = torch.cuda.device(index)
         if not needs_workspace:
             return
-        need = _C.workspace_size(_C.describe(args), "cuda")
         if workspace is not None:
+            need = _workspace_need(args, None)
             if not T.is_torch(workspace) or workspace.device != like.device:
                 raise ValueError(f"workspace must be a torch tensor on {like.device}")
             have = workspace.numel() * workspace.element_size()
             if have < need:
                 raise ValueError(f"workspace holds {have} bytes, this call needs {need} (moekit.workspace_size)")
             self.workspace = workspace
-        elif need > 0:
-            # The caching allocator returns stream-ordered memory: no host sync, graph-capturable.
-            self.workspace = torch.empty(need, dtype=torch.uint8, device=like.device)
+        else:
+            need = _workspace_need(args, key)
+            if need > 0:
+                # The caching allocator returns stream-ordered memory: no host sync, graph-capturable.
+                self.workspace = torch.empty(need, dtype=torch.uint8, device=like.device)
         if self.workspace is not None:
             self.workspace_ptr = self.workspace.data_ptr()
             self.workspace_bytes = self.workspace.numel() * self.workspace.element_size()
 
 
 def _run(fn, args, launch: _Launch, path: Optional[str], num_threads: int, debug_faults: bool = False) -> None:
-    kwargs = dict(backend=launch.backend, stream=launch.stream, workspace=launch.workspace_ptr,
-                  workspace_bytes=launch.workspace_bytes, path=path, num_threads=num_threads,
-                  debug_faults=bool(debug_faults))
+    # Positional: the binding's order (backend, stream, workspace, workspace_bytes, path,
+    # num_threads, debug_faults).
     if launch.device_ctx is not None:
         with launch.device_ctx:
-            fn(args, **kwargs)
+            fn(args, launch.backend, launch.stream, launch.workspace_ptr, launch.workspace_bytes, path, num_threads,
+               bool(debug_faults))
     else:
-        fn(args, **kwargs)
+        fn(args, launch.backend, launch.stream, launch.workspace_ptr, launch.workspace_bytes, path, num_threads,
+           bool(debug_faults))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +321,9 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
                         apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
                         scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale,
                         w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
-    launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True)
+    key = (tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input, backend,
+           num_threads)
+    launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True, key=key)
     _run(_C.fused_experts, args, launch, path, num_threads, debug_faults)
     return out
 
@@ -266,9 +349,9 @@ def route_impl(router_logits, top_k, method="softmax_topk", renormalize=True, nu
     launch = _Launch(router_logits, a, backend, None, needs_workspace=False)
     if launch.device_ctx is not None:
         with launch.device_ctx:
-            _C.route(a, backend=backend, stream=launch.stream, num_threads=num_threads)
+            _C.route(a, backend, launch.stream, num_threads)
     else:
-        _C.route(a, backend=backend, stream=launch.stream, num_threads=num_threads)
+        _C.route(a, backend, launch.stream, num_threads)
     return topk_weights, topk_ids
 
 
@@ -298,7 +381,9 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
     bias = None if e_score_correction_bias is None else T.contiguous(T.astype(e_score_correction_bias, "float32"))
     a.e_score_correction_bias = keep.view("e_score_correction_bias", bias)
     a.experts = experts
-    launch = _Launch(hidden_states, a, backend, workspace, needs_workspace=True)
+    key = (tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input, backend,
+           num_threads, top_k, routing, renormalize, num_groups, topk_groups, routed_scaling_factor)
+    launch = _Launch(hidden_states, a, backend, workspace, needs_workspace=True, key=key)
     _run(_C.fused_moe, a, launch, path, num_threads, debug_faults)
     return out, topk_weights, topk_ids
 
@@ -307,13 +392,12 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
 # Public functions
 
 def _torch_ops_ready() -> bool:
-    import os  # noqa: PLC0415
-
     if os.environ.get("MOEKIT_NO_TORCH", "") not in ("", "0"):
         return False
-    from . import _torch_ops  # noqa: PLC0415 (only imported once torch is)
-
-    return _torch_ops.REGISTERED
+    ops = sys.modules.get("moekit._torch_ops")
+    if ops is None:
+        from . import _torch_ops as ops  # noqa: PLC0415 (only imported once torch is)
+    return ops.REGISTERED
 
 
 # vLLM's fused_experts contract that fused_experts follows, positional order included: vLLM v0.10.2
@@ -373,10 +457,11 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace: bool =
     both) contributes nothing and is recorded: moekit.check_faults() raises it later (ValueError);
     debug_faults=True (or MOEKIT_DEBUG_FAULTS=1) raises it from this call (synchronizes on CUDA).
     """
-    _refuse_unsupported(
-        dict(use_int8_w8a8=use_int8_w8a8, use_int8_w8a16=use_int8_w8a16, use_int4_w4a16=use_int4_w4a16,
-             use_mxfp4_w4a4=use_mxfp4_w4a4),
-        dict(w1_zp=w1_zp, w2_zp=w2_zp))
+    if use_int8_w8a8 or use_int8_w8a16 or use_int4_w4a16 or use_mxfp4_w4a4 or w1_zp is not None or w2_zp is not None:
+        _refuse_unsupported(
+            dict(use_int8_w8a8=use_int8_w8a8, use_int8_w8a16=use_int8_w8a16, use_int4_w4a16=use_int4_w4a16,
+                 use_mxfp4_w4a4=use_mxfp4_w4a4),
+            dict(w1_zp=w1_zp, w2_zp=w2_zp))
     del allow_deep_gemm, allow_cutlass_block_scaled_grouped_gemm  # other vLLM backends: nothing to do here
     if global_num_experts not in (-1, None) and expert_map is not None and len(expert_map.shape) == 1 \
             and int(global_num_experts) != int(expert_map.shape[0]):

@@ -29,8 +29,11 @@ def torch_module():
     return sys.modules.get("torch")
 
 
+_MODULES = sys.modules  # looked up inline on the hot path (torch may be imported after moekit)
+
+
 def is_torch(x: Any) -> bool:
-    torch = torch_module()
+    torch = _MODULES.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -43,7 +46,7 @@ _TORCH_DTYPES: Optional[tuple] = None  # (the torch module, its table): built on
 
 def _torch_dtypes():
     global _TORCH_DTYPES
-    torch = torch_module()
+    torch = _MODULES.get("torch")
     if _TORCH_DTYPES is not None and _TORCH_DTYPES[0] is torch:
         return _TORCH_DTYPES[1]
     table = {
@@ -74,7 +77,10 @@ def dtype_of(name: str, x: Any):
 
 
 def check_array(name: str, x: Any) -> None:
-    if not (is_numpy(x) or is_torch(x)):
+    if isinstance(x, np.ndarray):
+        return
+    torch = _MODULES.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
 
 
@@ -82,26 +88,56 @@ def view(name: str, x: Any) -> "_C.TensorView":
     """A TensorView of x (absent when x is None)."""
     if x is None:
         return _C.TensorView()
+    torch = torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch_view(name, x)
     check_array(name, x)
     d = dtype_of(name, x)
-    if is_numpy(x):
-        item = x.dtype.itemsize
-        strides = []
-        for s in x.strides:
-            if s % item != 0:
-                raise ValueError(f"{name} has byte strides {x.strides} that are not multiples of its {item}-byte elements")
-            strides.append(s // item)
-        ptr = x.__array_interface__["data"][0] if x.size > 0 else 0
-        return _C.TensorView(ptr, d, list(x.shape), strides, _C.DeviceType.kCpu, 0)
-    dev = x.device
-    if dev.type == "cpu":
-        dt, di = _C.DeviceType.kCpu, 0
-    elif dev.type == "cuda":
-        dt, di = _C.DeviceType.kCuda, dev.index if dev.index is not None else 0
+    item = x.dtype.itemsize
+    strides = []
+    for s in x.strides:
+        if s % item != 0:
+            raise ValueError(f"{name} has byte strides {x.strides} that are not multiples of its {item}-byte elements")
+        strides.append(s // item)
+    ptr = x.__array_interface__["data"][0] if x.size > 0 else 0
+    return _C.TensorView(ptr, d, list(x.shape), strides, _C.DeviceType.kCpu, 0)
+
+
+_KCPU = _C.DeviceType.kCpu
+_KCUDA = _C.DeviceType.kCuda
+
+
+def torch_view(name: str, x: Any, meta: Optional[list] = None) -> "_C.TensorView":
+    """view() of a torch tensor, on the per-call hot path: one dict lookup for the dtype, the
+    device from is_cuda / get_device() (no torch.device object), shape and strides handed to the
+    binding as the tuples torch returns. Same errors, in the same order, as view(). With `meta`,
+    appends view_meta(x) to it."""
+    dtype = x.dtype
+    d = _torch_dtypes().get(dtype)
+    if d is None:
+        dtype_of(name, x)  # raises the ValueError naming the argument
+    if x.is_cuda:
+        dt, di = _KCUDA, x.get_device()
+    elif x.device.type == "cpu":
+        dt, di = _KCPU, 0
     else:
-        raise ValueError(f"{name} is on {dev}, moekit runs on cpu and cuda tensors")
+        raise ValueError(f"{name} is on {x.device}, moekit runs on cpu and cuda tensors")
+    shape, strides = x.shape, x.stride()
+    if meta is not None:
+        meta.append((dtype, shape, strides, di if dt is _KCUDA else -1))
     ptr = x.data_ptr() if x.numel() > 0 else 0
-    return _C.TensorView(ptr, d, list(x.shape), list(x.stride()), dt, di)
+    return _C.TensorView(ptr, d, shape, strides, dt, di)
+
+
+def view_meta(x: Any):
+    """What a TensorView of x holds besides its data pointer (dtype, shape, strides, device), as
+    a hashable tuple: the key of moekit._ops' cache of workspace sizes. None for None."""
+    if x is None:
+        return None
+    torch = torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return (x.dtype, x.shape, x.stride(), x.get_device())
+    return (x.dtype, x.shape, x.strides, -1)
 
 
 def device_of(x: Any):
@@ -155,19 +191,50 @@ def copy_into(dst: Any, src: Any) -> None:
         dst.copy_(src)
 
 
+_TORCH_DTYPE_NAMES: dict = {}  # torch.dtype -> its name without "torch." (filled as dtypes are seen)
+
+
 def dtype_name(x: Any) -> str:
     """'bfloat16', 'float8_e4m3fn', ... for numpy and torch alike."""
     if is_numpy(x):
         return x.dtype.name
-    return str(x.dtype).replace("torch.", "")
+    d = x.dtype
+    name = _TORCH_DTYPE_NAMES.get(d)
+    if name is None:
+        name = _TORCH_DTYPE_NAMES[d] = str(d).replace("torch.", "")
+    return name
+
+
+_CUDA_FNS: Optional[tuple] = None  # (the torch module, current-device getter, raw-stream getter)
+
+
+def _cuda_fns():
+    """torch's current-device and current-raw-stream getters, looked up once per torch module:
+    torch._C's own (one C call each: what torch.cuda.current_device() and
+    torch.cuda.current_stream(i).cuda_stream end in) when present, else the public ones."""
+    global _CUDA_FNS
+    torch = torch_module()
+    if _CUDA_FNS is not None and _CUDA_FNS[0] is torch:
+        return _CUDA_FNS
+    get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        def raw(index):
+            return torch.cuda.current_stream(index).cuda_stream
+    _CUDA_FNS = (torch, get_device, raw)
+    return _CUDA_FNS
 
 
 def cuda_stream(x: Any) -> int:
     """The current CUDA stream of x's device (0 for host arrays)."""
-    if is_numpy(x) or x.device.type != "cuda":
+    if is_numpy(x) or not x.is_cuda:
         return 0
-    torch = torch_module()
-    return torch.cuda.current_stream(x.device).cuda_stream
+    return _cuda_fns()[2](x.get_device())
+
+
+def current_cuda_device() -> int:
+    """torch's current CUDA device (CUDA is initialized: the caller holds a CUDA tensor)."""
+    return _cuda_fns()[1]()
 
 
 def maybe_view(name: str, x: Optional[Any]):

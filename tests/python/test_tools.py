@@ -9,6 +9,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -270,3 +271,20 @@ def test_build_info_reads_git_then_the_stamp_and_catches_a_stale_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MOEKIT_COMMIT"}
     text, _ = _build_info(copy, out, env=env)
     assert '"unknown", "unknown", -1,' in text
+
+
+def test_host_overhead_stub_runs_the_cuda_host_path(tmp_path):
+    """host_overhead_stub.py drives moekit's Python for CUDA tensors (views, the workspace-size
+    cache, stream and device lookups, the positional binding call) on a stand-in torch: it runs
+    here, without torch or a GPU, on the moekit this suite imports."""
+    import moekit
+
+    out = tmp_path / "stub.json"
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(moekit.__file__)))
+    subprocess.run([sys.executable, str(ROOT / "tools" / "scripts" / "host_overhead_stub.py"), "--pythonpath", pkg_parent,
+                    "--tokens", "1,3", "--iters", "20", "--repeats", "1", "--json", str(out)], check=True,
+                   capture_output=True, text=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["level"], r["tokens"]) for r in rows} == {
+        (lv, m) for lv in ("fused_experts", "fused_experts_int64", "impl") for m in (1, 3)}
+    assert all(r["us_per_call"] > 0 for r in rows)

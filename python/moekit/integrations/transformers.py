@@ -149,7 +149,7 @@ def prepared_weights(module: Any, plan: ExpertsPlan, scheme: str):
     gp, dp = module.gate_up_proj, module.down_proj
     b13 = getattr(module, "gate_up_proj_bias", None) if plan.has_bias else None
     b2 = getattr(module, "down_proj_bias", None) if plan.has_bias else None
-    key = tuple((t.data_ptr(), t._version, t.dtype, str(t.device)) if t is not None else None
+    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) if t is not None else None
                 for t in (gp, dp, b13, b2)) + (scheme,)
     cached = module.__dict__.get("_moekit_weights")
     if cached is not None and cached[0] == key:
