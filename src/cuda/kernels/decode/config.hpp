@@ -128,8 +128,11 @@ inline constexpr double kSmBytesPerUs = 30000.0;
 
 // cluster_slots[i]: clusters of 1 << i CTAs that can be resident at once (0: unknown, then
 // sm_count >> i). A cluster's CTAs share one GPC, so fewer clusters of 8 fit than SMs / 8.
+// force_cluster (1, 2, 4 or 8; 0: the model's choice) takes that cluster size when it fits (A/Bs:
+// MOEKIT_DECODE_CLUSTER, read by the launcher).
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
-                            int elem_bytes, double expected_items, int sm_count, const int* cluster_slots = nullptr) {
+                            int elem_bytes, double expected_items, int sm_count, const int* cluster_slots = nullptr,
+                            int force_cluster = 0) {
   Tiling t;
   t.k_chunks = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
   t.k_stages = static_cast<int>(ceil_div(t.k_chunks, kChunksPerStage));
@@ -168,6 +171,7 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     SmemLayout layout{};
     fit(cluster, max_tokens, layout);
     if (max_tokens == 0) continue;  // a larger cluster holds less of K per rank: it may fit
+    if (force_cluster != 0 && cluster != force_cluster) continue;
     const int log2c = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
     const int known = cluster_slots != nullptr ? cluster_slots[log2c] : 0;
     const int resident = known > 0 ? known : sm_count / cluster;

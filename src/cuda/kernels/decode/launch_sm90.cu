@@ -94,8 +94,19 @@ dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count) {
   const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
-  return dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
-                           elem_bytes(p), items, sm_count, resident);
+  // MOEKIT_DECODE_CLUSTER=1|2|4|8 forces the cluster size where it fits (A/Bs of the cost model in
+  // one process; read at every call); anything else leaves the model's choice.
+  int force = 0;
+  if (const char* v = std::getenv("MOEKIT_DECODE_CLUSTER")) {
+    const int c = std::atoi(v);
+    if (c == 1 || c == 2 || c == 4 || c == 8) force = c;
+  }
+  dc::Tiling t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
+                                   elem_bytes(p), items, sm_count, resident, force);
+  if (force != 0 && t.max_tokens == 0)  // that size does not fit this problem: the model's choice
+    t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size, elem_bytes(p),
+                          items, sm_count, resident);
+  return t;
 }
 
 // Uniform routing's expected touched local experts (the router's estimate), when not given.

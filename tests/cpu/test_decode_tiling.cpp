@@ -1,0 +1,53 @@
+// The decode path's tiling choice (src/cuda/kernels/decode/config.hpp), host-only: the cluster size
+// from the resident clusters, the pipeline depth that holds a whole M = 1 item, the forced
+// cluster of MOEKIT_DECODE_CLUSTER A/Bs.
+#include <gtest/gtest.h>
+
+#include "cuda/kernels/decode/config.hpp"
+
+namespace moekit {
+namespace {
+
+namespace dc = cuda::decode;
+
+// Resident clusters of 1, 2, 4, 8 CTAs on the H200 (cudaOccupancyMaxActiveClusters, measured
+// 2026-12-01: a cluster's CTAs share a GPC, so 15 clusters of 8 rather than 16).
+constexpr int kH200Slots[4] = {132, 66, 30, 15};
+
+TEST(CpuDecodeTiling, Qwen3Tp8OneTokenHoldsTheWholeItemInFlight) {
+  // qwen3-30b-a3b TP8: K = 2048, N = 96, bf16; M = 1, k = 8: 8 items.
+  const dc::Tiling t = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132, kH200Slots);
+  EXPECT_EQ(t.cluster, 8);
+  EXPECT_EQ(t.resident, 15);
+  EXPECT_EQ(t.max_tokens, 8);  // token buffers sized for M, not 64
+  EXPECT_EQ(t.smem.stages, dc::kMaxStages);
+  EXPECT_LE(t.smem.bytes, dc::kSmemLimit);
+  // A rank's item: 3 GEMM1 tiles x 2 K stages + 4 GEMM2 row tiles = 10 stages, all in flight.
+  const int tiles1 = 96 / dc::kGateUpRows;
+  const int item_stages = tiles1 * static_cast<int>(dc::ceil_div(t.k_stages, t.cluster)) +
+                          static_cast<int>(dc::ceil_div(t.row_tiles, t.cluster));
+  EXPECT_EQ(item_stages, 10);
+  EXPECT_LE(item_stages, t.smem.stages);
+}
+
+TEST(CpuDecodeTiling, UnknownResidencyFallsBackToSmsOverClusterSize) {
+  const dc::Tiling t = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132);
+  EXPECT_EQ(t.resident, 132 / t.cluster);
+}
+
+TEST(CpuDecodeTiling, ForcedClusterIsTakenWhereItFits) {
+  const dc::Tiling t4 = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132, kH200Slots, 4);
+  EXPECT_EQ(t4.cluster, 4);
+  EXPECT_EQ(t4.resident, 30);
+  EXPECT_GT(t4.max_tokens, 0);
+  // K = 256 bf16: 2 K stages, too few to split over more than one rank (each keeps >= 2): a
+  // forced 8 finds no tiling (the launcher then takes the model's choice, cluster 1).
+  const dc::Tiling t8 = dc::choose_tiling(1, 8, 128, 256, 96, 2, 8.0, 132, kH200Slots, 8);
+  EXPECT_EQ(t8.max_tokens, 0);
+  const dc::Tiling model = dc::choose_tiling(1, 8, 128, 256, 96, 2, 8.0, 132, kH200Slots);
+  EXPECT_EQ(model.cluster, 1);
+  EXPECT_GT(model.max_tokens, 0);
+}
+
+}  // namespace
+}  // namespace moekit
