@@ -118,6 +118,26 @@ def test_path_report_finds_where_auto_loses(tmp_path):
     assert pr.main([str(sweep), "--auto", str(grid)]) == 0
 
 
+def test_target_report_rates_each_path_against_the_brief_target(tmp_path, capsys, monkeypatch):
+    tr = load_script("target_report")
+    def row(m, path, us, roof, dispatch="", ok=True):
+        return dict(preset="q", tp=8, scheme="bf16", tokens=m, path=path, us=us, roof_us=roof, dispatch=dispatch,
+                    check_passed=ok)
+    run = tmp_path / "run.json"
+    # target = roof / 0.85 + 4: M=1 roof 1.7 -> 6.0 us; M=2 roof 8.5 -> 14.0 us; M=512 is past --max-tokens
+    run.write_text(json.dumps(dict(rows=[
+        row(1, "decode", 9.0, 1.7), row(1, "auto", 12.0, 1.7, "fused"),
+        row(2, "decode", 13.0, 8.5), row(2, "auto", 16.0, 8.5, "gemm1=swapab gemm2=swapab", ok=False),
+        row(512, "decode", 1.0, 1.7)])))
+    monkeypatch.setattr(sys, "argv", ["target_report.py", str(run)])
+    tr.main()
+    out = capsys.readouterr().out
+    assert "decode 9.0 (1.50x, ok); auto(fused) 12.0 (2.00x, ok)" in out
+    assert "auto(gemm1=swapab) 16.0 (1.14x, FAIL)" in out
+    assert "bf16: 1/2 points meet the target with their fastest path, 1/2 within 1.25x" in out
+    assert " 512 " not in out
+
+
 # ---- per-scheme baselines and the --check summary (bench_rows.py, grid_report.py, bench_compare.py) ----
 
 def grid_row(scheme, m, us, base, base8=None, tp=1, path="auto", **extra):
