@@ -193,7 +193,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       if (in.want_reason)
         plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
                     " and slots " + fmt(plan.local_slots) + " <= " + fmt(max_slots) +
-                    ": decode, one launch from routing to combine";
+                    ": decode, one kernel from routing to the partial outputs, then its combine";
       return plan;
     }
   }

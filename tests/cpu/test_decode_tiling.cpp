@@ -49,5 +49,17 @@ TEST(CpuDecodeTiling, ForcedClusterIsTakenWhereItFits) {
   EXPECT_GT(model.max_tokens, 0);
 }
 
+TEST(CpuDecodeTiling, AClusterSizeThatCannotBeResidentIsSkipped) {
+  // A device that holds no cluster of 8 (an MPS limit, say): the model's M = 1 choice, 8, is
+  // skipped; -1 (not known) falls back to SMs / size.
+  const int no_eights[4] = {132, 66, 30, 0};
+  const dc::Tiling t = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132, no_eights);
+  EXPECT_NE(t.cluster, 8);
+  EXPECT_GT(t.max_tokens, 0);
+  const int unknown[4] = {-1, -1, -1, -1};
+  const dc::Tiling u = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132, unknown);
+  EXPECT_EQ(u.resident, 132 / u.cluster);
+}
+
 }  // namespace
 }  // namespace moekit

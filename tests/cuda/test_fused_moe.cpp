@@ -64,7 +64,7 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 std::string documented_decline(const CaseSpec& s, const std::string& path, std::int64_t M) {
   // decode (can_implement_decode_sm90): bf16, and fp8_per_tensor with static scales (a dynamic
   // per-tensor scale, and per-channel scales over a row split across CTAs, need data other CTAs
-  // hold: docs/decode.md); M*k <= 4096 slots; E <= 1024; K a multiple of 16 and 16-byte rows of
+  // hold: docs/decode.md); M*k <= 4096 slots; k <= 1024; E <= 1024; K a multiple of 16 and 16-byte rows of
   // N; partial outputs (M*k x ceil(N/128) x K fp32) up to 128 MiB.
   if (path == "decode") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
@@ -73,6 +73,7 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
     if (s.scheme == Scheme::kFp8PerTensor && !s.static_scales)
       return "decode: fp8_per_tensor needs static activation scales";
     if (M * s.k > 4096) return "decode: M*k = " + std::to_string(s.M * s.k) + " > 4096 slots";
+    if (s.k > 1024) return "decode: k = " + std::to_string(s.k) + " > 1024 slots per token";
     if (s.E > 1024) return "decode: E = " + std::to_string(s.E) + " > 1024";
     if (s.K % 16 != 0 || s.N * es % 16 != 0)
       return "decode: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) + " rows not 16-byte multiples";

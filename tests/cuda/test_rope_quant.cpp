@@ -315,8 +315,9 @@ TEST(Sm90RopeQuant, RopeWidthsMatchReference) {
   }
 }
 
-// Padded head and token strides of the input and padded outputs, on both sides of the auto
-// choice's threshold (T = 17: the latency-first kernel; 4,097: the bulk kernel, several tiles a CTA).
+// Padded head and token strides of the input and padded outputs, for every kernel (check() runs
+// each; under auto T = 17 is the latency-first kernel and 4,097 x 16 heads = 65,552 rows the
+// pipelined one, just past the bulk range; the forced bulk run covers bulk, several tiles a CTA).
 TEST(Sm90RopeQuant, StridedInputsAndOutputs) {
   SKIP_WITHOUT_SM90();
   for (std::int64_t T : {17, 4097}) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -1070,7 +1071,9 @@ class CudaRunner final : public Runner {
   int flush_value_ = 0;
   bool flush_write_ = [] {
     const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
-    return v != nullptr && std::strcmp(v, "write") == 0;
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "read") == 0) return false;
+    if (std::strcmp(v, "write") == 0) return true;
+    throw std::runtime_error(std::string("MOEKIT_BENCH_FLUSH is '") + v + "', expected read or write");
   }();
 
   const Shape* shape_ = nullptr;

@@ -6,8 +6,9 @@
 //
 // The rule every kernel of the chain follows:
 //  - Before pdl_wait() a kernel touches no global memory that an earlier kernel of the chain
-//    writes or reads: only shared memory, mbarrier init, prefetch.tensormap of a __grid_constant__
-//    parameter and the kernel parameters themselves. Everything else comes after: reads (RAW:
+//    writes, nor writes what one reads: only shared memory, mbarrier init, prefetch.tensormap of a
+//    __grid_constant__ parameter, the kernel parameters themselves, and reads of inputs that no
+//    kernel of the call writes (the decode path's combine reads topk_ids before its wait). Everything else comes after: reads (RAW:
 //    expert offsets, sorted slots, quantized rows, y) and writes alike (WAR: combine writing
 //    `out`, which an in-place caller aliases with `hidden`, read by quant and GEMM1).
 //  - Every CTA runs pdl_wait() before it exits, also one with no work. pdl_wait() waits for the

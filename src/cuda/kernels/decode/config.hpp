@@ -126,8 +126,9 @@ struct Tiling {
 inline constexpr double kItemFixedUs = 6.0;
 inline constexpr double kSmBytesPerUs = 30000.0;
 
-// cluster_slots[i]: clusters of 1 << i CTAs that can be resident at once (0: unknown, then
-// sm_count >> i). A cluster's CTAs share one GPC, so fewer clusters of 8 fit than SMs / 8.
+// cluster_slots[i]: clusters of 1 << i CTAs that can be resident at once (-1 or no array:
+// unknown, then sm_count >> i; 0: none can be, so that size is not taken). A cluster's CTAs
+// share one GPC, so fewer clusters of 8 fit than SMs / 8.
 // force_cluster (1, 2, 4 or 8; 0: the model's choice) takes that cluster size when it fits (A/Bs:
 // MOEKIT_DECODE_CLUSTER, read by the launcher).
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
@@ -173,7 +174,8 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     if (max_tokens == 0) continue;  // a larger cluster holds less of K per rank: it may fit
     if (force_cluster != 0 && cluster != force_cluster) continue;
     const int log2c = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
-    const int known = cluster_slots != nullptr ? cluster_slots[log2c] : 0;
+    const int known = cluster_slots != nullptr ? cluster_slots[log2c] : -1;
+    if (known == 0) continue;  // no cluster of this size can be resident on this device
     const int resident = known > 0 ? known : sm_count / cluster;
     const double slots = static_cast<double>(resident > 0 ? resident : 1);
     const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));

@@ -747,7 +747,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int c = (blockIdx.x * kCombineThreads + threadIdx.x) * 4;  // K % 16 == 0: 4 columns in range or none
   // The token's slots and their experts: inputs of the call, written by no kernel after the
   // decode kernel started (fused_moe's routing ran before it), so read before the wait. Bit j of
-  // `valid`: slot j has a local expert (k <= E <= kMaxExperts).
+  // `valid`: slot j has a local expert (k <= kMaxExperts: can_implement_decode_sm90).
   __shared__ unsigned valid[kMaxExperts / 32];
   for (int w = threadIdx.x; w < (k + 31) / 32; w += kCombineThreads) valid[w] = 0u;
   __syncthreads();
@@ -838,7 +838,7 @@ int decode_max_active_clusters(int cluster) {
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();  // a failed query leaves no sticky error: the caller falls back
-    return 0;
+    return -1;
   }
   return n;
 }

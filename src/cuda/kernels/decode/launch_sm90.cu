@@ -64,32 +64,39 @@ DecodeLayout decode_layout(const MoeProblem& p) {
   return l;
 }
 
-// Resident clusters of 1, 2, 4 and 8 CTAs (choose_tiling's cluster_slots), queried once for the
-// device of the first decode call (keyed by its SM count; 0 = not queried, sm_count / S is used).
-// A cluster's CTAs share a GPC: on the H200, 132 SMs hold fewer than 16 clusters of 8.
-struct ClusterSlots {
-  std::atomic<int> sm_count{0};
-  std::atomic<int> slots[4] = {};
-};
-ClusterSlots& cluster_slots_cache() {
-  static ClusterSlots c;
-  return c;
+// Resident clusters of 1, 2, 4 and 8 CTAs per device (choose_tiling's cluster_slots): queried
+// once per device at its first decode call (cudaOccupancyMaxActiveClusters); -1 = not known (not
+// queried yet, or the query failed: asked again next call), which choose_tiling reads as
+// sm_count / S. A cluster's CTAs share a GPC: on the H200, 132 SMs hold 15 clusters of 8, not 16.
+constexpr int kSlotDevices = 64;
+std::atomic<int>& cluster_slot(int device, int i) {
+  static std::atomic<int> slots[kSlotDevices][4] = {};  // zero-initialized: 0 means "not queried"
+  return slots[device][i];
 }
 
-void query_cluster_slots(int sm_count) {
-  ClusterSlots& c = cluster_slots_cache();
-  if (c.sm_count.load(std::memory_order_acquire) == sm_count) return;
-  for (int i = 0; i < 4; ++i)
-    c.slots[i].store(dc::decode_max_active_clusters<dc::Operand::kBf16>(1 << i), std::memory_order_relaxed);
-  c.sm_count.store(sm_count, std::memory_order_release);
+// The cached value as choose_tiling reads it: >0 resident clusters, 0 none can be resident
+// (that size is skipped), -1 unknown.
+int cached_slots(int device, int i) {
+  if (device < 0 || device >= kSlotDevices) return -1;
+  const int v = cluster_slot(device, i).load(std::memory_order_acquire);
+  return v == 0 ? -1 : v - 1;  // stored +1 so that 0 can mean "not queried"
+}
+
+void query_cluster_slots(int device) {
+  if (device < 0 || device >= kSlotDevices) return;
+  for (int i = 0; i < 4; ++i) {
+    if (cluster_slot(device, i).load(std::memory_order_acquire) != 0) continue;
+    const int n = dc::decode_max_active_clusters<dc::Operand::kBf16>(1 << i);  // -1 when the query failed
+    if (n >= 0) cluster_slot(device, i).store(n + 1, std::memory_order_release);
+  }
 }
 
 // Expected work items for the cluster choice: touched experts x N chunks x token chunks.
-dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count) {
-  int resident[4] = {0, 0, 0, 0};
-  const ClusterSlots& c = cluster_slots_cache();
-  if (c.sm_count.load(std::memory_order_acquire) == sm_count)
-    for (int i = 0; i < 4; ++i) resident[i] = c.slots[i].load(std::memory_order_relaxed);
+// `device`: whose resident clusters to use (-1: not known, as in can_implement, where only
+// whether the problem fits matters).
+dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int device = -1) {
+  int resident[4];
+  for (int i = 0; i < 4; ++i) resident[i] = cached_slots(device, i);
   const double slots = static_cast<double>(p.num_tokens * p.top_k);
   const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
   const double tpe = touched > 0 ? slots / touched : slots;
@@ -148,6 +155,11 @@ bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* w
     os << "M*k = " << P << " slots > " << dc::kMaxSlots << " (every CTA routes the call in shared memory)";
     return fail(why, os.str());
   }
+  if (p.top_k > dc::kMaxExperts) {  // the combine kernel's slot bitmask holds kMaxExperts bits
+    std::ostringstream os;
+    os << "k = " << p.top_k << " > " << dc::kMaxExperts << " slots per token";
+    return fail(why, os.str());
+  }
   if (p.num_experts < 1 || p.num_experts > dc::kMaxExperts) {
     std::ostringstream os;
     os << "E = " << p.num_experts << ", supported 1.." << dc::kMaxExperts;
@@ -197,7 +209,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   int dev = 0, sms = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  query_cluster_slots(sms);
+  query_cluster_slots(dev);
   // can_implement_decode_sm90 ran in the router (a plan takes this path only when it passed);
   // the tiling below throws when the problem does not fit.
   const DecodeLayout L = decode_layout(p);
@@ -212,7 +224,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const int Eg = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
 
   dc::DecodeParams kp{};
-  kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms);
+  kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms, dev);
   if (kp.tiling.max_tokens == 0)
     throw Error(Status::kNotSupported, "decode_sm90: the problem's tables do not fit in shared memory at cluster " +
                                            std::to_string(kp.tiling.cluster));

@@ -76,7 +76,7 @@ template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
-// be resident at once on the current device (cudaOccupancyMaxActiveClusters); 0 when the query
+// be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query
 // fails. Defined in kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
 int decode_max_active_clusters(int cluster);
