@@ -32,24 +32,30 @@ void launch(const InvRopeQuantParams& p, void* stream) {
   run_inv_rope_quant_sm90<Cfg>(p, static_cast<unsigned>(blocks_x), stream);
 }
 
-// CTAs of the pipelined kernel resident on the whole device (SMs x occupancy): its grid, since
-// each warp walks a list of rows. Queried once per device and kept (the first call in the
-// process; later calls, at any T, read an atomic): a second wave of CTAs would start its rows
-// only when a first-wave CTA exits, doubling the time.
-template <class Cfg>
-int pipe_resident_ctas(int device) {
+// CTAs of a persistent kernel (the pipelined or the bulk one) resident on the whole device (SMs x
+// occupancy, `per_sm()` on the current device): its grid, since each warp walks a list of rows.
+// Queried once per device and kernel and kept (the first call in the process; later calls, at
+// any T, read an atomic): a second wave of CTAs would start its rows only when a first-wave CTA
+// exits, doubling the time. Tag: one cache per kernel.
+template <class Tag, class PerSm>
+int resident_ctas(int device, PerSm per_sm) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices] = {};
   if (device >= 0 && device < kMaxDevices) {
     const int v = cache[device].load(std::memory_order_relaxed);
     if (v > 0) return v;
   }
-  const int per_sm = inv_rope_quant_pipe_ctas_per_sm<Cfg>();  // `device` is the current device
+  const int n = per_sm();
   int sms = 0;
   MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int v = std::max(1, sms) * std::max(1, per_sm);
+  const int v = std::max(1, sms) * std::max(1, n);
   if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
   return v;
+}
+
+template <class Cfg>
+int pipe_resident_ctas(int device) {
+  return resident_ctas<Cfg>(device, [] { return inv_rope_quant_pipe_ctas_per_sm<Cfg>(); });
 }
 
 // The pipelined kernel's grid: one row a warp at small T, the resident CTAs at large T, and a
@@ -72,23 +78,12 @@ void launch_small(const InvRopeQuantParams& p, void* stream) {
   run_inv_rope_quant_small_sm90<Cfg>(p, static_cast<unsigned>(blocks), stream);
 }
 
-// The bulk kernel: its dynamic shared memory (set once per device, with its occupancy: the
-// persistent grid is the resident CTAs) and whether it runs a problem.
-
+// The bulk kernel: its dynamic shared memory (set once per device with its occupancy, in
+// inv_rope_quant_bulk_ctas_per_sm: the persistent grid is the resident CTAs) and whether it runs
+// a problem.
 template <class Cfg>
 int bulk_resident_ctas(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices) {
-    const int v = cache[device].load(std::memory_order_relaxed);
-    if (v > 0) return v;
-  }
-  const int per_sm = inv_rope_quant_bulk_ctas_per_sm<Cfg>();  // `device` is the current device
-  int sms = 0;
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int v = std::max(1, sms) * std::max(1, per_sm);
-  if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
-  return v;
+  return resident_ctas<Cfg>(device, [] { return inv_rope_quant_bulk_ctas_per_sm<Cfg>(); });
 }
 
 // rope_dim <= 64 in whole 16-byte cos/sin copies (rope_dim % 4 == 0) from a 16-byte aligned
