@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "l2_flush.cuh"
 
 namespace moekit::bench {
 namespace {
@@ -131,18 +132,6 @@ std::string gb(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
   return buf;
-}
-
-// The L2 flush's read: every 16-byte word of the buffer once; the sum is stored only when it
-// equals a value the zeroed buffer cannot give, which keeps the loads.
-__global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsigned* sink) {
-  unsigned acc = 0;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n16;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcg(buf + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 double median(std::vector<double> v) {

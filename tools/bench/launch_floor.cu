@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "l2_flush.cuh"
 #include "moekit/version.hpp"
 
 namespace {
@@ -96,17 +97,6 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
     if (threadIdx.x == 0 && c + kStages < chunks) issue(c + kStages);
   }
   if (acc == 0x7fffffff) *sink = acc;
-}
-
-// The read flush (moekit-bench's default): every 16-byte word of the flush buffer once.
-__global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsigned* sink) {
-  unsigned acc = 0;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n16;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcg(buf + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 struct Timer {

@@ -119,8 +119,8 @@ struct Tiling {
 // Expected work items set the cluster: of 1, 2, 4, 8 (each rank keeping >= 2 K stages and >= 2
 // row tiles), the one whose persistent grid finishes first under a simple model: a CTA's items run
 // one after another, each a fixed chain (kItemFixedUs: routing-derived metadata, token rows, two
-// cluster exchanges, tickets; the phase timer measured 8-10 µs at 8 KB stages with serial
-// arrivals, ~5-6 µs expected after those fixes) plus its share of the item's weights at a
+// cluster exchanges, the partial outputs; the phase timer measured 8-10 µs at 8 KB stages with
+// serial arrivals and the old in-kernel combine, ~5-6 µs expected after those fixes) plus its share of the item's weights at a
 // per-SM stream (kSmBytesPerUs: 4 TB/s over 132 SMs). More ranks shorten an item's stream but
 // make more rounds when the items outnumber the clusters. Ties go to the smaller cluster.
 inline constexpr double kItemFixedUs = 6.0;

@@ -93,21 +93,14 @@ void query_cluster_slots(int device) {
 
 // Expected work items for the cluster choice: touched experts x N chunks x token chunks.
 // `device`: whose resident clusters to use (-1: not known, as in can_implement, where only
-// whether the problem fits matters).
-dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int device = -1) {
+// whether the problem fits matters); `force`: a cluster size to take where it fits (0: the model's).
+dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int device = -1, int force = 0) {
   int resident[4];
   for (int i = 0; i < 4; ++i) resident[i] = cached_slots(device, i);
   const double slots = static_cast<double>(p.num_tokens * p.top_k);
   const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
-  // MOEKIT_DECODE_CLUSTER=1|2|4|8 forces the cluster size where it fits (A/Bs of the cost model in
-  // one process; read at every call); anything else leaves the model's choice.
-  int force = 0;
-  if (const char* v = std::getenv("MOEKIT_DECODE_CLUSTER")) {
-    const int c = std::atoi(v);
-    if (c == 1 || c == 2 || c == 4 || c == 8) force = c;
-  }
   dc::Tiling t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
                                    elem_bytes(p), items, sm_count, resident, force);
   if (force != 0 && t.max_tokens == 0)  // that size does not fit this problem: the model's choice
@@ -199,10 +192,6 @@ void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-int decode_cluster_size(const MoeProblem& p, double touched, int sm_count) {
-  return tiling_for(p, touched, std::max(1, sm_count)).cluster;
-}
-
 void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
@@ -224,7 +213,14 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const int Eg = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
 
   dc::DecodeParams kp{};
-  kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms, dev);
+  // MOEKIT_DECODE_CLUSTER=1|2|4|8 forces the cluster size where it fits (A/Bs of the cost model in
+  // one process; read at every launch); anything else leaves the model's choice.
+  int force = 0;
+  if (const char* v = std::getenv("MOEKIT_DECODE_CLUSTER")) {
+    const int c = std::atoi(v);
+    if (c == 1 || c == 2 || c == 4 || c == 8) force = c;
+  }
+  kp.tiling = tiling_for(p, touched > 0 ? touched : expected_touched(p), sms, dev, force);
   if (kp.tiling.max_tokens == 0)
     throw Error(Status::kNotSupported, "decode_sm90: the problem's tables do not fit in shared memory at cluster " +
                                            std::to_string(kp.tiling.cluster));

@@ -19,10 +19,6 @@ bool can_implement_decode_sm90(const MoeProblem& problem, int sm_count, std::str
 /// Bytes of workspace the decode path needs for `problem` (sizes only; 0 when it cannot run it).
 std::size_t decode_workspace_size(const MoeProblem& problem);
 
-/// The cluster size (CTAs per work item) the decode path uses for `problem`, given the router's
-/// expected number of touched local experts (DispatchPlan::touched).
-int decode_cluster_size(const MoeProblem& problem, double touched, int sm_count);
-
 /// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) the
 /// decode kernel and the combine kernel, launched as its programmatic dependent (PDL, unless
 /// MOEKIT_PDL=0). `touched` is the router's expected

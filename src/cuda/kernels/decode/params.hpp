@@ -77,7 +77,8 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query
-// fails. Defined in kernel_sm90.cuh, instantiated in inst/.
+// fails. The same for every operand (one launch shape): defined in kernel_sm90.cuh, instantiated
+// for kBf16 only (inst/decode_sm90_bf16.cu).
 template <Operand kOp>
 int decode_max_active_clusters(int cluster);
 

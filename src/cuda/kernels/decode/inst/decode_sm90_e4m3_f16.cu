@@ -6,7 +6,6 @@
 namespace moekit::cuda::decode {
 
 template void launch_decode_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*);
-template int decode_max_active_clusters<Operand::kE4m3F16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act>);

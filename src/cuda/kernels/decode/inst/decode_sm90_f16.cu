@@ -6,7 +6,6 @@
 namespace moekit::cuda::decode {
 
 template void launch_decode_sm90<Operand::kF16>(const DecodeParams&, int, void*);
-template int decode_max_active_clusters<Operand::kF16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
