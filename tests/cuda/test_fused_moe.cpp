@@ -608,6 +608,36 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
 }
 
+TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
+  SKIP_WITHOUT_SM90();
+  // The decode kernel is instantiated per token width: a launch takes the one of its tiling's
+  // max_tokens (M <= 8: only the 8-wide code), MOEKIT_DECODE_WIDE=1 the one that holds every
+  // width. Both run each item on the same width, so the bits must match. M = 1, 8 (the 8-wide
+  // kernel), 9, 17 (16, 32 wide), 40 (64 wide: the same instantiation both ways); bf16 and fp8
+  // with static scales, biases and swiglu_oai on the fp8 case.
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = small_spec(scheme);
+    s.M = 40;
+    if (scheme == Scheme::kFp8PerTensor) {
+      s.static_scales = true;
+      s.bias = true;
+      s.activation.kind = Activation::kSwigluOai;
+    }
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 8, 9, 17, 40}) {
+      const std::vector<std::uint16_t> narrow = d.run(M, Mode::kFusedExperts, "decode");
+      std::vector<std::uint16_t> wide;
+      {
+        ScopedEnv env("MOEKIT_DECODE_WIDE", "1");
+        wide = d.run(M, Mode::kFusedExperts, "decode");
+      }
+      EXPECT_TRUE(narrow == wide) << scheme_name(scheme) << " M = " << M << ": the narrow kernel differs from the wide one";
+      EXPECT_TRUE(rows_match(to_float(narrow, s.act_dtype), reference_rows(c, 0, M), s.K, scheme, "decode narrow"));
+    }
+  }
+}
+
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before

@@ -120,7 +120,8 @@ struct PhaseClock {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-template <class Tag, class ActT>
+// kMaxW: the widest token count of an item (the tiling's max_tokens: 8, 16, 32 or 64).
+template <class Tag, class ActT, int kMaxW>
 struct Decode {
   static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
   static constexpr int kEs = kFp8 ? 1 : 2;                 // weight bytes
@@ -417,7 +418,7 @@ struct Decode {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int warp = t >> 5, lane = t & 31;
     const Tiling& T = p.tiling;
-    const int K = p.hidden_size, N = p.inter_size, k = p.top_k;
+    const int K = p.hidden_size, N = p.inter_size;
     const int n0 = it.nchunk * kChunkCols;
     const int cw = min(kChunkCols, N - n0);
     const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
@@ -554,6 +555,23 @@ struct Decode {
     // The partial outputs are summed by decode_combine_kernel (below), this kernel's dependent.
   }
 
+  // The item on the narrowest wgmma width that holds its tokens, among the widths <= W that this
+  // instantiation compiles (W = the launch's max_tokens: at M <= 8 only the 8-wide code exists, so
+  // the kernel is half the size and its cold instruction fetches fewer).
+  template <int W>
+  static __device__ __forceinline__ void consume_width(const DecodeParams& p, const Smem& s, const Item& it,
+                                                       int& stage, std::uint32_t& phase, int round, PhaseClock& clk) {
+    if constexpr (W > 8) {
+      if (it.count > W / 2) {
+        consume_item<W>(p, s, it, stage, phase, round, clk);
+        return;
+      }
+      consume_width<W / 2>(p, s, it, stage, phase, round, clk);
+    } else {
+      consume_item<8>(p, s, it, stage, phase, round, clk);
+    }
+  }
+
   static __device__ void consume(const DecodeParams& p, const Smem& s, std::uint64_t t_entry) {
     int stage = 0;
     std::uint32_t phase = 0;
@@ -573,12 +591,7 @@ struct Decode {
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
-      switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round, clk); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round, clk); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round, clk); break;
-        default: consume_item<64>(p, s, it, stage, phase, round, clk); break;
-      }
+      consume_width<kMaxW>(p, s, it, stage, phase, round, clk);
     }
     if (clk.rec != nullptr) {
       clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
@@ -667,10 +680,10 @@ struct Decode {
 
 // Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ...; launched with
 // cluster dimension S when S > 1.
-template <class Tag, class ActT>
+template <class Tag, class ActT, int kMaxW>
 __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using D = Decode<Tag, ActT>;
+  using D = Decode<Tag, ActT, kMaxW>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.tiling.smem;
   // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
@@ -793,18 +806,20 @@ template <> struct OperandTypes<Operand::kF16> { using Tag = F16Tag; using Act =
 template <> struct OperandTypes<Operand::kE4m3Bf16> { using Tag = E4m3Tag; using Act = __nv_bfloat16; };
 template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using Act = __half; };
 
-template <Operand kOp>
-void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
+// The decode kernel of one operand and token width (W = p.tiling.max_tokens, or 64 where
+// DecodeParams::wide asks for the one instantiation that holds every width).
+template <Operand kOp, int W>
+void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream) {
   using Tag = typename OperandTypes<kOp>::Tag;
   using Act = typename OperandTypes<kOp>::Act;
-  auto* kernel = &decode_sm90_kernel<Tag, Act>;
+  auto* kernel = &decode_sm90_kernel<Tag, Act, W>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
+  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
@@ -813,6 +828,19 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
   cfg.attrs = attr;
   cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <Operand kOp>
+void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
+  using Tag = typename OperandTypes<kOp>::Tag;
+  using Act = typename OperandTypes<kOp>::Act;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (wide ? kMaxTokens : p.tiling.max_tokens) {
+    case 8: launch_decode_kernel<kOp, 8>(p, grid, st); break;
+    case 16: launch_decode_kernel<kOp, 16>(p, grid, st); break;
+    case 32: launch_decode_kernel<kOp, 32>(p, grid, st); break;
+    default: launch_decode_kernel<kOp, 64>(p, grid, st); break;
+  }
   const dim3 combine_grid(static_cast<unsigned>(ceil_div(p.hidden_size, kCombineThreads * 4)),
                           static_cast<unsigned>(p.num_tokens));
   launch_kernel_pdl(&decode_combine_kernel<Tag, Act>, combine_grid, dim3(kCombineThreads), 0,
@@ -821,7 +849,7 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream) {
 
 template <Operand kOp>
 int decode_max_active_clusters(int cluster) {
-  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>;
+  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act, kMaxTokens>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};

@@ -290,14 +290,18 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
   const int grid = static_cast<int>(clusters * T.cluster);
 
+  // MOEKIT_DECODE_WIDE=1 launches the instantiation that holds every token width instead of the
+  // one of the tiling's max_tokens (A/Bs of the narrow kernels; read at every launch).
+  const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
+  const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
   if (fp8) {
-    if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream);
-    else dc::launch_decode_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream);
+    if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
+    else dc::launch_decode_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
   } else if (f16) {
-    dc::launch_decode_sm90<dc::Operand::kF16>(kp, grid, stream);
+    dc::launch_decode_sm90<dc::Operand::kF16>(kp, grid, stream, wide);
   } else {
-    dc::launch_decode_sm90<dc::Operand::kBf16>(kp, grid, stream);
+    dc::launch_decode_sm90<dc::Operand::kBf16>(kp, grid, stream, wide);
   }
 }
 

@@ -71,9 +71,12 @@ enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
 
 // The call's two launches on `stream` (cudaStream_t): decode_sm90_kernel (cluster dimension
 // p.tiling.cluster, p.tiling.smem.bytes of shared memory, `grid` CTAs), then decode_combine_kernel
-// as its programmatic dependent. Defined in kernel_sm90.cuh, instantiated in inst/.
+// as its programmatic dependent. The kernel is instantiated per token width (8, 16, 32, 64): the
+// launch takes the one of p.tiling.max_tokens, whose code holds only the widths up to it; `wide`
+// takes the 64-wide one, which holds them all (MOEKIT_DECODE_WIDE=1, for A/Bs). Defined in
+// kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
-void launch_decode_sm90(const DecodeParams& p, int grid, void* stream);
+void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query
