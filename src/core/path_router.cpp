@@ -185,13 +185,15 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
     const RouterTable& t = kRouterTable;
     const std::int64_t N = p.intermediate_size;
-    const double max_slots = N < t.decode_tiny_n ? t.decode_tiny_n_max_slots
-                             : N < t.decode_mid_n ? t.decode_mid_n_max_slots
-                                                  : -1.0;
+    const std::int64_t n_limit = N < t.decode_tiny_n ? t.decode_tiny_n : N < t.decode_small_n ? t.decode_small_n : t.decode_mid_n;
+    const double max_slots = N < t.decode_tiny_n    ? t.decode_tiny_n_max_slots
+                             : N < t.decode_small_n ? t.decode_small_n_max_slots
+                             : N < t.decode_mid_n   ? t.decode_mid_n_max_slots
+                                                    : -1.0;
     if (plan.local_slots <= max_slots) {
       plan.decode = true;
       if (in.want_reason)
-        plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(N < t.decode_tiny_n ? t.decode_tiny_n : t.decode_mid_n) +
+        plan.reason = "N=" + std::to_string(N) + " < " + std::to_string(n_limit) +
                     " and slots " + fmt(plan.local_slots) + " <= " + fmt(max_slots) +
                     ": decode, one kernel from routing to the partial outputs, then its combine";
       return plan;

@@ -103,17 +103,20 @@ struct RouterTable {
   // The single-launch decode path (kernels/decode/), when it can run the call
   // (RouterInputs::decode_ok: bf16, or fp8_per_tensor with static scales), ahead of everything
   // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
-  // decode_mid_n up to decode_mid_n_max_slots. From the same-run grid of decode against the
-  // previous auto choice (MOEKIT_DECODE=0), bf16, every preset, TP 1 and 8, M = 1..256 (H200,
-  // commit 875d60a, 2026-12-01, bench/results/2026-12-01-875d60a-h200-decode-grid.json):
-  // qwen3-30b TP8 (N = 96) wins M = 1..32 (M=1 20.6 vs 28.0 µs, M=8 38.3 vs 59.0, M=32 62.4 vs
-  // 84.3), ties at 64 (85.3 vs 85.4), loses from 128; gpt-oss TP8 (N = 360, k = 4) wins M = 1, 2
-  // (29.3 vs 36.6, 39.6 vs 43.1), ties at 4, loses from 8; deepseek-v3 TP8 (N = 256) and
-  // qwen3-235b TP8 (N = 192) win M = 1 (46.6 vs 71.9; 32.5 vs 42.5) and alternate above (lose at
-  // 2 and 8, win at 4 and 16: left out until that is understood); mixtral TP8 (N = 1792) M = 1, 2
-  // within 3 % (left out); TP1 loses but for qwen3-30b M = 8, 16 (161.1 vs 168.3, 240.6 vs 240.8).
+  // decode_small_n up to decode_small_n_max_slots, N < decode_mid_n up to decode_mid_n_max_slots.
+  // From the same-run sweeps of decode (every cluster size forced, and the cost model's choice;
+  // H200, 2026-12-01, commit 6434031, bench/results/2026-12-01-6434031-h200-decode-cluster-ab.json)
+  // against the previous auto choice (MOEKIT_DECODE=0, the grid at 875d60a,
+  // bench/results/2026-12-01-875d60a-h200-decode-grid.json), bf16, TP8: qwen3-30b (N = 96) wins
+  // M = 1..64 (M=1 17.9 vs 28.0 µs, M=8 37.3 vs 59.0, M=64 72.5 vs 85.4); deepseek-v3 (N = 256)
+  // and qwen3-235b (N = 192) win M = 1..16 once the cluster is right (deepseek M=2 73.1 vs 83.8,
+  // M=16 236.6 vs 272.2; qwen3-235b M=4 62.6 vs 80.1, M=8 within 3 %) and lose from 32;
+  // gpt-oss (N = 360, k = 4) wins M = 1, 2 (28.0 vs 36.6, 40.2 vs 43.1) and loses from 4;
+  // mixtral (N = 1792) M = 1, 2 within 3 % (left out); TP1 loses but for qwen3-30b M = 8, 16.
   std::int64_t decode_tiny_n = 128;
-  double decode_tiny_n_max_slots = 256.0;
+  double decode_tiny_n_max_slots = 512.0;
+  std::int64_t decode_small_n = 320;
+  double decode_small_n_max_slots = 128.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;

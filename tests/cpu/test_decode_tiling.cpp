@@ -3,6 +3,8 @@
 // cluster of MOEKIT_DECODE_CLUSTER A/Bs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "cuda/kernels/decode/config.hpp"
 
 namespace moekit {
@@ -59,6 +61,30 @@ TEST(CpuDecodeTiling, AClusterSizeThatCannotBeResidentIsSkipped) {
   const int unknown[4] = {-1, -1, -1, -1};
   const dc::Tiling u = dc::choose_tiling(1, 8, 128, 2048, 96, 2, 8.0, 132, unknown);
   EXPECT_EQ(u.resident, 132 / u.cluster);
+}
+
+// The cluster the model picks for a TP8 preset shard at M tokens (bf16), with the launcher's
+// expected items: uniformly touched experts x N chunks.
+int model_cluster(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N) {
+  const double touched = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / E, static_cast<double>(M)));
+  const double items = touched * static_cast<double>(dc::ceil_div(N, dc::kChunkCols));
+  return dc::choose_tiling(M, k, E, K, N, 2, items, 132, kH200Slots).cluster;
+}
+
+TEST(CpuDecodeTiling, ClusterChoiceMatchesTheMeasuredFastest) {
+  // The fastest forced cluster size per point, same-run A/B on the H200 (2026-12-01,
+  // bench/results/2026-12-01-6434031-h200-decode-cluster-ab.json): where it beat the next size by
+  // more than 3 %, the model must pick it.
+  EXPECT_EQ(model_cluster(1, 8, 128, 2048, 96), 8);   // qwen3-30b: 17.8 µs (c4 21.6)
+  EXPECT_EQ(model_cluster(2, 8, 128, 2048, 96), 4);   // 21.6 (c8 26.7: 15.5 items, 15 resident)
+  EXPECT_EQ(model_cluster(4, 8, 128, 2048, 96), 2);   // 31.3 (c4 36.6)
+  EXPECT_EQ(model_cluster(16, 8, 128, 2048, 96), 1);  // 50.1 (c2 60.2)
+  EXPECT_EQ(model_cluster(1, 8, 256, 7168, 256), 4);  // deepseek-v3: 45.1 (c8 58.7: 16 items)
+  EXPECT_EQ(model_cluster(2, 8, 256, 7168, 256), 2);  // 73.1 (c8 84.9)
+  EXPECT_EQ(model_cluster(4, 8, 256, 7168, 256), 2);  // 109.9 (c1 146.7)
+  EXPECT_EQ(model_cluster(2, 8, 128, 4096, 192), 2);  // qwen3-235b: 48.2 (c8 51.7)
+  EXPECT_EQ(model_cluster(1, 4, 128, 2880, 360), 8);  // gpt-oss-120b: 27.9 (c4 35.1)
+  EXPECT_EQ(model_cluster(2, 4, 128, 2880, 360), 4);  // 40.6 (c8 44.5)
 }
 
 }  // namespace

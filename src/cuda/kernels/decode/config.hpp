@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace moekit::cuda::decode {
@@ -117,14 +118,23 @@ struct Tiling {
 };
 
 // Expected work items set the cluster: of 1, 2, 4, 8 (each rank keeping >= 2 K stages and >= 2
-// row tiles), the one whose persistent grid finishes first under a simple model: a CTA's items run
-// one after another, each a fixed chain (kItemFixedUs: routing-derived metadata, token rows, two
-// cluster exchanges, the partial outputs; the phase timer measured 8-10 µs at 8 KB stages with
-// serial arrivals and the old in-kernel combine, ~5-6 µs expected after those fixes) plus its share of the item's weights at a
-// per-SM stream (kSmBytesPerUs: 4 TB/s over 132 SMs). More ranks shorten an item's stream but
-// make more rounds when the items outnumber the clusters. Ties go to the smaller cluster.
+// row tiles), the one whose persistent grid finishes first under a model of rounds x (a fixed
+// chain per item + the item's weight bytes per rank at a per-CTA stream rate):
+// - rounds = ceil((items + 0.5 sqrt(items)) / resident clusters): above M = 1 the touched experts
+//   (so the items) vary around the expectation, and one item past the resident clusters costs a
+//   whole round; at M = 1 the count is exact (k x chunks);
+// - the fixed chain (kItemFixedUs: routing-derived metadata, token rows, the cluster exchanges,
+//   the partial outputs);
+// - a CTA streams at kCtaBytesPerUs until the active CTAs share HBM (kHbmBytesPerUs).
+// Fitted to the same-run A/B of every forced cluster size (H200, 2026-12-01, TP8 presets, M =
+// 1..64, bf16: bench/results/2026-12-01-6434031-h200-decode-cluster-ab.json, docs/decode.md): at
+// the points the router sends to decode the choice is within 3.2 % of the fastest size (geomean
+// 1.002); the previous model (rounds x (6 µs + bytes at 30 KB/µs per CTA), no spread, no HBM
+// share) lost up to 23 % (qwen3-30b M = 2: clusters of 8 for 15.5 expected items, 15 resident).
 inline constexpr double kItemFixedUs = 6.0;
-inline constexpr double kSmBytesPerUs = 30000.0;
+inline constexpr double kCtaBytesPerUs = 35000.0;
+inline constexpr double kHbmBytesPerUs = 3.6e6;
+inline constexpr double kItemSpread = 0.5;
 
 // cluster_slots[i]: clusters of 1 << i CTAs that can be resident at once (-1 or no array:
 // unknown, then sm_count >> i; 0: none can be, so that size is not taken). A cluster's CTAs
@@ -178,8 +188,11 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     if (known == 0) continue;  // no cluster of this size can be resident on this device
     const int resident = known > 0 ? known : sm_count / cluster;
     const double slots = static_cast<double>(resident > 0 ? resident : 1);
-    const double rounds = static_cast<double>(static_cast<std::int64_t>((items + slots - 1.0) / slots));
-    const double cost = (rounds > 1.0 ? rounds : 1.0) * (kItemFixedUs + item_bytes / cluster / kSmBytesPerUs);
+    const double spread = M > 1 ? kItemSpread * std::sqrt(items) : 0.0;
+    const double rounds = std::max(1.0, std::ceil((items + spread) / slots - 1e-9));
+    const double active_ctas = std::min(items, slots) * cluster;
+    const double cta_rate = std::min(kCtaBytesPerUs, kHbmBytesPerUs / active_ctas);
+    const double cost = rounds * (kItemFixedUs + item_bytes / cluster / cta_rate);
     if (!found || cost < best * 0.999) {
       found = true;
       best = cost;
