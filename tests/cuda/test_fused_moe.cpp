@@ -62,16 +62,14 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 // In this suite: the gpt-oss preset at TP8 (N = 360) in fp8 schemes, qwen3-30b at TP8 (N = 96)
 // in fp8_block128.
 std::string documented_decline(const CaseSpec& s, const std::string& path, std::int64_t M) {
-  // decode (can_implement_decode_sm90): bf16, and fp8_per_tensor with static scales (a dynamic
-  // per-tensor scale, and per-channel scales over a row split across CTAs, need data other CTAs
-  // hold: docs/decode.md); M*k <= 4096 slots; k <= 1024; E <= 1024; K a multiple of 16 and 16-byte rows of
-  // N; partial outputs (M*k x ceil(N/128) x K fp32) up to 128 MiB.
+  // decode (can_implement_decode_sm90): bf16 and fp8_per_tensor (static or dynamic scales;
+  // per-channel and block scales span rows split across CTAs: docs/decode.md); M*k <= 4096 slots;
+  // k <= 1024; E <= 1024; K a multiple of 16 and 16-byte rows of N; partial outputs (M*k x
+  // ceil(N/128) x K fp32) up to 128 MiB.
   if (path == "decode") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
     if (s.scheme == Scheme::kFp8Block128 || s.scheme == Scheme::kFp8PerChannel)
       return std::string("decode: ") + scheme_name(s.scheme) + " is not supported";
-    if (s.scheme == Scheme::kFp8PerTensor && !s.static_scales)
-      return "decode: fp8_per_tensor needs static activation scales";
     if (M * s.k > 4096) return "decode: M*k = " + std::to_string(s.M * s.k) + " > 4096 slots";
     if (s.k > 1024) return "decode: k = " + std::to_string(s.k) + " > 1024 slots per token";
     if (s.E > 1024) return "decode: E = " + std::to_string(s.E) + " > 1024";
@@ -613,13 +611,15 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
   // The decode kernel is instantiated per token width: a launch takes the one of its tiling's
   // max_tokens (M <= 8: only the 8-wide code), MOEKIT_DECODE_WIDE=1 the one that holds every
   // width. Both run each item on the same width, so the bits must match. M = 1, 8 (the 8-wide
-  // kernel), 9, 17 (16, 32 wide), 40 (64 wide: the same instantiation both ways); bf16 and fp8
-  // with static scales, biases and swiglu_oai on the fp8 case.
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+  // kernel), 9, 17 (16, 32 wide), 40 (64 wide: the same instantiation both ways); bf16, fp8 with
+  // static scales and fp8 with dynamic scales (the split call), biases and swiglu_oai on fp8;
+  // each against the reference of the call's M rows (a case of its own: its own dynamic scales).
+  for (int variant = 0; variant < 3; ++variant) {  // bf16; fp8 static scales (one launch); fp8 dynamic (kUp + kDown)
+    const Scheme scheme = variant == 0 ? Scheme::kBf16 : Scheme::kFp8PerTensor;
     CaseSpec s = small_spec(scheme);
     s.M = 40;
-    if (scheme == Scheme::kFp8PerTensor) {
-      s.static_scales = true;
+    if (variant > 0) {
+      s.static_scales = variant == 1;
       s.bias = true;
       s.activation.kind = Activation::kSwigluOai;
     }
@@ -632,7 +632,8 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
         ScopedEnv env("MOEKIT_DECODE_WIDE", "1");
         wide = d.run(M, Mode::kFusedExperts, "decode");
       }
-      EXPECT_TRUE(narrow == wide) << scheme_name(scheme) << " M = " << M << ": the narrow kernel differs from the wide one";
+      EXPECT_TRUE(narrow == wide) << scheme_name(scheme) << " variant " << variant << " M = " << M
+                                  << ": the narrow kernel differs from the wide one";
       EXPECT_TRUE(rows_match(to_float(narrow, s.act_dtype), reference_rows(c, 0, M), s.K, scheme, "decode narrow"));
     }
   }

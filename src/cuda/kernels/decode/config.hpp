@@ -50,6 +50,9 @@ inline constexpr int kCombineThreads = 256;
 inline constexpr int kCombineBatch = 16;
 // Every CTA derives the routing itself: the slot table lives in shared memory.
 inline constexpr int kMaxSlots = 4096;   // M * k
+// Shared floats after the per-item metadata: [0] the dynamic activation scale, [1] the dynamic
+// intermediate scale, [4..7] one partial absmax per consumer warp.
+inline constexpr int kScratchFloats = 8;
 inline constexpr int kMaxExperts = 1024; // local experts
 
 inline constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -67,7 +70,8 @@ struct SmemLayout {
   int off_off = 0;     // int [E + 1]: offsets into sorted
   int cur_off = 0;     // int [E]: counts, then placement cursors
   int prefix_off = 0;  // int [E + 1]: work items of experts < e
-  int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64]
+  int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64];
+                       // then float scratch[kScratchFloats] (dynamic fp8 scales, reductions)
   int bar_off = 0;     // uint64 full[stages], empty[stages], b1, b2
   int bytes = 0;       // total, with 1024 bytes of alignment slack
 };
@@ -98,7 +102,7 @@ inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int6
   l.prefix_off = static_cast<int>(at);
   at += (E + 1) * 4;
   l.meta_off = static_cast<int>(align_to(at, 16));
-  at = l.meta_off + 5 * kMaxTokens * 4;
+  at = l.meta_off + 5 * kMaxTokens * 4 + kScratchFloats * 4;
   l.bar_off = static_cast<int>(align_to(at, 8));
   at = l.bar_off + (2 * stages + 2) * 8;
   l.bytes = static_cast<int>(at + 1024);

@@ -86,11 +86,6 @@ __device__ __forceinline__ void rank_range(int total, int S, int r, int& begin, 
 // Numerics: the shared formulas (cuda/numerics/); the activation with Swap-AB's rounding
 // (expf, IEEE division, erf(g * (1 / sqrt 2))).
 // ---------------------------------------------------------------------------------------------
-// dyn_scale(absmax), or the static scale when given.
-__device__ __forceinline__ float fp8_scale(float absmax, const float* static_scale) {
-  return static_scale != nullptr ? static_scale[0] : numerics::dynamic_scale(absmax);
-}
-
 template <class T>
 __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
   const T* x = reinterpret_cast<const T*>(&raw);
@@ -120,8 +115,9 @@ struct PhaseClock {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-// kMaxW: the widest token count of an item (the tiling's max_tokens: 8, 16, 32 or 64).
-template <class Tag, class ActT, int kMaxW>
+// kMaxW: the widest token count of an item (the tiling's max_tokens: 8, 16, 32 or 64); kStage:
+// what the launch runs of each item (params.hpp: kWhole, or fp8's kUp / kDown pair).
+template <class Tag, class ActT, int kMaxW, int kStage>
 struct Decode {
   static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
   static constexpr int kEs = kFp8 ? 1 : 2;                 // weight bytes
@@ -148,6 +144,7 @@ struct Decode {
     float* tok_w;           // [64] router weight of the slot
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
+    float* scratch;         // [kScratchFloats]: dynamic scales, the consumer warps' absmaxes
     std::uint32_t full;     // barriers, 8 bytes apart
     std::uint32_t empty;
     std::uint32_t b1;       // cluster exchange: partial sums written
@@ -174,7 +171,7 @@ struct Decode {
     };
     const int n0 = nchunk * kChunkCols;
     const int cw = min(kChunkCols, N - n0);
-    const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
+    const int tiles1 = kStage == kDown ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
     for (int j = 0; j < tiles1; ++j) {
       for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
         const std::uint32_t full = s.full + 8 * stage;
@@ -190,16 +187,18 @@ struct Decode {
       }
     }
     // GEMM2: one stage per 64-row tile, the chunk's 128 columns (bf16: 2 K chunks, e4m3: 1;
-    // columns past N zero-filled).
-    constexpr int nsub2 = kChunks2;
-    for (int rt = rt0; rt < rt1; ++rt) {
-      const std::uint32_t full = s.full + 8 * stage;
-      sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-      sm90::mbar_arrive_expect_tx(full, nsub2 * kTileBytes);
-      for (int u = 0; u < nsub2; ++u)
-        sm90::tma_load_3d(s.tiles + stage * kStageBytes + u * kTileBytes, &p.tmap_w2, full, n0 + u * kElemsPerStage,
-                          rt * kTileRows, e);
-      next();
+    // columns past N zero-filled). kUp: GEMM2 runs in the kDown launch.
+    if constexpr (kStage != kUp) {
+      constexpr int nsub2 = kChunks2;
+      for (int rt = rt0; rt < rt1; ++rt) {
+        const std::uint32_t full = s.full + 8 * stage;
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        sm90::mbar_arrive_expect_tx(full, nsub2 * kTileBytes);
+        for (int u = 0; u < nsub2; ++u)
+          sm90::tma_load_3d(s.tiles + stage * kStageBytes + u * kTileBytes, &p.tmap_w2, full, n0 + u * kElemsPerStage,
+                            rt * kTileRows, e);
+        next();
+      }
     }
   }
 
@@ -298,22 +297,13 @@ struct Decode {
       const ActT* hidden = static_cast<const ActT*>(p.hidden);
       const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
       const std::int64_t k_end = static_cast<std::int64_t>(ks1) * kStageKBytes;  // tile end (elements)
-      const std::int64_t k_hi = k_end < K ? k_end : K;
+      // Per tensor: the static scale, or the dynamic one every CTA took over the whole hidden
+      // (consume(), before the first item).
+      const float scale = p.a13_scale != nullptr ? p.a13_scale[0] : s.scratch[0];
+      const float inv = 1.0f / scale;
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
         const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
         const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
-        float amax = 0.0f;
-        if (slot >= 0) {
-          for (std::int64_t e8 = k_lo + lane * 8; e8 < k_hi; e8 += 256) {
-            float v[8];
-            unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-          }
-        }
-        amax = warp_max(amax);
-        const float scale = fp8_scale(amax, p.a13_scale);
-        const float inv = 1.0f / scale;
         if (lane == 0) s.tok_xs[row] = scale;
         for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
           uint2 q = make_uint2(0u, 0u);
@@ -354,6 +344,9 @@ struct Decode {
       }
     } else {
       const int warp = t >> 5, lane = t & 31;
+      // Per tensor: the static scale, or (kDown) the dynamic one over every slot's h.
+      const float scale = p.a2_scale != nullptr ? p.a2_scale[0] : s.scratch[1];
+      const float inv = 1.0f / scale;
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
         float v[4];
 #pragma unroll
@@ -361,12 +354,6 @@ struct Decode {
           const int col = lane * 4 + i;
           v[i] = (row < count && col < cw) ? s.h[row * kChunkCols + col] : 0.0f;
         }
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-        amax = warp_max(amax);
-        const float scale = fp8_scale(amax, p.a2_scale);
-        const float inv = 1.0f / scale;
         if (lane == 0) s.tok_hs[row] = scale;
         const std::uint32_t q = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
                                 (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
@@ -412,16 +399,36 @@ struct Decode {
     return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, g, u);
   }
 
+  // kDown: the item's h (this chunk's columns of its tokens' rows, fp32, written by the kUp
+  // launch) into s.h [W][kChunkCols]; zeros past the count and the chunk.
+  template <int W>
+  static __device__ void load_h(const DecodeParams& p, const Smem& s, const Item& it, int n0, int cw) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const std::int64_t N = p.inter_size;
+    for (int idx = t; idx < W * (kChunkCols / 4); idx += kConsumerThreads) {
+      const int row = idx / (kChunkCols / 4);
+      const int col = (idx % (kChunkCols / 4)) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (row < it.count && col < cw) {
+        // N % 4 == 0 (16-byte fp8 rows) and cw is N's remainder or 128: 4 columns in range or none.
+        const int slot = s.sorted[it.row_begin + row];
+        v = __ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N + n0 + col));
+      }
+      *reinterpret_cast<float4*>(s.h + row * kChunkCols + col) = v;
+    }
+  }
+
+  // One item of the launch's stage (kWhole: all of it; kUp: (a)-(e), h to the workspace; kDown:
+  // (a), h from the workspace, (f)-(g)). `hmax`: kUp's running absmax of the h it wrote.
   template <int W>
   static __device__ void consume_item(const DecodeParams& p, const Smem& s, const Item& it, int& stage,
-                                      std::uint32_t& phase, int round, PhaseClock& clk) {
+                                      std::uint32_t& phase, int round, PhaseClock& clk, float& hmax) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int warp = t >> 5, lane = t & 31;
     const Tiling& T = p.tiling;
     const int K = p.hidden_size, N = p.inter_size;
     const int n0 = it.nchunk * kChunkCols;
     const int cw = min(kChunkCols, N - n0);
-    const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
     int ks0, ks1, rt0, rt1;
     rank_range(T.k_stages, s.cluster, s.rank, ks0, ks1);
     ks0 *= kChunksPerStage;  // whole stages of K chunks; chunks past K are zero-filled
@@ -441,118 +448,123 @@ struct Decode {
       s.tok_slot[t] = slot;
       s.tok_w[t] = tw;
     }
-    load_x<W>(p, s, it, ks0, ks1);
-    sm90::fence_proxy_async_shared_cta();
-    consumer_sync();
-    clk.lap(kPhaseTokens);
+    if constexpr (kStage == kDown) {
+      load_h<W>(p, s, it, n0, cw);
+      consumer_sync();
+      clk.lap(kPhaseTokens);
+    } else {
+      load_x<W>(p, s, it, ks0, ks1);
+      sm90::fence_proxy_async_shared_cta();
+      consumer_sync();
+      clk.lap(kPhaseTokens);
 
-    // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
-    const float w13s_e = p.scale_mode == kScalePerTensor ? p.w13_scale[e] : 1.0f;
-    for (int j = 0; j < tiles1; ++j) {
-      float acc[32];
-      mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+      // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
+      const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
+      const float w13s_e = kFp8 ? p.w13_scale[e] : 1.0f;  // fp8: per tensor (can_implement_decode_sm90)
+      for (int j = 0; j < tiles1; ++j) {
+        float acc[32];
+        mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
 #pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
+        for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = 8 * jj + 2 * (lane & 3) + c;
+          for (int c = 0; c < 2; ++c) {
+            const int col = 8 * jj + 2 * (lane & 3) + c;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = 16 * warp + (lane >> 2) + 8 * h;
-            float v = acc[4 * jj + 2 * h + c];
-            if (kFp8) {
-              float ws = w13s_e;
-              if (p.scale_mode == kScalePerChannel) {
-                // Row `row` of the tile is gate (< 32) or up row of intermediate column n; a
-                // column past N (the chunk's last tile) is never read.
-                const int n = n0 + kGateUpRows * j + (row & (kGateUpRows - 1));
-                ws = n < N ? p.w13_scale[e * 2 * N + (row < kGateUpRows ? 0 : N) + n] : 0.0f;
-              }
-              v *= s.tok_xs[col] * ws;
+            for (int h = 0; h < 2; ++h) {
+              const int row = 16 * warp + (lane >> 2) + 8 * h;
+              float v = acc[4 * jj + 2 * h + c];
+              if (kFp8) v *= s.tok_xs[col] * w13s_e;
+              s.p1[(j * kTileRows + row) * W + col] = v;
             }
-            s.p1[(j * kTileRows + row) * W + col] = v;
           }
         }
       }
-    }
 
-    clk.lap(kPhaseGemm1);
-    // (d) Every rank's partial sums are in place.
-    cluster_exchange(s, s.b1, round);
-    clk.lap(kPhaseExchange1);
+      clk.lap(kPhaseGemm1);
+      // (d) Every rank's partial sums are in place.
+      cluster_exchange(s, s.b1, round);
+      clk.lap(kPhaseExchange1);
 
-    // (e) Rank r sums the ranks' partials (rank order, the S loads of a column issued before the
-    // first add) of its 1/S of the columns, router weight on the input, bias, activation; h goes
-    // to every rank, then a second exchange. (A variant where every rank summed all columns
-    // itself, saving the second exchange for few tokens, measured no faster: docs/decode.md.)
-    const int cpr = (cw + s.cluster - 1) / s.cluster;
-    const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
-    for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
-      const int tt = idx % W;
-      const int n = c0 + idx / W;
-      float hv = 0.0f;
-      if (tt < it.count) {
-        const int j = n / kGateUpRows, nn = n % kGateUpRows;
-        const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
-        const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
-        float g = 0.0f, u = 0.0f;
-        if (s.cluster > 1) {
-          sum_ranks(ga, ua, s.cluster, g, u);
-        } else {
-          g = s.p1[(j * kTileRows + nn) * W + tt];
-          u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
+      // (e) Rank r sums the ranks' partials (rank order, the S loads of a column issued before the
+      // first add) of its 1/S of the columns, router weight on the input, bias, activation; h goes
+      // to every rank, then a second exchange. (A variant where every rank summed all columns
+      // itself, saving the second exchange for few tokens, measured no faster: docs/decode.md.)
+      const int cpr = (cw + s.cluster - 1) / s.cluster;
+      const int c0 = min(cw, s.rank * cpr), c1 = min(cw, c0 + cpr);
+      for (int idx = t; idx < (c1 - c0) * W; idx += kConsumerThreads) {
+        const int tt = idx % W;
+        const int n = c0 + idx / W;
+        float hv = 0.0f;
+        if (tt < it.count) {
+          const int j = n / kGateUpRows, nn = n % kGateUpRows;
+          const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
+          const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
+          float g = 0.0f, u = 0.0f;
+          if (s.cluster > 1) {
+            sum_ranks(ga, ua, s.cluster, g, u);
+          } else {
+            g = s.p1[(j * kTileRows + nn) * W + tt];
+            u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
+          }
+          hv = activation_input(p, s, e, n0 + n, tt, g, u);
+          if constexpr (kStage == kUp) {
+            // h of a slot row to the workspace for the kDown launch; its absmax (fmaxf: a NaN
+            // never wins, as in the reference) to the CTA's.
+            p.h_buf[static_cast<std::int64_t>(s.tok_slot[tt]) * N + n0 + n] = hv;
+            hmax = fmaxf(hmax, fabsf(hv));
+          }
         }
-        hv = activation_input(p, s, e, n0 + n, tt, g, u);
-      }
-      const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
-      if (s.cluster > 1) {
-        for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
-      } else {
-        s.h[tt * kChunkCols + n] = hv;
-      }
-    }
-    cluster_exchange(s, s.b2, round);
-    clk.lap(kPhaseActivation);
-
-    // (f) h -> GEMM2's B tiles.
-    convert_h<W>(p, s, it.count, cw);
-    sm90::fence_proxy_async_shared_cta();
-    consumer_sync();
-    clk.lap(kPhaseConvert);
-
-    // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
-    const float w2s_e = p.scale_mode == kScalePerTensor ? p.w2_scale[e] : 1.0f;
-    const int nch = T.num_chunks;
-    for (int rt = rt0; rt < rt1; ++rt) {
-      float acc[32];
-      mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
-#pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = 8 * jj + 2 * (lane & 3) + c;
-          if (col >= it.count) continue;
-          const int slot = s.tok_slot[col];
-          float* dst = p.partials + (static_cast<std::int64_t>(slot) * nch + it.nchunk) * K;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
-            if (row >= K) continue;
-            float v = acc[4 * jj + 2 * h + c];
-            if (kFp8) {
-              const float ws = p.scale_mode == kScalePerChannel ? p.w2_scale[e * K + row] : w2s_e;
-              v *= s.tok_hs[col] * ws;
-            }
-            if (it.nchunk == 0 && p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, e * K + row);
-            if (!p.weight_on_input) v *= s.tok_w[col];
-            dst[row] = v;
+        if constexpr (kStage == kWhole) {
+          const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
+          if (s.cluster > 1) {
+            for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
+          } else {
+            s.h[tt * kChunkCols + n] = hv;
           }
         }
       }
-    }
+      // kWhole: h is in every rank; both: no rank's next GEMM1 overwrites p1 while a peer reads it.
+      cluster_exchange(s, s.b2, round);
+      clk.lap(kPhaseActivation);
+    }  // kStage != kDown
+    if constexpr (kStage != kUp) {
+      // (f) h -> GEMM2's B tiles.
+      convert_h<W>(p, s, it.count, cw);
+      sm90::fence_proxy_async_shared_cta();
+      consumer_sync();
+      clk.lap(kPhaseConvert);
 
-    clk.lap(kPhaseGemm2);
-    // The partial outputs are summed by decode_combine_kernel (below), this kernel's dependent.
+      // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
+      const float w2s_e = kFp8 ? p.w2_scale[e] : 1.0f;
+      const int nch = T.num_chunks;
+      for (int rt = rt0; rt < rt1; ++rt) {
+        float acc[32];
+        mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
+#pragma unroll
+        for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = 8 * jj + 2 * (lane & 3) + c;
+            if (col >= it.count) continue;
+            const int slot = s.tok_slot[col];
+            float* dst = p.partials + (static_cast<std::int64_t>(slot) * nch + it.nchunk) * K;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
+              if (row >= K) continue;
+              float v = acc[4 * jj + 2 * h + c];
+              if (kFp8) v *= s.tok_hs[col] * w2s_e;
+              if (it.nchunk == 0 && p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, e * K + row);
+              if (!p.weight_on_input) v *= s.tok_w[col];
+              dst[row] = v;
+            }
+          }
+        }
+      }
+
+      clk.lap(kPhaseGemm2);
+      // The partial outputs are summed by decode_combine_kernel (below), this kernel's dependent.
+    }
   }
 
   // The item on the narrowest wgmma width that holds its tokens, among the widths <= W that this
@@ -560,16 +572,59 @@ struct Decode {
   // the kernel is half the size and its cold instruction fetches fewer).
   template <int W>
   static __device__ __forceinline__ void consume_width(const DecodeParams& p, const Smem& s, const Item& it,
-                                                       int& stage, std::uint32_t& phase, int round, PhaseClock& clk) {
+                                                       int& stage, std::uint32_t& phase, int round, PhaseClock& clk,
+                                                       float& hmax) {
     if constexpr (W > 8) {
       if (it.count > W / 2) {
-        consume_item<W>(p, s, it, stage, phase, round, clk);
+        consume_item<W>(p, s, it, stage, phase, round, clk, hmax);
         return;
       }
-      consume_width<W / 2>(p, s, it, stage, phase, round, clk);
+      consume_width<W / 2>(p, s, it, stage, phase, round, clk, hmax);
     } else {
-      consume_item<8>(p, s, it, stage, phase, round, clk);
+      consume_item<8>(p, s, it, stage, phase, round, clk, hmax);
     }
+  }
+
+  // The absmax over the consumer warpgroup of each thread's `v` (fmaxf: NaN never wins), in
+  // every consumer thread. Uses scratch[4..7].
+  static __device__ float consumer_absmax(const Smem& s, float v) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    v = warp_max(v);
+    if ((t & 31) == 0) s.scratch[4 + (t >> 5)] = v;
+    consumer_sync();
+    const float a = fmaxf(fmaxf(s.scratch[4], s.scratch[5]), fmaxf(s.scratch[6], s.scratch[7]));
+    consumer_sync();  // scratch[4..7] free again
+    return a;
+  }
+
+  // fp8, before the first item: the dynamic activation scale over the whole hidden (every CTA
+  // takes it itself: M*K elements, a few KB to a few hundred at decode) -> scratch[0]; kDown: the
+  // dynamic intermediate scale over the kUp CTAs' absmaxes -> scratch[1].
+  static __device__ void dynamic_scales(const DecodeParams& p, const Smem& s) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    if constexpr (kStage != kDown) {
+      if (p.a13_scale == nullptr) {
+        const ActT* x = static_cast<const ActT*>(p.hidden);
+        const std::int64_t n = static_cast<std::int64_t>(p.num_tokens) * p.hidden_size;  // K % 16 == 0
+        float a = 0.0f;
+        for (std::int64_t i = static_cast<std::int64_t>(t) * 8; i < n; i += kConsumerThreads * 8) {
+          float v[8];
+          unpack8<ActT>(*reinterpret_cast<const uint4*>(x + i), v);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[j]));
+        }
+        a = consumer_absmax(s, a);
+        if (t == 0) s.scratch[0] = numerics::dynamic_scale(a);
+      }
+    } else if (p.a2_scale == nullptr) {
+      // The kUp launch's h and absmaxes are complete and visible after this wait (its grid ended).
+      pdl_wait();
+      float a = 0.0f;
+      for (int i = t; i < p.amax_ctas; i += kConsumerThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
+      a = consumer_absmax(s, a);
+      if (t == 0) s.scratch[1] = numerics::dynamic_scale(a);
+    }
+    consumer_sync();
   }
 
   static __device__ void consume(const DecodeParams& p, const Smem& s, std::uint64_t t_entry) {
@@ -586,12 +641,19 @@ struct Decode {
       }
     }
     const int num_clusters = gridDim.x / s.cluster;
+    if constexpr (kFp8) dynamic_scales(p, s);
     // The peers' barriers were initialized (the arrive after routing) before the first remote access.
     if (s.cluster > 1) sm90::cluster_wait_acquire();
+    float hmax = 0.0f;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
-      consume_width<kMaxW>(p, s, it, stage, phase, round, clk);
+      consume_width<kMaxW>(p, s, it, stage, phase, round, clk, hmax);
+    }
+    if constexpr (kStage == kUp) {
+      // One absmax per CTA (zero for a CTA without items): the kDown launch reduces them.
+      hmax = consumer_absmax(s, hmax);
+      if (threadIdx.x == kThreads - kConsumerThreads) p.h_amax[blockIdx.x] = hmax;
     }
     if (clk.rec != nullptr) {
       clk.rec[kPhaseItems] += static_cast<std::uint64_t>(round);
@@ -612,14 +674,16 @@ struct Decode {
     for (int sl = tid; sl < P; sl += kThreads) {
       const int id = sl == tid ? id0 : p.topk_ids[sl];
       int e = -1;
-      // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same).
+      // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same;
+      // the kDown launch of a split call routes the same ids again and records nothing).
+      const bool record = blockIdx.x == 0 && kStage != kDown;
       if (id >= 0 && id < p.num_experts_global) {
         e = p.expert_map != nullptr ? p.expert_map[id] : id;
         if (e < 0 || e >= E) {
-          if (blockIdx.x == 0 && p.expert_map != nullptr) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, id, e, E);
+          if (record && p.expert_map != nullptr) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, id, e, E);
           e = -1;
         }
-      } else if (blockIdx.x == 0) {
+      } else if (record) {
         record_id_fault(p.faults, sl / p.top_k, sl % p.top_k, id, p.num_experts_global);
       }
       s.slot_e[sl] = e;
@@ -680,10 +744,10 @@ struct Decode {
 
 // Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ...; launched with
 // cluster dimension S when S > 1.
-template <class Tag, class ActT, int kMaxW>
+template <class Tag, class ActT, int kMaxW, int kStage>
 __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using D = Decode<Tag, ActT, kMaxW>;
+  using D = Decode<Tag, ActT, kMaxW, kStage>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.tiling.smem;
   // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
@@ -710,6 +774,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   s.tok_w = reinterpret_cast<float*>(base + L.meta_off + kMaxTokens * 4);
   s.tok_xs = reinterpret_cast<float*>(base + L.meta_off + 2 * kMaxTokens * 4);
   s.tok_hs = reinterpret_cast<float*>(base + L.meta_off + 3 * kMaxTokens * 4);
+  s.scratch = reinterpret_cast<float*>(base + L.meta_off + 5 * kMaxTokens * 4);
   s.full = sm90::smem_addr(base + L.bar_off);
   s.empty = s.full + 8 * L.stages;
   s.b1 = s.empty + 8 * L.stages;
@@ -806,13 +871,14 @@ template <> struct OperandTypes<Operand::kF16> { using Tag = F16Tag; using Act =
 template <> struct OperandTypes<Operand::kE4m3Bf16> { using Tag = E4m3Tag; using Act = __nv_bfloat16; };
 template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using Act = __half; };
 
-// The decode kernel of one operand and token width (W = p.tiling.max_tokens, or 64 where
-// DecodeParams::wide asks for the one instantiation that holds every width).
-template <Operand kOp, int W>
-void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream) {
+// One launch of the decode kernel of an operand, token width (W = p.tiling.max_tokens, or 64
+// where the caller asks for the one instantiation that holds every width) and stage, in clusters
+// of p.tiling.cluster; as the programmatic dependent of the kernel before it when `pdl`.
+template <Operand kOp, int W, int kStage>
+void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream, bool pdl) {
   using Tag = typename OperandTypes<kOp>::Tag;
   using Act = typename OperandTypes<kOp>::Act;
-  auto* kernel = &decode_sm90_kernel<Tag, Act, W>;
+  auto* kernel = &decode_sm90_kernel<Tag, Act, W, kStage>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};
@@ -820,36 +886,57 @@ void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream) 
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
+  add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <Operand kOp, int kStage>
+void launch_decode_stage(const DecodeParams& p, int grid, cudaStream_t stream, bool wide, bool pdl) {
+  switch (wide ? kMaxTokens : p.tiling.max_tokens) {
+    case 8: launch_decode_kernel<kOp, 8, kStage>(p, grid, stream, pdl); break;
+    case 16: launch_decode_kernel<kOp, 16, kStage>(p, grid, stream, pdl); break;
+    case 32: launch_decode_kernel<kOp, 32, kStage>(p, grid, stream, pdl); break;
+    default: launch_decode_kernel<kOp, 64, kStage>(p, grid, stream, pdl); break;
+  }
+}
+
+// The combine, the programmatic dependent of the decode launch before it.
+template <Operand kOp>
+void launch_decode_combine(const DecodeParams& p, cudaStream_t stream) {
+  const dim3 combine_grid(static_cast<unsigned>(ceil_div(p.hidden_size, kCombineThreads * 4)),
+                          static_cast<unsigned>(p.num_tokens));
+  launch_kernel_pdl(&decode_combine_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act>,
+                    combine_grid, dim3(kCombineThreads), 0, stream, pdl_enabled(), p);
 }
 
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
-  using Tag = typename OperandTypes<kOp>::Tag;
-  using Act = typename OperandTypes<kOp>::Act;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (wide ? kMaxTokens : p.tiling.max_tokens) {
-    case 8: launch_decode_kernel<kOp, 8>(p, grid, st); break;
-    case 16: launch_decode_kernel<kOp, 16>(p, grid, st); break;
-    case 32: launch_decode_kernel<kOp, 32>(p, grid, st); break;
-    default: launch_decode_kernel<kOp, 64>(p, grid, st); break;
-  }
-  const dim3 combine_grid(static_cast<unsigned>(ceil_div(p.hidden_size, kCombineThreads * 4)),
-                          static_cast<unsigned>(p.num_tokens));
-  launch_kernel_pdl(&decode_combine_kernel<Tag, Act>, combine_grid, dim3(kCombineThreads), 0,
-                    static_cast<cudaStream_t>(stream), pdl_enabled(), p);
+  launch_decode_stage<kOp, kWhole>(p, grid, st, wide, false);
+  launch_decode_combine<kOp>(p, st);
+}
+
+template <Operand kOp>
+void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
+  static_assert(std::is_same<typename OperandTypes<kOp>::Tag, E4m3Tag>::value, "the split call is fp8's");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  launch_decode_stage<kOp, kUp>(p, grid, st, wide, false);
+  // kDown's CTAs take the SMs kUp leaves free (at M = 1 most of them) and stream w2 while kUp
+  // runs; each waits for kUp's grid (pdl_wait) before it reads h.
+  launch_decode_stage<kOp, kDown>(p, grid, st, wide, pdl_enabled());
+  launch_decode_combine<kOp>(p, st);
 }
 
 template <Operand kOp>
 int decode_max_active_clusters(int cluster) {
-  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act, kMaxTokens>;
+  auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act, kMaxTokens, kWhole>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};

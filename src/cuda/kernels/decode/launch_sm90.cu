@@ -40,8 +40,16 @@ struct DecodeLayout {
   std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t partials = 0;      // fp32 [P, N chunks, K]
+  std::size_t h_buf = 0;         // split (fp8, dynamic intermediate scale): fp32 [P, N]
+  std::size_t h_amax = 0;        // split: fp32 [kMaxAmaxCtas], one per kUp CTA
   std::size_t total = 0;
 };
+
+// The split call's kUp grid is one persistent wave, at most one CTA per SM.
+constexpr std::size_t kMaxAmaxCtas = 1024;
+
+// fp8 with a dynamic intermediate scale runs as two launches (params.hpp, Stage).
+bool split_call(const MoeProblem& p) { return p.scheme == Scheme::kFp8PerTensor && !p.static_a2_scale; }
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
@@ -60,6 +68,8 @@ DecodeLayout decode_layout(const MoeProblem& p) {
   l.topk_ids = take(p.with_routing ? P * 4 : 0);
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
   l.partials = take(P * nch * static_cast<std::size_t>(p.hidden_size) * 4);
+  l.h_buf = take(split_call(p) ? P * static_cast<std::size_t>(p.intermediate_size) * 4 : 0);
+  l.h_amax = take(split_call(p) ? kMaxAmaxCtas * 4 : 0);
   l.total = at;
   return l;
 }
@@ -129,17 +139,13 @@ bool fail(std::string* why, const std::string& msg) {
 }  // namespace
 
 bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* why) {
-  // fp8 needs the reference's scales to stay within the scheme's tolerance of it: a different
-  // quantization point alone costs ~3.5 % (docs/decode.md). Static per-tensor scales are given;
-  // dynamic per-tensor scales are absmax over every token (and every slot's intermediate), and
-  // per-channel ones over a row that the decode path splits across CTAs: both need data that
-  // other CTAs hold, so the path declines them.
-  if (p.scheme == Scheme::kFp8PerTensor && !(p.static_a13_scale && p.static_a2_scale))
-    return fail(why, "fp8_per_tensor needs static activation scales (a13_scale and a2_scale): a dynamic "
-                     "per-tensor scale is an absmax over every token, which no CTA of one launch sees alone");
+  // fp8 takes the reference's quantization points exactly (a different point alone costs ~3.5 %
+  // against the reference, docs/decode.md): per tensor, static scales as given, a dynamic
+  // activation scale from the whole hidden (every CTA reads it), a dynamic intermediate scale
+  // from every slot's h (the split call: kUp, then kDown). Per-channel and block scales span
+  // rows that the path splits across CTAs and clusters: declined.
   if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
-    return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
-                         " is not supported (bf16, and fp8_per_tensor with static scales)");
+    return fail(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   const std::int64_t P = p.num_tokens * p.top_k;
@@ -264,6 +270,9 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.b13 = p.has_bias13 ? call.b13 : nullptr;
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.partials = reinterpret_cast<float*>(ws + L.partials);
+  const bool split = split_call(p);
+  kp.h_buf = split ? reinterpret_cast<float*>(ws + L.h_buf) : nullptr;
+  kp.h_amax = split ? reinterpret_cast<float*>(ws + L.h_amax) : nullptr;
   kp.faults = device_fault_record(dev);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
@@ -273,9 +282,6 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   kp.num_experts_global = Eg;
   kp.hidden_size = static_cast<int>(K);
   kp.inter_size = static_cast<int>(N);
-  kp.scale_mode = p.scheme == Scheme::kFp8PerTensor    ? dc::kScalePerTensor
-                  : p.scheme == Scheme::kFp8PerChannel ? dc::kScalePerChannel
-                                                       : dc::kScaleNone;
   kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
@@ -289,13 +295,20 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
   const int grid = static_cast<int>(clusters * T.cluster);
+  kp.amax_ctas = grid;
+  if (split && static_cast<std::size_t>(grid) > kMaxAmaxCtas)
+    throw Error(Status::kInternal, "decode_sm90: a grid of " + std::to_string(grid) + " CTAs > " +
+                                       std::to_string(kMaxAmaxCtas) + " absmax slots of the split call");
 
   // MOEKIT_DECODE_WIDE=1 launches the instantiation that holds every token width instead of the
   // one of the tiling's max_tokens (A/Bs of the narrow kernels; read at every launch).
   const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
-  if (fp8) {
+  if (split) {
+    if (f16) dc::launch_decode_split_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
+    else dc::launch_decode_split_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
+  } else if (fp8) {
     if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
     else dc::launch_decode_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
   } else if (f16) {

@@ -12,7 +12,13 @@
 
 namespace moekit::cuda::decode {
 
-enum ScaleMode : int { kScaleNone = 0, kScalePerTensor = 1, kScalePerChannel = 2 };
+// What one decode launch runs (a template argument of the kernel). kWhole: GEMM1, activation and
+// GEMM2 of each item (bf16 / fp16, and fp8 with a static intermediate scale). fp8 with a dynamic
+// intermediate scale needs the absmax of every slot's h before any GEMM2 starts, so the call is
+// two launches of the same kernel: kUp (GEMM1 + activation, h to the workspace in fp32, one
+// absmax per CTA) and kDown (its programmatic dependent: the scale from those absmaxes, then the
+// quantized h through GEMM2), the combine after both.
+enum Stage : int { kWhole = 0, kUp = 1, kDown = 2 };
 
 struct DecodeParams {
   // w13 [E, 2N, K] as a 3D map (innermost first), box [128 bytes of K, 32 rows, 1], 128-byte
@@ -24,13 +30,17 @@ struct DecodeParams {
   const std::int32_t* topk_ids;     // [M, k]
   const float* topk_weights;        // [M, k]
   const std::int32_t* expert_map;   // [E_global] or null
-  const float* w13_scale;           // per tensor [E], per channel [E, 2N]
-  const float* w2_scale;            // per tensor [E], per channel [E, K]
-  const float* a13_scale;           // static activation scale [1] or null (dynamic)
-  const float* a2_scale;            // static intermediate scale [1] or null (dynamic)
+  const float* w13_scale;           // fp8: per tensor [E]
+  const float* w2_scale;            // fp8: per tensor [E]
+  const float* a13_scale;           // static activation scale [1] or null (dynamic: every CTA
+                                    // takes the absmax of the whole hidden itself)
+  const float* a2_scale;            // static intermediate scale [1] or null (dynamic: kUp + kDown)
   const void* b13;                  // [E, 2N] or null
   const void* b2;                   // [E, K] or null
   float* partials;                  // [M * k, num_chunks, K] fp32
+  float* h_buf;                     // kUp / kDown: h [M * k, N] fp32 (rows of local slots)
+  float* h_amax;                    // kUp / kDown: [amax_ctas] absmax of each kUp CTA's h
+  int amax_ctas;                    // the kUp grid's CTAs
   FaultRecord* faults;              // the device's fault record (cuda/common/faults.cuh), or null
   // Phase timer (tests and benchmarks only; null = off): per CTA < phase_ctas, kPhaseWords
   // uint64 (PhaseWord order) of nanoseconds summed over the CTA's items.
@@ -42,7 +52,6 @@ struct DecodeParams {
   int num_experts_global;           // E_global (range of topk_ids)
   int hidden_size;                  // K
   int inter_size;                   // N
-  int scale_mode;                   // ScaleMode
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
@@ -77,6 +86,10 @@ enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
 // kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
+// The same for fp8 with a dynamic intermediate scale: the kUp launch, the kDown launch as its
+// programmatic dependent, then the combine (p.h_buf, p.h_amax set; amax_ctas = grid).
+template <Operand kOp>
+void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query

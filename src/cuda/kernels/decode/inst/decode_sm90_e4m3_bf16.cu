@@ -6,12 +6,21 @@
 namespace moekit::cuda::decode {
 
 template void launch_decode_sm90<Operand::kE4m3Bf16>(const DecodeParams&, int, void*, bool);
+template void launch_decode_split_sm90<Operand::kE4m3Bf16>(const DecodeParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8, kUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16, kUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32, kUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64, kUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8, kDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16, kDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32, kDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64, kDown>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act>);
 
 }  // namespace moekit::cuda::decode

@@ -8,10 +8,10 @@ namespace moekit::cuda::decode {
 template void launch_decode_sm90<Operand::kF16>(const DecodeParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 8>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 16>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 32>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 64>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 8, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 16, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 32, kWhole>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 64, kWhole>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
 
 }  // namespace moekit::cuda::decode
