@@ -113,10 +113,17 @@ struct RouterTable {
   // M=16 236.6 vs 272.2; qwen3-235b M=4 62.6 vs 80.1, M=8 within 3 %) and lose from 32;
   // gpt-oss (N = 360, k = 4) wins M = 1, 2 (28.0 vs 36.6, 40.2 vs 43.1) and loses from 4;
   // mixtral (N = 1792) M = 1, 2 within 3 % (left out); TP1 loses but for qwen3-30b M = 8, 16.
+  // fp8_per_tensor (the split call with dynamic scales; same run, bench/results/
+  // 2026-12-01-cc86fd0-h200-decode-sweep-fp8.json): qwen3-30b wins M = 1..32 (M=1 24.6 vs 27.3,
+  // M=8 39.5 vs 52.4, M=32 64.4 vs 74.4) and loses at 64 (90.3 vs 77.7); deepseek-v3 and
+  // qwen3-235b win M = 1..4 (45.0 vs 62.9, 90.5 vs 100.5; 32.9 vs 42.3, 56.2 vs 64.9) and lose
+  // from 8; mixtral M = 1 loses (40.9 vs 39.7); gpt-oss (N = 360 fp8: rows of 360 bytes) declines.
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
+  double decode_tiny_n_max_slots_fp8 = 256.0;
   std::int64_t decode_small_n = 320;
   double decode_small_n_max_slots = 128.0;
+  double decode_small_n_max_slots_fp8 = 32.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;

@@ -170,6 +170,14 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_FALSE(choose_paths(tiny_more, in).decode);
   EXPECT_TRUE(choose_paths(small, in).decode);
   EXPECT_FALSE(choose_paths(small_more, in).decode);
+  // fp8_per_tensor (the split call): N < 128 up to 256 slots, N < 320 up to 32.
+  const Scheme f8 = Scheme::kFp8PerTensor;
+  const MoeProblem fp8_tiny = preset("qwen3-30b-a3b", 32, 8, f8), fp8_tiny_more = preset("qwen3-30b-a3b", 33, 8, f8);
+  const MoeProblem fp8_small = preset("deepseek-v3", 4, 8, f8), fp8_small_more = preset("deepseek-v3", 5, 8, f8);
+  EXPECT_TRUE(choose_paths(fp8_tiny, in).decode);
+  EXPECT_FALSE(choose_paths(fp8_tiny_more, in).decode);
+  EXPECT_TRUE(choose_paths(fp8_small, in).decode);
+  EXPECT_FALSE(choose_paths(fp8_small_more, in).decode);
   EXPECT_TRUE(choose_paths(mid, in).decode);
   EXPECT_FALSE(choose_paths(mid_more, in).decode);
   EXPECT_FALSE(choose_paths(tp1, in).decode);
