@@ -138,6 +138,26 @@ def test_target_report_rates_each_path_against_the_brief_target(tmp_path, capsys
     assert " 512 " not in out
 
 
+def test_decode_cluster_table_finds_the_fastest_size_and_the_model_loss(tmp_path, capsys, monkeypatch):
+    ct = load_script("decode_cluster_table")
+    def write(variant, rows):
+        path = tmp_path / f"cluster-{variant}.json"
+        path.write_text(json.dumps(dict(rows=[dict(preset="q", tp=8, scheme="bf16", tokens=m, us=us,
+                                                   check_ran=True, check_passed=ok) for m, us, ok in rows])))
+        return str(path)
+    # M=1: the model (26.7) took the size that is 1.234x the fastest (c4 21.6); M=2: c2 is fastest
+    # but failed its check, so c4 counts.
+    files = [write("model", [(1, 26.7, True), (2, 30.0, True)]), write("1", [(1, 40.0, True), (2, 41.0, True)]),
+             write("2", [(1, 28.3, True), (2, 20.0, False)]), write("4", [(1, 21.6, True), (2, 30.0, True)]),
+             write("8", [(1, 26.7, True), (2, 33.0, True)])]
+    monkeypatch.setattr(sys, "argv", ["decode_cluster_table.py"] + files)
+    ct.main()
+    out = capsys.readouterr().out
+    assert "| q | 8 | bf16 | 1 | 26.7 | 40.0 | 28.3 | 21.6 | 26.7 | c4 | 1.236 |" in out
+    assert "20.0 CHECK FAILED" in out and "| c4 | 1.000 |" in out
+    assert "1 points lose more than 3 %" in out
+
+
 # ---- per-scheme baselines and the --check summary (bench_rows.py, grid_report.py, bench_compare.py) ----
 
 def grid_row(scheme, m, us, base, base8=None, tp=1, path="auto", **extra):
