@@ -924,15 +924,14 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide
 }
 
 template <Operand kOp>
-void launch_decode_split_sm90(const DecodeParams& up, int grid_up, const DecodeParams& down, int grid_down,
-                              void* stream, bool wide) {
+void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
   static_assert(std::is_same<typename OperandTypes<kOp>::Tag, E4m3Tag>::value, "the split call is fp8's");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  launch_decode_stage<kOp, kUp>(up, grid_up, st, wide, false);
-  // kDown's CTAs take the SMs kUp leaves free and stream w2 while kUp runs; their consumers wait
-  // for kUp's grid (pdl_wait) before they read h.
-  launch_decode_stage<kOp, kDown>(down, grid_down, st, wide, pdl_enabled());
-  launch_decode_combine<kOp>(down, st);
+  launch_decode_stage<kOp, kUp>(p, grid, st, wide, false);
+  // kDown's CTAs take the SMs kUp leaves free (at M = 1 most of its clusters) and stream w2 while
+  // kUp runs; their consumers wait for kUp's grid (pdl_wait) before they read h.
+  launch_decode_stage<kOp, kDown>(p, grid, st, wide, pdl_enabled());
+  launch_decode_combine<kOp>(p, st);
 }
 
 template <Operand kOp>

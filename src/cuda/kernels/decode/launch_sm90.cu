@@ -119,27 +119,6 @@ dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int dev
   return t;
 }
 
-// The split call's kDown tiling: GEMM2 alone (a third of the bytes), on the SMs the kUp grid
-// leaves free, so that all of kDown starts while kUp runs and streams w2 into its pipeline before
-// the intermediate scale is known (at M = 1 on a TP8 shard kUp takes about half the SMs). The
-// largest cluster whose grid fits `free_sms` (more ranks: fewer w2 bytes per CTA); the kUp
-// tiling when none does (kUp takes every SM: kDown then starts as kUp's CTAs leave).
-dc::Tiling down_tiling_for(const MoeProblem& p, double touched, int sm_count, int device, int free_sms,
-                           const dc::Tiling& up) {
-  const double slots = static_cast<double>(p.num_tokens * p.top_k);
-  const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
-  const double tpe = touched > 0 ? slots / touched : slots;
-  for (int c = dc::kMaxCluster; c >= 1; c /= 2) {
-    const dc::Tiling t = tiling_for(p, touched, sm_count, device, c);
-    if (t.cluster != c || t.max_tokens == 0) continue;
-    // The most items kDown can have (as run_decode_sm90 sizes a grid) at this token width.
-    const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / t.max_tokens));
-    const double ctas = std::min(items, static_cast<double>(t.resident)) * c;
-    if (items <= t.resident && ctas <= free_sms) return t;
-  }
-  return up;
-}
-
 // Uniform routing's expected touched local experts (the router's estimate), when not given.
 double expected_touched(const MoeProblem& p) {
   const double E = static_cast<double>(std::max<std::int64_t>(p.num_experts, 1));
@@ -311,12 +290,10 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   // can be resident at once (a cluster launched later would start only when one ends), never
   // more than work items can exist: sum_e ceil(rows_e / W) <= min(E, P) + P / W, times chunks.
   const std::int64_t P = M * k;
-  auto grid_of = [&](const dc::Tiling& T) {
-    const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
-    const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
-    return static_cast<int>(clusters * T.cluster);
-  };
-  const int grid = grid_of(kp.tiling);
+  const dc::Tiling& T = kp.tiling;
+  const std::int64_t items = (std::min<std::int64_t>(E, P) + P / T.max_tokens) * T.num_chunks;
+  const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(items, T.resident));
+  const int grid = static_cast<int>(clusters * T.cluster);
   kp.amax_ctas = grid;
   if (split && static_cast<std::size_t>(grid) > kMaxAmaxCtas)
     throw Error(Status::kInternal, "decode_sm90: a grid of " + std::to_string(grid) + " CTAs > " +
@@ -328,12 +305,10 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
   if (split) {
-    // kDown: its own tiling on the SMs kUp leaves free (down_tiling_for), kUp's absmax count.
-    dc::DecodeParams kd = kp;
-    kd.tiling = down_tiling_for(p, touched > 0 ? touched : expected_touched(p), sms, dev, sms - grid, kp.tiling);
-    const int grid_down = grid_of(kd.tiling);
-    if (f16) dc::launch_decode_split_sm90<dc::Operand::kE4m3F16>(kp, grid, kd, grid_down, stream, wide);
-    else dc::launch_decode_split_sm90<dc::Operand::kE4m3Bf16>(kp, grid, kd, grid_down, stream, wide);
+    // kDown runs on kUp's tiling and grid. (Its own tiling on the SMs kUp leaves free, so that
+    // all of it streams w2 while kUp runs, measured slower: docs/decode.md.)
+    if (f16) dc::launch_decode_split_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
+    else dc::launch_decode_split_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
   } else if (fp8) {
     if (f16) dc::launch_decode_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
     else dc::launch_decode_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);

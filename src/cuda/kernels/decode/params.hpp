@@ -86,12 +86,11 @@ enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
 // kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
 void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
-// The same for fp8 with a dynamic intermediate scale: the kUp launch (`up`, grid_up CTAs), the
-// kDown launch as its programmatic dependent (`down`: its own tiling, grid_down CTAs), then the
-// combine. Both have h_buf and h_amax set and amax_ctas = grid_up.
+// The same for fp8 with a dynamic intermediate scale: the kUp launch, the kDown launch as its
+// programmatic dependent (same tiling and grid), then the combine (p.h_buf, p.h_amax set;
+// amax_ctas = grid).
 template <Operand kOp>
-void launch_decode_split_sm90(const DecodeParams& up, int grid_up, const DecodeParams& down, int grid_down,
-                              void* stream, bool wide);
+void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query

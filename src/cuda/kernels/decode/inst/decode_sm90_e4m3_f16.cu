@@ -6,8 +6,7 @@
 namespace moekit::cuda::decode {
 
 template void launch_decode_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
-template void launch_decode_split_sm90<Operand::kE4m3F16>(const DecodeParams&, int, const DecodeParams&, int, void*,
-                                                      bool);
+template void launch_decode_split_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kWhole>);
