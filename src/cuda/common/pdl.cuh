@@ -84,6 +84,26 @@ inline void add_pdl_attribute(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attr
   ++cfg.numAttrs;
 }
 
+// The launch configuration of `grid` x `block` CTAs with `smem` bytes of dynamic shared memory on
+// `stream`, in thread-block clusters of `cluster` CTAs along x when cluster > 1 (the attribute
+// goes to attrs[0]; none when cluster == 1). One more entry in `attrs` makes room for
+// add_pdl_attribute's.
+inline cudaLaunchConfig_t cluster_launch_config(unsigned grid, unsigned block, std::size_t smem, cudaStream_t stream,
+                                                int cluster, cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(block, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return cfg;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, with the PDL
 // attribute when `pdl`; checked (moekit::Error on a failed launch).
 template <class... Params, class... Args>

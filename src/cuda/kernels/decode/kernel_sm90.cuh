@@ -881,18 +881,9 @@ void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream, 
   auto* kernel = &decode_sm90_kernel<Tag, Act, W, kStage>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.tiling.smem.bytes);
-  cfg.stream = stream;
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(p.tiling.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.tiling.cluster > 1 ? 1 : 0;
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, p.tiling.smem.bytes, stream,
+                                                 p.tiling.cluster, attr);
   add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
@@ -939,17 +930,10 @@ int decode_max_active_clusters(int cluster) {
   auto* kernel = &decode_sm90_kernel<typename OperandTypes<kOp>::Tag, typename OperandTypes<kOp>::Act, kMaxTokens, kWhole>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kSmemLimit);
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg =
+      cluster_launch_config(static_cast<unsigned>(cluster), kThreads, kSmemLimit, nullptr, cluster, attr);
+  cfg.numAttrs = 1;  // the query takes the cluster size from the attribute, also a cluster of 1
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();  // a failed query leaves no sticky error: the caller falls back

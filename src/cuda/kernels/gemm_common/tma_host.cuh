@@ -1,6 +1,7 @@
 // Host steps shared by the TMA + wgmma GEMM families (swapab/, tokmajor/): the checks both make
-// on GroupedGemmParams, whether the current device can run them, and the weights' TMA
-// descriptor. Host code; nvcc-compiled launchers only.
+// on GroupedGemmParams, whether the current device can run them, the weights' TMA descriptor,
+// the common kernel parameters and the persistent grid's size. Host code; nvcc-compiled
+// launchers only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (header only: the encode entry point comes from the runtime)
@@ -14,8 +15,10 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/operand.hpp"
 #include "cuda/common/tma.cuh"  // encode_tiled_fn
+#include "cuda/kernels/gemm_common/kernel_params.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"
 #include "cuda/numerics/bias.cuh"  // bias_type_of
 #include "moekit/error.hpp"
@@ -28,10 +31,12 @@ inline bool is_fp8(Scheme s) { return s != Scheme::kBf16; }
 inline std::int64_t element_bytes(const GroupedGemmParams& p) { return is_fp8(p.scheme) ? 1 : 2; }
 
 // The fields every TMA + wgmma family's KernelParams (swapab/, tokmajor/ params.hpp) takes from
-// GroupedGemmParams as they are: pointers, sizes, the epilogue's encodings. `rows_b` is B's rows
-// (2N or K), `es` the element bytes of A and B. The family sets its tiling fields itself.
+// GroupedGemmParams as they are: pointers, sizes, the epilogue's encodings (TmaGemmParams and the
+// family's out_type, act, alpha, limit). `rows_b` is B's rows (2N or K), `es` the element bytes
+// of A and B. The family sets the weight map, the tile and stage counts and its own fields itself.
 template <class KP>
 void fill_common_fields(KP& kp, const GroupedGemmParams& p, std::int64_t rows_b, std::int64_t es) {
+  static_assert(std::is_base_of_v<TmaGemmParams, KP>, "a TMA + wgmma family's KernelParams");
   kp.row_offsets = p.row_offsets;
   kp.sorted_slots = p.sorted_slots;
   kp.a = static_cast<const std::uint8_t*>(p.a);
@@ -56,6 +61,22 @@ void fill_common_fields(KP& kp, const GroupedGemmParams& p, std::int64_t rows_b,
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
+}
+
+// The SMs of the current device (the persistent grids' size).
+inline int sm_count_of_current_device() {
+  int dev = 0, sms = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// CTAs of a persistent grid in clusters of `cluster` CTAs: one CTA per SM (each takes most of an
+// SM's shared memory), never more clusters than `units` (a host-known bound on the work units:
+// the real count is known on the device only, from row_offsets, with no host sync).
+inline int persistent_grid(std::int64_t units, int cluster, int sms) {
+  const std::int64_t clusters = std::min<std::int64_t>(units, std::max(1, sms / cluster));
+  return static_cast<int>(clusters * cluster);
 }
 
 // Calls f(op, gate_up, block128) with the compile-time values (std::integral_constant) of the

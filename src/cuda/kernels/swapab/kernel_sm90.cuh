@@ -19,6 +19,7 @@
 #include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/gemm_common/gather.cuh"
+#include "cuda/kernels/gemm_common/expert_table.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -46,14 +47,8 @@ struct Item {
 // s_prefix[e] = work items of experts < e (s_prefix[0] = 0, s_prefix[E] = all items).
 __device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_prefix, int E,
                                           int num_tiles, int tiles_per_item, Item& it) {
-  if (w >= s_prefix[E]) return false;
-  int lo = 0, hi = E;  // invariant: s_prefix[lo] <= w < s_prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (s_prefix[mid] <= w) lo = mid; else hi = mid;
-  }
-  // lo is the last expert whose prefix is <= w; empty experts share their successor's prefix,
-  // so lo has rows.
+  int lo;
+  if (!gemm_common::find_expert(w, s_prefix, E, lo)) return false;
   const int rows = s_off[lo + 1] - s_off[lo];
   const int chunks = (rows + kMaxTokens - 1) / kMaxTokens;
   const int local = w - s_prefix[lo];
@@ -133,14 +128,14 @@ struct SwapAb {
     const int t = threadIdx.x;      // 0..127
     const int chunk16 = t & 7;      // 16-byte chunk of the 128-byte K slice this thread copies
     const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
-    int stage = 0;
-    std::uint32_t phase = 0;
     int ks_begin, ks_end;
     k_range(p, s, ks_begin, ks_end);
+    int stage = 0;
+    std::uint32_t phase = 0;
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
-      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_tiles, p.tiles_per_item, it)) break;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       const int width = token_width(it.count);
       const std::uint8_t* src[4];
       bool has_row[4];
@@ -521,7 +516,7 @@ struct SwapAb {
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
-      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_tiles, p.tiles_per_item, it)) break;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       switch (token_width(it.count)) {
         case 8: consume_item<8>(p, s, it, stage, phase, round, a_scale0); break;
         case 16: consume_item<16>(p, s, it, stage, phase, round, a_scale0); break;
@@ -548,6 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
   s.tiles = sm90::smem_addr(base);
+  s.stages = L.stages;
   s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
   s.slot_meta = reinterpret_cast<int*>(base + L.slot_off);
@@ -561,7 +557,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.recv = reinterpret_cast<float*>(base + L.recv_off);
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
-  s.stages = L.stages;
   s.split = p.split_k;
   s.rank = p.split_k > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
   s.recv_floats = recv_buffer_floats(kGateUp, p.split_k);
@@ -589,28 +584,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
   pdl_launch_dependents();
-  for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
-  __syncthreads();
+  gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Item prefix over experts: items(e) = ceil(rows_e / 64) * ceil(tiles / T). Warp 0, 32
   // experts a step.
-  const int tile_groups = (p.num_tiles + p.tiles_per_item - 1) / p.tiles_per_item;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int running = 0;
-    if (lane == 0) s.prefix[0] = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + lane;
-      int items = 0;
-      if (e < E) {
-        const int rows = max(0, s.off[e + 1] - s.off[e]);
-        items = (rows + kMaxTokens - 1) / kMaxTokens * tile_groups;
-      }
-      items = warp_inclusive_sum(items, lane);
-      if (e < E) s.prefix[e + 1] = running + items;
-      running += __shfl_sync(0xffffffffu, items, 31);
-    }
-  }
-  __syncthreads();
+  const int tile_groups = (p.num_col_tiles + p.tiles_per_item - 1) / p.tiles_per_item;
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, (rows + kMaxTokens - 1) / kMaxTokens * tile_groups);
   // Peers' barriers must be initialized before any DSMEM store or remote arrive.
   if (s.split > 1) sm90::cluster_sync_relaxed();
 
@@ -630,18 +608,9 @@ void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(kp.split_k);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kp.split_k > 1 ? 1 : 0;
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, kp.smem.bytes,
+                                                 static_cast<cudaStream_t>(stream), kp.split_k, attr);
   add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }

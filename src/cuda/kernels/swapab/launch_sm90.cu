@@ -12,7 +12,6 @@
 #include <sstream>
 #include <string>
 
-#include "cuda/common/check.cuh"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
@@ -37,14 +36,6 @@ bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
 }
-
-int sm_count_of_current_device() {
-  int dev = 0, sms = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 
 // Tiles per item: T consecutive tiles share one item's tokens when a rank's K stages are few,
 // up to kTargetItemStages stages per item, as long as the items stay >= 2 per cluster.
@@ -104,23 +95,22 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
   gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
   gemm_common::fill_common_fields(kp, p, rows_b, es);
-  kp.num_tiles = static_cast<int>(ceil_div(p.n_out, swapab::kTileRows));
+  kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, swapab::kTileRows));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, swapab::kStageKBytes));
 
   // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), clusters of
   // S CTAs per work item, never more clusters than work items can exist.
   if (max_items(p) == 0) return;
-  const int sms = sm_count_of_current_device();
+  const int sms = gemm_common::sm_count_of_current_device();
   const int split = split_k;
   kp.split_k = split;
-  kp.tiles_per_item = tiles_per_item != 0
-                          ? std::min(tiles_per_item, kp.num_tiles)
-                          : choose_tiles_per_item(p, kp.num_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
-                                                  std::max(1, sms / split));
+  kp.tiles_per_item =
+      tiles_per_item != 0
+          ? std::min(tiles_per_item, kp.num_col_tiles)
+          : choose_tiles_per_item(p, kp.num_col_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
+                                  std::max(1, sms / split));
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split);
-  const std::int64_t items = max_items(p, kp.tiles_per_item);
-  const std::int64_t clusters = std::min<std::int64_t>(items, std::max(1, sms / split));
-  const int grid = static_cast<int>(clusters * split);
+  const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
   gemm_common::run_instantiation(p, gate_up, [&](auto op, auto gate_up_c, auto block128_c) {

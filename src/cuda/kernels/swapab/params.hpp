@@ -2,51 +2,24 @@
 // GroupedGemmParams, and the launch entry of each instantiation (inst/*.cu).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (a plain 128-byte struct; no driver call is made here)
-
-#include <cstdint>
-
 #include "cuda/common/operand.hpp"
-#include "cuda/kernels/gemm_common/params.hpp"  // ScaleMode, OutType
+#include "cuda/kernels/gemm_common/kernel_params.hpp"
+#include "cuda/kernels/gemm_common/params.hpp"  // OutType
 #include "cuda/kernels/swapab/config.hpp"       // SmemLayout
-#include "cuda/numerics/bias.cuh"               // BiasType
 #include "moekit/problem.hpp"                   // Activation
 
 namespace moekit::cuda::swapab {
 
-struct KernelParams {
-  // Weights B as a 3D tensor [E, rows_b, k_dim] (dims listed innermost first in the map), box
-  // [128 bytes of K, 64 rows, 1 expert], 128-byte swizzle, zeros outside the tensor.
-  CUtensorMap tmap_b;
-  const std::int32_t* row_offsets;   // [E+1]
-  const std::int32_t* sorted_slots;  // [rows] slot m*k+j of each expert-sorted row
-  const std::uint8_t* a;             // A rows of a_row_bytes each
-  const float* a_scale;              // per tensor [1] / per row of A / [rows of A, k_groups]
-  const float* b_scale;              // per tensor [E] / [E, rows_b] / [E, row_blocks, k_groups]
-  const void* bias;                  // [E, rows_b] or null
-  const float* topk_weights;         // [M*k] by slot
-  const float* sorted_weights;       // [rows] = topk_weights[sorted_slots[r]], or null
-  void* out;
-  std::int64_t a_row_bytes;          // k_dim * element bytes (multiple of 16)
-  std::int64_t n_out;                // GEMM1: N (B has 2N rows); GEMM2: K
-  std::int64_t rows_b;               // 2N or K
-  int num_experts;
-  int top_k;
-  int num_tiles;                     // ceil(n_out / 64)
-  int num_k_stages;                  // ceil(a_row_bytes / 128)
-  int k_groups;                      // block128: ceil(k_dim / 128)
-  int row_blocks;                    // block128: ceil(rows_b / 128)
-  int gather_a;                      // A row of sorted row r = sorted_slots[r] / top_k, else r
-  int weight_on_input;
-  int scale_mode;                    // ScaleMode (gemm_common/params.hpp)
-  int bias_type;                     // numerics::BiasType
-  int out_type;                      // OutType
+// The common fields (gemm_common/kernel_params.hpp; the weight map's box is 64 rows, a column
+// tile 64 output columns), then the epilogue's and the Swap-AB tiling's.
+struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
+  int out_type;        // OutType
   Activation act;
   float alpha;
   float limit;
-  int split_k;                       // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
-  int tiles_per_item;                // T >= 1: consecutive 64-row tiles of one item (same tokens)
-  SmemLayout smem;                   // from smem_layout(gate_up, E, S) on the host
+  int split_k;         // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
+  int tiles_per_item;  // T >= 1: consecutive 64-row tiles of one item (same tokens)
+  SmemLayout smem;     // from smem_layout(gate_up, E, S) on the host
 };
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in

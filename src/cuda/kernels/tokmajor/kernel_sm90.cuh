@@ -20,6 +20,7 @@
 #include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/gemm_common/gather.cuh"
+#include "cuda/kernels/gemm_common/expert_table.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "cuda/numerics/activation.cuh"
@@ -54,13 +55,8 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
 // prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units).
 __device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
                                           Tile& t) {
-  if (w >= prefix[E]) return false;
-  int lo = 0, hi = E;  // invariant: prefix[lo] <= w < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (prefix[mid] <= w) lo = mid; else hi = mid;
-  }
-  // Empty experts share their successor's prefix, so lo (the last expert with prefix <= w) has rows.
+  int lo;
+  if (!gemm_common::find_expert(w, prefix, E, lo)) return false;
   const int rows = off[lo + 1] - off[lo];
   const int chunks = (rows + kBlockM - 1) / kBlockM;
   const int groups = (chunks + cluster - 1) / cluster;
@@ -614,26 +610,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
   pdl_launch_dependents();
-  for (int i = threadIdx.x; i <= E; i += kThreads) s.off[i] = p.row_offsets[i];
-  __syncthreads();
+  gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int running = 0;
-    if (lane == 0) s.prefix[0] = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + lane;
-      int tiles = 0;
-      if (e < E) {
-        const int rows = max(0, s.off[e + 1] - s.off[e]);
-        tiles = units_of(rows, p.cluster, p.num_col_tiles);
-      }
-      tiles = warp_inclusive_sum(tiles, lane);
-      if (e < E) s.prefix[e + 1] = running + tiles;
-      running += __shfl_sync(0xffffffffu, tiles, 31);
-    }
-  }
-  __syncthreads();
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.cluster, p.num_col_tiles));
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();
 
@@ -656,18 +635,9 @@ void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl)
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   int dev = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL (added after the occupancy query)
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(kp.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kp.cluster > 1 ? 1 : 0;
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, kp.smem.bytes,
+                                                 static_cast<cudaStream_t>(stream), kp.cluster, attr);
   if (kp.cluster > 1) {
     // One wave of persistent clusters: not every GPC holds an even number of free SMs, so ask
     // how many 2-CTA clusters fit at once (once per device and kernel). Correctness does not

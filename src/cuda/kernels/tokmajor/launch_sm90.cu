@@ -13,7 +13,6 @@
 #include <sstream>
 #include <string>
 
-#include "cuda/common/check.cuh"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
@@ -144,15 +143,11 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
-  // work units can exist (units <= tiles); the real count is known on the device only
-  // (row_offsets), no host sync. The kernel's launcher lowers it to the co-resident clusters.
+  // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident
+  // clusters.
   const std::int64_t tiles = max_tiles(p);
   if (tiles == 0) return;
-  int dev = 0, sms = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const std::int64_t clusters = std::min<std::int64_t>(tiles, std::max(1, sms / cluster));
-  const int grid = static_cast<int>(clusters * cluster);
+  const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
   gemm_common::run_instantiation(p, gate_up, [&](auto op, auto gate_up_c, auto block128_c) {

@@ -1,0 +1,58 @@
+// The expert table of the persistent TMA + wgmma GEMM kernels (swapab/, tokmajor/) in shared
+// memory: the row offsets and the per-expert prefix of work units that their schedules search.
+#pragma once
+
+#include "cuda/common/warp.cuh"
+
+namespace moekit::cuda::gemm_common {
+
+// Every thread of the CTA (kThreads), after the PDL wait (the row offsets are the routing
+// kernel's output): copies p.row_offsets[0..E] (E = p.num_experts) to off[0..E]; the copy is
+// complete for every thread when it returns.
+template <int kThreads, class P>
+__device__ __forceinline__ void load_expert_offsets(const P& p, int E, int* off) {
+  for (int i = threadIdx.x; i <= E; i += kThreads) off[i] = p.row_offsets[i];
+  __syncthreads();
+}
+
+// The expert of work unit w: false when w >= prefix[E] (no such unit); otherwise true with e =
+// the last expert whose prefix is <= w (prefix from MOEKIT_BUILD_EXPERT_PREFIX; empty experts share
+// their successor's prefix, so e has rows).
+__device__ __forceinline__ bool find_expert(int w, const int* prefix, int E, int& e) {
+  if (w >= prefix[E]) return false;
+  int lo = 0, hi = E;  // invariant: prefix[lo] <= w < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= w) lo = mid; else hi = mid;
+  }
+  e = lo;
+  return true;
+}
+
+}  // namespace moekit::cuda::gemm_common
+
+// Every thread of the CTA, after load_expert_offsets: warp 0 builds prefix[e] = the work units of
+// the experts before e (prefix[0] = 0, prefix[E] = all units), 32 experts a step, where `units`
+// is the family's count, an expression of `rows` (the expert's rows, >= 0) and of the kernel's
+// variables. The prefix is complete for every thread when it ends.
+// A statement macro, not a function: nvcc compiles it exactly as the same lines written in the
+// kernel, while an inlined function (its locals, its lambda) changes the register numbering of
+// the kernel's PTX and so ptxas's instruction order in the hot loops.
+#define MOEKIT_BUILD_EXPERT_PREFIX(E, off, prefix, rows, units)       \
+  if (threadIdx.x < 32) {                                             \
+    const int lane_ = threadIdx.x;                                    \
+    int running_ = 0;                                                 \
+    if (lane_ == 0) (prefix)[0] = 0;                                  \
+    for (int e0_ = 0; e0_ < (E); e0_ += 32) {                         \
+      const int e_ = e0_ + lane_;                                     \
+      int n_ = 0;                                                     \
+      if (e_ < (E)) {                                                 \
+        const int rows = max(0, (off)[e_ + 1] - (off)[e_]);           \
+        n_ = (units);                                                 \
+      }                                                               \
+      n_ = ::moekit::cuda::warp_inclusive_sum(n_, lane_);             \
+      if (e_ < (E)) (prefix)[e_ + 1] = running_ + n_;                 \
+      running_ += __shfl_sync(0xffffffffu, n_, 31);                   \
+    }                                                                 \
+  }                                                                   \
+  __syncthreads()
