@@ -109,8 +109,10 @@ struct RouterTable {
   // against the previous auto choice (MOEKIT_DECODE=0, the grid at 875d60a,
   // bench/results/2026-12-01-875d60a-h200-decode-grid.json), bf16, TP8: qwen3-30b (N = 96) wins
   // M = 1..64 (M=1 17.9 vs 28.0 µs, M=8 37.3 vs 59.0, M=64 72.5 vs 85.4); deepseek-v3 (N = 256)
-  // and qwen3-235b (N = 192) win M = 1..16 once the cluster is right (deepseek M=2 73.1 vs 83.8,
-  // M=16 236.6 vs 272.2; qwen3-235b M=4 62.6 vs 80.1, M=8 within 3 %) and lose from 32;
+  // and qwen3-235b (N = 192) win M = 1..4 once the cluster is right (deepseek M=2 73.1 vs 83.8;
+  // qwen3-235b M=4 62.6 vs 80.1), tie at 8 (within 3 %; the whole-grid A/B at 91e5b36 under the
+  // write flush had deepseek M=8 on decode 5 % slower than token-major: left out), win again at
+  // 16 (236.6 vs 272.2; left out with 8) and lose from 32;
   // gpt-oss (N = 360, k = 4) wins M = 1, 2 (28.0 vs 36.6, 40.2 vs 43.1) and loses from 4;
   // mixtral (N = 1792) M = 1, 2 within 3 % (left out); TP1 loses but for qwen3-30b M = 8, 16.
   // fp8_per_tensor (the split call with dynamic scales; same run, bench/results/
@@ -122,7 +124,7 @@ struct RouterTable {
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 256.0;
   std::int64_t decode_small_n = 320;
-  double decode_small_n_max_slots = 128.0;
+  double decode_small_n_max_slots = 32.0;
   double decode_small_n_max_slots_fp8 = 32.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;

@@ -151,12 +151,12 @@ TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
 TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   // bench/results/2026-12-01-6434031-h200-decode-cluster-ab.json against the grid at 875d60a:
   // decode won the smallest TP8 shards at the fewest slots (N < 128 up to 512 slots, N < 320 up
-  // to 128, N < 512 up to 8), lost or tied elsewhere.
+  // to 32, N < 512 up to 8), lost or tied elsewhere.
   detail::RouterInputs in;
   const MoeProblem tiny = preset("qwen3-30b-a3b", 64, 8);    // N = 96, 512 slots
   const MoeProblem tiny_more = preset("qwen3-30b-a3b", 65, 8);  // 520 slots
-  const MoeProblem small = preset("deepseek-v3", 16, 8);     // N = 256, 128 slots
-  const MoeProblem small_more = preset("deepseek-v3", 17, 8);  // 136 slots
+  const MoeProblem small = preset("deepseek-v3", 4, 8);      // N = 256, 32 slots
+  const MoeProblem small_more = preset("deepseek-v3", 5, 8);  // 40 slots
   const MoeProblem mid = preset("gpt-oss-120b", 2, 8);      // N = 360, 8 slots
   const MoeProblem mid_more = preset("gpt-oss-120b", 3, 8); // 12 slots
   const MoeProblem tp1 = preset("qwen3-30b-a3b", 1, 1);     // N = 768
