@@ -9,15 +9,18 @@
 #     ab_bench.sh $OUT/ab 2 "env MOEKIT_PDL=0 build/cuda-release/tools/bench/moekit-bench" \
 #         "build/cuda-release/tools/bench/moekit-bench" --preset all --tp 1,8 --tokens 1..64
 #   two commits: a second tree in an ignored folder of the checkout, carried to the device
-#   machine with the call (`git worktree add .ab/base main`, `.ab/` in .git/info/exclude,
-#   carry [".deps", ".ab/base"]), both built there:
+#   machine with the call (`mkdir -p .ab/base && git archive BASE | tar -x -C .ab/base`, `.ab/`
+#   in .git/info/exclude, carry [".deps", ".ab/base"]), both built there. Not a `git worktree`:
+#   its .git file makes the carried copy bring a git directory along, and the build's
+#   provenance then reads that stale git instead of build-info.json (2026-12-01: a B build of
+#   a tree stamped at 91e5b36 recorded itself as 4e8a63a, dirty):
 #     cmake -S .ab/base -B build/base ... && cmake --build build/base --target moekit-bench
 #     ab_bench.sh $OUT/ab 2 build/base/tools/bench/moekit-bench \
 #         build/cuda-release/tools/bench/moekit-bench --preset all --tp 8 --tokens 512..8192
 # Writes OUT_DIR/a-<i>.json, b-<i>.json and their logs, and OUT_DIR/compare.md.
 set -uo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,17p' "$0" >&2
+  sed -n '2,20p' "$0" >&2
   exit 2
 fi
 OUT_DIR=$1 REPEATS=$2 A=$3 B=$4
