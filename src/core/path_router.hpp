@@ -101,7 +101,7 @@ struct RouterTable {
   // and the suite pass on the H200 since.
   bool fused_in_auto = true;
   // The single-launch decode path (kernels/decode/), when it can run the call
-  // (RouterInputs::decode_ok: bf16, or fp8_per_tensor with static scales), ahead of everything
+  // (RouterInputs::decode_ok: bf16, or fp8_per_tensor), ahead of everything
   // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
   // decode_small_n up to decode_small_n_max_slots, N < decode_mid_n up to decode_mid_n_max_slots.
   // From the same-run sweeps of decode (every cluster size forced, and the cost model's choice;

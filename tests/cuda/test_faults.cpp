@@ -23,8 +23,9 @@ namespace {
 using i64 = std::int64_t;
 
 // The paths that read ids differently: mma = routing/permute + combine kernels (as swapab and
-// tokmajor, which share them), fused = the single-launch kernel's own permutation.
-const char* const kPaths[] = {"mma", "fused"};
+// tokmajor, which share them), fused = the single-launch kernel's own permutation, decode = the
+// decode kernel's routing in every CTA (CTA 0 records).
+const char* const kPaths[] = {"mma", "fused", "decode"};
 
 // A case's tensors on the GPU; topk_ids and expert_map can be rewritten between calls.
 class GpuCase {
@@ -141,7 +142,7 @@ TEST(Sm90Faults, GoodCallsLeaveNoFault) {
     GpuCase g(c);
     g.set_ids(c.topk_ids);
     clear_faults();
-    for (const char* path : {"auto", "mma", "swapab", "fused"}) g.run(g.options(path));
+    for (const char* path : {"auto", "mma", "swapab", "fused", "decode"}) g.run(g.options(path));
     fused_moe(g.moe(), g.options("mma"));
     fused_moe(g.moe(), g.options("fused"));
     Fault f;
@@ -156,7 +157,8 @@ TEST(Sm90Faults, BadTopkIdIsRecorded) {
   SKIP_WITHOUT_SM90();
   for (i64 M : {5, 2100})
     for (const char* path : kPaths) {
-      if (M > 5 && std::string(path) == "fused") continue;  // the fused path is for a few tokens
+      // The fused and decode paths are for a few tokens (decode: M*k <= 4096 slots).
+      if (M > 5 && (std::string(path) == "fused" || std::string(path) == "decode")) continue;
       MoeCase c = make_case(spec(true, M));
       GpuCase g(c);
       const std::string label = std::string(path) + " M=" + std::to_string(M);

@@ -281,6 +281,39 @@ TEST(Sm90Pdl, OnOffBitwiseEqualMixtralFp8PerTensor) {
   check_preset("mixtral-8x7b", 8, 512, 256, Scheme::kFp8PerTensor);
 }
 
+// The decode path's fp8 split call chains three launches with PDL (kUp, kDown, the combine;
+// docs/decode.md): on and off give the same bits, K large enough for clusters of 2..8 at M = 1
+// (qwen3-30b at TP8: K = 2048, N = 96).
+TEST(Sm90Pdl, OnOffBitwiseEqualDecodeFp8SplitCall) {
+  SKIP_WITHOUT_SM90();
+  const ModelPreset& pr = find_preset("qwen3-30b-a3b");
+  CaseSpec s;
+  s.M = 8;
+  s.E = 32;
+  s.k = pr.top_k;
+  s.K = 2048;
+  s.N = 96;
+  s.routing = pr.routing;
+  s.activation = pr.activation;
+  s.scheme = Scheme::kFp8PerTensor;
+  s.seed = 23;
+  const MoeCase a = make_case(s);
+  s.seed = 24;
+  const MoeCase b = make_case(s);
+  PdlCase d(a, b);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (std::int64_t M : {1, 2, 8}) {
+    SCOPED_TRACE("decode fp8 split call M=" + std::to_string(M));
+    try {
+      check_on_off(d, Mode::kFusedExperts, "decode", M, stream);
+    } catch (const Error& e) {
+      ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 // MOEKIT_PDL=0 captures no programmatic edge: the switch reaches every launch.
 TEST(Sm90Pdl, SwitchOffCapturesNoProgrammaticEdge) {
   SKIP_WITHOUT_SM90();

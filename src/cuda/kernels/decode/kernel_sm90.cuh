@@ -436,6 +436,9 @@ struct Decode {
     rank_range(T.row_tiles, s.cluster, s.rank, rt0, rt1);
     const std::int64_t e = it.e;
 
+    // Every consumer warp is done with the previous item: its GEMM2 epilogue read tok_slot /
+    // tok_w, and its last wgmma read the h tiles that this item's token rows may overwrite.
+    consumer_sync();
     // (a) The item's tokens and (b) their rows of hidden (this rank's K slice) as B tiles, in one
     // round trip: both read the slot list from shared memory (the routing's).
     if (t < W) {
@@ -616,8 +619,9 @@ struct Decode {
         a = consumer_absmax(s, a);
         if (t == 0) s.scratch[0] = numerics::dynamic_scale(a);
       }
-    } else if (p.a2_scale == nullptr) {
-      // The kUp launch's h and absmaxes are complete and visible after this wait (its grid ended).
+    } else {
+      // The kUp launch's h and absmaxes are complete and visible after this wait (its grid
+      // ended); every kDown consumer reads h, whichever scale it takes.
       pdl_wait();
       float a = 0.0f;
       for (int i = t; i < p.amax_ctas; i += kConsumerThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
@@ -632,7 +636,9 @@ struct Decode {
     std::uint32_t phase = 0;
     int round = 0;
     PhaseClock clk;
-    const bool stamp = threadIdx.x == kThreads - kConsumerThreads;
+    // The phase timer records one launch: kUp of a split call (kDown's CTAs would add to the
+    // same records while kUp runs).
+    const bool stamp = threadIdx.x == kThreads - kConsumerThreads && kStage != kDown;
     if (stamp) {
       clk.start(p);
       if (clk.rec != nullptr) {
