@@ -63,4 +63,7 @@ namespace moekit::detail {
 MoeCall resolve(const FusedExpertsArgs& args, const Options& options);
 MoeCall resolve(const FusedMoeArgs& args, const Options& options);
 RouteCall resolve(const RouteArgs& args, const Options& options);
+/// Whether the bytes two views can touch (first to last element, non-negative strides)
+/// intersect; an absent or empty view overlaps nothing. Shared by the argument checks.
+bool views_overlap(const TensorView& a, const TensorView& b);
 }  // namespace moekit::detail

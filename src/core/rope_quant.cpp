@@ -59,21 +59,8 @@ void expect_unit_last_stride(const char* name, const TensorView& v) {
          "): its last dimension must have stride 1");
 }
 
-// Bytes [lo, hi) a view can touch (strides non-negative here).
-struct Extent {
-  std::uintptr_t lo = 0, hi = 0;
-};
-Extent extent(const TensorView& v) {
-  if (!v.present() || v.numel() == 0) return {};
-  std::int64_t last = 0;
-  for (int k = 0; k < v.ndim; ++k) last += (v.shape[k] - 1) * v.strides[k];
-  const auto base = reinterpret_cast<std::uintptr_t>(v.data);
-  return {base, base + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(dtype_size(v.dtype)))};
-}
 void expect_disjoint(const char* a, const TensorView& va, const char* b, const TensorView& vb) {
-  const Extent x = extent(va), y = extent(vb);
-  if (x.lo == x.hi || y.lo == y.hi) return;
-  if (x.lo < y.hi && y.lo < x.hi) fail(std::string(a) + " overlaps " + b + " in memory");
+  if (views_overlap(va, vb)) fail(std::string(a) + " overlaps " + b + " in memory");
 }
 
 void expect_aligned(const char* name, const TensorView& v, std::size_t bytes, const char* why) {

@@ -208,12 +208,7 @@ class DeviceCheck {
 
 // Outputs must not overlap inputs (or each other): backends read inputs after writing outputs.
 void check_no_overlap(const char* out_name, const TensorView& out, const char* in_name, const TensorView& in) {
-  if (!out.present() || !in.present() || out.numel() == 0 || in.numel() == 0) return;
-  const std::uintptr_t a0 = reinterpret_cast<std::uintptr_t>(out.data);
-  const std::uintptr_t a1 = a0 + static_cast<std::uintptr_t>(out.numel()) * dtype_size(out.dtype);
-  const std::uintptr_t b0 = reinterpret_cast<std::uintptr_t>(in.data);
-  const std::uintptr_t b1 = b0 + static_cast<std::uintptr_t>(in.numel()) * dtype_size(in.dtype);
-  if (a0 < b1 && b0 < a1)
+  if (views_overlap(out, in))
     fail(std::string(out_name) + " " + out.shape_string() + " at " + hex(out.data) + " overlaps " + in_name + " " +
          in.shape_string() + " at " + hex(in.data) + " (" + out_name + " must not alias an input or another output)");
 }
@@ -503,6 +498,19 @@ void check_logits(const TensorView& logits, const TensorView& bias, const Routin
 }
 
 }  // namespace
+
+bool views_overlap(const TensorView& a, const TensorView& b) {
+  auto span = [](const TensorView& v, std::uintptr_t& lo, std::uintptr_t& hi) {
+    if (!v.present() || v.numel() == 0) return false;
+    std::int64_t last = 0;
+    for (int d = 0; d < v.ndim; ++d) last += (v.shape[d] - 1) * v.strides[d];
+    lo = reinterpret_cast<std::uintptr_t>(v.data);
+    hi = lo + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(dtype_size(v.dtype)));
+    return true;
+  };
+  std::uintptr_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  return span(a, a0, a1) && span(b, b0, b1) && a0 < b1 && b0 < a1;
+}
 
 MoeCall resolve(const FusedExpertsArgs& args, const Options& options) {
   DeviceCheck devices;
