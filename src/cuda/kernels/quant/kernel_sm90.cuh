@@ -52,6 +52,21 @@ __device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
   return r < p.rows ? (r < 0 ? 0 : r) : p.rows;
 }
 
+// The absmax of the thread values `amax` over a CTA of kBlockThreads (fmaxf: a NaN never wins),
+// handed to `done` in thread 0. Every thread of the CTA calls it (one __syncthreads).
+template <int kBlockThreads, class Done>
+__device__ __forceinline__ void block_absmax(float amax, Done&& done) {
+  __shared__ float partial[kBlockThreads / 32];
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    amax = threadIdx.x < kBlockThreads / 32 ? partial[threadIdx.x] : 0.f;
+    amax = warp_max(amax);
+    if (threadIdx.x == 0) done(amax);
+  }
+}
+
 // PDL (cuda/common/pdl.cuh), first thing in every quant kernel: these kernels have no prologue
 // worth overlapping, and everything they touch is the chain's (x, the row count, the absmax word
 // routing zeroed, q and scale). Their dependents (GEMM1 / GEMM2, or pass 2 after pass 1) may
@@ -65,7 +80,6 @@ __device__ __forceinline__ void pdl_wait_then_trigger() {
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
-  __shared__ float partial[kWarpsPerBlock];
   const T* x = static_cast<const T*>(p.x);
   const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
   float amax = 0.f;
@@ -76,15 +90,10 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
 #pragma unroll
     for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
   }
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    amax = threadIdx.x < kWarpsPerBlock ? partial[threadIdx.x] : 0.f;
-    amax = warp_max(amax);
-    // amax >= 0 and never NaN here, so its bits order like the values.
-    if (threadIdx.x == 0 && amax > 0.f) atomicMax(p.absmax, __float_as_uint(amax));
-  }
+  block_absmax<kThreads>(amax, [&](float a) {
+    // a >= 0 and never NaN here, so its bits order like the values.
+    if (a > 0.f) atomicMax(p.absmax, __float_as_uint(a));
+  });
 }
 
 // Per tensor, pass 2 (or the only pass with a static scale).
@@ -110,7 +119,6 @@ __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __gri
 template <class T, int kVec>
 __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
-  __shared__ float partial[kSmallTensorThreads / 32];
   __shared__ float s_scale;
   const T* x = static_cast<const T*>(p.x);
   const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
@@ -121,17 +129,10 @@ __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_k
 #pragma unroll
     for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
   }
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    amax = threadIdx.x < kSmallTensorThreads / 32 ? partial[threadIdx.x] : 0.f;
-    amax = warp_max(amax);
-    if (threadIdx.x == 0) {
-      s_scale = numerics::dynamic_scale(amax);
-      p.scale[0] = s_scale;
-    }
-  }
+  block_absmax<kSmallTensorThreads>(amax, [&](float a) {
+    s_scale = numerics::dynamic_scale(a);
+    p.scale[0] = s_scale;
+  });
   __syncthreads();
   const float inv = 1.0f / s_scale;
   for (std::int64_t i = threadIdx.x; i < n_vec; i += kSmallTensorThreads) {
