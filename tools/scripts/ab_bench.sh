@@ -10,7 +10,7 @@
 #         "build/cuda-release/tools/bench/moekit-bench" --preset all --tp 1,8 --tokens 1..64
 #   two commits: a second tree in an ignored folder of the checkout, carried to the device
 #   machine with the call (`mkdir -p .ab/base && git archive BASE | tar -x -C .ab/base`, `.ab/`
-#   in .git/info/exclude, carry [".deps", ".ab/base"]), both built there. Not a `git worktree`:
+#   in .gitignore, carry [".deps", ".ab/base"]), both built there. Not a `git worktree`:
 #   its .git file makes the carried copy bring a git directory along, and the build's
 #   provenance then reads that stale git instead of build-info.json (2026-12-01: a B build of
 #   a tree stamped at 91e5b36 recorded itself as 4e8a63a, dirty):
