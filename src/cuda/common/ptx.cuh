@@ -18,6 +18,12 @@ __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Starts bringing the 128-byte line holding `p` (global memory) into L2 and returns at once:
+// a later load of it waits on L2, not on HBM.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -136,6 +142,11 @@ __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.ac
 // ---- CTA-level barriers and register budgets ----
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrives on named barrier `id` without waiting (the threads that bar.sync on it wait for this
+// one's shared-memory writes before it).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Register budget of the calling warpgroup (sm_90a); every warp of the warpgroup must execute it.

@@ -34,6 +34,15 @@ inline constexpr int kMaxTokens = 64;
 inline constexpr int kThreads = 256;
 inline constexpr int kConsumerThreads = 128;
 inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
+// Named barrier of the routing's last step: warp 1 places the slots, then arrives; the consumer
+// warpgroup waits on it before it reads the slot list. The producer (warp 0) does not take part:
+// it needs only the expert offsets and starts streaming while the slots are placed.
+inline constexpr int kPlacedBarrier = 2;
+inline constexpr int kPlacedThreads = 32 + 128;  // warp 1 + the consumer warpgroup
+// Prefetch into L2 at kernel entry (consumer warpgroup, before the routing): the call's token
+// rows (this rank's K slice) and router weights, when they are at most this many 128-byte lines,
+// so that the item's token-row loads wait on L2 instead of HBM.
+inline constexpr int kPrefetchLines = 1024;
 // Pipeline depth: 4..12 stages of 16 KB, what the item's other buffers leave of 227 KB. HBM
 // latency x per-SM bandwidth is ~40 KB, but at M = 1 on a TP8 shard a CTA's whole item (GEMM1's
 // K slice and GEMM2's rows, e.g. 10 stages for qwen3-30b) fits: the producer then issues every

@@ -650,6 +650,7 @@ struct Decode {
     if constexpr (kFp8) dynamic_scales(p, s);
     // The peers' barriers were initialized (the arrive after routing) before the first remote access.
     if (s.cluster > 1) sm90::cluster_wait_acquire();
+    placed();
     float hmax = 0.0f;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
@@ -729,10 +730,12 @@ struct Decode {
       }
     }
     __syncthreads();
-    // Stable placement (warp 0): slots in ascending order, 32 at a time; lanes with the same
-    // expert take consecutive places in lane order.
-    if (tid < 32) {
-      const int lane = tid;
+    // Stable placement (warp 1, so that the producer in warp 0 starts streaming now: it needs
+    // only off and prefix): slots in ascending order, 32 at a time; lanes with the same expert
+    // take consecutive places in lane order. The consumers wait for it on kPlacedBarrier
+    // (placed()) before they read the slot list.
+    if (tid >= 32 && tid < 64) {
+      const int lane = tid - 32;
       for (int base = 0; base < P; base += 32) {
         const int sl = base + lane;
         const int e = sl < P ? s.slot_e[sl] : -1;
@@ -743,8 +746,37 @@ struct Decode {
         if (e >= 0 && rank == 0) s.cur[e] += __popc(peers);
         __syncwarp();
       }
+      sm90::named_barrier_arrive(kPlacedBarrier, kPlacedThreads);
     }
-    __syncthreads();
+  }
+
+  // Consumers: the slot list is placed (route()'s last step, warp 1).
+  static __device__ __forceinline__ void placed() { sm90::named_barrier_sync(kPlacedBarrier, kPlacedThreads); }
+
+  // Consumers, at kernel entry: the call's token rows (this rank's K slice of every token) and
+  // router weights into L2, when they are at most kPrefetchLines lines; the item's loads of them
+  // (after the routing) then wait on L2, not HBM. kDown reads h, not the token rows.
+  static __device__ void prefetch_inputs(const DecodeParams& p, const Smem& s) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const int P = p.num_tokens * p.top_k;
+    if (p.topk_weights != nullptr)
+      for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
+    if constexpr (kStage == kDown) return;
+    int ks0, ks1;
+    rank_range(p.tiling.k_stages, s.cluster, s.rank, ks0, ks1);
+    // Bytes of hidden per K chunk: bf16 weights 64 elements (128 B of hidden), e4m3 128 (256 B).
+    constexpr int kHiddenChunkBytes = kStageKBytes * 2 / kEs;
+    const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * 2;
+    const std::int64_t b0 = static_cast<std::int64_t>(ks0) * kChunksPerStage * kHiddenChunkBytes;
+    const std::int64_t b1 = min(row_bytes, static_cast<std::int64_t>(ks1) * kChunksPerStage * kHiddenChunkBytes);
+    if (b1 <= b0) return;
+    const int lines = static_cast<int>((b1 - b0 + 127) / 128);
+    if (static_cast<std::int64_t>(lines) * p.num_tokens > kPrefetchLines) return;
+    const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
+    for (int i = t; i < lines * p.num_tokens; i += kConsumerThreads) {
+      const int m = i / lines, l = i - m * lines;
+      sm90::prefetch_l2(hidden + m * row_bytes + b0 + 128 * l);
+    }
   }
 };
 
@@ -801,6 +833,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
   }
+  if (threadIdx.x >= kThreads - kConsumerThreads) D::prefetch_inputs(p, s);
   D::route(p, s);
   // The peers' barriers are initialized before any remote arrival: every thread arrives here
   // (release), the consumers wait (acquire) just before their first remote access, so the
