@@ -120,6 +120,19 @@ const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& 
   return call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(call.workspace, L.topk_weights);
 }
 
+// Whether GEMM1's epilogue produces the intermediate's absmax (GroupedGemmParams::out_absmax), so
+// that quant(h) is one launch instead of the absmax pass and the quant pass (ncu, H200: the
+// absmax launch was 3.2-3.6 us of every such call, e.g. 87 us at mixtral-8x7b TP8 M=64 fp8):
+// fp8_per_tensor with a dynamic intermediate scale (no a2_scale). The word is the same max of
+// the same values either way, so the output is bitwise the same. MOEKIT_FUSED_H_ABSMAX=0 keeps
+// the two passes (read at every call, like MOEKIT_PDL, so a test or benchmark can A/B it in one
+// process).
+bool fused_h_absmax(const detail::MoeCall& call) {
+  if (call.problem.scheme != Scheme::kFp8PerTensor || call.a2_scale != nullptr) return false;
+  const char* v = std::getenv("MOEKIT_FUSED_H_ABSMAX");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
 GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
   const MoeProblem& p = call.problem;
@@ -150,6 +163,8 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   g1.out = slice<void>(ws, L.inter);
   g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
   g1.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm1;  // zeroed by routing
+  // The absmax word of quant(h) (zeroed by routing), completed by GEMM1's epilogue.
+  if (fused_h_absmax(call)) g1.out_absmax = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kAbsmaxInter;
   return g1;
 }
 
@@ -435,7 +450,9 @@ void run_moe(const detail::MoeCall& call) {
   // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
   run_gemm(g1, plan.gemm[0], stream, pdl, tokmajor_cluster);
 
-  // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes).
+  // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes). With a dynamic
+  // per-tensor scale GEMM1 has already folded them into the absmax word (g1.out_absmax): one
+  // launch, which reads the word after its pdl_wait, i.e. once GEMM1 has completed.
   if (fp8) {
     QuantParams qp;
     qp.scheme = p.scheme;
@@ -446,6 +463,7 @@ void run_moe(const detail::MoeCall& call) {
     qp.cols = N;
     qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a2_scale : nullptr;
     qp.absmax = counters + WorkspaceLayout::kAbsmaxInter;
+    qp.absmax_ready = g1.out_absmax != nullptr;
     qp.q = slice<std::uint8_t>(ws, L.inter_q);
     qp.scale = slice<float>(ws, L.inter_scale);
     launch_quant_sm90(qp, stream, pdl);

@@ -4,7 +4,8 @@
 // per scheme with known scales), a double-precision loop of docs/design.md's formula, the launch
 // through a kernel-specific callback on NaN-poisoned output, and the check: every owned row
 // against the reference with the shared comparator (tests/common/compare.hpp), every other
-// element still holding its poison bytes, optionally a CUDA-graph replay equal to the eager run.
+// element still holding its poison bytes, optionally a CUDA-graph replay equal to the eager run
+// and the epilogue's absmax word (out_absmax) equal to the absmax of what it stored.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,6 +55,9 @@ struct GemmCase {
   std::int64_t nan_a_row = -1;          // an A row (a token for GEMM1) whose first element is NaN
   bool graph_replay = false;            // also replay the launch through a CUDA graph: bitwise equal
   bool tile_counter = false;            // pass a zeroed tile counter (token-major's dynamic schedule)
+  // Pass a zeroed absmax word (GroupedGemmParams::out_absmax; GEMM1 of fp8_per_tensor, fp32 out):
+  // it must end as the float bits of the absmax of the owned rows as stored (NaN skipped).
+  bool out_absmax = false;
   std::uint64_t seed = 1;
 
   bool gate_up() const { return epilogue == GemmEpilogue::kGateUpActivation; }
@@ -63,7 +67,7 @@ struct GemmCase {
        << " act_dtype=" << dtype_name(act_dtype) << " act=" << activation_name(act) << " bias=" << bias << "("
        << dtype_name(bias_dtype) << ") woi=" << weight_on_input << " out=" << dtype_name(out_dtype)
        << " k=" << top_k << " weights=" << weights << " E=" << rows.size() << " nan_a_row=" << nan_a_row
-       << " seed=" << seed;
+       << " out_absmax=" << out_absmax << " seed=" << seed;
     return os.str();
   }
 };
@@ -73,6 +77,7 @@ struct GemmRun {
   std::vector<float> out;
   std::vector<std::uint8_t> raw;
   std::uint32_t counter = 0;
+  std::uint32_t absmax = 0;  // the out_absmax word after the launch (0 without out_absmax)
 };
 
 inline double gemm_activation_ref(double g, double u, Activation a) {
@@ -278,6 +283,7 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   void* d_out = arena.alloc(out_bytes);
   CUDA_OK(cudaMemset(d_out, 0xff, out_bytes));
   std::uint32_t* d_counter = arena.upload(std::vector<std::uint32_t>(1, 0u));
+  std::uint32_t* d_absmax = arena.upload(std::vector<std::uint32_t>(1, 0u));
 
   GroupedGemmParams p;
   p.scheme = c.scheme;
@@ -304,6 +310,7 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   p.out = d_out;
   p.out_dtype = out_dtype;
   if (c.tile_counter) p.tile_counter = d_counter;
+  if (c.out_absmax) p.out_absmax = d_absmax;
 
   cudaStream_t stream = nullptr;
   if (c.graph_replay) CUDA_OK(cudaStreamCreate(&stream));
@@ -314,6 +321,7 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   GemmRun run;
   run.raw = download<std::uint8_t>(d_out, out_bytes);
   run.counter = download<std::uint32_t>(d_counter, 1)[0];
+  run.absmax = download<std::uint32_t>(d_absmax, 1)[0];
   if (c.tile_counter) {
     // The dynamic schedule ran: every CTA took at least one unit (its last, past the end), so the
     // counter moved (it would stay 0 if the launcher had dropped it).
@@ -365,6 +373,22 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
     }
   }
   EXPECT_EQ(stray, 0) << "elements written outside the routed rows";
+  if (c.out_absmax) {
+    // The absmax of the eager run's owned rows as stored (std::fmax skips NaN, as the kernels'
+    // fmaxf does): the word must hold exactly its bits, a value the kernel computed but did not
+    // store (a tail row or column) folded in would show as a larger word. A graph replay folds
+    // the same values again, which leaves a max unchanged.
+    float want = 0.0f;
+    for (std::int64_t r = 0; r < out_rows; ++r)
+      if (owned[r])
+        for (std::int64_t n = 0; n < n_out; ++n) want = std::fmax(want, std::fabs(run.out[static_cast<std::size_t>(r * n_out + n)]));
+    std::uint32_t want_bits = 0;
+    std::memcpy(&want_bits, &want, 4);
+    float got = 0.0f;
+    std::memcpy(&got, &run.absmax, 4);
+    EXPECT_EQ(run.absmax, want_bits) << "out_absmax word " << got << " (0x" << std::hex << run.absmax
+                                     << "), absmax of the stored rows " << want << " (0x" << want_bits << ")";
+  }
   if (result != nullptr) *result = std::move(run);
 }
 

@@ -175,6 +175,28 @@ TEST(Sm90GroupedGemm, NanInOneTokenStaysInItsRows) {
   check(d);
 }
 
+// out_absmax (GEMM1 of fp8_per_tensor, fp32 out; the fused quant(h) of backend.cu): the word is
+// the absmax of exactly what the epilogue stored: tail row tiles (1, 7, 65, 130 rows in 64-row
+// tiles, 5 rows past the last one in max_rows), tail column tiles (N = 96, 208 in 64-column
+// tiles), a NaN token (its rows never win), a bias with weight_on_input, a graph replay.
+TEST(Sm90GroupedGemm, Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) {
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t N : {96, 208}) {
+    Spec s = gate_up(Scheme::kFp8PerTensor, N, 256, Activation::kSilu, DType::kFp32);
+    s.out_absmax = true;
+    check(s);
+    s.nan_a_row = 3;
+    s.seed = 2;
+    check(s);
+  }
+  Spec s = gate_up(Scheme::kFp8PerTensor, 360, 2880, Activation::kSwigluOai, DType::kFp32);
+  s.out_absmax = true;
+  s.bias = true;
+  s.weight_on_input = true;
+  s.seed = 3;
+  check(s, /*graph=*/true);
+}
+
 TEST(Sm90GroupedGemm, EmptyExpertsWriteNothing) {
   SKIP_WITHOUT_SM90();
   Spec s = gate_up(Scheme::kBf16, 96, 256, Activation::kSilu, DType::kBf16);
@@ -239,6 +261,18 @@ TEST(Sm90GroupedGemm, RejectsBadArguments) {
   p = good;
   p.num_experts = 0;
   expect_status(p, moekit::Status::kInvalidArgument);
+  // out_absmax: GEMM1 of fp8_per_tensor with fp32 out only.
+  static std::uint32_t word = 0;
+  p = good;
+  p.out_absmax = &word;
+  expect_status(p, moekit::Status::kInvalidArgument);  // bf16 scheme
+  p.scheme = Scheme::kFp8PerTensor;
+  p.a_scale = &scale;
+  p.b_scale = &scale;
+  expect_status(p, moekit::Status::kInvalidArgument);  // bf16 out
+  p.out_dtype = DType::kFp32;
+  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  expect_status(p, moekit::Status::kInvalidArgument);  // GEMM2
   // Nothing to do is not an error, whatever the pointers.
   GroupedGemmParams empty;
   empty.num_experts = 4;

@@ -137,6 +137,35 @@ TEST(Sm90SwapAbGemm, Fp8PerTensorGateUpMatchesReference) {
   run_case(c);
 }
 
+// out_absmax (GEMM1 of fp8_per_tensor, fp32 out; the fused quant(h) of backend.cu): the word is
+// the absmax of exactly what the epilogue stored, with items of 1..64 tokens (tail chunks of
+// 64-token items), tail weight tiles (N = 96, 208), every split-K (a rank stores only the rows it
+// owns), several tiles per item, a NaN token, a bias with weight_on_input.
+TEST(Sm90SwapAbGemm, Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) {
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t N : {96, 208}) {
+    for (int split : {1, 2, 4, 8}) {
+      Case c = gemm1(Scheme::kFp8PerTensor, N, 1024);
+      c.out_absmax = true;
+      c.split_k = split;
+      c.seed = 20 + split;
+      run_case(c);
+    }
+    Case c = gemm1(Scheme::kFp8PerTensor, N, 256);
+    c.out_absmax = true;
+    c.tiles_per_item = 4;
+    c.nan_a_row = 3;
+    run_case(c);
+  }
+  Case c = gemm1(Scheme::kFp8PerTensor, 360, 2880);
+  c.out_absmax = true;
+  c.act = Activation::kSwigluOai;
+  c.bias = true;
+  c.weight_on_input = true;
+  c.seed = 29;
+  run_case(c);
+}
+
 TEST(Sm90SwapAbGemm, Fp8PerTensorScatterMatchesReference) {
   SKIP_WITHOUT_SM90();
   Case c = gemm2(Scheme::kFp8PerTensor, 96, 256);

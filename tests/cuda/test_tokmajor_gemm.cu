@@ -162,6 +162,38 @@ TEST(Sm90TokMajorGemm, Fp8PerTensorGateUpMatchesReference) {
   run_case(c);
 }
 
+// out_absmax (GEMM1 of fp8_per_tensor, fp32 out; the fused quant(h) of backend.cu): the word is
+// the absmax of exactly what the epilogue stored, with 1, 127, 128, 129, 300, 1000 rows (tail
+// tiles, and tiles of <= 64 rows whose second warpgroup stores nothing), tail column tiles
+// (N = 96, 208 in 128-column tiles), both cluster sizes (the spare CTA of a pair stores nothing),
+// the dynamic schedule, a NaN token, a bias with weight_on_input.
+TEST(Sm90TokMajorGemm, Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) {
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t N : {96, 208}) {
+    for (int cluster : {1, 2}) {
+      Case c = gemm1(Scheme::kFp8PerTensor, N, 256);
+      c.out_absmax = true;
+      c.cluster = cluster;
+      c.seed = 30 + cluster;
+      run_case(c);
+    }
+    Case c = gemm1(Scheme::kFp8PerTensor, N, 256);
+    c.out_absmax = true;
+    c.cluster = 1;
+    c.dynamic = true;
+    c.nan_a_row = 3;
+    run_case(c);
+  }
+  Case c = gemm1(Scheme::kFp8PerTensor, 360, 2880);
+  c.rows = {300, 1};
+  c.out_absmax = true;
+  c.act = Activation::kSwigluOai;
+  c.bias = true;
+  c.weight_on_input = true;
+  c.seed = 39;
+  run_case(c);
+}
+
 TEST(Sm90TokMajorGemm, Fp8PerTensorScatterMatchesReference) {
   SKIP_WITHOUT_SM90();
   Case c = gemm2(Scheme::kFp8PerTensor, 96, 256);

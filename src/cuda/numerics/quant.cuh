@@ -1,19 +1,33 @@
-// fp8 (e4m3) quantization as every kernel does it (docs/design.md): the dynamic-scale rule
-// s = max(absmax / 448, kMinDynamicScale), q = e4m3(x * (1 / s)) with the RNE, saturating
-// conversion (+-inf -> +-448, NaN stays NaN), matching moekit/quant.hpp's host conversion bit
-// for bit. The CPU reference (src/core/quant.cpp, src/cpu/) writes the same rule independently.
+// fp8 (e4m3) quantization as every kernel does it (docs/design.md): the absmax rule, the
+// dynamic-scale rule s = max(absmax / 448, kMinDynamicScale), q = e4m3(x * (1 / s)) with the
+// RNE, saturating conversion (+-inf -> +-448, NaN stays NaN), matching moekit/quant.hpp's host
+// conversion bit for bit. The CPU reference (src/core/quant.cpp, src/cpu/) writes the same rule independently.
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
-#include "moekit/problem.hpp"  // kFp8Max, kMinDynamicScale
+#include "cuda/common/convert.cuh"  // warp_max
+#include "moekit/problem.hpp"       // kFp8Max, kMinDynamicScale
 
 namespace moekit::cuda::numerics {
 
 // The scale of a tensor / row / 128-group whose absolute maximum is `absmax` (NaN-free, >= 0).
 __device__ __forceinline__ float dynamic_scale(float absmax) { return fmaxf(absmax / kFp8Max, kMinDynamicScale); }
+
+// The absmax rule: |x| folded in with fmaxf from 0, so a NaN never wins (fmaxf returns the other
+// operand) and +-inf counts as inf. The quant kernels and GEMM1's epilogue (out_absmax) fold the
+// same values with it, so they agree bit for bit.
+__device__ __forceinline__ float fold_absmax(float amax, float x) { return fmaxf(amax, fabsf(x)); }
+
+// A warp's absmaxes (every lane calls it, lanes converged) into a per-tensor word of float bits
+// that was zeroed before the chain: non-negative, NaN-free floats order like their bits, and a max
+// is order-free, so the word ends the same whichever warps fold in and in what order.
+__device__ __forceinline__ void warp_absmax_to_word(std::uint32_t* word, float amax) {
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0 && amax > 0.f) atomicMax(word, __float_as_uint(amax));
+}
 
 // Two floats -> two e4m3 bytes (a in the low byte), cvt.rn.satfinite: +-inf -> +-448, NaN -> 0x7f.
 __device__ __forceinline__ std::uint16_t e4m3x2(float a, float b) {

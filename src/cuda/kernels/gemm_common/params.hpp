@@ -67,6 +67,14 @@ struct GroupedGemmParams {
   // dynamic schedule); the kernel leaves it nonzero, so the caller zeroes it before every launch
   // (run_moe: the routing kernel). Null: the static round-robin schedule.
   std::uint32_t* tile_counter = nullptr;
+
+  // GEMM1 of fp8_per_tensor with fp32 out only (the launchers refuse it elsewhere): a device word
+  // holding float bits, zero or a partial absmax when the launch starts, into which the epilogue
+  // folds |h| of every value it stores (NaN never wins; one atomicMax per warp). The stored
+  // values are exactly the live rows of out (row_offsets[E] rows, n_out columns), so the word
+  // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
+  // absmax_ready: quant(h) is then a single launch). Null: off.
+  std::uint32_t* out_absmax = nullptr;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.
@@ -81,6 +89,17 @@ constexpr ScaleMode scale_mode_of(Scheme s) {
 }
 constexpr OutType out_type_of(DType d) {
   return d == DType::kBf16 ? kOutBf16 : d == DType::kFp16 ? kOutF16 : kOutF32;
+}
+
+// "" when p.out_absmax is null or usable; otherwise why not. Every family folds it in its e4m3
+// per-tensor / per-channel instantiation's GEMM1 epilogue only, and the value it folds is the one
+// stored only when out is fp32; the quant of the intermediate is per tensor only then.
+inline const char* out_absmax_unsupported_reason(const GroupedGemmParams& p) {
+  if (p.out_absmax == nullptr) return "";
+  if (p.epilogue != GemmEpilogue::kGateUpActivation) return "out_absmax is for GEMM1 (gate_up_activation) only";
+  if (p.scheme != Scheme::kFp8PerTensor) return "out_absmax needs scheme fp8_per_tensor";
+  if (p.out_dtype != DType::kFp32) return "out_absmax needs out_dtype fp32";
+  return "";
 }
 
 }  // namespace moekit::cuda

@@ -162,6 +162,7 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
   }
   if (p.bias && p.bias_dtype != DType::kFp32 && p.bias_dtype != DType::kBf16 && p.bias_dtype != DType::kFp16)
     return std::string("bias_dtype must be fp32, bf16 or fp16, got ") + dtype_name(p.bias_dtype);
+  if (const char* absmax_why = out_absmax_unsupported_reason(p); absmax_why[0] != '\0') return absmax_why;
   if (p.scheme == Scheme::kFp8Block128 && gate_up && p.n_out % 64 != 0) {
     std::ostringstream os;
     os << "fp8_block128 GEMM1 needs N % 64 == 0 (the 64 up rows of a tile must sit in one 128-row scale "

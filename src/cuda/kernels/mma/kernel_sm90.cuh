@@ -23,6 +23,7 @@
 #include "cuda/kernels/mma/params.hpp"
 #include "cuda/numerics/activation.cuh"
 #include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
 
 namespace moekit::cuda::mma_sm90 {
 
@@ -304,6 +305,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
   const std::int64_t e_rows_b = static_cast<std::int64_t>(expert) * args.rows_b;
   const bool use_weight = gemm1 ? p.weight_on_input : !p.weight_on_input;
+  // out_absmax (fp8_per_tensor GEMM1, fp32 out): |h| of every value this thread stores. Only the
+  // e4m3 per-tensor / per-channel instantiation folds it; the others compile as before.
+  constexpr bool kAbsmax = kFp8 && !kBlock128;
+  float hmax = 0.f;
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -343,6 +348,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               u += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + n_out + col + c);
             }
             v[c] = numerics::activate<numerics::ActMath::kIeee>(p.activation, g, u);
+            if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, v[c]);
           }
           store_pair(p.out, p.out_dtype, out_base + col, v[0], v[1]);
         }
@@ -363,6 +369,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         }
       }
     }
+  // The rows and columns skipped above (past row_end, past n_out) were not stored and are not
+  // folded: every live (row, column) of out is stored by exactly one thread of the grid. The
+  // warp's lanes are converged again here (the loops above only skip iterations).
+  if constexpr (kAbsmax) {
+    if (p.out_absmax != nullptr) numerics::warp_absmax_to_word(p.out_absmax, hmax);
+  }
 }
 
 // Host side of one instantiation: raise the dynamic smem limit (once per device) and launch.

@@ -91,6 +91,8 @@ void check_params(const GroupedGemmParams& p) {
     fail(Status::kInvalidArgument, std::string("out_dtype = ") + dtype_name(p.out_dtype) +
                                        " for bias_weight_scatter, expected fp32");
   }
+  const std::string absmax_why = out_absmax_unsupported_reason(p);
+  if (!absmax_why.empty()) fail(Status::kInvalidArgument, absmax_why);
 
   // Layout limits of this kernel (valid input it cannot run).
   if (p.n_out % 2 != 0)

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
     float v[kVec];
     load_vec<kVec>(x + i * kVec, v);
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+    for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
   }
   block_absmax<kThreads>(amax, [&](float a) {
     // a >= 0 and never NaN here, so its bits order like the values.
@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
   });
 }
 
-// Per tensor, pass 2 (or the only pass with a static scale).
+// Per tensor, pass 2 (or the only pass: a static scale, or an absmax word GEMM1's epilogue
+// completed, QuantParams::absmax_ready).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_k
     float v[kVec];
     load_vec<kVec>(x + i * kVec, v);
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+    for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
   }
   block_absmax<kSmallTensorThreads>(amax, [&](float a) {
     s_scale = numerics::dynamic_scale(a);
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) quant_row_sm90_kernel(const __grid_c
     float v[kVec];
     load_vec<kVec>(x + c, v);
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[t]));
+    for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
   }
   const float s = numerics::dynamic_scale(warp_max(amax));
   const float inv = 1.0f / s;
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) quant_group_sm90_kernel(const __grid
     if (in[i]) {
       load_vec<kVec>(x + c, v[i]);
 #pragma unroll
-      for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[i][t]));
+      for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[i][t]);
     }
   }
   const float s = numerics::dynamic_scale(warp_max(amax));

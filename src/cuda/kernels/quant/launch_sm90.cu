@@ -27,12 +27,15 @@ void launch_typed(const QuantParams& p, void* stream, bool pdl) {
   using quant::kWarpsPerBlock;
   switch (p.scheme) {
     case Scheme::kFp8PerTensor: {
-      if (p.static_scale == nullptr && p.rows * p.cols <= quant::kSmallTensorMaxElems) {
+      // A complete absmax word (GEMM1's epilogue wrote it): pass 2 alone, whatever the size; the
+      // one-CTA kernel would compute the same absmax again.
+      const bool dynamic = p.static_scale == nullptr && !p.absmax_ready;
+      if (dynamic && p.rows * p.cols <= quant::kSmallTensorMaxElems) {
         quant::run_quant_sm90<kX, kVec>(QuantKernel::kQuantTensorSmall, p, 1, stream, pdl);
         break;
       }
       const int grid = static_cast<int>(blocks_for(p.rows * p.cols / kVec, kThreads, quant::kMaxTensorBlocks));
-      if (p.static_scale == nullptr) {
+      if (dynamic) {
         quant::run_quant_sm90<kX, kVec>(QuantKernel::kAbsmaxTensor, p, grid, stream, pdl);
       }
       quant::run_quant_sm90<kX, kVec>(QuantKernel::kQuantTensor, p, grid, stream, pdl);

@@ -7,7 +7,7 @@
 namespace moekit::cuda {
 
 /// Enqueue the quantization of params.x on `stream` (one launch; two for dynamic per tensor
-/// above 32 K elements). With `pdl` every launch is the programmatic dependent of the kernel
+/// above 32 K elements unless params.absmax_ready). With `pdl` every launch is the programmatic dependent of the kernel
 /// before it on the stream (cuda/common/pdl.cuh).
 void launch_quant_sm90(const QuantParams& params, void* stream, bool pdl = false);
 

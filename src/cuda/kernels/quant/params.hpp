@@ -24,6 +24,10 @@ struct QuantParams {
   std::uint32_t* absmax = nullptr;
   std::uint8_t* q = nullptr;              // e4m3 [rows, cols]
   float* scale = nullptr;                 // [1] / [rows] / [rows, ceil(cols/128)]
+  // Dynamic per tensor: *absmax is already the absmax of x's live rows (GEMM1's epilogue wrote it,
+  // GroupedGemmParams::out_absmax), so the launch is pass 2 alone, scaled from the word. Last, so
+  // that the fields before it keep their offsets in the kernels.
+  bool absmax_ready = false;
 };
 
 namespace quant {
@@ -31,7 +35,7 @@ namespace quant {
 // The five kernels of the family (kernel_sm90.cuh), one of which a launch runs.
 enum class QuantKernel {
   kAbsmaxTensor,       // per tensor, pass 1: absmax into *absmax (grid, kThreads)
-  kQuantTensor,        // per tensor, pass 2 or the only pass with a static scale (grid, kThreads)
+  kQuantTensor,        // per tensor, pass 2, or the only pass (static scale / absmax_ready) (grid, kThreads)
   kQuantTensorSmall,   // per tensor, dynamic, small tensors: one CTA of kSmallTensorThreads
   kQuantRow,           // per row: a warp per row (grid, kThreads)
   kQuantGroup,         // 1x128 groups: a warp per (row, group) (grid, kThreads)

@@ -24,6 +24,7 @@
 #include "cuda/kernels/swapab/params.hpp"
 #include "cuda/numerics/activation.cuh"
 #include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
 
 namespace moekit::cuda::swapab {
 
@@ -85,6 +86,9 @@ struct SwapAb {
   static constexpr int kStageBytes = stage_bytes(kGateUp);
   static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;
   static constexpr int kPlanes = planes(kGateUp);
+  // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its stores for
+  // out_absmax (params.hpp); the other instantiations compile as before.
+  static constexpr bool kAbsmax = kGateUp && !kBlock128 && std::is_same<Tag, sm90::E4m3Tag>::value;
 
   struct Smem {
     std::uint32_t tiles;   // stage s: A0 at s*kStageBytes, A1 (gate-up) next, then the tokens
@@ -222,7 +226,8 @@ struct SwapAb {
   template <int W>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
-                                                      std::uint32_t& phase, int& round, float a_scale0) {
+                                                      std::uint32_t& phase, int& round, float a_scale0,
+                                                      float& hmax) {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
     int ks_begin, ks_end;
@@ -498,6 +503,7 @@ struct SwapAb {
         if (rr >= valid_rows) continue;
         if (kGateUp) {
           const float hval = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.alpha, p.limit);
+          if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, hval);
           store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
         } else {
           const int tslot = s.tok_slot[buf * kMaxTokens + tok];
@@ -513,16 +519,24 @@ struct SwapAb {
     int round = 0;
     // Per tensor: the activation scale, once per CTA.
     const float a_scale0 = p.scale_mode == kScalePerTensor ? p.a_scale[0] : 1.0f;
+    // out_absmax: |h| of every value this thread stores, over all its items (one atomic per warp
+    // per CTA). Phase 2 stores each live (row, column) of out once in the grid: rows past the
+    // item's count, columns past n_out and the rows other split-K ranks own are skipped there.
+    float hmax = 0.0f;
     const int num_clusters = gridDim.x / s.split;
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round, a_scale0); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round, a_scale0); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round, a_scale0); break;
-        default: consume_item<64>(p, s, it, stage, phase, round, a_scale0); break;
+        case 8: consume_item<8>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+        case 16: consume_item<16>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+        case 32: consume_item<32>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+        default: consume_item<64>(p, s, it, stage, phase, round, a_scale0, hmax); break;
       }
+    }
+    // Every consumer thread walks the same items, so its warps leave the loop together.
+    if constexpr (kAbsmax) {
+      if (p.out_absmax != nullptr) numerics::warp_absmax_to_word(p.out_absmax, hmax);
     }
   }
 };

@@ -2,6 +2,8 @@
 // GroupedGemmParams, and the launch entry of each instantiation (inst/*.cu).
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/common/operand.hpp"
 #include "cuda/kernels/gemm_common/kernel_params.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"  // OutType
@@ -20,6 +22,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   int split_k;         // cluster size S in {1, 2, 4, 8}: CTAs sharing one item's K
   int tiles_per_item;  // T >= 1: consecutive 64-row tiles of one item (same tokens)
   SmemLayout smem;     // from smem_layout(gate_up, E, S) on the host
+  // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
+  // fields before it keep their offsets in every instantiation.
+  std::uint32_t* out_absmax;
 };
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in

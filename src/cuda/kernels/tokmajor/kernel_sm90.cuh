@@ -25,6 +25,7 @@
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "cuda/numerics/activation.cuh"
 #include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
 
 namespace moekit::cuda::tokmajor {
 
@@ -95,6 +96,9 @@ struct TokMajor {
   static constexpr int kStageBytes = stage_bytes(kBlock128);
   static constexpr std::uint32_t kTmaBytes = b_tile_bytes(kBlock128);
   static constexpr int kElemBytes = kOp == Operand::kE4m3 ? 1 : 2;
+  // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its fp32 stores for
+  // out_absmax (params.hpp); the other instantiations and output types compile as before.
+  static constexpr bool kAbsmax = kGateUp && !kBlock128 && kOp == Operand::kE4m3;
 
   struct Smem {
     std::uint32_t tiles;  // stage s: A [128 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
@@ -252,6 +256,10 @@ struct TokMajor {
 
     const bool dynamic = p.tile_counter != nullptr;
     const int num_clusters = gridDim.x / s.cluster;
+    // out_absmax: |h| of every value this thread stores, over all its tiles (one atomic per warp
+    // per CTA). The GEMM1 epilogue stores each live (row, column) of out once in the grid: rows
+    // past the tile's count (slot -1) and columns past n_out are skipped there.
+    float hmax = 0.0f;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The unit the producer took for the tile that starts at this stage (-1: none left).
@@ -364,8 +372,8 @@ struct TokMajor {
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = (scaled ? ts[h] : 1.0f) * (p.weight_on_input ? tw[h] : 1.0f);
         const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
-        if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane);
-        else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane);
+        if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+        else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
       } else {
         // GEMM2: rows scattered to the slot's own row of out [M*k, K], fp32 or the activation dtype.
         // One row factor (activation scale x routed weight) and, only with per-channel scales or
@@ -392,6 +400,10 @@ struct TokMajor {
         }
       }
     }
+    // Every consumer thread leaves the loop at the same unit (the schedule is per CTA).
+    if constexpr (kAbsmax) {
+      if (p.out_absmax != nullptr) numerics::warp_absmax_to_word(p.out_absmax, hmax);
+    }
   }
 
   // GEMM1's epilogue: dispatch on the output type and the activation (uniform per kernel call).
@@ -399,19 +411,19 @@ struct TokMajor {
   static __device__ __forceinline__ void gateup_epilogue_out(const KernelParams& p, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane) {
-    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else gateup_epilogue_act<kOutF16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
+                                                             std::int64_t rb, int lane, float& hmax) {
+    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else gateup_epilogue_act<kOutF16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
   }
   template <int kOut, bool kColTerms>
   static __device__ __forceinline__ void gateup_epilogue_act(const KernelParams& p, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane) {
-    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
-    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane);
+                                                             std::int64_t rb, int lane, float& hmax) {
+    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
   }
 
   // Gate column n (j < kBN/16) and its up column (j + kBN/16) sit in the same thread; column
@@ -421,7 +433,7 @@ struct TokMajor {
   static __device__ __forceinline__ void gateup_epilogue(const KernelParams& p, const Tile& tl,
                                                          const float (&acc)[kAcc], const int (&slot)[2],
                                                          const int (&rloc)[2], const float (&f)[2],
-                                                         std::int64_t rb, int lane) {
+                                                         std::int64_t rb, int lane, float& hmax) {
     const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBox;
     std::int64_t obase[2];
 #pragma unroll
@@ -457,6 +469,8 @@ struct TokMajor {
             u = u * us[c] + ub[c];
           }
           v[c] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
+          // The fp32 value is the one stored (out_absmax needs fp32 out).
+          if constexpr (kAbsmax && kOut == kOutF32) hmax = numerics::fold_absmax(hmax, v[c]);
         }
         store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
       }

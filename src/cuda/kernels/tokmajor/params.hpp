@@ -25,6 +25,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // GroupedGemmParams::tile_counter); null: static round-robin.
   std::uint32_t* tile_counter;
   SmemLayout smem;
+  // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
+  // fields before it keep their offsets in every instantiation.
+  std::uint32_t* out_absmax;
 };
 
 // Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with

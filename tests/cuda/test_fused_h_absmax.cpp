@@ -1,0 +1,102 @@
+// fp8_per_tensor with a dynamic intermediate scale takes the intermediate's absmax in GEMM1's
+// epilogue (GroupedGemmParams::out_absmax) and quantizes it in one launch; MOEKIT_FUSED_H_ABSMAX=0
+// keeps the separate absmax launch. Both must give bitwise the same output: the same max of the
+// same values, hence the same scale. Checked on every GEMM path forced by name, fused_experts and
+// fused_moe, with token counts that leave tail tiles (label gpu; skipped without a Hopper GPU).
+// The per-family GEMM tests (Sm90GroupedGemm, Sm90SwapAbGemm, Sm90TokMajorGemm
+// .Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) check the word itself against what each epilogue stored.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/cuda_test.hpp"
+#include "common/device_case.hpp"
+#include "common/moe_case.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit::testing {
+namespace {
+
+constexpr std::uint16_t kPoison = 0xffff;  // DeviceCase::run memsets out to 0xff bytes: a bf16 NaN
+
+// The GEMM paths of the multi-launch chain, forced by name (Options::path). auto, fused and
+// decode are left out: the latter two never run the chain, and auto picks one of these.
+const char* const kGemmPaths[] = {"mma", "swapab", "tokmajor"};
+
+// For each path, call mode and M: the output with the fused absmax (MOEKIT_FUSED_H_ABSMAX unset)
+// and with the two-pass quant(h) (=0), bitwise equal and fully written.
+void check_fused_vs_two_pass(const CaseSpec& spec) {
+  const MoeCase c = make_case(spec);
+  DeviceCase d(c);
+  for (const char* path : kGemmPaths)
+    for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
+      for (std::int64_t M : {1, 37, 300}) {
+        if (M > spec.M) continue;
+        SCOPED_TRACE(spec.name() + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
+        try {
+          std::vector<std::uint16_t> two_pass, fused;
+          {
+            ScopedEnv off("MOEKIT_FUSED_H_ABSMAX", "0");
+            two_pass = d.run(M, mode, path);
+          }
+          {
+            ScopedEnv on("MOEKIT_FUSED_H_ABSMAX", "1");
+            fused = d.run(M, mode, path);
+          }
+          ASSERT_EQ(0, std::count(two_pass.begin(), two_pass.end(), kPoison)) << "two-pass: out not written";
+          EXPECT_TRUE(fused == two_pass) << "the fused absmax changed the output";
+        } catch (const Error& e) {
+          ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
+        }
+      }
+}
+
+CaseSpec fp8_dynamic_spec(std::int64_t E, std::int64_t k, std::int64_t K, std::int64_t N) {
+  CaseSpec s;
+  s.M = 300;
+  s.E = E;
+  s.k = k;
+  s.K = K;
+  s.N = N;
+  s.scheme = Scheme::kFp8PerTensor;
+  s.static_scales = false;  // a2_scale absent: the dynamic intermediate scale
+  s.seed = 41;
+  return s;
+}
+
+// N = 208: tail column tiles on every path (mma and Swap-AB 64 columns, token-major 128); M = 1
+// has the intermediate under 32 K elements (quant(h) was one CTA there), M = 300 above.
+TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassPerPath) {
+  SKIP_WITHOUT_SM90();
+  check_fused_vs_two_pass(fp8_dynamic_spec(8, 2, 256, 208));
+}
+
+// The mixtral shape shrunk (E = 8, k = 2, N = 256), and qwen3-30b's (E = 32, k = 8, N = 96: 64
+// and 128-column tails, experts with 0..a few rows at M = 1 and 37).
+TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassPresets) {
+  SKIP_WITHOUT_SM90();
+  check_fused_vs_two_pass(fp8_dynamic_spec(8, 2, 512, 256));
+  check_fused_vs_two_pass(fp8_dynamic_spec(32, 8, 1024, 96));
+}
+
+// With an expert_map half the slots are not local: the intermediate has offsets[E] < M*k live
+// rows, the set both the epilogue and the absmax pass are bounded by. With biases the epilogues'
+// per-column terms run too.
+TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassExpertMapAndBias) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = fp8_dynamic_spec(8, 2, 256, 208);
+  s.expert_map = true;
+  check_fused_vs_two_pass(s);
+  s = fp8_dynamic_spec(8, 2, 256, 208);
+  s.bias = true;
+  s.activation.kind = Activation::kSwigluOai;
+  s.seed = 42;
+  check_fused_vs_two_pass(s);
+}
+
+}  // namespace
+}  // namespace moekit::testing
