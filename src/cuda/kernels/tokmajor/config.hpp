@@ -27,6 +27,9 @@ inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
 // Named barrier of the producer warpgroup (id 0 is __syncthreads'), used by the dynamic schedule.
 inline constexpr int kProducerBarrier = 1;
+// The dynamic schedule takes the next unit one tile ahead when a tile has at most this many
+// K stages (kernel_sm90.cuh, produce()).
+inline constexpr int kLookaheadMaxStages = 8;
 // setmaxnreg: 128 x 64 + 256 x 216 = 63488 <= 65536 registers of the SM. The producer keeps 8
 // gathered row indices, the tile and the pipeline state live (56 spilled a register with
 // block128); the consumers use ~172 (128 accumulators + addresses + epilogue values).

@@ -143,11 +143,14 @@ struct TokMajor {
     std::uint32_t phase = 0;
     const bool dynamic = p.tile_counter != nullptr;
     const int num_clusters = gridDim.x / s.cluster;
-    // Dynamic schedule, thread 0: the unit taken one tile ahead. Its atomic's round trip to L2
-    // (~1 µs) overlaps the current tile's loads instead of stopping the producer between tiles:
-    // with K-short tiles (GEMM2 at N = 96..360, 1-3 stages a tile) that wait was most of a tile.
+    // Dynamic schedule with K-short tiles (GEMM2 at N = 96..360: 1-6 stages a tile), thread 0:
+    // the unit taken one tile ahead, so that the atomic's round trip to L2 (~1 µs) overlaps the
+    // current tile's loads instead of stopping the producer between tiles. Not for long tiles:
+    // there the wait is a small part of a tile, and taking units ahead lets the CTAs on one
+    // weight tile start it apart (mixtral-8x7b M = 512..1024 lost 3-4 %, H200, 2026-12-01).
+    const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
     int ahead = 0;
-    if (dynamic && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -156,8 +159,12 @@ struct TokMajor {
         // their units and the weights came from DRAM again). The counter only grows: once a unit
         // is past the end, so is the one taken ahead of it.
         if (t == 0) {
-          s.tile_w[s.stages] = ahead;
-          ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+          if (lookahead) {
+            s.tile_w[s.stages] = ahead;
+            ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+          } else {
+            s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+          }
         }
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
         w = s.tile_w[s.stages];
