@@ -40,9 +40,13 @@ inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
 inline constexpr int kPlacedBarrier = 2;
 inline constexpr int kPlacedThreads = 32 + 128;  // warp 1 + the consumer warpgroup
 // Prefetch into L2 at kernel entry (consumer warpgroup, before the routing): the call's token
-// rows (this rank's K slice) and router weights, when they are at most this many 128-byte lines,
-// so that the item's token-row loads wait on L2 instead of HBM.
-inline constexpr int kPrefetchLines = 1024;
+// rows and router weights, so that the item's token-row loads (and fp8's dynamic activation
+// absmax) wait on L2 instead of HBM. fp8 with a dynamic activation scale reads all of hidden
+// anyway: all of it, up to kPrefetchLinesAll 128-byte lines; otherwise this rank's K slice of
+// every token, up to kPrefetchLines (qwen3-30b TP8 bf16 M = 32, 1024 lines a CTA over 132 CTAs,
+// lost 3 % in two same-run A/Bs: the requests queue at L2 beside the first weight loads).
+inline constexpr int kPrefetchLines = 256;
+inline constexpr int kPrefetchLinesAll = 1024;
 // Pipeline depth: 4..12 stages of 16 KB, what the item's other buffers leave of 227 KB. HBM
 // latency x per-SM bandwidth is ~40 KB, but at M = 1 on a TP8 shard a CTA's whole item (GEMM1's
 // K slice and GEMM2's rows, e.g. 10 stages for qwen3-30b) fits: the producer then issues every

@@ -753,15 +753,23 @@ struct Decode {
   // Consumers: the slot list is placed (route()'s last step, warp 1).
   static __device__ __forceinline__ void placed() { sm90::named_barrier_sync(kPlacedBarrier, kPlacedThreads); }
 
-  // Consumers, at kernel entry: the call's token rows (this rank's K slice of every token) and
-  // router weights into L2, when they are at most kPrefetchLines lines; the item's loads of them
-  // (after the routing) then wait on L2, not HBM. kDown reads h, not the token rows.
+  // Consumers, at kernel entry: the call's token rows and router weights into L2 (config.hpp,
+  // kPrefetchLines); the loads of them after the routing then wait on L2, not HBM. kDown reads h,
+  // not the token rows.
   static __device__ void prefetch_inputs(const DecodeParams& p, const Smem& s) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int P = p.num_tokens * p.top_k;
     if (p.topk_weights != nullptr)
       for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
     if constexpr (kStage == kDown) return;
+    const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
+    if (kFp8 && p.a13_scale == nullptr) {
+      // dynamic_scales() reads all of hidden first.
+      const std::int64_t all = (static_cast<std::int64_t>(p.num_tokens) * p.hidden_size * 2 + 127) / 128;
+      if (all <= kPrefetchLinesAll)
+        for (int l = t; l < all; l += kConsumerThreads) sm90::prefetch_l2(hidden + 128 * static_cast<std::int64_t>(l));
+      return;
+    }
     int ks0, ks1;
     rank_range(p.tiling.k_stages, s.cluster, s.rank, ks0, ks1);
     // Bytes of hidden per K chunk: bf16 weights 64 elements (128 B of hidden), e4m3 128 (256 B).
@@ -772,7 +780,6 @@ struct Decode {
     if (b1 <= b0) return;
     const int lines = static_cast<int>((b1 - b0 + 127) / 128);
     if (static_cast<std::int64_t>(lines) * p.num_tokens > kPrefetchLines) return;
-    const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     for (int i = t; i < lines * p.num_tokens; i += kConsumerThreads) {
       const int m = i / lines, l = i - m * lines;
       sm90::prefetch_l2(hidden + m * row_bytes + b0 + 128 * l);
