@@ -37,6 +37,12 @@ Requested parse_requested(const char* forced) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// A single-launch path's reason for declining, or, when none was given, that it is not built.
+std::string not_built_or(const std::string& why, const char* path) {
+  if (!why.empty()) return why;
+  return std::string("the single-launch ") + path + " path is not built in this version of moekit";
+}
+
 // The reason's stream, made only when the reason is wanted (RouterInputs::want_reason): an
 // ostringstream costs a locale copy per call, and an eager call without MOEKIT_LOG_DISPATCH
 // never reads the reason.
@@ -152,14 +158,14 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     case Requested::kFused:
       if (!in.fused_ok)
         throw Error(Status::kNotSupported, "path 'fused' forced (Options::path or MOEKIT_PATH) but it cannot run " +
-                                               p.to_string() + ": " + in.fused_why);
+                                               p.to_string() + ": " + not_built_or(in.fused_why, "fused"));
       plan.fused = true;
       plan.reason = "forced";
       return plan;
     case Requested::kDecode:
       if (!in.decode_ok)
         throw Error(Status::kNotSupported, "path 'decode' forced (Options::path or MOEKIT_PATH) but it cannot run " +
-                                               p.to_string() + ": " + in.decode_why);
+                                               p.to_string() + ": " + not_built_or(in.decode_why, "decode"));
       plan.decode = true;
       plan.reason = "forced";
       return plan;
@@ -182,6 +188,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
   // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
   // token-major declines runs on mma).
+  // The decode branch comes first and reads no other answer (GEMM, fused): the CUDA backend asks
+  // for those only when the plan is not decode (plan_call; CpuPathRouter.DecodeReadsNoOtherAnswer).
   if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
     const RouterTable& t = kRouterTable;
     const std::int64_t N = p.intermediate_size;

@@ -141,10 +141,12 @@ struct RouterInputs {
   bool tokmajor_ok[2] = {false, false};  ///< the token-major wgmma path can run GEMM1, GEMM2
   std::string tokmajor_why[2];
   bool fused_ok = false;            ///< a single-launch fused path can run this call
-  std::string fused_why = "the single-launch fused path is not built in this version of moekit";
+  /// Why not ("": the path is not built in this version of moekit, which a forced path's error
+  /// then says; empty by default so that an eager call allocates no text it never reads).
+  std::string fused_why;
   bool decode_ok = false;           ///< the single-launch decode path can run this call
   bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
-  std::string decode_why = "the single-launch decode path is not built in this version of moekit";
+  std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.

@@ -16,6 +16,7 @@
 #include "core/backend.hpp"
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/preload.cuh"
@@ -217,14 +218,17 @@ DType y_dtype(const MoeProblem& p, const detail::DispatchPlan& plan) {
   return p.act_dtype;
 }
 
-// The router's plan for a call (core/path_router.hpp), from the sizes, the SM count and Swap-AB's
-// can_implement of both GEMMs (host queries only, no sync). The current device is the call's.
-detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1, const GroupedGemmParams& g2,
-                               const char* forced, bool log) {
+// The router's plan for a call (core/path_router.hpp), from the sizes, the SM count and the
+// kernels' can_implement (host queries only, no sync). call.device is current. *g1 / *g2: the
+// GEMMs' parameters (gemm1_params, gemm2_params), filled unless the plan is decode's, which has
+// no use for them.
+detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayout& L, GroupedGemmParams* g1,
+                               GroupedGemmParams* g2, bool log) {
+  const MoeProblem& p = call.problem;
+  const char* forced = call.forced_path;
+  const int device = call.device;
   detail::RouterInputs in;
-  int device = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&in.sm_count, cudaDevAttrMultiProcessorCount, device));
+  in.sm_count = device_sm_count(device);  // once per device (cuda/common/device_attr.cuh)
   in.forced = forced;
   // A call (log) needs the reason only to print it; describe_dispatch (!log) returns it.
   const bool print = log && detail::log_dispatch_enabled();
@@ -233,22 +237,34 @@ detail::DispatchPlan plan_call(const MoeProblem& p, const GroupedGemmParams& g1,
   // error only: an automatic call that prints nothing does not have them spelled out.
   const bool need_why = in.want_reason || (forced != nullptr && forced[0] != '\0');
   auto why = [need_why](std::string& s) { return need_why ? &s : nullptr; };
-  in.swapab_ok[0] = can_implement_swapab_sm90(g1, why(in.swapab_why[0]));
-  in.swapab_ok[1] = can_implement_swapab_sm90(g2, why(in.swapab_why[1]));
-  in.tokmajor_ok[0] = can_implement_tokmajor_sm90(g1, why(in.tokmajor_why[0]));
-  in.tokmajor_ok[1] = can_implement_tokmajor_sm90(g2, why(in.tokmajor_why[1]));
-  in.fused_ok = can_implement_fused_sm90(p, why(in.fused_why));
-  if (in.fused_ok) {
-    // Its CTAs wait on each other: it launches cooperatively, which this device must support.
-    int coop = 0;
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
-    if (coop == 0) {
-      in.fused_ok = false;
-      in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
-    }
-  }
   in.decode_ok = can_implement_decode_sm90(p, in.sm_count, why(in.decode_why));
   in.decode_in_auto = detail::decode_in_auto_enabled();
+  // choose_paths settles the decode path before it reads any GEMM or fused answer
+  // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
+  // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
+  // their four can_implement, the fused one and the cooperative-launch attribute. Otherwise the
+  // plan is made again with them.
+  const bool auto_path = forced == nullptr || forced[0] == '\0' || std::strcmp(forced, "auto") == 0;
+  const bool forced_decode = forced != nullptr && std::strcmp(forced, "decode") == 0;
+  if (in.decode_ok && ((auto_path && in.decode_in_auto) || forced_decode)) {
+    detail::DispatchPlan plan = detail::choose_paths(p, in);
+    if (plan.decode) {
+      if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
+      return plan;
+    }
+  }
+  *g1 = gemm1_params(call, L);
+  *g2 = gemm2_params(call, L);
+  in.swapab_ok[0] = can_implement_swapab_sm90(*g1, why(in.swapab_why[0]));
+  in.swapab_ok[1] = can_implement_swapab_sm90(*g2, why(in.swapab_why[1]));
+  in.tokmajor_ok[0] = can_implement_tokmajor_sm90(*g1, why(in.tokmajor_why[0]));
+  in.tokmajor_ok[1] = can_implement_tokmajor_sm90(*g2, why(in.tokmajor_why[1]));
+  in.fused_ok = can_implement_fused_sm90(p, why(in.fused_why));
+  if (in.fused_ok && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
+    // Its CTAs wait on each other: it launches cooperatively, which this device must support.
+    in.fused_ok = false;
+    in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
+  }
   detail::DispatchPlan plan = detail::choose_paths(p, in);
   if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
@@ -280,9 +296,11 @@ std::string describe_dispatch(const MoeProblem& problem, const char* forced, int
   call.topk_ids = static_cast<const std::int32_t*>(fake);
   call.topk_weights = static_cast<const float*>(fake);
   call.workspace = fake;
+  call.device = device;
+  call.forced_path = forced;
   const WorkspaceLayout L = workspace_layout(problem);
-  const detail::DispatchPlan plan =
-      plan_call(problem, gemm1_params(call, L), gemm2_params(call, L), forced, /*log=*/false);
+  GroupedGemmParams g1, g2;
+  const detail::DispatchPlan plan = plan_call(call, L, &g1, &g2, /*log=*/false);
   if (why != nullptr) *why = plan.reason;
   return plan.describe();
 }
@@ -368,9 +386,8 @@ void run_moe(const detail::MoeCall& call) {
   }
   // The router picks each GEMM's kernel before anything is enqueued, so a forced path that cannot
   // run this problem fails with nothing launched.
-  const GroupedGemmParams g1 = gemm1_params(call, L);
-  GroupedGemmParams g2 = gemm2_params(call, L);
-  const detail::DispatchPlan plan = plan_call(p, g1, g2, call.forced_path, true);
+  GroupedGemmParams g1, g2;  // the GEMMs' parameters, made by the router (not on the decode path)
+  const detail::DispatchPlan plan = plan_call(call, L, &g1, &g2, true);
   g2.out_dtype = y_dtype(p, plan);  // the token-major kernel accepts either (can_implement_tokmajor_sm90)
   // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
   if (plan.fused) {

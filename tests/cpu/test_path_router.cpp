@@ -196,6 +196,33 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   }
 }
 
+TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
+  // The CUDA backend asks the GEMM and fused can_implement only when the plan is not decode
+  // (plan_call): whether the plan is decode, and its reason, must not depend on those answers.
+  for (const ModelPreset& pr : model_presets())
+    for (std::int64_t M : {1, 2, 4, 8, 16, 32, 64, 128, 512})
+      for (int tp : {1, 8})
+        for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor})
+          for (const char* forced : {static_cast<const char*>(nullptr), "auto", "decode"}) {
+            const MoeProblem p = preset_problem(pr, M, tp, s);
+            detail::RouterInputs none;  // the defaults plan_call's first pass runs with
+            none.forced = forced;
+            none.decode_ok = true;
+            detail::RouterInputs all = none;
+            all.swapab_ok[0] = all.swapab_ok[1] = all.tokmajor_ok[0] = all.tokmajor_ok[1] = all.fused_ok = true;
+            detail::RouterInputs declined = none;
+            declined.swapab_ok[0] = declined.swapab_ok[1] = false;
+            declined.swapab_why[0] = declined.swapab_why[1] = declined.tokmajor_why[0] = "not in this test";
+            declined.tokmajor_why[1] = declined.fused_why = "not in this test";
+            const detail::DispatchPlan a = choose_paths(p, none);
+            for (const detail::RouterInputs* in : {&all, &declined}) {
+              const detail::DispatchPlan b = choose_paths(p, *in);
+              ASSERT_EQ(a.decode, b.decode) << p.to_string();
+              if (a.decode) EXPECT_EQ(a.log_line(p), b.log_line(p));
+            }
+          }
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/kernels/decode/config.hpp"
@@ -201,9 +202,9 @@ void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
 void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
-  int dev = 0, sms = 0;
+  int dev = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = device_sm_count(dev);  // once per device
   query_cluster_slots(dev);
   // can_implement_decode_sm90 ran in the router (a plan takes this path only when it passed);
   // the tiling below throws when the problem does not fit.

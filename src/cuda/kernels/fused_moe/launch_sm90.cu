@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/params.hpp"
@@ -91,9 +92,9 @@ void launch_fused_moe_sm90(const FusedMoeParams& fp, void* stream) {
       !aligned16(fp.workspace))
     throw Error(Status::kNotSupported, "fused MoE path needs 16-byte aligned hidden, out, w13, w2 and workspace");
 
-  int device = 0, sms = 0;
+  int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = device_sm_count(device);  // once per device
 
   const bool fp8 = p.scheme != Scheme::kBf16;
   const int eb = fp8 ? 1 : 2;

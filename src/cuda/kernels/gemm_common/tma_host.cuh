@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/common/operand.hpp"
 #include "cuda/common/tma.cuh"  // encode_tiled_fn
 #include "cuda/kernels/gemm_common/kernel_params.hpp"
@@ -63,12 +64,11 @@ void fill_common_fields(KP& kp, const GroupedGemmParams& p, std::int64_t rows_b,
   kp.limit = p.activation.limit;
 }
 
-// The SMs of the current device (the persistent grids' size).
+// The SMs of the current device (the persistent grids' size), asked once per device.
 inline int sm_count_of_current_device() {
-  int dev = 0, sms = 0;
+  int dev = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  return device_sm_count(dev);
 }
 
 // CTAs of a persistent grid in clusters of `cluster` CTAs: one CTA per SM (each takes most of an

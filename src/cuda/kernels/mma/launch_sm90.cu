@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/kernels/mma/config.hpp"
 #include "cuda/kernels/mma/launch_sm90.hpp"
 #include "cuda/kernels/mma/params.hpp"
@@ -119,10 +120,11 @@ void launch_grouped_gemm(const GroupedGemmParams& params, void* stream, bool pdl
   check_params(params);
   if (params.max_rows == 0 || params.n_out == 0) return;
 
-  int device = 0, major = 0, minor = 0;
+  int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  // The compute capability, asked once per device (two of the chain's launches are this one's).
+  const int major = device_attribute<cudaDevAttrComputeCapabilityMajor>(device);
+  const int minor = device_attribute<cudaDevAttrComputeCapabilityMinor>(device);
   if (major != 9 || minor != 0)
     fail(Status::kNotSupported, "built for sm_90a; device " + num(device) + " is sm_" + num(major) + num(minor));
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "moekit/error.hpp"
@@ -53,9 +54,9 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     throw Error(Status::kNotSupported, "M*k = " + std::to_string(p.num_tokens * p.top_k) +
                                            " slots exceeds the int32 slot index of the CUDA backend");
   const std::size_t smem = std::max(route_smem_bytes(p), permute_smem_bytes(p));
-  int device = 0, optin = 0;
+  int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int optin = device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);  // once per device
   if (smem > static_cast<std::size_t>(optin))
     throw Error(Status::kNotSupported, "routing kernel needs " + std::to_string(smem) +
                                            " bytes of shared memory (E_global=" + std::to_string(p.num_experts_global) +
@@ -70,8 +71,7 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
-    int sms = 0;
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = device_sm_count(device);
     auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
     // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
     const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
