@@ -77,6 +77,22 @@ def test_ttft_tpot_itl_e2el_of_one_request():
     assert r.output_len == 4
 
 
+def test_per_request_records_by_workload_index():
+    # Out of completion order, one failed, one of a single token: records sorted by index, times
+    # in ms, undefined values None, so two implementations' runs compare prompt by prompt.
+    rs = [M.RequestResult(200, 10.0, [10.25, 10.30, 10.45], index=2),
+          M.RequestResult(100, 0.0, [0.5], index=0),
+          M.RequestResult(150, 5.0, [], False, "timeout", 8, index=1)]
+    got = M.per_request(rs)
+    assert [g["index"] for g in got] == [0, 1, 2]
+    assert got[0] == {"index": 0, "prompt_len": 100, "output_len": 1, "success": True, "ttft_ms": 500.0,
+                      "tpot_ms": None, "e2el_ms": 500.0, "max_itl_ms": None}
+    assert got[1]["success"] is False and got[1]["ttft_ms"] is None and got[1]["output_len"] == 0
+    assert got[2]["ttft_ms"] == pytest.approx(250.0)
+    assert got[2]["tpot_ms"] == pytest.approx(100.0)
+    assert got[2]["max_itl_ms"] == pytest.approx(150.0)
+
+
 def test_run_metrics_on_synthetic_timestamps():
     rs = [req(0.0, [0.1, 0.2, 0.3], prompt_len=100),        # ttft .1, tpot .1, itl .1 .1
           req(0.0, [0.3, 0.5], prompt_len=50),              # ttft .3, tpot .2, itl .2

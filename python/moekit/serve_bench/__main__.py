@@ -243,6 +243,7 @@ def _point(run: Run, model_info, impl_info, engine_settings, spec, size, c, n, r
         "engine": engine_settings, "run_info": info,
         "metrics": M.compute_metrics(results, dur) if results else M.compute_metrics([], max(dur, 1e-9)),
         "errors": sorted({r.error for r in results if r.error})[:5],
+        "requests": M.per_request(results),
     }
 
 

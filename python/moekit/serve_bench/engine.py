@@ -211,7 +211,7 @@ class Engine:
                                 record_timestamps=True, eos_token_id=-1)
             if got is None:  # the manager refused it (stopping or dead)
                 results.append(RequestResult(req.prompt_len, start, [], False, "refused by the engine",
-                                             req.output_len))
+                                             req.output_len, req.index))
                 return
             inflight[rid] = (req, start)
 
@@ -241,7 +241,7 @@ class Engine:
                 times = times[:n_gen]
             ok = out.error is None and len(times) > 0
             err = out.error if out.error is not None else (None if times else "no token timestamps")
-            results.append(RequestResult(req.prompt_len, start, times, ok, err, req.output_len))
+            results.append(RequestResult(req.prompt_len, start, times, ok, err, req.output_len, req.index))
             if on_done is not None:
                 on_done(1)
             if pending and not info["timed_out"]:
@@ -254,7 +254,8 @@ class Engine:
             except Exception:  # noqa: BLE001
                 pass
             results.append(RequestResult(req.prompt_len, start, [], False,
-                                         "timeout" if info["timed_out"] else "engine stopped", req.output_len))
+                                         "timeout" if info["timed_out"] else "engine stopped", req.output_len,
+                                         req.index))
         # (A late output of a cancelled request is ignored by a later run: its id is not in flight there.)
         info["not_submitted"] = len(pending)
         return results, t_end - t_start, info

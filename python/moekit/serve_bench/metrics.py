@@ -36,6 +36,7 @@ class RequestResult:
     success: bool = True
     error: Optional[str] = None
     expected_output_len: Optional[int] = None
+    index: Optional[int] = None        # the request's index in the workload (same prompt in every run)
 
     @property
     def output_len(self) -> int:
@@ -147,4 +148,20 @@ def compute_metrics(results: Sequence[RequestResult], duration_s: float,
         out.update(summarize(values, name, percentiles))
     out["num_itl_samples"] = len(itls)
     out["num_tpot_samples"] = len(tpots)
+    return out
+
+
+def per_request(results: Sequence[RequestResult]) -> List[dict]:
+    """One record per request, by workload index: the same index is the same prompt in every
+    implementation's run, so two runs compare request by request (a median can hide a few slow
+    ones, e.g. a prefill that paid a CUDA-graph capture). Times in ms, None where undefined."""
+    def ms(x: Optional[float]) -> Optional[float]:
+        return None if x is None else round(x * 1e3, 3)
+
+    out = []
+    for r in sorted(results, key=lambda r: (r.index is None, r.index if r.index is not None else 0)):
+        itls = r.itls
+        out.append({"index": r.index, "prompt_len": r.prompt_len, "output_len": r.output_len,
+                    "success": r.success, "ttft_ms": ms(r.ttft), "tpot_ms": ms(r.tpot), "e2el_ms": ms(r.e2el),
+                    "max_itl_ms": ms(max(itls)) if itls else None})
     return out
