@@ -41,7 +41,7 @@ def req(start, times, prompt_len=10, success=True, error=None):
 # ------------------------------------------------------------------------------------------ metrics
 
 def test_pure_python_modules_do_not_import_torch():
-    for name in ("metrics", "workload", "engine", "results"):
+    for name in ("metrics", "workload", "engine", "results", "pairs"):
         src = open(os.path.join(PKG_DIR, f"{name}.py")).read()
         top = [ln for ln in src.splitlines() if ln.startswith(("import ", "from "))]
         assert not any("torch" in ln or "numpy" in ln or "transformers" in ln for ln in top), (name, top)
@@ -91,6 +91,28 @@ def test_per_request_records_by_workload_index():
     assert got[2]["ttft_ms"] == pytest.approx(250.0)
     assert got[2]["tpot_ms"] == pytest.approx(100.0)
     assert got[2]["max_itl_ms"] == pytest.approx(150.0)
+
+
+def test_pairs_compare_two_points_request_by_request():
+    pairs = importlib.import_module(f"{PKG}.pairs")
+
+    def point(impl, ttfts, fp="f0"):
+        return {"implementation": impl, "concurrency": 1, "workload": {"fingerprint": fp},
+                "requests": [{"index": i, "prompt_len": 100 + i, "success": t is not None, "ttft_ms": t}
+                             for i, t in enumerate(ttfts)]}
+
+    a = point("grouped_mm", [100.0, 80.0, 90.0, 50.0])
+    b = point("moekit", [90.0, 40.0, None, 60.0])  # request 2 failed in B: not paired
+    rows = pairs.pair_requests(a, b)
+    assert [r["index"] for r in rows] == [0, 1, 3]
+    assert [r["ratio"] for r in rows] == pytest.approx([0.9, 0.5, 1.2])
+    s = pairs.summarize(rows)
+    assert (s["pairs"], s["b_lower"]) == (3, 2)
+    assert s["median_ratio"] == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="different prompts"):
+        pairs.pair_requests(a, point("moekit", [1.0], fp="f1"))
+    with pytest.raises(ValueError, match="no per-request records"):
+        pairs.pair_requests({"requests": []}, b)
 
 
 def test_run_metrics_on_synthetic_timestamps():
