@@ -1,7 +1,7 @@
 # Where this build's sources came from, baked into moekit::build_info() (include/moekit/version.hpp).
 # Runs at configure time and before every build (cmake -DSRC=<source dir> -DOUT=<generated .cpp>
 # -P moekit_build_info.cmake); OUT is rewritten only when its content changes. The answer comes from:
-#   1. git, when SRC is a git work tree: tools/scripts/stamp_tree.sh --stdout (commit, dirty, the
+#   1. git, when SRC is the top of a git work tree: tools/scripts/stamp_tree.sh --stdout (commit, dirty, the
 #      tree hash of the working tree with uncommitted and untracked-not-ignored files);
 #   2. else SRC/build-info.json, written by tools/scripts/stamp_tree.sh before the tree was copied
 #      (the GPU machine gets no .git); its per-file SHA-256 are checked here, so a file changed or
@@ -25,8 +25,18 @@ set(json "")
 find_program(MOEKIT_GIT git)
 find_program(MOEKIT_BASH bash)
 if(MOEKIT_GIT AND MOEKIT_BASH AND EXISTS "${SRC}/tools/scripts/stamp_tree.sh")
-  execute_process(COMMAND ${MOEKIT_GIT} -C "${SRC}" rev-parse --is-inside-work-tree
-                  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  # Only when SRC is the top of its own work tree: a source tree unpacked inside another checkout
+  # (an A/B's base in the ignored .ab/, tools/scripts/ab_base.sh) would otherwise be stamped with
+  # the enclosing checkout's commit and tree; it carries its own build-info.json instead.
+  execute_process(COMMAND ${MOEKIT_GIT} -C "${SRC}" rev-parse --show-toplevel
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(rc EQUAL 0)
+    file(REAL_PATH "${top}" top)
+    file(REAL_PATH "${SRC}" src_real)
+    if(NOT top STREQUAL src_real)
+      set(rc 1)
+    endif()
+  endif()
   if(rc EQUAL 0)
     execute_process(COMMAND ${MOEKIT_BASH} "${SRC}/tools/scripts/stamp_tree.sh" --stdout
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -313,6 +313,23 @@ def test_build_info_reads_git_then_the_stamp_and_catches_a_stale_one(tmp_path):
     assert '"unknown", "unknown", -1,' in text
 
 
+@pytest.mark.skipif(not _have("git", "cmake", "bash"), reason="needs git, cmake and bash")
+def test_build_info_of_a_tree_nested_in_another_checkout_reads_its_own_stamp(tmp_path):
+    # An A/B's base unpacked into the checkout's ignored .ab/ (tools/scripts/ab_base.sh): git is
+    # asked only at the top of a work tree, so the base records its own stamp, not the enclosing
+    # checkout's commit and tree.
+    repo, git = _scratch_repo(tmp_path)
+    stamp = _stamp(repo)
+    (repo / ".gitignore").write_text("/build/\n/.ab/\n")
+    subprocess.run(git + ["commit", "-q", "-am", "ignore .ab"], check=True)
+    nested = repo / ".ab" / "base"
+    shutil.copytree(repo, nested, ignore=shutil.ignore_patterns(".git", ".ab"))
+    (nested / ".gitignore").write_text("/build/\n")  # the stamped tree's files, as stamped
+    out = tmp_path / "info.cpp"
+    text, _ = _build_info(nested, out)
+    assert f'"{stamp["commit"]}", "{stamp["tree"]}", 0,' in text and '"build-info.json"' in text
+
+
 def test_host_overhead_stub_runs_the_cuda_host_path(tmp_path):
     """host_overhead_stub.py drives moekit's Python for CUDA tensors (views, the workspace-size
     cache, stream and device lookups, the positional binding call) on a stand-in torch: it runs

@@ -9,8 +9,9 @@
 #     ab_bench.sh $OUT/ab 2 "env MOEKIT_PDL=0 build/cuda-release/tools/bench/moekit-bench" \
 #         "build/cuda-release/tools/bench/moekit-bench" --preset all --tp 1,8 --tokens 1..64
 #   two commits: a second tree in an ignored folder of the checkout, carried to the device
-#   machine with the call (`mkdir -p .ab/base && git archive BASE | tar -x -C .ab/base`, `.ab/`
-#   in .gitignore, carry [".deps", ".ab/base"]), both built there. Not a `git worktree`:
+#   machine with the call (`tools/scripts/ab_base.sh BASE`: BASE unpacked into .ab/base with its
+#   own build-info.json, so the base build records BASE; `.ab/` in .gitignore, carry [".deps",
+#   ".ab/base"]), both built there. Not a `git worktree`:
 #   its .git file makes the carried copy bring a git directory along, and the build's
 #   provenance then reads that stale git instead of build-info.json (2026-12-01: a B build of
 #   a tree stamped at 91e5b36 recorded itself as 4e8a63a, dirty):
