@@ -315,6 +315,11 @@ std::string DispatchPlan::log_line(const MoeProblem& problem) const {
   return "moekit dispatch: " + problem.to_string() + " | path=" + requested + " -> " + describe() + " | " + reason;
 }
 
+bool may_take_decode(const char* forced) {
+  const Requested r = parse_requested(forced);
+  return r == Requested::kAuto || r == Requested::kDecode;
+}
+
 bool decode_in_auto_enabled() noexcept {
   const char* v = std::getenv("MOEKIT_DECODE");
   return v == nullptr || std::strcmp(v, "0") != 0;

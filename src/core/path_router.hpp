@@ -199,6 +199,11 @@ int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages)
 /// Forcing it by name works either way.
 bool decode_in_auto_enabled() noexcept;
 
+/// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on the
+/// decode path: auto or "decode". The CUDA backend plans such a call from the decode answer alone
+/// first (plan_call). Throws, as choose_paths does, for an unknown name.
+bool may_take_decode(const char* forced);
+
 /// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).
 bool log_dispatch_enabled() noexcept;
 

@@ -244,9 +244,7 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
   // their four can_implement, the fused one and the cooperative-launch attribute. Otherwise the
   // plan is made again with them.
-  const bool auto_path = forced == nullptr || forced[0] == '\0' || std::strcmp(forced, "auto") == 0;
-  const bool forced_decode = forced != nullptr && std::strcmp(forced, "decode") == 0;
-  if (in.decode_ok && ((auto_path && in.decode_in_auto) || forced_decode)) {
+  if (in.decode_ok && detail::may_take_decode(forced)) {
     detail::DispatchPlan plan = detail::choose_paths(p, in);
     if (plan.decode) {
       if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());

@@ -196,6 +196,16 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   }
 }
 
+TEST(CpuPathRouter, MayTakeDecodeOnlyForAutoOrDecode) {
+  // plan_call's decode-first pass runs for these requests only; the names are choose_paths'.
+  EXPECT_TRUE(detail::may_take_decode(nullptr));
+  EXPECT_TRUE(detail::may_take_decode(""));
+  EXPECT_TRUE(detail::may_take_decode("auto"));
+  EXPECT_TRUE(detail::may_take_decode("decode"));
+  for (const char* other : {"mma", "swapab", "fused", "tokmajor"}) EXPECT_FALSE(detail::may_take_decode(other)) << other;
+  EXPECT_THROW(detail::may_take_decode("decoder"), Error);
+}
+
 TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
   // The CUDA backend asks the GEMM and fused can_implement only when the plan is not decode
   // (plan_call): whether the plan is decode, and its reason, must not depend on those answers.

@@ -18,11 +18,8 @@ commit=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}")
 scratch=$(mktemp -d)
 trap 'git -C "$ROOT" worktree remove --force "$scratch/wt" >/dev/null 2>&1 || true; rm -rf "$scratch"' EXIT
 git -C "$ROOT" worktree add --detach -q "$scratch/wt" "$commit"
-if [ -f "$scratch/wt/tools/scripts/stamp_tree.sh" ]; then
-  bash "$scratch/wt/tools/scripts/stamp_tree.sh" >/dev/null
-else  # a commit older than the stamp: this checkout's script stamps it the same way
-  (cd "$scratch/wt" && bash "$ROOT/tools/scripts/stamp_tree.sh" >/dev/null) || true
-fi
+# BASE's own stamp_tree.sh (it stamps the work tree it sits in); a BASE without one is left unstamped.
+[ -f "$scratch/wt/tools/scripts/stamp_tree.sh" ] && bash "$scratch/wt/tools/scripts/stamp_tree.sh" >/dev/null
 rm -rf "$DIR"
 mkdir -p "$DIR"
 git -C "$ROOT" archive "$commit" | tar -x -C "$DIR"
