@@ -16,7 +16,7 @@
 namespace moekit::detail {
 namespace {
 
-enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor, kDecode };
+enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor, kDecode, kGemv };
 
 std::string path_list() {
   std::string s;
@@ -31,6 +31,7 @@ Requested parse_requested(const char* forced) {
   if (std::strcmp(forced, "fused") == 0) return Requested::kFused;
   if (std::strcmp(forced, "tokmajor") == 0) return Requested::kTokmajor;
   if (std::strcmp(forced, "decode") == 0) return Requested::kDecode;
+  if (std::strcmp(forced, "gemv") == 0) return Requested::kGemv;
   throw Error(Status::kInvalidArgument, std::string("unknown kernel path '") + forced +
                                             "' (Options::path or MOEKIT_PATH); expected one of " + path_list());
 }
@@ -169,6 +170,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       plan.decode = true;
       plan.reason = "forced";
       return plan;
+    case Requested::kGemv:
+      if (!in.gemv_ok)
+        throw Error(Status::kNotSupported, "path 'gemv' forced (Options::path or MOEKIT_PATH) but it cannot run " +
+                                               p.to_string() + ": " + not_built_or(in.gemv_why, "GEMV"));
+      plan.gemv = true;
+      plan.reason = "forced";
+      return plan;
     case Requested::kMma:
       use_mma(0);
       use_mma(1);
@@ -188,8 +196,16 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // for the fewest slots, token-major above); else the late crossovers (Swap-AB while an expert's
   // tokens fit one wgmma N side, mma between, token-major at prefill; a GEMM that Swap-AB or
   // token-major declines runs on mma).
-  // The decode branch comes first and reads no other answer (GEMM, fused): the CUDA backend asks
-  // for those only when the plan is not decode (plan_call; CpuPathRouter.DecodeReadsNoOtherAnswer).
+  // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
+  // CUDA backend asks for those only when the plan is neither (plan_call;
+  // CpuPathRouter.DecodeReadsNoOtherAnswer).
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && plan.local_slots <= kRouterTable.gemv_max_slots) {
+    plan.gemv = true;
+    if (in.want_reason)
+      plan.reason = "slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.gemv_max_slots) +
+                    ": gemv, one cooperative launch from routing to the output on the CUDA cores";
+    return plan;
+  }
   if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
     const RouterTable& t = kRouterTable;
     const std::int64_t N = p.intermediate_size;
@@ -303,6 +319,7 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
   if (decode) return "decode";
+  if (gemv) return "gemv";
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
@@ -317,7 +334,12 @@ std::string DispatchPlan::log_line(const MoeProblem& problem) const {
 
 bool may_take_decode(const char* forced) {
   const Requested r = parse_requested(forced);
-  return r == Requested::kAuto || r == Requested::kDecode;
+  return r == Requested::kAuto || r == Requested::kDecode || r == Requested::kGemv;
+}
+
+bool gemv_in_auto_enabled() noexcept {
+  const char* v = std::getenv("MOEKIT_GEMV");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 bool decode_in_auto_enabled() noexcept {

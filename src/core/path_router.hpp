@@ -22,8 +22,9 @@ const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab", "tokm
 
 /// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
 /// "fused" is the cooperative single-launch path; "tokmajor" the token-major wgmma path;
-/// "decode" the single-launch decode path (src/cuda/kernels/decode/).
-inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor", "decode"};
+/// "decode" the single-launch decode path (src/cuda/kernels/decode/); "gemv" the GEMV decode
+/// path (src/cuda/kernels/gemv/: one cooperative launch on the CUDA cores).
+inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor", "decode", "gemv"};
 
 /// The heuristic's constants, in one place.
 struct RouterTable {
@@ -129,6 +130,10 @@ struct RouterTable {
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;
+  // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
+  // of everything else up to gemv_max_slots local slots.
+  double gemv_max_slots = 64.0;
+  bool gemv_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};
 
@@ -147,6 +152,9 @@ struct RouterInputs {
   bool decode_ok = false;           ///< the single-launch decode path can run this call
   bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
   std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
+  bool gemv_ok = false;             ///< the GEMV decode path can run this call
+  bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
+  std::string gemv_why;             ///< why not ("": not built in this version)
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -163,6 +171,7 @@ struct DispatchPlan {
   std::string requested = "auto";  ///< the path name asked for ("auto" when none)
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
+  bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -170,7 +179,7 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused" or "decode" (split_k shown when above 1).
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode" or "gemv" (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
   std::string log_line(const MoeProblem& problem) const;
@@ -199,9 +208,14 @@ int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages)
 /// Forcing it by name works either way.
 bool decode_in_auto_enabled() noexcept;
 
-/// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on the
-/// decode path: auto or "decode". The CUDA backend plans such a call from the decode answer alone
-/// first (plan_call). Throws, as choose_paths does, for an unknown name.
+/// MOEKIT_GEMV is not "0" (read at every call): auto may pick the GEMV decode path. Forcing it by
+/// name works either way.
+bool gemv_in_auto_enabled() noexcept;
+
+/// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of
+/// the two decode paths: auto, "decode" or "gemv". The CUDA backend plans such a call from the
+/// decode and GEMV answers alone first (plan_call). Throws, as choose_paths does, for an unknown
+/// name.
 bool may_take_decode(const char* forced);
 
 /// MOEKIT_LOG_DISPATCH is set to something other than "" or "0" (read at every call).

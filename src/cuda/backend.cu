@@ -22,6 +22,7 @@
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/launch_sm90.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
+#include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"
 #include "cuda/kernels/mma/launch_sm90.hpp"
@@ -112,7 +113,7 @@ bool device_ok(int device, std::string* why) {
 // pick any of them.
 std::size_t workspace_size(const MoeProblem& problem) {
   const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
-  return std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem)});
+  return std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem), gemv_workspace_size(problem)});
 }
 
 // Where a call's routing outputs live: the caller's buffers when given, else the workspace.
@@ -239,14 +240,20 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   auto why = [need_why](std::string& s) { return need_why ? &s : nullptr; };
   in.decode_ok = can_implement_decode_sm90(p, in.sm_count, why(in.decode_why));
   in.decode_in_auto = detail::decode_in_auto_enabled();
-  // choose_paths settles the decode path before it reads any GEMM or fused answer
+  in.gemv_ok = can_implement_gemv_sm90(p, why(in.gemv_why));
+  if (in.gemv_ok && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
+    in.gemv_ok = false;  // its CTAs wait on each other at the grid barrier
+    in.gemv_why = "device " + std::to_string(device) + " does not support cooperative launches";
+  }
+  in.gemv_in_auto = detail::gemv_in_auto_enabled();
+  // choose_paths settles the decode paths (GEMV, decode) before it reads any GEMM or fused answer
   // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
   // their four can_implement, the fused one and the cooperative-launch attribute. Otherwise the
   // plan is made again with them.
-  if (in.decode_ok && detail::may_take_decode(forced)) {
+  if ((in.decode_ok || in.gemv_ok) && detail::may_take_decode(forced)) {
     detail::DispatchPlan plan = detail::choose_paths(p, in);
-    if (plan.decode) {
+    if (plan.decode || plan.gemv) {
       if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
       return plan;
     }
@@ -353,7 +360,7 @@ void run_moe(const detail::MoeCall& call) {
     // Nothing launches: an unknown path name still fails, any known one is fine.
     detail::RouterInputs in;
     in.forced = call.forced_path;
-    in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = true;
+    in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = in.gemv_ok = true;
     detail::choose_paths(p, in);
     return;
   }
@@ -395,6 +402,11 @@ void run_moe(const detail::MoeCall& call) {
   // The single-launch decode path (kernels/decode/) replaces them for decode-sized calls.
   if (plan.decode) {
     run_decode_sm90(call, plan.touched);
+    return;
+  }
+  // The GEMV decode path (kernels/gemv/): one cooperative launch on the CUDA cores.
+  if (plan.gemv) {
+    run_gemv_sm90(call);
     return;
   }
 

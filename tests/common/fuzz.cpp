@@ -72,7 +72,7 @@ int fuzz_first_from_env() {
 }
 
 const std::vector<std::string>& fuzz_paths() {
-  static const std::vector<std::string> paths = {"auto", "mma", "swapab", "tokmajor", "fused", "decode"};
+  static const std::vector<std::string> paths = {"auto", "mma", "swapab", "tokmajor", "fused", "decode", "gemv"};
   return paths;
 }
 

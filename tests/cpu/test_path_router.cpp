@@ -196,12 +196,13 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   }
 }
 
-TEST(CpuPathRouter, MayTakeDecodeOnlyForAutoOrDecode) {
+TEST(CpuPathRouter, MayTakeDecodeOnlyForAutoOrDecodeOrGemv) {
   // plan_call's decode-first pass runs for these requests only; the names are choose_paths'.
   EXPECT_TRUE(detail::may_take_decode(nullptr));
   EXPECT_TRUE(detail::may_take_decode(""));
   EXPECT_TRUE(detail::may_take_decode("auto"));
   EXPECT_TRUE(detail::may_take_decode("decode"));
+  EXPECT_TRUE(detail::may_take_decode("gemv"));
   for (const char* other : {"mma", "swapab", "fused", "tokmajor"}) EXPECT_FALSE(detail::may_take_decode(other)) << other;
   EXPECT_THROW(detail::may_take_decode("decoder"), Error);
 }
@@ -213,11 +214,12 @@ TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
     for (std::int64_t M : {1, 2, 4, 8, 16, 32, 64, 128, 512})
       for (int tp : {1, 8})
         for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor})
-          for (const char* forced : {static_cast<const char*>(nullptr), "auto", "decode"}) {
+          for (const char* forced : {static_cast<const char*>(nullptr), "auto", "decode", "gemv"}) {
             const MoeProblem p = preset_problem(pr, M, tp, s);
             detail::RouterInputs none;  // the defaults plan_call's first pass runs with
             none.forced = forced;
             none.decode_ok = true;
+            none.gemv_ok = true;
             detail::RouterInputs all = none;
             all.swapab_ok[0] = all.swapab_ok[1] = all.tokmajor_ok[0] = all.tokmajor_ok[1] = all.fused_ok = true;
             detail::RouterInputs declined = none;
@@ -228,9 +230,40 @@ TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
             for (const detail::RouterInputs* in : {&all, &declined}) {
               const detail::DispatchPlan b = choose_paths(p, *in);
               ASSERT_EQ(a.decode, b.decode) << p.to_string();
-              if (a.decode) EXPECT_EQ(a.log_line(p), b.log_line(p));
+              ASSERT_EQ(a.gemv, b.gemv) << p.to_string();
+              if (a.decode || a.gemv) EXPECT_EQ(a.log_line(p), b.log_line(p));
             }
           }
+}
+
+TEST(CpuPathRouter, GemvFirstUpToItsSlotsWhenItCanRun) {
+  const double limit = detail::kRouterTable.gemv_max_slots;
+  const MoeProblem few = preset("qwen3-30b-a3b", static_cast<std::int64_t>(limit) / 8, 8);       // limit slots
+  const MoeProblem more = preset("qwen3-30b-a3b", static_cast<std::int64_t>(limit) / 8 + 1, 8);  // past it
+  detail::RouterInputs in;
+  in.decode_ok = true;
+  EXPECT_FALSE(choose_paths(few, in).gemv);  // gemv_ok is false by default (not built)
+  in.gemv_ok = true;
+  EXPECT_EQ(choose_paths(few, in).gemv, detail::kRouterTable.gemv_in_auto);
+  if (detail::kRouterTable.gemv_in_auto) {
+    EXPECT_FALSE(choose_paths(few, in).decode);  // gemv comes before decode
+    EXPECT_EQ(choose_paths(few, in).describe(), "gemv");
+    EXPECT_NE(choose_paths(few, in).log_line(few).find("-> gemv |"), std::string::npos);
+  }
+  EXPECT_FALSE(choose_paths(more, in).gemv);
+  in.gemv_in_auto = false;  // MOEKIT_GEMV=0
+  EXPECT_FALSE(choose_paths(few, in).gemv);
+  in.forced = "gemv";  // forcing works either way
+  EXPECT_TRUE(choose_paths(more, in).gemv);
+  in.gemv_ok = false;
+  in.gemv_why = "gemv_sm90: scheme fp8_block128 is not supported";
+  try {
+    choose_paths(more, in);
+    ADD_FAILURE() << "forced gemv that cannot run did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("fp8_block128"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {

@@ -24,8 +24,8 @@ using i64 = std::int64_t;
 
 // The paths that read ids differently: mma = routing/permute + combine kernels (as swapab and
 // tokmajor, which share them), fused = the single-launch kernel's own permutation, decode = the
-// decode kernel's routing in every CTA (CTA 0 records).
-const char* const kPaths[] = {"mma", "fused", "decode"};
+// decode kernel's routing in every CTA (CTA 0 records), gemv likewise in its own kernel.
+const char* const kPaths[] = {"mma", "fused", "decode", "gemv"};
 
 // A case's tensors on the GPU; topk_ids and expert_map can be rewritten between calls.
 class GpuCase {
@@ -142,7 +142,7 @@ TEST(Sm90Faults, GoodCallsLeaveNoFault) {
     GpuCase g(c);
     g.set_ids(c.topk_ids);
     clear_faults();
-    for (const char* path : {"auto", "mma", "swapab", "fused", "decode"}) g.run(g.options(path));
+    for (const char* path : {"auto", "mma", "swapab", "fused", "decode", "gemv"}) g.run(g.options(path));
     fused_moe(g.moe(), g.options("mma"));
     fused_moe(g.moe(), g.options("fused"));
     Fault f;
@@ -158,7 +158,7 @@ TEST(Sm90Faults, BadTopkIdIsRecorded) {
   for (i64 M : {5, 2100})
     for (const char* path : kPaths) {
       // The fused and decode paths are for a few tokens (decode: M*k <= 4096 slots).
-      if (M > 5 && (std::string(path) == "fused" || std::string(path) == "decode")) continue;
+      if (M > 5 && (std::string(path) == "fused" || std::string(path) == "decode" || std::string(path) == "gemv")) continue;
       MoeCase c = make_case(spec(true, M));
       GpuCase g(c);
       const std::string label = std::string(path) + " M=" + std::to_string(M);

@@ -35,7 +35,7 @@ int g_cases = 0;
 std::vector<std::string> g_declined;
 
 // The kernel paths every Sm90FusedMoe test runs on.
-const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode"};
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
@@ -76,6 +76,21 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
     if (s.K % 16 != 0 || s.N * es % 16 != 0)
       return "decode: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) + " rows not 16-byte multiples";
     if (M * s.k * ((s.N + 127) / 128) * s.K * 4 > (std::int64_t{128} << 20)) return "decode: partial outputs > 128 MiB";
+    return "";
+  }
+  // gemv (can_implement_gemv_sm90): bf16 and fp8_per_tensor; M*k <= 256 slots; k <= 64; E <= 1024;
+  // 16-byte rows of K and of N; the token rows (M x K x es bytes) and every slot's h (M*k x N
+  // fp32) each within the 192 KiB shared-memory region.
+  if (path == "gemv") {
+    const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
+    if (s.scheme == Scheme::kFp8Block128 || s.scheme == Scheme::kFp8PerChannel)
+      return std::string("gemv: ") + scheme_name(s.scheme) + " is not supported";
+    if (M * s.k > 256) return "gemv: M*k = " + std::to_string(M * s.k) + " > 256 slots";
+    if (s.k > 64) return "gemv: k = " + std::to_string(s.k) + " > 64";
+    if (s.E > 1024) return "gemv: E = " + std::to_string(s.E) + " > 1024";
+    if (s.K * es % 16 != 0 || s.N * es % 16 != 0)
+      return "gemv: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) + " rows not 16-byte multiples";
+    if (M * s.K * es > 192 * 1024 || M * s.k * s.N * 4 > 192 * 1024) return "gemv: token rows or h past 192 KiB";
     return "";
   }
   // tokmajor (can_implement_tokmajor_sm90) shares Swap-AB's limits: TMA and 16-byte cp.async rows,

@@ -2,7 +2,7 @@
 // small problems per run (tests/common/fuzz.hpp draws them: E incl. odd, k incl. k = E, K and N
 // off the tiles, M on and past tile edges, every scheme, routing, activation, biases, expert_map
 // with -1, apply_router_weight_on_input, static scales, fp16), each run on every path name
-// (auto, mma, swapab, tokmajor, fused, decode; a forced path may decline with kNotSupported, auto
+// (auto, mma, swapab, tokmajor, fused, decode, gemv; a forced path may decline with kNotSupported, auto
 // only the odd sizes docs/router.md lists) and compared row by row (tests/common/compare.hpp). A
 // failure prints the seed, the whole problem and the command that reruns it alone.
 //   MOEKIT_FUZZ_SEED   run seed (default kDefaultFuzzSeed)

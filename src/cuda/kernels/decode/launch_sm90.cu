@@ -242,18 +242,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
     std::int32_t* ids_out =
         call.topk_ids_out != nullptr ? call.topk_ids_out : reinterpret_cast<std::int32_t*>(ws + L.topk_ids);
     float* wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : reinterpret_cast<float*>(ws + L.topk_weights);
-    RoutingParams rp;
-    rp.num_tokens = M;
-    rp.top_k = static_cast<int>(k);
-    rp.num_experts_global = Eg;
-    rp.route = true;
-    rp.routing = p.routing;
-    rp.routing.top_k = static_cast<int>(k);
-    rp.logits = call.router_logits;
-    rp.logits_dtype = p.logits_dtype;
-    rp.correction_bias = call.correction_bias;
-    rp.topk_ids_out = ids_out;
-    rp.topk_weights_out = wts_out;
+    const RoutingParams rp = route_only_params(call, ids_out, wts_out);
     launch_routing_sm90(rp, call.stream);
     topk_ids = ids_out;
     topk_weights = wts_out;

@@ -145,4 +145,21 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   launch(p, p.permute ? 1 : route_grid, false);
 }
 
+RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {
+  const MoeProblem& p = call.problem;
+  RoutingParams rp;
+  rp.num_tokens = p.num_tokens;
+  rp.top_k = static_cast<int>(p.top_k);
+  rp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
+  rp.route = true;
+  rp.routing = p.routing;
+  rp.routing.top_k = static_cast<int>(p.top_k);
+  rp.logits = call.router_logits;
+  rp.logits_dtype = p.logits_dtype;
+  rp.correction_bias = call.correction_bias;
+  rp.topk_ids_out = ids_out;
+  rp.topk_weights_out = wts_out;
+  return rp;
+}
+
 }  // namespace moekit::cuda

@@ -2,6 +2,9 @@
 // slots (config.hpp), a count grid and a scatter grid above.
 #pragma once
 
+#include <cstdint>
+
+#include "core/call.hpp"
 #include "cuda/kernels/routing/params.hpp"
 
 namespace moekit::cuda {
@@ -16,5 +19,10 @@ namespace moekit::cuda {
 /// the second launch (permute or scatter) is launched as its programmatic dependent
 /// (cuda/common/pdl.cuh).
 void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
+
+/// The route-only parameters of a fused_moe call (problem.with_routing): router_logits (and the
+/// correction bias) to topk ids / weights in ids_out / wts_out, nothing permuted. What the
+/// single-launch paths (decode, GEMV) launch before their kernel.
+RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out);
 
 }  // namespace moekit::cuda

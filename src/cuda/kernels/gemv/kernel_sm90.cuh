@@ -1,0 +1,541 @@
+// The GEMV decode kernel (sm_90a): a whole decode-sized MoE call in one cooperative launch, on
+// the CUDA cores, with every SM streaming weights from its first microsecond (docs/gemv.md).
+//
+//   0. every CTA stages the call's token rows in shared memory (bf16 / fp16: cp.async; fp8: the
+//      activation scale, static or the absmax of the whole hidden, then e4m3 rows) and routes the
+//      call's M*k slots itself: the local expert of every slot, the touched experts in ascending
+//      order and their slots in slot order. CTA 0 records bad ids and map entries;
+//   1. the CTA's share of the weights is prefetched into L2 in a few bulk requests (GEMM1 rows
+//      first, then its w2 rows), when the call's weights fit kPrefetchBudgetBytes;
+//   2. GEMM1: the (touched expert, column) pairs, U*N of them, are split evenly over the CTAs;
+//      a warp takes a pair, streams its gate row and its up row once and dots them with every
+//      token the expert has (16-byte loads, fp32 FMAs in a fixed order, a butterfly sum), then
+//      applies the router weight (on input), the bias and the activation and writes h[slot][col]
+//      (fp32) to the workspace. fp8: each CTA's absmax of h to the workspace;
+//   3. one grid-wide barrier (cooperative_groups; the launch is cooperative): every h exists.
+//      By then the CTA's w2 rows are in L2 (step 1);
+//   4. GEMM2 + combine: CTA j owns the output columns [K*j/G, K*(j+1)/G) of every token. It
+//      stages every slot's h in shared memory, rounded to the activation dtype (or quantized to
+//      e4m3 with the static scale or the one from the CTAs' absmaxes), and for each (token, owned
+//      column) sums over the token's slots j = 0..k-1 in order: dot(w2[e][col], h[slot]) with the
+//      fp8 scales, b2 and the router weight (on output), in fp32, rounded once into `out`. A token
+//      with no local slot gets zeros.
+//
+// No allocation, no host synchronization, nothing zeroed before the launch (the barrier is the
+// launch's own), CUDA-graph capturable. Every sum has a fixed order that does not depend on the
+// grid: bitwise reproducible run to run.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/faults.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/kernels/gemv/params.hpp"
+#include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
+#include "cuda/numerics/quant.cuh"
+
+namespace moekit::cuda::gemv {
+
+struct E4m3 {};  // the e4m3 weight / staged-activation element
+
+template <Operand kOp> struct OperandTypes;
+template <> struct OperandTypes<Operand::kBf16> { using W = __nv_bfloat16; using Act = __nv_bfloat16; };
+template <> struct OperandTypes<Operand::kF16> { using W = __half; using Act = __half; };
+template <> struct OperandTypes<Operand::kE4m3Bf16> { using W = E4m3; using Act = __nv_bfloat16; };
+template <> struct OperandTypes<Operand::kE4m3F16> { using W = E4m3; using Act = __half; };
+
+// 16 bytes of elements of type W as floats (exact: every bf16, fp16 and e4m3 value is a float).
+template <class W> struct Chunk;
+template <> struct Chunk<__nv_bfloat16> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void to_floats(const uint4& r, float (&v)[8]) {
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+};
+template <> struct Chunk<__half> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void to_floats(const uint4& r, float (&v)[8]) {
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+};
+template <> struct Chunk<E4m3> {
+  static constexpr int kElems = 16;
+  static __device__ __forceinline__ void to_floats(const uint4& r, float (&v)[16]) {
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((w[i / 2] >> (16 * (i % 2))) & 0xffffu);
+      const __half2 h(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+      const float2 f = __half22float2(h);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// A NaN-ignoring absmax over the CTA (every thread's `v`), in every thread. Uses scratch[0..kWarps).
+__device__ __forceinline__ float block_absmax(float v, float* scratch) {
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float a = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) a = fmaxf(a, scratch[w]);
+  __syncthreads();  // scratch free again
+  return a;
+}
+
+template <Operand kOp>
+struct Gemv {
+  using W = typename OperandTypes<kOp>::W;
+  using ActT = typename OperandTypes<kOp>::Act;
+  static constexpr bool kFp8 = std::is_same<W, E4m3>::value;
+  static constexpr int kEs = kFp8 ? 1 : 2;           // bytes of a weight element
+  static constexpr int kE = Chunk<W>::kElems;        // elements per 16-byte chunk
+  static constexpr int kTokGroup = 4;                // tokens one pass of a GEMM1 pair dots
+  static constexpr int kUnroll = 4;                  // 16-byte chunks per row a lane loads ahead
+  static constexpr int kSlotGroup = 8;               // slots one pass of GEMM2 loads ahead
+
+  // GEMM1 of one (expert, column) pair for nt <= TB tokens: g[t], u[t] (the butterfly sum: every
+  // lane holds the totals). wg, wu: the gate and up rows; tok[t]: the token's staged row.
+  template <int TB>
+  static __device__ __forceinline__ void pair_dot(const std::uint8_t* wg, const std::uint8_t* wu,
+                                                  const std::uint8_t* xs, std::int64_t row_bytes, const int (&tok)[TB],
+                                                  int nt, int chunks, float (&g)[TB], float (&u)[TB]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) g[t] = u[t] = 0.0f;
+    for (int base = 0; base < chunks; base += 32 * kUnroll) {
+      uint4 a[kUnroll], b[kUnroll];
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i) {
+        const int q = base + i * 32 + lane;
+        if (q < chunks) {
+          a[i] = sm90::ld_stream_16(wg + static_cast<std::int64_t>(q) * 16);
+          b[i] = sm90::ld_stream_16(wu + static_cast<std::int64_t>(q) * 16);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i) {
+        const int q = base + i * 32 + lane;
+        if (q >= chunks) continue;
+        float fa[kE], fb[kE];
+        Chunk<W>::to_floats(a[i], fa);
+        Chunk<W>::to_floats(b[i], fb);
+#pragma unroll
+        for (int t = 0; t < TB; ++t) {
+          if (t >= nt) continue;
+          float fx[kE];
+          Chunk<W>::to_floats(*reinterpret_cast<const uint4*>(xs + tok[t] * row_bytes + static_cast<std::int64_t>(q) * 16),
+                              fx);
+#pragma unroll
+          for (int e = 0; e < kE; ++e) {
+            g[t] = fmaf(fa[e], fx[e], g[t]);
+            u[t] = fmaf(fb[e], fx[e], u[t]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t < nt) {
+        g[t] = warp_sum(g[t]);
+        u[t] = warp_sum(u[t]);
+      }
+    }
+  }
+
+  // One pair for the tokens sorted[b .. b+nt) (nt <= TB): dots, then lane t finalizes token t's
+  // h: fp8 dequantization, router weight on input, bias, activation; h to the workspace.
+  template <int TB>
+  static __device__ __forceinline__ void pair(const GemvParams& p, const std::uint8_t* region, const int* sorted,
+                                              const float* tw, int e, int c, int b, int nt, float xscale,
+                                              float& hmax) {
+    const int lane = threadIdx.x & 31;
+    const std::int64_t K = p.hidden_size, N = p.inter_size;
+    const std::int64_t row_bytes = K * kEs;
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    const std::uint8_t* wg = w13 + (static_cast<std::int64_t>(e) * 2 * N + c) * row_bytes;
+    const std::uint8_t* wu = wg + N * row_bytes;
+    int tok[TB];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) tok[t] = t < nt ? sorted[b + t] / p.top_k : 0;
+    float g[TB], u[TB];
+    pair_dot<TB>(wg, wu, region, row_bytes, tok, nt, static_cast<int>(row_bytes / 16), g, u);
+    const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t >= nt || lane != t) continue;
+      const int slot = sorted[b + t];
+      float gv = g[t], uv = u[t];
+      if (kFp8) {
+        gv *= ws;
+        uv *= ws;
+      }
+      if (p.weight_on_input) {
+        gv *= tw[slot];
+        uv *= tw[slot];
+      }
+      if (p.b13 != nullptr) {
+        gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + c);
+        uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + c);
+      }
+      const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+      p.h_buf[static_cast<std::int64_t>(slot) * N + c] = h;
+      hmax = numerics::fold_absmax(hmax, h);
+    }
+  }
+
+  static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
+    namespace cg = cooperative_groups;
+    const SmemLayout& L = p.smem;
+    int* slot_e = reinterpret_cast<int*>(smem + L.slot_e_off);
+    int* sorted = reinterpret_cast<int*>(smem + L.sorted_off);
+    int* ue = reinterpret_cast<int*>(smem + L.ue_off);
+    int* uoff = reinterpret_cast<int*>(smem + L.uoff_off);
+    int* cnt = reinterpret_cast<int*>(smem + L.cnt_off);
+    float* scratch = reinterpret_cast<float*>(smem + L.scratch_off);
+    float* tw = scratch + 32;  // [kMaxSlots]: the slots' router weights (scratch holds 32 + kMaxSlots)
+    std::uint8_t* region = smem + L.region_off;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int M = p.num_tokens, k = p.top_k, P = M * k, E = p.num_experts;
+    const std::int64_t K = p.hidden_size, N = p.inter_size;
+    const std::int64_t row_bytes = K * kEs;  // a w13 row and a staged token row
+    const int G = static_cast<int>(gridDim.x), j = static_cast<int>(blockIdx.x);
+
+    // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
+    if constexpr (!kFp8) {
+      const std::uint8_t* hid = static_cast<const std::uint8_t*>(p.hidden);
+      const std::int64_t n16 = static_cast<std::int64_t>(M) * row_bytes / 16;
+      for (std::int64_t i = tid; i < n16; i += kThreads)
+        sm90::cp_async_16_zfill(sm90::smem_addr(region + i * 16), hid + i * 16, 16);
+      sm90::cp_async_commit();
+    }
+
+    // ---- 0b. routing: every slot's local expert, the touched experts, their slots ----
+    for (int i = tid; i < E; i += kThreads) cnt[i] = 0;
+    __syncthreads();
+    for (int sl = tid; sl < P; sl += kThreads) {
+      const int id = p.topk_ids[sl];
+      tw[sl] = p.topk_weights[sl];
+      int e = -1;
+      if (id >= 0 && id < p.num_experts_global) {
+        e = p.expert_map != nullptr ? p.expert_map[id] : id;
+        if (e < 0 || e >= E) {
+          if (j == 0 && p.expert_map != nullptr) record_map_fault(p.faults, sl / k, sl % k, id, e, E);
+          e = -1;
+        }
+      } else if (j == 0) {
+        record_id_fault(p.faults, sl / k, sl % k, id, p.num_experts_global);
+      }
+      slot_e[sl] = e;
+      if (e >= 0) atomicAdd(cnt + e, 1);
+    }
+    __syncthreads();
+    // Warp 0: the touched experts in ascending order (ue, uoff) and every expert's cursor (cnt).
+    if (warp == 0) {
+      int run_rows = 0, run_u = 0;
+      for (int e0 = 0; e0 < E; e0 += 32) {
+        const int e = e0 + lane;
+        const int rows = e < E ? cnt[e] : 0;
+        int r = rows, f = rows > 0 ? 1 : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int vr = __shfl_up_sync(0xffffffffu, r, d);
+          const int vf = __shfl_up_sync(0xffffffffu, f, d);
+          if (lane >= d) {
+            r += vr;
+            f += vf;
+          }
+        }
+        if (rows > 0) {
+          const int u = run_u + f - 1;
+          ue[u] = e;
+          uoff[u] = run_rows + r - rows;
+          cnt[e] = run_rows + r - rows;
+        }
+        run_rows += __shfl_sync(0xffffffffu, r, 31);
+        run_u += __shfl_sync(0xffffffffu, f, 31);
+      }
+      if (lane == 0) {
+        uoff[run_u] = run_rows;
+        reinterpret_cast<int*>(scratch)[kWarps] = run_u;  // U
+      }
+    }
+    __syncthreads();
+    const int U = reinterpret_cast<const int*>(scratch)[kWarps];
+    const std::int64_t Q = static_cast<std::int64_t>(U) * N;  // GEMM1 pairs of the call
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
+    if (warp == 0) {
+      // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
+      // consecutive places in lane order.
+      for (int base = 0; base < P; base += 32) {
+        const int sl = base + lane;
+        const int e = sl < P ? slot_e[sl] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (e >= 0) sorted[cnt[e] + rank] = sl;
+        __syncwarp();
+        if (e >= 0 && rank == 0) cnt[e] += __popc(peers);
+        __syncwarp();
+      }
+    } else if (warp == 1 && lane == 0 && p.prefetch &&
+               static_cast<std::int64_t>(U) * 3 * N * row_bytes <= kPrefetchBudgetBytes) {
+      // ---- 1. this CTA's weights into L2: its GEMM1 rows (per expert segment, gate and up),
+      // then its w2 rows of every touched expert ----
+      const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+      for (std::int64_t q = q0; q < q1;) {
+        const int u = static_cast<int>(q / N);
+        const std::int64_t c0 = q % N, c1 = min(N, c0 + (q1 - q));
+        const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + c0) * row_bytes;
+        const std::uint32_t bytes = static_cast<std::uint32_t>((c1 - c0) * row_bytes);
+        sm90::prefetch_l2_bulk(gate, bytes);
+        sm90::prefetch_l2_bulk(gate + N * row_bytes, bytes);
+        q += c1 - c0;
+      }
+      const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+      const std::int64_t w2_row = N * kEs;
+      if (r1 > r0)
+        for (int u = 0; u < U; ++u)
+          sm90::prefetch_l2_bulk(w2 + (static_cast<std::int64_t>(ue[u]) * K + r0) * w2_row,
+                                 static_cast<std::uint32_t>((r1 - r0) * w2_row));
+    }
+
+    // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
+    float xscale = 1.0f;
+    if constexpr (kFp8) {
+      const ActT* x = static_cast<const ActT*>(p.hidden);
+      const std::int64_t n8 = static_cast<std::int64_t>(M) * K / 8;  // K % 16 == 0
+      if (p.a13_scale != nullptr) {
+        xscale = p.a13_scale[0];
+      } else {
+        float a = 0.0f;
+        for (std::int64_t i = tid; i < n8; i += kThreads) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(x + i * 8);
+          const ActT* v = reinterpret_cast<const ActT*>(&raw);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
+        }
+        xscale = numerics::dynamic_scale(block_absmax(a, scratch));
+      }
+      const float inv = 1.0f / xscale;
+      for (std::int64_t i = tid; i < n8; i += kThreads) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + i * 8);
+        const ActT* v = reinterpret_cast<const ActT*>(&raw);
+        uint2 q;
+        q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
+        q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+        *reinterpret_cast<uint2*>(region + i * 8) = q;
+      }
+    } else {
+      sm90::cp_async_wait_all_groups();
+    }
+    __syncthreads();  // token rows staged, slots placed
+
+    // ---- 2. GEMM1: this CTA's pairs, one warp a pair ----
+    float hmax = 0.0f;
+    for (std::int64_t q = q0 + warp; q < q1; q += kWarps) {
+      const int u = static_cast<int>(q / N);
+      const int c = static_cast<int>(q % N);
+      const int e = ue[u];
+      const int b = uoff[u], T = uoff[u + 1] - b;
+      for (int t0 = 0; t0 < T; t0 += kTokGroup) {
+        const int nt = min(kTokGroup, T - t0);
+        if (nt == 1) pair<1>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
+        else if (nt == 2) pair<2>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
+        else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
+      }
+    }
+    const bool dyn2 = kFp8 && p.a2_scale == nullptr;
+    if (dyn2) {
+      hmax = block_absmax(hmax, scratch);
+      if (tid == 0) p.h_amax[j] = hmax;
+    }
+
+    // ---- 3. every h of the call exists (the launch is cooperative: its own barrier) ----
+    cg::this_grid().sync();
+
+    // ---- 4. GEMM2 + combine over this CTA's columns ----
+    float hscale = 1.0f;
+    if constexpr (kFp8) {
+      if (dyn2) {
+        float a = 0.0f;
+        for (int i = tid; i < G; i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
+        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+      } else {
+        hscale = p.a2_scale[0];
+      }
+    }
+    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
+    float* hs = reinterpret_cast<float*>(region);
+    {
+      const float inv = 1.0f / hscale;
+      const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
+      for (std::int64_t i = tid; i < n4; i += kThreads) {
+        const int slot = static_cast<int>(i * 4 / N);
+        if (slot_e[slot] < 0) continue;
+        float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
+        if constexpr (kFp8) {
+          const std::uint32_t qa = numerics::e4m3x2(v.x * inv, v.y * inv);
+          const std::uint32_t qb = numerics::e4m3x2(v.z * inv, v.w * inv);
+          const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qa), __NV_E4M3)));
+          const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qb), __NV_E4M3)));
+          v = make_float4(fa.x, fa.y, fb.x, fb.y);
+        } else {
+          v = make_float4(to_float(from_float<ActT>(v.x)), to_float(from_float<ActT>(v.y)),
+                          to_float(from_float<ActT>(v.z)), to_float(from_float<ActT>(v.w)));
+        }
+        reinterpret_cast<float4*>(hs)[i] = v;
+      }
+    }
+    __syncthreads();
+
+    // Tasks (token t, owned column r), GL lanes each (the power of two >= a w2 row's chunks, at
+    // most 32); a group loads kSlotGroup slots' rows before the first FMA.
+    const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
+    int GL = 1;
+    while (GL < C2 && GL < 32) GL <<= 1;
+    const int gpw = 32 / GL, grp = lane / GL, li = lane % GL;
+    const int iters = (C2 + GL - 1) / GL;
+    const int R = r1 - r0;
+    const int tasks = M * R;
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const std::int64_t w2_row = N * kEs;
+    for (int base = warp * gpw; base < tasks; base += kWarps * gpw) {
+      const int task = base + grp;
+      const bool valid = task < tasks;
+      const int t = valid ? task / R : 0;
+      const int r = r0 + (valid ? task % R : 0);
+      float acc = 0.0f;
+      for (int j0 = 0; j0 < k; j0 += kSlotGroup) {
+        int ej[kSlotGroup];
+        float d[kSlotGroup];
+#pragma unroll
+        for (int jj = 0; jj < kSlotGroup; ++jj) {
+          ej[jj] = (valid && j0 + jj < k) ? slot_e[t * k + j0 + jj] : -1;
+          d[jj] = 0.0f;
+        }
+        for (int it = 0; it < iters; ++it) {
+          const int qq = it * GL + li;
+          const bool inb = qq < C2;
+          uint4 wv[kSlotGroup];
+#pragma unroll
+          for (int jj = 0; jj < kSlotGroup; ++jj)
+            if (inb && ej[jj] >= 0)
+              wv[jj] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ej[jj]) * K + r) * w2_row +
+                                          static_cast<std::int64_t>(qq) * 16);
+#pragma unroll
+          for (int jj = 0; jj < kSlotGroup; ++jj) {
+            if (!inb || ej[jj] < 0) continue;
+            float fw[kE];
+            Chunk<W>::to_floats(wv[jj], fw);
+            const float* hp = hs + static_cast<std::int64_t>(t * k + j0 + jj) * N + qq * kE;
+#pragma unroll
+            for (int e = 0; e < kE; e += 4) {
+              const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+              d[jj] = fmaf(fw[e], h4.x, d[jj]);
+              d[jj] = fmaf(fw[e + 1], h4.y, d[jj]);
+              d[jj] = fmaf(fw[e + 2], h4.z, d[jj]);
+              d[jj] = fmaf(fw[e + 3], h4.w, d[jj]);
+            }
+          }
+        }
+        // The group's butterfly sums (offsets < GL stay inside the group), then the slots in order.
+#pragma unroll
+        for (int jj = 0; jj < kSlotGroup; ++jj)
+          for (int o = GL / 2; o > 0; o >>= 1) d[jj] += __shfl_xor_sync(0xffffffffu, d[jj], o);
+#pragma unroll
+        for (int jj = 0; jj < kSlotGroup; ++jj) {
+          const int e = ej[jj];
+          if (e < 0) continue;
+          float v = d[jj];
+          if (kFp8) v *= hscale * p.w2_scale[e];
+          if (p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
+          if (!p.weight_on_input) v *= tw[t * k + j0 + jj];
+          acc += v;
+        }
+      }
+      if (valid && li == 0) static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+    }
+  }
+};
+
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  Gemv<kOp>::run(p, smem_raw);
+#endif
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <Operand kOp>
+int gemv_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];  // 0: not computed yet; -1: none can be resident
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v != 0) return v > 0 ? v : 0;
+  }
+  auto* kernel = &gemv_sm90_kernel<kOp>;
+  // Every layout can_implement admits is below the opt-in maximum (launch_sm90.cu, smem_layout):
+  // the kernel may take all of it, and the occupancy at that size holds for every call.
+  int bytes = 0, sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+  const int v = per_sm * sms;
+  if (device >= 0 && device < 64) cached[device].store(v > 0 ? v : -1, std::memory_order_release);
+  return v;
+}
+
+template <Operand kOp>
+void launch_gemv_sm90(const GemvParams& p, int grid, void* stream) {
+  auto* kernel = &gemv_sm90_kernel<kOp>;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace moekit::cuda::gemv

@@ -1,0 +1,224 @@
+// Host side of the GEMV decode path: can_implement, the workspace, the shared-memory layout and
+// run_gemv_sm90, which turns a resolved MoeCall into (fused_moe: a routing launch and) the one
+// cooperative launch of gemv_sm90_kernel. The kernel instantiations live in inst/.
+#include "cuda/kernels/gemv/launch_sm90.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_attr.cuh"
+#include "cuda/common/faults.cuh"
+#include "cuda/kernels/gemv/params.hpp"
+#include "cuda/kernels/routing/launch_sm90.hpp"
+#include "cuda/numerics/bias.cuh"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+namespace gv = gemv;
+
+int elem_bytes(const MoeProblem& p) { return p.scheme == Scheme::kBf16 ? 2 : 1; }
+std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+
+struct GemvLayout {
+  std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
+  std::size_t topk_weights = 0;  // fp32 [P]
+  std::size_t h_buf = 0;         // fp32 [P, N]
+  std::size_t h_amax = 0;        // fp32 [kMaxCtas]
+  std::size_t total = 0;
+};
+
+GemvLayout gemv_layout(const MoeProblem& p) {
+  GemvLayout l;
+  if (p.num_tokens <= 0) return l;
+  const std::size_t P = static_cast<std::size_t>(p.num_tokens * p.top_k);
+  std::size_t at = 0;
+  auto take = [&at](std::size_t bytes) {
+    const std::size_t off = at;
+    at = align256(at + bytes);
+    return off;
+  };
+  l.topk_ids = take(p.with_routing ? P * 4 : 0);
+  l.topk_weights = take(p.with_routing ? P * 4 : 0);
+  l.h_buf = take(P * static_cast<std::size_t>(p.intermediate_size) * 4);
+  l.h_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
+  l.total = at;
+  return l;
+}
+
+// The token rows staged for GEMM1 ([M][K * es] bytes) and every slot's h for GEMM2 ([P][N] fp32)
+// share one region.
+std::int64_t region_bytes(const MoeProblem& p) {
+  const std::int64_t x = p.num_tokens * p.hidden_size * elem_bytes(p);
+  const std::int64_t h = p.num_tokens * p.top_k * p.intermediate_size * 4;
+  return std::max(x, h);
+}
+
+gv::SmemLayout smem_layout(const MoeProblem& p) {
+  gv::SmemLayout L;
+  const int P = static_cast<int>(p.num_tokens * p.top_k);
+  int at = 0;
+  auto take = [&at](int bytes) {
+    const int off = at;
+    at = (at + bytes + 15) / 16 * 16;
+    return off;
+  };
+  L.slot_e_off = take(P * 4);
+  L.sorted_off = take(P * 4);
+  L.ue_off = take((P + 1) * 4);
+  L.uoff_off = take((P + 2) * 4);
+  L.cnt_off = take(static_cast<int>(p.num_experts) * 4);
+  L.scratch_off = take((32 + gv::kMaxSlots) * 4);
+  L.region_off = take(static_cast<int>(region_bytes(p)));
+  L.bytes = at;
+  return L;
+}
+
+bool fail(std::string* why, const std::string& msg) {
+  if (why) *why = "gemv_sm90: " + msg;
+  return false;
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
+
+// MOEKIT_GEMV_PREFETCH=0 turns the L2 prefetch of each CTA's weights off (A/Bs; read per call).
+bool prefetch_enabled() {
+  const char* v = std::getenv("MOEKIT_GEMV_PREFETCH");
+  return v == nullptr || v[0] != '0';
+}
+
+}  // namespace
+
+bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
+  // fp8 takes the reference's quantization points exactly, as the decode path does: per tensor,
+  // static scales as given, a dynamic activation scale from the whole hidden (every CTA reads
+  // it), a dynamic intermediate scale from every slot's h (the CTAs' absmaxes, read after the
+  // grid barrier). Per-channel and block scales: declined (not built).
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
+    return fail(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
+  if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
+    return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
+  const std::int64_t P = p.num_tokens * p.top_k;
+  if (P > gv::kMaxSlots) {
+    std::ostringstream os;
+    os << "M*k = " << P << " slots > " << gv::kMaxSlots << " (every CTA routes the call in shared memory)";
+    return fail(why, os.str());
+  }
+  if (p.top_k > gv::kMaxTopK) {
+    std::ostringstream os;
+    os << "k = " << p.top_k << " > " << gv::kMaxTopK;
+    return fail(why, os.str());
+  }
+  if (p.num_experts < 1 || p.num_experts > gv::kMaxExperts) {
+    std::ostringstream os;
+    os << "E = " << p.num_experts << ", supported 1.." << gv::kMaxExperts;
+    return fail(why, os.str());
+  }
+  const std::int64_t es = elem_bytes(p);
+  if ((p.hidden_size * es) % 16 != 0 || (p.intermediate_size * es) % 16 != 0) {
+    std::ostringstream os;
+    os << "K = " << p.hidden_size << " and N = " << p.intermediate_size
+       << " must give 16-byte weight rows (16-byte loads)";
+    return fail(why, os.str());
+  }
+  if (p.hidden_size >= (std::int64_t{1} << 30) || 2 * p.intermediate_size * p.hidden_size * es >= (std::int64_t{1} << 32)) {
+    return fail(why, "an expert's weights pass 4 GiB (32-bit prefetch sizes)");
+  }
+  if (region_bytes(p) > gv::kRegionBytes) {
+    std::ostringstream os;
+    os << "the token rows (" << p.num_tokens * p.hidden_size * es << " bytes) or every slot's h ("
+       << P * p.intermediate_size * 4 << " bytes) pass the " << gv::kRegionBytes
+       << "-byte shared-memory region: too many tokens for the GEMV path";
+    return fail(why, os.str());
+  }
+  return true;
+}
+
+std::size_t gemv_workspace_size(const MoeProblem& p) {
+  if (!can_implement_gemv_sm90(p, nullptr)) return 0;
+  return gemv_layout(p).total;
+}
+
+void run_gemv_sm90(const detail::MoeCall& call) {
+  const MoeProblem& p = call.problem;
+  if (p.num_tokens <= 0) return;
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const GemvLayout L = gemv_layout(p);
+  if (call.workspace == nullptr || call.workspace_bytes < L.total)
+    throw Error(Status::kInvalidArgument, "options.workspace_bytes is " + std::to_string(call.workspace_bytes) +
+                                              ", this call needs " + std::to_string(L.total));
+  if (!aligned16(call.hidden) || !aligned16(call.out) || !aligned16(call.w13) || !aligned16(call.w2))
+    throw Error(Status::kNotSupported, "gemv_sm90: hidden, out, w13 and w2 must be 16-byte aligned (16-byte loads)");
+  const bool fp8 = p.scheme != Scheme::kBf16;
+  const bool f16 = p.act_dtype == DType::kFp16;
+  // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
+  const int coresident = fp8 ? (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
+                                    : gv::gemv_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
+                             : (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kF16>(dev)
+                                    : gv::gemv_max_coresident_ctas<gv::Operand::kBf16>(dev));
+  const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
+  if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));
+  if (device_attribute<cudaDevAttrCooperativeLaunch>(dev) == 0)
+    throw Error(Status::kNotSupported, "gemv_sm90: device " + std::to_string(dev) + " does not support cooperative launches");
+
+  char* ws = static_cast<char*>(call.workspace);
+  const std::int32_t* topk_ids = call.topk_ids;
+  const float* topk_weights = call.topk_weights;
+  if (p.with_routing) {
+    std::int32_t* ids_out =
+        call.topk_ids_out != nullptr ? call.topk_ids_out : reinterpret_cast<std::int32_t*>(ws + L.topk_ids);
+    float* wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : reinterpret_cast<float*>(ws + L.topk_weights);
+    launch_routing_sm90(route_only_params(call, ids_out, wts_out), call.stream);
+    topk_ids = ids_out;
+    topk_weights = wts_out;
+  }
+
+  gv::GemvParams kp{};
+  kp.hidden = call.hidden;
+  kp.out = call.out;
+  kp.topk_ids = topk_ids;
+  kp.topk_weights = topk_weights;
+  kp.expert_map = call.expert_map;
+  kp.w13 = call.w13;
+  kp.w2 = call.w2;
+  kp.w13_scale = call.w13_scale;
+  kp.w2_scale = call.w2_scale;
+  kp.a13_scale = fp8 && p.static_a13_scale ? call.a13_scale : nullptr;
+  kp.a2_scale = fp8 && p.static_a2_scale ? call.a2_scale : nullptr;
+  kp.b13 = p.has_bias13 ? call.b13 : nullptr;
+  kp.b2 = p.has_bias2 ? call.b2 : nullptr;
+  kp.h_buf = reinterpret_cast<float*>(ws + L.h_buf);
+  kp.h_amax = reinterpret_cast<float*>(ws + L.h_amax);
+  kp.faults = device_fault_record(dev);
+  kp.num_tokens = static_cast<int>(p.num_tokens);
+  kp.top_k = static_cast<int>(p.top_k);
+  kp.num_experts = static_cast<int>(p.num_experts);
+  kp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
+  kp.hidden_size = static_cast<int>(p.hidden_size);
+  kp.inter_size = static_cast<int>(p.intermediate_size);
+  kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
+  kp.act = p.activation;
+  kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
+  kp.prefetch = prefetch_enabled() ? 1 : 0;
+  kp.smem = smem_layout(p);
+
+  void* stream = call.stream;
+  if (fp8) {
+    if (f16) gv::launch_gemv_sm90<gv::Operand::kE4m3F16>(kp, grid, stream);
+    else gv::launch_gemv_sm90<gv::Operand::kE4m3Bf16>(kp, grid, stream);
+  } else if (f16) {
+    gv::launch_gemv_sm90<gv::Operand::kF16>(kp, grid, stream);
+  } else {
+    gv::launch_gemv_sm90<gv::Operand::kBf16>(kp, grid, stream);
+  }
+}
+
+}  // namespace moekit::cuda

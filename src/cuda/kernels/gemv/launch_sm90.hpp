@@ -1,0 +1,27 @@
+// Host entry points of the GEMV decode path (sm_90a): one cooperative launch on the CUDA cores
+// runs a whole decode-sized MoE call, routing to output (kernel_sm90.cuh, docs/gemv.md).
+// Host-safe: no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/call.hpp"
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda {
+
+/// True when the GEMV decode path can run `problem` (sizes and options only). Otherwise false with
+/// the reason in *why (if given). Never throws.
+bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
+
+/// Bytes of workspace the GEMV path needs for `problem` (sizes only; 0 when it cannot run it).
+std::size_t gemv_workspace_size(const MoeProblem& problem);
+
+/// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) the
+/// GEMV kernel. No allocation, no host sync: CUDA-graph capturable. Throws Error(kNotSupported)
+/// when the path cannot run the call (also: weights, hidden or out not 16-byte aligned),
+/// Error(kInvalidArgument) when the workspace is too small.
+void run_gemv_sm90(const detail::MoeCall& call);
+
+}  // namespace moekit::cuda

@@ -1,0 +1,82 @@
+// The GEMV decode kernel's parameters: one plain struct shared by the host launcher
+// (launch_sm90.cu) and the kernel (kernel_sm90.cuh), passed by value as a __grid_constant__.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/faults.cuh"
+#include "moekit/problem.hpp"  // ActivationConfig
+
+namespace moekit::cuda::gemv {
+
+// Launch shape: one CTA per SM (cooperative: the grid is co-resident), kThreads threads.
+inline constexpr int kThreads = 512;
+inline constexpr int kWarps = kThreads / 32;
+// Limits of the path (can_implement_gemv_sm90): every CTA routes the call's slots in shared
+// memory, stages the call's token rows (GEMM1) and then every slot's h (GEMM2) in one region.
+inline constexpr int kMaxSlots = 256;
+inline constexpr int kMaxExperts = 1024;
+inline constexpr int kMaxTopK = 64;
+inline constexpr int kMaxCtas = 1024;  // the fp8 intermediate absmax slots in the workspace
+inline constexpr int kRegionBytes = 192 * 1024;
+// Calls whose weights (touched experts x (w13 + w2) bytes) fit this budget prefetch each CTA's
+// share into L2 right after the routing, so that HBM streams while the CTA stages its token rows
+// and, for w2, while GEMM1 runs; above it the warps' own loads keep enough bytes in flight.
+inline constexpr std::int64_t kPrefetchBudgetBytes = std::int64_t{24} << 20;
+
+// The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
+enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
+
+// Shared-memory layout (bytes from the dynamic base; host-computed, gemv_smem_layout).
+struct SmemLayout {
+  int slot_e_off = 0;  // int [P]: the local expert of every slot, -1 none
+  int sorted_off = 0;  // int [P]: slots grouped by touched expert (ascending), slot order inside
+  int ue_off = 0;      // int [P + 1]: touched expert u's id
+  int uoff_off = 0;    // int [P + 2]: touched expert u's first entry in sorted (uoff[U] = placed)
+  int cnt_off = 0;     // int [E]: per local expert count, then its cursor, then its touched index
+  int scratch_off = 0; // float [64]
+  int region_off = 0;  // GEMM1: token rows [M][K * es] bytes; GEMM2: h [P][N] fp32
+  int bytes = 0;
+};
+
+struct GemvParams {
+  const void* hidden;               // [M, K] activation dtype
+  void* out;                        // [M, K] activation dtype
+  const std::int32_t* topk_ids;     // [M, k]
+  const float* topk_weights;        // [M, k]
+  const std::int32_t* expert_map;   // [E_global] or null
+  const void* w13;                  // [E, 2N, K] (gate rows 0..N-1, up rows N..2N-1)
+  const void* w2;                   // [E, K, N]
+  const float* w13_scale;           // fp8: per tensor [E]
+  const float* w2_scale;            // fp8: per tensor [E]
+  const float* a13_scale;           // static activation scale [1] or null (dynamic)
+  const float* a2_scale;            // static intermediate scale [1] or null (dynamic)
+  const void* b13;                  // [E, 2N] or null
+  const void* b2;                   // [E, K] or null
+  float* h_buf;                     // workspace: h [M * k, N] fp32 (rows of local slots)
+  float* h_amax;                    // workspace: [gridDim.x] absmax of each CTA's h (fp8, dynamic)
+  FaultRecord* faults;              // the device's fault record, or null
+  int num_tokens;                   // M
+  int top_k;                        // k
+  int num_experts;                  // E (local)
+  int num_experts_global;           // E_global (range of topk_ids)
+  int hidden_size;                  // K
+  int inter_size;                   // N
+  int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
+  ActivationConfig act;             // kind, swiglu_oai alpha / limit
+  int weight_on_input;
+  int prefetch;                     // prefetch the CTA's weights into L2 (kPrefetchBudgetBytes)
+  SmemLayout smem;
+};
+
+// The call's one launch on `stream` (cudaStream_t): gemv_sm90_kernel, cooperative, `grid` CTAs of
+// kThreads, p.smem.bytes of shared memory. Defined in kernel_sm90.cuh, instantiated in inst/.
+template <Operand kOp>
+void launch_gemv_sm90(const GemvParams& p, int grid, void* stream);
+
+// CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
+// largest shared-memory size), cached per device; 0 when none can.
+template <Operand kOp>
+int gemv_max_coresident_ctas(int device);
+
+}  // namespace moekit::cuda::gemv
