@@ -7,6 +7,8 @@
 #include "cuda/kernels/combine/launch_sm90.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/decode/params.hpp"
+#include "cuda/kernels/gemv/launch_sm90.hpp"
+#include "cuda/kernels/gemv/params.hpp"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"

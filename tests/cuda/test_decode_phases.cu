@@ -1,7 +1,10 @@
-// The single-launch decode path's phase timer (kernels/decode/params.hpp, PhaseWord): where one
-// launch spends its time at preset shapes, printed per phase (median and max over the CTAs that
-// ran items), and a check that the timer changes no result (bitwise equal to a run without it).
-// Label gpu; skipped without a Hopper GPU. docs/decode.md quotes its output.
+// The decode paths' phase timers: where one launch spends its time at preset shapes, printed per
+// phase, and a check that the timer changes no result (bitwise equal to a run without it).
+// decode (kernels/decode/params.hpp, PhaseWord): time per phase summed over a CTA's items, median
+// and max over the CTAs that ran items. gemv (kernels/gemv/params.hpp, PhaseWord): each CTA's
+// stamps; per phase the median and max over the CTAs of its duration, and when the last CTA
+// reached each point, from the first CTA's entry. Label gpu; skipped without a Hopper GPU.
+// docs/decode.md and docs/gemv.md quote its output.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -38,9 +41,12 @@ struct Shape {
   std::int64_t E, k, K, N, M;
 };
 
-// One decode call of `s` (bf16, random weights and routing) with the phase timer on; prints the
-// per-phase table and checks that the output equals, bit for bit, a call without the timer.
-void phase_table(const Shape& s) {
+void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
+
+// One call of `s` on `path` (decode or gemv; bf16, random weights and routing) with the phase
+// timer on; prints the per-phase table and checks that the output equals, bit for bit, a call
+// without the timer.
+void phase_table(const Shape& s, const char* path = "decode") {
   const std::int64_t E = s.E, k = s.k, K = s.K, N = s.N, M = s.M;
   __nv_bfloat16 *w13 = nullptr, *w2 = nullptr, *hidden = nullptr, *out = nullptr;
   std::int32_t* ids = nullptr;
@@ -77,7 +83,7 @@ void phase_table(const Shape& s) {
   a.topk_weights = TensorView::contiguous(wts, DType::kFp32, {M, k}, Device::cuda());
   a.out = TensorView::contiguous(out, DType::kBf16, {M, K}, Device::cuda());
   Options o;
-  o.path = "decode";
+  o.path = path;
   o.workspace_bytes = workspace_size(describe(a));
   CUDA_OK(cudaMalloc(&ws, o.workspace_bytes));
   o.workspace = ws;
@@ -86,6 +92,14 @@ void phase_table(const Shape& s) {
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<std::uint16_t> plain(M * K), timed(M * K);
   CUDA_OK(cudaMemcpy(plain.data(), out, M * K * 2, cudaMemcpyDeviceToHost));
+  if (std::string(path) == "gemv") {
+    gemv_phases(s, a, o, timed);
+    EXPECT_TRUE(plain == timed) << s.name << ": the phase timer changed the output";
+    for (void* p : {static_cast<void*>(w13), static_cast<void*>(w2), static_cast<void*>(hidden), static_cast<void*>(out),
+                    static_cast<void*>(ids), static_cast<void*>(wts), ws})
+      cudaFree(p);
+    return;
+  }
 
   constexpr int kMaxCtas = 1024;
   const std::size_t words = static_cast<std::size_t>(kMaxCtas) * cuda::decode::kPhaseWords;
@@ -128,6 +142,60 @@ void phase_table(const Shape& s) {
     cudaFree(p);
 }
 
+// gemv: one timed call of `a`, output (NaN-poisoned before) into `timed`; prints the table.
+void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed) {
+  namespace gv = cuda::gemv;
+  constexpr int kMaxCtas = 1024;
+  const std::size_t words = static_cast<std::size_t>(kMaxCtas) * gv::kPhaseWords;
+  std::uint64_t* phases = nullptr;
+  CUDA_OK(cudaMalloc(&phases, words * 8));
+  CUDA_OK(cudaMemset(phases, 0, words * 8));
+  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
+  cuda::set_gemv_phase_buffer(phases, kMaxCtas);
+  fused_experts(a, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  cuda::set_gemv_phase_buffer(nullptr, 0);
+  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
+  std::vector<std::uint64_t> rec(words);
+  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
+  cudaFree(phases);
+  const char* names[] = {"routed", "gemm1", "barrier", "staged", "gemm2"};
+  constexpr int kPhases = sizeof(names) / sizeof(names[0]);
+  std::uint64_t t0 = ~std::uint64_t{0};
+  std::vector<std::vector<double>> dur(kPhases), reached(kPhases);
+  int ctas = 0;
+  for (int c = 0; c < kMaxCtas; ++c) {
+    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
+    if (r[gv::kPhaseEntry] == 0) continue;
+    ++ctas;
+    t0 = std::min(t0, r[gv::kPhaseEntry]);
+    for (int w = 0; w < kPhases; ++w) EXPECT_GE(r[w + 1], r[w]) << s.name << " CTA " << c << " phase " << names[w];
+  }
+  ASSERT_GT(ctas, 0) << s.name << ": no CTA stamped";
+  for (int c = 0; c < kMaxCtas; ++c) {
+    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
+    if (r[gv::kPhaseEntry] == 0) continue;
+    for (int w = 0; w < kPhases; ++w) {
+      dur[w].push_back(static_cast<double>(r[w + 1] - r[w]) / 1000.0);
+      reached[w].push_back(static_cast<double>(r[w + 1] - t0) / 1000.0);
+    }
+  }
+  std::vector<double> entry;
+  for (int c = 0; c < kMaxCtas; ++c) {
+    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
+    if (r[gv::kPhaseEntry] != 0) entry.push_back(static_cast<double>(r[gv::kPhaseEntry] - t0) / 1000.0);
+  }
+  std::sort(entry.begin(), entry.end());
+  std::printf("[ phases ] gemv %s M=%lld: %d CTAs, last entry %.2f us after the first\n", s.name,
+              static_cast<long long>(s.M), ctas, entry.back());
+  for (int w = 0; w < kPhases; ++w) {
+    std::sort(dur[w].begin(), dur[w].end());
+    std::sort(reached[w].begin(), reached[w].end());
+    std::printf("[ phases ]   %-8s median %7.2f us  max %7.2f us   done by the last CTA at %7.2f us\n", names[w],
+                dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
+  }
+}
+
 TEST(Sm90Decode, PhaseBreakdown) {
   SKIP_WITHOUT_SM90();
   // The resident clusters of each size the persistent grid is sized by (GPCs hold them).
@@ -141,6 +209,16 @@ TEST(Sm90Decode, PhaseBreakdown) {
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1});
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1});
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1});
+}
+
+TEST(Sm90Gemv, PhaseBreakdown) {
+  SKIP_WITHOUT_SM90();
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 1}, "gemv");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 8}, "gemv");
+  phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 1}, "gemv");
+  phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1}, "gemv");
+  phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 4}, "gemv");
+  phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1}, "gemv");
 }
 
 }  // namespace

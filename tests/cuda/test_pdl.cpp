@@ -56,6 +56,14 @@ class PdlCase {
     ws_ = dev_alloc(ws_bytes_);
   }
 
+  // The router's plan for that call ("fused", "gemv", "decode", "gemm1=... gemm2=...").
+  std::string plan(std::int64_t M, Mode mode, const char* path) {
+    Options o;
+    o.backend = Backend::kCuda;
+    o.path = path;
+    return describe_dispatch(mode == Mode::kFusedMoe ? describe(moe_args(M, 0, 0)) : describe(experts_args(M, 0, 0)), o);
+  }
+
   // Enqueues one call of the first M tokens of input set `set`, writing output `out`.
   void enqueue(std::int64_t M, Mode mode, int set, int out, const char* path, cudaStream_t stream) {
     Options o;
@@ -189,11 +197,14 @@ void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaS
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   std::size_t programmatic = 0, kernels = 0;
   count_graph(graph, &programmatic, &kernels);
-  // Every launch after routing's first is a programmatic dependent of the one before it. Under
-  // auto the smallest shards (N <= 128, <= 16 slots) run the single-launch fused path instead:
-  // one kernel, nothing to chain (docs/router.md).
-  if (std::string(path) == "auto" && kernels == 1) {
-    EXPECT_EQ(programmatic, 0u);
+  // Every launch after routing's first is a programmatic dependent of the one before it. The
+  // single-launch paths have nothing to chain: fused (its own routing) one kernel, gemv one
+  // cooperative kernel (after the routing launch in fused_moe mode), whichever way they were
+  // chosen (auto at few slots, docs/router.md, or forced).
+  const std::string plan = d.plan(M, mode, path);
+  if (plan == "fused" || plan == "gemv") {
+    EXPECT_EQ(kernels, plan == "gemv" && mode == Mode::kFusedMoe ? 2u : 1u) << plan;
+    EXPECT_EQ(programmatic, 0u) << plan;
   } else if (M > cuda::kPdlMaxTokens || std::string(path) == "tokmajor") {
     // Larger calls and token-major GEMMs launch without PDL (measured to lose: cuda/common/pdl.cuh).
     EXPECT_GT(kernels, 2u);

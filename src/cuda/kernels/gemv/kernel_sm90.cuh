@@ -231,6 +231,12 @@ struct Gemv {
     const std::int64_t K = p.hidden_size, N = p.inter_size;
     const std::int64_t row_bytes = K * kEs;  // a w13 row and a staged token row
     const int G = static_cast<int>(gridDim.x), j = static_cast<int>(blockIdx.x);
+    std::uint64_t* stamps = (p.phases != nullptr && j < p.phase_ctas && tid == 0)
+                                ? p.phases + static_cast<std::int64_t>(j) * kPhaseWords : nullptr;
+    auto stamp = [stamps](int w) {
+      if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
+    };
+    stamp(kPhaseEntry);
 
     // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
     if constexpr (!kFp8) {
@@ -296,6 +302,17 @@ struct Gemv {
     const std::int64_t Q = static_cast<std::int64_t>(U) * N;  // GEMM1 pairs of the call
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const std::int64_t w2_row = N * kEs;
+    const bool early_prefetch = p.prefetch && static_cast<std::int64_t>(U) * 3 * N * row_bytes <= kPrefetchBudgetBytes;
+    const int ahead = p.prefetch && !early_prefetch ? p.prefetch_ahead : 0;
+    // This CTA's w2 rows of every touched expert into L2 (one bulk request per expert).
+    auto prefetch_w2 = [&]() {
+      if (r1 > r0)
+        for (int u = 0; u < U; ++u)
+          sm90::prefetch_l2_bulk(w2 + (static_cast<std::int64_t>(ue[u]) * K + r0) * w2_row,
+                                 static_cast<std::uint32_t>((r1 - r0) * w2_row));
+    };
     if (warp == 0) {
       // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
       // consecutive places in lane order.
@@ -309,8 +326,7 @@ struct Gemv {
         if (e >= 0 && rank == 0) cnt[e] += __popc(peers);
         __syncwarp();
       }
-    } else if (warp == 1 && lane == 0 && p.prefetch &&
-               static_cast<std::int64_t>(U) * 3 * N * row_bytes <= kPrefetchBudgetBytes) {
+    } else if (warp == 1 && lane == 0 && early_prefetch) {
       // ---- 1. this CTA's weights into L2: its GEMM1 rows (per expert segment, gate and up),
       // then its w2 rows of every touched expert ----
       const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
@@ -323,12 +339,7 @@ struct Gemv {
         sm90::prefetch_l2_bulk(gate + N * row_bytes, bytes);
         q += c1 - c0;
       }
-      const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-      const std::int64_t w2_row = N * kEs;
-      if (r1 > r0)
-        for (int u = 0; u < U; ++u)
-          sm90::prefetch_l2_bulk(w2 + (static_cast<std::int64_t>(ue[u]) * K + r0) * w2_row,
-                                 static_cast<std::uint32_t>((r1 - r0) * w2_row));
+      prefetch_w2();
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -363,13 +374,31 @@ struct Gemv {
       sm90::cp_async_wait_all_groups();
     }
     __syncthreads();  // token rows staged, slots placed
+    stamp(kPhaseRouted);
 
     // ---- 2. GEMM1: this CTA's pairs, one warp a pair ----
     float hmax = 0.0f;
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    if (ahead > 0 && lane == 0)  // the warp's first pairs (the loop below prefetches the rest)
+      for (int a = 0; a < ahead; ++a) {
+        const std::int64_t qa = q0 + warp + static_cast<std::int64_t>(a) * kWarps;
+        if (qa >= q1) break;
+        const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[qa / N]) * 2 * N + qa % N) * row_bytes;
+        sm90::prefetch_l2_bulk(gate, static_cast<std::uint32_t>(row_bytes));
+        sm90::prefetch_l2_bulk(gate + N * row_bytes, static_cast<std::uint32_t>(row_bytes));
+      }
     for (std::int64_t q = q0 + warp; q < q1; q += kWarps) {
       const int u = static_cast<int>(q / N);
       const int c = static_cast<int>(q % N);
       const int e = ue[u];
+      if (ahead > 0 && lane == 0) {
+        const std::int64_t qa = q + static_cast<std::int64_t>(ahead) * kWarps;
+        if (qa < q1) {
+          const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[qa / N]) * 2 * N + qa % N) * row_bytes;
+          sm90::prefetch_l2_bulk(gate, static_cast<std::uint32_t>(row_bytes));
+          sm90::prefetch_l2_bulk(gate + N * row_bytes, static_cast<std::uint32_t>(row_bytes));
+        }
+      }
       const int b = uoff[u], T = uoff[u + 1] - b;
       for (int t0 = 0; t0 < T; t0 += kTokGroup) {
         const int nt = min(kTokGroup, T - t0);
@@ -383,9 +412,13 @@ struct Gemv {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
     }
+    // Large calls: this CTA's w2 rows start for L2 now, while the barrier waits.
+    if (p.prefetch && !early_prefetch && tid == 32) prefetch_w2();
+    stamp(kPhaseGemm1);
 
     // ---- 3. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
+    stamp(kPhaseBarrier);
 
     // ---- 4. GEMM2 + combine over this CTA's columns ----
     float hscale = 1.0f;
@@ -421,6 +454,7 @@ struct Gemv {
       }
     }
     __syncthreads();
+    stamp(kPhaseStaged);
 
     // Tasks (token t, owned column r), GL lanes each (the power of two >= a w2 row's chunks, at
     // most 32); a group loads kSlotGroup slots' rows before the first FMA.
@@ -431,8 +465,6 @@ struct Gemv {
     const int iters = (C2 + GL - 1) / GL;
     const int R = r1 - r0;
     const int tasks = M * R;
-    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-    const std::int64_t w2_row = N * kEs;
     for (int base = warp * gpw; base < tasks; base += kWarps * gpw) {
       const int task = base + grp;
       const bool valid = task < tasks;
@@ -488,6 +520,10 @@ struct Gemv {
         }
       }
       if (valid && li == 0) static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+    }
+    if (p.phases != nullptr && j < p.phase_ctas) {
+      __syncthreads();  // thread 0 stamps when every warp is done
+      stamp(kPhaseExit);
     }
   }
 };

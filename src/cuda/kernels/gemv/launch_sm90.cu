@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -88,11 +89,22 @@ bool fail(std::string* why, const std::string& msg) {
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
-// MOEKIT_GEMV_PREFETCH=0 turns the L2 prefetch of each CTA's weights off (A/Bs; read per call).
+// MOEKIT_GEMV_PREFETCH=0 turns the L2 prefetch of each CTA's weights off; MOEKIT_GEMV_AHEAD=0..8
+// sets how many pairs ahead a warp prefetches in large calls (default kPrefetchAhead). A/Bs; read
+// per call.
 bool prefetch_enabled() {
   const char* v = std::getenv("MOEKIT_GEMV_PREFETCH");
   return v == nullptr || v[0] != '0';
 }
+int prefetch_ahead() {
+  const char* v = std::getenv("MOEKIT_GEMV_AHEAD");
+  if (v == nullptr || v[0] < '0' || v[0] > '8' || v[1] != '\0') return gv::kPrefetchAhead;
+  return v[0] - '0';
+}
+
+// Phase timer buffer (set_gemv_phase_buffer; null = off).
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
+std::atomic<int> g_phase_ctas{0};
 
 }  // namespace
 
@@ -144,6 +156,11 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
 std::size_t gemv_workspace_size(const MoeProblem& p) {
   if (!can_implement_gemv_sm90(p, nullptr)) return 0;
   return gemv_layout(p).total;
+}
+
+void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
 void run_gemv_sm90(const detail::MoeCall& call) {
@@ -208,6 +225,9 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.prefetch = prefetch_enabled() ? 1 : 0;
+  kp.prefetch_ahead = prefetch_ahead();
+  kp.phases = g_phase_buffer.load(std::memory_order_acquire);
+  kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = smem_layout(p);
 
   void* stream = call.stream;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/call.hpp"
@@ -23,5 +24,11 @@ std::size_t gemv_workspace_size(const MoeProblem& problem);
 /// when the path cannot run the call (also: weights, hidden or out not 16-byte aligned),
 /// Error(kInvalidArgument) when the workspace is too small.
 void run_gemv_sm90(const detail::MoeCall& call);
+
+/// Tests only (not synchronized with launches in flight): later GEMV launches write their
+/// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
+/// device_buffer[blockIdx.x * gemv::kPhaseWords + word] for the first max_ctas CTAs. Null turns
+/// it off (the default).
+void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
 
 }  // namespace moekit::cuda
