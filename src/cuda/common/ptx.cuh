@@ -24,12 +24,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// Starts bringing `bytes` of global memory from `p` into L2 (one bulk request; `p` 16-byte
-// aligned, `bytes` a multiple of 16) and returns at once.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // A 16-byte load of read-only global data that this SM reads once (weights): not kept in L1.
 __device__ __forceinline__ uint4 ld_stream_16(const void* p) {
   uint4 v;

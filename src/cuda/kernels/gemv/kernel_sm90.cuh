@@ -5,15 +5,12 @@
 //      activation scale, static or the absmax of the whole hidden, then e4m3 rows) and routes the
 //      call's M*k slots itself: the local expert of every slot, the touched experts in ascending
 //      order and their slots in slot order. CTA 0 records bad ids and map entries;
-//   1. the CTA's share of the weights is prefetched into L2 in a few bulk requests (GEMM1 rows
-//      first, then its w2 rows), when the call's weights fit kPrefetchBudgetBytes;
 //   2. GEMM1: the (touched expert, column) pairs, U*N of them, are split evenly over the CTAs;
 //      a warp takes a pair, streams its gate row and its up row once and dots them with every
 //      token the expert has (16-byte loads, fp32 FMAs in a fixed order, a butterfly sum), then
 //      applies the router weight (on input), the bias and the activation and writes h[slot][col]
 //      (fp32) to the workspace. fp8: each CTA's absmax of h to the workspace;
 //   3. one grid-wide barrier (cooperative_groups; the launch is cooperative): every h exists.
-//      By then the CTA's w2 rows are in L2 (step 1);
 //   4. GEMM2 + combine: CTA j owns the output columns [K*j/G, K*(j+1)/G) of every token. It
 //      stages every slot's h in shared memory, rounded to the activation dtype (or quantized to
 //      e4m3 with the static scale or the one from the CTAs' absmaxes), and for each (token, owned
@@ -304,15 +301,6 @@ struct Gemv {
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    const bool early_prefetch = p.prefetch && static_cast<std::int64_t>(U) * 3 * N * row_bytes <= kPrefetchBudgetBytes;
-    const int ahead = p.prefetch && !early_prefetch ? p.prefetch_ahead : 0;
-    // This CTA's w2 rows of every touched expert into L2 (one bulk request per expert).
-    auto prefetch_w2 = [&]() {
-      if (r1 > r0)
-        for (int u = 0; u < U; ++u)
-          sm90::prefetch_l2_bulk(w2 + (static_cast<std::int64_t>(ue[u]) * K + r0) * w2_row,
-                                 static_cast<std::uint32_t>((r1 - r0) * w2_row));
-    };
     if (warp == 0) {
       // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
       // consecutive places in lane order.
@@ -326,20 +314,6 @@ struct Gemv {
         if (e >= 0 && rank == 0) cnt[e] += __popc(peers);
         __syncwarp();
       }
-    } else if (warp == 1 && lane == 0 && early_prefetch) {
-      // ---- 1. this CTA's weights into L2: its GEMM1 rows (per expert segment, gate and up),
-      // then its w2 rows of every touched expert ----
-      const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-      for (std::int64_t q = q0; q < q1;) {
-        const int u = static_cast<int>(q / N);
-        const std::int64_t c0 = q % N, c1 = min(N, c0 + (q1 - q));
-        const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + c0) * row_bytes;
-        const std::uint32_t bytes = static_cast<std::uint32_t>((c1 - c0) * row_bytes);
-        sm90::prefetch_l2_bulk(gate, bytes);
-        sm90::prefetch_l2_bulk(gate + N * row_bytes, bytes);
-        q += c1 - c0;
-      }
-      prefetch_w2();
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -378,27 +352,10 @@ struct Gemv {
 
     // ---- 2. GEMM1: this CTA's pairs, one warp a pair ----
     float hmax = 0.0f;
-    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    if (ahead > 0 && lane == 0)  // the warp's first pairs (the loop below prefetches the rest)
-      for (int a = 0; a < ahead; ++a) {
-        const std::int64_t qa = q0 + warp + static_cast<std::int64_t>(a) * kWarps;
-        if (qa >= q1) break;
-        const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[qa / N]) * 2 * N + qa % N) * row_bytes;
-        sm90::prefetch_l2_bulk(gate, static_cast<std::uint32_t>(row_bytes));
-        sm90::prefetch_l2_bulk(gate + N * row_bytes, static_cast<std::uint32_t>(row_bytes));
-      }
     for (std::int64_t q = q0 + warp; q < q1; q += kWarps) {
       const int u = static_cast<int>(q / N);
       const int c = static_cast<int>(q % N);
       const int e = ue[u];
-      if (ahead > 0 && lane == 0) {
-        const std::int64_t qa = q + static_cast<std::int64_t>(ahead) * kWarps;
-        if (qa < q1) {
-          const std::uint8_t* gate = w13 + (static_cast<std::int64_t>(ue[qa / N]) * 2 * N + qa % N) * row_bytes;
-          sm90::prefetch_l2_bulk(gate, static_cast<std::uint32_t>(row_bytes));
-          sm90::prefetch_l2_bulk(gate + N * row_bytes, static_cast<std::uint32_t>(row_bytes));
-        }
-      }
       const int b = uoff[u], T = uoff[u + 1] - b;
       for (int t0 = 0; t0 < T; t0 += kTokGroup) {
         const int nt = min(kTokGroup, T - t0);
@@ -412,8 +369,6 @@ struct Gemv {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
     }
-    // Large calls: this CTA's w2 rows start for L2 now, while the barrier waits.
-    if (p.prefetch && !early_prefetch && tid == 32) prefetch_w2();
     stamp(kPhaseGemm1);
 
     // ---- 3. every h of the call exists (the launch is cooperative: its own barrier) ----

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -89,18 +88,6 @@ bool fail(std::string* why, const std::string& msg) {
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
-// MOEKIT_GEMV_PREFETCH=0 turns the L2 prefetch of each CTA's weights off; MOEKIT_GEMV_AHEAD=0..8
-// sets how many pairs ahead a warp prefetches in large calls (default kPrefetchAhead). A/Bs; read
-// per call.
-bool prefetch_enabled() {
-  const char* v = std::getenv("MOEKIT_GEMV_PREFETCH");
-  return v == nullptr || v[0] != '0';
-}
-int prefetch_ahead() {
-  const char* v = std::getenv("MOEKIT_GEMV_AHEAD");
-  if (v == nullptr || v[0] < '0' || v[0] > '8' || v[1] != '\0') return gv::kPrefetchAhead;
-  return v[0] - '0';
-}
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
@@ -140,9 +127,7 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
        << " must give 16-byte weight rows (16-byte loads)";
     return fail(why, os.str());
   }
-  if (p.hidden_size >= (std::int64_t{1} << 30) || 2 * p.intermediate_size * p.hidden_size * es >= (std::int64_t{1} << 32)) {
-    return fail(why, "an expert's weights pass 4 GiB (32-bit prefetch sizes)");
-  }
+  if (p.hidden_size * es >= (std::int64_t{1} << 31)) return fail(why, "K too large (32-bit chunk counts)");
   if (region_bytes(p) > gv::kRegionBytes) {
     std::ostringstream os;
     os << "the token rows (" << p.num_tokens * p.hidden_size * es << " bytes) or every slot's h ("
@@ -224,8 +209,6 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
-  kp.prefetch = prefetch_enabled() ? 1 : 0;
-  kp.prefetch_ahead = prefetch_ahead();
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = smem_layout(p);

@@ -19,15 +19,6 @@ inline constexpr int kMaxExperts = 1024;
 inline constexpr int kMaxTopK = 64;
 inline constexpr int kMaxCtas = 1024;  // the fp8 intermediate absmax slots in the workspace
 inline constexpr int kRegionBytes = 192 * 1024;
-// L2 prefetch of each CTA's weights (one bulk request per contiguous range). Calls whose weights
-// (touched experts x (w13 + w2) bytes) fit kPrefetchBudgetBytes prefetch the CTA's whole share
-// right after the routing, GEMM1 rows first, so that HBM streams while the CTA stages its token
-// rows and, for w2, while GEMM1 runs. Larger calls prefetch each warp's pair kPrefetchAhead
-// pairs ahead (its next-but-one), and the CTA's w2 rows once its GEMM1 is done, so that they
-// arrive while the grid barrier waits for the slowest CTA (earlier they would be evicted by the
-// GEMM1 stream before GEMM2 reads them).
-inline constexpr std::int64_t kPrefetchBudgetBytes = std::int64_t{24} << 20;
-inline constexpr int kPrefetchAhead = 2;
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
@@ -70,8 +61,6 @@ struct GemvParams {
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
-  int prefetch;                     // prefetch the CTA's weights into L2 (kPrefetchBudgetBytes)
-  int prefetch_ahead;               // large calls: pairs a warp prefetches ahead (0: none)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;
