@@ -120,7 +120,7 @@ struct Gemv {
   static constexpr int kE = Chunk<W>::kElems;        // elements per 16-byte chunk
   static constexpr int kTokGroup = 4;                // tokens one pass of a GEMM1 pair dots
   static constexpr int kUnroll = 4;                  // 16-byte chunks per row a lane loads ahead
-  static constexpr int kSlotGroup = 8;               // slots one pass of GEMM2 loads ahead
+  static constexpr int kLoadsAhead = 8;              // 16-byte w2 loads a GEMM2 lane issues at once
 
   // GEMM1 of one (expert, column) pair for nt <= TB tokens: g[t], u[t] (the butterfly sum: every
   // lane holds the totals). wg, wu: the gate and up rows; tok[t]: the token's staged row.
@@ -221,7 +221,8 @@ struct Gemv {
     int* uoff = reinterpret_cast<int*>(smem + L.uoff_off);
     int* cnt = reinterpret_cast<int*>(smem + L.cnt_off);
     float* scratch = reinterpret_cast<float*>(smem + L.scratch_off);
-    float* tw = scratch + 32;  // [kMaxSlots]: the slots' router weights (scratch holds 32 + kMaxSlots)
+    float* tw = scratch + 32;              // [kMaxSlots]: the slots' router weights
+    float* coef = scratch + 32 + kMaxSlots;  // [kMaxSlots]: the slots' GEMM2 coefficients
     std::uint8_t* region = smem + L.region_off;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int M = p.num_tokens, k = p.top_k, P = M * k, E = p.num_experts;
@@ -245,11 +246,16 @@ struct Gemv {
     }
 
     // ---- 0b. routing: every slot's local expert, the touched experts, their slots ----
+    // P <= kMaxSlots <= kThreads: one slot a thread, its id and weight loads in flight while the
+    // counts are zeroed.
+    static_assert(kMaxSlots <= kThreads, "one slot per thread");
+    const int id0 = tid < P ? p.topk_ids[tid] : -1;
+    const float w0 = tid < P ? p.topk_weights[tid] : 0.0f;
     for (int i = tid; i < E; i += kThreads) cnt[i] = 0;
     __syncthreads();
-    for (int sl = tid; sl < P; sl += kThreads) {
-      const int id = p.topk_ids[sl];
-      tw[sl] = p.topk_weights[sl];
+    if (tid < P) {
+      const int sl = tid, id = id0;
+      tw[sl] = w0;
       int e = -1;
       if (id >= 0 && id < p.num_experts_global) {
         e = p.expert_map != nullptr ? p.expert_map[id] : id;
@@ -408,73 +414,73 @@ struct Gemv {
         reinterpret_cast<float4*>(hs)[i] = v;
       }
     }
+    // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
+    for (int sl = tid; sl < P; sl += kThreads) {
+      const int e = slot_e[sl];
+      const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
+      coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
+    }
     __syncthreads();
     stamp(kPhaseStaged);
 
-    // Tasks (token t, owned column r), GL lanes each (the power of two >= a w2 row's chunks, at
-    // most 32); a group loads kSlotGroup slots' rows before the first FMA.
+    // Tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q) loads,
+    // k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight before
+    // the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
+    // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
+    // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
+    // the lanes; lane 0 adds the slots' b2 terms in slot order.
     const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
-    int GL = 1;
-    while (GL < C2 && GL < 32) GL <<= 1;
-    const int gpw = 32 / GL, grp = lane / GL, li = lane % GL;
-    const int iters = (C2 + GL - 1) / GL;
+    const int total = k * C2;
     const int R = r1 - r0;
     const int tasks = M * R;
-    for (int base = warp * gpw; base < tasks; base += kWarps * gpw) {
-      const int task = base + grp;
-      const bool valid = task < tasks;
-      const int t = valid ? task / R : 0;
-      const int r = r0 + (valid ? task % R : 0);
+    for (int task = warp; task < tasks; task += kWarps) {
+      const int t = task / R;
+      const int r = r0 + task % R;
+      const int* se = slot_e + t * k;
       float acc = 0.0f;
-      for (int j0 = 0; j0 < k; j0 += kSlotGroup) {
-        int ej[kSlotGroup];
-        float d[kSlotGroup];
+      for (int base = 0; base < total; base += 32 * kLoadsAhead) {
+        uint4 wv[kLoadsAhead];
+        int ei[kLoadsAhead];
 #pragma unroll
-        for (int jj = 0; jj < kSlotGroup; ++jj) {
-          ej[jj] = (valid && j0 + jj < k) ? slot_e[t * k + j0 + jj] : -1;
-          d[jj] = 0.0f;
+        for (int i = 0; i < kLoadsAhead; ++i) {
+          const int idx = base + i * 32 + lane;
+          const int jj = idx / C2, qq = idx - jj * C2;
+          ei[i] = idx < total ? se[jj] : -1;
+          if (ei[i] >= 0)
+            wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
+                                       static_cast<std::int64_t>(qq) * 16);
         }
-        for (int it = 0; it < iters; ++it) {
-          const int qq = it * GL + li;
-          const bool inb = qq < C2;
-          uint4 wv[kSlotGroup];
 #pragma unroll
-          for (int jj = 0; jj < kSlotGroup; ++jj)
-            if (inb && ej[jj] >= 0)
-              wv[jj] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ej[jj]) * K + r) * w2_row +
-                                          static_cast<std::int64_t>(qq) * 16);
+        for (int i = 0; i < kLoadsAhead; ++i) {
+          if (ei[i] < 0) continue;
+          const int idx = base + i * 32 + lane;
+          const int jj = idx / C2, qq = idx - jj * C2;
+          float fw[kE];
+          Chunk<W>::to_floats(wv[i], fw);
+          const float* hp = hs + static_cast<std::int64_t>(t * k + jj) * N + qq * kE;
+          float d = 0.0f;
 #pragma unroll
-          for (int jj = 0; jj < kSlotGroup; ++jj) {
-            if (!inb || ej[jj] < 0) continue;
-            float fw[kE];
-            Chunk<W>::to_floats(wv[jj], fw);
-            const float* hp = hs + static_cast<std::int64_t>(t * k + j0 + jj) * N + qq * kE;
-#pragma unroll
-            for (int e = 0; e < kE; e += 4) {
-              const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
-              d[jj] = fmaf(fw[e], h4.x, d[jj]);
-              d[jj] = fmaf(fw[e + 1], h4.y, d[jj]);
-              d[jj] = fmaf(fw[e + 2], h4.z, d[jj]);
-              d[jj] = fmaf(fw[e + 3], h4.w, d[jj]);
-            }
+          for (int e = 0; e < kE; e += 4) {
+            const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+            d = fmaf(fw[e], h4.x, d);
+            d = fmaf(fw[e + 1], h4.y, d);
+            d = fmaf(fw[e + 2], h4.z, d);
+            d = fmaf(fw[e + 3], h4.w, d);
           }
-        }
-        // The group's butterfly sums (offsets < GL stay inside the group), then the slots in order.
-#pragma unroll
-        for (int jj = 0; jj < kSlotGroup; ++jj)
-          for (int o = GL / 2; o > 0; o >>= 1) d[jj] += __shfl_xor_sync(0xffffffffu, d[jj], o);
-#pragma unroll
-        for (int jj = 0; jj < kSlotGroup; ++jj) {
-          const int e = ej[jj];
-          if (e < 0) continue;
-          float v = d[jj];
-          if (kFp8) v *= hscale * p.w2_scale[e];
-          if (p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
-          if (!p.weight_on_input) v *= tw[t * k + j0 + jj];
-          acc += v;
+          acc = fmaf(d, coef[t * k + jj], acc);
         }
       }
-      if (valid && li == 0) static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+      acc = warp_sum(acc);
+      if (lane == 0) {
+        if (p.b2 != nullptr)
+          for (int jj = 0; jj < k; ++jj) {
+            const int e = se[jj];
+            if (e < 0) continue;
+            const float b = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
+            acc += p.weight_on_input ? b : b * tw[t * k + jj];
+          }
+        static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+      }
     }
     if (p.phases != nullptr && j < p.phase_ctas) {
       __syncthreads();  // thread 0 stamps when every warp is done

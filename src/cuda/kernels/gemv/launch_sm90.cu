@@ -75,7 +75,7 @@ gv::SmemLayout smem_layout(const MoeProblem& p) {
   L.ue_off = take((P + 1) * 4);
   L.uoff_off = take((P + 2) * 4);
   L.cnt_off = take(static_cast<int>(p.num_experts) * 4);
-  L.scratch_off = take((32 + gv::kMaxSlots) * 4);
+  L.scratch_off = take((32 + 2 * gv::kMaxSlots) * 4);
   L.region_off = take(static_cast<int>(region_bytes(p)));
   L.bytes = at;
   return L;
