@@ -199,12 +199,22 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
-  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && plan.local_slots <= kRouterTable.gemv_max_slots) {
-    plan.gemv = true;
-    if (in.want_reason)
-      plan.reason = "slots " + fmt(plan.local_slots) + " <= " + fmt(kRouterTable.gemv_max_slots) +
-                    ": gemv, one cooperative launch from routing to the output on the CUDA cores";
-    return plan;
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok) {
+    const RouterTable& t = kRouterTable;
+    const bool fp8 = p.scheme != Scheme::kBf16;
+    const double max_tokens = fp8 ? t.gemv_max_tokens_fp8 : t.gemv_max_tokens_bf16;
+    const double max_slots = fp8 ? t.gemv_max_slots_fp8 : t.gemv_max_slots_bf16;
+    const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
+    if (static_cast<double>(p.num_tokens) <= max_tokens && plan.local_slots <= max_slots &&
+        (!fp8 || elems <= t.gemv_fp8_max_expert_elems)) {
+      plan.gemv = true;
+      if (in.want_reason)
+        plan.reason = "M=" + std::to_string(p.num_tokens) + " <= " + fmt(max_tokens) + " and slots " +
+                      fmt(plan.local_slots) + " <= " + fmt(max_slots) +
+                      (fp8 ? " and N*K " + fmt(elems) + " <= " + fmt(t.gemv_fp8_max_expert_elems) : std::string()) +
+                      ": gemv, one cooperative launch from routing to the output on the CUDA cores";
+      return plan;
+    }
   }
   if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
     const RouterTable& t = kRouterTable;

@@ -131,8 +131,22 @@ struct RouterTable {
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
-  // of everything else up to gemv_max_slots local slots.
-  double gemv_max_slots = 64.0;
+  // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
+  // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at
+  // most gemv_fp8_max_expert_elems (N x K) weights per matrix (past that its e4m3 conversions on
+  // the CUDA cores cost more than the stream). From the same-run sweep of gemv forced against the
+  // previous auto choice (MOEKIT_GEMV=0; H200, 2026-12-01, every preset, TP 1 and 8, M = 1..64,
+  // check on; bench/results/2026-12-01-*-h200-gemv-sweep.json, docs/gemv.md): bf16 wins at every
+  // M <= 4 point within 1.00x (ties: deepseek-v3 and mixtral TP8 M = 4, qwen3-235b and gpt-oss TP1
+  // M = 4) up to 1.45x (qwen3-235b TP8 M = 1: 22.5 vs 32.8 µs) and loses from M = 8 (but gpt-oss
+  // TP8), down to 0.44x; fp8 wins at TP8 M = 1, 2 (qwen3-30b M = 1: 15.9 vs 24.1 µs) but mixtral
+  // M = 2 (0.97) and at TP1 only on qwen3-30b (N x K = 1.6 M); deepseek-v3, mixtral TP1 lose
+  // (0.79-0.83), qwen3-235b TP1 ties at M = 1 and loses at 2.
+  double gemv_max_tokens_bf16 = 4.0;
+  double gemv_max_slots_bf16 = 32.0;
+  double gemv_max_tokens_fp8 = 2.0;
+  double gemv_max_slots_fp8 = 16.0;
+  double gemv_fp8_max_expert_elems = 4194304.0;
   bool gemv_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};

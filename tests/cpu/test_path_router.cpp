@@ -236,29 +236,43 @@ TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
           }
 }
 
-TEST(CpuPathRouter, GemvFirstUpToItsSlotsWhenItCanRun) {
-  const double limit = detail::kRouterTable.gemv_max_slots;
-  const MoeProblem few = preset("qwen3-30b-a3b", static_cast<std::int64_t>(limit) / 8, 8);       // limit slots
-  const MoeProblem more = preset("qwen3-30b-a3b", static_cast<std::int64_t>(limit) / 8 + 1, 8);  // past it
+TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
+  // Measured (kRouterTable's comment): bf16 up to 4 tokens and 32 slots, fp8 up to 2 tokens and
+  // 16 slots on experts of at most 4 M weights a matrix.
+  const MoeProblem q1 = preset("qwen3-30b-a3b", 1, 8);
+  const MoeProblem q4 = preset("qwen3-30b-a3b", 4, 8);   // 32 slots
+  const MoeProblem q8 = preset("qwen3-30b-a3b", 8, 8);   // 64 slots
+  const MoeProblem m8 = preset("mixtral-8x7b", 8, 8);    // 16 slots, but 8 tokens
+  const MoeProblem f2 = preset("qwen3-30b-a3b", 2, 8, Scheme::kFp8PerTensor);
+  const MoeProblem f4 = preset("qwen3-30b-a3b", 4, 8, Scheme::kFp8PerTensor);
+  const MoeProblem fm = preset("mixtral-8x7b", 1, 8, Scheme::kFp8PerTensor);  // N x K = 7.3 M
+  const MoeProblem ft = preset("qwen3-30b-a3b", 1, 1, Scheme::kFp8PerTensor);  // TP1: 1.6 M
   detail::RouterInputs in;
   in.decode_ok = true;
-  EXPECT_FALSE(choose_paths(few, in).gemv);  // gemv_ok is false by default (not built)
+  EXPECT_FALSE(choose_paths(q1, in).gemv);  // gemv_ok is false by default (not built)
   in.gemv_ok = true;
-  EXPECT_EQ(choose_paths(few, in).gemv, detail::kRouterTable.gemv_in_auto);
-  if (detail::kRouterTable.gemv_in_auto) {
-    EXPECT_FALSE(choose_paths(few, in).decode);  // gemv comes before decode
-    EXPECT_EQ(choose_paths(few, in).describe(), "gemv");
-    EXPECT_NE(choose_paths(few, in).log_line(few).find("-> gemv |"), std::string::npos);
+  const bool on = detail::kRouterTable.gemv_in_auto;
+  EXPECT_EQ(choose_paths(q1, in).gemv, on);
+  EXPECT_EQ(choose_paths(q4, in).gemv, on);
+  EXPECT_FALSE(choose_paths(q8, in).gemv);
+  EXPECT_FALSE(choose_paths(m8, in).gemv);
+  EXPECT_EQ(choose_paths(f2, in).gemv, on);
+  EXPECT_FALSE(choose_paths(f4, in).gemv);
+  EXPECT_FALSE(choose_paths(fm, in).gemv);
+  EXPECT_EQ(choose_paths(ft, in).gemv, on);
+  if (on) {
+    EXPECT_FALSE(choose_paths(q1, in).decode);  // gemv comes before decode
+    EXPECT_EQ(choose_paths(q1, in).describe(), "gemv");
+    EXPECT_NE(choose_paths(q1, in).log_line(q1).find("-> gemv |"), std::string::npos);
   }
-  EXPECT_FALSE(choose_paths(more, in).gemv);
   in.gemv_in_auto = false;  // MOEKIT_GEMV=0
-  EXPECT_FALSE(choose_paths(few, in).gemv);
+  EXPECT_FALSE(choose_paths(q1, in).gemv);
   in.forced = "gemv";  // forcing works either way
-  EXPECT_TRUE(choose_paths(more, in).gemv);
+  EXPECT_TRUE(choose_paths(q8, in).gemv);
   in.gemv_ok = false;
   in.gemv_why = "gemv_sm90: scheme fp8_block128 is not supported";
   try {
-    choose_paths(more, in);
+    choose_paths(q8, in);
     ADD_FAILURE() << "forced gemv that cannot run did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
