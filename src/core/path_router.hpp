@@ -136,7 +136,7 @@ struct RouterTable {
   // most gemv_fp8_max_expert_elems (N x K) weights per matrix (past that its e4m3 conversions on
   // the CUDA cores cost more than the stream). From the same-run sweep of gemv forced against the
   // previous auto choice (MOEKIT_GEMV=0; H200, 2026-12-01, every preset, TP 1 and 8, M = 1..64,
-  // check on; bench/results/2026-12-01-*-h200-gemv-sweep.json, docs/gemv.md): bf16 wins at every
+  // check on; bench/results/2026-12-01-7a4bad9-h200-gemv-sweep.json, docs/gemv.md): bf16 wins at every
   // M <= 4 point within 1.00x (ties: deepseek-v3 and mixtral TP8 M = 4, qwen3-235b and gpt-oss TP1
   // M = 4) up to 1.45x (qwen3-235b TP8 M = 1: 22.5 vs 32.8 µs) and loses from M = 8 (but gpt-oss
   // TP8), down to 0.44x; fp8 wins at TP8 M = 1, 2 (qwen3-30b M = 1: 15.9 vs 24.1 µs) but mixtral

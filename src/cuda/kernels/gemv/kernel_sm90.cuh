@@ -1,22 +1,23 @@
 // The GEMV decode kernel (sm_90a): a whole decode-sized MoE call in one cooperative launch, on
-// the CUDA cores, with every SM streaming weights from its first microsecond (docs/gemv.md).
+// the CUDA cores, every SM streaming its share of the weights (docs/gemv.md).
 //
 //   0. every CTA stages the call's token rows in shared memory (bf16 / fp16: cp.async; fp8: the
 //      activation scale, static or the absmax of the whole hidden, then e4m3 rows) and routes the
 //      call's M*k slots itself: the local expert of every slot, the touched experts in ascending
 //      order and their slots in slot order. CTA 0 records bad ids and map entries;
-//   2. GEMM1: the (touched expert, column) pairs, U*N of them, are split evenly over the CTAs;
+//   1. GEMM1: the (touched expert, column) pairs, U*N of them, are split evenly over the CTAs;
 //      a warp takes a pair, streams its gate row and its up row once and dots them with every
 //      token the expert has (16-byte loads, fp32 FMAs in a fixed order, a butterfly sum), then
 //      applies the router weight (on input), the bias and the activation and writes h[slot][col]
 //      (fp32) to the workspace. fp8: each CTA's absmax of h to the workspace;
-//   3. one grid-wide barrier (cooperative_groups; the launch is cooperative): every h exists.
-//   4. GEMM2 + combine: CTA j owns the output columns [K*j/G, K*(j+1)/G) of every token. It
+//   2. one grid-wide barrier (cooperative_groups; the launch is cooperative): every h exists;
+//   3. GEMM2 + combine: CTA j owns the output columns [K*j/G, K*(j+1)/G) of every token. It
 //      stages every slot's h in shared memory, rounded to the activation dtype (or quantized to
-//      e4m3 with the static scale or the one from the CTAs' absmaxes), and for each (token, owned
-//      column) sums over the token's slots j = 0..k-1 in order: dot(w2[e][col], h[slot]) with the
-//      fp8 scales, b2 and the router weight (on output), in fp32, rounded once into `out`. A token
-//      with no local slot gets zeros.
+//      e4m3 with the static scale or the one from the CTAs' absmaxes), and runs a warp per
+//      (token, owned column): the k slots' w2 row chunks spread over the lanes, each chunk's dot
+//      times its slot's coefficient (fp8 scales, router weight on output) into one fp32
+//      accumulator, a butterfly sum, the slots' b2 terms in slot order, rounded once into `out`.
+//      A token with no local slot gets zeros.
 //
 // No allocation, no host synchronization, nothing zeroed before the launch (the barrier is the
 // launch's own), CUDA-graph capturable. Every sum has a fixed order that does not depend on the
@@ -356,7 +357,7 @@ struct Gemv {
     __syncthreads();  // token rows staged, slots placed
     stamp(kPhaseRouted);
 
-    // ---- 2. GEMM1: this CTA's pairs, one warp a pair ----
+    // ---- 1. GEMM1: this CTA's pairs, one warp a pair ----
     float hmax = 0.0f;
     for (std::int64_t q = q0 + warp; q < q1; q += kWarps) {
       const int u = static_cast<int>(q / N);
@@ -377,11 +378,11 @@ struct Gemv {
     }
     stamp(kPhaseGemm1);
 
-    // ---- 3. every h of the call exists (the launch is cooperative: its own barrier) ----
+    // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
 
-    // ---- 4. GEMM2 + combine over this CTA's columns ----
+    // ---- 3. GEMM2 + combine over this CTA's columns ----
     float hscale = 1.0f;
     if constexpr (kFp8) {
       if (dyn2) {
