@@ -162,32 +162,27 @@ void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vect
   const char* names[] = {"routed", "gemm1", "barrier", "staged", "gemm2"};
   constexpr int kPhases = sizeof(names) / sizeof(names[0]);
   std::uint64_t t0 = ~std::uint64_t{0};
-  std::vector<std::vector<double>> dur(kPhases), reached(kPhases);
-  int ctas = 0;
+  std::vector<const std::uint64_t*> stamped;  // the CTAs that stamped
   for (int c = 0; c < kMaxCtas; ++c) {
     const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
     if (r[gv::kPhaseEntry] == 0) continue;
-    ++ctas;
+    stamped.push_back(r);
     t0 = std::min(t0, r[gv::kPhaseEntry]);
-    for (int w = 0; w < kPhases; ++w) EXPECT_GE(r[w + 1], r[w]) << s.name << " CTA " << c << " phase " << names[w];
   }
-  ASSERT_GT(ctas, 0) << s.name << ": no CTA stamped";
-  for (int c = 0; c < kMaxCtas; ++c) {
-    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
-    if (r[gv::kPhaseEntry] == 0) continue;
+  ASSERT_FALSE(stamped.empty()) << s.name << ": no CTA stamped";
+  std::vector<std::vector<double>> dur(kPhases), reached(kPhases);
+  std::vector<double> entry;
+  for (const std::uint64_t* r : stamped) {
+    entry.push_back(static_cast<double>(r[gv::kPhaseEntry] - t0) / 1000.0);
     for (int w = 0; w < kPhases; ++w) {
+      EXPECT_GE(r[w + 1], r[w]) << s.name << " phase " << names[w];
       dur[w].push_back(static_cast<double>(r[w + 1] - r[w]) / 1000.0);
       reached[w].push_back(static_cast<double>(r[w + 1] - t0) / 1000.0);
     }
   }
-  std::vector<double> entry;
-  for (int c = 0; c < kMaxCtas; ++c) {
-    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * gv::kPhaseWords;
-    if (r[gv::kPhaseEntry] != 0) entry.push_back(static_cast<double>(r[gv::kPhaseEntry] - t0) / 1000.0);
-  }
   std::sort(entry.begin(), entry.end());
-  std::printf("[ phases ] gemv %s M=%lld: %d CTAs, last entry %.2f us after the first\n", s.name,
-              static_cast<long long>(s.M), ctas, entry.back());
+  std::printf("[ phases ] gemv %s M=%lld: %zu CTAs, last entry %.2f us after the first\n", s.name,
+              static_cast<long long>(s.M), stamped.size(), entry.back());
   for (int w = 0; w < kPhases; ++w) {
     std::sort(dur[w].begin(), dur[w].end());
     std::sort(reached[w].begin(), reached[w].end());

@@ -1,5 +1,5 @@
 // Device-side number conversions shared by the non-GEMM kernels: activation dtypes to and from
-// fp32 (round to nearest even), and a NaN-ignoring warp max. fp32 -> e4m3 and the dynamic-scale
+// fp32 (round to nearest even), a NaN-ignoring warp max and a warp sum. fp32 -> e4m3 and the dynamic-scale
 // rule are in cuda/numerics/quant.cuh.
 #pragma once
 
@@ -28,6 +28,13 @@ __device__ __forceinline__ __half from_float<__half>(float x) { return __float2h
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// A float sum over the warp (butterfly: every lane holds the total; a fixed order).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 

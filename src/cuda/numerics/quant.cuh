@@ -33,6 +33,10 @@ __device__ __forceinline__ void warp_absmax_to_word(std::uint32_t* word, float a
 __device__ __forceinline__ std::uint16_t e4m3x2(float a, float b) {
   return static_cast<std::uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
+// Two e4m3 bytes (the low byte first, as e4m3x2 packs them) -> two floats, exactly.
+__device__ __forceinline__ float2 e4m3x2_to_float2(std::uint16_t pair) {
+  return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
+}
 __device__ __forceinline__ std::uint8_t e4m3(float a) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
 }

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/common/convert.cuh"  // warp_max
+#include "cuda/common/convert.cuh"  // warp_max, warp_sum
 #include "moekit/problem.hpp"       // RoutingConfig, RoutingMethod
 
 namespace moekit::cuda::numerics {
@@ -38,11 +38,6 @@ __device__ __forceinline__ void warp_argmax(float& v, int& e) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ __forceinline__ float routing_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

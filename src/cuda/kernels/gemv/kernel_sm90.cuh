@@ -85,20 +85,12 @@ template <> struct Chunk<E4m3> {
     const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((w[i / 2] >> (16 * (i % 2))) & 0xffffu);
-      const __half2 h(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
-      const float2 f = __half22float2(h);
+      const float2 f = numerics::e4m3x2_to_float2(static_cast<std::uint16_t>(w[i / 2] >> (16 * (i % 2))));
       v[2 * i] = f.x;
       v[2 * i + 1] = f.y;
     }
   }
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // A NaN-ignoring absmax over the CTA (every thread's `v`), in every thread. Uses scratch[0..kWarps).
 __device__ __forceinline__ float block_absmax(float v, float* scratch) {
@@ -257,15 +249,10 @@ struct Gemv {
     if (tid < P) {
       const int sl = tid, id = id0;
       tw[sl] = w0;
-      int e = -1;
-      if (id >= 0 && id < p.num_experts_global) {
-        e = p.expert_map != nullptr ? p.expert_map[id] : id;
-        if (e < 0 || e >= E) {
-          if (j == 0 && p.expert_map != nullptr) record_map_fault(p.faults, sl / k, sl % k, id, e, E);
-          e = -1;
-        }
-      } else if (j == 0) {
-        record_id_fault(p.faults, sl / k, sl % k, id, p.num_experts_global);
+      int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+      if (e < 0 || e >= E) {
+        e = -1;  // dropped; a bad id or map entry is recorded (CTA 0; every CTA sees the same)
+        if (j == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
       }
       slot_e[sl] = e;
       if (e >= 0) atomicAdd(cnt + e, 1);
@@ -403,10 +390,8 @@ struct Gemv {
         if (slot_e[slot] < 0) continue;
         float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
         if constexpr (kFp8) {
-          const std::uint32_t qa = numerics::e4m3x2(v.x * inv, v.y * inv);
-          const std::uint32_t qb = numerics::e4m3x2(v.z * inv, v.w * inv);
-          const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qa), __NV_E4M3)));
-          const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qb), __NV_E4M3)));
+          const float2 fa = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.x * inv, v.y * inv));
+          const float2 fb = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.z * inv, v.w * inv));
           v = make_float4(fa.x, fa.y, fb.x, fb.y);
         } else {
           v = make_float4(to_float(from_float<ActT>(v.x)), to_float(from_float<ActT>(v.y)),

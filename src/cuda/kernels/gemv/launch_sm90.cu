@@ -167,9 +167,8 @@ void run_gemv_sm90(const detail::MoeCall& call) {
                              : (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kF16>(dev)
                                     : gv::gemv_max_coresident_ctas<gv::Operand::kBf16>(dev));
   const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
+  // (The router takes this path only on a device with cooperative launches: plan_call.)
   if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));
-  if (device_attribute<cudaDevAttrCooperativeLaunch>(dev) == 0)
-    throw Error(Status::kNotSupported, "gemv_sm90: device " + std::to_string(dev) + " does not support cooperative launches");
 
   char* ws = static_cast<char*>(call.workspace);
   const std::int32_t* topk_ids = call.topk_ids;
