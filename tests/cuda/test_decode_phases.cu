@@ -181,8 +181,8 @@ void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vect
     }
   }
   std::sort(entry.begin(), entry.end());
-  std::printf("[ phases ] gemv %s M=%lld: %zu CTAs, last entry %.2f us after the first\n", s.name,
-              static_cast<long long>(s.M), stamped.size(), entry.back());
+  std::printf("[ phases ] gemv (%s kernel) %s M=%lld: %zu CTAs, last entry %.2f us after the first\n",
+              cuda::gemv_last_kernel(), s.name, static_cast<long long>(s.M), stamped.size(), entry.back());
   for (int w = 0; w < kPhases; ++w) {
     std::sort(dur[w].begin(), dur[w].end());
     std::sort(reached[w].begin(), reached[w].end());
@@ -214,6 +214,19 @@ TEST(Sm90Gemv, PhaseBreakdown) {
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1}, "gemv");
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 4}, "gemv");
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1}, "gemv");
+}
+
+// The tensor-core kernel (MOEKIT_GEMV_KERNEL=mma) at the sizes it was built for.
+TEST(Sm90Gemv, MmaPhaseBreakdown) {
+  SKIP_WITHOUT_SM90();
+  setenv("MOEKIT_GEMV_KERNEL", "mma", 1);
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 1}, "gemv");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 8}, "gemv");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 64}, "gemv");
+  phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 16}, "gemv");
+  phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 8}, "gemv");
+  phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 16}, "gemv");
+  unsetenv("MOEKIT_GEMV_KERNEL");
 }
 
 }  // namespace

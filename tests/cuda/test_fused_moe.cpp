@@ -23,6 +23,7 @@
 #include "common/device_case.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
+#include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
 namespace moekit::testing {
@@ -34,17 +35,28 @@ std::string g_path = "auto";
 int g_cases = 0;
 std::vector<std::string> g_declined;
 
-// The kernel paths every Sm90FusedMoe test runs on.
-const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv"};
+// The GEMV path's kernel the current test asks for (MOEKIT_GEMV_KERNEL): "" the default choice,
+// "mma" the tensor-core kernel wherever it can run (parameter gemv_mma).
+std::string g_gemv_kernel;
+
+// The kernel paths every Sm90FusedMoe test runs on; gemv_mma is gemv with its tensor-core kernel.
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv", "gemv_mma"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     g_path = GetParam();
+    g_gemv_kernel.clear();
+    if (g_path == "gemv_mma") {
+      g_path = "gemv";
+      g_gemv_kernel = "mma";
+      setenv("MOEKIT_GEMV_KERNEL", "mma", 1);
+    }
     g_cases = 0;
     g_declined.clear();
   }
   void TearDown() override {
+    if (!g_gemv_kernel.empty()) unsetenv("MOEKIT_GEMV_KERNEL");
     // Every case of the test declined by the forced path: the test is skipped with the reasons.
     if (g_cases > 0 && static_cast<int>(g_declined.size()) == g_cases) {
       std::string why;
@@ -61,6 +73,24 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 // (GEMM1 rows hold K elements, GEMM2 rows N), fp8_block128 GEMM1 needs N % 64 == 0, E <= 1024.
 // In this suite: the gpt-oss preset at TP8 (N = 360) in fp8 schemes, qwen3-30b at TP8 (N = 96)
 // in fp8_block128.
+// The tensor-core GEMV kernel's limits (docs/gemv.md): M*k <= 1024 slots, and its shared memory
+// within 227 KiB: 10 int / float arrays of M*k, E counts, 256 bytes of scratch, the staged token
+// rows (M rows) or every slot's h (M*k rows) at a pitch of whole 64-byte blocks, 64 mod 128, and
+// then the larger of the GEMM1 partial sums (32 KiB) and one 16-column block of fp32 slot outputs.
+bool gemv_mma_fits(const CaseSpec& s, std::int64_t M) {
+  const std::int64_t P = M * s.k, es = s.scheme == Scheme::kBf16 ? 2 : 1;
+  if (P > 1024) return false;
+  auto pitch = [](std::int64_t bytes) {
+    std::int64_t x = (bytes + 63) / 64 * 64;
+    return x % 128 == 0 ? x + 64 : x;
+  };
+  auto a16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
+  const std::int64_t fixed = 2 * a16(P * 4) + a16((P + 1) * 4) + a16((P + 2) * 4) + a16(s.E * 4) + 256 + 4 * a16(P * 4) +
+                             a16(std::max(M * pitch(s.K * es), P * pitch(s.N * es)));
+  const std::int64_t avail = 227 * 1024 - fixed;
+  return avail >= 32 * 1024 && avail >= P * 64;
+}
+
 std::string documented_decline(const CaseSpec& s, const std::string& path, std::int64_t M) {
   // decode (can_implement_decode_sm90): bf16 and fp8_per_tensor (static or dynamic scales;
   // per-channel and block scales span rows split across CTAs: docs/decode.md); M*k <= 4096 slots;
@@ -78,19 +108,20 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
     if (M * s.k * ((s.N + 127) / 128) * s.K * 4 > (std::int64_t{128} << 20)) return "decode: partial outputs > 128 MiB";
     return "";
   }
-  // gemv (can_implement_gemv_sm90): bf16 and fp8_per_tensor; M*k <= 256 slots; k <= 64; E <= 1024;
-  // 16-byte rows of K and of N; the token rows (M x K x es bytes) and every slot's h (M*k x N
-  // fp32) each within the 192 KiB shared-memory region.
+  // gemv (can_implement_gemv_sm90): bf16 and fp8_per_tensor; k <= 64; E <= 1024; 16-byte rows of
+  // K and of N; and one of its two kernels fits: the CUDA-core one (M*k <= 256 slots, the token
+  // rows, M x K x es bytes, and every slot's h, M*k x N fp32, each within a 192 KiB region) or the
+  // tensor-core one (gemv_mma_fits).
   if (path == "gemv") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
     if (s.scheme == Scheme::kFp8Block128 || s.scheme == Scheme::kFp8PerChannel)
       return std::string("gemv: ") + scheme_name(s.scheme) + " is not supported";
-    if (M * s.k > 256) return "gemv: M*k = " + std::to_string(M * s.k) + " > 256 slots";
     if (s.k > 64) return "gemv: k = " + std::to_string(s.k) + " > 64";
     if (s.E > 1024) return "gemv: E = " + std::to_string(s.E) + " > 1024";
     if (s.K * es % 16 != 0 || s.N * es % 16 != 0)
       return "gemv: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) + " rows not 16-byte multiples";
-    if (M * s.K * es > 192 * 1024 || M * s.k * s.N * 4 > 192 * 1024) return "gemv: token rows or h past 192 KiB";
+    const bool cuda_fits = M * s.k <= 256 && M * s.K * es <= 192 * 1024 && M * s.k * s.N * 4 <= 192 * 1024;
+    if (!cuda_fits && !gemv_mma_fits(s, M)) return "gemv: M*k = " + std::to_string(M * s.k) + " slots: neither kernel fits";
     return "";
   }
   // tokmajor (can_implement_tokmajor_sm90) shares Swap-AB's limits: TMA and 16-byte cp.async rows,
@@ -142,6 +173,8 @@ void check_case(MoeCase& c, const std::vector<std::int64_t>& Ms, Mode mode) {
     EXPECT_TRUE(expected_decline.empty())
         << label(c.spec, M, mode) << ": path " << g_path << " ran a case documented to decline (" << expected_decline
         << "); update documented_decline()";
+    if (g_gemv_kernel == "mma" && gemv_mma_fits(c.spec, M))
+      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << label(c.spec, M, mode) << ": the tensor-core GEMV kernel did not run";
     if (mode == Mode::kFusedMoe) {
       const std::vector<std::int32_t> want(c.topk_ids.begin(), c.topk_ids.begin() + M * c.spec.k);
       EXPECT_EQ(ids, want) << label(c.spec, M, mode) << ": GPU routing chose other experts than the CPU";

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <atomic>
 #include <cstdint>
 #include <sstream>
@@ -86,12 +88,107 @@ bool fail(std::string* why, const std::string& msg) {
   return false;
 }
 
+// ---- the tensor-core variant (kernel_mma_sm90.cuh) ----
+
+// A staged row's pitch: whole 64-byte k-blocks, 64 mod 128 bytes (a quarter warp's 16-byte
+// fragment loads from two rows then fall in different banks).
+int mma_pitch(std::int64_t bytes) {
+  std::int64_t x = (bytes + 63) / 64 * 64;
+  if (x % 128 == 0) x += 64;
+  return static_cast<int>(x);
+}
+
+// The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
+// GEMM2 pass).
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
+  gv::SmemLayout L;
+  const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
+  const std::int64_t es = elem_bytes(p);
+  std::int64_t at = 0;
+  auto take = [&at](std::int64_t bytes) {
+    const std::int64_t off = at;
+    at = (at + bytes + 15) / 16 * 16;
+    return static_cast<int>(off);
+  };
+  L.slot_e_off = take(P * 4);
+  L.sorted_off = take(P * 4);
+  L.ue_off = take((P + 1) * 4);
+  L.uoff_off = take((P + 2) * 4);
+  L.cnt_off = take(p.num_experts * 4);
+  L.scratch_off = take(64 * 4);
+  L.tw_off = take(P * 4);
+  L.coef_off = take(P * 4);
+  L.gfirst_off = take(P * 4);
+  L.gu_off = take(P * 4);
+  L.x_pitch = mma_pitch(p.hidden_size * es);
+  L.h_pitch = mma_pitch(p.intermediate_size * es);
+  L.region_off = take(std::max(M * L.x_pitch, P * L.h_pitch));
+  const std::int64_t part = std::int64_t{gv::kWarps} * 2 * 16 * 8 * gv::kMmaTokenGroups * 4;
+  const std::int64_t cb = (p.hidden_size + 15) / 16;
+  const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);
+  const std::int64_t avail = gv::kMmaSmemBytes - at;
+  const std::int64_t per_block = P * 16 * 4;
+  L.cb_pass = static_cast<int>(std::min<std::int64_t>(owned, avail > 0 ? avail / per_block : 0));
+  if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
+  L.work_off = take(std::max(part, per_block * L.cb_pass));
+  L.bytes = static_cast<int>(at);
+  return L;
+}
+
+bool can_implement_mma(const MoeProblem& p, std::string* why) {
+  const std::int64_t P = p.num_tokens * p.top_k;
+  if (P > gv::kMmaMaxSlots) {
+    std::ostringstream os;
+    os << "M*k = " << P << " slots > " << gv::kMmaMaxSlots << " (every CTA routes the call in shared memory)";
+    return fail(why, os.str());
+  }
+  if (mma_smem_layout(p, 1).bytes == 0) {
+    std::ostringstream os;
+    os << "the staged token rows (" << p.num_tokens << " x " << p.hidden_size << ") or every slot's h (" << P << " x "
+       << p.intermediate_size << ") and one 16-column block of slot outputs pass the " << gv::kMmaSmemBytes
+       << "-byte shared memory of a CTA: too many tokens for the GEMV path";
+    return fail(why, os.str());
+  }
+  return true;
+}
+
+bool can_implement_cuda_cores(const MoeProblem& p, std::string* why) {
+  const std::int64_t P = p.num_tokens * p.top_k;
+  if (P > gv::kMaxSlots) {
+    std::ostringstream os;
+    os << "M*k = " << P << " slots > " << gv::kMaxSlots << " (every CTA routes the call in shared memory)";
+    return fail(why, os.str());
+  }
+  if (region_bytes(p) > gv::kRegionBytes) {
+    std::ostringstream os;
+    os << "the token rows (" << p.num_tokens * p.hidden_size * elem_bytes(p) << " bytes) or every slot's h ("
+       << P * p.intermediate_size * 4 << " bytes) pass the " << gv::kRegionBytes
+       << "-byte shared-memory region: too many tokens for the GEMV path";
+    return fail(why, os.str());
+  }
+  return true;
+}
+
+// Which GEMV kernel runs a call both can run: MOEKIT_GEMV_KERNEL=cuda|mma (read at every call,
+// for A/Bs in one process); by default the CUDA-core kernel where it can run, else the
+// tensor-core one.
+bool use_mma_kernel(const MoeProblem& p) {
+  const bool cuda_ok = can_implement_cuda_cores(p, nullptr);
+  const bool mma_ok = can_implement_mma(p, nullptr);
+  if (const char* v = std::getenv("MOEKIT_GEMV_KERNEL")) {
+    if (std::strcmp(v, "mma") == 0 && mma_ok) return true;
+    if (std::strcmp(v, "cuda") == 0 && cuda_ok) return false;
+  }
+  return !cuda_ok;
+}
+
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
+thread_local bool last_gemv_kernel_mma = false;
 
 }  // namespace
 
@@ -104,12 +201,6 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
     return fail(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
-  const std::int64_t P = p.num_tokens * p.top_k;
-  if (P > gv::kMaxSlots) {
-    std::ostringstream os;
-    os << "M*k = " << P << " slots > " << gv::kMaxSlots << " (every CTA routes the call in shared memory)";
-    return fail(why, os.str());
-  }
   if (p.top_k > gv::kMaxTopK) {
     std::ostringstream os;
     os << "k = " << p.top_k << " > " << gv::kMaxTopK;
@@ -128,20 +219,18 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
     return fail(why, os.str());
   }
   if (p.hidden_size * es >= (std::int64_t{1} << 31)) return fail(why, "K too large (32-bit chunk counts)");
-  if (region_bytes(p) > gv::kRegionBytes) {
-    std::ostringstream os;
-    os << "the token rows (" << p.num_tokens * p.hidden_size * es << " bytes) or every slot's h ("
-       << P * p.intermediate_size * 4 << " bytes) pass the " << gv::kRegionBytes
-       << "-byte shared-memory region: too many tokens for the GEMV path";
-    return fail(why, os.str());
-  }
-  return true;
+  // The CUDA-core kernel or the tensor-core one (the reason given is the tensor-core kernel's,
+  // the one with the larger limits).
+  if (can_implement_cuda_cores(p, nullptr)) return true;
+  return can_implement_mma(p, why);
 }
 
 std::size_t gemv_workspace_size(const MoeProblem& p) {
   if (!can_implement_gemv_sm90(p, nullptr)) return 0;
   return gemv_layout(p).total;
 }
+
+const char* gemv_last_kernel() { return last_gemv_kernel_mma ? "mma" : "cuda"; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -162,10 +251,16 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
-  const int coresident = fp8 ? (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
-                                    : gv::gemv_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
-                             : (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kF16>(dev)
-                                    : gv::gemv_max_coresident_ctas<gv::Operand::kBf16>(dev));
+  const bool mma = use_mma_kernel(p);
+  const int coresident =
+      mma ? (fp8 ? (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
+                        : gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
+                 : (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kF16>(dev)
+                        : gv::gemv_mma_max_coresident_ctas<gv::Operand::kBf16>(dev)))
+          : (fp8 ? (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
+                        : gv::gemv_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
+                 : (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kF16>(dev)
+                        : gv::gemv_max_coresident_ctas<gv::Operand::kBf16>(dev)));
   const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
   // (The router takes this path only on a device with cooperative launches: plan_call.)
   if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));
@@ -210,9 +305,21 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = smem_layout(p);
+  kp.smem = mma ? mma_smem_layout(p, grid) : smem_layout(p);
+  last_gemv_kernel_mma = mma;
 
   void* stream = call.stream;
+  if (mma) {
+    if (fp8) {
+      if (f16) gv::launch_gemv_mma_sm90<gv::Operand::kE4m3F16>(kp, grid, stream);
+      else gv::launch_gemv_mma_sm90<gv::Operand::kE4m3Bf16>(kp, grid, stream);
+    } else if (f16) {
+      gv::launch_gemv_mma_sm90<gv::Operand::kF16>(kp, grid, stream);
+    } else {
+      gv::launch_gemv_mma_sm90<gv::Operand::kBf16>(kp, grid, stream);
+    }
+    return;
+  }
   if (fp8) {
     if (f16) gv::launch_gemv_sm90<gv::Operand::kE4m3F16>(kp, grid, stream);
     else gv::launch_gemv_sm90<gv::Operand::kE4m3Bf16>(kp, grid, stream);

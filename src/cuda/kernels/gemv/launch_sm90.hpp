@@ -25,6 +25,10 @@ std::size_t gemv_workspace_size(const MoeProblem& problem);
 /// Error(kInvalidArgument) when the workspace is too small.
 void run_gemv_sm90(const detail::MoeCall& call);
 
+/// Which GEMV kernel the thread's last run_gemv_sm90 enqueued: "cuda" (the CUDA-core kernel) or
+/// "mma" (the tensor-core one). Tests check that a forced kernel really ran.
+const char* gemv_last_kernel();
+
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
 /// device_buffer[blockIdx.x * gemv::kPhaseWords + word] for the first max_ctas CTAs. Null turns

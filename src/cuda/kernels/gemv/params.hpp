@@ -19,6 +19,11 @@ inline constexpr int kMaxExperts = 1024;
 inline constexpr int kMaxTopK = 64;
 inline constexpr int kMaxCtas = 1024;  // the fp8 intermediate absmax slots in the workspace
 inline constexpr int kRegionBytes = 192 * 1024;
+// The tensor-core variant (kernel_mma_sm90.cuh): more slots (its GEMM2 keeps one fp32 per slot
+// and owned column in shared memory), token groups of 8 per mma, kMmaTokenGroups per GEMM1 pass.
+inline constexpr int kMmaMaxSlots = 1024;
+inline constexpr int kMmaTokenGroups = 2;
+inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
@@ -33,6 +38,15 @@ struct SmemLayout {
   int scratch_off = 0; // float [64]
   int region_off = 0;  // GEMM1: token rows [M][K * es] bytes; GEMM2: h [P][N] fp32
   int bytes = 0;
+  // The tensor-core variant only (kernel_mma_sm90.cuh):
+  int tw_off = 0;      // float [P]: the slots' router weights
+  int coef_off = 0;    // float [P]: the slots' GEMM2 coefficients
+  int gfirst_off = 0;  // int [P]: GEMM2 slot group s: its first entry in sorted
+  int gu_off = 0;      // int [P]: GEMM2 slot group s: its touched expert
+  int work_off = 0;    // GEMM1: the warps' partial sums; GEMM2: [P][cb_pass * 16] fp32 slot outputs
+  int x_pitch = 0;     // bytes a staged token row takes (64 mod 128: conflict-free fragment loads)
+  int h_pitch = 0;     // bytes a staged h row takes (same rule)
+  int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
 };
 
 struct GemvParams {
@@ -83,6 +97,12 @@ enum PhaseWord : int {
 // kThreads, p.smem.bytes of shared memory. Defined in kernel_sm90.cuh, instantiated in inst/.
 template <Operand kOp>
 void launch_gemv_sm90(const GemvParams& p, int grid, void* stream);
+
+// The tensor-core variant's launch (gemv_mma_sm90_kernel, kernel_mma_sm90.cuh), same contract.
+template <Operand kOp>
+void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream);
+template <Operand kOp>
+int gemv_mma_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.

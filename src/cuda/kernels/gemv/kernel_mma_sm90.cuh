@@ -1,0 +1,520 @@
+// The GEMV decode kernel on the tensor cores (sm_90a): the same one cooperative launch as
+// kernel_sm90.cuh (routing in every CTA, GEMM1, one grid barrier, GEMM2 + combine over the
+// CTA's own output columns), with the dot products on mma.sync instead of fp32 FMAs, so that
+// an expert's weights are read once for up to 16 of its tokens and the instruction count per
+// weight byte does not grow with the tokens (docs/gemv.md, "The tensor-core variant").
+//
+// Fragments straight from memory. A lane (g = lane / 4, c = lane % 4) loads 16 bytes of a weight
+// row at byte 16c of a 64-byte k-block (rows g and g + 8 of a 16-row tile) and 16 bytes of its
+// token's (or slot's) row at the same byte: registers 0, 1 feed the first m16n8 k-step (32 bytes
+// of K: 16 bf16 or 32 e4m3), registers 2, 3 the second. That assigns the tile's K elements to the
+// mma's k positions in a permuted order, the same for A and B, so the sums are the dot products.
+// No shared-memory staging of weights, no ldmatrix, 16-byte coalesced loads (a row's 64 bytes by
+// four lanes).
+//
+//   0. routing and token rows as the CUDA-core kernel (rows at a padded pitch: 64 mod 128 bytes,
+//      so a quarter warp's fragment loads of two rows hit different banks); GEMM2's slot groups
+//      (an expert's slots, 8 at a time) listed once;
+//   1. GEMM1: tasks (touched expert, 16 columns) split evenly over the CTAs; a CTA's 16 warps
+//      split a task's K, each keeps the gate and up accumulators of 8 x kMmaTokenGroups tokens,
+//      adds them to shared memory; then the CTA sums the warps in order and applies the fp8
+//      scales, router weight (on input), bias and activation: h to the workspace (bf16 / fp16:
+//      rounded to the activation dtype; fp8: fp32 and the CTA's absmax);
+//   2. the grid barrier;
+//   3. GEMM2: CTA j owns 16-column blocks [CB j / G, CB (j + 1) / G) of the output. It stages
+//      every slot's h (activation dtype, or e4m3 with the intermediate scale), and runs a warp
+//      per (column block, slot group): the w2 tile's N in 64-byte k-blocks, each slot's result
+//      times its coefficient into the slot outputs in shared memory; then each (token, column)
+//      sums its k slots in slot order, adds the b2 terms, rounds once.
+//
+// No allocation, no host synchronization, nothing zeroed before the launch. Every sum has a fixed
+// order independent of the grid: bitwise reproducible run to run.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/mma.cuh"
+#include "cuda/kernels/gemv/kernel_sm90.cuh"
+
+namespace moekit::cuda::gemv {
+
+template <Operand kOp>
+struct GemvMma {
+  using W = typename OperandTypes<kOp>::W;
+  using ActT = typename OperandTypes<kOp>::Act;
+  static constexpr bool kFp8 = std::is_same<W, E4m3>::value;
+  static constexpr int kEs = kFp8 ? 1 : 2;  // bytes of a weight (and staged operand) element
+  static constexpr ::moekit::cuda::Operand kMma =
+      kFp8 ? ::moekit::cuda::Operand::kE4m3
+           : (std::is_same<W, __half>::value ? ::moekit::cuda::Operand::kF16 : ::moekit::cuda::Operand::kBf16);
+  static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
+  static constexpr int kRound = 4;             // 64-byte k-blocks a lane loads before its mmas
+
+  // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
+  // the lane's 16 bytes of column g of B.
+  static __device__ __forceinline__ void mma_block(float (&d)[4], const uint4& lo, const uint4& hi, const uint4& b) {
+    const std::uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
+    sm90::mma_m16n8<kMma>(d, a0, b.x, b.y);
+    const std::uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
+    sm90::mma_m16n8<kMma>(d, a1, b.z, b.w);
+  }
+
+  static __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
+
+  static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
+    namespace cg = cooperative_groups;
+    const SmemLayout& L = p.smem;
+    int* slot_e = reinterpret_cast<int*>(smem + L.slot_e_off);
+    int* sorted = reinterpret_cast<int*>(smem + L.sorted_off);
+    int* ue = reinterpret_cast<int*>(smem + L.ue_off);
+    int* uoff = reinterpret_cast<int*>(smem + L.uoff_off);
+    int* cnt = reinterpret_cast<int*>(smem + L.cnt_off);
+    float* scratch = reinterpret_cast<float*>(smem + L.scratch_off);
+    float* tw = reinterpret_cast<float*>(smem + L.tw_off);
+    float* coef = reinterpret_cast<float*>(smem + L.coef_off);
+    int* gfirst = reinterpret_cast<int*>(smem + L.gfirst_off);
+    int* gu = reinterpret_cast<int*>(smem + L.gu_off);
+    float* work = reinterpret_cast<float*>(smem + L.work_off);
+    std::uint8_t* region = smem + L.region_off;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int M = p.num_tokens, k = p.top_k, P = M * k, E = p.num_experts;
+    const std::int64_t K = p.hidden_size, N = p.inter_size;
+    const std::int64_t row_bytes = K * kEs;           // a w13 row
+    const std::int64_t w2_row = N * kEs;              // a w2 row, and a staged h row's data
+    const int px = L.x_pitch, ph = L.h_pitch;
+    const int G = static_cast<int>(gridDim.x), j = static_cast<int>(blockIdx.x);
+    std::uint64_t* stamps = (p.phases != nullptr && j < p.phase_ctas && tid == 0)
+                                ? p.phases + static_cast<std::int64_t>(j) * kPhaseWords : nullptr;
+    auto stamp = [stamps](int w) {
+      if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
+    };
+    stamp(kPhaseEntry);
+
+    // ---- 0a. bf16 / fp16: the token rows into shared memory (padded pitch), during the routing ----
+    const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 / token row
+    if constexpr (!kFp8) {
+      const std::uint8_t* hid = static_cast<const std::uint8_t*>(p.hidden);
+      const int n16 = M * cpr;
+      for (int i = tid; i < n16; i += kThreads) {
+        const int t = i / cpr, q = i - t * cpr;
+        sm90::cp_async_16_zfill(sm90::smem_addr(region + static_cast<std::int64_t>(t) * px + q * 16),
+                                hid + static_cast<std::int64_t>(t) * row_bytes + q * 16, 16);
+      }
+      sm90::cp_async_commit();
+    }
+
+    // ---- 0b. routing: every slot's local expert, the touched experts, their slots ----
+    for (int i = tid; i < E; i += kThreads) cnt[i] = 0;
+    __syncthreads();
+    for (int sl = tid; sl < P; sl += kThreads) {
+      const int id = p.topk_ids[sl];
+      tw[sl] = p.topk_weights[sl];
+      int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+      if (e < 0 || e >= E) {
+        e = -1;  // dropped; a bad id or map entry is recorded (CTA 0; every CTA sees the same)
+        if (j == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
+      }
+      slot_e[sl] = e;
+      if (e >= 0) atomicAdd(cnt + e, 1);
+    }
+    __syncthreads();
+    // Warp 0: the touched experts in ascending order (ue, uoff) and every expert's cursor (cnt).
+    if (warp == 0) {
+      int run_rows = 0, run_u = 0;
+      for (int e0 = 0; e0 < E; e0 += 32) {
+        const int e = e0 + lane;
+        const int rows = e < E ? cnt[e] : 0;
+        int r = rows, f = rows > 0 ? 1 : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int vr = __shfl_up_sync(0xffffffffu, r, d);
+          const int vf = __shfl_up_sync(0xffffffffu, f, d);
+          if (lane >= d) {
+            r += vr;
+            f += vf;
+          }
+        }
+        if (rows > 0) {
+          const int u = run_u + f - 1;
+          ue[u] = e;
+          uoff[u] = run_rows + r - rows;
+          cnt[e] = run_rows + r - rows;
+        }
+        run_rows += __shfl_sync(0xffffffffu, r, 31);
+        run_u += __shfl_sync(0xffffffffu, f, 31);
+      }
+      if (lane == 0) {
+        uoff[run_u] = run_rows;
+        reinterpret_cast<int*>(scratch)[kWarps] = run_u;  // U
+      }
+    }
+    __syncthreads();
+    const int U = reinterpret_cast<const int*>(scratch)[kWarps];
+    if (warp == 0) {
+      // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
+      // consecutive places in lane order.
+      for (int base = 0; base < P; base += 32) {
+        const int sl = base + lane;
+        const int e = sl < P ? slot_e[sl] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (e >= 0) sorted[cnt[e] + rank] = sl;
+        __syncwarp();
+        if (e >= 0 && rank == 0) cnt[e] += __popc(peers);
+        __syncwarp();
+      }
+    } else if (warp == 1) {
+      // GEMM2's slot groups: each touched expert's entries of sorted, 8 at a time.
+      int run_s = 0;
+      for (int u0 = 0; u0 < U; u0 += 32) {
+        const int u = u0 + lane;
+        const int n = u < U ? (uoff[u + 1] - uoff[u] + 7) / 8 : 0;
+        int s = n;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, s, d);
+          if (lane >= d) s += v;
+        }
+        for (int i = 0; i < n; ++i) {
+          gfirst[run_s + s - n + i] = uoff[u] + 8 * i;
+          gu[run_s + s - n + i] = u;
+        }
+        run_s += __shfl_sync(0xffffffffu, s, 31);
+      }
+      if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
+    }
+
+    // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
+    float xscale = 1.0f;
+    if constexpr (kFp8) {
+      const ActT* x = static_cast<const ActT*>(p.hidden);
+      const int n8 = static_cast<int>(static_cast<std::int64_t>(M) * K / 8);  // K % 16 == 0
+      if (p.a13_scale != nullptr) {
+        xscale = p.a13_scale[0];
+      } else {
+        float a = 0.0f;
+        for (int i = tid; i < n8; i += kThreads) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+          const ActT* v = reinterpret_cast<const ActT*>(&raw);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
+        }
+        xscale = numerics::dynamic_scale(block_absmax(a, scratch));
+      }
+      const float inv = 1.0f / xscale;
+      const int c8 = static_cast<int>(K / 8);
+      for (int i = tid; i < n8; i += kThreads) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+        const ActT* v = reinterpret_cast<const ActT*>(&raw);
+        uint2 q;
+        q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
+        q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+        const int t = i / c8, q8 = i - t * c8;
+        *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(t) * px + q8 * 8) = q;
+      }
+    } else {
+      sm90::cp_async_wait_all_groups();
+    }
+    __syncthreads();  // token rows staged, slots placed, slot groups listed
+    stamp(kPhaseRouted);
+
+    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    const int NB1 = static_cast<int>((N + 15) / 16);
+    const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
+    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
+    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    constexpr int kTok = 8 * kTg;  // tokens of one pass
+    float* part = work;            // [kWarps][2][16][kTok]
+    float hmax = 0.0f;
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+      const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
+      const int rlo = cb * 16 + g, rhi = rlo + 8;
+      const bool vlo = rlo < N, vhi = rhi < N;
+      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(e) * 2 * N * row_bytes;
+      const std::uint8_t* glo = ebase + (vlo ? rlo : 0) * row_bytes;
+      const std::uint8_t* ghi = ebase + (vhi ? rhi : 0) * row_bytes;
+      const std::uint8_t* ulo = glo + N * row_bytes;
+      const std::uint8_t* uhi = ghi + N * row_bytes;
+      for (int t0 = 0; t0 < T; t0 += kTok) {
+        const int nt = min(kTok, T - t0);
+        const std::uint8_t* xrow[kTg];
+        bool xv[kTg];
+#pragma unroll
+        for (int i = 0; i < kTg; ++i) {
+          const int tt = t0 + 8 * i + g;
+          xv[i] = tt < T;
+          xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
+        }
+        float acc[2][kTg][4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < kTg; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+        for (int kb = kw0; kb < kw1; kb += kRound) {
+          uint4 a[kRound][4];
+#pragma unroll
+          for (int r = 0; r < kRound; ++r) {
+            const int ch = (kb + r) * 4 + c;
+            const bool ok = kb + r < kw1 && ch < cpr;
+            const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+            a[r][0] = ok && vlo ? sm90::ld_stream_16(glo + off) : zero4();
+            a[r][1] = ok && vhi ? sm90::ld_stream_16(ghi + off) : zero4();
+            a[r][2] = ok && vlo ? sm90::ld_stream_16(ulo + off) : zero4();
+            a[r][3] = ok && vhi ? sm90::ld_stream_16(uhi + off) : zero4();
+          }
+#pragma unroll
+          for (int r = 0; r < kRound; ++r) {
+            const int ch = (kb + r) * 4 + c;
+            const bool ok = kb + r < kw1 && ch < cpr;
+#pragma unroll
+            for (int i = 0; i < kTg; ++i) {
+              if (8 * i >= nt) continue;
+              const uint4 bx = ok && xv[i] ? *reinterpret_cast<const uint4*>(xrow[i] + ch * 16) : zero4();
+              mma_block(acc[0][i], a[r][0], a[r][1], bx);
+              mma_block(acc[1][i], a[r][2], a[r][3], bx);
+            }
+          }
+        }
+        // The warp's partial sums: part[warp][gate / up][row][token].
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < kTg; ++i) {
+            float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
+            *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
+            *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
+          }
+        __syncthreads();
+        // The warps' sums in warp order, then the activation: one (column, token) a thread.
+        const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
+        for (int o = tid; o < 16 * nt; o += kThreads) {
+          const int col = o & 15, tok = o >> 4;
+          const int cc = cb * 16 + col;
+          if (cc >= N) continue;
+          float gv = 0.0f, uv = 0.0f;
+#pragma unroll 4
+          for (int w = 0; w < kWarps; ++w) {
+            gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
+            uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
+          }
+          const int slot = sorted[b + t0 + tok];
+          if (kFp8) {
+            gv *= ws;
+            uv *= ws;
+          }
+          if (p.weight_on_input) {
+            gv *= tw[slot];
+            uv *= tw[slot];
+          }
+          if (p.b13 != nullptr) {
+            gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
+            uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
+          }
+          const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+          if constexpr (kFp8) {
+            p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
+            hmax = numerics::fold_absmax(hmax, h);
+          } else {
+            reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
+          }
+        }
+        __syncthreads();  // part free again
+      }
+    }
+    const bool dyn2 = kFp8 && p.a2_scale == nullptr;
+    if (dyn2) {
+      hmax = block_absmax(hmax, scratch);
+      if (tid == 0) p.h_amax[j] = hmax;
+    }
+    stamp(kPhaseGemm1);
+
+    // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
+    cg::this_grid().sync();
+    stamp(kPhaseBarrier);
+
+    // ---- 3. GEMM2 + combine over this CTA's column blocks ----
+    float hscale = 1.0f;
+    if constexpr (kFp8) {
+      if (dyn2) {
+        float a = 0.0f;
+        for (int i = tid; i < G; i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
+        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+      } else {
+        hscale = p.a2_scale[0];
+      }
+    }
+    // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
+    const int cph = static_cast<int>(w2_row / 16);  // 16-byte chunks of an h row and a w2 row
+    if constexpr (kFp8) {
+      const float inv = 1.0f / hscale;
+      const int n4 = static_cast<int>(static_cast<std::int64_t>(P) * N / 4);  // N % 16 == 0
+      const int r4 = static_cast<int>(N / 4);
+      for (int i = tid; i < n4; i += kThreads) {
+        const int slot = i / r4, q4 = i - slot * r4;
+        if (slot_e[slot] < 0) continue;
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
+        const std::uint32_t w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
+                                (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+        *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
+      }
+    } else {
+      const std::uint8_t* hb = reinterpret_cast<const std::uint8_t*>(p.h_buf);
+      const int n16 = P * cph;
+      for (int i = tid; i < n16; i += kThreads) {
+        const int slot = i / cph, q = i - slot * cph;
+        if (slot_e[slot] < 0) continue;
+        sm90::cp_async_16_zfill(sm90::smem_addr(region + static_cast<std::int64_t>(slot) * ph + q * 16),
+                                hb + static_cast<std::int64_t>(slot) * w2_row + q * 16, 16);
+      }
+      sm90::cp_async_commit();
+    }
+    // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
+    for (int sl = tid; sl < P; sl += kThreads) {
+      const int e = slot_e[sl];
+      const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
+      coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
+    }
+    if constexpr (!kFp8) sm90::cp_async_wait_all_groups();
+    __syncthreads();
+    stamp(kPhaseStaged);
+
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
+    const int CB = static_cast<int>((K + 15) / 16);
+    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
+    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
+    const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
+    float* ys = work;                // [P][cols]: each slot's result, coefficient applied
+    for (int pb = cb0; pb < cb1; pb += L.cb_pass) {
+      const int ncb = min(L.cb_pass, cb1 - pb);
+      const int cols = ncb * 16;
+      const int tasks = ncb * S;
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int cbl = task / S, s = task - cbl * S;
+        const int u = gu[s], first = gfirst[s];
+        const int ng = min(8, uoff[u + 1] - first);
+        const int e = ue[u];
+        const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
+        const bool vlo = rlo < K, vhi = rhi < K;
+        const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
+        const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
+        const bool bv = g < ng;
+        const std::uint8_t* brow = region + static_cast<std::int64_t>(bv ? sorted[first + g] : 0) * ph;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int kb = 0; kb < nkb2; kb += kRound) {
+          uint4 a[kRound][2];
+#pragma unroll
+          for (int r = 0; r < kRound; ++r) {
+            const int ch = (kb + r) * 4 + c;
+            const bool ok = ch < cph;  // kb + r < nkb2 follows
+            const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+            a[r][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
+            a[r][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          }
+#pragma unroll
+          for (int r = 0; r < kRound; ++r) {
+            const int ch = (kb + r) * 4 + c;
+            if ((kb + r) * 4 >= cph) break;  // warp-uniform
+            const uint4 bx = ch < cph && bv ? *reinterpret_cast<const uint4*>(brow + ch * 16) : zero4();
+            mma_block(acc, a[r][0], a[r][1], bx);
+          }
+        }
+        // acc: columns g, g + 8 of the block, the group's slots 2c, 2c + 1.
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int n = 2 * c + q;
+            if (n < ng) {
+              const int slot = sorted[first + n];
+              ys[static_cast<std::int64_t>(slot) * cols + cbl * 16 + g + 8 * h2] = acc[2 * h2 + q] * coef[slot];
+            }
+          }
+      }
+      __syncthreads();
+      // One (token, column) a thread: the k slots in slot order, then the b2 terms, rounded once.
+      for (int o = tid; o < M * cols; o += kThreads) {
+        const int t = o / cols, col = o - t * cols;
+        const int r = pb * 16 + col;
+        if (r >= K) continue;
+        float acc = 0.0f;
+        for (int jj = 0; jj < k; ++jj) {
+          const int sl = t * k + jj;
+          if (slot_e[sl] >= 0) acc += ys[static_cast<std::int64_t>(sl) * cols + col];
+        }
+        if (p.b2 != nullptr)
+          for (int jj = 0; jj < k; ++jj) {
+            const int e = slot_e[t * k + jj];
+            if (e < 0) continue;
+            const float bb = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
+            acc += p.weight_on_input ? bb : bb * tw[t * k + jj];
+          }
+        static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+      }
+      __syncthreads();  // ys free for the next pass
+    }
+    if (p.phases != nullptr && j < p.phase_ctas) {
+      __syncthreads();  // thread 0 stamps when every warp is done
+      stamp(kPhaseExit);
+    }
+  }
+};
+
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_mma_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp>::run(p, smem_raw);
+#endif
+}
+
+// ---- host side of one instantiation (inst/*.cu) ----
+
+template <Operand kOp>
+int gemv_mma_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];  // 0: not computed yet; -1: none can be resident
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v != 0) return v > 0 ? v : 0;
+  }
+  auto* kernel = &gemv_mma_sm90_kernel<kOp>;
+  int bytes = 0, sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+  const int v = per_sm * sms;
+  if (device >= 0 && device < 64) cached[device].store(v > 0 ? v : -1, std::memory_order_release);
+  return v;
+}
+
+template <Operand kOp>
+void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream) {
+  auto* kernel = &gemv_mma_sm90_kernel<kOp>;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace moekit::cuda::gemv
