@@ -53,7 +53,8 @@ struct GemvMma {
       kFp8 ? ::moekit::cuda::Operand::kE4m3
            : (std::is_same<W, __half>::value ? ::moekit::cuda::Operand::kF16 : ::moekit::cuda::Operand::kBf16);
   static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
-  static constexpr int kRound = 4;             // 64-byte k-blocks a lane loads before its mmas
+  static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
+  static constexpr int kRound2 = 4;            // GEMM2: the same
 
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -236,16 +237,43 @@ struct GemvMma {
     constexpr int kTok = 8 * kTg;  // tokens of one pass
     float* part = work;            // [kWarps][2][16][kTok]
     float hmax = 0.0f;
+    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
+    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
+    // unit's end) are issued before the mmas of the current one, so they are in flight through the
+    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
+    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
+    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+      const int rlo = cb * 16 + g, rhi = rlo + 8;
+      vlo = rlo < N;
+      vhi = rhi < N;
+      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
+      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
+      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
+      rp[2] = rp[0] + N * row_bytes;
+      rp[3] = rp[1] + N * row_bytes;
+    };
+    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
+      const std::uint8_t* rp[4];
+      bool vlo, vhi;
+      task_rows(q, rp, vlo, vhi);
+#pragma unroll
+      for (int i = 0; i < kRound1; ++i) {
+        const int kbi = kw0 + r * kRound1 + i;
+        const int ch = kbi * 4 + c;
+        const bool ok = kbi < kw1 && ch < cpr;
+        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
+        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
+        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
+        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
+      }
+    };
+    uint4 cur[kRound1][4], nxt[kRound1][4];
+    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      const int rlo = cb * 16 + g, rhi = rlo + 8;
-      const bool vlo = rlo < N, vhi = rhi < N;
-      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(e) * 2 * N * row_bytes;
-      const std::uint8_t* glo = ebase + (vlo ? rlo : 0) * row_bytes;
-      const std::uint8_t* ghi = ebase + (vhi ? rhi : 0) * row_bytes;
-      const std::uint8_t* ulo = glo + N * row_bytes;
-      const std::uint8_t* uhi = ghi + N * row_bytes;
       for (int t0 = 0; t0 < T; t0 += kTok) {
         const int nt = min(kTok, T - t0);
         const std::uint8_t* xrow[kTg];
@@ -263,30 +291,32 @@ struct GemvMma {
           for (int i = 0; i < kTg; ++i)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
-        for (int kb = kw0; kb < kw1; kb += kRound) {
-          uint4 a[kRound][4];
-#pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int ch = (kb + r) * 4 + c;
-            const bool ok = kb + r < kw1 && ch < cpr;
-            const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-            a[r][0] = ok && vlo ? sm90::ld_stream_16(glo + off) : zero4();
-            a[r][1] = ok && vhi ? sm90::ld_stream_16(ghi + off) : zero4();
-            a[r][2] = ok && vlo ? sm90::ld_stream_16(ulo + off) : zero4();
-            a[r][3] = ok && vhi ? sm90::ld_stream_16(uhi + off) : zero4();
+        for (int r = 0; r < R1; ++r) {
+          // The next round: this unit's, else the next pass's or the next task's first.
+          if (r + 1 < R1) {
+            issue1(nxt, q, r + 1);
+          } else if (t0 + kTok < T) {
+            issue1(nxt, q, 0);
+          } else if (q + 1 < q1) {
+            issue1(nxt, q + 1, 0);
           }
 #pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int ch = (kb + r) * 4 + c;
-            const bool ok = kb + r < kw1 && ch < cpr;
+          for (int i = 0; i < kRound1; ++i) {
+            const int kbi = kw0 + r * kRound1 + i;
+            const int ch = kbi * 4 + c;
+            const bool ok = kbi < kw1 && ch < cpr;
 #pragma unroll
-            for (int i = 0; i < kTg; ++i) {
-              if (8 * i >= nt) continue;
-              const uint4 bx = ok && xv[i] ? *reinterpret_cast<const uint4*>(xrow[i] + ch * 16) : zero4();
-              mma_block(acc[0][i], a[r][0], a[r][1], bx);
-              mma_block(acc[1][i], a[r][2], a[r][3], bx);
+            for (int gi = 0; gi < kTg; ++gi) {
+              if (8 * gi >= nt) continue;
+              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
+              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
+              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
             }
           }
+#pragma unroll
+          for (int i = 0; i < kRound1; ++i)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
         }
         // The warp's partial sums: part[warp][gate / up][row][token].
 #pragma unroll
@@ -402,34 +432,49 @@ struct GemvMma {
       const int ncb = min(L.cb_pass, cb1 - pb);
       const int cols = ncb * 16;
       const int tasks = ncb * S;
-      for (int task = warp; task < tasks; task += kWarps) {
+      // A warp's tasks (column block, slot group) are rounds of kRound2 k-blocks of N; the next
+      // round's w2 loads (the next task's first at a task's end) are issued before this round's mmas.
+      const int R2 = (nkb2 + kRound2 - 1) / kRound2;
+      auto issue2 = [&](uint4 (&a)[kRound2][2], int task, int r) {
         const int cbl = task / S, s = task - cbl * S;
-        const int u = gu[s], first = gfirst[s];
-        const int ng = min(8, uoff[u + 1] - first);
-        const int e = ue[u];
+        const int e = ue[gu[s]];
         const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
         const bool vlo = rlo < K, vhi = rhi < K;
         const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
         const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
+#pragma unroll
+        for (int i = 0; i < kRound2; ++i) {
+          const int ch = (r * kRound2 + i) * 4 + c;
+          const bool ok = ch < cph;
+          const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+          a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
+          a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+        }
+      };
+      uint4 c2[kRound2][2], n2[kRound2][2];
+      if (warp < tasks) issue2(c2, warp, 0);
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int cbl = task / S, s = task - cbl * S;
+        const int u = gu[s], first = gfirst[s];
+        const int ng = min(8, uoff[u + 1] - first);
         const bool bv = g < ng;
         const std::uint8_t* brow = region + static_cast<std::int64_t>(bv ? sorted[first + g] : 0) * ph;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int kb = 0; kb < nkb2; kb += kRound) {
-          uint4 a[kRound][2];
+        for (int r = 0; r < R2; ++r) {
+          if (r + 1 < R2) issue2(n2, task, r + 1);
+          else if (task + kWarps < tasks) issue2(n2, task + kWarps, 0);
 #pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int ch = (kb + r) * 4 + c;
-            const bool ok = ch < cph;  // kb + r < nkb2 follows
-            const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-            a[r][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
-            a[r][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          for (int i = 0; i < kRound2; ++i) {
+            const int kbi = r * kRound2 + i;
+            if (kbi * 4 >= cph) break;  // warp-uniform
+            const int ch = kbi * 4 + c;
+            const uint4 bx = ch < cph && bv ? *reinterpret_cast<const uint4*>(brow + ch * 16) : zero4();
+            mma_block(acc, c2[i][0], c2[i][1], bx);
           }
 #pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int ch = (kb + r) * 4 + c;
-            if ((kb + r) * 4 >= cph) break;  // warp-uniform
-            const uint4 bx = ch < cph && bv ? *reinterpret_cast<const uint4*>(brow + ch * 16) : zero4();
-            mma_block(acc, a[r][0], a[r][1], bx);
+          for (int i = 0; i < kRound2; ++i) {
+            c2[i][0] = n2[i][0];
+            c2[i][1] = n2[i][1];
           }
         }
         // acc: columns g, g + 8 of the block, the group's slots 2c, 2c + 1.
