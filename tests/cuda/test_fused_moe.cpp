@@ -75,8 +75,7 @@ class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
 // in fp8_block128.
 // The tensor-core GEMV kernel's limits (docs/gemv.md): M*k <= 1024 slots, and its shared memory
 // within 227 KiB: 10 int / float arrays of M*k, E counts, 256 bytes of scratch, every slot's h
-// (M*k rows at a pitch of whole 64-byte blocks, 64 mod 128; fp8 with M x K <= 32 Ki: at least the
-// e4m3 hidden), then the larger of the GEMM1 partial
+// (M*k rows at a pitch of whole 64-byte blocks, 64 mod 128), then the larger of the GEMM1 partial
 // sums (8 KiB) and one 16-column block of fp32 slot outputs.
 bool gemv_mma_fits(const CaseSpec& s, std::int64_t M) {
   const std::int64_t P = M * s.k, es = s.scheme == Scheme::kBf16 ? 2 : 1;
@@ -87,7 +86,7 @@ bool gemv_mma_fits(const CaseSpec& s, std::int64_t M) {
   };
   auto a16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
   const std::int64_t fixed = 2 * a16(P * 4) + a16((P + 1) * 4) + a16((P + 2) * 4) + a16(s.E * 4) + 256 + 4 * a16(P * 4) +
-                             a16(std::max(P * pitch(s.N * es), es == 1 && M * s.K <= 32 * 1024 ? M * s.K : 0));
+                             a16(P * pitch(s.N * es));
   const std::int64_t avail = 227 * 1024 - fixed;
   return avail >= 8 * 1024 && avail >= P * 64;
 }

@@ -192,11 +192,7 @@ struct GemvMma {
     // end) are issued before this round's mmas, so they are in flight through the unit's
     // partial-sum barrier and reduction.
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    // fp8 with few tokens (L.x_smem): every CTA quantizes all of hidden into shared memory itself, no
-    // grid barrier; else the workspace copy of the pre-pass below.
-    const bool x_smem = kFp8 && L.x_smem != 0;
-    const std::uint8_t* xg = static_cast<const std::uint8_t*>(
-        kFp8 ? (x_smem ? static_cast<const void*>(region) : static_cast<const void*>(p.x8)) : p.hidden);
+    const std::uint8_t* xg = static_cast<const std::uint8_t*>(kFp8 ? static_cast<const void*>(p.x8) : p.hidden);
     const int NB1 = static_cast<int>((N + 7) / 8);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
@@ -229,27 +225,8 @@ struct GemvMma {
         const int kbi = kw0 + r * kRound1 + i;
         const int ch = kbi * 4 + c;
         const uint4* src = reinterpret_cast<const uint4*>(xr) + ch;
-        bx[i] = v && kbi < kw1 && ch < cpr ? (kFp8 ? (x_smem ? *src : __ldcg(src)) : __ldg(src)) : zero4();
+        bx[i] = v && kbi < kw1 && ch < cpr ? (kFp8 ? __ldcg(src) : __ldg(src)) : zero4();
       }
-    };
-    // The weight lines of the round after the next one into L2 (no registers held): lanes c = 0, 1
-    // the gate and up row's first 64 bytes of the round, c = 2, 3 the next 64.
-    auto prefetch_a = [&](std::int64_t q, int r) {
-      const int u = static_cast<int>(q / NB1), col = static_cast<int>(q % NB1) * 8 + g;
-      const int kbi = kw0 + r * kRound1 + (c >> 1);
-      if (col >= N || kbi >= kw1 || kbi * 4 >= cpr) return;
-      const std::uint8_t* row = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + col + ((c & 1) ? N : 0)) * row_bytes;
-      sm90::prefetch_l2(row + static_cast<std::int64_t>(kbi) * 64);
-    };
-    // The step after (q, t0, r) in this warp's order, or q = q1 when there is none.
-    auto next_step = [&](std::int64_t& q, int& t0, int& r) {
-      if (++r < R1) return;
-      r = 0;
-      const int u = static_cast<int>(q / NB1);
-      t0 += 8;
-      if (t0 < uoff[u + 1] - uoff[u]) return;
-      t0 = 0;
-      ++q;
     };
     uint4 ca[kRound1][2], na[kRound1][2], cbx[kRound1], nbx[kRound1];
     if (q0 < q1 && R1 > 0) issue_a(ca, q0, 0);  // the first weights in flight through the fp8 pre-pass
@@ -262,8 +239,7 @@ struct GemvMma {
       namespace cg2 = cooperative_groups;
       const ActT* x = static_cast<const ActT*>(p.hidden);
       const std::int64_t n16 = static_cast<std::int64_t>(M) * K / 16;  // K % 16 == 0
-      // x_smem: the whole of hidden in every CTA; else this CTA's slice.
-      const std::int64_t s0 = x_smem ? 0 : n16 * j / G, s1 = x_smem ? n16 : n16 * (j + 1) / G;
+      const std::int64_t s0 = n16 * j / G, s1 = n16 * (j + 1) / G;
       if (p.a13_scale != nullptr) {
         xscale = p.a13_scale[0];
       } else {
@@ -279,14 +255,11 @@ struct GemvMma {
           }
         }
         a = block_absmax(a, scratch);
-        if (!x_smem) {
-          if (tid == 0) p.x_amax[j] = a;
-          cg2::this_grid().sync();
-          float m = 0.0f;
-          for (int i = tid; i < G; i += kThreads) m = fmaxf(m, __ldcg(p.x_amax + i));
-          a = block_absmax(m, scratch);
-        }
-        xscale = numerics::dynamic_scale(a);
+        if (tid == 0) p.x_amax[j] = a;
+        cg2::this_grid().sync();
+        float m = 0.0f;
+        for (int i = tid; i < G; i += kThreads) m = fmaxf(m, __ldcg(p.x_amax + i));
+        xscale = numerics::dynamic_scale(block_absmax(m, scratch));
       }
       const float inv = 1.0f / xscale;
       for (std::int64_t i = s0 + tid; i < s1; i += kThreads) {
@@ -301,11 +274,9 @@ struct GemvMma {
           w[2 * h2 + 1] = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
                           (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
         }
-        reinterpret_cast<uint4*>(x_smem ? static_cast<void*>(region) : static_cast<void*>(p.x8))[i] =
-            make_uint4(w[0], w[1], w[2], w[3]);
+        reinterpret_cast<uint4*>(p.x8)[i] = make_uint4(w[0], w[1], w[2], w[3]);
       }
-      if (x_smem) __syncthreads();
-      else cg2::this_grid().sync();
+      cg2::this_grid().sync();
     }
     if (q0 < q1 && R1 > 0) issue_b(cbx, q0, 0, 0);
 
@@ -317,16 +288,16 @@ struct GemvMma {
         const int nt = min(8, T - t0);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int r = 0; r < R1; ++r) {
-          // The next round: this unit's, else the next 8 tokens' or the next task's first; the one
-          // after it into L2.
-          std::int64_t nq = q;
-          int nt0 = t0, nr = r;
-          next_step(nq, nt0, nr);
-          if (nq < q1) {
-            issue_a(na, nq, nr);
-            issue_b(nbx, nq, nt0, nr);
-            next_step(nq, nt0, nr);
-            if (nq < q1) prefetch_a(nq, nr);
+          // The next round: this unit's, else the next 8 tokens' or the next task's first.
+          if (r + 1 < R1) {
+            issue_a(na, q, r + 1);
+            issue_b(nbx, q, t0, r + 1);
+          } else if (t0 + 8 < T) {
+            issue_a(na, q, 0);
+            issue_b(nbx, q, t0 + 8, 0);
+          } else if (q + 1 < q1) {
+            issue_a(na, q + 1, 0);
+            issue_b(nbx, q + 1, 0, 0);
           }
 #pragma unroll
           for (int i = 0; i < kRound1; ++i) mma_block(acc, ca[i][0], ca[i][1], cbx[i]);
@@ -466,13 +437,6 @@ struct GemvMma {
           a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
         }
       };
-      auto prefetch2 = [&](int task, int r) {
-        const int cbl = task / S, s = task - cbl * S;
-        const int row = (pb + cbl) * 16 + g + ((c & 1) ? 8 : 0);
-        const int kbi = r * kRound2 + (c >> 1);
-        if (row >= K || kbi * 4 >= cph) return;
-        sm90::prefetch_l2(w2 + (static_cast<std::int64_t>(ue[gu[s]]) * K + row) * w2_row + static_cast<std::int64_t>(kbi) * 64);
-      };
       uint4 c2[kRound2][2], n2[kRound2][2];
       if (warp < tasks) issue2(c2, warp, 0);
       for (int task = warp; task < tasks; task += kWarps) {
@@ -485,8 +449,6 @@ struct GemvMma {
         for (int r = 0; r < R2; ++r) {
           if (r + 1 < R2) issue2(n2, task, r + 1);
           else if (task + kWarps < tasks) issue2(n2, task + kWarps, 0);
-          if (r + 2 < R2) prefetch2(task, r + 2);  // the round after the next one into L2
-          else if (task + kWarps < tasks && r + 2 - R2 < R2) prefetch2(task + kWarps, r + 2 - R2);
 #pragma unroll
           for (int i = 0; i < kRound2; ++i) {
             const int kbi = r * kRound2 + i;

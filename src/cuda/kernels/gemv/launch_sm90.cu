@@ -125,9 +125,7 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   L.gfirst_off = take(P * 4);
   L.gu_off = take(P * 4);
   L.h_pitch = mma_pitch(p.intermediate_size * es);
-  const std::int64_t x_elems = p.num_tokens * p.hidden_size;
-  L.x_smem = p.scheme != Scheme::kBf16 && x_elems <= gv::kMmaXSmemElems ? 1 : 0;
-  L.region_off = take(std::max(P * L.h_pitch, L.x_smem ? x_elems : std::int64_t{0}));
+  L.region_off = take(P * L.h_pitch);
   const std::int64_t part = std::int64_t{gv::kWarps} * 16 * 8 * 4;
   const std::int64_t cb = (p.hidden_size + 15) / 16;
   const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);

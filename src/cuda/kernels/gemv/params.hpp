@@ -23,9 +23,6 @@ inline constexpr int kRegionBytes = 192 * 1024;
 // memory; its GEMM2 stages every slot's h and keeps one fp32 per slot and owned column in shared
 // memory).
 inline constexpr int kMmaMaxSlots = 1024;
-// fp8 calls whose hidden is at most this many elements: every CTA quantizes all of it into shared
-// memory (no grid barrier); larger ones quantize it once, by slices, into the workspace.
-inline constexpr int kMmaXSmemElems = 32 * 1024;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
@@ -49,7 +46,6 @@ struct SmemLayout {
   int work_off = 0;    // GEMM1: the warps' partial sums; GEMM2: [P][cb_pass * 16] fp32 slot outputs
   int h_pitch = 0;     // bytes a staged h row takes (64 mod 128: conflict-free fragment loads)
   int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
-  int x_smem = 0;      // fp8: every CTA quantizes all of hidden into the region (no pre-pass barriers)
 };
 
 struct GemvParams {
