@@ -16,7 +16,7 @@
 //      so a quarter warp's fragment loads of two rows hit different banks); GEMM2's slot groups
 //      (an expert's slots, 8 at a time) listed once;
 //   1. GEMM1: tasks (touched expert, 16 columns) split evenly over the CTAs; a CTA's 16 warps
-//      split a task's K, each keeps the gate and up accumulators of 8 tokens,
+//      split a task's K, each keeps the gate and up accumulators of 8 x kMmaTokenGroups tokens,
 //      adds them to shared memory; then the CTA sums the warps in order and applies the fp8
 //      scales, router weight (on input), bias and activation: h to the workspace (bf16 / fp16:
 //      rounded to the activation dtype; fp8: fp32 and the CTA's absmax);
@@ -52,8 +52,9 @@ struct GemvMma {
   static constexpr ::moekit::cuda::Operand kMma =
       kFp8 ? ::moekit::cuda::Operand::kE4m3
            : (std::is_same<W, __half>::value ? ::moekit::cuda::Operand::kF16 : ::moekit::cuda::Operand::kBf16);
+  static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
-  static constexpr int kRound2 = 2;            // GEMM2: the same
+  static constexpr int kRound2 = 4;            // GEMM2: the same
 
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -87,7 +88,7 @@ struct GemvMma {
     const std::int64_t K = p.hidden_size, N = p.inter_size;
     const std::int64_t row_bytes = K * kEs;           // a w13 row
     const std::int64_t w2_row = N * kEs;              // a w2 row, and a staged h row's data
-    const int ph = L.h_pitch;
+    const int px = L.x_pitch, ph = L.h_pitch;
     const int G = static_cast<int>(gridDim.x), j = static_cast<int>(blockIdx.x);
     std::uint64_t* stamps = (p.phases != nullptr && j < p.phase_ctas && tid == 0)
                                 ? p.phases + static_cast<std::int64_t>(j) * kPhaseWords : nullptr;
@@ -96,7 +97,18 @@ struct GemvMma {
     };
     stamp(kPhaseEntry);
 
-    const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 row
+    // ---- 0a. bf16 / fp16: the token rows into shared memory (padded pitch), during the routing ----
+    const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 / token row
+    if constexpr (!kFp8) {
+      const std::uint8_t* hid = static_cast<const std::uint8_t*>(p.hidden);
+      const int n16 = M * cpr;
+      for (int i = tid; i < n16; i += kThreads) {
+        const int t = i / cpr, q = i - t * cpr;
+        sm90::cp_async_16_zfill(sm90::smem_addr(region + static_cast<std::int64_t>(t) * px + q * 16),
+                                hid + static_cast<std::int64_t>(t) * row_bytes + q * 16, 16);
+      }
+      sm90::cp_async_commit();
+    }
 
     // ---- 0b. routing: every slot's local expert, the touched experts, their slots ----
     for (int i = tid; i < E; i += kThreads) cnt[i] = 0;
@@ -179,172 +191,174 @@ struct GemvMma {
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
     }
 
-    __syncthreads();  // slots placed, slot groups listed
-    stamp(kPhaseRouted);
-
-    // ---- 1. GEMM1 ----
-    // Tasks (touched expert, 8 columns): a 16-row A tile is the 8 gate rows (rows g) and the 8 up
-    // rows (rows g + 8) of the same columns, so a lane's accumulators hold gate and up of one
-    // column. The CTA's tasks are split evenly over the CTAs; a task's K is split over the warps.
-    // A unit is (task, 8 of its tokens); a warp's unit is rounds of kRound1 64-byte k-blocks. The
-    // B operand (the tokens' rows: hidden, or e4m3 in the workspace) comes from global memory (L2)
-    // like the weights; the next round's loads of both (the next unit's first round at a unit's
-    // end) are issued before this round's mmas, so they are in flight through the unit's
-    // partial-sum barrier and reduction.
-    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    const std::uint8_t* xg = static_cast<const std::uint8_t*>(kFp8 ? static_cast<const void*>(p.x8) : p.hidden);
-    const int NB1 = static_cast<int>((N + 7) / 8);
-    const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
-    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
-    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
-    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
-    float* part = work;                                   // [kWarps][16][8]
-    auto issue_a = [&](uint4 (&a)[kRound1][2], std::int64_t q, int r) {
-      const int u = static_cast<int>(q / NB1), col = static_cast<int>(q % NB1) * 8 + g;
-      const bool v = col < N;
-      const std::uint8_t* gp = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + (v ? col : 0)) * row_bytes;
-      const std::uint8_t* up = gp + N * row_bytes;
-#pragma unroll
-      for (int i = 0; i < kRound1; ++i) {
-        const int kbi = kw0 + r * kRound1 + i;
-        const int ch = kbi * 4 + c;
-        const bool ok = v && kbi < kw1 && ch < cpr;
-        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        a[i][0] = ok ? sm90::ld_stream_16(gp + off) : zero4();
-        a[i][1] = ok ? sm90::ld_stream_16(up + off) : zero4();
-      }
-    };
-    auto issue_b = [&](uint4 (&bx)[kRound1], std::int64_t q, int t0, int r) {
-      const int u = static_cast<int>(q / NB1);
-      const int tt = t0 + g;
-      const bool v = tt < uoff[u + 1] - uoff[u];
-      const std::uint8_t* xr = xg + static_cast<std::int64_t>(v ? sorted[uoff[u] + tt] / k : 0) * row_bytes;
-#pragma unroll
-      for (int i = 0; i < kRound1; ++i) {
-        const int kbi = kw0 + r * kRound1 + i;
-        const int ch = kbi * 4 + c;
-        const uint4* src = reinterpret_cast<const uint4*>(xr) + ch;
-        bx[i] = v && kbi < kw1 && ch < cpr ? (kFp8 ? __ldcg(src) : __ldg(src)) : zero4();
-      }
-    };
-    uint4 ca[kRound1][2], na[kRound1][2], cbx[kRound1], nbx[kRound1];
-    if (q0 < q1 && R1 > 0) issue_a(ca, q0, 0);  // the first weights in flight through the fp8 pre-pass
-
-    // fp8: the activation scale (static, or the absmax of all of hidden: each CTA a slice, one
-    // grid barrier), then each CTA quantizes its slice of hidden to e4m3 in the workspace, a grid
-    // barrier, and GEMM1 reads the e4m3 rows.
+    // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
     if constexpr (kFp8) {
-      namespace cg2 = cooperative_groups;
       const ActT* x = static_cast<const ActT*>(p.hidden);
-      const std::int64_t n16 = static_cast<std::int64_t>(M) * K / 16;  // K % 16 == 0
-      const std::int64_t s0 = n16 * j / G, s1 = n16 * (j + 1) / G;
+      const int n8 = static_cast<int>(static_cast<std::int64_t>(M) * K / 8);  // K % 16 == 0
       if (p.a13_scale != nullptr) {
         xscale = p.a13_scale[0];
       } else {
         float a = 0.0f;
-        for (std::int64_t i = s0 + tid; i < s1; i += kThreads) {
-          const uint4* src = reinterpret_cast<const uint4*>(x + i * 16);
+        for (int i = tid; i < n8; i += kThreads) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+          const ActT* v = reinterpret_cast<const ActT*>(&raw);
 #pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            const uint4 raw = __ldg(src + h2);
-            const ActT* v = reinterpret_cast<const ActT*>(&raw);
-#pragma unroll
-            for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
-          }
+          for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
         }
-        a = block_absmax(a, scratch);
-        if (tid == 0) p.x_amax[j] = a;
-        cg2::this_grid().sync();
-        float m = 0.0f;
-        for (int i = tid; i < G; i += kThreads) m = fmaxf(m, __ldcg(p.x_amax + i));
-        xscale = numerics::dynamic_scale(block_absmax(m, scratch));
+        xscale = numerics::dynamic_scale(block_absmax(a, scratch));
       }
       const float inv = 1.0f / xscale;
-      for (std::int64_t i = s0 + tid; i < s1; i += kThreads) {
-        const uint4* src = reinterpret_cast<const uint4*>(x + i * 16);
-        std::uint32_t w[4];
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          const uint4 raw = __ldg(src + h2);
-          const ActT* v = reinterpret_cast<const ActT*>(&raw);
-          w[2 * h2] = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
-                      (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
-          w[2 * h2 + 1] = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
-                          (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
-        }
-        reinterpret_cast<uint4*>(p.x8)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+      const int c8 = static_cast<int>(K / 8);
+      for (int i = tid; i < n8; i += kThreads) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+        const ActT* v = reinterpret_cast<const ActT*>(&raw);
+        uint2 q;
+        q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
+        q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+        const int t = i / c8, q8 = i - t * c8;
+        *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(t) * px + q8 * 8) = q;
       }
-      cg2::this_grid().sync();
+    } else {
+      sm90::cp_async_wait_all_groups();
     }
-    if (q0 < q1 && R1 > 0) issue_b(cbx, q0, 0, 0);
+    __syncthreads();  // token rows staged, slots placed, slot groups listed
+    stamp(kPhaseRouted);
 
+    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    const int NB1 = static_cast<int>((N + 15) / 16);
+    const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
+    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
+    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    constexpr int kTok = 8 * kTg;  // tokens of one pass
+    float* part = work;            // [kWarps][2][16][kTok]
     float hmax = 0.0f;
+    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
+    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
+    // unit's end) are issued before the mmas of the current one, so they are in flight through the
+    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
+    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
+    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+      const int rlo = cb * 16 + g, rhi = rlo + 8;
+      vlo = rlo < N;
+      vhi = rhi < N;
+      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
+      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
+      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
+      rp[2] = rp[0] + N * row_bytes;
+      rp[3] = rp[1] + N * row_bytes;
+    };
+    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
+      const std::uint8_t* rp[4];
+      bool vlo, vhi;
+      task_rows(q, rp, vlo, vhi);
+#pragma unroll
+      for (int i = 0; i < kRound1; ++i) {
+        const int kbi = kw0 + r * kRound1 + i;
+        const int ch = kbi * 4 + c;
+        const bool ok = kbi < kw1 && ch < cpr;
+        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
+        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
+        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
+        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
+      }
+    };
+    uint4 cur[kRound1][4], nxt[kRound1][4];
+    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      for (int t0 = 0; t0 < T; t0 += 8) {
-        const int nt = min(8, T - t0);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int r = 0; r < R1; ++r) {
-          // The next round: this unit's, else the next 8 tokens' or the next task's first.
-          if (r + 1 < R1) {
-            issue_a(na, q, r + 1);
-            issue_b(nbx, q, t0, r + 1);
-          } else if (t0 + 8 < T) {
-            issue_a(na, q, 0);
-            issue_b(nbx, q, t0 + 8, 0);
-          } else if (q + 1 < q1) {
-            issue_a(na, q + 1, 0);
-            issue_b(nbx, q + 1, 0, 0);
-          }
+      for (int t0 = 0; t0 < T; t0 += kTok) {
+        const int nt = min(kTok, T - t0);
+        const std::uint8_t* xrow[kTg];
+        bool xv[kTg];
 #pragma unroll
-          for (int i = 0; i < kRound1; ++i) mma_block(acc, ca[i][0], ca[i][1], cbx[i]);
+        for (int i = 0; i < kTg; ++i) {
+          const int tt = t0 + 8 * i + g;
+          xv[i] = tt < T;
+          xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
+        }
+        float acc[2][kTg][4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < kTg; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+        for (int r = 0; r < R1; ++r) {
+          // The next round: this unit's, else the next pass's or the next task's first.
+          if (r + 1 < R1) {
+            issue1(nxt, q, r + 1);
+          } else if (t0 + kTok < T) {
+            issue1(nxt, q, 0);
+          } else if (q + 1 < q1) {
+            issue1(nxt, q + 1, 0);
+          }
 #pragma unroll
           for (int i = 0; i < kRound1; ++i) {
-            ca[i][0] = na[i][0];
-            ca[i][1] = na[i][1];
-            cbx[i] = nbx[i];
+            const int kbi = kw0 + r * kRound1 + i;
+            const int ch = kbi * 4 + c;
+            const bool ok = kbi < kw1 && ch < cpr;
+#pragma unroll
+            for (int gi = 0; gi < kTg; ++gi) {
+              if (8 * gi >= nt) continue;
+              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
+              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
+              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
+            }
           }
+#pragma unroll
+          for (int i = 0; i < kRound1; ++i)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
         }
-        // The warp's partial sums: part[warp][row][token], rows 0..7 gate, 8..15 up.
-        float* pt = part + warp * 16 * 8 + 2 * c;
-        *reinterpret_cast<float2*>(pt + g * 8) = make_float2(acc[0], acc[1]);
-        *reinterpret_cast<float2*>(pt + (g + 8) * 8) = make_float2(acc[2], acc[3]);
+        // The warp's partial sums: part[warp][gate / up][row][token].
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < kTg; ++i) {
+            float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
+            *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
+            *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
+          }
         __syncthreads();
         // The warps' sums in warp order, then the activation: one (column, token) a thread.
-        if (tid < 8 * nt) {
-          const int col = tid & 7, tok = tid >> 3;
-          const int cc = cb * 8 + col;
-          if (cc < N) {
-            float gv = 0.0f, uv = 0.0f;
+        const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
+        for (int o = tid; o < 16 * nt; o += kThreads) {
+          const int col = o & 15, tok = o >> 4;
+          const int cc = cb * 16 + col;
+          if (cc >= N) continue;
+          float gv = 0.0f, uv = 0.0f;
 #pragma unroll 4
-            for (int w = 0; w < kWarps; ++w) {
-              gv += part[(w * 16 + col) * 8 + tok];
-              uv += part[(w * 16 + 8 + col) * 8 + tok];
-            }
-            const int slot = sorted[b + t0 + tok];
-            if (kFp8) {
-              const float ws = xscale * p.w13_scale[e];
-              gv *= ws;
-              uv *= ws;
-            }
-            if (p.weight_on_input) {
-              gv *= tw[slot];
-              uv *= tw[slot];
-            }
-            if (p.b13 != nullptr) {
-              gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
-              uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
-            }
-            const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
-            if constexpr (kFp8) {
-              p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
-              hmax = numerics::fold_absmax(hmax, h);
-            } else {
-              reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
-            }
+          for (int w = 0; w < kWarps; ++w) {
+            gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
+            uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
+          }
+          const int slot = sorted[b + t0 + tok];
+          if (kFp8) {
+            gv *= ws;
+            uv *= ws;
+          }
+          if (p.weight_on_input) {
+            gv *= tw[slot];
+            uv *= tw[slot];
+          }
+          if (p.b13 != nullptr) {
+            gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
+            uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
+          }
+          const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+          if constexpr (kFp8) {
+            p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
+            hmax = numerics::fold_absmax(hmax, h);
+          } else {
+            reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
           }
         }
         __syncthreads();  // part free again
@@ -372,7 +386,7 @@ struct GemvMma {
         hscale = p.a2_scale[0];
       }
     }
-    // Every placed slot's h as GEMM2's B operand into the region.
+    // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     const int cph = static_cast<int>(w2_row / 16);  // 16-byte chunks of an h row and a w2 row
     if constexpr (kFp8) {
       const float inv = 1.0f / hscale;

@@ -34,8 +34,6 @@ struct GemvLayout {
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t h_buf = 0;         // fp32 [P, N]
   std::size_t h_amax = 0;        // fp32 [kMaxCtas]
-  std::size_t x_amax = 0;        // fp32 [kMaxCtas] (tensor-core kernel, fp8 dynamic)
-  std::size_t x8 = 0;            // e4m3 [M, K] (tensor-core kernel, fp8)
   std::size_t total = 0;
 };
 
@@ -53,8 +51,6 @@ GemvLayout gemv_layout(const MoeProblem& p) {
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
   l.h_buf = take(P * static_cast<std::size_t>(p.intermediate_size) * 4);
   l.h_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
-  l.x_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
-  l.x8 = take(p.scheme != Scheme::kBf16 ? static_cast<std::size_t>(p.num_tokens * p.hidden_size) : 0);
   l.total = at;
   return l;
 }
@@ -106,7 +102,7 @@ int mma_pitch(std::int64_t bytes) {
 // GEMM2 pass).
 gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   gv::SmemLayout L;
-  const std::int64_t P = p.num_tokens * p.top_k;
+  const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
   std::int64_t at = 0;
   auto take = [&at](std::int64_t bytes) {
@@ -124,9 +120,10 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   L.coef_off = take(P * 4);
   L.gfirst_off = take(P * 4);
   L.gu_off = take(P * 4);
+  L.x_pitch = mma_pitch(p.hidden_size * es);
   L.h_pitch = mma_pitch(p.intermediate_size * es);
-  L.region_off = take(P * L.h_pitch);
-  const std::int64_t part = std::int64_t{gv::kWarps} * 16 * 8 * 4;
+  L.region_off = take(std::max(M * L.x_pitch, P * L.h_pitch));
+  const std::int64_t part = std::int64_t{gv::kWarps} * 2 * 16 * 8 * gv::kMmaTokenGroups * 4;
   const std::int64_t cb = (p.hidden_size + 15) / 16;
   const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);
   const std::int64_t avail = gv::kMmaSmemBytes - at;
@@ -147,8 +144,8 @@ bool can_implement_mma(const MoeProblem& p, std::string* why) {
   }
   if (mma_smem_layout(p, 1).bytes == 0) {
     std::ostringstream os;
-    os << "every slot's h (" << P << " x " << p.intermediate_size
-       << ") and one 16-column block of slot outputs pass the " << gv::kMmaSmemBytes
+    os << "the staged token rows (" << p.num_tokens << " x " << p.hidden_size << ") or every slot's h (" << P << " x "
+       << p.intermediate_size << ") and one 16-column block of slot outputs pass the " << gv::kMmaSmemBytes
        << "-byte shared memory of a CTA: too many tokens for the GEMV path";
     return fail(why, os.str());
   }
@@ -296,8 +293,6 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.h_buf = reinterpret_cast<float*>(ws + L.h_buf);
   kp.h_amax = reinterpret_cast<float*>(ws + L.h_amax);
-  kp.x_amax = reinterpret_cast<float*>(ws + L.x_amax);
-  kp.x8 = reinterpret_cast<std::uint8_t*>(ws + L.x8);
   kp.faults = device_fault_record(dev);
   kp.num_tokens = static_cast<int>(p.num_tokens);
   kp.top_k = static_cast<int>(p.top_k);

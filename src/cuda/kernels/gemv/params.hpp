@@ -19,10 +19,10 @@ inline constexpr int kMaxExperts = 1024;
 inline constexpr int kMaxTopK = 64;
 inline constexpr int kMaxCtas = 1024;  // the fp8 intermediate absmax slots in the workspace
 inline constexpr int kRegionBytes = 192 * 1024;
-// The tensor-core variant (kernel_mma_sm90.cuh): more slots (it reads the token rows from global
-// memory; its GEMM2 stages every slot's h and keeps one fp32 per slot and owned column in shared
-// memory).
+// The tensor-core variant (kernel_mma_sm90.cuh): more slots (its GEMM2 keeps one fp32 per slot
+// and owned column in shared memory), token groups of 8 per mma, kMmaTokenGroups per GEMM1 pass.
 inline constexpr int kMmaMaxSlots = 1024;
+inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
@@ -44,7 +44,8 @@ struct SmemLayout {
   int gfirst_off = 0;  // int [P]: GEMM2 slot group s: its first entry in sorted
   int gu_off = 0;      // int [P]: GEMM2 slot group s: its touched expert
   int work_off = 0;    // GEMM1: the warps' partial sums; GEMM2: [P][cb_pass * 16] fp32 slot outputs
-  int h_pitch = 0;     // bytes a staged h row takes (64 mod 128: conflict-free fragment loads)
+  int x_pitch = 0;     // bytes a staged token row takes (64 mod 128: conflict-free fragment loads)
+  int h_pitch = 0;     // bytes a staged h row takes (same rule)
   int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
 };
 
@@ -64,8 +65,6 @@ struct GemvParams {
   const void* b2;                   // [E, K] or null
   float* h_buf;                     // workspace: h [M * k, N] fp32 (rows of local slots)
   float* h_amax;                    // workspace: [gridDim.x] absmax of each CTA's h (fp8, dynamic)
-  float* x_amax;                    // workspace: [gridDim.x] absmax of each CTA's slice of hidden (mma, fp8 dynamic)
-  std::uint8_t* x8;                 // workspace: [M, K] e4m3 hidden (mma kernel, fp8)
   FaultRecord* faults;              // the device's fault record, or null
   int num_tokens;                   // M
   int top_k;                        // k
