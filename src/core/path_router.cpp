@@ -120,6 +120,20 @@ int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
   return choose_swapab_split(swapab_max_items(n_out, p.num_experts, P), sm_count, ceil_div(k_dim * es, 128));
 }
 
+// The GEMV path's tensor-core kernel rule (RouterTable::gemv_mma_*): where its same-run sweeps had it
+// beat the previous choice.
+bool gemv_mma_rule(const MoeProblem& p) {
+  const RouterTable& t = kRouterTable;
+  const double M = static_cast<double>(p.num_tokens);
+  const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
+  if (elems > t.gemv_mma_max_expert_elems || M > t.gemv_mma_max_tokens) return false;
+  const bool shard = p.intermediate_size < t.gemv_mma_max_n;
+  const bool few = p.num_experts <= t.gemv_mma_few_experts && M <= t.gemv_mma_few_experts_max_tokens;
+  if (!shard && !few) return false;
+  if (p.scheme != Scheme::kBf16) return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);
+  return M > t.gemv_mma_min_tokens_bf16;
+}
+
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   DispatchPlan plan;
   const Requested req = parse_requested(in.forced);
@@ -175,6 +189,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
         throw Error(Status::kNotSupported, "path 'gemv' forced (Options::path or MOEKIT_PATH) but it cannot run " +
                                                p.to_string() + ": " + not_built_or(in.gemv_why, "GEMV"));
       plan.gemv = true;
+      // The tensor-core kernel where auto would take it, or where the CUDA-core one cannot run.
+      plan.gemv_mma = in.gemv_mma_ok && (gemv_mma_rule(p) || !in.gemv_cuda_ok);
       plan.reason = "forced";
       return plan;
     case Requested::kMma:
@@ -199,7 +215,18 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
-  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok) {
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && kRouterTable.gemv_mma_in_auto &&
+      in.gemv_mma_in_auto && in.gemv_mma_ok && gemv_mma_rule(p)) {
+    plan.gemv = true;
+    plan.gemv_mma = true;
+    if (in.want_reason)
+      plan.reason = "M=" + std::to_string(p.num_tokens) + ", N=" + std::to_string(p.intermediate_size) + ", N*K " +
+                    fmt(static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size)) + ", E=" +
+                    std::to_string(p.num_experts) +
+                    " in the tensor-core GEMV rule: gemv(mma), one cooperative launch, mma.sync on the weights as they stream";
+    return plan;
+  }
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && in.gemv_cuda_ok) {
     const RouterTable& t = kRouterTable;
     const bool fp8 = p.scheme != Scheme::kBf16;
     const double max_tokens = fp8 ? t.gemv_max_tokens_fp8 : t.gemv_max_tokens_bf16;
@@ -329,7 +356,7 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
   if (decode) return "decode";
-  if (gemv) return "gemv";
+  if (gemv) return gemv_mma ? "gemv(mma)" : "gemv";
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
@@ -349,6 +376,11 @@ bool may_take_decode(const char* forced) {
 
 bool gemv_in_auto_enabled() noexcept {
   const char* v = std::getenv("MOEKIT_GEMV");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+bool gemv_mma_in_auto_enabled() noexcept {
+  const char* v = std::getenv("MOEKIT_GEMV_MMA");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 

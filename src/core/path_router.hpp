@@ -148,6 +148,27 @@ struct RouterTable {
   double gemv_max_slots_fp8 = 16.0;
   double gemv_fp8_max_expert_elems = 4194304.0;
   bool gemv_in_auto = true;
+  // The GEMV path's tensor-core kernel (kernels/gemv/kernel_mma_sm90.cuh), when it can run the call
+  // (RouterInputs::gemv_mma_ok), ahead of the rule above: on expert matrices of at most
+  // gemv_mma_max_expert_elems (N x K) weights with N < gemv_mma_max_n, or any such N on at most
+  // gemv_mma_few_experts experts up to gemv_mma_few_experts_max_tokens tokens (mixtral TP8);
+  // bf16 above gemv_mma_min_tokens_bf16 tokens up to gemv_mma_max_tokens, fp8 up to
+  // gemv_mma_max_tokens but not at M <= gemv_mma_fp8_small_m on experts below
+  // gemv_mma_fp8_small_elems weights (qwen3-30b TP8 M = 1, 2: the CUDA-core kernel). From the
+  // same-run-comparable sweeps of the kernel forced (H200, 2026-12-01, every preset, TP 1 and 8,
+  // check on; bench/results/2026-12-01-df51b2f-h200-gemv-mma-*.json, docs/gemv.md): against the
+  // previous auto choice it wins 1.03-1.37x at TP8 bf16 M = 8, 16 (qwen3-30b, qwen3-235b, gpt-oss,
+  // mixtral; deepseek-v3 ties), fp8 M = 1..16 (deepseek-v3, qwen3-235b, mixtral M <= 8, qwen3-30b
+  // from M = 2), and loses at TP1 (0.71-0.99 but qwen3-235b fp8 M = 1) and from M = 32.
+  double gemv_mma_max_expert_elems = 8388608.0;
+  std::int64_t gemv_mma_max_n = 512;
+  std::int64_t gemv_mma_few_experts = 16;
+  double gemv_mma_few_experts_max_tokens = 8.0;
+  double gemv_mma_min_tokens_bf16 = 4.0;
+  double gemv_mma_max_tokens = 16.0;
+  double gemv_mma_fp8_small_m = 2.0;
+  double gemv_mma_fp8_small_elems = 524288.0;
+  bool gemv_mma_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};
 
@@ -169,6 +190,9 @@ struct RouterInputs {
   bool gemv_ok = false;             ///< the GEMV decode path can run this call
   bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
   std::string gemv_why;             ///< why not ("": not built in this version)
+  bool gemv_cuda_ok = true;         ///< the GEMV path's CUDA-core kernel can run this call (when gemv_ok)
+  bool gemv_mma_ok = false;         ///< the GEMV path's tensor-core kernel can run this call
+  bool gemv_mma_in_auto = true;     ///< auto may pick it (MOEKIT_GEMV_MMA=0 turns that off: A/Bs)
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -186,6 +210,7 @@ struct DispatchPlan {
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
+  bool gemv_mma = false;           ///< ... with its tensor-core kernel (else the CUDA-core one)
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -193,7 +218,8 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode" or "gemv" (split_k shown when above 1).
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv" or "gemv(mma)" (split_k shown
+  /// when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
   std::string log_line(const MoeProblem& problem) const;
@@ -225,6 +251,8 @@ bool decode_in_auto_enabled() noexcept;
 /// MOEKIT_GEMV is not "0" (read at every call): auto may pick the GEMV decode path. Forcing it by
 /// name works either way.
 bool gemv_in_auto_enabled() noexcept;
+/// False when MOEKIT_GEMV_MMA=0: auto then never takes the GEMV path's tensor-core kernel (A/Bs).
+bool gemv_mma_in_auto_enabled() noexcept;
 
 /// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of
 /// the two decode paths: auto, "decode" or "gemv". The CUDA backend plans such a call from the

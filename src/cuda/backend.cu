@@ -246,6 +246,9 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
     in.gemv_why = "device " + std::to_string(device) + " does not support cooperative launches";
   }
   in.gemv_in_auto = detail::gemv_in_auto_enabled();
+  in.gemv_cuda_ok = in.gemv_ok && can_implement_gemv_cuda_sm90(p, nullptr);
+  in.gemv_mma_ok = in.gemv_ok && can_implement_gemv_mma_sm90(p, nullptr);
+  in.gemv_mma_in_auto = detail::gemv_mma_in_auto_enabled();
   // choose_paths settles the decode paths (GEMV, decode) before it reads any GEMM or fused answer
   // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
@@ -404,9 +407,10 @@ void run_moe(const detail::MoeCall& call) {
     run_decode_sm90(call, plan.touched);
     return;
   }
-  // The GEMV decode path (kernels/gemv/): one cooperative launch on the CUDA cores.
+  // The GEMV decode path (kernels/gemv/): one cooperative launch, the CUDA-core or the tensor-core
+  // kernel as the router chose.
   if (plan.gemv) {
-    run_gemv_sm90(call);
+    run_gemv_sm90(call, plan.gemv_mma);
     return;
   }
 

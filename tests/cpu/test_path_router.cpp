@@ -280,6 +280,47 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
   }
 }
 
+TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
+  // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
+  // N < 512 but qwen3-30b M <= 2, mixtral TP8 (8 experts) up to 8 tokens; never at TP1.
+  detail::RouterInputs in;
+  in.decode_ok = in.gemv_ok = in.gemv_mma_ok = true;
+  const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
+  auto mma = [&in](const char* preset_name, std::int64_t M, int tp, Scheme s) {
+    const detail::DispatchPlan plan = choose_paths(preset(preset_name, M, tp, s), in);
+    return plan.gemv && plan.gemv_mma;
+  };
+  const Scheme bf = Scheme::kBf16, f8 = Scheme::kFp8PerTensor;
+  EXPECT_EQ(mma("qwen3-30b-a3b", 8, 8, bf), on);
+  EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, bf), on);
+  EXPECT_EQ(mma("gpt-oss-120b", 8, 8, bf), on);
+  EXPECT_EQ(mma("mixtral-8x7b", 8, 8, bf), on);
+  EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, bf));  // ties: left to Swap-AB
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 4, 8, bf));  // the CUDA-core kernel's
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, bf));
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 1, bf));  // TP1
+  EXPECT_EQ(mma("deepseek-v3", 1, 8, f8), on);
+  EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, f8), on);
+  EXPECT_EQ(mma("qwen3-30b-a3b", 4, 8, f8), on);
+  EXPECT_EQ(mma("mixtral-8x7b", 1, 8, f8), on);
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, f8));  // the CUDA-core kernel's
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 2, 8, f8));
+  EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
+  if (on) EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).describe(), "gemv(mma)");
+  in.gemv_mma_ok = false;  // it cannot run the call: the rules before it decide
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 8, bf));
+  in.gemv_mma_ok = true;
+  in.gemv_mma_in_auto = false;  // MOEKIT_GEMV_MMA=0
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 16, 8, f8));
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv == on);  // the CUDA-core rule stays
+  in.forced = "gemv";  // forced: the kernel auto would take, else the CUDA-core one where it can run
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 16, 8, f8), in).gemv_mma);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
+  in.gemv_cuda_ok = false;
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;

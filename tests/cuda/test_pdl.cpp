@@ -198,12 +198,13 @@ void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaS
   std::size_t programmatic = 0, kernels = 0;
   count_graph(graph, &programmatic, &kernels);
   // Every launch after routing's first is a programmatic dependent of the one before it. The
-  // single-launch paths have nothing to chain: fused (its own routing) one kernel, gemv one
-  // cooperative kernel (after the routing launch in fused_moe mode), whichever way they were
+  // single-launch paths have nothing to chain: fused (its own routing) one kernel, gemv (either
+  // kernel) one cooperative kernel (after the routing launch in fused_moe mode), whichever way they were
   // chosen (auto at few slots, docs/router.md, or forced).
   const std::string plan = d.plan(M, mode, path);
-  if (plan == "fused" || plan == "gemv") {
-    EXPECT_EQ(kernels, plan == "gemv" && mode == Mode::kFusedMoe ? 2u : 1u) << plan;
+  const bool gemv = plan == "gemv" || plan == "gemv(mma)";
+  if (plan == "fused" || gemv) {
+    EXPECT_EQ(kernels, gemv && mode == Mode::kFusedMoe ? 2u : 1u) << plan;
     EXPECT_EQ(programmatic, 0u) << plan;
   } else if (M > cuda::kPdlMaxTokens || std::string(path) == "tokmajor") {
     // Larger calls and token-major GEMMs launch without PDL (measured to lose: cuda/common/pdl.cuh).

@@ -135,7 +135,7 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   return L;
 }
 
-bool can_implement_mma(const MoeProblem& p, std::string* why) {
+bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P > gv::kMmaMaxSlots) {
     std::ostringstream os;
@@ -152,7 +152,7 @@ bool can_implement_mma(const MoeProblem& p, std::string* why) {
   return true;
 }
 
-bool can_implement_cuda_cores(const MoeProblem& p, std::string* why) {
+bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P > gv::kMaxSlots) {
     std::ostringstream os;
@@ -169,25 +169,25 @@ bool can_implement_cuda_cores(const MoeProblem& p, std::string* why) {
   return true;
 }
 
-// Which GEMV kernel runs a call both can run: MOEKIT_GEMV_KERNEL=cuda|mma (read at every call,
-// for A/Bs in one process); by default the CUDA-core kernel where it can run, else the
-// tensor-core one.
-bool use_mma_kernel(const MoeProblem& p) {
-  const bool cuda_ok = can_implement_cuda_cores(p, nullptr);
-  const bool mma_ok = can_implement_mma(p, nullptr);
+// Which GEMV kernel runs the call: MOEKIT_GEMV_KERNEL=cuda|mma (read at every call, for A/Bs in
+// one process) where that kernel can run; else the router's choice `mma` where it can run; else
+// the one that can.
+bool use_mma_kernel(const MoeProblem& p, bool mma) {
+  const bool cuda_ok = can_implement_cuda_kernel(p, nullptr);
+  const bool mma_ok = can_implement_mma_kernel(p, nullptr);
   if (const char* v = std::getenv("MOEKIT_GEMV_KERNEL")) {
     if (std::strcmp(v, "mma") == 0 && mma_ok) return true;
     if (std::strcmp(v, "cuda") == 0 && cuda_ok) return false;
   }
-  return !cuda_ok;
+  return mma ? (mma_ok || !cuda_ok) : !cuda_ok;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
-
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
+// Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local bool last_gemv_kernel_mma = false;
 
 }  // namespace
@@ -221,8 +221,16 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
   if (p.hidden_size * es >= (std::int64_t{1} << 31)) return fail(why, "K too large (32-bit chunk counts)");
   // The CUDA-core kernel or the tensor-core one (the reason given is the tensor-core kernel's,
   // the one with the larger limits).
-  if (can_implement_cuda_cores(p, nullptr)) return true;
-  return can_implement_mma(p, why);
+  if (can_implement_cuda_kernel(p, nullptr)) return true;
+  return can_implement_mma_kernel(p, why);
+}
+
+bool can_implement_gemv_cuda_sm90(const MoeProblem& p, std::string* why) {
+  return can_implement_gemv_sm90(p, why) && can_implement_cuda_kernel(p, why);
+}
+
+bool can_implement_gemv_mma_sm90(const MoeProblem& p, std::string* why) {
+  return can_implement_gemv_sm90(p, why) && can_implement_mma_kernel(p, why);
 }
 
 std::size_t gemv_workspace_size(const MoeProblem& p) {
@@ -237,7 +245,7 @@ void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-void run_gemv_sm90(const detail::MoeCall& call) {
+void run_gemv_sm90(const detail::MoeCall& call, bool prefer_mma) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
   int dev = 0;
@@ -251,7 +259,7 @@ void run_gemv_sm90(const detail::MoeCall& call) {
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
-  const bool mma = use_mma_kernel(p);
+  const bool mma = use_mma_kernel(p, prefer_mma);
   const int coresident =
       mma ? (fp8 ? (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
                         : gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))

@@ -16,14 +16,21 @@ namespace moekit::cuda {
 /// the reason in *why (if given). Never throws.
 bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
 
+/// The two kernels of the path on their own: the CUDA-core one (kernel_sm90.cuh) and the tensor-core
+/// one (kernel_mma_sm90.cuh). can_implement_gemv_sm90 is true when either is.
+bool can_implement_gemv_cuda_sm90(const MoeProblem& problem, std::string* why);
+bool can_implement_gemv_mma_sm90(const MoeProblem& problem, std::string* why);
+
 /// Bytes of workspace the GEMV path needs for `problem` (sizes only; 0 when it cannot run it).
 std::size_t gemv_workspace_size(const MoeProblem& problem);
 
 /// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) the
-/// GEMV kernel. No allocation, no host sync: CUDA-graph capturable. Throws Error(kNotSupported)
+/// GEMV kernel: the tensor-core one when `mma` (the router's choice) and it can run, else the
+/// CUDA-core one where it can (MOEKIT_GEMV_KERNEL=cuda|mma, read at every call, overrides `mma`
+/// where the named kernel can run: A/Bs and tests). No allocation, no host sync: CUDA-graph capturable. Throws Error(kNotSupported)
 /// when the path cannot run the call (also: weights, hidden or out not 16-byte aligned),
 /// Error(kInvalidArgument) when the workspace is too small.
-void run_gemv_sm90(const detail::MoeCall& call);
+void run_gemv_sm90(const detail::MoeCall& call, bool mma);
 
 /// Which GEMV kernel the thread's last run_gemv_sm90 enqueued: "cuda" (the CUDA-core kernel) or
 /// "mma" (the tensor-core one). Tests check that a forced kernel really ran.
