@@ -15,9 +15,8 @@
 //   0. routing and token rows as the CUDA-core kernel (rows at a padded pitch: 64 mod 128 bytes,
 //      so a quarter warp's fragment loads of two rows hit different banks); GEMM2's slot groups
 //      (an expert's slots, 8 at a time) listed once;
-//   1. GEMM1: tasks (touched expert, 8 columns: one 16-row tile of their 8 gate and 8 up rows)
-//      split evenly over the CTAs (the first weights issued before the token rows are staged); a
-//      CTA's 16 warps split a task's K, each keeps the gate and up accumulators of 8 x kMmaTokenGroups tokens,
+//   1. GEMM1: tasks (touched expert, 16 columns) split evenly over the CTAs; a CTA's 16 warps
+//      split a task's K, each keeps the gate and up accumulators of 8 x kMmaTokenGroups tokens,
 //      adds them to shared memory; then the CTA sums the warps in order and applies the fp8
 //      scales, router weight (on input), bias and activation: h to the workspace (bf16 / fp16:
 //      rounded to the activation dtype; fp8: fp32 and the CTA's absmax);
@@ -54,7 +53,7 @@ struct GemvMma {
       kFp8 ? ::moekit::cuda::Operand::kE4m3
            : (std::is_same<W, __half>::value ? ::moekit::cuda::Operand::kF16 : ::moekit::cuda::Operand::kBf16);
   static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
-  static constexpr int kRound1 = 4;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
+  static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
   static constexpr int kRound2 = 4;            // GEMM2: the same
 
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
@@ -158,41 +157,6 @@ struct GemvMma {
     }
     __syncthreads();
     const int U = reinterpret_cast<const int*>(scratch)[kWarps];
-
-    // ---- 1. GEMM1 setup, and its first weight round in flight through the rest of the prologue ----
-    // Tasks (touched expert, 8 columns): a 16-row A tile is the 8 gate rows (rows g) and the 8 up
-    // rows (rows g + 8) of the same columns, so a lane's accumulators hold gate and up of one
-    // column. The tasks are split evenly over the CTAs; a task's K over the CTA's warps.
-    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    const int NB1 = static_cast<int>((N + 7) / 8);
-    const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
-    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
-    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
-    constexpr int kTok = 8 * kTg;  // tokens of one pass
-    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
-    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
-    // unit's end) are issued before the mmas of the current one, so they are in flight through the
-    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
-    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
-    auto issue1 = [&](uint4 (&a)[kRound1][2], std::int64_t q, int r) {
-      const int u = static_cast<int>(q / NB1), col = static_cast<int>(q % NB1) * 8 + g;
-      const bool v = col < N;
-      const std::uint8_t* gp = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + (v ? col : 0)) * row_bytes;
-      const std::uint8_t* up = gp + N * row_bytes;
-#pragma unroll
-      for (int i = 0; i < kRound1; ++i) {
-        const int kbi = kw0 + r * kRound1 + i;
-        const int ch = kbi * 4 + c;
-        const bool ok = v && kbi < kw1 && ch < cpr;
-        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        a[i][0] = ok ? sm90::ld_stream_16(gp + off) : zero4();
-        a[i][1] = ok ? sm90::ld_stream_16(up + off) : zero4();
-      }
-    };
-    uint4 cur[kRound1][2], nxt[kRound1][2];
-    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
-
     if (warp == 0) {
       // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
       // consecutive places in lane order.
@@ -263,9 +227,50 @@ struct GemvMma {
     __syncthreads();  // token rows staged, slots placed, slot groups listed
     stamp(kPhaseRouted);
 
-    // ---- 1. GEMM1 ----
-    float* part = work;  // [kWarps][16][kTok]: rows 0..7 gate, 8..15 up
+    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    const int NB1 = static_cast<int>((N + 15) / 16);
+    const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
+    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
+    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    constexpr int kTok = 8 * kTg;  // tokens of one pass
+    float* part = work;            // [kWarps][2][16][kTok]
     float hmax = 0.0f;
+    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
+    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
+    // unit's end) are issued before the mmas of the current one, so they are in flight through the
+    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
+    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
+    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+      const int rlo = cb * 16 + g, rhi = rlo + 8;
+      vlo = rlo < N;
+      vhi = rhi < N;
+      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
+      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
+      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
+      rp[2] = rp[0] + N * row_bytes;
+      rp[3] = rp[1] + N * row_bytes;
+    };
+    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
+      const std::uint8_t* rp[4];
+      bool vlo, vhi;
+      task_rows(q, rp, vlo, vhi);
+#pragma unroll
+      for (int i = 0; i < kRound1; ++i) {
+        const int kbi = kw0 + r * kRound1 + i;
+        const int ch = kbi * 4 + c;
+        const bool ok = kbi < kw1 && ch < cpr;
+        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
+        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
+        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
+        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
+      }
+    };
+    uint4 cur[kRound1][4], nxt[kRound1][4];
+    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
@@ -279,11 +284,13 @@ struct GemvMma {
           xv[i] = tt < T;
           xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
         }
-        float acc[kTg][4];
+        float acc[2][kTg][4];
 #pragma unroll
-        for (int i = 0; i < kTg; ++i)
+        for (int t = 0; t < 2; ++t)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) acc[i][r] = 0.0f;
+          for (int i = 0; i < kTg; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
         for (int r = 0; r < R1; ++r) {
           // The next round: this unit's, else the next pass's or the next task's first.
           if (r + 1 < R1) {
@@ -302,33 +309,36 @@ struct GemvMma {
             for (int gi = 0; gi < kTg; ++gi) {
               if (8 * gi >= nt) continue;
               const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
-              mma_block(acc[gi], cur[i][0], cur[i][1], bx);
+              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
+              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
             }
           }
 #pragma unroll
           for (int i = 0; i < kRound1; ++i)
 #pragma unroll
-            for (int x = 0; x < 2; ++x) cur[i][x] = nxt[i][x];
+            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
         }
-        // The warp's partial sums: part[warp][row][token], rows 0..7 gate, 8..15 up.
+        // The warp's partial sums: part[warp][gate / up][row][token].
 #pragma unroll
-        for (int i = 0; i < kTg; ++i) {
-          float* pt = part + (warp * 16) * kTok + 8 * i + 2 * c;
-          *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[i][0], acc[i][1]);
-          *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[i][2], acc[i][3]);
-        }
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < kTg; ++i) {
+            float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
+            *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
+            *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
+          }
         __syncthreads();
         // The warps' sums in warp order, then the activation: one (column, token) a thread.
         const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
-        for (int o = tid; o < 8 * nt; o += kThreads) {
-          const int col = o & 7, tok = o >> 3;
-          const int cc = cb * 8 + col;
+        for (int o = tid; o < 16 * nt; o += kThreads) {
+          const int col = o & 15, tok = o >> 4;
+          const int cc = cb * 16 + col;
           if (cc >= N) continue;
           float gv = 0.0f, uv = 0.0f;
 #pragma unroll 4
           for (int w = 0; w < kWarps; ++w) {
-            gv += part[(w * 16 + col) * kTok + tok];
-            uv += part[(w * 16 + 8 + col) * kTok + tok];
+            gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
+            uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
           }
           const int slot = sorted[b + t0 + tok];
           if (kFp8) {
