@@ -131,7 +131,7 @@ bool gemv_mma_rule(const MoeProblem& p) {
   const bool few = p.num_experts <= t.gemv_mma_few_experts && M <= t.gemv_mma_few_experts_max_tokens;
   if (!shard && !few) return false;
   if (p.scheme != Scheme::kBf16) return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);
-  return M > t.gemv_mma_min_tokens_bf16;
+  return shard ? M > t.gemv_mma_min_tokens_bf16 : M >= t.gemv_mma_min_tokens_bf16;
 }
 
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {

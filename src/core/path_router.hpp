@@ -152,13 +152,14 @@ struct RouterTable {
   // (RouterInputs::gemv_mma_ok), ahead of the rule above: on expert matrices of at most
   // gemv_mma_max_expert_elems (N x K) weights with N < gemv_mma_max_n, or any such N on at most
   // gemv_mma_few_experts experts up to gemv_mma_few_experts_max_tokens tokens (mixtral TP8);
-  // bf16 above gemv_mma_min_tokens_bf16 tokens up to gemv_mma_max_tokens, fp8 up to
+  // bf16 above gemv_mma_min_tokens_bf16 tokens (from it on the few experts) up to
+  // gemv_mma_max_tokens, fp8 up to
   // gemv_mma_max_tokens but not at M <= gemv_mma_fp8_small_m on experts below
   // gemv_mma_fp8_small_elems weights (qwen3-30b TP8 M = 1, 2: the CUDA-core kernel). From the
   // same-run-comparable sweeps of the kernel forced (H200, 2026-12-01, every preset, TP 1 and 8,
   // check on; bench/results/2026-12-01-df51b2f-h200-gemv-mma-*.json, docs/gemv.md): against the
   // previous auto choice it wins 1.03-1.37x at TP8 bf16 M = 8, 16 (qwen3-30b, qwen3-235b, gpt-oss,
-  // mixtral; deepseek-v3 ties), fp8 M = 1..16 (deepseek-v3, qwen3-235b, mixtral M <= 8, qwen3-30b
+  // mixtral M = 4, 8; deepseek-v3 ties), fp8 M = 1..16 (deepseek-v3, qwen3-235b, mixtral M <= 8, qwen3-30b
   // from M = 2), and loses at TP1 (0.71-0.99 but qwen3-235b fp8 M = 1) and from M = 32.
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;

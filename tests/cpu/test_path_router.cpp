@@ -295,6 +295,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, bf), on);
   EXPECT_EQ(mma("gpt-oss-120b", 8, 8, bf), on);
   EXPECT_EQ(mma("mixtral-8x7b", 8, 8, bf), on);
+  EXPECT_EQ(mma("mixtral-8x7b", 4, 8, bf), on);
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, bf));  // ties: left to Swap-AB
   EXPECT_FALSE(mma("qwen3-30b-a3b", 4, 8, bf));  // the CUDA-core kernel's
   EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, bf));
