@@ -40,6 +40,7 @@
 #include "cuda/common/faults.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/gemv/params.hpp"
+#include "cuda/kernels/gemv/prologue.cuh"
 #include "cuda/numerics/activation.cuh"
 #include "cuda/numerics/bias.cuh"
 #include "cuda/numerics/quant.cuh"
@@ -91,18 +92,6 @@ template <> struct Chunk<E4m3> {
     }
   }
 };
-
-// A NaN-ignoring absmax over the CTA (every thread's `v`), in every thread. Uses scratch[0..kWarps).
-__device__ __forceinline__ float block_absmax(float v, float* scratch) {
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float a = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) a = fmaxf(a, scratch[w]);
-  __syncthreads();  // scratch free again
-  return a;
-}
 
 template <Operand kOp>
 struct Gemv {
@@ -218,7 +207,7 @@ struct Gemv {
     float* coef = scratch + 32 + kMaxSlots;  // [kMaxSlots]: the slots' GEMM2 coefficients
     std::uint8_t* region = smem + L.region_off;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int M = p.num_tokens, k = p.top_k, P = M * k, E = p.num_experts;
+    const int M = p.num_tokens, k = p.top_k, P = M * k;
     const std::int64_t K = p.hidden_size, N = p.inter_size;
     const std::int64_t row_bytes = K * kEs;  // a w13 row and a staged token row
     const int G = static_cast<int>(gridDim.x), j = static_cast<int>(blockIdx.x);
@@ -230,114 +219,22 @@ struct Gemv {
     stamp(kPhaseEntry);
 
     // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
-    if constexpr (!kFp8) {
-      const std::uint8_t* hid = static_cast<const std::uint8_t*>(p.hidden);
-      const std::int64_t n16 = static_cast<std::int64_t>(M) * row_bytes / 16;
-      for (std::int64_t i = tid; i < n16; i += kThreads)
-        sm90::cp_async_16_zfill(sm90::smem_addr(region + i * 16), hid + i * 16, 16);
-      sm90::cp_async_commit();
-    }
+    if constexpr (!kFp8) stage_rows_async(p, region, static_cast<int>(row_bytes));
 
-    // ---- 0b. routing: every slot's local expert, the touched experts, their slots ----
-    // P <= kMaxSlots <= kThreads: one slot a thread, its id and weight loads in flight while the
-    // counts are zeroed.
-    static_assert(kMaxSlots <= kThreads, "one slot per thread");
-    const int id0 = tid < P ? p.topk_ids[tid] : -1;
-    const float w0 = tid < P ? p.topk_weights[tid] : 0.0f;
-    for (int i = tid; i < E; i += kThreads) cnt[i] = 0;
-    __syncthreads();
-    if (tid < P) {
-      const int sl = tid, id = id0;
-      tw[sl] = w0;
-      int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
-      if (e < 0 || e >= E) {
-        e = -1;  // dropped; a bad id or map entry is recorded (CTA 0; every CTA sees the same)
-        if (j == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
-      }
-      slot_e[sl] = e;
-      if (e >= 0) atomicAdd(cnt + e, 1);
-    }
-    __syncthreads();
-    // Warp 0: the touched experts in ascending order (ue, uoff) and every expert's cursor (cnt).
-    if (warp == 0) {
-      int run_rows = 0, run_u = 0;
-      for (int e0 = 0; e0 < E; e0 += 32) {
-        const int e = e0 + lane;
-        const int rows = e < E ? cnt[e] : 0;
-        int r = rows, f = rows > 0 ? 1 : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const int vr = __shfl_up_sync(0xffffffffu, r, d);
-          const int vf = __shfl_up_sync(0xffffffffu, f, d);
-          if (lane >= d) {
-            r += vr;
-            f += vf;
-          }
-        }
-        if (rows > 0) {
-          const int u = run_u + f - 1;
-          ue[u] = e;
-          uoff[u] = run_rows + r - rows;
-          cnt[e] = run_rows + r - rows;
-        }
-        run_rows += __shfl_sync(0xffffffffu, r, 31);
-        run_u += __shfl_sync(0xffffffffu, f, 31);
-      }
-      if (lane == 0) {
-        uoff[run_u] = run_rows;
-        reinterpret_cast<int*>(scratch)[kWarps] = run_u;  // U
-      }
-    }
-    __syncthreads();
-    const int U = reinterpret_cast<const int*>(scratch)[kWarps];
+    // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
+    const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
+    const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
     const std::int64_t Q = static_cast<std::int64_t>(U) * N;  // GEMM1 pairs of the call
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    if (warp == 0) {
-      // Stable placement: slots in ascending order, 32 at a time; lanes with the same expert take
-      // consecutive places in lane order.
-      for (int base = 0; base < P; base += 32) {
-        const int sl = base + lane;
-        const int e = sl < P ? slot_e[sl] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, e);
-        const int rank = __popc(peers & ((1u << lane) - 1u));
-        if (e >= 0) sorted[cnt[e] + rank] = sl;
-        __syncwarp();
-        if (e >= 0 && rank == 0) cnt[e] += __popc(peers);
-        __syncwarp();
-      }
-    }
+    if (warp == 0) place_slots(rt, P);
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
     if constexpr (kFp8) {
-      const ActT* x = static_cast<const ActT*>(p.hidden);
-      const std::int64_t n8 = static_cast<std::int64_t>(M) * K / 8;  // K % 16 == 0
-      if (p.a13_scale != nullptr) {
-        xscale = p.a13_scale[0];
-      } else {
-        float a = 0.0f;
-        for (std::int64_t i = tid; i < n8; i += kThreads) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(x + i * 8);
-          const ActT* v = reinterpret_cast<const ActT*>(&raw);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
-        }
-        xscale = numerics::dynamic_scale(block_absmax(a, scratch));
-      }
-      const float inv = 1.0f / xscale;
-      for (std::int64_t i = tid; i < n8; i += kThreads) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(x + i * 8);
-        const ActT* v = reinterpret_cast<const ActT*>(&raw);
-        uint2 q;
-        q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
-              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
-        q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
-              (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
-        *reinterpret_cast<uint2*>(region + i * 8) = q;
-      }
+      xscale = stage_rows_e4m3<ActT>(p, region, static_cast<int>(row_bytes), scratch);
     } else {
       sm90::cp_async_wait_all_groups();
     }
@@ -487,38 +384,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_sm90_kernel(const __grid_con
 
 template <Operand kOp>
 int gemv_max_coresident_ctas(int device) {
-  static std::atomic<int> cached[64];  // 0: not computed yet; -1: none can be resident
-  if (device >= 0 && device < 64) {
-    const int v = cached[device].load(std::memory_order_acquire);
-    if (v != 0) return v > 0 ? v : 0;
-  }
-  auto* kernel = &gemv_sm90_kernel<kOp>;
-  // Every layout can_implement admits is below the opt-in maximum (launch_sm90.cu, smem_layout):
-  // the kernel may take all of it, and the occupancy at that size holds for every call.
-  int bytes = 0, sms = 0, per_sm = 0;
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
-  const int v = per_sm * sms;
-  if (device >= 0 && device < 64) cached[device].store(v > 0 ? v : -1, std::memory_order_release);
-  return v;
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_sm90_kernel<kOp>, device, cached);
 }
 
 template <Operand kOp>
 void launch_gemv_sm90(const GemvParams& p, int grid, void* stream) {
-  auto* kernel = &gemv_sm90_kernel<kOp>;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_cooperative(&gemv_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -1,0 +1,204 @@
+// What both GEMV kernels (kernel_sm90.cuh, kernel_mma_sm90.cuh) do before GEMM1, and their host
+// side: every CTA routes the call's slots in its own shared memory and stages the call's token
+// rows; the co-residency query and the cooperative launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/faults.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/kernels/gemv/params.hpp"
+#include "cuda/numerics/quant.cuh"
+
+namespace moekit::cuda::gemv {
+
+// A NaN-ignoring absmax over the CTA (every thread's `v`), in every thread. Uses scratch[0..kWarps).
+__device__ __forceinline__ float block_absmax(float v, float* scratch) {
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float a = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) a = fmaxf(a, scratch[w]);
+  __syncthreads();  // scratch free again
+  return a;
+}
+
+// The shared-memory tables a CTA routes the call into.
+struct RouteTables {
+  int* slot_e;  // [P]: the local expert of every slot, -1 dropped
+  int* sorted;  // [P]: slots grouped by touched expert (ascending), slot order inside
+  int* ue;      // [P + 1]: touched expert u's id
+  int* uoff;    // [P + 2]: touched expert u's first entry in sorted (uoff[U] = placed slots)
+  int* cnt;     // [E]: per local expert count, then its cursor
+  float* tw;    // [P]: the slots' router weights
+};
+
+// Every slot's local expert (expert_map; a bad id or map entry is dropped and recorded by CTA 0,
+// every CTA sees the same), the per-expert counts, then warp 0's scan: the touched experts in
+// ascending order (ue, uoff) and each expert's first place (cnt). Returns U, the touched experts,
+// in every thread; ends with a CTA barrier. Each thread's first slot's id and weight are loaded
+// before the counts are zeroed. scratch_int[kWarps] holds U.
+__device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTables& r, int* scratch_int) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int k = p.top_k, P = p.num_tokens * k, E = p.num_experts;
+  const int id0 = tid < P ? p.topk_ids[tid] : -1;
+  const float w0 = tid < P ? p.topk_weights[tid] : 0.0f;
+  for (int i = tid; i < E; i += kThreads) r.cnt[i] = 0;
+  __syncthreads();
+  for (int sl = tid; sl < P; sl += kThreads) {
+    const int id = sl == tid ? id0 : p.topk_ids[sl];
+    r.tw[sl] = sl == tid ? w0 : p.topk_weights[sl];
+    int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+    if (e < 0 || e >= E) {
+      e = -1;
+      if (blockIdx.x == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
+    }
+    r.slot_e[sl] = e;
+    if (e >= 0) atomicAdd(r.cnt + e, 1);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int run_rows = 0, run_u = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + lane;
+      const int rows = e < E ? r.cnt[e] : 0;
+      int rr = rows, f = rows > 0 ? 1 : 0;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int vr = __shfl_up_sync(0xffffffffu, rr, d);
+        const int vf = __shfl_up_sync(0xffffffffu, f, d);
+        if (lane >= d) {
+          rr += vr;
+          f += vf;
+        }
+      }
+      if (rows > 0) {
+        const int u = run_u + f - 1;
+        r.ue[u] = e;
+        r.uoff[u] = run_rows + rr - rows;
+        r.cnt[e] = run_rows + rr - rows;
+      }
+      run_rows += __shfl_sync(0xffffffffu, rr, 31);
+      run_u += __shfl_sync(0xffffffffu, f, 31);
+    }
+    if (lane == 0) {
+      r.uoff[run_u] = run_rows;
+      scratch_int[kWarps] = run_u;
+    }
+  }
+  __syncthreads();
+  return scratch_int[kWarps];
+}
+
+// Warp 0 only (after route_and_scan): the stable placement, slots in ascending order 32 at a time,
+// lanes with the same expert taking consecutive places in lane order.
+__device__ __forceinline__ void place_slots(const RouteTables& r, int P) {
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < P; base += 32) {
+    const int sl = base + lane;
+    const int e = sl < P ? r.slot_e[sl] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    if (e >= 0) r.sorted[r.cnt[e] + rank] = sl;
+    __syncwarp();
+    if (e >= 0 && rank == 0) r.cnt[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// bf16 / fp16: hidden's M rows (K x 2 bytes each) into `region` at `pitch` bytes a row, as one
+// cp.async group the caller waits for.
+__device__ __forceinline__ void stage_rows_async(const GemvParams& p, std::uint8_t* region, int pitch) {
+  const std::uint8_t* hid = static_cast<const std::uint8_t*>(p.hidden);
+  const int cpr = p.hidden_size * 2 / 16;  // 16-byte chunks of a row
+  const int n16 = p.num_tokens * cpr;
+  for (int i = threadIdx.x; i < n16; i += kThreads) {
+    const int t = i / cpr, q = i - t * cpr;
+    sm90::cp_async_16_zfill(sm90::smem_addr(region + static_cast<std::int64_t>(t) * pitch + q * 16),
+                            hid + static_cast<std::int64_t>(i) * 16, 16);
+  }
+  sm90::cp_async_commit();
+}
+
+// fp8: the activation scale (static, or from the absmax of the whole hidden), then hidden's M rows
+// as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0). Returns the scale; ends before a CTA
+// barrier the caller places.
+template <class ActT>
+__device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8_t* region, int pitch, float* scratch) {
+  const int tid = threadIdx.x;
+  const ActT* x = static_cast<const ActT*>(p.hidden);
+  const int c8 = p.hidden_size / 8;  // 8-element chunks of a row
+  const int n8 = p.num_tokens * c8;
+  float xscale;
+  if (p.a13_scale != nullptr) {
+    xscale = p.a13_scale[0];
+  } else {
+    float a = 0.0f;
+    for (int i = tid; i < n8; i += kThreads) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+      const ActT* v = reinterpret_cast<const ActT*>(&raw);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
+    }
+    xscale = numerics::dynamic_scale(block_absmax(a, scratch));
+  }
+  const float inv = 1.0f / xscale;
+  for (int i = tid; i < n8; i += kThreads) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+    const ActT* v = reinterpret_cast<const ActT*>(&raw);
+    uint2 q;
+    q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
+          (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
+    q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
+          (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+    const int t = i / c8, q8 = i - t * c8;
+    *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(t) * pitch + q8 * 8) = q;
+  }
+  return xscale;
+}
+
+// ---- host side ----
+
+// CTAs of `kernel` that can be resident at once on `device` (occupancy x SMs at the opt-in
+// shared-memory maximum, which every layout can_implement admits stays under), cached per device
+// in `cached` (0: not computed yet; -1: none can be resident); 0 when none can.
+template <class Kernel>
+int coresident_ctas(Kernel* kernel, int device, std::atomic<int> (&cached)[64]) {
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v != 0) return v > 0 ? v : 0;
+  }
+  int bytes = 0, sms = 0, per_sm = 0;
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+  const int v = per_sm * sms;
+  if (device >= 0 && device < 64) cached[device].store(v > 0 ? v : -1, std::memory_order_release);
+  return v;
+}
+
+// The cooperative launch of `kernel`: `grid` CTAs of kThreads, p.smem.bytes of shared memory.
+template <class Kernel>
+void launch_cooperative(Kernel* kernel, const GemvParams& p, int grid, void* stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(p.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace moekit::cuda::gemv
