@@ -33,6 +33,19 @@ __device__ __forceinline__ uint4 ld_stream_16(const void* p) {
   return v;
 }
 
+// The same for 8 bytes (rows that are 8-byte but not 16-byte aligned).
+__device__ __forceinline__ uint2 ld_stream_8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// Asks the TMA engine to bring `bytes` bytes at `p` (global memory; both multiples of 16) into
+// L2 and returns at once; nothing to wait for (a hint: a later load of them waits on L2).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");

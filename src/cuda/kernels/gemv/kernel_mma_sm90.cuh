@@ -67,6 +67,14 @@ struct GemvMma {
 
   static __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
+  // 16 bytes of an 8-byte aligned row as two 8-byte loads; `last`: the row's half chunk, its
+  // upper 8 bytes zero.
+  static __device__ __forceinline__ uint4 ld_half_rows(const std::uint8_t* a, bool last) {
+    const uint2 x = sm90::ld_stream_8(a);
+    const uint2 y = last ? make_uint2(0u, 0u) : sm90::ld_stream_8(a + 8);
+    return make_uint4(x.x, x.y, y.x, y.y);
+  }
+
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
     namespace cg = cooperative_groups;
     const SmemLayout& L = p.smem;
@@ -104,6 +112,20 @@ struct GemvMma {
     // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
     const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
+    // The CTA's GEMM1 tasks [q0, q1) of (touched expert, 16 columns) and its GEMM2 rows of w2
+    // [r0, r0 + rows) (output columns: 16-column blocks [CB j / G, CB (j + 1) / G)).
+    const int NB1 = static_cast<int>((N + 15) / 16);
+    auto gemm1_tasks = [&](std::int64_t& q0, std::int64_t& q1) {
+      const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+      q0 = Q * j / G;
+      q1 = Q * (j + 1) / G;
+    };
+    auto gemm2_rows = [&](std::int64_t& r0, std::int64_t& rows) {
+      const std::int64_t CB = (K + 15) / 16;
+      r0 = CB * j / G * 16;
+      rows = max(std::int64_t{0}, min(CB * (j + 1) / G * 16, K) - r0);
+    };
+    int* pf_all = reinterpret_cast<int*>(scratch) + kWarps + 2;  // 1: everything prefetched at the start
     if (warp == 0) {
       place_slots(rt, P);
     } else if (warp == 1) {
@@ -125,6 +147,19 @@ struct GemvMma {
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
+    } else if (warp == 2 && p.l2_prefetch > 0) {
+      // L2 prefetch (prologue.cuh): everything now when both shares fit the budget, else GEMM1's
+      // first half-budget now and GEMM2's first budget once the CTA's GEMM1 is done.
+      const std::int64_t pf = p.l2_prefetch;
+      std::int64_t q0, q1, r0, rows;
+      gemm1_tasks(q0, q1);
+      gemm2_rows(r0, rows);
+      const bool all = (q1 - q0) * 32 * row_bytes + static_cast<std::int64_t>(U) * rows * w2_row <= pf;
+      if (lane == 0) {
+        *pf_all = all ? 1 : 0;
+        prefetch_gemm1(p, ue, q0, q1, NB1, 16, row_bytes, all ? pf : pf / 2);
+      }
+      if (all) prefetch_w2(p, ue, U, r0, rows, w2_row, pf);
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -139,11 +174,10 @@ struct GemvMma {
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    const int NB1 = static_cast<int>((N + 15) / 16);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
-    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    std::int64_t q0, q1;
+    gemm1_tasks(q0, q1);
     constexpr int kTok = 8 * kTg;  // tokens of one pass
     float* part = work;            // [kWarps][2][16][kTok]
     float hmax = 0.0f;
@@ -279,6 +313,11 @@ struct GemvMma {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
     }
+    if (p.l2_prefetch > 0 && warp == 0 && *pf_all == 0) {
+      std::int64_t r0, rows;
+      gemm2_rows(r0, rows);
+      prefetch_w2(p, ue, U, r0, rows, w2_row, p.l2_prefetch);
+    }
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
@@ -297,17 +336,24 @@ struct GemvMma {
       }
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
-    const int cph = static_cast<int>(w2_row / 16);  // 16-byte chunks of an h row and a w2 row
+    // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
+    // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
+    const int cph = static_cast<int>((w2_row + 15) / 16);
+    const bool half_rows = kFp8 && (w2_row & 15) != 0;  // bf16 / fp16: 16-byte rows (can_implement)
     if constexpr (kFp8) {
+      // Word q4 of a staged row: 4 e4m3 of h, or zero past N up to the 16-byte chunk's end (the
+      // half chunk's mma then multiplies zeros by zeros).
       const float inv = 1.0f / hscale;
-      const int n4 = static_cast<int>(static_cast<std::int64_t>(P) * N / 4);  // N % 16 == 0
-      const int r4 = static_cast<int>(N / 4);
+      const int r4 = cph * 4, n4 = P * r4;
       for (int i = tid; i < n4; i += kThreads) {
         const int slot = i / r4, q4 = i - slot * r4;
         if (slot_e[slot] < 0) continue;
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
-        const std::uint32_t w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
-                                (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+        std::uint32_t w = 0u;
+        if (q4 * 4 < N) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4);
+          w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
+              (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+        }
         *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
       }
     } else {
@@ -357,8 +403,13 @@ struct GemvMma {
           const int ch = (r * kRound2 + i) * 4 + c;
           const bool ok = ch < cph;
           const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-          a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
-          a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          if (!kFp8 || !half_rows) {
+            a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
+            a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          } else {
+            a[i][0] = ok && vlo ? ld_half_rows(alo + off, off + 16 > w2_row) : zero4();
+            a[i][1] = ok && vhi ? ld_half_rows(ahi + off, off + 16 > w2_row) : zero4();
+          }
         }
       };
       uint4 c2[kRound2][2], n2[kRound2][2];
