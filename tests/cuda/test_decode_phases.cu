@@ -213,6 +213,7 @@ TEST(Sm90Gemv, PhaseBreakdown) {
   phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 1}, "gemv");
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1}, "gemv");
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 4}, "gemv");
+  phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1}, "gemv");
 }
 
@@ -226,6 +227,8 @@ TEST(Sm90Gemv, MmaPhaseBreakdown) {
   phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 16}, "gemv");
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 8}, "gemv");
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 16}, "gemv");
+  phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
+  phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 8}, "gemv");
   unsetenv("MOEKIT_GEMV_KERNEL");
 }
 

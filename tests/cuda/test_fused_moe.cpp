@@ -626,7 +626,9 @@ TEST(Sm90Dispatch, UnknownPathIsInvalidArgument) {
 TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   SKIP_WITHOUT_SM90();
   // gpt-oss at TP8 in fp8: w2 rows of N = 360 bytes; Swap-AB declines GEMM2 (the fused path's
-  // 8-byte copies run it); the fused path declines M*k > 512.
+  // 8-byte copies run it, and the tensor-core GEMV kernel's 8-byte loads); the fused path declines
+  // M*k > 512. auto: the GEMV path up to 16 tokens (its tensor-core rule), then GEMM1 on Swap-AB
+  // and GEMM2 on mma.
   CaseSpec s = small_spec(Scheme::kFp8PerTensor);
   s.N = 360;
   s.K = 2880;
@@ -650,7 +652,9 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
     return plan.rfind("gemm1=swapab", 0) == 0 && plan.size() >= 9 && plan.compare(plan.size() - 9, 9, "gemm2=mma") == 0;
   };
   std::string plan = describe_dispatch(describe(d.experts(4)), o, &why);
-  EXPECT_TRUE(swapab_then_mma(plan)) << plan << ": " << why;
+  EXPECT_EQ(plan, "gemv(mma)") << why;
+  EXPECT_EQ(run_status(d, 4, "gemv"), Status::kSuccess);
+  EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << "the CUDA-core GEMV kernel declines 360-byte w2 rows";
   const MoeProblem p = describe(d.experts(17));
   plan = describe_dispatch(p, o, &why);
   EXPECT_TRUE(swapab_then_mma(plan)) << plan << ": " << why;

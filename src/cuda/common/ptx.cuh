@@ -40,12 +40,6 @@ __device__ __forceinline__ uint2 ld_stream_8(const void* p) {
   return v;
 }
 
-// Asks the TMA engine to bring `bytes` bytes at `p` (global memory; both multiples of 16) into
-// L2 and returns at once; nothing to wait for (a hint: a later load of them waits on L2).
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");

@@ -25,7 +25,9 @@
 //      every slot's h (activation dtype, or e4m3 with the intermediate scale), and runs a warp
 //      per (column block, slot group): the w2 tile's N in 64-byte k-blocks, each slot's result
 //      times its coefficient into the slot outputs in shared memory; then each (token, column)
-//      sums its k slots in slot order, adds the b2 terms, rounds once.
+//      sums its k slots in slot order, adds the b2 terms, rounds once. fp8 w2 rows of N % 16 == 8
+//      bytes (gpt-oss at TP8: 360) are read as 8-byte pairs, the last 16-byte chunk half zeros,
+//      and the staged h rows are zero up to it.
 //
 // No allocation, no host synchronization, nothing zeroed before the launch. Every sum has a fixed
 // order independent of the grid: bitwise reproducible run to run.
@@ -112,20 +114,6 @@ struct GemvMma {
     // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
     const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
-    // The CTA's GEMM1 tasks [q0, q1) of (touched expert, 16 columns) and its GEMM2 rows of w2
-    // [r0, r0 + rows) (output columns: 16-column blocks [CB j / G, CB (j + 1) / G)).
-    const int NB1 = static_cast<int>((N + 15) / 16);
-    auto gemm1_tasks = [&](std::int64_t& q0, std::int64_t& q1) {
-      const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-      q0 = Q * j / G;
-      q1 = Q * (j + 1) / G;
-    };
-    auto gemm2_rows = [&](std::int64_t& r0, std::int64_t& rows) {
-      const std::int64_t CB = (K + 15) / 16;
-      r0 = CB * j / G * 16;
-      rows = max(std::int64_t{0}, min(CB * (j + 1) / G * 16, K) - r0);
-    };
-    int* pf_all = reinterpret_cast<int*>(scratch) + kWarps + 2;  // 1: everything prefetched at the start
     if (warp == 0) {
       place_slots(rt, P);
     } else if (warp == 1) {
@@ -147,19 +135,6 @@ struct GemvMma {
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
-    } else if (warp == 2 && p.l2_prefetch > 0) {
-      // L2 prefetch (prologue.cuh): everything now when both shares fit the budget, else GEMM1's
-      // first half-budget now and GEMM2's first budget once the CTA's GEMM1 is done.
-      const std::int64_t pf = p.l2_prefetch;
-      std::int64_t q0, q1, r0, rows;
-      gemm1_tasks(q0, q1);
-      gemm2_rows(r0, rows);
-      const bool all = (q1 - q0) * 32 * row_bytes + static_cast<std::int64_t>(U) * rows * w2_row <= pf;
-      if (lane == 0) {
-        *pf_all = all ? 1 : 0;
-        prefetch_gemm1(p, ue, q0, q1, NB1, 16, row_bytes, all ? pf : pf / 2);
-      }
-      if (all) prefetch_w2(p, ue, U, r0, rows, w2_row, pf);
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -174,10 +149,11 @@ struct GemvMma {
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    const int NB1 = static_cast<int>((N + 15) / 16);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
-    std::int64_t q0, q1;
-    gemm1_tasks(q0, q1);
+    const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     constexpr int kTok = 8 * kTg;  // tokens of one pass
     float* part = work;            // [kWarps][2][16][kTok]
     float hmax = 0.0f;
@@ -312,11 +288,6 @@ struct GemvMma {
     if (dyn2) {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
-    }
-    if (p.l2_prefetch > 0 && warp == 0 && *pf_all == 0) {
-      std::int64_t r0, rows;
-      gemm2_rows(r0, rows);
-      prefetch_w2(p, ue, U, r0, rows, w2_row, p.l2_prefetch);
     }
     stamp(kPhaseGemm1);
 

@@ -229,20 +229,7 @@ struct Gemv {
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    int* pf_all = reinterpret_cast<int*>(scratch) + kWarps + 2;  // 1: everything prefetched at the start
-    if (warp == 0) {
-      place_slots(rt, P);
-    } else if (warp == 1 && p.l2_prefetch > 0) {
-      // L2 prefetch (prologue.cuh): everything now when both shares fit the budget, else GEMM1's
-      // first half-budget now and GEMM2's first budget once the CTA's GEMM1 is done.
-      const std::int64_t pf = p.l2_prefetch;
-      const bool all = (q1 - q0) * 2 * row_bytes + static_cast<std::int64_t>(U) * (r1 - r0) * w2_row <= pf;
-      if (lane == 0) {
-        *pf_all = all ? 1 : 0;
-        prefetch_gemm1(p, ue, q0, q1, static_cast<int>(N), 1, row_bytes, all ? pf : pf / 2);
-      }
-      if (all) prefetch_w2(p, ue, U, r0, r1 - r0, w2_row, pf);
-    }
+    if (warp == 0) place_slots(rt, P);
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
@@ -273,7 +260,6 @@ struct Gemv {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
     }
-    if (p.l2_prefetch > 0 && warp == 0 && *pf_all == 0) prefetch_w2(p, ue, U, r0, r1 - r0, w2_row, p.l2_prefetch);
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----

@@ -188,20 +188,6 @@ bool use_mma_kernel(const MoeProblem& p, bool mma) {
   return mma ? (mma_ok || !cuda_ok) : !cuda_ok;
 }
 
-// The L2 prefetch budget a CTA: kL2PrefetchBytes, or MOEKIT_GEMV_PREFETCH_KB (read at every call,
-// for A/Bs in one process; 0 turns the prefetch off).
-int l2_prefetch_bytes() {
-  if (const char* v = std::getenv("MOEKIT_GEMV_PREFETCH_KB")) {
-    char* end = nullptr;
-    const long kb = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || kb < 0 || kb > 1024 * 1024)
-      throw Error(Status::kInvalidArgument,
-                  std::string("MOEKIT_GEMV_PREFETCH_KB must be a number of KB in 0..1048576, got '") + v + "'");
-    return static_cast<int>(kb * 1024);
-  }
-  return gv::kL2PrefetchBytes;
-}
-
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
@@ -278,7 +264,6 @@ void run_gemv_sm90(const detail::MoeCall& call, bool prefer_mma) {
                                               ", this call needs " + std::to_string(L.total));
   if (!aligned16(call.hidden) || !aligned16(call.out) || !aligned16(call.w13) || !aligned16(call.w2))
     throw Error(Status::kNotSupported, "gemv_sm90: hidden, out, w13 and w2 must be 16-byte aligned (16-byte loads)");
-  const int l2_prefetch = l2_prefetch_bytes();  // a bad MOEKIT_GEMV_PREFETCH_KB throws before any launch
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
@@ -334,7 +319,6 @@ void run_gemv_sm90(const detail::MoeCall& call, bool prefer_mma) {
   kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
-  kp.l2_prefetch = l2_prefetch;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = mma ? mma_smem_layout(p, grid) : smem_layout(p);

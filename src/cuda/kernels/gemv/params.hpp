@@ -24,9 +24,6 @@ inline constexpr int kRegionBytes = 192 * 1024;
 inline constexpr int kMmaMaxSlots = 1024;
 inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
-// L2 prefetch budget a CTA (GemvParams::l2_prefetch; MOEKIT_GEMV_PREFETCH_KB overrides it for
-// A/Bs): 132 CTAs x 192 KB = 25 MB, half the H200's L2.
-inline constexpr int kL2PrefetchBytes = 192 * 1024;
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
@@ -78,10 +75,6 @@ struct GemvParams {
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
-  // L2 prefetch budget a CTA, bytes (prologue.cuh; 0 = off): the CTA's GEMM1 and GEMM2 weights at
-  // its start when both fit, else GEMM1's first half-budget then and GEMM2's first budget after
-  // its GEMM1.
-  int l2_prefetch;
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

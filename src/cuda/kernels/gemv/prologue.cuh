@@ -164,53 +164,6 @@ __device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8
   return xscale;
 }
 
-// ---- L2 prefetch of a CTA's weights (docs/gemv.md, "L2 prefetch") ----
-// Once a CTA has routed the call it knows every weight byte it will read; the TMA engine starts
-// bringing them into L2 at once, so the HBM works at full rate from the first microsecond while
-// the warps' own loads (latency-bound rounds) find the bytes in L2. At most GemvParams::
-// l2_prefetch bytes a CTA are asked for at a time, so what is prefetched stays in L2 until read.
-
-// The 16-byte aligned interior of [p, p + bytes), in pieces of at most 64 KB. One thread.
-__device__ __forceinline__ void prefetch_l2_range(const std::uint8_t* p, std::int64_t bytes) {
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-  std::uintptr_t lo = (a + 15) & ~std::uintptr_t{15};
-  const std::uintptr_t hi = (a + static_cast<std::uintptr_t>(bytes)) & ~std::uintptr_t{15};
-  for (; lo < hi; lo += 65536)
-    sm90::bulk_prefetch_l2(reinterpret_cast<const void*>(lo),
-                           static_cast<std::uint32_t>(hi - lo < 65536 ? hi - lo : 65536));
-}
-
-// GEMM1's weights of the CTA's units [q0, q1) (NU units an expert, each `unit` columns: their
-// gate rows and their up rows), in unit order, at most `budget` bytes. One thread.
-__device__ __forceinline__ void prefetch_gemm1(const GemvParams& p, const int* ue, std::int64_t q0, std::int64_t q1,
-                                               int NU, int unit, std::int64_t row_bytes, std::int64_t budget) {
-  const std::int64_t N = p.inter_size;
-  const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-  for (std::int64_t q = q0; q < q1 && budget >= 2 * row_bytes;) {
-    const int u = static_cast<int>(q / NU);
-    const std::int64_t qe = min(q1, static_cast<std::int64_t>(u + 1) * NU);
-    const std::int64_t c0 = (q - static_cast<std::int64_t>(u) * NU) * unit;
-    const std::int64_t c1 = min((qe - static_cast<std::int64_t>(u) * NU) * unit, N);
-    const std::int64_t cols = min(c1 - c0, budget / (2 * row_bytes));
-    const std::uint8_t* base = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
-    prefetch_l2_range(base + c0 * row_bytes, cols * row_bytes);
-    prefetch_l2_range(base + (N + c0) * row_bytes, cols * row_bytes);
-    budget -= 2 * cols * row_bytes;
-    q = qe;
-  }
-}
-
-// GEMM2's w2 rows [r0, r0 + rows) of every touched expert, fewer rows where U of them would pass
-// `budget` bytes. One warp.
-__device__ __forceinline__ void prefetch_w2(const GemvParams& p, const int* ue, int U, std::int64_t r0,
-                                            std::int64_t rows, std::int64_t w2_row, std::int64_t budget) {
-  rows = min(rows, budget / max(std::int64_t{1}, static_cast<std::int64_t>(U) * w2_row));
-  if (rows <= 0) return;
-  const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-  for (int u = static_cast<int>(threadIdx.x & 31); u < U; u += 32)
-    prefetch_l2_range(w2 + (static_cast<std::int64_t>(ue[u]) * p.hidden_size + r0) * w2_row, rows * w2_row);
-}
-
 // ---- host side ----
 
 // CTAs of `kernel` that can be resident at once on `device` (occupancy x SMs at the opt-in
