@@ -134,6 +134,17 @@ bool gemv_mma_rule(const MoeProblem& p) {
   return shard ? M > t.gemv_mma_min_tokens_bf16 : M >= t.gemv_mma_min_tokens_bf16;
 }
 
+// MOEKIT_GEMV_KERNEL on a GEMV plan: the named kernel where it can run the call. Returns whether it
+// changed the router's kernel.
+bool apply_gemv_kernel(DispatchPlan& plan, const RouterInputs& in) {
+  const bool before = plan.gemv_mma;
+  if (in.gemv_kernel == GemvKernel::kMma && in.gemv_mma_ok) plan.gemv_mma = true;
+  if (in.gemv_kernel == GemvKernel::kCuda && in.gemv_cuda_ok) plan.gemv_mma = false;
+  return plan.gemv_mma != before;
+}
+
+const char* const kGemvOverridden = " (MOEKIT_GEMV_KERNEL: the other kernel runs it)";
+
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   DispatchPlan plan;
   const Requested req = parse_requested(in.forced);
@@ -185,12 +196,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       plan.reason = "forced";
       return plan;
     case Requested::kGemv:
-      if (!in.gemv_ok)
+      if (!in.gemv_ok())
         throw Error(Status::kNotSupported, "path 'gemv' forced (Options::path or MOEKIT_PATH) but it cannot run " +
                                                p.to_string() + ": " + not_built_or(in.gemv_why, "GEMV"));
       plan.gemv = true;
       // The tensor-core kernel where auto would take it, or where the CUDA-core one cannot run.
       plan.gemv_mma = in.gemv_mma_ok && (gemv_mma_rule(p) || !in.gemv_cuda_ok);
+      apply_gemv_kernel(plan, in);
       plan.reason = "forced";
       return plan;
     case Requested::kMma:
@@ -215,18 +227,20 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
-  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && kRouterTable.gemv_mma_in_auto &&
-      in.gemv_mma_in_auto && in.gemv_mma_ok && gemv_mma_rule(p)) {
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && kRouterTable.gemv_mma_in_auto && in.gemv_mma_in_auto &&
+      in.gemv_mma_ok && gemv_mma_rule(p)) {
     plan.gemv = true;
     plan.gemv_mma = true;
+    const bool overridden = apply_gemv_kernel(plan, in);
     if (in.want_reason)
       plan.reason = "M=" + std::to_string(p.num_tokens) + ", N=" + std::to_string(p.intermediate_size) + ", N*K " +
                     fmt(static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size)) + ", E=" +
                     std::to_string(p.num_experts) +
-                    " in the tensor-core GEMV rule: gemv(mma), one cooperative launch, mma.sync on the weights as they stream";
+                    " in the tensor-core GEMV rule: gemv(mma), one cooperative launch, mma.sync on the weights as they stream" +
+                    (overridden ? kGemvOverridden : "");
     return plan;
   }
-  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_ok && in.gemv_cuda_ok) {
+  if (kRouterTable.gemv_in_auto && in.gemv_in_auto && in.gemv_cuda_ok) {
     const RouterTable& t = kRouterTable;
     const bool fp8 = p.scheme != Scheme::kBf16;
     const double max_tokens = fp8 ? t.gemv_max_tokens_fp8 : t.gemv_max_tokens_bf16;
@@ -235,11 +249,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     if (static_cast<double>(p.num_tokens) <= max_tokens && plan.local_slots <= max_slots &&
         (!fp8 || elems <= t.gemv_fp8_max_expert_elems)) {
       plan.gemv = true;
+      const bool overridden = apply_gemv_kernel(plan, in);
       if (in.want_reason)
         plan.reason = "M=" + std::to_string(p.num_tokens) + " <= " + fmt(max_tokens) + " and slots " +
                       fmt(plan.local_slots) + " <= " + fmt(max_slots) +
                       (fp8 ? " and N*K " + fmt(elems) + " <= " + fmt(t.gemv_fp8_max_expert_elems) : std::string()) +
-                      ": gemv, one cooperative launch from routing to the output on the CUDA cores";
+                      ": gemv, one cooperative launch from routing to the output on the CUDA cores" +
+                      (overridden ? kGemvOverridden : "");
       return plan;
     }
   }
@@ -382,6 +398,15 @@ bool gemv_in_auto_enabled() noexcept {
 bool gemv_mma_in_auto_enabled() noexcept {
   const char* v = std::getenv("MOEKIT_GEMV_MMA");
   return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+GemvKernel gemv_kernel_override() {
+  const char* v = std::getenv("MOEKIT_GEMV_KERNEL");
+  if (v == nullptr || v[0] == '\0') return GemvKernel::kRouter;
+  if (std::strcmp(v, "cuda") == 0) return GemvKernel::kCuda;
+  if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
+  throw Error(Status::kInvalidArgument,
+              std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda' or 'mma', got '") + v + "'");
 }
 
 bool decode_in_auto_enabled() noexcept {

@@ -173,6 +173,9 @@ struct RouterTable {
 };
 inline constexpr RouterTable kRouterTable{};
 
+/// Which of the GEMV path's two kernels a GEMV plan runs when MOEKIT_GEMV_KERNEL names one.
+enum class GemvKernel { kRouter, kCuda, kMma };
+
 /// What the caller learned from the kernels for this call (can_implement of Swap-AB per GEMM).
 struct RouterInputs {
   int sm_count = 132;
@@ -188,12 +191,14 @@ struct RouterInputs {
   bool decode_ok = false;           ///< the single-launch decode path can run this call
   bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
   std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
-  bool gemv_ok = false;             ///< the GEMV decode path can run this call
+  bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call
+  bool gemv_mma_ok = false;         ///< the GEMV decode path's tensor-core kernel can run this call
+  bool gemv_ok() const { return gemv_cuda_ok || gemv_mma_ok; }  ///< the GEMV path can run it
   bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
-  std::string gemv_why;             ///< why not ("": not built in this version)
-  bool gemv_cuda_ok = true;         ///< the GEMV path's CUDA-core kernel can run this call (when gemv_ok)
-  bool gemv_mma_ok = false;         ///< the GEMV path's tensor-core kernel can run this call
+  std::string gemv_why;             ///< why neither kernel can ("": not built in this version)
   bool gemv_mma_in_auto = true;     ///< auto may pick it (MOEKIT_GEMV_MMA=0 turns that off: A/Bs)
+  /// MOEKIT_GEMV_KERNEL (gemv_kernel_override): a GEMV plan takes this kernel where it can run.
+  GemvKernel gemv_kernel = GemvKernel::kRouter;
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -254,6 +259,10 @@ bool decode_in_auto_enabled() noexcept;
 bool gemv_in_auto_enabled() noexcept;
 /// False when MOEKIT_GEMV_MMA=0: auto then never takes the GEMV path's tensor-core kernel (A/Bs).
 bool gemv_mma_in_auto_enabled() noexcept;
+/// MOEKIT_GEMV_KERNEL (read at every call; A/Bs and tests): unset or "" the router's choice,
+/// "cuda" or "mma" that kernel wherever it can run. Throws Error(kInvalidArgument) for any other
+/// value.
+GemvKernel gemv_kernel_override();
 
 /// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of
 /// the two decode paths: auto, "decode" or "gemv". The CUDA backend plans such a call from the

@@ -240,21 +240,22 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   auto why = [need_why](std::string& s) { return need_why ? &s : nullptr; };
   in.decode_ok = can_implement_decode_sm90(p, in.sm_count, why(in.decode_why));
   in.decode_in_auto = detail::decode_in_auto_enabled();
-  in.gemv_ok = can_implement_gemv_sm90(p, why(in.gemv_why));
-  if (in.gemv_ok && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
-    in.gemv_ok = false;  // its CTAs wait on each other at the grid barrier
+  const GemvSupport gemv = gemv_support_sm90(p, why(in.gemv_why));
+  in.gemv_cuda_ok = gemv.cuda;
+  in.gemv_mma_ok = gemv.mma;
+  if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
+    in.gemv_cuda_ok = in.gemv_mma_ok = false;  // its CTAs wait on each other at the grid barrier
     in.gemv_why = "device " + std::to_string(device) + " does not support cooperative launches";
   }
   in.gemv_in_auto = detail::gemv_in_auto_enabled();
-  in.gemv_cuda_ok = in.gemv_ok && can_implement_gemv_cuda_sm90(p, nullptr);
-  in.gemv_mma_ok = in.gemv_ok && can_implement_gemv_mma_sm90(p, nullptr);
   in.gemv_mma_in_auto = detail::gemv_mma_in_auto_enabled();
+  in.gemv_kernel = detail::gemv_kernel_override();
   // choose_paths settles the decode paths (GEMV, decode) before it reads any GEMM or fused answer
   // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
   // their four can_implement, the fused one and the cooperative-launch attribute. Otherwise the
   // plan is made again with them.
-  if ((in.decode_ok || in.gemv_ok) && detail::may_take_decode(forced)) {
+  if ((in.decode_ok || in.gemv_ok()) && detail::may_take_decode(forced)) {
     detail::DispatchPlan plan = detail::choose_paths(p, in);
     if (plan.decode || plan.gemv) {
       if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
@@ -363,7 +364,7 @@ void run_moe(const detail::MoeCall& call) {
     // Nothing launches: an unknown path name still fails, any known one is fine.
     detail::RouterInputs in;
     in.forced = call.forced_path;
-    in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = in.gemv_ok = true;
+    in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
     detail::choose_paths(p, in);
     return;
   }

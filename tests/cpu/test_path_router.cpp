@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/scoped_env.hpp"
 #include "core/path_router.hpp"
 #include "moekit/moekit.hpp"
 
@@ -219,7 +220,7 @@ TEST(CpuPathRouter, DecodeReadsNoOtherAnswer) {
             detail::RouterInputs none;  // the defaults plan_call's first pass runs with
             none.forced = forced;
             none.decode_ok = true;
-            none.gemv_ok = true;
+            none.gemv_cuda_ok = true;
             detail::RouterInputs all = none;
             all.swapab_ok[0] = all.swapab_ok[1] = all.tokmajor_ok[0] = all.tokmajor_ok[1] = all.fused_ok = true;
             detail::RouterInputs declined = none;
@@ -249,8 +250,8 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
   const MoeProblem ft = preset("qwen3-30b-a3b", 1, 1, Scheme::kFp8PerTensor);  // TP1: 1.6 M
   detail::RouterInputs in;
   in.decode_ok = true;
-  EXPECT_FALSE(choose_paths(q1, in).gemv);  // gemv_ok is false by default (not built)
-  in.gemv_ok = true;
+  EXPECT_FALSE(choose_paths(q1, in).gemv);  // neither kernel can run it by default (not built)
+  in.gemv_cuda_ok = true;
   const bool on = detail::kRouterTable.gemv_in_auto;
   EXPECT_EQ(choose_paths(q1, in).gemv, on);
   EXPECT_EQ(choose_paths(q4, in).gemv, on);
@@ -269,7 +270,7 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
   EXPECT_FALSE(choose_paths(q1, in).gemv);
   in.forced = "gemv";  // forcing works either way
   EXPECT_TRUE(choose_paths(q8, in).gemv);
-  in.gemv_ok = false;
+  in.gemv_cuda_ok = false;
   in.gemv_why = "gemv_sm90: scheme fp8_block128 is not supported";
   try {
     choose_paths(q8, in);
@@ -284,7 +285,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
   // N < 512 but qwen3-30b M <= 2, mixtral TP8 (8 experts) up to 8 tokens; never at TP1.
   detail::RouterInputs in;
-  in.decode_ok = in.gemv_ok = in.gemv_mma_ok = true;
+  in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
   const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
   auto mma = [&in](const char* preset_name, std::int64_t M, int tp, Scheme s) {
     const detail::DispatchPlan plan = choose_paths(preset(preset_name, M, tp, s), in);
@@ -320,6 +321,62 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
   in.gemv_cuda_ok = false;
   EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
+}
+
+TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
+  // MOEKIT_GEMV_KERNEL=cuda|mma (gemv_kernel_override) moves a GEMV plan to the named kernel where
+  // that kernel can run the call, auto or forced; it never makes a plan GEMV, and the plan's
+  // describe() names the kernel that runs.
+  detail::RouterInputs in;
+  in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
+  const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
+  const MoeProblem cuda_rule = preset("qwen3-30b-a3b", 1, 8);  // the CUDA-core rule's point
+  const MoeProblem mma_rule = preset("qwen3-30b-a3b", 8, 8);   // the tensor-core rule's point
+  const MoeProblem neither = preset("qwen3-30b-a3b", 256, 8);  // no GEMV rule
+  in.gemv_kernel = detail::GemvKernel::kMma;
+  if (on) {
+    EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);
+    EXPECT_EQ(choose_paths(cuda_rule, in).describe(), "gemv(mma)");
+    EXPECT_NE(choose_paths(cuda_rule, in).reason.find("MOEKIT_GEMV_KERNEL"), std::string::npos);
+  }
+  EXPECT_FALSE(choose_paths(neither, in).gemv);
+  in.gemv_kernel = detail::GemvKernel::kCuda;
+  if (on) {
+    EXPECT_TRUE(choose_paths(mma_rule, in).gemv);
+    EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma);
+  }
+  in.gemv_cuda_ok = false;  // the named kernel cannot run it: the router's kernel stays
+  if (on) EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma);
+  in.forced = "gemv";
+  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);  // only the tensor-core kernel can run it
+  in.gemv_cuda_ok = true;
+  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma);
+  in.gemv_kernel = detail::GemvKernel::kMma;
+  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);
+}
+
+TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
+  using testing::ScopedEnv;
+  ScopedEnv unset_first("MOEKIT_GEMV_KERNEL", "");
+  EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kRouter);
+  {
+    ScopedEnv e("MOEKIT_GEMV_KERNEL", "cuda");
+    EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kCuda);
+  }
+  {
+    ScopedEnv e("MOEKIT_GEMV_KERNEL", "mma");
+    EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kMma);
+  }
+  for (const char* bad : {"MMA", "tensor", "0"}) {
+    ScopedEnv e("MOEKIT_GEMV_KERNEL", bad);
+    try {
+      detail::gemv_kernel_override();
+      ADD_FAILURE() << "MOEKIT_GEMV_KERNEL='" << bad << "' was accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
+    }
+  }
 }
 
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {

@@ -6,8 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <atomic>
 #include <cstdint>
 #include <sstream>
@@ -86,6 +84,11 @@ gv::SmemLayout smem_layout(const MoeProblem& p) {
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "gemv_sm90: " + msg;
   return false;
+}
+
+GemvSupport declined(std::string* why, const std::string& msg) {
+  fail(why, msg);
+  return GemvSupport{};
 }
 
 // ---- the tensor-core variant (kernel_mma_sm90.cuh) ----
@@ -175,19 +178,6 @@ bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
   return true;
 }
 
-// Which GEMV kernel runs the call: MOEKIT_GEMV_KERNEL=cuda|mma (read at every call, for A/Bs in
-// one process) where that kernel can run; else the router's choice `mma` where it can run; else
-// the one that can.
-bool use_mma_kernel(const MoeProblem& p, bool mma) {
-  const bool cuda_ok = can_implement_cuda_kernel(p, nullptr);
-  const bool mma_ok = can_implement_mma_kernel(p, nullptr);
-  if (const char* v = std::getenv("MOEKIT_GEMV_KERNEL")) {
-    if (std::strcmp(v, "mma") == 0 && mma_ok) return true;
-    if (std::strcmp(v, "cuda") == 0 && cuda_ok) return false;
-  }
-  return mma ? (mma_ok || !cuda_ok) : !cuda_ok;
-}
-
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
@@ -198,24 +188,24 @@ thread_local bool last_gemv_kernel_mma = false;
 
 }  // namespace
 
-bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
+GemvSupport gemv_support_sm90(const MoeProblem& p, std::string* why) {
   // fp8 takes the reference's quantization points exactly, as the decode path does: per tensor,
   // static scales as given, a dynamic activation scale from the whole hidden (every CTA reads
   // it), a dynamic intermediate scale from every slot's h (the CTAs' absmaxes, read after the
   // grid barrier). Per-channel and block scales: declined (not built).
   if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
-    return fail(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
+    return declined(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
-    return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
+    return declined(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   if (p.top_k > gv::kMaxTopK) {
     std::ostringstream os;
     os << "k = " << p.top_k << " > " << gv::kMaxTopK;
-    return fail(why, os.str());
+    return declined(why, os.str());
   }
   if (p.num_experts < 1 || p.num_experts > gv::kMaxExperts) {
     std::ostringstream os;
     os << "E = " << p.num_experts << ", supported 1.." << gv::kMaxExperts;
-    return fail(why, os.str());
+    return declined(why, os.str());
   }
   // w13 rows (K elements) of 16-byte multiples; w2 rows (N elements) of 16 (the CUDA-core
   // kernel) or 8 bytes (the tensor-core kernel: fp8 at N % 16 == 8, gpt-oss at TP8).
@@ -224,22 +214,18 @@ bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) {
     std::ostringstream os;
     os << "K = " << p.hidden_size << " and N = " << p.intermediate_size
        << " must give 16-byte w13 rows and 8-byte w2 rows";
-    return fail(why, os.str());
+    return declined(why, os.str());
   }
-  if (p.hidden_size * es >= (std::int64_t{1} << 31)) return fail(why, "K too large (32-bit chunk counts)");
-  // The CUDA-core kernel or the tensor-core one (the reason given is the tensor-core kernel's,
-  // the one with the larger limits).
-  if (can_implement_cuda_kernel(p, nullptr)) return true;
-  return can_implement_mma_kernel(p, why);
+  if (p.hidden_size * es >= (std::int64_t{1} << 31)) return declined(why, "K too large (32-bit chunk counts)");
+  // The CUDA-core kernel and the tensor-core one (when neither can, the reason given is the
+  // tensor-core kernel's, the one with the larger limits).
+  GemvSupport s;
+  s.cuda = can_implement_cuda_kernel(p, nullptr);
+  s.mma = can_implement_mma_kernel(p, s.cuda ? nullptr : why);
+  return s;
 }
 
-bool can_implement_gemv_cuda_sm90(const MoeProblem& p, std::string* why) {
-  return can_implement_gemv_sm90(p, why) && can_implement_cuda_kernel(p, why);
-}
-
-bool can_implement_gemv_mma_sm90(const MoeProblem& p, std::string* why) {
-  return can_implement_gemv_sm90(p, why) && can_implement_mma_kernel(p, why);
-}
+bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) { return gemv_support_sm90(p, why).any(); }
 
 std::size_t gemv_workspace_size(const MoeProblem& p) {
   if (!can_implement_gemv_sm90(p, nullptr)) return 0;
@@ -253,7 +239,7 @@ void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-void run_gemv_sm90(const detail::MoeCall& call, bool prefer_mma) {
+void run_gemv_sm90(const detail::MoeCall& call, bool mma) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
   int dev = 0;
@@ -267,7 +253,10 @@ void run_gemv_sm90(const detail::MoeCall& call, bool prefer_mma) {
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
-  const bool mma = use_mma_kernel(p, prefer_mma);
+  // The kernel the plan chose (DispatchPlan::gemv_mma: the router's rule, MOEKIT_GEMV_KERNEL).
+  std::string why;
+  if (mma ? !can_implement_mma_kernel(p, &why) : !can_implement_cuda_kernel(p, &why))
+    throw Error(Status::kNotSupported, why);
   const int coresident =
       mma ? (fp8 ? (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
                         : gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))

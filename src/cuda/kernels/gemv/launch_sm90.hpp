@@ -12,24 +12,28 @@
 
 namespace moekit::cuda {
 
-/// True when the GEMV decode path can run `problem` (sizes and options only). Otherwise false with
-/// the reason in *why (if given). Never throws.
-bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
+/// Which of the path's two kernels can run `problem` (sizes and options only, each check made
+/// once): the CUDA-core one (kernel_sm90.cuh) and the tensor-core one (kernel_mma_sm90.cuh). When
+/// neither can, the reason in *why (if given). Never throws. The router plans with it (plan_call).
+struct GemvSupport {
+  bool cuda = false;
+  bool mma = false;
+  bool any() const { return cuda || mma; }
+};
+GemvSupport gemv_support_sm90(const MoeProblem& problem, std::string* why);
 
-/// The two kernels of the path on their own: the CUDA-core one (kernel_sm90.cuh) and the tensor-core
-/// one (kernel_mma_sm90.cuh). can_implement_gemv_sm90 is true when either is.
-bool can_implement_gemv_cuda_sm90(const MoeProblem& problem, std::string* why);
-bool can_implement_gemv_mma_sm90(const MoeProblem& problem, std::string* why);
+/// True when the GEMV decode path can run `problem`: gemv_support_sm90(problem, why).any().
+bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
 
 /// Bytes of workspace the GEMV path needs for `problem` (sizes only; 0 when it cannot run it).
 std::size_t gemv_workspace_size(const MoeProblem& problem);
 
 /// Everything for one resolved call on call.stream: (fused_moe: the routing kernel first) the
-/// GEMV kernel: the tensor-core one when `mma` (the router's choice) and it can run, else the
-/// CUDA-core one where it can (MOEKIT_GEMV_KERNEL=cuda|mma, read at every call, overrides `mma`
-/// where the named kernel can run: A/Bs and tests). No allocation, no host sync: CUDA-graph capturable. Throws Error(kNotSupported)
-/// when the path cannot run the call (also: weights, hidden or out not 16-byte aligned),
-/// Error(kInvalidArgument) when the workspace is too small.
+/// GEMV kernel the plan chose: the tensor-core one when `mma`, else the CUDA-core one
+/// (DispatchPlan::gemv_mma, MOEKIT_GEMV_KERNEL applied there). No allocation, no host sync:
+/// CUDA-graph capturable. Throws Error(kNotSupported) when that kernel cannot run the call (also:
+/// weights, hidden or out not 16-byte aligned), Error(kInvalidArgument) when the workspace is too
+/// small.
 void run_gemv_sm90(const detail::MoeCall& call, bool mma);
 
 /// Which GEMV kernel the thread's last run_gemv_sm90 enqueued: "cuda" (the CUDA-core kernel) or
