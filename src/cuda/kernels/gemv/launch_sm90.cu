@@ -252,11 +252,11 @@ void run_gemv_sm90(const detail::MoeCall& call, bool mma) {
     throw Error(Status::kNotSupported, "gemv_sm90: hidden, out, w13 and w2 must be 16-byte aligned (16-byte loads)");
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
-  // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   // The kernel the plan chose (DispatchPlan::gemv_mma: the router's rule, MOEKIT_GEMV_KERNEL).
   std::string why;
   if (mma ? !can_implement_mma_kernel(p, &why) : !can_implement_cuda_kernel(p, &why))
     throw Error(Status::kNotSupported, why);
+  // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident =
       mma ? (fp8 ? (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
                         : gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
