@@ -137,13 +137,17 @@ bool gemv_mma_rule(const MoeProblem& p) {
 // MOEKIT_GEMV_KERNEL on a GEMV plan: the named kernel where it can run the call. Returns whether it
 // changed the router's kernel.
 bool apply_gemv_kernel(DispatchPlan& plan, const RouterInputs& in) {
-  const bool before = plan.gemv_mma;
-  if (in.gemv_kernel == GemvKernel::kMma && in.gemv_mma_ok) plan.gemv_mma = true;
-  if (in.gemv_kernel == GemvKernel::kCuda && in.gemv_cuda_ok) plan.gemv_mma = false;
-  return plan.gemv_mma != before;
+  const bool mma = plan.gemv_mma, ring = plan.gemv_ring;
+  if (in.gemv_kernel == GemvKernel::kRing && in.gemv_ring_ok) plan.gemv_mma = plan.gemv_ring = true;
+  if (in.gemv_kernel == GemvKernel::kMma && in.gemv_mma_ok) {
+    plan.gemv_mma = true;
+    plan.gemv_ring = false;
+  }
+  if (in.gemv_kernel == GemvKernel::kCuda && in.gemv_cuda_ok) plan.gemv_mma = plan.gemv_ring = false;
+  return plan.gemv_mma != mma || plan.gemv_ring != ring;
 }
 
-const char* const kGemvOverridden = " (MOEKIT_GEMV_KERNEL: the other kernel runs it)";
+const char* const kGemvOverridden = " (MOEKIT_GEMV_KERNEL: another kernel runs it)";
 
 DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   DispatchPlan plan;
@@ -372,7 +376,7 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
   if (decode) return "decode";
-  if (gemv) return gemv_mma ? "gemv(mma)" : "gemv";
+  if (gemv) return gemv_ring ? "gemv(ring)" : gemv_mma ? "gemv(mma)" : "gemv";
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
@@ -405,8 +409,9 @@ GemvKernel gemv_kernel_override() {
   if (v == nullptr || v[0] == '\0') return GemvKernel::kRouter;
   if (std::strcmp(v, "cuda") == 0) return GemvKernel::kCuda;
   if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
+  if (std::strcmp(v, "ring") == 0) return GemvKernel::kRing;
   throw Error(Status::kInvalidArgument,
-              std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda' or 'mma', got '") + v + "'");
+              std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda', 'mma' or 'ring', got '") + v + "'");
 }
 
 bool decode_in_auto_enabled() noexcept {

@@ -174,7 +174,7 @@ struct RouterTable {
 inline constexpr RouterTable kRouterTable{};
 
 /// Which of the GEMV path's two kernels a GEMV plan runs when MOEKIT_GEMV_KERNEL names one.
-enum class GemvKernel { kRouter, kCuda, kMma };
+enum class GemvKernel { kRouter, kCuda, kMma, kRing };
 
 /// What the caller learned from the kernels for this call (can_implement of Swap-AB per GEMM).
 struct RouterInputs {
@@ -194,6 +194,7 @@ struct RouterInputs {
   bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call
   bool gemv_mma_ok = false;         ///< the GEMV decode path's tensor-core kernel can run this call
   bool gemv_ok() const { return gemv_cuda_ok || gemv_mma_ok; }  ///< the GEMV path can run it
+  bool gemv_ring_ok = false;        ///< the tensor-core kernel's ring variant can run it (never auto)
   bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
   std::string gemv_why;             ///< why neither kernel can ("": not built in this version)
   bool gemv_mma_in_auto = true;     ///< auto may pick it (MOEKIT_GEMV_MMA=0 turns that off: A/Bs)
@@ -217,6 +218,7 @@ struct DispatchPlan {
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
   bool gemv_mma = false;           ///< ... with its tensor-core kernel (else the CUDA-core one)
+  bool gemv_ring = false;          ///< ... its ring variant (MOEKIT_GEMV_KERNEL=ring only; gemv_mma too)
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -260,8 +262,8 @@ bool gemv_in_auto_enabled() noexcept;
 /// False when MOEKIT_GEMV_MMA=0: auto then never takes the GEMV path's tensor-core kernel (A/Bs).
 bool gemv_mma_in_auto_enabled() noexcept;
 /// MOEKIT_GEMV_KERNEL (read at every call; A/Bs and tests): unset or "" the router's choice,
-/// "cuda" or "mma" that kernel wherever it can run. Throws Error(kInvalidArgument) for any other
-/// value.
+/// "cuda", "mma" or "ring" (the tensor-core kernel's ring variant, which auto never takes) that
+/// kernel wherever it can run. Throws Error(kInvalidArgument) for any other value.
 GemvKernel gemv_kernel_override();
 
 /// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of

@@ -243,8 +243,9 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   const GemvSupport gemv = gemv_support_sm90(p, why(in.gemv_why));
   in.gemv_cuda_ok = gemv.cuda;
   in.gemv_mma_ok = gemv.mma;
+  in.gemv_ring_ok = gemv.ring;
   if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
-    in.gemv_cuda_ok = in.gemv_mma_ok = false;  // its CTAs wait on each other at the grid barrier
+    in.gemv_cuda_ok = in.gemv_mma_ok = in.gemv_ring_ok = false;  // its CTAs wait on each other at the grid barrier
     in.gemv_why = "device " + std::to_string(device) + " does not support cooperative launches";
   }
   in.gemv_in_auto = detail::gemv_in_auto_enabled();
@@ -411,7 +412,9 @@ void run_moe(const detail::MoeCall& call) {
   // The GEMV decode path (kernels/gemv/): one cooperative launch, the CUDA-core or the tensor-core
   // kernel as the router chose.
   if (plan.gemv) {
-    run_gemv_sm90(call, plan.gemv_mma);
+    run_gemv_sm90(call, plan.gemv_ring  ? GemvKernelKind::kRing
+                        : plan.gemv_mma ? GemvKernelKind::kMma
+                                        : GemvKernelKind::kCuda);
     return;
   }
 

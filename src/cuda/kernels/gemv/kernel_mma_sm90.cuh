@@ -45,7 +45,7 @@
 
 namespace moekit::cuda::gemv {
 
-template <Operand kOp>
+template <Operand kOp, bool kRing = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -57,6 +57,17 @@ struct GemvMma {
   static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
   static constexpr int kRound2 = 4;            // GEMM2: the same
+  // The ring variant (kRing, gemv_ring_sm90_kernel): GEMM1's weights come through a ring of
+  // L.ring_stages shared-memory stages, each the 32 rows of a task (16 gate, 16 up) over
+  // kRingSlice bytes of K, filled by 1D bulk copies (the TMA engine) that warp kRingWarp issues
+  // up to ring_stages units ahead, across tasks and passes; warp w reads k-block w of a stage.
+  static constexpr int kRingSlice = kWarps * 64;
+  static constexpr int kRingWarp = 2;
+  struct RingPos {  // a ring unit: task q, pass t0 (tokens), slice s of K
+    std::int64_t q;
+    int t0;
+    int s;
+  };
 
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -92,6 +103,9 @@ struct GemvMma {
     int* gu = reinterpret_cast<int*>(smem + L.gu_off);
     float* work = reinterpret_cast<float*>(smem + L.work_off);
     std::uint8_t* region = smem + L.region_off;
+    std::uint8_t* ring = smem + L.ring_off;                                         // kRing
+    std::uint64_t* ring_full = reinterpret_cast<std::uint64_t*>(smem + L.ring_bars_off);  // [stages]
+    std::uint64_t* ring_empty = ring_full + L.ring_stages;                          // [stages]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int M = p.num_tokens, k = p.top_k, P = M * k;
@@ -106,6 +120,16 @@ struct GemvMma {
       if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
     };
     stamp(kPhaseEntry);
+    if constexpr (kRing) {
+      if (tid == 0) {
+        for (int st = 0; st < L.ring_stages; ++st) {
+          sm90::mbar_init(sm90::smem_addr(ring_full + st), 1);        // the producer's expect_tx
+          sm90::mbar_init(sm90::smem_addr(ring_empty + st), kWarps);  // every warp's release
+        }
+        sm90::fence_mbarrier_init_cluster();  // visible to the bulk copies' complete_tx
+      }
+      // (route_and_scan's first CTA barrier orders the init before any use.)
+    }
 
     // ---- 0a. bf16 / fp16: the token rows into shared memory (padded pitch), during the routing ----
     const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 / token row
@@ -114,6 +138,42 @@ struct GemvMma {
     // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
     const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
+    const int NB1 = static_cast<int>((N + 15) / 16);  // GEMM1 tasks of an expert (16 columns each)
+    constexpr int kTok = 8 * kTg;                     // tokens of one GEMM1 pass
+
+    // kRing: the producer warp's position and units issued, and its issue of one unit: wait for
+    // the stage to be free, expect the valid rows' bytes, one bulk copy a row (lane l: gate row l,
+    // lane 16 + l: up row l of the task's 16 columns), then advance.
+    const int ring_sn = static_cast<int>((row_bytes + kRingSlice - 1) / kRingSlice);  // slices a row
+    RingPos ps{0, 0, 0};
+    int issued = 0;
+    auto ring_issue = [&]() {
+      const int slot = issued % L.ring_stages;
+      sm90::mbar_wait(sm90::smem_addr(ring_empty + slot), ((issued / L.ring_stages) & 1) ^ 1);
+      const int u = static_cast<int>(ps.q / NB1), cb = static_cast<int>(ps.q % NB1);
+      const std::int64_t off = static_cast<std::int64_t>(ps.s) * kRingSlice;
+      const int bytes = static_cast<int>(min(static_cast<std::int64_t>(kRingSlice), row_bytes - off));
+      const int rows = static_cast<int>(min(std::int64_t{16}, N - cb * 16));  // valid columns of the task
+      const std::uint32_t full = sm90::smem_addr(ring_full + slot);
+      if (lane == 0) sm90::mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(2 * rows * bytes));
+      __syncwarp();
+      const int i = lane & 15;
+      if (i < rows) {
+        const std::int64_t row = static_cast<std::int64_t>(ue[u]) * 2 * N + (lane >= 16 ? N : 0) + cb * 16 + i;
+        sm90::bulk_copy_g2s(sm90::smem_addr(ring + static_cast<std::int64_t>(slot) * L.ring_stage_bytes + lane * L.ring_pitch),
+                            static_cast<const std::uint8_t*>(p.w13) + row * row_bytes + off, static_cast<std::uint32_t>(bytes),
+                            full);
+      }
+      ++issued;
+      if (++ps.s == ring_sn) {
+        ps.s = 0;
+        ps.t0 += kTok;
+        if (ps.t0 >= uoff[u + 1] - uoff[u]) {
+          ps.t0 = 0;
+          ++ps.q;
+        }
+      }
+    };
     if (warp == 0) {
       place_slots(rt, P);
     } else if (warp == 1) {
@@ -135,6 +195,12 @@ struct GemvMma {
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
+    } else if (kRing && warp == kRingWarp) {
+      // The ring's first units, as soon as the touched experts are known.
+      const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
+      ps.q = Q * j / G;
+      const std::int64_t q_end = Q * (j + 1) / G;
+      while (issued < L.ring_stages && ps.q < q_end) ring_issue();
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -149,139 +215,195 @@ struct GemvMma {
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
-    const int NB1 = static_cast<int>((N + 15) / 16);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
-    constexpr int kTok = 8 * kTg;  // tokens of one pass
-    float* part = work;            // [kWarps][2][16][kTok]
+    float* part = work;  // [kWarps][2][16][kTok]
     float hmax = 0.0f;
-    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
-    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
-    // unit's end) are issued before the mmas of the current one, so they are in flight through the
-    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
-    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
-    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
-      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-      const int rlo = cb * 16 + g, rhi = rlo + 8;
-      vlo = rlo < N;
-      vhi = rhi < N;
-      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
-      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
-      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
-      rp[2] = rp[0] + N * row_bytes;
-      rp[3] = rp[1] + N * row_bytes;
-    };
-    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
-      const std::uint8_t* rp[4];
-      bool vlo, vhi;
-      task_rows(q, rp, vlo, vhi);
+    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
+    // and the activation, one (column, token) a thread; h to the workspace.
+    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt) {
+      // The warp's partial sums: part[warp][gate / up][row][token].
 #pragma unroll
-      for (int i = 0; i < kRound1; ++i) {
-        const int kbi = kw0 + r * kRound1 + i;
-        const int ch = kbi * 4 + c;
-        const bool ok = kbi < kw1 && ch < cpr;
-        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
-        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
-        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
-        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
-      }
-    };
-    uint4 cur[kRound1][4], nxt[kRound1][4];
-    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
-    for (std::int64_t q = q0; q < q1; ++q) {
-      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-      const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      for (int t0 = 0; t0 < T; t0 += kTok) {
-        const int nt = min(kTok, T - t0);
-        const std::uint8_t* xrow[kTg];
-        bool xv[kTg];
+      for (int t = 0; t < 2; ++t)
 #pragma unroll
         for (int i = 0; i < kTg; ++i) {
-          const int tt = t0 + 8 * i + g;
-          xv[i] = tt < T;
-          xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
+          float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
+          *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
+          *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
-        float acc[2][kTg][4];
+      __syncthreads();
+      const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
+      for (int o = tid; o < 16 * nt; o += kThreads) {
+        const int col = o & 15, tok = o >> 4;
+        const int cc = cb * 16 + col;
+        if (cc >= N) continue;
+        float gv = 0.0f, uv = 0.0f;
+#pragma unroll 4
+        for (int w = 0; w < kWarps; ++w) {
+          gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
+          uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
+        }
+        const int slot = sorted[b + t0 + tok];
+        if (kFp8) {
+          gv *= ws;
+          uv *= ws;
+        }
+        if (p.weight_on_input) {
+          gv *= tw[slot];
+          uv *= tw[slot];
+        }
+        if (p.b13 != nullptr) {
+          gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
+          uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
+        }
+        const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+        if constexpr (kFp8) {
+          p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
+          hmax = numerics::fold_absmax(hmax, h);
+        } else {
+          reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
+        }
+      }
+      __syncthreads();  // part free again
+    };
+    if constexpr (!kRing) {
+      // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
+      // k-blocks over its K range. The loads of the next round (the next unit's first one at a
+      // unit's end) are issued before the mmas of the current one, so they are in flight through the
+      // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
+      const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
+      auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+        const int rlo = cb * 16 + g, rhi = rlo + 8;
+        vlo = rlo < N;
+        vhi = rhi < N;
+        const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
+        rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
+        rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
+        rp[2] = rp[0] + N * row_bytes;
+        rp[3] = rp[1] + N * row_bytes;
+      };
+      auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
+        const std::uint8_t* rp[4];
+        bool vlo, vhi;
+        task_rows(q, rp, vlo, vhi);
 #pragma unroll
-        for (int t = 0; t < 2; ++t)
+        for (int i = 0; i < kRound1; ++i) {
+          const int kbi = kw0 + r * kRound1 + i;
+          const int ch = kbi * 4 + c;
+          const bool ok = kbi < kw1 && ch < cpr;
+          const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+          a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
+          a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
+          a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
+          a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
+        }
+      };
+      uint4 cur[kRound1][4], nxt[kRound1][4];
+      if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
+      for (std::int64_t q = q0; q < q1; ++q) {
+        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+        const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
+        for (int t0 = 0; t0 < T; t0 += kTok) {
+          const int nt = min(kTok, T - t0);
+          const std::uint8_t* xrow[kTg];
+          bool xv[kTg];
 #pragma unroll
-          for (int i = 0; i < kTg; ++i)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
-        for (int r = 0; r < R1; ++r) {
-          // The next round: this unit's, else the next pass's or the next task's first.
-          if (r + 1 < R1) {
-            issue1(nxt, q, r + 1);
-          } else if (t0 + kTok < T) {
-            issue1(nxt, q, 0);
-          } else if (q + 1 < q1) {
-            issue1(nxt, q + 1, 0);
+          for (int i = 0; i < kTg; ++i) {
+            const int tt = t0 + 8 * i + g;
+            xv[i] = tt < T;
+            xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
           }
+          float acc[2][kTg][4];
 #pragma unroll
-          for (int i = 0; i < kRound1; ++i) {
-            const int kbi = kw0 + r * kRound1 + i;
-            const int ch = kbi * 4 + c;
-            const bool ok = kbi < kw1 && ch < cpr;
+          for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int i = 0; i < kTg; ++i)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+          for (int r = 0; r < R1; ++r) {
+            // The next round: this unit's, else the next pass's or the next task's first.
+            if (r + 1 < R1) {
+              issue1(nxt, q, r + 1);
+            } else if (t0 + kTok < T) {
+              issue1(nxt, q, 0);
+            } else if (q + 1 < q1) {
+              issue1(nxt, q + 1, 0);
+            }
+#pragma unroll
+            for (int i = 0; i < kRound1; ++i) {
+              const int kbi = kw0 + r * kRound1 + i;
+              const int ch = kbi * 4 + c;
+              const bool ok = kbi < kw1 && ch < cpr;
+#pragma unroll
+              for (int gi = 0; gi < kTg; ++gi) {
+                if (8 * gi >= nt) continue;
+                const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
+                mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
+                mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
+              }
+            }
+#pragma unroll
+            for (int i = 0; i < kRound1; ++i)
+#pragma unroll
+              for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
+          }
+          finish_pass(acc, e, cb, b, t0, nt);
+        }
+      }
+    } else {
+      // The ring: unit n (task, pass, slice of K) in stage n % ring_stages. Warp w reads k-block w
+      // of the stage (rows g, g + 8 of the gate and the up tile; the rows sit at a pitch of 64 mod
+      // 128 bytes, so a quarter warp's 16-byte reads hit every bank once), releases the stage, and
+      // runs its mmas against the staged token rows; the producer warp then refills the stage
+      // with the unit ring_stages ahead. Through a pass's partial-sum barriers the ring stays full.
+      int n = 0;  // the unit this warp consumes
+      for (std::int64_t q = q0; q < q1; ++q) {
+        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
+        const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
+        const bool vlo = cb * 16 + g < N, vhi = cb * 16 + g + 8 < N;
+        for (int t0 = 0; t0 < T; t0 += kTok) {
+          const int nt = min(kTok, T - t0);
+          const std::uint8_t* xrow[kTg];
+          bool xv[kTg];
+#pragma unroll
+          for (int i = 0; i < kTg; ++i) {
+            const int tt = t0 + 8 * i + g;
+            xv[i] = tt < T;
+            xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
+          }
+          float acc[2][kTg][4];
+#pragma unroll
+          for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int i = 0; i < kTg; ++i)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+          for (int sl = 0; sl < ring_sn; ++sl, ++n) {
+            const int slot = n % L.ring_stages;
+            sm90::mbar_wait(sm90::smem_addr(ring_full + slot), (n / L.ring_stages) & 1);
+            const std::int64_t byte = static_cast<std::int64_t>(sl) * kRingSlice + warp * 64 + 16 * c;  // of the row
+            const bool ok = byte < row_bytes;  // rows are whole 16-byte chunks
+            const std::uint8_t* st = ring + static_cast<std::int64_t>(slot) * L.ring_stage_bytes + warp * 64 + 16 * c;
+            const uint4 glo = ok && vlo ? *reinterpret_cast<const uint4*>(st + g * L.ring_pitch) : zero4();
+            const uint4 ghi = ok && vhi ? *reinterpret_cast<const uint4*>(st + (g + 8) * L.ring_pitch) : zero4();
+            const uint4 ulo = ok && vlo ? *reinterpret_cast<const uint4*>(st + (16 + g) * L.ring_pitch) : zero4();
+            const uint4 uhi = ok && vhi ? *reinterpret_cast<const uint4*>(st + (24 + g) * L.ring_pitch) : zero4();
+            __syncwarp();
+            if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(ring_empty + slot));  // release: the reads are done
+            if (warp == kRingWarp && ps.q < q1) ring_issue();
 #pragma unroll
             for (int gi = 0; gi < kTg; ++gi) {
               if (8 * gi >= nt) continue;
-              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
-              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
-              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
+              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + byte) : zero4();
+              mma_block(acc[0][gi], glo, ghi, bx);
+              mma_block(acc[1][gi], ulo, uhi, bx);
             }
           }
-#pragma unroll
-          for (int i = 0; i < kRound1; ++i)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
+          finish_pass(acc, e, cb, b, t0, nt);
         }
-        // The warp's partial sums: part[warp][gate / up][row][token].
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-#pragma unroll
-          for (int i = 0; i < kTg; ++i) {
-            float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
-            *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
-            *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
-          }
-        __syncthreads();
-        // The warps' sums in warp order, then the activation: one (column, token) a thread.
-        const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
-        for (int o = tid; o < 16 * nt; o += kThreads) {
-          const int col = o & 15, tok = o >> 4;
-          const int cc = cb * 16 + col;
-          if (cc >= N) continue;
-          float gv = 0.0f, uv = 0.0f;
-#pragma unroll 4
-          for (int w = 0; w < kWarps; ++w) {
-            gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
-            uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
-          }
-          const int slot = sorted[b + t0 + tok];
-          if (kFp8) {
-            gv *= ws;
-            uv *= ws;
-          }
-          if (p.weight_on_input) {
-            gv *= tw[slot];
-            uv *= tw[slot];
-          }
-          if (p.b13 != nullptr) {
-            gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
-            uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
-          }
-          const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
-          if constexpr (kFp8) {
-            p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
-            hmax = numerics::fold_absmax(hmax, h);
-          } else {
-            reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
-          }
-        }
-        __syncthreads();  // part free again
       }
     }
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
@@ -458,6 +580,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_sm90_kernel(const __grid
 #endif
 }
 
+// The ring variant: GEMM1's weights through bulk copies into a shared-memory ring.
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_ring_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -469,6 +600,17 @@ int gemv_mma_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_ring_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_ring_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_ring_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_ring_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

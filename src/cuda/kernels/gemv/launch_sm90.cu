@@ -102,8 +102,9 @@ int mma_pitch(std::int64_t bytes) {
 }
 
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
-// GEMM2 pass).
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
+// GEMM2 pass; `ring`: the ring variant, at least two stages of GEMM1's weight ring besides the
+// partial sums).
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool ring = false) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -126,6 +127,10 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   L.x_pitch = mma_pitch(p.hidden_size * es);
   L.h_pitch = mma_pitch(p.intermediate_size * es);
   L.region_off = take(std::max(M * L.x_pitch, P * L.h_pitch));
+  if (ring) {
+    L.ring_bars_off = take(2 * gv::kRingMaxStages * 8);
+    at = (at + 127) / 128 * 128;  // the work area (and the ring in it) 128-byte aligned
+  }
   const std::int64_t part = std::int64_t{gv::kWarps} * 2 * 16 * 8 * gv::kMmaTokenGroups * 4;
   const std::int64_t cb = (p.hidden_size + 15) / 16;
   const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);
@@ -133,7 +138,17 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   const std::int64_t per_block = P * 16 * 4;
   L.cb_pass = static_cast<int>(std::min<std::int64_t>(owned, avail > 0 ? avail / per_block : 0));
   if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
-  L.work_off = take(std::max(part, per_block * L.cb_pass));
+  std::int64_t gemm1 = part;
+  if (ring) {
+    L.ring_pitch = gv::kWarps * 64 + 64;  // a 1 KB slice of a row, 64 mod 128 bytes
+    L.ring_stage_bytes = 32 * L.ring_pitch;
+    const std::int64_t ring_at = (part + 127) / 128 * 128;
+    L.ring_stages = static_cast<int>(std::min<std::int64_t>(gv::kRingMaxStages, (avail - ring_at) / L.ring_stage_bytes));
+    if (L.ring_stages < 2) return gv::SmemLayout{};
+    gemm1 = ring_at + std::int64_t{L.ring_stages} * L.ring_stage_bytes;
+  }
+  L.work_off = take(std::max(gemm1, per_block * L.cb_pass));
+  if (ring) L.ring_off = L.work_off + static_cast<int>((part + 127) / 128 * 128);
   L.bytes = static_cast<int>(at);
   return L;
 }
@@ -152,6 +167,14 @@ bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
        << "-byte shared memory of a CTA: too many tokens for the GEMV path";
     return fail(why, os.str());
   }
+  return true;
+}
+
+// The ring variant: the tensor-core kernel's limits, and two ring stages (70 KB) beside them.
+bool can_implement_ring_kernel(const MoeProblem& p, std::string* why) {
+  if (!can_implement_mma_kernel(p, why)) return false;
+  if (mma_smem_layout(p, 1, true).bytes == 0)
+    return fail(why, "the ring variant needs two 34 KB weight stages besides the tensor-core kernel's shared memory");
   return true;
 }
 
@@ -184,7 +207,28 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
-thread_local bool last_gemv_kernel_mma = false;
+thread_local GemvKernelKind last_gemv_kernel = GemvKernelKind::kCuda;
+
+// One kernel's co-residency query and launch, for the call's operand.
+struct KernelFns {
+  int (*coresident)(int device);
+  void (*launch)(const gv::GemvParams& p, int grid, void* stream);
+};
+
+template <gv::Operand kOp>
+KernelFns kernel_fns(GemvKernelKind kind) {
+  switch (kind) {
+    case GemvKernelKind::kRing: return {&gv::gemv_ring_max_coresident_ctas<kOp>, &gv::launch_gemv_ring_sm90<kOp>};
+    case GemvKernelKind::kMma: return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
+    case GemvKernelKind::kCuda: break;
+  }
+  return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
+}
+
+KernelFns kernel_fns(GemvKernelKind kind, bool fp8, bool f16) {
+  if (fp8) return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind) : kernel_fns<gv::Operand::kE4m3Bf16>(kind);
+  return f16 ? kernel_fns<gv::Operand::kF16>(kind) : kernel_fns<gv::Operand::kBf16>(kind);
+}
 
 }  // namespace
 
@@ -222,6 +266,7 @@ GemvSupport gemv_support_sm90(const MoeProblem& p, std::string* why) {
   GemvSupport s;
   s.cuda = can_implement_cuda_kernel(p, nullptr);
   s.mma = can_implement_mma_kernel(p, s.cuda ? nullptr : why);
+  s.ring = s.mma && can_implement_ring_kernel(p, nullptr);
   return s;
 }
 
@@ -232,14 +277,21 @@ std::size_t gemv_workspace_size(const MoeProblem& p) {
   return gemv_layout(p).total;
 }
 
-const char* gemv_last_kernel() { return last_gemv_kernel_mma ? "mma" : "cuda"; }
+const char* gemv_last_kernel() {
+  switch (last_gemv_kernel) {
+    case GemvKernelKind::kRing: return "ring";
+    case GemvKernelKind::kMma: return "mma";
+    case GemvKernelKind::kCuda: break;
+  }
+  return "cuda";
+}
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-void run_gemv_sm90(const detail::MoeCall& call, bool mma) {
+void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
   int dev = 0;
@@ -252,20 +304,15 @@ void run_gemv_sm90(const detail::MoeCall& call, bool mma) {
     throw Error(Status::kNotSupported, "gemv_sm90: hidden, out, w13 and w2 must be 16-byte aligned (16-byte loads)");
   const bool fp8 = p.scheme != Scheme::kBf16;
   const bool f16 = p.act_dtype == DType::kFp16;
-  // The kernel the plan chose (DispatchPlan::gemv_mma: the router's rule, MOEKIT_GEMV_KERNEL).
+  // The kernel the plan chose (DispatchPlan: the router's rule, MOEKIT_GEMV_KERNEL).
   std::string why;
-  if (mma ? !can_implement_mma_kernel(p, &why) : !can_implement_cuda_kernel(p, &why))
-    throw Error(Status::kNotSupported, why);
+  const bool ok = kind == GemvKernelKind::kRing  ? can_implement_ring_kernel(p, &why)
+                  : kind == GemvKernelKind::kMma ? can_implement_mma_kernel(p, &why)
+                                                 : can_implement_cuda_kernel(p, &why);
+  if (!ok) throw Error(Status::kNotSupported, why);
+  const KernelFns fns = kernel_fns(kind, fp8, f16);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
-  const int coresident =
-      mma ? (fp8 ? (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
-                        : gv::gemv_mma_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
-                 : (f16 ? gv::gemv_mma_max_coresident_ctas<gv::Operand::kF16>(dev)
-                        : gv::gemv_mma_max_coresident_ctas<gv::Operand::kBf16>(dev)))
-          : (fp8 ? (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kE4m3F16>(dev)
-                        : gv::gemv_max_coresident_ctas<gv::Operand::kE4m3Bf16>(dev))
-                 : (f16 ? gv::gemv_max_coresident_ctas<gv::Operand::kF16>(dev)
-                        : gv::gemv_max_coresident_ctas<gv::Operand::kBf16>(dev)));
+  const int coresident = fns.coresident(dev);
   const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
   // (The router takes this path only on a device with cooperative launches: plan_call.)
   if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));
@@ -310,29 +357,9 @@ void run_gemv_sm90(const detail::MoeCall& call, bool mma) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = mma ? mma_smem_layout(p, grid) : smem_layout(p);
-  last_gemv_kernel_mma = mma;
-
-  void* stream = call.stream;
-  if (mma) {
-    if (fp8) {
-      if (f16) gv::launch_gemv_mma_sm90<gv::Operand::kE4m3F16>(kp, grid, stream);
-      else gv::launch_gemv_mma_sm90<gv::Operand::kE4m3Bf16>(kp, grid, stream);
-    } else if (f16) {
-      gv::launch_gemv_mma_sm90<gv::Operand::kF16>(kp, grid, stream);
-    } else {
-      gv::launch_gemv_mma_sm90<gv::Operand::kBf16>(kp, grid, stream);
-    }
-    return;
-  }
-  if (fp8) {
-    if (f16) gv::launch_gemv_sm90<gv::Operand::kE4m3F16>(kp, grid, stream);
-    else gv::launch_gemv_sm90<gv::Operand::kE4m3Bf16>(kp, grid, stream);
-  } else if (f16) {
-    gv::launch_gemv_sm90<gv::Operand::kF16>(kp, grid, stream);
-  } else {
-    gv::launch_gemv_sm90<gv::Operand::kBf16>(kp, grid, stream);
-  }
+  kp.smem = kind == GemvKernelKind::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, kind == GemvKernelKind::kRing);
+  last_gemv_kernel = kind;
+  fns.launch(kp, grid, call.stream);
 }
 
 }  // namespace moekit::cuda
