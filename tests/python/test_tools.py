@@ -95,6 +95,30 @@ def test_bench_compare_takes_the_best_repeat_and_groups_the_points(tmp_path):
     assert "| all | 2 |" in text
 
 
+def test_bench_compare_counts_the_points_at_the_target(tmp_path):
+    bc = load_script("bench_compare")
+    # roof 8.5 us: target 14 us. A: 14 (meets), 17 (1.21x), 30 (2.1x); B: 15 (1.07x), 14, 30.
+    def grid(name, times):
+        rows = [dict(preset="q", tp=8, scheme="bf16", tokens=m, path="auto", op="fused_experts", us=us,
+                     baseline_us=10.0, roof_us=8.5) for m, us in times.items()]
+        rows.append(dict(preset="q", tp=1, scheme="bf16", tokens=512, path="auto", op="fused_experts", us=1.0,
+                         baseline_us=1.0, roof_us=8.5))  # M > 256: not counted
+        f = tmp_path / name
+        f.write_text(json.dumps(dict(commit="x", rows=rows)))
+        return str(f)
+    a = grid("a.json", {1: 14.0, 2: 17.0, 4: 30.0})
+    b = grid("b.json", {1: 15.0, 2: 14.0, 4: 30.0})
+    a_runs, b_runs = bc.load([a]), bc.load([b])
+    text = bc.target_table(bc.compare(a_runs, b_runs), a_runs, b_runs)
+    assert "| TP8 bf16 | 3 | 1 | 1 | 2 | 2 |" in text
+    assert "| all | 3 |" in text
+    assert "q TP8 bf16 M = 1: 1.000 -> 1.071 of the target" in text
+    assert "q TP8 bf16 M = 2: 1.214 -> 1.000 of the target" in text
+    assert "M = 4" not in text  # 2.1x in both: no change
+    no_roof = bench_json(tmp_path, "n.json", {("q", 8, "bf16", 1): (10.0, 10.0)})
+    assert bc.target_table(bc.compare(bc.load([no_roof]), bc.load([no_roof])), bc.load([no_roof]), bc.load([no_roof])) == ""
+
+
 def test_path_report_finds_where_auto_loses(tmp_path):
     pr = load_script("path_report")
     def row(m, path, us, dispatch=""):

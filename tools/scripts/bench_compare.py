@@ -8,7 +8,9 @@ difference smaller than the noise is seen as such. The baseline measured next to
 a second, drift-normalized ratio: the like-for-like one of the point's scheme (cuBLAS bf16 for
 bf16, cuBLASLt fp8 for fp8 schemes), or cuBLAS bf16 where a file has no fp8 baseline. The summary
 has one group per scheme besides TP x M, and B's own ratio to its baselines is printed per scheme
-(bench_rows.py), never as one ratio over all schemes.
+(bench_rows.py), never as one ratio over all schemes. Where the rows carry roof_us, each variant's
+standing against BRIEF §4's memory-bound target (us <= roof_us / 0.85 + 4) on the points with
+M <= 256 follows, with the points that crossed 1.0x or 1.25x of it between A and B.
 
   tools/scripts/bench_compare.py --a A1.json [A2.json ...] --b B1.json [B2.json ...] [--points]
 """
@@ -90,6 +92,38 @@ def summary(rows):
     return "\n".join(lines)
 
 
+def target_us(row):
+    """BRIEF §4's memory-bound target of a point: roof / 0.85 + 4 µs (None without roof_us)."""
+    return row["roof_us"] / 0.85 + 4.0 if row.get("roof_us") else None
+
+
+def target_table(rows, a_runs, b_runs):
+    """Markdown: for A and B (best repeat), the M <= 256 points that meet the target and that are
+    within 1.25x of it, per TP and scheme, and the points whose standing changed; "" without roof_us."""
+    pts = []
+    for k, a_us, b_us, *_ in rows:
+        t = target_us(b_runs[k][0]) or target_us(a_runs[k][0])
+        if t is not None and k[3] <= 256:
+            pts.append((k, a_us / t, b_us / t))
+    if not pts:
+        return ""
+    groups = {}
+    for p in pts:
+        groups.setdefault(f"TP{p[0][1]} {p[0][2]}", []).append(p)
+        groups.setdefault("all", []).append(p)
+    out = ["| M <= 256 | points | A meet | B meet | A within 1.25x | B within 1.25x | A us/target median | B median |",
+           "|---|---|---|---|---|---|---|---|"]
+    for g in sorted(groups, key=lambda g: (g == "all", g)):
+        v = groups[g]
+        out.append(f"| {g} | {len(v)} | {sum(a <= 1.0 for _, a, _ in v)} | {sum(b <= 1.0 for _, _, b in v)} | "
+                   f"{sum(a <= 1.25 for _, a, _ in v)} | {sum(b <= 1.25 for _, _, b in v)} | "
+                   f"{statistics.median(a for _, a, _ in v):.2f} | {statistics.median(b for _, _, b in v):.2f} |")
+    moved = [(k, a, b) for k, a, b in pts if (a <= 1.0) != (b <= 1.0) or (a <= 1.25) != (b <= 1.25)]
+    for k, a, b in sorted(moved):
+        out.append(f"\n- {k[0]} TP{k[1]} {k[2]} M = {k[3]}: {a:.3f} -> {b:.3f} of the target")
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", nargs="+", required=True, help="variant A's JSON files (repeats)")
@@ -110,6 +144,10 @@ def main(argv=None):
         best_b.append(r)
     print("\nB against its same-run baselines, per scheme (baseline µs / B µs, best repeat):\n")
     print(bench_rows.ratio_table(best_b))
+    targets = target_table(rows, load(a.a), b_runs)
+    if targets:
+        print("\nAgainst BRIEF §4's memory-bound target (roof / 0.85 + 4 µs; best repeat):\n")
+        print(targets)
     if a.points:
         print("\n| preset | TP | scheme | M | path | A us | B us | B/A | normalized | spread |\n|---|---|---|---|---|---|---|---|---|---|")
         for k, a_us, b_us, sp, nm, spread in rows:
