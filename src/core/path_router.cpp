@@ -124,6 +124,8 @@ int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
 // beat the previous choice.
 bool gemv_mma_rule(const MoeProblem& p) {
   const RouterTable& t = kRouterTable;
+  // Measured for bf16 and fp8_per_tensor only (fp8_per_channel runs there when forced).
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor) return false;
   const double M = static_cast<double>(p.num_tokens);
   const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
   if (elems > t.gemv_mma_max_expert_elems || M > t.gemv_mma_max_tokens) return false;

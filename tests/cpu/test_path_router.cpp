@@ -309,6 +309,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 2, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 16, 8, Scheme::kFp8PerChannel));  // not measured: forced only
   if (on) EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).describe(), "gemv(mma)");
   in.gemv_mma_ok = false;  // it cannot run the call: the rules before it decide
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 8, bf));

@@ -127,22 +127,22 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
     if (M * s.k * ((s.N + 127) / 128) * s.K * 4 > (std::int64_t{128} << 20)) return "decode: partial outputs > 128 MiB";
     return "";
   }
-  // gemv (can_implement_gemv_sm90): bf16 and fp8_per_tensor; k <= 64; E <= 1024; 16-byte rows of
-  // K and 8-byte rows of N; and one of its two kernels fits: the CUDA-core one (16-byte rows of N,
+  // gemv (can_implement_gemv_sm90): bf16, fp8_per_tensor and fp8_per_channel; k <= 64; E <= 1024;
+  // 16-byte rows of K and 8-byte rows of N; and one of its two kernels fits: the CUDA-core one
+  // (not fp8_per_channel; 16-byte rows of N,
   // M*k <= 256 slots, the token rows, M x K x es bytes, and every slot's h, M*k x N fp32, each
   // within a 192 KiB region) or the tensor-core one (gemv_mma_fits; fp8 rows of N % 16 == 8, the
   // gpt-oss preset at TP8, run only there).
   if (path == "gemv") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
-    if (s.scheme == Scheme::kFp8Block128 || s.scheme == Scheme::kFp8PerChannel)
-      return std::string("gemv: ") + scheme_name(s.scheme) + " is not supported";
+    if (s.scheme == Scheme::kFp8Block128) return std::string("gemv: ") + scheme_name(s.scheme) + " is not supported";
     if (s.k > 64) return "gemv: k = " + std::to_string(s.k) + " > 64";
     if (s.E > 1024) return "gemv: E = " + std::to_string(s.E) + " > 1024";
     if (s.K * es % 16 != 0 || s.N * es % 8 != 0)
       return "gemv: K = " + std::to_string(s.K) + " or N = " + std::to_string(s.N) +
              " rows not 16-byte (w13) and 8-byte (w2) multiples";
-    const bool cuda_fits = s.N * es % 16 == 0 && M * s.k <= 256 && M * s.K * es <= 192 * 1024 &&
-                           M * s.k * s.N * 4 <= 192 * 1024;
+    const bool cuda_fits = s.scheme != Scheme::kFp8PerChannel && s.N * es % 16 == 0 && M * s.k <= 256 &&
+                           M * s.K * es <= 192 * 1024 && M * s.k * s.N * 4 <= 192 * 1024;
     if (!cuda_fits && !gemv_mma_fits(s, M)) return "gemv: M*k = " + std::to_string(M * s.k) + " slots: neither kernel fits";
     return "";
   }

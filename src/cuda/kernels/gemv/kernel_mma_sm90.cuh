@@ -204,9 +204,13 @@ struct GemvMma {
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
+    // fp8_per_channel (p.per_channel): a scale per token row instead, kept in `coef` until GEMM2
+    // (coef holds P >= M floats and is first written after the grid barrier).
     float xscale = 1.0f;
+    float* row_scale = coef;
     if constexpr (kFp8) {
-      xscale = stage_rows_e4m3<ActT>(p, region, px, scratch);
+      if (p.per_channel) stage_rows_e4m3_per_row<ActT>(p, region, px, row_scale);
+      else xscale = stage_rows_e4m3<ActT>(p, region, px, scratch);
     } else {
       sm90::cp_async_wait_all_groups();
     }
@@ -234,7 +238,7 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
       __syncthreads();
-      const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
+      const float ws = kFp8 && !p.per_channel ? xscale * p.w13_scale[e] : 1.0f;
       for (int o = tid; o < 16 * nt; o += kThreads) {
         const int col = o & 15, tok = o >> 4;
         const int cc = cb * 16 + col;
@@ -246,7 +250,11 @@ struct GemvMma {
           uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
         }
         const int slot = sorted[b + t0 + tok];
-        if (kFp8) {
+        if (kFp8 && p.per_channel) {  // the token's scale, then each output channel's weight scale
+          const float xs = row_scale[slot / k];
+          gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
+          uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
+        } else if (kFp8) {
           gv *= ws;
           uv *= ws;
         }
@@ -406,7 +414,7 @@ struct GemvMma {
         }
       }
     }
-    const bool dyn2 = kFp8 && p.a2_scale == nullptr;
+    const bool dyn2 = kFp8 && !p.per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) {
       hmax = block_absmax(hmax, scratch);
       if (tid == 0) p.h_amax[j] = hmax;
@@ -424,7 +432,7 @@ struct GemvMma {
         float a = 0.0f;
         for (int i = tid; i < G; i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
         hscale = numerics::dynamic_scale(block_absmax(a, scratch));
-      } else {
+      } else if (!p.per_channel) {
         hscale = p.a2_scale[0];
       }
     }
@@ -433,7 +441,39 @@ struct GemvMma {
     // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
     const int cph = static_cast<int>((w2_row + 15) / 16);
     const bool half_rows = kFp8 && (w2_row & 15) != 0;  // bf16 / fp16: 16-byte rows (can_implement)
-    if constexpr (kFp8) {
+    if (kFp8 && p.per_channel) {
+      // fp8_per_channel: a warp a slot: its row's absmax gives the slot's scale (the reference's
+      // per-row intermediate scale), then the row as e4m3, zero past N up to the chunk's end. The
+      // slot's coefficient is its scale (and router weight unless it went in); the output
+      // channel's w2 scale is applied with it in GEMM2.
+      const int r4 = cph * 4;
+      for (int slot = warp; slot < P; slot += kWarps) {
+        const int e = slot_e[slot];
+        if (e < 0) {
+          if (lane == 0) coef[slot] = 0.0f;
+          continue;
+        }
+        const float4* hrow = reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N);
+        float a = 0.0f;
+        for (int q4 = lane; q4 * 4 < N; q4 += 32) {
+          const float4 v = __ldcg(hrow + q4);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+        }
+        const float s2 = numerics::dynamic_scale(warp_max(a));
+        const float inv = 1.0f / s2;
+        for (int q4 = lane; q4 < r4; q4 += 32) {
+          std::uint32_t w = 0u;
+          if (q4 * 4 < N) {
+            const float4 v = __ldcg(hrow + q4);
+            w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
+                (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+          }
+          *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
+        }
+        if (lane == 0) coef[slot] = p.weight_on_input ? s2 : s2 * tw[slot];
+      }
+    } else if constexpr (kFp8) {
       // Word q4 of a staged row: 4 e4m3 of h, or zero past N up to the 16-byte chunk's end (the
       // half chunk's mma then multiplies zeros by zeros).
       const float inv = 1.0f / hscale;
@@ -460,8 +500,9 @@ struct GemvMma {
       }
       sm90::cp_async_commit();
     }
-    // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
-    for (int sl = tid; sl < P; sl += kThreads) {
+    // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in
+    // (fp8_per_channel: written with the slot's row above).
+    for (int sl = tid; sl < P && !(kFp8 && p.per_channel); sl += kThreads) {
       const int e = slot_e[sl];
       const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
@@ -539,7 +580,10 @@ struct GemvMma {
             const int n = 2 * c + q;
             if (n < ng) {
               const int slot = sorted[first + n];
-              ys[static_cast<std::int64_t>(slot) * cols + cbl * 16 + g + 8 * h2] = acc[2 * h2 + q] * coef[slot];
+              const int r = (pb + cbl) * 16 + g + 8 * h2;  // the output column
+              float v = acc[2 * h2 + q] * coef[slot];
+              if (kFp8 && p.per_channel && r < K) v *= p.w2_scale[static_cast<std::int64_t>(ue[gu[s]]) * K + r];
+              ys[static_cast<std::int64_t>(slot) * cols + cbl * 16 + g + 8 * h2] = v;
             }
           }
       }

@@ -180,6 +180,7 @@ bool can_implement_ring_kernel(const MoeProblem& p, std::string* why) {
 
 bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
   const std::int64_t P = p.num_tokens * p.top_k;
+  if (p.scheme == Scheme::kFp8PerChannel) return fail(why, "fp8_per_channel runs on the tensor-core kernel only");
   if ((p.intermediate_size * elem_bytes(p)) % 16 != 0) {
     std::ostringstream os;
     os << "N = " << p.intermediate_size << " gives w2 rows of " << p.intermediate_size * elem_bytes(p)
@@ -236,9 +237,12 @@ GemvSupport gemv_support_sm90(const MoeProblem& p, std::string* why) {
   // fp8 takes the reference's quantization points exactly, as the decode path does: per tensor,
   // static scales as given, a dynamic activation scale from the whole hidden (every CTA reads
   // it), a dynamic intermediate scale from every slot's h (the CTAs' absmaxes, read after the
-  // grid barrier). Per-channel and block scales: declined (not built).
-  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
-    return declined(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
+  // grid barrier). Per channel (the tensor-core kernel only): every CTA takes each token row's
+  // scale itself, and after the grid barrier each slot's from its h row. Block scales: declined
+  // (not built).
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8PerChannel)
+    return declined(why, std::string("scheme ") + scheme_name(p.scheme) +
+                             " is not supported (bf16, fp8_per_tensor, fp8_per_channel)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return declined(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   if (p.top_k > gv::kMaxTopK) {
@@ -355,6 +359,7 @@ void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind) {
   kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
+  kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == GemvKernelKind::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, kind == GemvKernelKind::kRing);

@@ -67,8 +67,8 @@ struct GemvParams {
   const std::int32_t* expert_map;   // [E_global] or null
   const void* w13;                  // [E, 2N, K] (gate rows 0..N-1, up rows N..2N-1)
   const void* w2;                   // [E, K, N]
-  const float* w13_scale;           // fp8: per tensor [E]
-  const float* w2_scale;            // fp8: per tensor [E]
+  const float* w13_scale;           // fp8: per tensor [E] (per channel [E, 2N])
+  const float* w2_scale;            // fp8: per tensor [E] (per channel [E, K])
   const float* a13_scale;           // static activation scale [1] or null (dynamic)
   const float* a2_scale;            // static intermediate scale [1] or null (dynamic)
   const void* b13;                  // [E, 2N] or null
@@ -85,6 +85,8 @@ struct GemvParams {
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
+  int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
+                                    // w2_scale [E, K], a dynamic scale per token row and per slot's h
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

@@ -164,6 +164,39 @@ __device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8
   return xscale;
 }
 
+// fp8_per_channel: hidden's M rows as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0),
+// each with its own dynamic scale (the absmax of the row, as the reference's per-token scale),
+// which goes to row_scale[m]. A warp a row. Ends before a CTA barrier the caller places.
+template <class ActT>
+__device__ __forceinline__ void stage_rows_e4m3_per_row(const GemvParams& p, std::uint8_t* region, int pitch,
+                                                        float* row_scale) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c8 = p.hidden_size / 8;  // 8-element chunks of a row
+  for (int m = warp; m < p.num_tokens; m += kWarps) {
+    const ActT* x = static_cast<const ActT*>(p.hidden) + static_cast<std::int64_t>(m) * p.hidden_size;
+    float a = 0.0f;
+    for (int i = lane; i < c8; i += 32) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+      const ActT* v = reinterpret_cast<const ActT*>(&raw);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
+    }
+    const float scale = numerics::dynamic_scale(warp_max(a));
+    if (lane == 0) row_scale[m] = scale;
+    const float inv = 1.0f / scale;
+    for (int i = lane; i < c8; i += 32) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
+      const ActT* v = reinterpret_cast<const ActT*>(&raw);
+      uint2 q;
+      q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
+            (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
+      q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
+            (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+      *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(m) * pitch + i * 8) = q;
+    }
+  }
+}
+
 // ---- host side ----
 
 // CTAs of `kernel` that can be resident at once on `device` (occupancy x SMs at the opt-in
