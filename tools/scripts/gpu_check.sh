@@ -16,8 +16,9 @@
 # recorded as dirty with a stale tree hash. MOEKIT_COMMIT is only a last resort (no git, no stamp),
 # with a warning.
 # Environment: MOEKIT_BUILD_DIR (build/cuda-release), MOEKIT_JOBS (16), MOEKIT_GPU_FILTER (ctest -R
-# regex for the GPU suite), MOEKIT_SANITIZER_FILTER / MOEKIT_RACECHECK_FILTER (gtest filters),
-# MOEKIT_T_<STEP> per-step time limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH).
+# regex for the GPU suite), MOEKIT_GPU_EXCLUDE (ctest -E regex: tests left out of it),
+# MOEKIT_SANITIZER_FILTER / MOEKIT_RACECHECK_FILTER (gtest filters), MOEKIT_T_<STEP> per-step time
+# limits in seconds (CONFIGURE BUILD GPU CPU MEMCHECK RACECHECK BENCH).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -103,6 +104,7 @@ GPU_TESTS="$BUILD/tests/moekit_cuda_tests"
 if [ -d "$BUILD" ] && [ $CONFIGURED -eq 0 ]; then
   GPU_R=()
   [ -n "${MOEKIT_GPU_FILTER:-}" ] && GPU_R=(-R "$MOEKIT_GPU_FILTER")
+  [ -n "${MOEKIT_GPU_EXCLUDE:-}" ] && GPU_R+=(-E "$MOEKIT_GPU_EXCLUDE")
   if [ -x "$GPU_TESTS" ]; then
     run_step gpu-suite "${MOEKIT_T_GPU:-300}" "$OUT_DIR/gpu_tests.log" \
       ctest --test-dir "$BUILD" -L gpu "${GPU_R[@]}" -j 4 --timeout ${MOEKIT_TEST_TIMEOUT:-150} --output-on-failure \
