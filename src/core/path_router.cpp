@@ -139,14 +139,12 @@ bool gemv_mma_rule(const MoeProblem& p) {
 // MOEKIT_GEMV_KERNEL on a GEMV plan: the named kernel where it can run the call. Returns whether it
 // changed the router's kernel.
 bool apply_gemv_kernel(DispatchPlan& plan, const RouterInputs& in) {
-  const bool mma = plan.gemv_mma, ring = plan.gemv_ring;
-  if (in.gemv_kernel == GemvKernel::kRing && in.gemv_ring_ok) plan.gemv_mma = plan.gemv_ring = true;
-  if (in.gemv_kernel == GemvKernel::kMma && in.gemv_mma_ok) {
-    plan.gemv_mma = true;
-    plan.gemv_ring = false;
-  }
-  if (in.gemv_kernel == GemvKernel::kCuda && in.gemv_cuda_ok) plan.gemv_mma = plan.gemv_ring = false;
-  return plan.gemv_mma != mma || plan.gemv_ring != ring;
+  if (!in.gemv_kernel) return false;
+  const GemvKernel want = *in.gemv_kernel;
+  const bool ok = want == GemvKernel::kCuda ? in.gemv_cuda_ok : want == GemvKernel::kMma ? in.gemv_mma_ok : in.gemv_ring_ok;
+  if (!ok || want == plan.gemv_kernel) return false;
+  plan.gemv_kernel = want;
+  return true;
 }
 
 const char* const kGemvOverridden = " (MOEKIT_GEMV_KERNEL: another kernel runs it)";
@@ -207,7 +205,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                                p.to_string() + ": " + not_built_or(in.gemv_why, "GEMV"));
       plan.gemv = true;
       // The tensor-core kernel where auto would take it, or where the CUDA-core one cannot run.
-      plan.gemv_mma = in.gemv_mma_ok && (gemv_mma_rule(p) || !in.gemv_cuda_ok);
+      if (in.gemv_mma_ok && (gemv_mma_rule(p) || !in.gemv_cuda_ok)) plan.gemv_kernel = GemvKernel::kMma;
       apply_gemv_kernel(plan, in);
       plan.reason = "forced";
       return plan;
@@ -236,7 +234,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.gemv_in_auto && in.gemv_in_auto && kRouterTable.gemv_mma_in_auto && in.gemv_mma_in_auto &&
       in.gemv_mma_ok && gemv_mma_rule(p)) {
     plan.gemv = true;
-    plan.gemv_mma = true;
+    plan.gemv_kernel = GemvKernel::kMma;
     const bool overridden = apply_gemv_kernel(plan, in);
     if (in.want_reason)
       plan.reason = "M=" + std::to_string(p.num_tokens) + ", N=" + std::to_string(p.intermediate_size) + ", N*K " +
@@ -378,7 +376,14 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
   if (decode) return "decode";
-  if (gemv) return gemv_ring ? "gemv(ring)" : gemv_mma ? "gemv(mma)" : "gemv";
+  if (gemv) {
+    switch (gemv_kernel) {
+      case GemvKernel::kRing: return "gemv(ring)";
+      case GemvKernel::kMma: return "gemv(mma)";
+      case GemvKernel::kCuda: break;
+    }
+    return "gemv";
+  }
   std::string s;
   for (int g = 0; g < 2; ++g) {
     s += (g ? " gemm2=" : "gemm1=") + std::string(gemm_impl_name(gemm[g].impl));
@@ -406,9 +411,9 @@ bool gemv_mma_in_auto_enabled() noexcept {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-GemvKernel gemv_kernel_override() {
+std::optional<GemvKernel> gemv_kernel_override() {
   const char* v = std::getenv("MOEKIT_GEMV_KERNEL");
-  if (v == nullptr || v[0] == '\0') return GemvKernel::kRouter;
+  if (v == nullptr || v[0] == '\0') return std::nullopt;
   if (std::strcmp(v, "cuda") == 0) return GemvKernel::kCuda;
   if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
   if (std::strcmp(v, "ring") == 0) return GemvKernel::kRing;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "moekit/problem.hpp"
@@ -173,8 +174,8 @@ struct RouterTable {
 };
 inline constexpr RouterTable kRouterTable{};
 
-/// Which of the GEMV path's two kernels a GEMV plan runs when MOEKIT_GEMV_KERNEL names one.
-enum class GemvKernel { kRouter, kCuda, kMma, kRing };
+/// The GEMV path's kernels: the CUDA-core one, the tensor-core one and its ring variant.
+enum class GemvKernel { kCuda, kMma, kRing };
 
 /// What the caller learned from the kernels for this call (can_implement of Swap-AB per GEMM).
 struct RouterInputs {
@@ -198,8 +199,9 @@ struct RouterInputs {
   bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
   std::string gemv_why;             ///< why neither kernel can ("": not built in this version)
   bool gemv_mma_in_auto = true;     ///< auto may pick it (MOEKIT_GEMV_MMA=0 turns that off: A/Bs)
-  /// MOEKIT_GEMV_KERNEL (gemv_kernel_override): a GEMV plan takes this kernel where it can run.
-  GemvKernel gemv_kernel = GemvKernel::kRouter;
+  /// MOEKIT_GEMV_KERNEL (gemv_kernel_override): a GEMV plan takes this kernel where it can run
+  /// (none: the router's choice).
+  std::optional<GemvKernel> gemv_kernel;
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -217,8 +219,7 @@ struct DispatchPlan {
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
-  bool gemv_mma = false;           ///< ... with its tensor-core kernel (else the CUDA-core one)
-  bool gemv_ring = false;          ///< ... its ring variant (MOEKIT_GEMV_KERNEL=ring only; gemv_mma too)
+  GemvKernel gemv_kernel = GemvKernel::kCuda;  ///< ... with this kernel (kRing: MOEKIT_GEMV_KERNEL=ring only)
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -226,8 +227,10 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv" or "gemv(mma)" (split_k shown
-  /// when above 1).
+  /// The GEMV path on the tensor-core kernel or its ring variant.
+  bool gemv_mma() const { return gemv && gemv_kernel != GemvKernel::kCuda; }
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv", "gemv(mma)" or "gemv(ring)"
+  /// (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
   std::string log_line(const MoeProblem& problem) const;
@@ -261,10 +264,10 @@ bool decode_in_auto_enabled() noexcept;
 bool gemv_in_auto_enabled() noexcept;
 /// False when MOEKIT_GEMV_MMA=0: auto then never takes the GEMV path's tensor-core kernel (A/Bs).
 bool gemv_mma_in_auto_enabled() noexcept;
-/// MOEKIT_GEMV_KERNEL (read at every call; A/Bs and tests): unset or "" the router's choice,
+/// MOEKIT_GEMV_KERNEL (read at every call; A/Bs and tests): unset or "" none (the router's choice),
 /// "cuda", "mma" or "ring" (the tensor-core kernel's ring variant, which auto never takes) that
 /// kernel wherever it can run. Throws Error(kInvalidArgument) for any other value.
-GemvKernel gemv_kernel_override();
+std::optional<GemvKernel> gemv_kernel_override();
 
 /// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of
 /// the two decode paths: auto, "decode" or "gemv". The CUDA backend plans such a call from the

@@ -243,14 +243,15 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   const GemvSupport gemv = gemv_support_sm90(p, why(in.gemv_why));
   in.gemv_cuda_ok = gemv.cuda;
   in.gemv_mma_ok = gemv.mma;
-  in.gemv_ring_ok = gemv.ring;
   if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
-    in.gemv_cuda_ok = in.gemv_mma_ok = in.gemv_ring_ok = false;  // its CTAs wait on each other at the grid barrier
+    in.gemv_cuda_ok = in.gemv_mma_ok = false;  // its CTAs wait on each other at the grid barrier
     in.gemv_why = "device " + std::to_string(device) + " does not support cooperative launches";
   }
   in.gemv_in_auto = detail::gemv_in_auto_enabled();
   in.gemv_mma_in_auto = detail::gemv_mma_in_auto_enabled();
   in.gemv_kernel = detail::gemv_kernel_override();
+  // The ring variant runs only when named: its limits are asked only then.
+  in.gemv_ring_ok = in.gemv_mma_ok && in.gemv_kernel == detail::GemvKernel::kRing && can_implement_gemv_ring_sm90(p);
   // choose_paths settles the decode paths (GEMV, decode) before it reads any GEMM or fused answer
   // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
@@ -412,9 +413,7 @@ void run_moe(const detail::MoeCall& call) {
   // The GEMV decode path (kernels/gemv/): one cooperative launch, the CUDA-core or the tensor-core
   // kernel as the router chose.
   if (plan.gemv) {
-    run_gemv_sm90(call, plan.gemv_ring  ? GemvKernelKind::kRing
-                        : plan.gemv_mma ? GemvKernelKind::kMma
-                                        : GemvKernelKind::kCuda);
+    run_gemv_sm90(call, plan.gemv_kernel);
     return;
   }
 

@@ -289,7 +289,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
   auto mma = [&in](const char* preset_name, std::int64_t M, int tp, Scheme s) {
     const detail::DispatchPlan plan = choose_paths(preset(preset_name, M, tp, s), in);
-    return plan.gemv && plan.gemv_mma;
+    return plan.gemv_mma();
   };
   const Scheme bf = Scheme::kBf16, f8 = Scheme::kFp8PerTensor;
   EXPECT_EQ(mma("qwen3-30b-a3b", 8, 8, bf), on);
@@ -318,10 +318,10 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-235b-a22b", 16, 8, f8));
   EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv == on);  // the CUDA-core rule stays
   in.forced = "gemv";  // forced: the kernel auto would take, else the CUDA-core one where it can run
-  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 16, 8, f8), in).gemv_mma);
-  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 16, 8, f8), in).gemv_mma());
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma());
   in.gemv_cuda_ok = false;
-  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma);
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma());
 }
 
 TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
@@ -336,7 +336,7 @@ TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
   const MoeProblem neither = preset("qwen3-30b-a3b", 256, 8);  // no GEMV rule
   in.gemv_kernel = detail::GemvKernel::kMma;
   if (on) {
-    EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);
+    EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma());
     EXPECT_EQ(choose_paths(cuda_rule, in).describe(), "gemv(mma)");
     EXPECT_NE(choose_paths(cuda_rule, in).reason.find("MOEKIT_GEMV_KERNEL"), std::string::npos);
   }
@@ -344,44 +344,44 @@ TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
   in.gemv_kernel = detail::GemvKernel::kCuda;
   if (on) {
     EXPECT_TRUE(choose_paths(mma_rule, in).gemv);
-    EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma);
+    EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma());
   }
   in.gemv_cuda_ok = false;  // the named kernel cannot run it: the router's kernel stays
-  if (on) EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma);
+  if (on) EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma());
   in.forced = "gemv";
-  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);  // only the tensor-core kernel can run it
+  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma());  // only the tensor-core kernel can run it
   in.gemv_cuda_ok = true;
-  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma);
+  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma());
   in.gemv_kernel = detail::GemvKernel::kMma;
-  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma);
+  EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma());
   // The ring variant: only where it can run, never by auto, named gemv(ring).
   in.gemv_kernel = detail::GemvKernel::kRing;
-  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_ring);  // gemv_ring_ok is false by default
+  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);  // gemv_ring_ok is false by default
   in.gemv_ring_ok = true;
-  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_ring);
-  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma);
+  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);
+  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma());
   EXPECT_EQ(choose_paths(mma_rule, in).describe(), "gemv(ring)");
-  in.gemv_kernel = detail::GemvKernel::kRouter;
-  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_ring);
+  in.gemv_kernel.reset();
+  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);
   in.forced = nullptr;
-  for (const MoeProblem* q : {&cuda_rule, &mma_rule, &neither}) EXPECT_FALSE(choose_paths(*q, in).gemv_ring);
+  for (const MoeProblem* q : {&cuda_rule, &mma_rule, &neither}) EXPECT_FALSE(choose_paths(*q, in).gemv_kernel == detail::GemvKernel::kRing);
 }
 
 TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
   using testing::ScopedEnv;
   ScopedEnv unset_first("MOEKIT_GEMV_KERNEL", "");
-  EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kRouter);
+  EXPECT_FALSE(detail::gemv_kernel_override().has_value());
   {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", "cuda");
-    EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kCuda);
+    EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kCuda);
   }
   {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", "mma");
-    EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kMma);
+    EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kMma);
   }
   {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", "ring");
-    EXPECT_EQ(detail::gemv_kernel_override(), detail::GemvKernel::kRing);
+    EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kRing);
   }
   for (const char* bad : {"MMA", "tensor", "0", "rings"}) {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", bad);

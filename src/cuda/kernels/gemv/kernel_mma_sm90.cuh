@@ -225,6 +225,23 @@ struct GemvMma {
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     float* part = work;  // [kWarps][2][16][kTok]
     float hmax = 0.0f;
+    // A pass's start: the staged rows of its tokens (t0 + 8 i + g of the expert's T, from entry b
+    // of sorted) as this lane's B rows, and zero accumulators.
+    auto start_pass = [&](int b, int T, int t0, const std::uint8_t* (&xrow)[kTg], bool (&xv)[kTg],
+                          float (&acc)[2][kTg][4]) {
+#pragma unroll
+      for (int i = 0; i < kTg; ++i) {
+        const int tt = t0 + 8 * i + g;
+        xv[i] = tt < T;
+        xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < kTg; ++i)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+    };
     // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
     // and the activation, one (column, token) a thread; h to the workspace.
     auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt) {
@@ -318,19 +335,8 @@ struct GemvMma {
           const int nt = min(kTok, T - t0);
           const std::uint8_t* xrow[kTg];
           bool xv[kTg];
-#pragma unroll
-          for (int i = 0; i < kTg; ++i) {
-            const int tt = t0 + 8 * i + g;
-            xv[i] = tt < T;
-            xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
-          }
           float acc[2][kTg][4];
-#pragma unroll
-          for (int t = 0; t < 2; ++t)
-#pragma unroll
-            for (int i = 0; i < kTg; ++i)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+          start_pass(b, T, t0, xrow, xv, acc);
           for (int r = 0; r < R1; ++r) {
             // The next round: this unit's, else the next pass's or the next task's first.
             if (r + 1 < R1) {
@@ -376,19 +382,8 @@ struct GemvMma {
           const int nt = min(kTok, T - t0);
           const std::uint8_t* xrow[kTg];
           bool xv[kTg];
-#pragma unroll
-          for (int i = 0; i < kTg; ++i) {
-            const int tt = t0 + 8 * i + g;
-            xv[i] = tt < T;
-            xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
-          }
           float acc[2][kTg][4];
-#pragma unroll
-          for (int t = 0; t < 2; ++t)
-#pragma unroll
-            for (int i = 0; i < kTg; ++i)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
+          start_pass(b, T, t0, xrow, xv, acc);
           for (int sl = 0; sl < ring_sn; ++sl, ++n) {
             const int slot = n % L.ring_stages;
             sm90::mbar_wait(sm90::smem_addr(ring_full + slot), (n / L.ring_stages) & 1);
@@ -415,10 +410,7 @@ struct GemvMma {
       }
     }
     const bool dyn2 = kFp8 && !p.per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
-    if (dyn2) {
-      hmax = block_absmax(hmax, scratch);
-      if (tid == 0) p.h_amax[j] = hmax;
-    }
+    if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
@@ -428,13 +420,7 @@ struct GemvMma {
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
     float hscale = 1.0f;
     if constexpr (kFp8) {
-      if (dyn2) {
-        float a = 0.0f;
-        for (int i = tid; i < G; i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
-        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
-      } else if (!p.per_channel) {
-        hscale = p.a2_scale[0];
-      }
+      if (!p.per_channel) hscale = intermediate_scale(p, dyn2, scratch);
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of

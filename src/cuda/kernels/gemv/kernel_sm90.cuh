@@ -256,10 +256,7 @@ struct Gemv {
       }
     }
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
-    if (dyn2) {
-      hmax = block_absmax(hmax, scratch);
-      if (tid == 0) p.h_amax[j] = hmax;
-    }
+    if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
@@ -268,15 +265,7 @@ struct Gemv {
 
     // ---- 3. GEMM2 + combine over this CTA's columns ----
     float hscale = 1.0f;
-    if constexpr (kFp8) {
-      if (dyn2) {
-        float a = 0.0f;
-        for (int i = tid; i < G; i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
-        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
-      } else {
-        hscale = p.a2_scale[0];
-      }
-    }
+    if constexpr (kFp8) hscale = intermediate_scale(p, dyn2, scratch);
     // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
     float* hs = reinterpret_cast<float*>(region);
     {

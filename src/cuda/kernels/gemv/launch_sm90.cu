@@ -208,7 +208,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
-thread_local GemvKernelKind last_gemv_kernel = GemvKernelKind::kCuda;
+thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 
 // One kernel's co-residency query and launch, for the call's operand.
 struct KernelFns {
@@ -217,16 +217,16 @@ struct KernelFns {
 };
 
 template <gv::Operand kOp>
-KernelFns kernel_fns(GemvKernelKind kind) {
+KernelFns kernel_fns(detail::GemvKernel kind) {
   switch (kind) {
-    case GemvKernelKind::kRing: return {&gv::gemv_ring_max_coresident_ctas<kOp>, &gv::launch_gemv_ring_sm90<kOp>};
-    case GemvKernelKind::kMma: return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
-    case GemvKernelKind::kCuda: break;
+    case detail::GemvKernel::kRing: return {&gv::gemv_ring_max_coresident_ctas<kOp>, &gv::launch_gemv_ring_sm90<kOp>};
+    case detail::GemvKernel::kMma: return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
+    case detail::GemvKernel::kCuda: break;
   }
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
 }
 
-KernelFns kernel_fns(GemvKernelKind kind, bool fp8, bool f16) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool fp8, bool f16) {
   if (fp8) return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind) : kernel_fns<gv::Operand::kE4m3Bf16>(kind);
   return f16 ? kernel_fns<gv::Operand::kF16>(kind) : kernel_fns<gv::Operand::kBf16>(kind);
 }
@@ -270,11 +270,14 @@ GemvSupport gemv_support_sm90(const MoeProblem& p, std::string* why) {
   GemvSupport s;
   s.cuda = can_implement_cuda_kernel(p, nullptr);
   s.mma = can_implement_mma_kernel(p, s.cuda ? nullptr : why);
-  s.ring = s.mma && can_implement_ring_kernel(p, nullptr);
   return s;
 }
 
 bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) { return gemv_support_sm90(p, why).any(); }
+
+bool can_implement_gemv_ring_sm90(const MoeProblem& p) {
+  return gemv_support_sm90(p, nullptr).mma && can_implement_ring_kernel(p, nullptr);
+}
 
 std::size_t gemv_workspace_size(const MoeProblem& p) {
   if (!can_implement_gemv_sm90(p, nullptr)) return 0;
@@ -283,9 +286,9 @@ std::size_t gemv_workspace_size(const MoeProblem& p) {
 
 const char* gemv_last_kernel() {
   switch (last_gemv_kernel) {
-    case GemvKernelKind::kRing: return "ring";
-    case GemvKernelKind::kMma: return "mma";
-    case GemvKernelKind::kCuda: break;
+    case detail::GemvKernel::kRing: return "ring";
+    case detail::GemvKernel::kMma: return "mma";
+    case detail::GemvKernel::kCuda: break;
   }
   return "cuda";
 }
@@ -295,7 +298,7 @@ void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind) {
+void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
   int dev = 0;
@@ -310,8 +313,8 @@ void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind) {
   const bool f16 = p.act_dtype == DType::kFp16;
   // The kernel the plan chose (DispatchPlan: the router's rule, MOEKIT_GEMV_KERNEL).
   std::string why;
-  const bool ok = kind == GemvKernelKind::kRing  ? can_implement_ring_kernel(p, &why)
-                  : kind == GemvKernelKind::kMma ? can_implement_mma_kernel(p, &why)
+  const bool ok = kind == detail::GemvKernel::kRing  ? can_implement_ring_kernel(p, &why)
+                  : kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why)
                                                  : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const KernelFns fns = kernel_fns(kind, fp8, f16);
@@ -362,7 +365,7 @@ void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = kind == GemvKernelKind::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, kind == GemvKernelKind::kRing);
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, kind == detail::GemvKernel::kRing);
   last_gemv_kernel = kind;
   fns.launch(kp, grid, call.stream);
 }

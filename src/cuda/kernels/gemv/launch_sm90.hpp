@@ -8,28 +8,27 @@
 #include <string>
 
 #include "core/call.hpp"
+#include "core/path_router.hpp"  // detail::GemvKernel
 #include "moekit/problem.hpp"
 
 namespace moekit::cuda {
 
-/// Which of the path's kernels can run `problem` (sizes and options only, each check made once):
-/// the CUDA-core one (kernel_sm90.cuh), the tensor-core one (kernel_mma_sm90.cuh) and its ring
-/// variant (the same file; run only when MOEKIT_GEMV_KERNEL=ring names it). When neither of the
-/// first two can, the reason in *why (if given). Never throws. The router plans with it
-/// (plan_call).
+/// Which of the path's two kernels can run `problem` (sizes and options only, each check made
+/// once): the CUDA-core one (kernel_sm90.cuh) and the tensor-core one (kernel_mma_sm90.cuh). When
+/// neither can, the reason in *why (if given). Never throws. The router plans with it (plan_call).
 struct GemvSupport {
   bool cuda = false;
   bool mma = false;
-  bool ring = false;
   bool any() const { return cuda || mma; }
 };
-
-/// The GEMV kernel a call runs (DispatchPlan::gemv_kernel()).
-enum class GemvKernelKind { kCuda, kMma, kRing };
 GemvSupport gemv_support_sm90(const MoeProblem& problem, std::string* why);
 
 /// True when the GEMV decode path can run `problem`: gemv_support_sm90(problem, why).any().
 bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
+
+/// True when the tensor-core kernel's ring variant (run only when MOEKIT_GEMV_KERNEL=ring names
+/// it) can run `problem`: the tensor-core kernel can, with two weight stages beside it.
+bool can_implement_gemv_ring_sm90(const MoeProblem& problem);
 
 /// Bytes of workspace the GEMV path needs for `problem` (sizes only; 0 when it cannot run it).
 std::size_t gemv_workspace_size(const MoeProblem& problem);
@@ -39,7 +38,7 @@ std::size_t gemv_workspace_size(const MoeProblem& problem);
 /// CUDA-graph capturable. Throws Error(kNotSupported) when that kernel cannot run the call (also:
 /// weights, hidden or out not 16-byte aligned), Error(kInvalidArgument) when the workspace is too
 /// small.
-void run_gemv_sm90(const detail::MoeCall& call, GemvKernelKind kind);
+void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind);
 
 /// Which GEMV kernel the thread's last run_gemv_sm90 enqueued: "cuda" (the CUDA-core kernel),
 /// "mma" (the tensor-core one) or "ring" (its ring variant). Tests check that a forced kernel
