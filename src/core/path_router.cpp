@@ -141,7 +141,7 @@ bool gemv_mma_rule(const MoeProblem& p) {
 bool apply_gemv_kernel(DispatchPlan& plan, const RouterInputs& in) {
   if (!in.gemv_kernel) return false;
   const GemvKernel want = *in.gemv_kernel;
-  const bool ok = want == GemvKernel::kCuda ? in.gemv_cuda_ok : want == GemvKernel::kMma ? in.gemv_mma_ok : in.gemv_ring_ok;
+  const bool ok = want == GemvKernel::kCuda ? in.gemv_cuda_ok : in.gemv_mma_ok;
   if (!ok || want == plan.gemv_kernel) return false;
   plan.gemv_kernel = want;
   return true;
@@ -378,7 +378,6 @@ std::string DispatchPlan::describe() const {
   if (decode) return "decode";
   if (gemv) {
     switch (gemv_kernel) {
-      case GemvKernel::kRing: return "gemv(ring)";
       case GemvKernel::kMma: return "gemv(mma)";
       case GemvKernel::kCuda: break;
     }
@@ -416,9 +415,8 @@ std::optional<GemvKernel> gemv_kernel_override() {
   if (v == nullptr || v[0] == '\0') return std::nullopt;
   if (std::strcmp(v, "cuda") == 0) return GemvKernel::kCuda;
   if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
-  if (std::strcmp(v, "ring") == 0) return GemvKernel::kRing;
   throw Error(Status::kInvalidArgument,
-              std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda', 'mma' or 'ring', got '") + v + "'");
+              std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda' or 'mma', got '") + v + "'");
 }
 
 bool decode_in_auto_enabled() noexcept {

@@ -174,8 +174,8 @@ struct RouterTable {
 };
 inline constexpr RouterTable kRouterTable{};
 
-/// The GEMV path's kernels: the CUDA-core one, the tensor-core one and its ring variant.
-enum class GemvKernel { kCuda, kMma, kRing };
+/// The GEMV path's kernels: the CUDA-core one and the tensor-core one.
+enum class GemvKernel { kCuda, kMma };
 
 /// What the caller learned from the kernels for this call (can_implement of Swap-AB per GEMM).
 struct RouterInputs {
@@ -195,7 +195,6 @@ struct RouterInputs {
   bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call
   bool gemv_mma_ok = false;         ///< the GEMV decode path's tensor-core kernel can run this call
   bool gemv_ok() const { return gemv_cuda_ok || gemv_mma_ok; }  ///< the GEMV path can run it
-  bool gemv_ring_ok = false;        ///< the tensor-core kernel's ring variant can run it (never auto)
   bool gemv_in_auto = true;         ///< auto may pick it (MOEKIT_GEMV=0 turns that off: A/Bs)
   std::string gemv_why;             ///< why neither kernel can ("": not built in this version)
   bool gemv_mma_in_auto = true;     ///< auto may pick it (MOEKIT_GEMV_MMA=0 turns that off: A/Bs)
@@ -219,7 +218,7 @@ struct DispatchPlan {
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
-  GemvKernel gemv_kernel = GemvKernel::kCuda;  ///< ... with this kernel (kRing: MOEKIT_GEMV_KERNEL=ring only)
+  GemvKernel gemv_kernel = GemvKernel::kCuda;  ///< ... with this kernel
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
   // Numbers the decision was made from (also printed).
@@ -227,9 +226,9 @@ struct DispatchPlan {
   double touched = 0;              ///< expected local experts with at least one slot
   double tokens_per_expert = 0;    ///< local_slots / touched
 
-  /// The GEMV path on the tensor-core kernel or its ring variant.
-  bool gemv_mma() const { return gemv && gemv_kernel != GemvKernel::kCuda; }
-  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv", "gemv(mma)" or "gemv(ring)"
+  /// The GEMV path on the tensor-core kernel.
+  bool gemv_mma() const { return gemv && gemv_kernel == GemvKernel::kMma; }
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv" or "gemv(mma)"
   /// (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.

@@ -354,17 +354,7 @@ TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
   EXPECT_FALSE(choose_paths(mma_rule, in).gemv_mma());
   in.gemv_kernel = detail::GemvKernel::kMma;
   EXPECT_TRUE(choose_paths(cuda_rule, in).gemv_mma());
-  // The ring variant: only where it can run, never by auto, named gemv(ring).
-  in.gemv_kernel = detail::GemvKernel::kRing;
-  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);  // gemv_ring_ok is false by default
-  in.gemv_ring_ok = true;
-  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);
-  EXPECT_TRUE(choose_paths(mma_rule, in).gemv_mma());
-  EXPECT_EQ(choose_paths(mma_rule, in).describe(), "gemv(ring)");
-  in.gemv_kernel.reset();
-  EXPECT_FALSE(choose_paths(mma_rule, in).gemv_kernel == detail::GemvKernel::kRing);
-  in.forced = nullptr;
-  for (const MoeProblem* q : {&cuda_rule, &mma_rule, &neither}) EXPECT_FALSE(choose_paths(*q, in).gemv_kernel == detail::GemvKernel::kRing);
+  EXPECT_EQ(choose_paths(cuda_rule, in).describe(), "gemv(mma)");
 }
 
 TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
@@ -379,11 +369,7 @@ TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", "mma");
     EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kMma);
   }
-  {
-    ScopedEnv e("MOEKIT_GEMV_KERNEL", "ring");
-    EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kRing);
-  }
-  for (const char* bad : {"MMA", "tensor", "0", "rings"}) {
+  for (const char* bad : {"MMA", "tensor", "0", "ring"}) {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", bad);
     try {
       detail::gemv_kernel_override();

@@ -36,29 +36,34 @@ int g_cases = 0;
 std::vector<std::string> g_declined;
 
 // The GEMV path's kernel the current test asks for (MOEKIT_GEMV_KERNEL): "" the default choice,
-// "mma" the tensor-core kernel wherever it can run (parameter gemv_mma), "ring" its ring variant
-// (parameter gemv_ring).
+// "mma" the tensor-core kernel wherever it can run (parameters gemv_mma and gemv_mma_whole).
 std::string g_gemv_kernel;
+// gemv_mma_whole: the tensor-core kernel with its GEMM1 on whole tasks (MOEKIT_GEMV_SPLIT=0);
+// gemv_mma runs the default, GEMM1 split by k-blocks over the CTAs.
+bool g_gemv_whole = false;
 
 // The kernel paths every Sm90FusedMoe test runs on; gemv_mma is gemv with its tensor-core kernel,
-// gemv_ring with that kernel's ring variant.
-const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv", "gemv_mma", "gemv_ring"};
+// gemv_mma_whole the same kernel without the split GEMM1.
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv", "gemv_mma", "gemv_mma_whole"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     g_path = GetParam();
     g_gemv_kernel.clear();
-    if (g_path == "gemv_mma" || g_path == "gemv_ring") {
-      g_gemv_kernel = g_path == "gemv_mma" ? "mma" : "ring";
+    g_gemv_whole = g_path == "gemv_mma_whole";
+    if (g_path == "gemv_mma" || g_gemv_whole) {
+      g_gemv_kernel = "mma";
       g_path = "gemv";
       setenv("MOEKIT_GEMV_KERNEL", g_gemv_kernel.c_str(), 1);
+      if (g_gemv_whole) setenv("MOEKIT_GEMV_SPLIT", "0", 1);
     }
     g_cases = 0;
     g_declined.clear();
   }
   void TearDown() override {
     if (!g_gemv_kernel.empty()) unsetenv("MOEKIT_GEMV_KERNEL");
+    if (g_gemv_whole) unsetenv("MOEKIT_GEMV_SPLIT");
     // Every case of the test declined by the forced path: the test is skipped with the reasons.
     if (g_cases > 0 && static_cast<int>(g_declined.size()) == g_cases) {
       std::string why;
@@ -91,23 +96,6 @@ bool gemv_mma_fits(const CaseSpec& s, std::int64_t M) {
                              a16(std::max(M * pitch(s.K * es), P * pitch(s.N * es)));
   const std::int64_t avail = 227 * 1024 - fixed;
   return avail >= 32 * 1024 && avail >= P * 64;
-}
-
-// The ring variant's (mma_smem_layout with ring): the tensor-core kernel's layout, then 96 bytes of
-// mbarriers, the work area 128-byte aligned, and in it the 32 KiB of partial sums and at least two
-// weight stages of 32 rows x 1088 bytes.
-bool gemv_ring_fits(const CaseSpec& s, std::int64_t M) {
-  if (!gemv_mma_fits(s, M)) return false;
-  const std::int64_t P = M * s.k, es = s.scheme == Scheme::kBf16 ? 2 : 1;
-  auto pitch = [](std::int64_t bytes) {
-    std::int64_t x = (bytes + 63) / 64 * 64;
-    return x % 128 == 0 ? x + 64 : x;
-  };
-  auto a16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
-  std::int64_t at = 2 * a16(P * 4) + a16((P + 1) * 4) + a16((P + 2) * 4) + a16(s.E * 4) + 256 + 4 * a16(P * 4) +
-                    a16(std::max(M * pitch(s.K * es), P * pitch(s.N * es))) + 96;
-  at = (at + 127) / 128 * 128;
-  return 227 * 1024 - at - 32 * 1024 >= 2 * 32 * 1088;
 }
 
 std::string documented_decline(const CaseSpec& s, const std::string& path, std::int64_t M) {
@@ -197,8 +185,6 @@ void check_case(MoeCase& c, const std::vector<std::int64_t>& Ms, Mode mode) {
         << "); update documented_decline()";
     if (g_gemv_kernel == "mma" && gemv_mma_fits(c.spec, M))
       EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << label(c.spec, M, mode) << ": the tensor-core GEMV kernel did not run";
-    if (g_gemv_kernel == "ring" && gemv_ring_fits(c.spec, M))
-      EXPECT_STREQ(cuda::gemv_last_kernel(), "ring") << label(c.spec, M, mode) << ": the ring GEMV kernel did not run";
     if (mode == Mode::kFusedMoe) {
       const std::vector<std::int32_t> want(c.topk_ids.begin(), c.topk_ids.begin() + M * c.spec.k);
       EXPECT_EQ(ids, want) << label(c.spec, M, mode) << ": GPU routing chose other experts than the CPU";

@@ -45,7 +45,7 @@
 
 namespace moekit::cuda::gemv {
 
-template <Operand kOp, bool kRing = false>
+template <Operand kOp>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -57,18 +57,6 @@ struct GemvMma {
   static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
   static constexpr int kRound2 = 4;            // GEMM2: the same
-  // The ring variant (kRing, gemv_ring_sm90_kernel): GEMM1's weights come through a ring of
-  // L.ring_stages shared-memory stages, each the 32 rows of a task (16 gate, 16 up) over
-  // kRingSlice bytes of K, filled by 1D bulk copies (the TMA engine) that warp kRingWarp issues
-  // up to ring_stages units ahead, across tasks and passes; warp w reads k-block w of a stage.
-  static constexpr int kRingSlice = kWarps * 64;
-  static constexpr int kRingWarp = 2;
-  struct RingPos {  // a ring unit: task q, pass t0 (tokens), slice s of K
-    std::int64_t q;
-    int t0;
-    int s;
-  };
-
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
   static __device__ __forceinline__ void mma_block(float (&d)[4], const uint4& lo, const uint4& hi, const uint4& b) {
@@ -88,6 +76,32 @@ struct GemvMma {
     return make_uint4(x.x, x.y, y.x, y.y);
   }
 
+  // A column's gate and up sums over all of K to its h: the fp8 scales (per tensor: xscale times
+  // the expert's w13 scale; per channel: the token row's scale times the output channel's), the
+  // router weight when it goes on the input, b13, the activation.
+  static __device__ __forceinline__ float finish_h(const GemvParams& p, float gv, float uv, int e, std::int64_t cc, int slot,
+                                                   float xscale, const float* row_scale, const float* tw) {
+    const std::int64_t N = p.inter_size;
+    if (kFp8 && p.per_channel) {
+      const float xs = row_scale[slot / p.top_k];
+      gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
+      uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
+    } else if (kFp8) {
+      const float ws = xscale * p.w13_scale[e];
+      gv *= ws;
+      uv *= ws;
+    }
+    if (p.weight_on_input) {
+      gv *= tw[slot];
+      uv *= tw[slot];
+    }
+    if (p.b13 != nullptr) {
+      gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
+      uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
+    }
+    return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+  }
+
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
     namespace cg = cooperative_groups;
     const SmemLayout& L = p.smem;
@@ -103,9 +117,6 @@ struct GemvMma {
     int* gu = reinterpret_cast<int*>(smem + L.gu_off);
     float* work = reinterpret_cast<float*>(smem + L.work_off);
     std::uint8_t* region = smem + L.region_off;
-    std::uint8_t* ring = smem + L.ring_off;                                         // kRing
-    std::uint64_t* ring_full = reinterpret_cast<std::uint64_t*>(smem + L.ring_bars_off);  // [stages]
-    std::uint64_t* ring_empty = ring_full + L.ring_stages;                          // [stages]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int M = p.num_tokens, k = p.top_k, P = M * k;
@@ -120,17 +131,6 @@ struct GemvMma {
       if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
     };
     stamp(kPhaseEntry);
-    if constexpr (kRing) {
-      if (tid == 0) {
-        for (int st = 0; st < L.ring_stages; ++st) {
-          sm90::mbar_init(sm90::smem_addr(ring_full + st), 1);        // the producer's expect_tx
-          sm90::mbar_init(sm90::smem_addr(ring_empty + st), kWarps);  // every warp's release
-        }
-        sm90::fence_mbarrier_init_cluster();  // visible to the bulk copies' complete_tx
-      }
-      // (route_and_scan's first CTA barrier orders the init before any use.)
-    }
-
     // ---- 0a. bf16 / fp16: the token rows into shared memory (padded pitch), during the routing ----
     const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 / token row
     if constexpr (!kFp8) stage_rows_async(p, region, px);
@@ -141,39 +141,6 @@ struct GemvMma {
     const int NB1 = static_cast<int>((N + 15) / 16);  // GEMM1 tasks of an expert (16 columns each)
     constexpr int kTok = 8 * kTg;                     // tokens of one GEMM1 pass
 
-    // kRing: the producer warp's position and units issued, and its issue of one unit: wait for
-    // the stage to be free, expect the valid rows' bytes, one bulk copy a row (lane l: gate row l,
-    // lane 16 + l: up row l of the task's 16 columns), then advance.
-    const int ring_sn = static_cast<int>((row_bytes + kRingSlice - 1) / kRingSlice);  // slices a row
-    RingPos ps{0, 0, 0};
-    int issued = 0;
-    auto ring_issue = [&]() {
-      const int slot = issued % L.ring_stages;
-      sm90::mbar_wait(sm90::smem_addr(ring_empty + slot), ((issued / L.ring_stages) & 1) ^ 1);
-      const int u = static_cast<int>(ps.q / NB1), cb = static_cast<int>(ps.q % NB1);
-      const std::int64_t off = static_cast<std::int64_t>(ps.s) * kRingSlice;
-      const int bytes = static_cast<int>(min(static_cast<std::int64_t>(kRingSlice), row_bytes - off));
-      const int rows = static_cast<int>(min(std::int64_t{16}, N - cb * 16));  // valid columns of the task
-      const std::uint32_t full = sm90::smem_addr(ring_full + slot);
-      if (lane == 0) sm90::mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(2 * rows * bytes));
-      __syncwarp();
-      const int i = lane & 15;
-      if (i < rows) {
-        const std::int64_t row = static_cast<std::int64_t>(ue[u]) * 2 * N + (lane >= 16 ? N : 0) + cb * 16 + i;
-        sm90::bulk_copy_g2s(sm90::smem_addr(ring + static_cast<std::int64_t>(slot) * L.ring_stage_bytes + lane * L.ring_pitch),
-                            static_cast<const std::uint8_t*>(p.w13) + row * row_bytes + off, static_cast<std::uint32_t>(bytes),
-                            full);
-      }
-      ++issued;
-      if (++ps.s == ring_sn) {
-        ps.s = 0;
-        ps.t0 += kTok;
-        if (ps.t0 >= uoff[u + 1] - uoff[u]) {
-          ps.t0 = 0;
-          ++ps.q;
-        }
-      }
-    };
     if (warp == 0) {
       place_slots(rt, P);
     } else if (warp == 1) {
@@ -195,12 +162,6 @@ struct GemvMma {
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
-    } else if (kRing && warp == kRingWarp) {
-      // The ring's first units, as soon as the touched experts are known.
-      const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-      ps.q = Q * j / G;
-      const std::int64_t q_end = Q * (j + 1) / G;
-      while (issued < L.ring_stages && ps.q < q_end) ring_issue();
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -217,12 +178,32 @@ struct GemvMma {
     __syncthreads();  // token rows staged, slots placed, slot groups listed
     stamp(kPhaseRouted);
 
-    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
+    // ---- 1. GEMM1: this CTA's share of the call's (task, k-block) list, the warps splitting K ----
+    // The work is the list of the tasks' 64-byte k-blocks, task after task (W = Q x nkb). Split
+    // (p.split, and no expert with more than one pass of tokens: the same answer in every CTA):
+    // CTA j takes k-blocks [W j / G, W (j + 1) / G), so every CTA streams the same bytes (+-1
+    // k-block) and a task may be cut into pieces that several CTAs reduce; a piece that is not the
+    // whole task leaves its raw gate / up sums in the workspace (p.gemm1_part, two pieces a CTA at
+    // most: its first and its last task), and every CTA adds a split task's pieces in CTA order and
+    // finishes its h after the grid barrier. Not split: whole tasks, CTA j tasks [Q j / G, Q (j + 1) / G).
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
-    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    bool many = false;  // an expert with more tokens than one pass
+    for (int u = tid; u < U; u += kThreads) many |= uoff[u + 1] - uoff[u] > kTok;
+    const bool split = p.split && !p.per_channel && __syncthreads_or(many) == 0;
+    const std::int64_t W = Q * nkb;  // < 2^31 (the host sets p.split only then)
+    // The first k-block of CTA jj's share (jj = G: the end).
+    auto share_start = [&](int jj) { return static_cast<int>(split ? W * jj / G : Q * jj / G * nkb); };
+    const int w0 = share_start(j), w1 = share_start(j + 1);
+    const int qa = w0 / nkb, qb = w1 > w0 ? (w1 - 1) / nkb : qa - 1;  // this CTA's tasks [qa, qb]
+    // Task q's k-blocks in this CTA [ka, kb), and this warp's part of them [k0, k1).
+    auto warp_range = [&](int q, int& k0, int& k1) {
+      const int ka = max(w0 - q * nkb, 0);
+      const int kb = min(w1 - q * nkb, nkb);
+      k0 = ka + (kb - ka) * warp / kWarps;
+      k1 = ka + (kb - ka) * (warp + 1) / kWarps;
+    };
     float* part = work;  // [kWarps][2][16][kTok]
     float hmax = 0.0f;
     // A pass's start: the staged rows of its tokens (t0 + 8 i + g of the expert's T, from entry b
@@ -242,9 +223,10 @@ struct GemvMma {
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
     };
-    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
-    // and the activation, one (column, token) a thread; h to the workspace.
-    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt) {
+    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order,
+    // one (column, token) a thread: the whole task's h to the workspace (finish_h), or a piece's
+    // raw sums to gemm1_part[j][piece].
+    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt, int piece) {
       // The warp's partial sums: part[warp][gate / up][row][token].
 #pragma unroll
       for (int t = 0; t < 2; ++t)
@@ -255,7 +237,6 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
       __syncthreads();
-      const float ws = kFp8 && !p.per_channel ? xscale * p.w13_scale[e] : 1.0f;
       for (int o = tid; o < 16 * nt; o += kThreads) {
         const int col = o & 15, tok = o >> 4;
         const int cc = cb * 16 + col;
@@ -266,24 +247,14 @@ struct GemvMma {
           gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
           uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
         }
+        if (piece >= 0) {  // a piece of a split task (one pass: t0 = 0)
+          float* dst = p.gemm1_part + ((static_cast<std::int64_t>(j) * 2 + piece) * 2 * 16 + col) * kTok + tok;
+          __stcg(dst, gv);
+          __stcg(dst + 16 * kTok, uv);
+          continue;
+        }
         const int slot = sorted[b + t0 + tok];
-        if (kFp8 && p.per_channel) {  // the token's scale, then each output channel's weight scale
-          const float xs = row_scale[slot / k];
-          gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
-          uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
-        } else if (kFp8) {
-          gv *= ws;
-          uv *= ws;
-        }
-        if (p.weight_on_input) {
-          gv *= tw[slot];
-          uv *= tw[slot];
-        }
-        if (p.b13 != nullptr) {
-          gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
-          uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
-        }
-        const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+        const float h = finish_h(p, gv, uv, e, cc, slot, xscale, row_scale, tw);
         if constexpr (kFp8) {
           p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
           hmax = numerics::fold_absmax(hmax, h);
@@ -293,120 +264,88 @@ struct GemvMma {
       }
       __syncthreads();  // part free again
     };
-    if constexpr (!kRing) {
-      // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
-      // k-blocks over its K range. The loads of the next round (the next unit's first one at a
-      // unit's end) are issued before the mmas of the current one, so they are in flight through the
-      // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
-      const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
-      auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
-        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-        const int rlo = cb * 16 + g, rhi = rlo + 8;
-        vlo = rlo < N;
-        vhi = rhi < N;
-        const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
-        rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
-        rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
-        rp[2] = rp[0] + N * row_bytes;
-        rp[3] = rp[1] + N * row_bytes;
-      };
-      auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
-        const std::uint8_t* rp[4];
-        bool vlo, vhi;
-        task_rows(q, rp, vlo, vhi);
+    // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
+    // k-blocks over its part of the task's k-blocks here. The loads of the next round (the next
+    // unit's first one at a unit's end) are issued before the mmas of the current one, so they
+    // are in flight through the unit's partial-sum barrier and reduction: the SM's stream does not
+    // stop between tasks.
+    auto task_rows = [&](int q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+      const int u = q / NB1, cb = q % NB1;
+      const int rlo = cb * 16 + g, rhi = rlo + 8;
+      vlo = rlo < N;
+      vhi = rhi < N;
+      const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
+      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
+      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
+      rp[2] = rp[0] + N * row_bytes;
+      rp[3] = rp[1] + N * row_bytes;
+    };
+    auto issue1 = [&](uint4 (&a)[kRound1][4], int q, int r) {
+      const std::uint8_t* rp[4];
+      bool vlo, vhi;
+      task_rows(q, rp, vlo, vhi);
+      int k0, k1;
+      warp_range(q, k0, k1);
 #pragma unroll
-        for (int i = 0; i < kRound1; ++i) {
-          const int kbi = kw0 + r * kRound1 + i;
-          const int ch = kbi * 4 + c;
-          const bool ok = kbi < kw1 && ch < cpr;
-          const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-          a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
-          a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
-          a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
-          a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
-        }
-      };
-      uint4 cur[kRound1][4], nxt[kRound1][4];
-      if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
-      for (std::int64_t q = q0; q < q1; ++q) {
-        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-        const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-        for (int t0 = 0; t0 < T; t0 += kTok) {
-          const int nt = min(kTok, T - t0);
-          const std::uint8_t* xrow[kTg];
-          bool xv[kTg];
-          float acc[2][kTg][4];
-          start_pass(b, T, t0, xrow, xv, acc);
-          for (int r = 0; r < R1; ++r) {
-            // The next round: this unit's, else the next pass's or the next task's first.
-            if (r + 1 < R1) {
-              issue1(nxt, q, r + 1);
-            } else if (t0 + kTok < T) {
-              issue1(nxt, q, 0);
-            } else if (q + 1 < q1) {
-              issue1(nxt, q + 1, 0);
-            }
-#pragma unroll
-            for (int i = 0; i < kRound1; ++i) {
-              const int kbi = kw0 + r * kRound1 + i;
-              const int ch = kbi * 4 + c;
-              const bool ok = kbi < kw1 && ch < cpr;
-#pragma unroll
-              for (int gi = 0; gi < kTg; ++gi) {
-                if (8 * gi >= nt) continue;
-                const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
-                mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
-                mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
-              }
-            }
-#pragma unroll
-            for (int i = 0; i < kRound1; ++i)
-#pragma unroll
-              for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
-          }
-          finish_pass(acc, e, cb, b, t0, nt);
-        }
+      for (int i = 0; i < kRound1; ++i) {
+        const int kbi = k0 + r * kRound1 + i;
+        const int ch = kbi * 4 + c;
+        const bool ok = kbi < k1 && ch < cpr;
+        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
+        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
+        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
+        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
       }
-    } else {
-      // The ring: unit n (task, pass, slice of K) in stage n % ring_stages. Warp w reads k-block w
-      // of the stage (rows g, g + 8 of the gate and the up tile; the rows sit at a pitch of 64 mod
-      // 128 bytes, so a quarter warp's 16-byte reads hit every bank once), releases the stage, and
-      // runs its mmas against the staged token rows; the producer warp then refills the stage
-      // with the unit ring_stages ahead. Through a pass's partial-sum barriers the ring stays full.
-      int n = 0;  // the unit this warp consumes
-      for (std::int64_t q = q0; q < q1; ++q) {
-        const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-        const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-        const bool vlo = cb * 16 + g < N, vhi = cb * 16 + g + 8 < N;
-        for (int t0 = 0; t0 < T; t0 += kTok) {
-          const int nt = min(kTok, T - t0);
-          const std::uint8_t* xrow[kTg];
-          bool xv[kTg];
-          float acc[2][kTg][4];
-          start_pass(b, T, t0, xrow, xv, acc);
-          for (int sl = 0; sl < ring_sn; ++sl, ++n) {
-            const int slot = n % L.ring_stages;
-            sm90::mbar_wait(sm90::smem_addr(ring_full + slot), (n / L.ring_stages) & 1);
-            const std::int64_t byte = static_cast<std::int64_t>(sl) * kRingSlice + warp * 64 + 16 * c;  // of the row
-            const bool ok = byte < row_bytes;  // rows are whole 16-byte chunks
-            const std::uint8_t* st = ring + static_cast<std::int64_t>(slot) * L.ring_stage_bytes + warp * 64 + 16 * c;
-            const uint4 glo = ok && vlo ? *reinterpret_cast<const uint4*>(st + g * L.ring_pitch) : zero4();
-            const uint4 ghi = ok && vhi ? *reinterpret_cast<const uint4*>(st + (g + 8) * L.ring_pitch) : zero4();
-            const uint4 ulo = ok && vlo ? *reinterpret_cast<const uint4*>(st + (16 + g) * L.ring_pitch) : zero4();
-            const uint4 uhi = ok && vhi ? *reinterpret_cast<const uint4*>(st + (24 + g) * L.ring_pitch) : zero4();
-            __syncwarp();
-            if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(ring_empty + slot));  // release: the reads are done
-            if (warp == kRingWarp && ps.q < q1) ring_issue();
+    };
+    uint4 cur[kRound1][4], nxt[kRound1][4];
+    bool ready = false;  // cur holds the unit's first round (issued during the previous unit)
+    for (int q = qa; q <= qb; ++q) {
+      const int u = q / NB1, cb = q % NB1;
+      const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
+      int k0, k1;
+      warp_range(q, k0, k1);
+      const int R1 = (k1 - k0 + kRound1 - 1) / kRound1;  // rounds of this unit for this warp (0: none)
+      const bool whole = q * nkb >= w0 && (q + 1) * nkb <= w1;
+      const int piece = whole ? -1 : (q == qa ? 0 : 1);
+      for (int t0 = 0; t0 < T; t0 += kTok) {
+        const int nt = min(kTok, T - t0);
+        if (!ready && R1 > 0) issue1(cur, q, 0);
+        ready = false;
+        const std::uint8_t* xrow[kTg];
+        bool xv[kTg];
+        float acc[2][kTg][4];
+        start_pass(b, T, t0, xrow, xv, acc);
+        for (int r = 0; r < R1; ++r) {
+          // The next round: this unit's, else the next pass's or the next task's first.
+          if (r + 1 < R1) {
+            issue1(nxt, q, r + 1);
+          } else if (t0 + kTok < T) {
+            issue1(nxt, q, 0);
+            ready = true;
+          } else if (q + 1 <= qb) {
+            issue1(nxt, q + 1, 0);
+            ready = true;
+          }
+#pragma unroll
+          for (int i = 0; i < kRound1; ++i) {
+            const int kbi = k0 + r * kRound1 + i;
+            const int ch = kbi * 4 + c;
+            const bool ok = kbi < k1 && ch < cpr;
 #pragma unroll
             for (int gi = 0; gi < kTg; ++gi) {
               if (8 * gi >= nt) continue;
-              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + byte) : zero4();
-              mma_block(acc[0][gi], glo, ghi, bx);
-              mma_block(acc[1][gi], ulo, uhi, bx);
+              const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
+              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
+              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
             }
           }
-          finish_pass(acc, e, cb, b, t0, nt);
+#pragma unroll
+          for (int i = 0; i < kRound1; ++i)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
         }
+        finish_pass(acc, e, cb, b, t0, nt, piece);
       }
     }
     const bool dyn2 = kFp8 && !p.per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
@@ -417,10 +356,62 @@ struct GemvMma {
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
 
+    // ---- 2b. the split tasks, listed alike in every CTA: CTA jb's first task when it began in an
+    // earlier CTA, ja (the last CTA whose share starts at or before the task), and ends in jb ----
+    int* splits = reinterpret_cast<int*>(work);  // [G][3]: task, ja, jb (GEMM1's partial sums are done with)
+    int nsplit = 0;
+    if (split) {
+      int* count = reinterpret_cast<int*>(scratch) + kWarps + 2;
+      if (tid == 0) *count = 0;
+      __syncthreads();
+      for (int jb = tid; jb < G; jb += kThreads) {
+        const int s0 = share_start(jb), s1 = share_start(jb + 1);
+        if (s0 % nkb == 0) continue;        // CTA jb's first task (if any) begins in it
+        const int x = s0 / nkb * nkb;       // that task's first k-block
+        if (x + nkb > s1) continue;         // it goes on into the next CTA
+        const int ja = static_cast<int>(((static_cast<std::int64_t>(x) + 1) * G - 1) / W);  // x < W: ja < G
+        const int at = atomicAdd(count, 1);
+        splits[3 * at] = static_cast<int>(x / nkb);
+        splits[3 * at + 1] = ja;
+        splits[3 * at + 2] = jb;
+      }
+      __syncthreads();
+      nsplit = *count;
+    }
+    // Column o % 16 of split task o / 16 (o < 16 nsplit): each of its tokens' pieces summed in CTA
+    // order, then finish_h, handed to fn(slot, column, h) (the same in every CTA: bitwise the same
+    // h everywhere).
+    auto split_h = [&](int o, auto&& fn) {
+      const int s = o >> 4, col = o & 15;
+      const int q = splits[3 * s], ja = splits[3 * s + 1], jb = splits[3 * s + 2];
+      const int u = q / NB1;
+      const int b = uoff[u], T = uoff[u + 1] - b;
+      const int cc = (q % NB1) * 16 + col;
+      if (cc >= N) return;
+      for (int tok = 0; tok < T; ++tok) {
+        float gv = 0.0f, uv = 0.0f;
+        for (int jj = ja; jj <= jb; ++jj) {
+          const int s0 = share_start(jj);
+          if (s0 == share_start(jj + 1)) continue;  // an empty share (fewer k-blocks than CTAs)
+          const int piece = q == s0 / nkb ? 0 : 1;
+          const float* src = p.gemm1_part + ((static_cast<std::int64_t>(jj) * 2 + piece) * 2 * 16 + col) * kTok + tok;
+          gv += __ldcg(src);
+          uv += __ldcg(src + 16 * kTok);
+        }
+        const int slot = sorted[b + tok];
+        fn(slot, cc, finish_h(p, gv, uv, ue[u], cc, slot, xscale, row_scale, tw));
+      }
+    };
+
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
     float hscale = 1.0f;
     if constexpr (kFp8) {
-      if (!p.per_channel) hscale = intermediate_scale(p, dyn2, scratch);
+      if (!p.per_channel) {
+        float split_max = 0.0f;  // the split tasks' h, which no CTA published
+        for (int o = tid; dyn2 && o < nsplit * 16; o += kThreads)
+          split_h(o, [&](int, int, float h) { split_max = numerics::fold_absmax(split_max, h); });
+        hscale = intermediate_scale(p, dyn2, scratch, split_max);
+      }
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
@@ -495,6 +486,17 @@ struct GemvMma {
     }
     if constexpr (!kFp8) sm90::cp_async_wait_all_groups();
     __syncthreads();
+    // The split tasks' h over the staged rows (their h_buf entries were never written).
+    if (nsplit > 0) {
+      const float inv = 1.0f / hscale;
+      for (int o = tid; o < nsplit * 16; o += kThreads)
+        split_h(o, [&](int slot, int cc, float h) {
+          std::uint8_t* row = region + static_cast<std::int64_t>(slot) * ph;
+          if constexpr (kFp8) row[cc] = static_cast<std::uint8_t>(numerics::e4m3x2(h * inv, 0.0f) & 0xffu);
+          else reinterpret_cast<ActT*>(row)[cc] = from_float<ActT>(h);
+        });
+      __syncthreads();
+    }
     stamp(kPhaseStaged);
 
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
@@ -610,15 +612,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_sm90_kernel(const __grid
 #endif
 }
 
-// The ring variant: GEMM1's weights through bulk copies into a shared-memory ring.
-template <Operand kOp>
-__global__ void __launch_bounds__(kThreads, 1) gemv_ring_sm90_kernel(const __grid_constant__ GemvParams p) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  extern __shared__ __align__(16) std::uint8_t smem_raw[];
-  GemvMma<kOp, true>::run(p, smem_raw);
-#endif
-}
-
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -630,17 +623,6 @@ int gemv_mma_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_sm90_kernel<kOp>, p, grid, stream);
-}
-
-template <Operand kOp>
-int gemv_ring_max_coresident_ctas(int device) {
-  static std::atomic<int> cached[64];
-  return coresident_ctas(&gemv_ring_sm90_kernel<kOp>, device, cached);
-}
-
-template <Operand kOp>
-void launch_gemv_ring_sm90(const GemvParams& p, int grid, void* stream) {
-  launch_cooperative(&gemv_ring_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -32,6 +34,7 @@ struct GemvLayout {
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t h_buf = 0;         // fp32 [P, N]
   std::size_t h_amax = 0;        // fp32 [kMaxCtas]
+  std::size_t gemm1_part = 0;    // fp32 [kMaxSplitCtas][2][kSplitPieceFloats]: the split GEMM1's pieces
   std::size_t total = 0;
 };
 
@@ -49,6 +52,7 @@ GemvLayout gemv_layout(const MoeProblem& p) {
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
   l.h_buf = take(P * static_cast<std::size_t>(p.intermediate_size) * 4);
   l.h_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
+  l.gemm1_part = take(static_cast<std::size_t>(gv::kMaxSplitCtas) * 2 * gv::kSplitPieceFloats * 4);
   l.total = at;
   return l;
 }
@@ -102,9 +106,8 @@ int mma_pitch(std::int64_t bytes) {
 }
 
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
-// GEMM2 pass; `ring`: the ring variant, at least two stages of GEMM1's weight ring besides the
-// partial sums).
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool ring = false) {
+// GEMM2 pass).
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -127,28 +130,14 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool ring = false)
   L.x_pitch = mma_pitch(p.hidden_size * es);
   L.h_pitch = mma_pitch(p.intermediate_size * es);
   L.region_off = take(std::max(M * L.x_pitch, P * L.h_pitch));
-  if (ring) {
-    L.ring_bars_off = take(2 * gv::kRingMaxStages * 8);
-    at = (at + 127) / 128 * 128;  // the work area (and the ring in it) 128-byte aligned
-  }
   const std::int64_t part = std::int64_t{gv::kWarps} * 2 * 16 * 8 * gv::kMmaTokenGroups * 4;
   const std::int64_t cb = (p.hidden_size + 15) / 16;
   const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);
   const std::int64_t avail = gv::kMmaSmemBytes - at;
-  const std::int64_t per_block = P * 16 * 4;
+  const std::int64_t per_block = std::max<std::int64_t>(P, 1) * 16 * 4;  // M = 0 (k >= 1) asks too
   L.cb_pass = static_cast<int>(std::min<std::int64_t>(owned, avail > 0 ? avail / per_block : 0));
   if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
-  std::int64_t gemm1 = part;
-  if (ring) {
-    L.ring_pitch = gv::kWarps * 64 + 64;  // a 1 KB slice of a row, 64 mod 128 bytes
-    L.ring_stage_bytes = 32 * L.ring_pitch;
-    const std::int64_t ring_at = (part + 127) / 128 * 128;
-    L.ring_stages = static_cast<int>(std::min<std::int64_t>(gv::kRingMaxStages, (avail - ring_at) / L.ring_stage_bytes));
-    if (L.ring_stages < 2) return gv::SmemLayout{};
-    gemm1 = ring_at + std::int64_t{L.ring_stages} * L.ring_stage_bytes;
-  }
-  L.work_off = take(std::max(gemm1, per_block * L.cb_pass));
-  if (ring) L.ring_off = L.work_off + static_cast<int>((part + 127) / 128 * 128);
+  L.work_off = take(std::max(part, per_block * L.cb_pass));
   L.bytes = static_cast<int>(at);
   return L;
 }
@@ -167,14 +156,6 @@ bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
        << "-byte shared memory of a CTA: too many tokens for the GEMV path";
     return fail(why, os.str());
   }
-  return true;
-}
-
-// The ring variant: the tensor-core kernel's limits, and two ring stages (70 KB) beside them.
-bool can_implement_ring_kernel(const MoeProblem& p, std::string* why) {
-  if (!can_implement_mma_kernel(p, why)) return false;
-  if (mma_smem_layout(p, 1, true).bytes == 0)
-    return fail(why, "the ring variant needs two 34 KB weight stages besides the tensor-core kernel's shared memory");
   return true;
 }
 
@@ -202,6 +183,15 @@ bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
   return true;
 }
 
+// MOEKIT_GEMV_SPLIT (read at every call, for A/Bs in one process): "0" runs the tensor-core
+// kernel's GEMM1 on whole tasks; unset or "1" splits it by k-blocks (kernel_mma_sm90.cuh).
+bool gemv_split_enabled() {
+  const char* v = std::getenv("MOEKIT_GEMV_SPLIT");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_SPLIT must be unset, '0' or '1', got '") + v + "'");
+}
+
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
@@ -219,7 +209,6 @@ struct KernelFns {
 template <gv::Operand kOp>
 KernelFns kernel_fns(detail::GemvKernel kind) {
   switch (kind) {
-    case detail::GemvKernel::kRing: return {&gv::gemv_ring_max_coresident_ctas<kOp>, &gv::launch_gemv_ring_sm90<kOp>};
     case detail::GemvKernel::kMma: return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
     case detail::GemvKernel::kCuda: break;
   }
@@ -275,10 +264,6 @@ GemvSupport gemv_support_sm90(const MoeProblem& p, std::string* why) {
 
 bool can_implement_gemv_sm90(const MoeProblem& p, std::string* why) { return gemv_support_sm90(p, why).any(); }
 
-bool can_implement_gemv_ring_sm90(const MoeProblem& p) {
-  return gemv_support_sm90(p, nullptr).mma && can_implement_ring_kernel(p, nullptr);
-}
-
 std::size_t gemv_workspace_size(const MoeProblem& p) {
   if (!can_implement_gemv_sm90(p, nullptr)) return 0;
   return gemv_layout(p).total;
@@ -286,7 +271,6 @@ std::size_t gemv_workspace_size(const MoeProblem& p) {
 
 const char* gemv_last_kernel() {
   switch (last_gemv_kernel) {
-    case detail::GemvKernel::kRing: return "ring";
     case detail::GemvKernel::kMma: return "mma";
     case detail::GemvKernel::kCuda: break;
   }
@@ -313,9 +297,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool f16 = p.act_dtype == DType::kFp16;
   // The kernel the plan chose (DispatchPlan: the router's rule, MOEKIT_GEMV_KERNEL).
   std::string why;
-  const bool ok = kind == detail::GemvKernel::kRing  ? can_implement_ring_kernel(p, &why)
-                  : kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why)
-                                                 : can_implement_cuda_kernel(p, &why);
+  const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const KernelFns fns = kernel_fns(kind, fp8, f16);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
@@ -352,6 +334,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.h_buf = reinterpret_cast<float*>(ws + L.h_buf);
   kp.h_amax = reinterpret_cast<float*>(ws + L.h_amax);
+  kp.gemm1_part = reinterpret_cast<float*>(ws + L.gemm1_part);
   kp.faults = device_fault_record(dev);
   kp.num_tokens = static_cast<int>(p.num_tokens);
   kp.top_k = static_cast<int>(p.top_k);
@@ -363,9 +346,16 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
+  // The split's k-block list (tasks x 64-byte k-blocks of a w13 row) is indexed in 32 bits.
+  const std::int64_t max_tasks = std::min(p.num_tokens * p.top_k, p.num_experts) * ((p.intermediate_size + 15) / 16);
+  const bool split_fits = max_tasks * ((p.hidden_size * elem_bytes(p) + 63) / 64) < (std::int64_t{1} << 31);
+  kp.split = kind == detail::GemvKernel::kMma && !kp.per_channel && grid <= gv::kMaxSplitCtas && split_fits &&
+                     gemv_split_enabled()
+                 ? 1
+                 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, kind == detail::GemvKernel::kRing);
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
   last_gemv_kernel = kind;
   fns.launch(kp, grid, call.stream);
 }

@@ -26,10 +26,6 @@ GemvSupport gemv_support_sm90(const MoeProblem& problem, std::string* why);
 /// True when the GEMV decode path can run `problem`: gemv_support_sm90(problem, why).any().
 bool can_implement_gemv_sm90(const MoeProblem& problem, std::string* why);
 
-/// True when the tensor-core kernel's ring variant (run only when MOEKIT_GEMV_KERNEL=ring names
-/// it) can run `problem`: the tensor-core kernel can, with two weight stages beside it.
-bool can_implement_gemv_ring_sm90(const MoeProblem& problem);
-
 /// Bytes of workspace the GEMV path needs for `problem` (sizes only; 0 when it cannot run it).
 std::size_t gemv_workspace_size(const MoeProblem& problem);
 
@@ -41,7 +37,7 @@ std::size_t gemv_workspace_size(const MoeProblem& problem);
 void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind);
 
 /// Which GEMV kernel the thread's last run_gemv_sm90 enqueued: "cuda" (the CUDA-core kernel),
-/// "mma" (the tensor-core one) or "ring" (its ring variant). Tests check that a forced kernel
+/// or "mma" (the tensor-core one). Tests check that a forced kernel
 /// really ran.
 const char* gemv_last_kernel();
 

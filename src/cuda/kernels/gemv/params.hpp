@@ -24,9 +24,10 @@ inline constexpr int kRegionBytes = 192 * 1024;
 inline constexpr int kMmaMaxSlots = 1024;
 inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
-// The ring variant of the tensor-core kernel (GemvMma<kOp, true>, MOEKIT_GEMV_KERNEL=ring): GEMM1's
-// weights through 2..kRingMaxStages shared-memory stages of 32 rows x 1 KB of K.
-inline constexpr int kRingMaxStages = 6;
+// The tensor-core kernel's split GEMM1 (GemvParams::split): grids up to kMaxSplitCtas CTAs, each
+// leaving at most two pieces of raw gate / up sums, 16 columns x one pass of tokens each.
+inline constexpr int kMaxSplitCtas = 256;
+inline constexpr int kSplitPieceFloats = 2 * 16 * 8 * kMmaTokenGroups;
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
@@ -50,13 +51,6 @@ struct SmemLayout {
   int x_pitch = 0;     // bytes a staged token row takes (64 mod 128: conflict-free fragment loads)
   int h_pitch = 0;     // bytes a staged h row takes (same rule)
   int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
-  // The ring variant only (GEMM1's weight ring inside the work area, after the partial sums; its
-  // mbarriers outside it, since GEMM2's slot outputs reuse the area):
-  int ring_bars_off = 0;     // uint64 [2 * ring_stages]: full, then empty barriers
-  int ring_off = 0;          // [ring_stages][32 rows][ring_pitch] bytes
-  int ring_stages = 0;
-  int ring_stage_bytes = 0;  // 32 * ring_pitch
-  int ring_pitch = 0;        // bytes a staged weight row takes: 1 KB + 64 (64 mod 128)
 };
 
 struct GemvParams {
@@ -75,6 +69,7 @@ struct GemvParams {
   const void* b2;                   // [E, K] or null
   float* h_buf;                     // workspace: h [M * k, N] fp32 (rows of local slots)
   float* h_amax;                    // workspace: [gridDim.x] absmax of each CTA's h (fp8, dynamic)
+  float* gemm1_part;                // workspace: [kMaxSplitCtas][2][kSplitPieceFloats] (tensor-core kernel)
   FaultRecord* faults;              // the device's fault record, or null
   int num_tokens;                   // M
   int top_k;                        // k
@@ -87,6 +82,8 @@ struct GemvParams {
   int weight_on_input;
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
+  int split;                        // the tensor-core kernel: GEMM1 split by k-blocks over the CTAs
+                                    // (grid <= kMaxSplitCtas; not per_channel; off: MOEKIT_GEMV_SPLIT=0)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;
@@ -115,11 +112,6 @@ template <Operand kOp>
 void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream);
 template <Operand kOp>
 int gemv_mma_max_coresident_ctas(int device);
-// The ring variant's (gemv_ring_sm90_kernel, kernel_mma_sm90.cuh), same contract.
-template <Operand kOp>
-void launch_gemv_ring_sm90(const GemvParams& p, int grid, void* stream);
-template <Operand kOp>
-int gemv_ring_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.

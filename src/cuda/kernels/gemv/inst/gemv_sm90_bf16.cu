@@ -1,4 +1,4 @@
-// Instantiation of the GEMV decode kernels (CUDA-core, tensor-core and its ring variant) for
+// Instantiation of the GEMV decode kernels (CUDA-core and tensor-core) for
 // operand bf16, compiled on its own so the instantiations build in parallel.
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/gemv/kernel_mma_sm90.cuh"
@@ -10,12 +10,9 @@ template void launch_gemv_sm90<Operand::kBf16>(const GemvParams&, int, void*);
 template int gemv_max_coresident_ctas<Operand::kBf16>(int);
 template void launch_gemv_mma_sm90<Operand::kBf16>(const GemvParams&, int, void*);
 template int gemv_mma_max_coresident_ctas<Operand::kBf16>(int);
-template void launch_gemv_ring_sm90<Operand::kBf16>(const GemvParams&, int, void*);
-template int gemv_ring_max_coresident_ctas<Operand::kBf16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(gemv_sm90_kernel<Operand::kBf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_sm90_kernel<Operand::kBf16>);
-MOEKIT_REGISTER_KERNEL(gemv_ring_sm90_kernel<Operand::kBf16>);
 
 }  // namespace moekit::cuda::gemv
