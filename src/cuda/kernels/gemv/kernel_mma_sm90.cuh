@@ -191,7 +191,9 @@ struct GemvMma {
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
     bool many = false;  // an expert with more tokens than one pass
     for (int u = tid; u < U; u += kThreads) many |= uoff[u + 1] - uoff[u] > kTok;
-    const bool split = p.split && !p.per_channel && __syncthreads_or(many) == 0;
+    // At fewer tasks than CTAs the split measured slower (GEMM1 itself: qwen3-30b TP8 M = 1 bf16,
+    // the last CTA done 1.4 us later with 132 CTAs reading than with 48): it waits for Q >= G.
+    const bool split = p.split && !p.per_channel && Q >= G && __syncthreads_or(many) == 0;
     const std::int64_t W = Q * nkb;  // < 2^31 (the host sets p.split only then)
     // The first k-block of CTA jj's share (jj = G: the end).
     auto share_start = [&](int jj) { return static_cast<int>(split ? W * jj / G : Q * jj / G * nkb); };
@@ -358,14 +360,17 @@ struct GemvMma {
 
     // ---- 2b. the split tasks, listed alike in every CTA: CTA jb's first task when it began in an
     // earlier CTA, ja (the last CTA whose share starts at or before the task), and ends in jb ----
-    int* splits = reinterpret_cast<int*>(work);  // [G][3]: task, ja, jb (GEMM1's partial sums are done with)
+    // (In the work area, which GEMM1's partial sums are done with: 4 G + 1 ints <= 16 KB.)
+    int* splits = reinterpret_cast<int*>(work);  // [G][3]: task, ja, jb
+    int* starts = splits + 3 * G;                // [G + 1]: share_start of every CTA
     int nsplit = 0;
     if (split) {
       int* count = reinterpret_cast<int*>(scratch) + kWarps + 2;
       if (tid == 0) *count = 0;
+      for (int jj = tid; jj <= G; jj += kThreads) starts[jj] = share_start(jj);
       __syncthreads();
       for (int jb = tid; jb < G; jb += kThreads) {
-        const int s0 = share_start(jb), s1 = share_start(jb + 1);
+        const int s0 = starts[jb], s1 = starts[jb + 1];
         if (s0 % nkb == 0) continue;        // CTA jb's first task (if any) begins in it
         const int x = s0 / nkb * nkb;       // that task's first k-block
         if (x + nkb > s1) continue;         // it goes on into the next CTA
@@ -391,8 +396,8 @@ struct GemvMma {
       for (int tok = 0; tok < T; ++tok) {
         float gv = 0.0f, uv = 0.0f;
         for (int jj = ja; jj <= jb; ++jj) {
-          const int s0 = share_start(jj);
-          if (s0 == share_start(jj + 1)) continue;  // an empty share (fewer k-blocks than CTAs)
+          const int s0 = starts[jj];
+          if (s0 == starts[jj + 1]) continue;  // an empty share (fewer k-blocks than CTAs)
           const int piece = q == s0 / nkb ? 0 : 1;
           const float* src = p.gemm1_part + ((static_cast<std::int64_t>(jj) * 2 + piece) * 2 * 16 + col) * kTok + tok;
           gv += __ldcg(src);
