@@ -162,6 +162,10 @@ struct RouterTable {
   // previous auto choice it wins 1.03-1.37x at TP8 bf16 M = 8, 16 (qwen3-30b, qwen3-235b, gpt-oss,
   // mixtral M = 4, 8; deepseek-v3 ties), fp8 M = 1..16 (deepseek-v3, qwen3-235b, mixtral M <= 8, qwen3-30b
   // from M = 2), and loses at TP1 (0.71-0.99 but qwen3-235b fp8 M = 1) and from M = 32.
+  // fp8_per_channel (only this kernel runs it on the GEMV path): the shards (N < gemv_mma_max_n)
+  // up to gemv_mma_max_tokens, qwen3-30b at M = 1, 2 included, not the few-experts clause: forced
+  // gemv against auto's chain at 0abf3fb (bench/results/2026-12-01-0abf3fb-h200-gemv-per-channel-ab*,
+  // check on) 1.10-2.16x on the shards at M <= 8 and 1.00-2.16x at 16, mixtral 0.86-0.98x.
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
   std::int64_t gemv_mma_few_experts = 16;

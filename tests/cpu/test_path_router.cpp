@@ -283,7 +283,8 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
 
 TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
-  // N < 512 but qwen3-30b M <= 2, mixtral TP8 (8 experts) up to 8 tokens; never at TP1.
+  // N < 512 but qwen3-30b M <= 2 (fp8_per_channel there too), mixtral TP8 (8 experts) up to 8
+  // tokens (not fp8_per_channel); never at TP1.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
   const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
@@ -309,7 +310,15 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 2, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
-  EXPECT_FALSE(mma("qwen3-235b-a22b", 16, 8, Scheme::kFp8PerChannel));  // not measured: forced only
+  // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's from M = 1; not mixtral, not TP1.
+  const Scheme pc = Scheme::kFp8PerChannel;
+  EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, pc), on);
+  EXPECT_EQ(mma("qwen3-30b-a3b", 1, 8, pc), on);
+  EXPECT_EQ(mma("gpt-oss-120b", 16, 8, pc), on);
+  EXPECT_FALSE(mma("mixtral-8x7b", 1, 8, pc));
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, pc));
+  EXPECT_FALSE(mma("deepseek-v3", 1, 1, pc));
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, Scheme::kFp8Block128));
   if (on) EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).describe(), "gemv(mma)");
   in.gemv_mma_ok = false;  // it cannot run the call: the rules before it decide
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 8, bf));

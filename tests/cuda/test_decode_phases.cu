@@ -232,19 +232,5 @@ TEST(Sm90Gemv, MmaPhaseBreakdown) {
   unsetenv("MOEKIT_GEMV_KERNEL");
 }
 
-// The same kernel with its GEMM1 on whole tasks (MOEKIT_GEMV_SPLIT=0), the split's A side.
-TEST(Sm90Gemv, MmaWholeTaskPhaseBreakdown) {
-  SKIP_WITHOUT_SM90();
-  setenv("MOEKIT_GEMV_KERNEL", "mma", 1);
-  setenv("MOEKIT_GEMV_SPLIT", "0", 1);
-  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 1}, "gemv");
-  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 8}, "gemv");
-  phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 16}, "gemv");
-  phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 8}, "gemv");
-  phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
-  unsetenv("MOEKIT_GEMV_SPLIT");
-  unsetenv("MOEKIT_GEMV_KERNEL");
-}
-
 }  // namespace
 }  // namespace moekit

@@ -36,34 +36,27 @@ int g_cases = 0;
 std::vector<std::string> g_declined;
 
 // The GEMV path's kernel the current test asks for (MOEKIT_GEMV_KERNEL): "" the default choice,
-// "mma" the tensor-core kernel wherever it can run (parameters gemv_mma and gemv_mma_whole).
+// "mma" the tensor-core kernel wherever it can run (parameter gemv_mma).
 std::string g_gemv_kernel;
-// gemv_mma_whole: the tensor-core kernel with its GEMM1 on whole tasks (MOEKIT_GEMV_SPLIT=0);
-// gemv_mma runs the default, GEMM1 split by k-blocks over the CTAs.
-bool g_gemv_whole = false;
 
-// The kernel paths every Sm90FusedMoe test runs on; gemv_mma is gemv with its tensor-core kernel,
-// gemv_mma_whole the same kernel without the split GEMM1.
-const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv", "gemv_mma", "gemv_mma_whole"};
+// The kernel paths every Sm90FusedMoe test runs on; gemv_mma is gemv with its tensor-core kernel.
+const char* const kTestPaths[] = {"auto", "mma", "swapab", "tokmajor", "decode", "gemv", "gemv_mma"};
 
 class Sm90FusedMoe : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     g_path = GetParam();
     g_gemv_kernel.clear();
-    g_gemv_whole = g_path == "gemv_mma_whole";
-    if (g_path == "gemv_mma" || g_gemv_whole) {
+    if (g_path == "gemv_mma") {
       g_gemv_kernel = "mma";
       g_path = "gemv";
       setenv("MOEKIT_GEMV_KERNEL", g_gemv_kernel.c_str(), 1);
-      if (g_gemv_whole) setenv("MOEKIT_GEMV_SPLIT", "0", 1);
     }
     g_cases = 0;
     g_declined.clear();
   }
   void TearDown() override {
     if (!g_gemv_kernel.empty()) unsetenv("MOEKIT_GEMV_KERNEL");
-    if (g_gemv_whole) unsetenv("MOEKIT_GEMV_SPLIT");
     // Every case of the test declined by the forced path: the test is skipped with the reasons.
     if (g_cases > 0 && static_cast<int>(g_declined.size()) == g_cases) {
       std::string why;

@@ -76,32 +76,6 @@ struct GemvMma {
     return make_uint4(x.x, x.y, y.x, y.y);
   }
 
-  // A column's gate and up sums over all of K to its h: the fp8 scales (per tensor: xscale times
-  // the expert's w13 scale; per channel: the token row's scale times the output channel's), the
-  // router weight when it goes on the input, b13, the activation.
-  static __device__ __forceinline__ float finish_h(const GemvParams& p, float gv, float uv, int e, std::int64_t cc, int slot,
-                                                   float xscale, const float* row_scale, const float* tw) {
-    const std::int64_t N = p.inter_size;
-    if (kFp8 && p.per_channel) {
-      const float xs = row_scale[slot / p.top_k];
-      gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
-      uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
-    } else if (kFp8) {
-      const float ws = xscale * p.w13_scale[e];
-      gv *= ws;
-      uv *= ws;
-    }
-    if (p.weight_on_input) {
-      gv *= tw[slot];
-      uv *= tw[slot];
-    }
-    if (p.b13 != nullptr) {
-      gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
-      uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
-    }
-    return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
-  }
-
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
     namespace cg = cooperative_groups;
     const SmemLayout& L = p.smem;
@@ -178,34 +152,12 @@ struct GemvMma {
     __syncthreads();  // token rows staged, slots placed, slot groups listed
     stamp(kPhaseRouted);
 
-    // ---- 1. GEMM1: this CTA's share of the call's (task, k-block) list, the warps splitting K ----
-    // The work is the list of the tasks' 64-byte k-blocks, task after task (W = Q x nkb). Split
-    // (p.split, and no expert with more than one pass of tokens: the same answer in every CTA):
-    // CTA j takes k-blocks [W j / G, W (j + 1) / G), so every CTA streams the same bytes (+-1
-    // k-block) and a task may be cut into pieces that several CTAs reduce; a piece that is not the
-    // whole task leaves its raw gate / up sums in the workspace (p.gemm1_part, two pieces a CTA at
-    // most: its first and its last task), and every CTA adds a split task's pieces in CTA order and
-    // finishes its h after the grid barrier. Not split: whole tasks, CTA j tasks [Q j / G, Q (j + 1) / G).
+    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
+    const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
-    bool many = false;  // an expert with more tokens than one pass
-    for (int u = tid; u < U; u += kThreads) many |= uoff[u + 1] - uoff[u] > kTok;
-    // At fewer tasks than CTAs the split measured slower (GEMM1 itself: qwen3-30b TP8 M = 1 bf16,
-    // the last CTA done 1.4 us later with 132 CTAs reading than with 48): it waits for Q >= G.
-    const bool split = p.split && !p.per_channel && Q >= G && __syncthreads_or(many) == 0;
-    const std::int64_t W = Q * nkb;  // < 2^31 (the host sets p.split only then)
-    // The first k-block of CTA jj's share (jj = G: the end).
-    auto share_start = [&](int jj) { return static_cast<int>(split ? W * jj / G : Q * jj / G * nkb); };
-    const int w0 = share_start(j), w1 = share_start(j + 1);
-    const int qa = w0 / nkb, qb = w1 > w0 ? (w1 - 1) / nkb : qa - 1;  // this CTA's tasks [qa, qb]
-    // Task q's k-blocks in this CTA [ka, kb), and this warp's part of them [k0, k1).
-    auto warp_range = [&](int q, int& k0, int& k1) {
-      const int ka = max(w0 - q * nkb, 0);
-      const int kb = min(w1 - q * nkb, nkb);
-      k0 = ka + (kb - ka) * warp / kWarps;
-      k1 = ka + (kb - ka) * (warp + 1) / kWarps;
-    };
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     float* part = work;  // [kWarps][2][16][kTok]
     float hmax = 0.0f;
     // A pass's start: the staged rows of its tokens (t0 + 8 i + g of the expert's T, from entry b
@@ -225,10 +177,9 @@ struct GemvMma {
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
     };
-    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order,
-    // one (column, token) a thread: the whole task's h to the workspace (finish_h), or a piece's
-    // raw sums to gemm1_part[j][piece].
-    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt, int piece) {
+    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
+    // and the activation, one (column, token) a thread; h to the workspace.
+    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt) {
       // The warp's partial sums: part[warp][gate / up][row][token].
 #pragma unroll
       for (int t = 0; t < 2; ++t)
@@ -239,6 +190,7 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
       __syncthreads();
+      const float ws = kFp8 && !p.per_channel ? xscale * p.w13_scale[e] : 1.0f;
       for (int o = tid; o < 16 * nt; o += kThreads) {
         const int col = o & 15, tok = o >> 4;
         const int cc = cb * 16 + col;
@@ -249,14 +201,24 @@ struct GemvMma {
           gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
           uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
         }
-        if (piece >= 0) {  // a piece of a split task (one pass: t0 = 0)
-          float* dst = p.gemm1_part + ((static_cast<std::int64_t>(j) * 2 + piece) * 2 * 16 + col) * kTok + tok;
-          __stcg(dst, gv);
-          __stcg(dst + 16 * kTok, uv);
-          continue;
-        }
         const int slot = sorted[b + t0 + tok];
-        const float h = finish_h(p, gv, uv, e, cc, slot, xscale, row_scale, tw);
+        if (kFp8 && p.per_channel) {  // the token's scale, then each output channel's weight scale
+          const float xs = row_scale[slot / k];
+          gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
+          uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
+        } else if (kFp8) {
+          gv *= ws;
+          uv *= ws;
+        }
+        if (p.weight_on_input) {
+          gv *= tw[slot];
+          uv *= tw[slot];
+        }
+        if (p.b13 != nullptr) {
+          gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
+          uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
+        }
+        const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
         if constexpr (kFp8) {
           p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
           hmax = numerics::fold_absmax(hmax, h);
@@ -267,12 +229,12 @@ struct GemvMma {
       __syncthreads();  // part free again
     };
     // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
-    // k-blocks over its part of the task's k-blocks here. The loads of the next round (the next
-    // unit's first one at a unit's end) are issued before the mmas of the current one, so they
-    // are in flight through the unit's partial-sum barrier and reduction: the SM's stream does not
-    // stop between tasks.
-    auto task_rows = [&](int q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
-      const int u = q / NB1, cb = q % NB1;
+    // k-blocks over its K range. The loads of the next round (the next unit's first one at a
+    // unit's end) are issued before the mmas of the current one, so they are in flight through the
+    // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
+    const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
+    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int rlo = cb * 16 + g, rhi = rlo + 8;
       vlo = rlo < N;
       vhi = rhi < N;
@@ -282,17 +244,15 @@ struct GemvMma {
       rp[2] = rp[0] + N * row_bytes;
       rp[3] = rp[1] + N * row_bytes;
     };
-    auto issue1 = [&](uint4 (&a)[kRound1][4], int q, int r) {
+    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
       const std::uint8_t* rp[4];
       bool vlo, vhi;
       task_rows(q, rp, vlo, vhi);
-      int k0, k1;
-      warp_range(q, k0, k1);
 #pragma unroll
       for (int i = 0; i < kRound1; ++i) {
-        const int kbi = k0 + r * kRound1 + i;
+        const int kbi = kw0 + r * kRound1 + i;
         const int ch = kbi * 4 + c;
-        const bool ok = kbi < k1 && ch < cpr;
+        const bool ok = kbi < kw1 && ch < cpr;
         const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
         a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
         a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
@@ -301,19 +261,12 @@ struct GemvMma {
       }
     };
     uint4 cur[kRound1][4], nxt[kRound1][4];
-    bool ready = false;  // cur holds the unit's first round (issued during the previous unit)
-    for (int q = qa; q <= qb; ++q) {
-      const int u = q / NB1, cb = q % NB1;
+    if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      int k0, k1;
-      warp_range(q, k0, k1);
-      const int R1 = (k1 - k0 + kRound1 - 1) / kRound1;  // rounds of this unit for this warp (0: none)
-      const bool whole = q * nkb >= w0 && (q + 1) * nkb <= w1;
-      const int piece = whole ? -1 : (q == qa ? 0 : 1);
       for (int t0 = 0; t0 < T; t0 += kTok) {
         const int nt = min(kTok, T - t0);
-        if (!ready && R1 > 0) issue1(cur, q, 0);
-        ready = false;
         const std::uint8_t* xrow[kTg];
         bool xv[kTg];
         float acc[2][kTg][4];
@@ -324,16 +277,14 @@ struct GemvMma {
             issue1(nxt, q, r + 1);
           } else if (t0 + kTok < T) {
             issue1(nxt, q, 0);
-            ready = true;
-          } else if (q + 1 <= qb) {
+          } else if (q + 1 < q1) {
             issue1(nxt, q + 1, 0);
-            ready = true;
           }
 #pragma unroll
           for (int i = 0; i < kRound1; ++i) {
-            const int kbi = k0 + r * kRound1 + i;
+            const int kbi = kw0 + r * kRound1 + i;
             const int ch = kbi * 4 + c;
-            const bool ok = kbi < k1 && ch < cpr;
+            const bool ok = kbi < kw1 && ch < cpr;
 #pragma unroll
             for (int gi = 0; gi < kTg; ++gi) {
               if (8 * gi >= nt) continue;
@@ -347,7 +298,7 @@ struct GemvMma {
 #pragma unroll
             for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
         }
-        finish_pass(acc, e, cb, b, t0, nt, piece);
+        finish_pass(acc, e, cb, b, t0, nt);
       }
     }
     const bool dyn2 = kFp8 && !p.per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
@@ -358,65 +309,10 @@ struct GemvMma {
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
 
-    // ---- 2b. the split tasks, listed alike in every CTA: CTA jb's first task when it began in an
-    // earlier CTA, ja (the last CTA whose share starts at or before the task), and ends in jb ----
-    // (In the work area, which GEMM1's partial sums are done with: 4 G + 1 ints <= 16 KB.)
-    int* splits = reinterpret_cast<int*>(work);  // [G][3]: task, ja, jb
-    int* starts = splits + 3 * G;                // [G + 1]: share_start of every CTA
-    int nsplit = 0;
-    if (split) {
-      int* count = reinterpret_cast<int*>(scratch) + kWarps + 2;
-      if (tid == 0) *count = 0;
-      for (int jj = tid; jj <= G; jj += kThreads) starts[jj] = share_start(jj);
-      __syncthreads();
-      for (int jb = tid; jb < G; jb += kThreads) {
-        const int s0 = starts[jb], s1 = starts[jb + 1];
-        if (s0 % nkb == 0) continue;        // CTA jb's first task (if any) begins in it
-        const int x = s0 / nkb * nkb;       // that task's first k-block
-        if (x + nkb > s1) continue;         // it goes on into the next CTA
-        const int ja = static_cast<int>(((static_cast<std::int64_t>(x) + 1) * G - 1) / W);  // x < W: ja < G
-        const int at = atomicAdd(count, 1);
-        splits[3 * at] = static_cast<int>(x / nkb);
-        splits[3 * at + 1] = ja;
-        splits[3 * at + 2] = jb;
-      }
-      __syncthreads();
-      nsplit = *count;
-    }
-    // Column o % 16 of split task o / 16 (o < 16 nsplit): each of its tokens' pieces summed in CTA
-    // order, then finish_h, handed to fn(slot, column, h) (the same in every CTA: bitwise the same
-    // h everywhere).
-    auto split_h = [&](int o, auto&& fn) {
-      const int s = o >> 4, col = o & 15;
-      const int q = splits[3 * s], ja = splits[3 * s + 1], jb = splits[3 * s + 2];
-      const int u = q / NB1;
-      const int b = uoff[u], T = uoff[u + 1] - b;
-      const int cc = (q % NB1) * 16 + col;
-      if (cc >= N) return;
-      for (int tok = 0; tok < T; ++tok) {
-        float gv = 0.0f, uv = 0.0f;
-        for (int jj = ja; jj <= jb; ++jj) {
-          const int s0 = starts[jj];
-          if (s0 == starts[jj + 1]) continue;  // an empty share (fewer k-blocks than CTAs)
-          const int piece = q == s0 / nkb ? 0 : 1;
-          const float* src = p.gemm1_part + ((static_cast<std::int64_t>(jj) * 2 + piece) * 2 * 16 + col) * kTok + tok;
-          gv += __ldcg(src);
-          uv += __ldcg(src + 16 * kTok);
-        }
-        const int slot = sorted[b + tok];
-        fn(slot, cc, finish_h(p, gv, uv, ue[u], cc, slot, xscale, row_scale, tw));
-      }
-    };
-
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
     float hscale = 1.0f;
     if constexpr (kFp8) {
-      if (!p.per_channel) {
-        float split_max = 0.0f;  // the split tasks' h, which no CTA published
-        for (int o = tid; dyn2 && o < nsplit * 16; o += kThreads)
-          split_h(o, [&](int, int, float h) { split_max = numerics::fold_absmax(split_max, h); });
-        hscale = intermediate_scale(p, dyn2, scratch, split_max);
-      }
+      if (!p.per_channel) hscale = intermediate_scale(p, dyn2, scratch);
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
@@ -491,17 +387,6 @@ struct GemvMma {
     }
     if constexpr (!kFp8) sm90::cp_async_wait_all_groups();
     __syncthreads();
-    // The split tasks' h over the staged rows (their h_buf entries were never written).
-    if (nsplit > 0) {
-      const float inv = 1.0f / hscale;
-      for (int o = tid; o < nsplit * 16; o += kThreads)
-        split_h(o, [&](int slot, int cc, float h) {
-          std::uint8_t* row = region + static_cast<std::int64_t>(slot) * ph;
-          if constexpr (kFp8) row[cc] = static_cast<std::uint8_t>(numerics::e4m3x2(h * inv, 0.0f) & 0xffu);
-          else reinterpret_cast<ActT*>(row)[cc] = from_float<ActT>(h);
-        });
-      __syncthreads();
-    }
     stamp(kPhaseStaged);
 
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -34,7 +32,6 @@ struct GemvLayout {
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t h_buf = 0;         // fp32 [P, N]
   std::size_t h_amax = 0;        // fp32 [kMaxCtas]
-  std::size_t gemm1_part = 0;    // fp32 [kMaxSplitCtas][2][kSplitPieceFloats]: the split GEMM1's pieces
   std::size_t total = 0;
 };
 
@@ -52,7 +49,6 @@ GemvLayout gemv_layout(const MoeProblem& p) {
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
   l.h_buf = take(P * static_cast<std::size_t>(p.intermediate_size) * 4);
   l.h_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
-  l.gemm1_part = take(static_cast<std::size_t>(gv::kMaxSplitCtas) * 2 * gv::kSplitPieceFloats * 4);
   l.total = at;
   return l;
 }
@@ -181,15 +177,6 @@ bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
     return fail(why, os.str());
   }
   return true;
-}
-
-// MOEKIT_GEMV_SPLIT (read at every call, for A/Bs in one process): "0" runs the tensor-core
-// kernel's GEMM1 on whole tasks; unset or "1" splits it by k-blocks (kernel_mma_sm90.cuh).
-bool gemv_split_enabled() {
-  const char* v = std::getenv("MOEKIT_GEMV_SPLIT");
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return true;
-  if (std::strcmp(v, "0") == 0) return false;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_SPLIT must be unset, '0' or '1', got '") + v + "'");
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
@@ -334,7 +321,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.h_buf = reinterpret_cast<float*>(ws + L.h_buf);
   kp.h_amax = reinterpret_cast<float*>(ws + L.h_amax);
-  kp.gemm1_part = reinterpret_cast<float*>(ws + L.gemm1_part);
   kp.faults = device_fault_record(dev);
   kp.num_tokens = static_cast<int>(p.num_tokens);
   kp.top_k = static_cast<int>(p.top_k);
@@ -346,13 +332,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
-  // The split's k-block list (tasks x 64-byte k-blocks of a w13 row) is indexed in 32 bits.
-  const std::int64_t max_tasks = std::min(p.num_tokens * p.top_k, p.num_experts) * ((p.intermediate_size + 15) / 16);
-  const bool split_fits = max_tasks * ((p.hidden_size * elem_bytes(p) + 63) / 64) < (std::int64_t{1} << 31);
-  kp.split = kind == detail::GemvKernel::kMma && !kp.per_channel && grid <= gv::kMaxSplitCtas && split_fits &&
-                     gemv_split_enabled()
-                 ? 1
-                 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);

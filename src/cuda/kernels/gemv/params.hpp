@@ -24,10 +24,6 @@ inline constexpr int kRegionBytes = 192 * 1024;
 inline constexpr int kMmaMaxSlots = 1024;
 inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
-// The tensor-core kernel's split GEMM1 (GemvParams::split): grids up to kMaxSplitCtas CTAs, each
-// leaving at most two pieces of raw gate / up sums, 16 columns x one pass of tokens each.
-inline constexpr int kMaxSplitCtas = 256;
-inline constexpr int kSplitPieceFloats = 2 * 16 * 8 * kMmaTokenGroups;
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
@@ -69,7 +65,6 @@ struct GemvParams {
   const void* b2;                   // [E, K] or null
   float* h_buf;                     // workspace: h [M * k, N] fp32 (rows of local slots)
   float* h_amax;                    // workspace: [gridDim.x] absmax of each CTA's h (fp8, dynamic)
-  float* gemm1_part;                // workspace: [kMaxSplitCtas][2][kSplitPieceFloats] (tensor-core kernel)
   FaultRecord* faults;              // the device's fault record, or null
   int num_tokens;                   // M
   int top_k;                        // k
@@ -82,8 +77,6 @@ struct GemvParams {
   int weight_on_input;
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
-  int split;                        // the tensor-core kernel: GEMM1 split by k-blocks over the CTAs
-                                    // (grid <= kMaxSplitCtas; not per_channel; off: MOEKIT_GEMV_SPLIT=0)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

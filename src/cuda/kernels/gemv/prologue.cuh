@@ -205,10 +205,9 @@ __device__ __forceinline__ void publish_h_absmax(const GemvParams& p, float hmax
 }
 
 // ...and after it every CTA takes the scale from all of them (`dynamic`), else the static one.
-// `local`: an absmax this CTA adds (the same in every CTA: the tensor-core kernel's split tasks).
-__device__ __forceinline__ float intermediate_scale(const GemvParams& p, bool dynamic, float* scratch, float local = 0.0f) {
+__device__ __forceinline__ float intermediate_scale(const GemvParams& p, bool dynamic, float* scratch) {
   if (!dynamic) return p.a2_scale[0];
-  float a = local;
+  float a = 0.0f;
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
   return numerics::dynamic_scale(block_absmax(a, scratch));
 }
