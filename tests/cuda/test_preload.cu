@@ -73,6 +73,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"decode_combine_kernel", 4},       // decode: its PDL-launched combine, one per operand
       {"gemv_sm90_kernel", 4},            // gemv: bf16, fp16, e4m3 with bf16 / fp16 activations
       {"gemv_mma_sm90_kernel", 4},        // gemv's tensor-core kernel: the same four
+      {"gemv_mma_general_sm90_kernel", 2},  // its general e4m3 instantiation (per channel, 8-byte w2 rows)
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
   EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";

@@ -45,7 +45,12 @@
 
 namespace moekit::cuda::gemv {
 
-template <Operand kOp>
+// kGeneral: the e4m3 instantiation that also runs fp8_per_channel and w2 rows of N % 16 == 8
+// bytes (gpt-oss at TP8); the plain one has both off at compile time. With them as run-time
+// branches in one kernel, the fp8_per_tensor points on it measured 2-5 % slower (same-run grid at
+// 466afab against 306a423, before either existed), so launch_sm90.cu takes the plain kernel
+// wherever it can run the call.
+template <Operand kOp, bool kGeneral = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -77,6 +82,7 @@ struct GemvMma {
   }
 
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
+    const bool per_channel = kGeneral && p.per_channel;  // compile-time false in the plain kernel
     namespace cg = cooperative_groups;
     const SmemLayout& L = p.smem;
     int* slot_e = reinterpret_cast<int*>(smem + L.slot_e_off);
@@ -144,7 +150,7 @@ struct GemvMma {
     float xscale = 1.0f;
     float* row_scale = coef;
     if constexpr (kFp8) {
-      if (p.per_channel) stage_rows_e4m3_per_row<ActT>(p, region, px, row_scale);
+      if (per_channel) stage_rows_e4m3_per_row<ActT>(p, region, px, row_scale);
       else xscale = stage_rows_e4m3<ActT>(p, region, px, scratch);
     } else {
       sm90::cp_async_wait_all_groups();
@@ -190,7 +196,7 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
       __syncthreads();
-      const float ws = kFp8 && !p.per_channel ? xscale * p.w13_scale[e] : 1.0f;
+      const float ws = kFp8 && !per_channel ? xscale * p.w13_scale[e] : 1.0f;
       for (int o = tid; o < 16 * nt; o += kThreads) {
         const int col = o & 15, tok = o >> 4;
         const int cc = cb * 16 + col;
@@ -202,7 +208,7 @@ struct GemvMma {
           uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
         }
         const int slot = sorted[b + t0 + tok];
-        if (kFp8 && p.per_channel) {  // the token's scale, then each output channel's weight scale
+        if (kFp8 && per_channel) {  // the token's scale, then each output channel's weight scale
           const float xs = row_scale[slot / k];
           gv = gv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + cc];
           uv = uv * xs * p.w13_scale[static_cast<std::int64_t>(e) * 2 * N + N + cc];
@@ -301,7 +307,7 @@ struct GemvMma {
         finish_pass(acc, e, cb, b, t0, nt);
       }
     }
-    const bool dyn2 = kFp8 && !p.per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
+    const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
@@ -312,14 +318,14 @@ struct GemvMma {
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
     float hscale = 1.0f;
     if constexpr (kFp8) {
-      if (!p.per_channel) hscale = intermediate_scale(p, dyn2, scratch);
+      if (!per_channel) hscale = intermediate_scale(p, dyn2, scratch);
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
     // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
     const int cph = static_cast<int>((w2_row + 15) / 16);
-    const bool half_rows = kFp8 && (w2_row & 15) != 0;  // bf16 / fp16: 16-byte rows (can_implement)
-    if (kFp8 && p.per_channel) {
+    const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
+    if (kFp8 && per_channel) {
       // fp8_per_channel: a warp a slot: its row's absmax gives the slot's scale (the reference's
       // per-row intermediate scale), then the row as e4m3, zero past N up to the chunk's end. The
       // slot's coefficient is its scale (and router weight unless it went in); the output
@@ -380,7 +386,7 @@ struct GemvMma {
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in
     // (fp8_per_channel: written with the slot's row above).
-    for (int sl = tid; sl < P && !(kFp8 && p.per_channel); sl += kThreads) {
+    for (int sl = tid; sl < P && !(kFp8 && per_channel); sl += kThreads) {
       const int e = slot_e[sl];
       const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
@@ -460,7 +466,7 @@ struct GemvMma {
               const int slot = sorted[first + n];
               const int r = (pb + cbl) * 16 + g + 8 * h2;  // the output column
               float v = acc[2 * h2 + q] * coef[slot];
-              if (kFp8 && p.per_channel && r < K) v *= p.w2_scale[static_cast<std::int64_t>(ue[gu[s]]) * K + r];
+              if (kFp8 && per_channel && r < K) v *= p.w2_scale[static_cast<std::int64_t>(ue[gu[s]]) * K + r];
               ys[static_cast<std::int64_t>(slot) * cols + cbl * 16 + g + 8 * h2] = v;
             }
           }
@@ -502,6 +508,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_sm90_kernel(const __grid
 #endif
 }
 
+// The general e4m3 kernel (GemvMma<kOp, true>): fp8_per_channel, w2 rows of N % 16 == 8 bytes.
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_mma_general_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -513,6 +528,17 @@ int gemv_mma_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_mma_general_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_mma_general_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_mma_general_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_mma_general_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -193,18 +193,24 @@ struct KernelFns {
   void (*launch)(const gv::GemvParams& p, int grid, void* stream);
 };
 
+// `general`: the tensor-core kernel's general e4m3 instantiation (fp8_per_channel, w2 rows of
+// N % 16 == 8 bytes); the plain one everywhere else (kernel_mma_sm90.cuh says why).
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind) {
-  switch (kind) {
-    case detail::GemvKernel::kMma: return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
-    case detail::GemvKernel::kCuda: break;
+KernelFns kernel_fns(detail::GemvKernel kind, bool general) {
+  if (kind == detail::GemvKernel::kMma) {
+    if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
+      if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
+    }
+    return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
 }
 
-KernelFns kernel_fns(detail::GemvKernel kind, bool fp8, bool f16) {
-  if (fp8) return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind) : kernel_fns<gv::Operand::kE4m3Bf16>(kind);
-  return f16 ? kernel_fns<gv::Operand::kF16>(kind) : kernel_fns<gv::Operand::kBf16>(kind);
+KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p) {
+  const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
+  const bool general = fp8 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
+  if (fp8) return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general) : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general);
+  return f16 ? kernel_fns<gv::Operand::kF16>(kind, false) : kernel_fns<gv::Operand::kBf16>(kind, false);
 }
 
 }  // namespace
@@ -281,12 +287,11 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   if (!aligned16(call.hidden) || !aligned16(call.out) || !aligned16(call.w13) || !aligned16(call.w2))
     throw Error(Status::kNotSupported, "gemv_sm90: hidden, out, w13 and w2 must be 16-byte aligned (16-byte loads)");
   const bool fp8 = p.scheme != Scheme::kBf16;
-  const bool f16 = p.act_dtype == DType::kFp16;
   // The kernel the plan chose (DispatchPlan: the router's rule, MOEKIT_GEMV_KERNEL).
   std::string why;
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
-  const KernelFns fns = kernel_fns(kind, fp8, f16);
+  const KernelFns fns = kernel_fns(kind, p);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});

@@ -105,6 +105,11 @@ template <Operand kOp>
 void launch_gemv_mma_sm90(const GemvParams& p, int grid, void* stream);
 template <Operand kOp>
 int gemv_mma_max_coresident_ctas(int device);
+// Its general e4m3 instantiation (fp8_per_channel, w2 rows of N % 16 == 8 bytes), same contract.
+template <Operand kOp>
+void launch_gemv_mma_general_sm90(const GemvParams& p, int grid, void* stream);
+template <Operand kOp>
+int gemv_mma_general_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.
