@@ -113,7 +113,7 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
   // (not fp8_per_channel; 16-byte rows of N,
   // M*k <= 256 slots, the token rows, M x K x es bytes, and every slot's h, M*k x N fp32, each
   // within a 192 KiB region) or the tensor-core one (gemv_mma_fits; fp8 rows of N % 16 == 8, the
-  // gpt-oss preset at TP8, run only there).
+  // gpt-oss preset at TP8, run only there; bf16 rows of N % 8 == 4 decline).
   if (path == "gemv") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
     if (s.scheme == Scheme::kFp8Block128) return std::string("gemv: ") + scheme_name(s.scheme) + " is not supported";
@@ -124,7 +124,8 @@ std::string documented_decline(const CaseSpec& s, const std::string& path, std::
              " rows not 16-byte (w13) and 8-byte (w2) multiples";
     const bool cuda_fits = s.scheme != Scheme::kFp8PerChannel && s.N * es % 16 == 0 && M * s.k <= 256 &&
                            M * s.K * es <= 192 * 1024 && M * s.k * s.N * 4 <= 192 * 1024;
-    if (!cuda_fits && !gemv_mma_fits(s, M)) return "gemv: M*k = " + std::to_string(M * s.k) + " slots: neither kernel fits";
+    const bool mma_rows = s.scheme != Scheme::kBf16 || s.N * es % 16 == 0;  // 8-byte w2 rows: e4m3 only
+    if (!cuda_fits && !(mma_rows && gemv_mma_fits(s, M))) return "gemv: M*k = " + std::to_string(M * s.k) + " slots: neither kernel fits";
     return "";
   }
   // tokmajor (can_implement_tokmajor_sm90) shares Swap-AB's limits: TMA and 16-byte cp.async rows,
@@ -659,6 +660,15 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   plan = describe_dispatch(p, o, &why);
   EXPECT_TRUE(swapab_then_mma(plan)) << plan << ": " << why;
   EXPECT_NE(why.find("GEMM2 on mma"), std::string::npos) << why;
+  // bf16 w2 rows of 8 but not 16 bytes (N = 36: 72 bytes): neither GEMV kernel reads them (the
+  // tensor-core kernel's 8-byte rows are e4m3 only).
+  CaseSpec b = small_spec(Scheme::kBf16);
+  b.N = 36;
+  MoeCase cb = make_case(b);
+  DeviceCase db(cb);
+  EXPECT_EQ(run_status(db, 4, "gemv", &what), Status::kNotSupported);
+  EXPECT_NE(what.find("16-byte"), std::string::npos) << what;
+  EXPECT_EQ(run_status(db, 4, "auto"), Status::kSuccess);
 }
 
 TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {

@@ -33,6 +33,11 @@ __device__ __forceinline__ void warp_absmax_to_word(std::uint32_t* word, float a
 __device__ __forceinline__ std::uint16_t e4m3x2(float a, float b) {
   return static_cast<std::uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
+// Four floats times `inv` -> four e4m3 bytes in a word (v.x in the low byte), as e4m3x2.
+__device__ __forceinline__ std::uint32_t e4m3x4(const float4& v, float inv) {
+  return static_cast<std::uint32_t>(e4m3x2(v.x * inv, v.y * inv)) |
+         (static_cast<std::uint32_t>(e4m3x2(v.z * inv, v.w * inv)) << 16);
+}
 // Two e4m3 bytes (the low byte first, as e4m3x2 packs them) -> two floats, exactly.
 __device__ __forceinline__ float2 e4m3x2_to_float2(std::uint16_t pair) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));

@@ -349,9 +349,7 @@ struct GemvMma {
         for (int q4 = lane; q4 < r4; q4 += 32) {
           std::uint32_t w = 0u;
           if (q4 * 4 < N) {
-            const float4 v = __ldcg(hrow + q4);
-            w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
-                (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+            w = numerics::e4m3x4(__ldcg(hrow + q4), inv);
           }
           *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
         }
@@ -367,9 +365,7 @@ struct GemvMma {
         if (slot_e[slot] < 0) continue;
         std::uint32_t w = 0u;
         if (q4 * 4 < N) {
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4);
-          w = static_cast<std::uint32_t>(numerics::e4m3x2(v.x * inv, v.y * inv)) |
-              (static_cast<std::uint32_t>(numerics::e4m3x2(v.z * inv, v.w * inv)) << 16);
+          w = numerics::e4m3x4(__ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4), inv);
         }
         *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
       }

@@ -140,6 +140,14 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
 
 bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
   const std::int64_t P = p.num_tokens * p.top_k;
+  // 8-byte w2 rows only in e4m3 (its general instantiation reads them as 8-byte pairs); bf16 /
+  // fp16 rows and the staged h rows are read in whole 16-byte chunks.
+  if (p.scheme == Scheme::kBf16 && (p.intermediate_size * 2) % 16 != 0) {
+    std::ostringstream os;
+    os << "N = " << p.intermediate_size << " gives bf16 / fp16 w2 rows of " << p.intermediate_size * 2
+       << " bytes: the tensor-core kernel needs 16-byte multiples there (8-byte rows: e4m3 only)";
+    return fail(why, os.str());
+  }
   if (P > gv::kMmaMaxSlots) {
     std::ostringstream os;
     os << "M*k = " << P << " slots > " << gv::kMmaMaxSlots << " (every CTA routes the call in shared memory)";

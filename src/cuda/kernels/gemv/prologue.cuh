@@ -127,6 +127,22 @@ __device__ __forceinline__ void stage_rows_async(const GemvParams& p, std::uint8
   sm90::cp_async_commit();
 }
 
+// A 16-byte chunk of 8 activations: its absmax folded into `a` (NaN-ignoring), and its values
+// times `inv` as 8 e4m3 bytes.
+template <class ActT>
+__device__ __forceinline__ float absmax8(const uint4& raw, float a) {
+  const ActT* v = reinterpret_cast<const ActT*>(&raw);
+#pragma unroll
+  for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
+  return a;
+}
+template <class ActT>
+__device__ __forceinline__ uint2 e4m3x8(const uint4& raw, float inv) {
+  const ActT* v = reinterpret_cast<const ActT*>(&raw);
+  return make_uint2(numerics::e4m3x4(make_float4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3])), inv),
+                    numerics::e4m3x4(make_float4(to_float(v[4]), to_float(v[5]), to_float(v[6]), to_float(v[7])), inv));
+}
+
 // fp8: the activation scale (static, or from the absmax of the whole hidden), then hidden's M rows
 // as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0). Returns the scale; ends before a CTA
 // barrier the caller places.
@@ -141,23 +157,13 @@ __device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8
     xscale = p.a13_scale[0];
   } else {
     float a = 0.0f;
-    for (int i = tid; i < n8; i += kThreads) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
-      const ActT* v = reinterpret_cast<const ActT*>(&raw);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
-    }
+    for (int i = tid; i < n8; i += kThreads)
+      a = absmax8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), a);
     xscale = numerics::dynamic_scale(block_absmax(a, scratch));
   }
   const float inv = 1.0f / xscale;
   for (int i = tid; i < n8; i += kThreads) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
-    const ActT* v = reinterpret_cast<const ActT*>(&raw);
-    uint2 q;
-    q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
-          (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
-    q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
-          (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
+    const uint2 q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), inv);
     const int t = i / c8, q8 = i - t * c8;
     *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(t) * pitch + q8 * 8) = q;
   }
@@ -175,25 +181,13 @@ __device__ __forceinline__ void stage_rows_e4m3_per_row(const GemvParams& p, std
   for (int m = warp; m < p.num_tokens; m += kWarps) {
     const ActT* x = static_cast<const ActT*>(p.hidden) + static_cast<std::int64_t>(m) * p.hidden_size;
     float a = 0.0f;
-    for (int i = lane; i < c8; i += 32) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
-      const ActT* v = reinterpret_cast<const ActT*>(&raw);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) a = numerics::fold_absmax(a, to_float(v[q]));
-    }
+    for (int i = lane; i < c8; i += 32) a = absmax8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), a);
     const float scale = numerics::dynamic_scale(warp_max(a));
     if (lane == 0) row_scale[m] = scale;
     const float inv = 1.0f / scale;
-    for (int i = lane; i < c8; i += 32) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8);
-      const ActT* v = reinterpret_cast<const ActT*>(&raw);
-      uint2 q;
-      q.x = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[0]) * inv, to_float(v[1]) * inv)) |
-            (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[2]) * inv, to_float(v[3]) * inv)) << 16);
-      q.y = static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[4]) * inv, to_float(v[5]) * inv)) |
-            (static_cast<std::uint32_t>(numerics::e4m3x2(to_float(v[6]) * inv, to_float(v[7]) * inv)) << 16);
-      *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(m) * pitch + i * 8) = q;
-    }
+    for (int i = lane; i < c8; i += 32)
+      *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(m) * pitch + i * 8) =
+          e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), inv);
   }
 }
 
