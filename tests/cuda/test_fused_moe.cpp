@@ -704,6 +704,74 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
   }
 }
 
+TEST(Sm90Dispatch, GemvW2StagingMatchesUnstagedBitwise) {
+  SKIP_WITHOUT_SM90();
+  // Both GEMV kernels can stage the w2 rows their GEMM2 reads in shared memory (bulk copies on an
+  // mbarrier, MOEKIT_GEMV_W2_STAGE early / late; docs/gemv.md). Those are the bytes the unstaged
+  // GEMM2 loads from global memory, in the same order: every mode must give the same bits, with
+  // every touched expert staged (small cases) and with at most one a CTA
+  // (MOEKIT_GEMV_W2_STAGE_EXPERTS=1: staged and unstaged experts mixed in one GEMM2), and match the
+  // reference within the scheme's tolerance.
+  struct Variant {
+    Scheme scheme;
+    const char* kernel;
+    std::int64_t E, k, K, N, M;
+    bool gpt_oss;  // biases and swiglu_oai
+  };
+  const Variant variants[] = {
+      {Scheme::kBf16, "cuda", 16, 4, 1024, 256, 4, false},
+      {Scheme::kBf16, "mma", 16, 4, 1024, 256, 16, false},
+      {Scheme::kFp8PerTensor, "cuda", 16, 4, 1024, 256, 2, false},
+      {Scheme::kFp8PerTensor, "mma", 8, 2, 2880, 360, 8, true},  // 8-byte w2 rows: the general kernel
+      {Scheme::kFp8PerChannel, "mma", 16, 4, 1024, 256, 8, false},
+  };
+  for (const Variant& v : variants) {
+    CaseSpec s = small_spec(v.scheme);
+    s.E = v.E;
+    s.k = v.k;
+    s.K = v.K;
+    s.N = v.N;
+    s.M = v.M;
+    if (v.gpt_oss) {
+      s.bias = true;
+      s.activation.kind = Activation::kSwigluOai;
+    }
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
+    const std::string what = std::string(scheme_name(v.scheme)) + " on the " + v.kernel + " kernel, " + s.name();
+    std::vector<std::uint16_t> off;
+    {
+      ScopedEnv stage("MOEKIT_GEMV_W2_STAGE", "off");
+      off = d.run(v.M, Mode::kFusedExperts, "gemv");
+    }
+    EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << what;
+    EXPECT_TRUE(rows_match(to_float(off, s.act_dtype), reference_rows(c, 0, v.M), s.K, v.scheme, "gemv w2 unstaged"))
+        << what;
+    for (const char* mode : {"early", "late"})
+      for (const char* cap : {"", "1"}) {
+        ScopedEnv stage("MOEKIT_GEMV_W2_STAGE", mode);
+        ScopedEnv experts("MOEKIT_GEMV_W2_STAGE_EXPERTS", cap);
+        const std::vector<std::uint16_t> staged = d.run(v.M, Mode::kFusedExperts, "gemv");
+        EXPECT_TRUE(staged == off) << what << ": MOEKIT_GEMV_W2_STAGE=" << mode << " MOEKIT_GEMV_W2_STAGE_EXPERTS='"
+                                   << cap << "' differs from the unstaged GEMM2";
+      }
+  }
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  std::string what;
+  {
+    ScopedEnv stage("MOEKIT_GEMV_W2_STAGE", "sometimes");
+    EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+    EXPECT_NE(what.find("MOEKIT_GEMV_W2_STAGE"), std::string::npos) << what;
+  }
+  {
+    ScopedEnv experts("MOEKIT_GEMV_W2_STAGE_EXPERTS", "-3");
+    EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+    EXPECT_NE(what.find("MOEKIT_GEMV_W2_STAGE_EXPERTS"), std::string::npos) << what;
+  }
+}
+
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before

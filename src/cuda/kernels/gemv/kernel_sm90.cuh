@@ -217,6 +217,7 @@ struct Gemv {
       if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
     };
     stamp(kPhaseEntry);
+    w2_stage_init(p, smem);
 
     // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
     if constexpr (!kFp8) stage_rows_async(p, region, static_cast<int>(row_bytes));
@@ -229,7 +230,33 @@ struct Gemv {
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    if (warp == 0) place_slots(rt, P);
+    // W2Stage: the owned rows [r0, r1) of the first nst touched experts in shared memory, and each
+    // slot's byte offset of them (soff, -1: its expert's rows are read from global memory).
+    // (nst is kept in scratch_int[kWarps + 1] through GEMM1, not in a register.)
+    int* scratch_int = reinterpret_cast<int*>(scratch);
+    int* soff = reinterpret_cast<int*>(smem + L.soff_off);
+    if (warp == 0) {
+      place_slots(rt, P);
+    } else if (warp == 1) {
+      if (lane == 0) {
+        const std::int64_t per_e = static_cast<std::int64_t>(r1 - r0) * w2_row;
+        const int n = w2_staged_experts(p, U, per_e);
+        scratch_int[kWarps + 1] = n;
+        if (p.w2_stage == kW2StageEarly) w2_stage_issue(p, ue, n, r0, per_e, w2_row, smem);
+      }
+    } else if (const int nst = w2_staged_experts(p, U, static_cast<std::int64_t>(r1 - r0) * w2_row); nst > 0) {
+      // The slot's touched index: its expert's place in ue (ascending), by bisection.
+      for (int sl = tid - 64; sl < P; sl += kThreads - 64) {
+        const int e = slot_e[sl];
+        int lo = 0, hi = U;
+        while (hi - lo > 1) {
+          const int mid = (lo + hi) >> 1;
+          if (ue[mid] <= e) lo = mid;
+          else hi = mid;
+        }
+        soff[sl] = e >= 0 && lo < nst ? static_cast<int>(lo * (r1 - r0) * w2_row) : -1;
+      }
+    }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
@@ -255,6 +282,8 @@ struct Gemv {
         else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
       }
     }
+    if (p.w2_stage == kW2StageLate && tid == 0)
+      w2_stage_issue(p, ue, scratch_int[kWarps + 1], r0, static_cast<std::int64_t>(r1 - r0) * w2_row, w2_row, smem);
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
@@ -293,7 +322,10 @@ struct Gemv {
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
     }
     __syncthreads();
+    const int nst = scratch_int[kWarps + 1];
+    w2_stage_wait(p, nst, smem);
     stamp(kPhaseStaged);
+    const std::uint32_t w2s = sm90::smem_addr(smem + L.w2s_off);
 
     // Tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q) loads,
     // k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight before
@@ -318,7 +350,10 @@ struct Gemv {
           const int idx = base + i * 32 + lane;
           const int jj = idx / C2, qq = idx - jj * C2;
           ei[i] = idx < total ? se[jj] : -1;
-          if (ei[i] >= 0)
+          const int so = ei[i] >= 0 && nst > 0 ? soff[t * k + jj] : -1;
+          if (so >= 0)
+            wv[i] = sm90::lds_16(w2s + static_cast<std::uint32_t>(so + (r - r0) * w2_row + qq * 16));
+          else if (ei[i] >= 0)
             wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
                                        static_cast<std::int64_t>(qq) * 16);
         }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -61,7 +63,30 @@ std::int64_t region_bytes(const MoeProblem& p) {
   return std::max(x, h);
 }
 
-gv::SmemLayout smem_layout(const MoeProblem& p) {
+// GEMM2's w2 staging (gv::W2Stage): the mbarrier, then a staging area for up to min(E, P)
+// experts' owned rows (`rows` a CTA at most, w2_row bytes each) in what is left of the CTA's
+// shared memory, `at` bytes taken so far. Nothing when staging is off, when not one expert's rows
+// fit, or when a bulk copy's source offset or size could be no multiple of 16 bytes (8-byte w2
+// rows need K % 16 == 0: the tensor-core kernel's owned rows are whole 16-row blocks).
+int gemv_w2_stage_max_experts();
+
+void take_w2_stage(gv::SmemLayout& L, std::int64_t& at, const MoeProblem& p, int stage, std::int64_t rows) {
+  const std::int64_t w2_row = p.intermediate_size * elem_bytes(p);
+  if (stage == gv::kW2StageOff || rows <= 0 || (w2_row % 16 != 0 && p.hidden_size % 16 != 0)) return;
+  const std::int64_t bar = (at + 15) / 16 * 16;
+  const std::int64_t base = bar + 16;
+  const std::int64_t per_e = rows * w2_row;
+  const std::int64_t experts = std::min<std::int64_t>({p.num_experts, p.num_tokens * p.top_k, gemv_w2_stage_max_experts()});
+  const std::int64_t want = experts * per_e;
+  const std::int64_t cap = std::min(want, (gv::kMmaSmemBytes - base) / per_e * per_e);
+  if (cap < per_e) return;
+  L.bar_off = static_cast<int>(bar);
+  L.w2s_off = static_cast<int>(base);
+  L.w2s_bytes = static_cast<int>(cap);
+  at = base + cap;
+}
+
+gv::SmemLayout smem_layout(const MoeProblem& p, int grid, int stage) {
   gv::SmemLayout L;
   const int P = static_cast<int>(p.num_tokens * p.top_k);
   int at = 0;
@@ -77,7 +102,11 @@ gv::SmemLayout smem_layout(const MoeProblem& p) {
   L.cnt_off = take(static_cast<int>(p.num_experts) * 4);
   L.scratch_off = take((32 + 2 * gv::kMaxSlots) * 4);
   L.region_off = take(static_cast<int>(region_bytes(p)));
-  L.bytes = at;
+  L.soff_off = take(P * 4);
+  std::int64_t end = at;
+  const int G = std::max(grid, 1);
+  take_w2_stage(L, end, p, stage, (p.hidden_size + G - 1) / G);  // owned columns [K j / G, K (j + 1) / G)
+  L.bytes = static_cast<int>(end);
   return L;
 }
 
@@ -102,8 +131,8 @@ int mma_pitch(std::int64_t bytes) {
 }
 
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
-// GEMM2 pass).
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
+// GEMM2 pass). The w2 staging (`stage`) takes what is left after everything else.
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, int stage) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -134,6 +163,7 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   L.cb_pass = static_cast<int>(std::min<std::int64_t>(owned, avail > 0 ? avail / per_block : 0));
   if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
   L.work_off = take(std::max(part, per_block * L.cb_pass));
+  take_w2_stage(L, at, p, stage, owned * 16);
   L.bytes = static_cast<int>(at);
   return L;
 }
@@ -153,7 +183,7 @@ bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
     os << "M*k = " << P << " slots > " << gv::kMmaMaxSlots << " (every CTA routes the call in shared memory)";
     return fail(why, os.str());
   }
-  if (mma_smem_layout(p, 1).bytes == 0) {
+  if (mma_smem_layout(p, 1, gv::kW2StageOff).bytes == 0) {
     std::ostringstream os;
     os << "the staged token rows (" << p.num_tokens << " x " << p.hidden_size << ") or every slot's h (" << P << " x "
        << p.intermediate_size << ") and one 16-column block of slot outputs pass the " << gv::kMmaSmemBytes
@@ -185,6 +215,31 @@ bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
     return fail(why, os.str());
   }
   return true;
+}
+
+// MOEKIT_GEMV_W2_STAGE (read at every call, for A/Bs): when both kernels ask for their GEMM2 w2
+// rows (gv::W2Stage). Unset: kDefaultW2Stage.
+constexpr int kDefaultW2Stage = gv::kW2StageEarly;
+int gemv_w2_stage() {
+  const char* v = std::getenv("MOEKIT_GEMV_W2_STAGE");
+  if (v == nullptr || v[0] == '\0') return kDefaultW2Stage;
+  if (std::strcmp(v, "off") == 0) return gv::kW2StageOff;
+  if (std::strcmp(v, "early") == 0) return gv::kW2StageEarly;
+  if (std::strcmp(v, "late") == 0) return gv::kW2StageLate;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_W2_STAGE = '") + v + "', expected off, early or late");
+}
+
+// MOEKIT_GEMV_W2_STAGE_EXPERTS=n (tests): stage at most about n experts' rows a CTA (n * the
+// largest CTA's bytes), so that small problems run GEMM2 with staged and unstaged experts mixed.
+int gemv_w2_stage_max_experts() {
+  const char* v = std::getenv("MOEKIT_GEMV_W2_STAGE_EXPERTS");
+  if (v == nullptr || v[0] == '\0') return gv::kMaxExperts;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < 0 || n > gv::kMaxExperts)
+    throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_W2_STAGE_EXPERTS = '") + v + "', expected 0.." +
+                                              std::to_string(gv::kMaxExperts));
+  return static_cast<int>(n);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
@@ -347,7 +402,8 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
+  kp.w2_stage = gemv_w2_stage();
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p, grid, kp.w2_stage) : mma_smem_layout(p, grid, kp.w2_stage);
   last_gemv_kernel = kind;
   fns.launch(kp, grid, call.stream);
 }
