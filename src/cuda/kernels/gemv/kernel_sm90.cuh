@@ -103,6 +103,9 @@ struct Gemv {
   static constexpr int kTokGroup = 4;                // tokens one pass of a GEMM1 pair dots
   static constexpr int kUnroll = 4;                  // 16-byte chunks per row a lane loads ahead
   static constexpr int kLoadsAhead = 8;              // 16-byte w2 loads a GEMM2 lane issues at once
+  // GEMM2's one-round tasks (total <= 32 kAhead chunks) keep two tasks' loads in flight; e4m3
+  // chunks hold 16 weights, so half as many cover the same rows (and fit the registers).
+  static constexpr int kAhead = kFp8 ? 4 : 8;
 
   // GEMM1 of one (expert, column) pair for nt <= TB tokens: g[t], u[t] (the butterfly sum: every
   // lane holds the totals). wg, wu: the gate and up rows; tok[t]: the token's staged row.
@@ -332,53 +335,15 @@ struct Gemv {
     // the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
     // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
     // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
-    // the lanes; lane 0 adds the slots' b2 terms in slot order.
+    // the lanes; lane 0 adds the slots' b2 terms in slot order (finish_task).
     const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
     const int total = k * C2;
     const int R = r1 - r0;
     const int tasks = M * R;
-    for (int task = warp; task < tasks; task += kWarps) {
-      const int t = task / R;
-      const int r = r0 + task % R;
-      const int* se = slot_e + t * k;
-      float acc = 0.0f;
-      for (int base = 0; base < total; base += 32 * kLoadsAhead) {
-        uint4 wv[kLoadsAhead];
-        int ei[kLoadsAhead];
-#pragma unroll
-        for (int i = 0; i < kLoadsAhead; ++i) {
-          const int idx = base + i * 32 + lane;
-          const int jj = idx / C2, qq = idx - jj * C2;
-          ei[i] = idx < total ? se[jj] : -1;
-          const int so = ei[i] >= 0 && nst > 0 ? soff[t * k + jj] : -1;
-          if (so >= 0)
-            wv[i] = sm90::lds_16(w2s + static_cast<std::uint32_t>(so + (r - r0) * w2_row + qq * 16));
-          else if (ei[i] >= 0)
-            wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
-                                       static_cast<std::int64_t>(qq) * 16);
-        }
-#pragma unroll
-        for (int i = 0; i < kLoadsAhead; ++i) {
-          if (ei[i] < 0) continue;
-          const int idx = base + i * 32 + lane;
-          const int jj = idx / C2, qq = idx - jj * C2;
-          float fw[kE];
-          Chunk<W>::to_floats(wv[i], fw);
-          const float* hp = hs + static_cast<std::int64_t>(t * k + jj) * N + qq * kE;
-          float d = 0.0f;
-#pragma unroll
-          for (int e = 0; e < kE; e += 4) {
-            const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
-            d = fmaf(fw[e], h4.x, d);
-            d = fmaf(fw[e + 1], h4.y, d);
-            d = fmaf(fw[e + 2], h4.z, d);
-            d = fmaf(fw[e + 3], h4.w, d);
-          }
-          acc = fmaf(d, coef[t * k + jj], acc);
-        }
-      }
+    auto finish_task = [&](float acc, int t, int r) {
       acc = warp_sum(acc);
       if (lane == 0) {
+        const int* se = slot_e + t * k;
         if (p.b2 != nullptr)
           for (int jj = 0; jj < k; ++jj) {
             const int e = se[jj];
@@ -387,6 +352,111 @@ struct Gemv {
             acc += p.weight_on_input ? b : b * tw[t * k + jj];
           }
         static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
+      }
+    };
+    // A chunk's dot with its slot's staged h, scaled by the slot's coefficient, into acc.
+    auto chunk_dot = [&](const uint4& wv, int slot, int qq, float acc) {
+      float fw[kE];
+      Chunk<W>::to_floats(wv, fw);
+      const float* hp = hs + static_cast<std::int64_t>(slot) * N + qq * kE;
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; e += 4) {
+        const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+        d = fmaf(fw[e], h4.x, d);
+        d = fmaf(fw[e + 1], h4.y, d);
+        d = fmaf(fw[e + 2], h4.z, d);
+        d = fmaf(fw[e + 3], h4.w, d);
+      }
+      return fmaf(d, coef[slot], acc);
+    };
+    if (total <= 32 * kAhead) {
+      // One round of loads a task (every TP8 preset but mixtral). A lane's chunks idx = 32 i + lane
+      // (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots,
+      // chunk offsets and row addresses are set once a token (set_token), and the next task's
+      // loads go out before this task's FMAs (when it has the same token): two tasks' loads in
+      // flight a warp. The sums are the general loop's, in the same order.
+      // Per chunk i: sq = slot * 256 + qq (-1: no chunk; qq < C2 <= 256 here), and where its row
+      // r0 is: a staged row's shared-window address with bit 63 set, else the chunk's address in
+      // w2 row 0 of its expert (r * w2_row added per task).
+      int sq[kAhead];
+      std::uint64_t at[kAhead];
+      constexpr std::uint64_t kStaged = std::uint64_t{1} << 63;
+      auto set_token = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i) {
+          const int idx = i * 32 + lane;
+          const int jj = idx / C2, qq = idx - jj * C2;
+          const int e = idx < total ? slot_e[t * k + jj] : -1;
+          sq[i] = e >= 0 ? (t * k + jj) * 256 + qq : -1;
+          const int so = e >= 0 && nst > 0 ? soff[t * k + jj] : -1;
+          at[i] = so >= 0 ? (kStaged | (w2s + static_cast<std::uint32_t>(so + qq * 16)))
+                          : reinterpret_cast<std::uint64_t>(w2 + static_cast<std::int64_t>(e >= 0 ? e : 0) * K * w2_row + qq * 16);
+        }
+      };
+      auto load = [&](uint4 (&wv)[kAhead], int r) {
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i) {
+          if (sq[i] < 0) continue;
+          if (at[i] & kStaged) wv[i] = sm90::lds_16(static_cast<std::uint32_t>(at[i]) + static_cast<std::uint32_t>((r - r0) * w2_row));
+          else wv[i] = sm90::ld_stream_16(reinterpret_cast<const std::uint8_t*>(at[i]) + r * w2_row);
+        }
+      };
+      uint4 cur[kAhead], nxt[kAhead];
+      int t_set = -1;
+      if (warp < tasks) {
+        t_set = warp / R;
+        set_token(t_set);
+        load(cur, r0 + warp % R);
+      }
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int t = task / R, r = r0 + task % R;
+        const int next = task + kWarps;
+        const bool ahead = next < tasks && next / R == t;
+        if (ahead) load(nxt, r0 + next % R);
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i)
+          if (sq[i] >= 0) acc = chunk_dot(cur[i], sq[i] >> 8, sq[i] & 255, acc);
+        finish_task(acc, t, r);
+        if (next < tasks && !ahead) {  // the next task is another token's
+          t_set = next / R;
+          set_token(t_set);
+          load(nxt, r0 + next % R);
+        }
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i) cur[i] = nxt[i];
+      }
+    } else {
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int t = task / R;
+        const int r = r0 + task % R;
+        const int* se = slot_e + t * k;
+        float acc = 0.0f;
+        for (int base = 0; base < total; base += 32 * kLoadsAhead) {
+          uint4 wv[kLoadsAhead];
+          int ei[kLoadsAhead];
+#pragma unroll
+          for (int i = 0; i < kLoadsAhead; ++i) {
+            const int idx = base + i * 32 + lane;
+            const int jj = idx / C2, qq = idx - jj * C2;
+            ei[i] = idx < total ? se[jj] : -1;
+            const int so = ei[i] >= 0 && nst > 0 ? soff[t * k + jj] : -1;
+            if (so >= 0)
+              wv[i] = sm90::lds_16(w2s + static_cast<std::uint32_t>(so + (r - r0) * w2_row + qq * 16));
+            else if (ei[i] >= 0)
+              wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
+                                         static_cast<std::int64_t>(qq) * 16);
+          }
+#pragma unroll
+          for (int i = 0; i < kLoadsAhead; ++i) {
+            if (ei[i] < 0) continue;
+            const int idx = base + i * 32 + lane;
+            const int jj = idx / C2, qq = idx - jj * C2;
+            acc = chunk_dot(wv[i], t * k + jj, qq, acc);
+          }
+        }
+        finish_task(acc, t, r);
       }
     }
     if (p.phases != nullptr && j < p.phase_ctas) {
