@@ -40,16 +40,11 @@ __device__ __forceinline__ uint2 ld_stream_8(const void* p) {
   return v;
 }
 
-// 16- and 8-byte loads from this CTA's shared memory at a shared-window address (smem_addr):
-// data an async-proxy copy (cp.async.bulk) wrote, read after its mbarrier phase completed.
+// A 16-byte load from this CTA's shared memory at a shared-window address (smem_addr): data an
+// async-proxy copy (cp.async.bulk) wrote, read after its mbarrier phase completed.
 __device__ __forceinline__ uint4 lds_16(std::uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint2 lds_8(std::uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
 

@@ -80,12 +80,6 @@ struct GemvMma {
     const uint2 y = last ? make_uint2(0u, 0u) : sm90::ld_stream_8(a + 8);
     return make_uint4(x.x, x.y, y.x, y.y);
   }
-  // The same from a staged row in shared memory (a shared-window address).
-  static __device__ __forceinline__ uint4 lds_half_rows(std::uint32_t a, bool last) {
-    const uint2 x = sm90::lds_8(a);
-    const uint2 y = last ? make_uint2(0u, 0u) : sm90::lds_8(a + 8);
-    return make_uint4(x.x, x.y, y.x, y.y);
-  }
 
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
     const bool per_channel = kGeneral && p.per_channel;  // compile-time false in the plain kernel
@@ -117,17 +111,6 @@ struct GemvMma {
       if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
     };
     stamp(kPhaseEntry);
-    w2_stage_init(p, smem);
-    // This CTA's GEMM2 output rows: 16-column blocks [cb0, cb1), rows [cb0 * 16, min(cb1 * 16, K))
-    // of every expert's w2, per_e bytes of each (what W2Stage stages). Computed where used (after
-    // the routing and again after the grid barrier), not kept live through GEMM1.
-    const int CB = static_cast<int>((K + 15) / 16);
-    auto owned_rows = [&](int& cb0, int& cb1, std::int64_t& per_e) {
-      cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
-      cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
-      const std::int64_t hi = min(std::int64_t{cb1} * 16, K);
-      per_e = hi > cb0 * 16 ? (hi - cb0 * 16) * w2_row : 0;
-    };
     // ---- 0a. bf16 / fp16: the token rows into shared memory (padded pitch), during the routing ----
     const int cpr = static_cast<int>(row_bytes / 16);  // 16-byte chunks of a w13 / token row
     if constexpr (!kFp8) stage_rows_async(p, region, px);
@@ -137,19 +120,9 @@ struct GemvMma {
     const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
     const int NB1 = static_cast<int>((N + 15) / 16);  // GEMM1 tasks of an expert (16 columns each)
     constexpr int kTok = 8 * kTg;                     // tokens of one GEMM1 pass
-    int* scratch_int = reinterpret_cast<int*>(scratch);  // [kWarps] U, [kWarps + 1] S, [kWarps + 2] nst
 
     if (warp == 0) {
       place_slots(rt, P);
-    } else if (warp == 2) {
-      if (lane == 0) {  // the touched experts whose GEMM2 rows are staged (W2Stage), and the early copies
-        int cb0, cb1;
-        std::int64_t per_e;
-        owned_rows(cb0, cb1, per_e);
-        const int n = w2_staged_experts(p, U, per_e);
-        scratch_int[kWarps + 2] = n;
-        if (p.w2_stage == kW2StageEarly) w2_stage_issue(p, ue, n, std::int64_t{cb0} * 16, per_e, w2_row, smem);
-      }
     } else if (warp == 1) {
       // GEMM2's slot groups: each touched expert's entries of sorted, 8 at a time.
       int run_s = 0;
@@ -168,7 +141,7 @@ struct GemvMma {
         }
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
-      if (lane == 0) scratch_int[kWarps + 1] = run_s;  // S
+      if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -334,12 +307,6 @@ struct GemvMma {
         finish_pass(acc, e, cb, b, t0, nt);
       }
     }
-    if (p.w2_stage == kW2StageLate && tid == 0) {
-      int cb0, cb1;
-      std::int64_t per_e;
-      owned_rows(cb0, cb1, per_e);
-      w2_stage_issue(p, ue, scratch_int[kWarps + 2], std::int64_t{cb0} * 16, per_e, w2_row, smem);
-    }
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
@@ -422,17 +389,13 @@ struct GemvMma {
     }
     if constexpr (!kFp8) sm90::cp_async_wait_all_groups();
     __syncthreads();
-    const int nst = scratch_int[kWarps + 2];
-    w2_stage_wait(p, nst, smem);
     stamp(kPhaseStaged);
 
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-    const std::uint32_t w2s = sm90::smem_addr(smem + L.w2s_off);
-    const int S = scratch_int[kWarps + 1];
-    int cb0, cb1;
-    std::int64_t per_e;
-    owned_rows(cb0, cb1, per_e);
-    const std::int64_t rows_lo = std::int64_t{cb0} * 16;
+    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
+    const int CB = static_cast<int>((K + 15) / 16);
+    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
+    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
     const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
     float* ys = work;                // [P][cols]: each slot's result, coefficient applied
     for (int pb = cb0; pb < cb1; pb += L.cb_pass) {
@@ -444,29 +407,9 @@ struct GemvMma {
       const int R2 = (nkb2 + kRound2 - 1) / kRound2;
       auto issue2 = [&](uint4 (&a)[kRound2][2], int task, int r) {
         const int cbl = task / S, s = task - cbl * S;
-        const int u = gu[s];
+        const int e = ue[gu[s]];
         const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
         const bool vlo = rlo < K, vhi = rhi < K;
-        if (u < nst) {  // staged: the expert's owned rows at u * per_e of the staging area
-          const std::uint32_t base = w2s + static_cast<std::uint32_t>(u * per_e);
-          const std::uint32_t slo = base + static_cast<std::uint32_t>((vlo ? rlo - rows_lo : 0) * w2_row);
-          const std::uint32_t shi = base + static_cast<std::uint32_t>((vhi ? rhi - rows_lo : 0) * w2_row);
-#pragma unroll
-          for (int i = 0; i < kRound2; ++i) {
-            const int ch = (r * kRound2 + i) * 4 + c;
-            const bool ok = ch < cph;
-            const std::uint32_t off = static_cast<std::uint32_t>(ch) * 16;
-            if (!kFp8 || !half_rows) {
-              a[i][0] = ok && vlo ? sm90::lds_16(slo + off) : zero4();
-              a[i][1] = ok && vhi ? sm90::lds_16(shi + off) : zero4();
-            } else {
-              a[i][0] = ok && vlo ? lds_half_rows(slo + off, off + 16 > w2_row) : zero4();
-              a[i][1] = ok && vhi ? lds_half_rows(shi + off, off + 16 > w2_row) : zero4();
-            }
-          }
-          return;
-        }
-        const int e = ue[u];
         const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
         const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
 #pragma unroll

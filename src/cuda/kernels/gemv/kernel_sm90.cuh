@@ -93,6 +93,46 @@ template <> struct Chunk<E4m3> {
   }
 };
 
+// ---- GEMM2's w2 rows staged in shared memory (W2Stage, params.hpp) ----
+
+// The mbarrier the staging copies complete on; thread 0, at the kernel's start (the routing's CTA
+// barriers make it visible before any thread waits or a copy is issued).
+__device__ __forceinline__ void w2_stage_init(const GemvParams& p, std::uint8_t* smem) {
+  if (p.w2_stage != kW2StageOff && p.smem.w2s_bytes > 0 && threadIdx.x == 0) {
+    sm90::mbar_init(sm90::smem_addr(smem + p.smem.bar_off), 1);
+    sm90::fence_mbarrier_init_cluster();
+  }
+}
+
+// How many touched experts' rows the CTA stages: the first n in touched order whose `per_e`
+// bytes each (the CTA's owned rows of one expert's w2) fit the staging area. Every thread
+// computes the same n.
+__device__ __forceinline__ int w2_staged_experts(const GemvParams& p, int U, std::int64_t per_e) {
+  if (p.w2_stage == kW2StageOff || per_e <= 0 || p.smem.w2s_bytes <= 0) return 0;
+  return static_cast<int>(min(static_cast<std::int64_t>(U), p.smem.w2s_bytes / per_e));
+}
+
+// One thread: a bulk copy per staged expert u < n of its w2 rows [row0, row0 + per_e / w2_row)
+// to byte u * per_e of the staging area, all completing on the mbarrier's phase 0 (the kernel's
+// w2 rows are 16-byte multiples, so every source offset and size is).
+__device__ __forceinline__ void w2_stage_issue(const GemvParams& p, const int* ue, int n, std::int64_t row0,
+                                               std::int64_t per_e, std::int64_t w2_row, std::uint8_t* smem) {
+  if (n <= 0) return;
+  const std::uint32_t bar = sm90::smem_addr(smem + p.smem.bar_off);
+  const std::uint32_t dst = sm90::smem_addr(smem + p.smem.w2s_off);
+  const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+  const std::int64_t K = p.hidden_size;
+  sm90::mbar_arrive_expect_tx(bar, static_cast<std::uint32_t>(n * per_e));
+  for (int u = 0; u < n; ++u)
+    sm90::bulk_copy_g2s(dst + static_cast<std::uint32_t>(u * per_e), w2 + (ue[u] * K + row0) * w2_row,
+                        static_cast<std::uint32_t>(per_e), bar);
+}
+
+// Every thread, before GEMM2 reads the staged rows (n > 0 staged).
+__device__ __forceinline__ void w2_stage_wait(const GemvParams& p, int n, std::uint8_t* smem) {
+  if (n > 0) sm90::mbar_wait(sm90::smem_addr(smem + p.smem.bar_off), 0);
+}
+
 template <Operand kOp>
 struct Gemv {
   using W = typename OperandTypes<kOp>::W;

@@ -63,16 +63,15 @@ std::int64_t region_bytes(const MoeProblem& p) {
   return std::max(x, h);
 }
 
-// GEMM2's w2 staging (gv::W2Stage): the mbarrier, then a staging area for up to min(E, P)
-// experts' owned rows (`rows` a CTA at most, w2_row bytes each) in what is left of the CTA's
-// shared memory, `at` bytes taken so far. Nothing when staging is off, when not one expert's rows
-// fit, or when a bulk copy's source offset or size could be no multiple of 16 bytes (8-byte w2
-// rows need K % 16 == 0: the tensor-core kernel's owned rows are whole 16-row blocks).
+// The CUDA-core kernel's GEMM2 w2 staging (gv::W2Stage): the mbarrier, then a staging area for up
+// to min(E, P) experts' owned rows (`rows` a CTA at most, w2_row bytes each: 16-byte multiples in
+// this kernel) in what is left of the CTA's shared memory, `at` bytes taken so far. Nothing when
+// staging is off or when not one expert's rows fit.
 int gemv_w2_stage_max_experts();
 
 void take_w2_stage(gv::SmemLayout& L, std::int64_t& at, const MoeProblem& p, int stage, std::int64_t rows) {
   const std::int64_t w2_row = p.intermediate_size * elem_bytes(p);
-  if (stage == gv::kW2StageOff || rows <= 0 || (w2_row % 16 != 0 && p.hidden_size % 16 != 0)) return;
+  if (stage == gv::kW2StageOff || rows <= 0 || w2_row % 16 != 0) return;
   const std::int64_t bar = (at + 15) / 16 * 16;
   const std::int64_t base = bar + 16;
   const std::int64_t per_e = rows * w2_row;
@@ -131,8 +130,8 @@ int mma_pitch(std::int64_t bytes) {
 }
 
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
-// GEMM2 pass). The w2 staging (`stage`) takes what is left after everything else.
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, int stage) {
+// GEMM2 pass).
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -163,7 +162,6 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, int stage) {
   L.cb_pass = static_cast<int>(std::min<std::int64_t>(owned, avail > 0 ? avail / per_block : 0));
   if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
   L.work_off = take(std::max(part, per_block * L.cb_pass));
-  take_w2_stage(L, at, p, stage, owned * 16);
   L.bytes = static_cast<int>(at);
   return L;
 }
@@ -183,7 +181,7 @@ bool can_implement_mma_kernel(const MoeProblem& p, std::string* why) {
     os << "M*k = " << P << " slots > " << gv::kMmaMaxSlots << " (every CTA routes the call in shared memory)";
     return fail(why, os.str());
   }
-  if (mma_smem_layout(p, 1, gv::kW2StageOff).bytes == 0) {
+  if (mma_smem_layout(p, 1).bytes == 0) {
     std::ostringstream os;
     os << "the staged token rows (" << p.num_tokens << " x " << p.hidden_size << ") or every slot's h (" << P << " x "
        << p.intermediate_size << ") and one 16-column block of slot outputs pass the " << gv::kMmaSmemBytes
@@ -402,8 +400,10 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.w2_stage = gemv_w2_stage();
-  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p, grid, kp.w2_stage) : mma_smem_layout(p, grid, kp.w2_stage);
+  // GEMM2's w2 staging: the CUDA-core kernel only (on the tensor-core kernel it measured slower,
+  // docs/gemv.md).
+  kp.w2_stage = kind == detail::GemvKernel::kCuda ? gemv_w2_stage() : gv::kW2StageOff;
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p, grid, kp.w2_stage) : mma_smem_layout(p, grid);
   last_gemv_kernel = kind;
   fns.launch(kp, grid, call.stream);
 }
