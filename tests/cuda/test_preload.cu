@@ -72,6 +72,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
                                           // (whole, up, down), each at token widths 8, 16, 32, 64
       {"decode_combine_kernel", 4},       // decode: its PDL-launched combine, one per operand
       {"gemv_sm90_kernel", 4},            // gemv: bf16, fp16, e4m3 with bf16 / fp16 activations
+      {"gemv_fast_sm90_kernel", 4},       // gemv: the same four with GEMM2's one-round form
       {"gemv_mma_sm90_kernel", 4},        // gemv's tensor-core kernel: the same four
       {"gemv_mma_general_sm90_kernel", 2},  // its general e4m3 instantiation (per channel, 8-byte w2 rows)
   };

@@ -40,14 +40,6 @@ __device__ __forceinline__ uint2 ld_stream_8(const void* p) {
   return v;
 }
 
-// A 16-byte load from this CTA's shared memory at a shared-window address (smem_addr): data an
-// async-proxy copy (cp.async.bulk) wrote, read after its mbarrier phase completed.
-__device__ __forceinline__ uint4 lds_16(std::uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");

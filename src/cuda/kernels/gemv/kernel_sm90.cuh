@@ -93,47 +93,11 @@ template <> struct Chunk<E4m3> {
   }
 };
 
-// ---- GEMM2's w2 rows staged in shared memory (W2Stage, params.hpp) ----
-
-// The mbarrier the staging copies complete on; thread 0, at the kernel's start (the routing's CTA
-// barriers make it visible before any thread waits or a copy is issued).
-__device__ __forceinline__ void w2_stage_init(const GemvParams& p, std::uint8_t* smem) {
-  if (p.w2_stage != kW2StageOff && p.smem.w2s_bytes > 0 && threadIdx.x == 0) {
-    sm90::mbar_init(sm90::smem_addr(smem + p.smem.bar_off), 1);
-    sm90::fence_mbarrier_init_cluster();
-  }
-}
-
-// How many touched experts' rows the CTA stages: the first n in touched order whose `per_e`
-// bytes each (the CTA's owned rows of one expert's w2) fit the staging area. Every thread
-// computes the same n.
-__device__ __forceinline__ int w2_staged_experts(const GemvParams& p, int U, std::int64_t per_e) {
-  if (p.w2_stage == kW2StageOff || per_e <= 0 || p.smem.w2s_bytes <= 0) return 0;
-  return static_cast<int>(min(static_cast<std::int64_t>(U), p.smem.w2s_bytes / per_e));
-}
-
-// One thread: a bulk copy per staged expert u < n of its w2 rows [row0, row0 + per_e / w2_row)
-// to byte u * per_e of the staging area, all completing on the mbarrier's phase 0 (the kernel's
-// w2 rows are 16-byte multiples, so every source offset and size is).
-__device__ __forceinline__ void w2_stage_issue(const GemvParams& p, const int* ue, int n, std::int64_t row0,
-                                               std::int64_t per_e, std::int64_t w2_row, std::uint8_t* smem) {
-  if (n <= 0) return;
-  const std::uint32_t bar = sm90::smem_addr(smem + p.smem.bar_off);
-  const std::uint32_t dst = sm90::smem_addr(smem + p.smem.w2s_off);
-  const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-  const std::int64_t K = p.hidden_size;
-  sm90::mbar_arrive_expect_tx(bar, static_cast<std::uint32_t>(n * per_e));
-  for (int u = 0; u < n; ++u)
-    sm90::bulk_copy_g2s(dst + static_cast<std::uint32_t>(u * per_e), w2 + (ue[u] * K + row0) * w2_row,
-                        static_cast<std::uint32_t>(per_e), bar);
-}
-
-// Every thread, before GEMM2 reads the staged rows (n > 0 staged).
-__device__ __forceinline__ void w2_stage_wait(const GemvParams& p, int n, std::uint8_t* smem) {
-  if (n > 0) sm90::mbar_wait(sm90::smem_addr(smem + p.smem.bar_off), 0);
-}
-
-template <Operand kOp>
+// kFast: GEMM2's one-round form (launch_sm90.cu takes it where a call's tasks have one round of
+// loads and a warp has two or more columns of a token: deepseek-v3 and qwen3-235b TP8); the
+// plain instantiation keeps the general loop alone, whose code measured 13-26 % slower with both
+// forms in one kernel (build 773e548, H200).
+template <Operand kOp, bool kFast = false>
 struct Gemv {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -143,8 +107,8 @@ struct Gemv {
   static constexpr int kTokGroup = 4;                // tokens one pass of a GEMM1 pair dots
   static constexpr int kUnroll = 4;                  // 16-byte chunks per row a lane loads ahead
   static constexpr int kLoadsAhead = 8;              // 16-byte w2 loads a GEMM2 lane issues at once
-  // GEMM2's one-round tasks (total <= 32 kAhead chunks) keep two tasks' loads in flight; e4m3
-  // chunks hold 16 weights, so half as many cover the same rows (and fit the registers).
+  // The one-round form (kFast): a task's k x N chunks within 32 x kAhead, two tasks in flight a
+  // warp (e4m3 chunks hold 16 weights: half as many cover the same rows, and fit the registers).
   static constexpr int kAhead = kFp8 ? 4 : 8;
 
   // GEMM1 of one (expert, column) pair for nt <= TB tokens: g[t], u[t] (the butterfly sum: every
@@ -194,6 +158,24 @@ struct Gemv {
         u[t] = warp_sum(u[t]);
       }
     }
+  }
+
+  // GEMM2's task end (token t, output column r): the butterfly sum of the lanes' partial sums, then
+  // lane 0 adds the slots' b2 terms in slot order and rounds once into out.
+  static __device__ __forceinline__ void finish_task(const GemvParams& p, float acc, int t, int r, const int* slot_e,
+                                                     const float* tw) {
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) != 0) return;
+    const int k = p.top_k;
+    const std::int64_t K = p.hidden_size;
+    if (p.b2 != nullptr)
+      for (int jj = 0; jj < k; ++jj) {
+        const int e = slot_e[t * k + jj];
+        if (e < 0) continue;
+        const float b = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
+        acc += p.weight_on_input ? b : b * tw[t * k + jj];
+      }
+    static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
   }
 
   // One pair for the tokens sorted[b .. b+nt) (nt <= TB): dots, then lane t finalizes token t's
@@ -260,7 +242,6 @@ struct Gemv {
       if (stamps != nullptr) stamps[w] = sm90::globaltimer_ns();
     };
     stamp(kPhaseEntry);
-    w2_stage_init(p, smem);
 
     // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
     if constexpr (!kFp8) stage_rows_async(p, region, static_cast<int>(row_bytes));
@@ -273,33 +254,7 @@ struct Gemv {
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    // W2Stage: the owned rows [r0, r1) of the first nst touched experts in shared memory, and each
-    // slot's byte offset of them (soff, -1: its expert's rows are read from global memory).
-    // (nst is kept in scratch_int[kWarps + 1] through GEMM1, not in a register.)
-    int* scratch_int = reinterpret_cast<int*>(scratch);
-    int* soff = reinterpret_cast<int*>(smem + L.soff_off);
-    if (warp == 0) {
-      place_slots(rt, P);
-    } else if (warp == 1) {
-      if (lane == 0) {
-        const std::int64_t per_e = static_cast<std::int64_t>(r1 - r0) * w2_row;
-        const int n = w2_staged_experts(p, U, per_e);
-        scratch_int[kWarps + 1] = n;
-        if (p.w2_stage == kW2StageEarly) w2_stage_issue(p, ue, n, r0, per_e, w2_row, smem);
-      }
-    } else if (const int nst = w2_staged_experts(p, U, static_cast<std::int64_t>(r1 - r0) * w2_row); nst > 0) {
-      // The slot's touched index: its expert's place in ue (ascending), by bisection.
-      for (int sl = tid - 64; sl < P; sl += kThreads - 64) {
-        const int e = slot_e[sl];
-        int lo = 0, hi = U;
-        while (hi - lo > 1) {
-          const int mid = (lo + hi) >> 1;
-          if (ue[mid] <= e) lo = mid;
-          else hi = mid;
-        }
-        soff[sl] = e >= 0 && lo < nst ? static_cast<int>(lo * (r1 - r0) * w2_row) : -1;
-      }
-    }
+    if (warp == 0) place_slots(rt, P);
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
@@ -325,8 +280,6 @@ struct Gemv {
         else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
       }
     }
-    if (p.w2_stage == kW2StageLate && tid == 0)
-      w2_stage_issue(p, ue, scratch_int[kWarps + 1], r0, static_cast<std::int64_t>(r1 - r0) * w2_row, w2_row, smem);
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
@@ -365,63 +318,26 @@ struct Gemv {
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
     }
     __syncthreads();
-    const int nst = scratch_int[kWarps + 1];
-    w2_stage_wait(p, nst, smem);
     stamp(kPhaseStaged);
-    const std::uint32_t w2s = sm90::smem_addr(smem + L.w2s_off);
 
     // Tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q) loads,
     // k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight before
     // the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
     // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
     // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
-    // the lanes; lane 0 adds the slots' b2 terms in slot order (finish_task).
+    // the lanes; lane 0 adds the slots' b2 terms in slot order.
     const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
     const int total = k * C2;
     const int R = r1 - r0;
     const int tasks = M * R;
-    auto finish_task = [&](float acc, int t, int r) {
-      acc = warp_sum(acc);
-      if (lane == 0) {
-        const int* se = slot_e + t * k;
-        if (p.b2 != nullptr)
-          for (int jj = 0; jj < k; ++jj) {
-            const int e = se[jj];
-            if (e < 0) continue;
-            const float b = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
-            acc += p.weight_on_input ? b : b * tw[t * k + jj];
-          }
-        static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
-      }
-    };
-    // A chunk's dot with its slot's staged h, scaled by the slot's coefficient, into acc.
-    auto chunk_dot = [&](const uint4& wv, int slot, int qq, float acc) {
-      float fw[kE];
-      Chunk<W>::to_floats(wv, fw);
-      const float* hp = hs + static_cast<std::int64_t>(slot) * N + qq * kE;
-      float d = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; e += 4) {
-        const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
-        d = fmaf(fw[e], h4.x, d);
-        d = fmaf(fw[e + 1], h4.y, d);
-        d = fmaf(fw[e + 2], h4.z, d);
-        d = fmaf(fw[e + 3], h4.w, d);
-      }
-      return fmaf(d, coef[slot], acc);
-    };
-    if (total <= 32 * kAhead) {
-      // One round of loads a task (every TP8 preset but mixtral). A lane's chunks idx = 32 i + lane
-      // (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots,
-      // chunk offsets and row addresses are set once a token (set_token), and the next task's
-      // loads go out before this task's FMAs (when it has the same token): two tasks' loads in
-      // flight a warp. The sums are the general loop's, in the same order.
-      // Per chunk i: sq = slot * 256 + qq (-1: no chunk; qq < C2 <= 256 here), and where its row
-      // r0 is: a staged row's shared-window address with bit 63 set, else the chunk's address in
-      // w2 row 0 of its expert (r * w2_row added per task).
-      int sq[kAhead];
-      std::uint64_t at[kAhead];
-      constexpr std::uint64_t kStaged = std::uint64_t{1} << 63;
+    if constexpr (kFast) {
+      // The one-round form (total <= 32 kAhead; the host checks). A lane's chunks idx = 32 i + lane
+      // (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots and
+      // row addresses are set once a token (set_token) instead of per chunk and task, and the next
+      // task's loads go out before this task's FMAs when it has the same token: two tasks' loads in
+      // flight a warp. The same sums in the same order as the general loop below.
+      int sq[kAhead];                  // slot * 256 + qq (qq < C2 <= 256 here), -1: no chunk
+      const std::uint8_t* ga[kAhead];  // the chunk in w2 row 0 of its slot's expert
       auto set_token = [&](int t) {
 #pragma unroll
         for (int i = 0; i < kAhead; ++i) {
@@ -429,24 +345,17 @@ struct Gemv {
           const int jj = idx / C2, qq = idx - jj * C2;
           const int e = idx < total ? slot_e[t * k + jj] : -1;
           sq[i] = e >= 0 ? (t * k + jj) * 256 + qq : -1;
-          const int so = e >= 0 && nst > 0 ? soff[t * k + jj] : -1;
-          at[i] = so >= 0 ? (kStaged | (w2s + static_cast<std::uint32_t>(so + qq * 16)))
-                          : reinterpret_cast<std::uint64_t>(w2 + static_cast<std::int64_t>(e >= 0 ? e : 0) * K * w2_row + qq * 16);
+          ga[i] = w2 + static_cast<std::int64_t>(e >= 0 ? e : 0) * K * w2_row + qq * 16;
         }
       };
       auto load = [&](uint4 (&wv)[kAhead], int r) {
 #pragma unroll
-        for (int i = 0; i < kAhead; ++i) {
-          if (sq[i] < 0) continue;
-          if (at[i] & kStaged) wv[i] = sm90::lds_16(static_cast<std::uint32_t>(at[i]) + static_cast<std::uint32_t>((r - r0) * w2_row));
-          else wv[i] = sm90::ld_stream_16(reinterpret_cast<const std::uint8_t*>(at[i]) + r * w2_row);
-        }
+        for (int i = 0; i < kAhead; ++i)
+          if (sq[i] >= 0) wv[i] = sm90::ld_stream_16(ga[i] + r * w2_row);
       };
       uint4 cur[kAhead], nxt[kAhead];
-      int t_set = -1;
       if (warp < tasks) {
-        t_set = warp / R;
-        set_token(t_set);
+        set_token(warp / R);
         load(cur, r0 + warp % R);
       }
       for (int task = warp; task < tasks; task += kWarps) {
@@ -456,12 +365,26 @@ struct Gemv {
         if (ahead) load(nxt, r0 + next % R);
         float acc = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kAhead; ++i)
-          if (sq[i] >= 0) acc = chunk_dot(cur[i], sq[i] >> 8, sq[i] & 255, acc);
-        finish_task(acc, t, r);
+        for (int i = 0; i < kAhead; ++i) {
+          if (sq[i] < 0) continue;
+          const int slot = sq[i] >> 8, qq = sq[i] & 255;
+          float fw[kE];
+          Chunk<W>::to_floats(cur[i], fw);
+          const float* hp = hs + static_cast<std::int64_t>(slot) * N + qq * kE;
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kE; e += 4) {
+            const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+            d = fmaf(fw[e], h4.x, d);
+            d = fmaf(fw[e + 1], h4.y, d);
+            d = fmaf(fw[e + 2], h4.z, d);
+            d = fmaf(fw[e + 3], h4.w, d);
+          }
+          acc = fmaf(d, coef[slot], acc);
+        }
+        finish_task(p, acc, t, r, slot_e, tw);
         if (next < tasks && !ahead) {  // the next task is another token's
-          t_set = next / R;
-          set_token(t_set);
+          set_token(next / R);
           load(nxt, r0 + next % R);
         }
 #pragma unroll
@@ -481,10 +404,7 @@ struct Gemv {
             const int idx = base + i * 32 + lane;
             const int jj = idx / C2, qq = idx - jj * C2;
             ei[i] = idx < total ? se[jj] : -1;
-            const int so = ei[i] >= 0 && nst > 0 ? soff[t * k + jj] : -1;
-            if (so >= 0)
-              wv[i] = sm90::lds_16(w2s + static_cast<std::uint32_t>(so + (r - r0) * w2_row + qq * 16));
-            else if (ei[i] >= 0)
+            if (ei[i] >= 0)
               wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
                                          static_cast<std::int64_t>(qq) * 16);
           }
@@ -493,10 +413,22 @@ struct Gemv {
             if (ei[i] < 0) continue;
             const int idx = base + i * 32 + lane;
             const int jj = idx / C2, qq = idx - jj * C2;
-            acc = chunk_dot(wv[i], t * k + jj, qq, acc);
+            float fw[kE];
+            Chunk<W>::to_floats(wv[i], fw);
+            const float* hp = hs + static_cast<std::int64_t>(t * k + jj) * N + qq * kE;
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kE; e += 4) {
+              const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+              d = fmaf(fw[e], h4.x, d);
+              d = fmaf(fw[e + 1], h4.y, d);
+              d = fmaf(fw[e + 2], h4.z, d);
+              d = fmaf(fw[e + 3], h4.w, d);
+            }
+            acc = fmaf(d, coef[t * k + jj], acc);
           }
         }
-        finish_task(acc, t, r);
+        finish_task(p, acc, t, r, slot_e, tw);
       }
     }
     if (p.phases != nullptr && j < p.phase_ctas) {
@@ -514,6 +446,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_sm90_kernel(const __grid_con
 #endif
 }
 
+// GEMM2's one-round form (Gemv<kOp, true>; launch_sm90.cu says where it runs).
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_fast_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  Gemv<kOp, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -525,6 +466,17 @@ int gemv_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_fast_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_fast_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_fast_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_fast_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -63,29 +61,7 @@ std::int64_t region_bytes(const MoeProblem& p) {
   return std::max(x, h);
 }
 
-// The CUDA-core kernel's GEMM2 w2 staging (gv::W2Stage): the mbarrier, then a staging area for up
-// to min(E, P) experts' owned rows (`rows` a CTA at most, w2_row bytes each: 16-byte multiples in
-// this kernel) in what is left of the CTA's shared memory, `at` bytes taken so far. Nothing when
-// staging is off or when not one expert's rows fit.
-int gemv_w2_stage_max_experts();
-
-void take_w2_stage(gv::SmemLayout& L, std::int64_t& at, const MoeProblem& p, int stage, std::int64_t rows) {
-  const std::int64_t w2_row = p.intermediate_size * elem_bytes(p);
-  if (stage == gv::kW2StageOff || rows <= 0 || w2_row % 16 != 0) return;
-  const std::int64_t bar = (at + 15) / 16 * 16;
-  const std::int64_t base = bar + 16;
-  const std::int64_t per_e = rows * w2_row;
-  const std::int64_t experts = std::min<std::int64_t>({p.num_experts, p.num_tokens * p.top_k, gemv_w2_stage_max_experts()});
-  const std::int64_t want = experts * per_e;
-  const std::int64_t cap = std::min(want, (gv::kMmaSmemBytes - base) / per_e * per_e);
-  if (cap < per_e) return;
-  L.bar_off = static_cast<int>(bar);
-  L.w2s_off = static_cast<int>(base);
-  L.w2s_bytes = static_cast<int>(cap);
-  at = base + cap;
-}
-
-gv::SmemLayout smem_layout(const MoeProblem& p, int grid, int stage) {
+gv::SmemLayout smem_layout(const MoeProblem& p) {
   gv::SmemLayout L;
   const int P = static_cast<int>(p.num_tokens * p.top_k);
   int at = 0;
@@ -101,11 +77,7 @@ gv::SmemLayout smem_layout(const MoeProblem& p, int grid, int stage) {
   L.cnt_off = take(static_cast<int>(p.num_experts) * 4);
   L.scratch_off = take((32 + 2 * gv::kMaxSlots) * 4);
   L.region_off = take(static_cast<int>(region_bytes(p)));
-  L.soff_off = take(P * 4);
-  std::int64_t end = at;
-  const int G = std::max(grid, 1);
-  take_w2_stage(L, end, p, stage, (p.hidden_size + G - 1) / G);  // owned columns [K j / G, K (j + 1) / G)
-  L.bytes = static_cast<int>(end);
+  L.bytes = at;
   return L;
 }
 
@@ -215,31 +187,6 @@ bool can_implement_cuda_kernel(const MoeProblem& p, std::string* why) {
   return true;
 }
 
-// MOEKIT_GEMV_W2_STAGE (read at every call, for A/Bs): when both kernels ask for their GEMM2 w2
-// rows (gv::W2Stage). Unset: kDefaultW2Stage.
-constexpr int kDefaultW2Stage = gv::kW2StageEarly;
-int gemv_w2_stage() {
-  const char* v = std::getenv("MOEKIT_GEMV_W2_STAGE");
-  if (v == nullptr || v[0] == '\0') return kDefaultW2Stage;
-  if (std::strcmp(v, "off") == 0) return gv::kW2StageOff;
-  if (std::strcmp(v, "early") == 0) return gv::kW2StageEarly;
-  if (std::strcmp(v, "late") == 0) return gv::kW2StageLate;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_W2_STAGE = '") + v + "', expected off, early or late");
-}
-
-// MOEKIT_GEMV_W2_STAGE_EXPERTS=n (tests): stage at most about n experts' rows a CTA (n * the
-// largest CTA's bytes), so that small problems run GEMM2 with staged and unstaged experts mixed.
-int gemv_w2_stage_max_experts() {
-  const char* v = std::getenv("MOEKIT_GEMV_W2_STAGE_EXPERTS");
-  if (v == nullptr || v[0] == '\0') return gv::kMaxExperts;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || n < 0 || n > gv::kMaxExperts)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_W2_STAGE_EXPERTS = '") + v + "', expected 0.." +
-                                              std::to_string(gv::kMaxExperts));
-  return static_cast<int>(n);
-}
-
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
@@ -247,6 +194,7 @@ std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
+thread_local bool last_gemm2_fast = false;
 
 // One kernel's co-residency query and launch, for the call's operand.
 struct KernelFns {
@@ -265,6 +213,28 @@ KernelFns kernel_fns(detail::GemvKernel kind, bool general) {
     return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
+}
+
+// The CUDA-core kernel with GEMM2's one-round form (gemv_fast_sm90_kernel).
+KernelFns fast_kernel_fns(const MoeProblem& p) {
+  const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
+  if (fp8) return f16 ? KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kE4m3F16>, &gv::launch_gemv_fast_sm90<gv::Operand::kE4m3F16>}
+                      : KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kE4m3Bf16>, &gv::launch_gemv_fast_sm90<gv::Operand::kE4m3Bf16>};
+  return f16 ? KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kF16>, &gv::launch_gemv_fast_sm90<gv::Operand::kF16>}
+             : KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kBf16>, &gv::launch_gemv_fast_sm90<gv::Operand::kBf16>};
+}
+
+// Where the CUDA-core kernel runs GEMM2 in its one-round form: a task's k x N chunks within one
+// round of loads (32 x kAhead: 8 16-byte chunks a lane, e4m3 4) and at least 24 output columns a
+// CTA (K / grid), so that most warps have two or more columns of a token and the next one's loads
+// overlap this one's FMAs. Measured at 773e548 (H200, same run, check on): 1.04-1.10x on
+// deepseek-v3 and qwen3-235b TP8 (54 and 31 columns a CTA), 0.93-0.96x on qwen3-30b (15) and
+// gpt-oss (21), where a warp has one column a token.
+bool gemv_fast_gemm2(const MoeProblem& p, int grid) {
+  const std::int64_t es = elem_bytes(p);
+  const std::int64_t ahead = es == 1 ? 4 : 8;
+  const std::int64_t total = p.top_k * (p.intermediate_size * es / 16);
+  return total <= 32 * ahead && p.hidden_size / std::max(grid, 1) >= 24;
 }
 
 KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p) {
@@ -331,6 +301,8 @@ const char* gemv_last_kernel() {
   return "cuda";
 }
 
+bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
+
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
   g_phase_buffer.store(device_buffer, std::memory_order_release);
@@ -352,10 +324,15 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   std::string why;
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
-  const KernelFns fns = kernel_fns(kind, p);
+  KernelFns fns = kernel_fns(kind, p);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
-  const int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
+  int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
+  const bool fast = kind == detail::GemvKernel::kCuda && gemv_fast_gemm2(p, grid);
+  if (fast) {
+    fns = fast_kernel_fns(p);
+    grid = std::min(grid, fns.coresident(dev));
+  }
   // (The router takes this path only on a device with cooperative launches: plan_call.)
   if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));
 
@@ -400,11 +377,9 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  // GEMM2's w2 staging: the CUDA-core kernel only (on the tensor-core kernel it measured slower,
-  // docs/gemv.md).
-  kp.w2_stage = kind == detail::GemvKernel::kCuda ? gemv_w2_stage() : gv::kW2StageOff;
-  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p, grid, kp.w2_stage) : mma_smem_layout(p, grid);
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
   last_gemv_kernel = kind;
+  last_gemm2_fast = fast;
   fns.launch(kp, grid, call.stream);
 }
 

@@ -41,6 +41,10 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind);
 /// really ran.
 const char* gemv_last_kernel();
 
+/// Whether the thread's last run_gemv_sm90 ran the CUDA-core kernel's GEMM2 in its one-round form
+/// (gemv_fast_sm90_kernel; gemv_fast_gemm2 in launch_sm90.cu says where). Tests.
+bool gemv_last_gemm2_fast();
+
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
 /// device_buffer[blockIdx.x * gemv::kPhaseWords + word] for the first max_ctas CTAs. Null turns

@@ -47,25 +47,6 @@ struct SmemLayout {
   int x_pitch = 0;     // bytes a staged token row takes (64 mod 128: conflict-free fragment loads)
   int h_pitch = 0;     // bytes a staged h row takes (same rule)
   int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
-  // The CUDA-core kernel's GEMM2 w2 rows staged early (GemvParams::w2_stage): an mbarrier, the
-  // staging area (w2s_bytes of it; 0: nothing staged) and each slot's byte offset in it
-  // (soff_off, int [P], -1: the slot's rows are read from global memory).
-  int bar_off = 0;
-  int w2s_off = 0;
-  int w2s_bytes = 0;
-  int soff_off = 0;
-};
-
-// When a CTA of the CUDA-core kernel asks for the w2 rows its GEMM2 will read
-// (GemvParams::w2_stage, MOEKIT_GEMV_W2_STAGE): one thread issues a bulk copy (cp.async.bulk) per
-// touched expert of the CTA's owned rows, in touched order while they fit the staging area, and
-// GEMM2 reads those from shared memory after an mbarrier wait. A CTA knows its GEMM2 rows from the
-// routing alone, so the copies can be in flight during GEMM1 (kEarly) or the grid barrier (kLate)
-// instead of after it. (The tensor-core kernel measured slower with it: docs/gemv.md.)
-enum W2Stage : int {
-  kW2StageOff = 0,    // GEMM2 loads every w2 row from global memory after the grid barrier
-  kW2StageEarly = 1,  // the copies right after the routing, before GEMM1
-  kW2StageLate = 2,   // the copies once the CTA's GEMM1 is done, before the grid barrier
 };
 
 struct GemvParams {
@@ -94,7 +75,6 @@ struct GemvParams {
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
-  int w2_stage;                     // W2Stage (the CUDA-core kernel; kW2StageOff on the other)
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
@@ -135,5 +115,10 @@ int gemv_mma_general_max_coresident_ctas(int device);
 // largest shared-memory size), cached per device; 0 when none can.
 template <Operand kOp>
 int gemv_max_coresident_ctas(int device);
+// The CUDA-core kernel with GEMM2's one-round form (gemv_fast_sm90_kernel), same contract.
+template <Operand kOp>
+void launch_gemv_fast_sm90(const GemvParams& p, int grid, void* stream);
+template <Operand kOp>
+int gemv_fast_max_coresident_ctas(int device);
 
 }  // namespace moekit::cuda::gemv
