@@ -99,6 +99,38 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
   if (acc == 0x7fffffff) *sink = acc;
 }
 
+// The data movement of inv_rope_fp8_quant (docs/rope_quant.md) with no math: rows of `in_row`
+// bytes read, rows of in_row / 2 bytes written, a warp a row, 16-byte loads and stores; each warp
+// takes kRows rows of a grid-stride walk at once (all their loads issued before any store). What a
+// kernel with that read / write mix can reach on this GPU, against the roof's 4.8 TB/s.
+template <int kRows>
+__global__ void __launch_bounds__(256) read_write_kernel(const uint4* in, uint2* out, std::int64_t rows, int in_row) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int per_lane = in_row / 16 / 32;  // 16-byte loads a lane a row (1 KB rows: 2)
+  for (std::int64_t r0 = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5); r0 < rows; r0 += warps * kRows) {
+    uint4 v[kRows][2];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const std::int64_t r = r0 + i * warps;
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        if (r < rows && q < per_lane)
+          asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v[i][q].x), "=r"(v[i][q].y), "=r"(v[i][q].z), "=r"(v[i][q].w)
+                       : "l"(in + r * (in_row / 16) + q * 32 + lane));
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const std::int64_t r = r0 + i * warps;
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        if (r < rows && q < per_lane)
+          out[r * (in_row / 16) + q * 32 + lane] = make_uint2(v[i][q].x ^ v[i][q].y, v[i][q].z ^ v[i][q].w);
+    }
+  }
+}
+
 struct Timer {
   cudaStream_t stream = nullptr;
   void* flush = nullptr;
@@ -259,6 +291,51 @@ int main(int argc, char** argv) {
                     ctas, per / 1024.0, write_flush ? "write" : "read", (per * ctas) / us / 1e6);
       add(name, us);
     }
+  }
+  // inv_rope_fp8_quant's movement at T = 16384 of DeepSeek-V4-Flash / Pro at TP8 (8 / 16 heads of
+  // 512 bf16 channels: 1 KB rows in, 512 B out; the kernel's scales, positions and cos / sin rows
+  // add 1-2 % more): what a bare read + write stream of that mix takes, at 2 and 4 CTAs of 256
+  // threads a SM, 2 and 4 rows in flight a warp; and cudaMemcpyAsync of the same bytes read.
+  {
+    const std::int64_t max_rows = 16384LL * 16;
+    std::uint8_t* in = nullptr;
+    std::uint8_t* out = nullptr;
+    LF_CHECK(cudaMalloc(&in, max_rows * 1024));
+    LF_CHECK(cudaMalloc(&out, max_rows * 1024));
+    LF_CHECK(cudaMemset(in, 3, max_rows * 1024));
+    LF_CHECK(cudaMemset(out, 0, max_rows * 1024));
+    T.write_flush = false;
+    LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&read_write_kernel<2>),
+                                  cudaFuncAttributePreferredSharedMemoryCarveout, 0));
+    LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&read_write_kernel<4>),
+                                  cudaFuncAttributePreferredSharedMemoryCarveout, 0));
+    for (const int heads : {8, 16}) {
+      std::int64_t rows = 16384LL * heads;
+      int in_row = 1024;
+      const double bytes = rows * 1536.0;
+      for (int per_sm : {2, 4, 8})
+        for (int k_rows : {2, 4}) {
+          const uint4* pi = reinterpret_cast<const uint4*>(in);
+          uint2* po = reinterpret_cast<uint2*>(out);
+          void* args[] = {&pi, &po, &rows, &in_row};
+          const void* fn = k_rows == 2 ? (const void*)&read_write_kernel<2> : (const void*)&read_write_kernel<4>;
+          const double us = T.graph_us([&] {
+            launch(fn, dim3(T.sms * per_sm), dim3(256), 0, T.stream, 1, false, args);
+          });
+          char name[200];
+          std::snprintf(name, sizeof name,
+                        "read %.0f MB + write %.0f MB (rope_quant T=16384, %d heads), %d CTAs/SM, %d rows/warp: %.2f TB/s",
+                        rows * 1024 / 1e6, rows * 512 / 1e6, heads, per_sm, k_rows, bytes / us / 1e6);
+          add(name, us);
+        }
+      const double us = T.graph_us([&] { LF_CHECK(cudaMemcpyAsync(out, in, rows * 1024, cudaMemcpyDeviceToDevice, T.stream)); });
+      char name[200];
+      std::snprintf(name, sizeof name, "cudaMemcpyAsync D2D %.0f MB (%d heads' o): %.2f TB/s read + write", rows * 1024 / 1e6,
+                    heads, 2.0 * rows * 1024 / us / 1e6);
+      add(name, us);
+    }
+    LF_CHECK(cudaFree(in));
+    LF_CHECK(cudaFree(out));
   }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
