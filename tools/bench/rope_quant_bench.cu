@@ -86,7 +86,7 @@ struct Options {
   int iters = 50;
   bool packed = false;
   bool check = false;
-  // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, reg, stream, stream3), each timed at every point.
+  // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, reg), each timed at every point.
   std::vector<std::string> kernels{"auto"};
 };
 
@@ -313,7 +313,7 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--kernels auto,small,bulk,pipe4,pipe8,reg,stream,stream3] [--rows 4,8,2] [--json PATH]\n"
+               "[--kernels auto,small,bulk,pipe4,pipe8,reg] [--rows 4,8,2] [--json PATH]\n"
                "  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
                "  --kernels: the kernels to time at every point (MOEKIT_ROPE_KERNEL; default auto: small at\n"
                "          T <= 64, bulk above; small = latency-first, bulk = bulk-copy pipeline, pipe4 / pipe8 =\n"
@@ -391,11 +391,10 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
           else if (item == "4") opt.kernels.push_back("pipe4");
           else if (item == "8") opt.kernels.push_back("pipe8");
           else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2, 4 or 8");
-        } else if (item == "auto" || item == "small" || item == "bulk" || item == "pipe4" || item == "pipe8" || item == "reg" ||
-                   item == "stream" || item == "stream3") {
+        } else if (item == "auto" || item == "small" || item == "bulk" || item == "pipe4" || item == "pipe8" || item == "reg") {
           opt.kernels.push_back(item);
         } else if (!item.empty()) {
-          usage("bad --kernels value '" + item + "': expected auto, small, bulk, pipe4, pipe8, reg, stream or stream3");
+          usage("bad --kernels value '" + item + "': expected auto, small, bulk, pipe4, pipe8 or reg");
         }
         if (c == std::string::npos) break;
         p = c + 1;

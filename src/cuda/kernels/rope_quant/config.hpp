@@ -87,21 +87,6 @@ struct InvRopeQuantBulkConfig {
 // consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
 using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
-// The streaming kernel (kernel_stream_sm90.cuh): a persistent grid of kWarps-warp CTAs, a warp a
-// pair of rows, register loads straight from global memory with the next pair's in flight through
-// the current pair's math (the bulk kernel's consumer math and lane layout). rope_dim <= 64 with
-// rope_dim % 4 == 0 and a 16-byte aligned cache (8-byte cos / sin loads), as the bulk kernel.
-// kMinBlocks CTAs a SM: 2 (107 registers, no spill; 16 warps) or 3 (80 registers, 120 bytes spilled; 24 warps).
-template <int kWarpsPerCta, int kMinBlocks>
-struct InvRopeQuantStreamConfig {
-  static constexpr int kHeadDim = 512;
-  static constexpr int kMaxRopeDim = 64;
-  static constexpr int kWarps = kWarpsPerCta;
-  static constexpr int kMinBlocksPerSm = kMinBlocks;
-};
-using InvRopeQuantStream = InvRopeQuantStreamConfig<8, 2>;
-using InvRopeQuantStream3 = InvRopeQuantStreamConfig<8, 3>;
-
 // The launcher's auto choice by rows (T x H): the latency-first kernel up to kRopeQuantSmallMaxRows,
 // the bulk kernel up to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above.
 // MOEKIT_ROPE_KERNEL=small|bulk|pipe4|... forces one for A/Bs. Measured on the H200 (2026-12-01,
