@@ -5,7 +5,9 @@
 //   - an empty kernel (1 CTA), the same with the decode kernel's launch shape (clusters of 8,
 //     210 KB of shared memory), a memset node + kernel, and a kernel + a PDL-launched kernel;
 //   - a stream: CTAs that only pull B bytes through cp.async.bulk into a 12-stage ring of 16 KB
-//     stages (one thread issuing, mbarrier completion), as the decode kernel's producer does.
+//     stages (one thread issuing, mbarrier completion), as the decode kernel's producer does;
+//   - inv_rope_fp8_quant's movement with no math (docs/rope_quant.md): 1 KB rows read, 512 B rows
+//     written, at DeepSeek-V4-Flash / Pro TP8 T = 16384, and cudaMemcpyAsync of the same bytes.
 //
 //   moekit-launch-floor [--iters N] [--json PATH]
 #include <cuda_runtime.h>
