@@ -88,6 +88,19 @@ struct Options {
   bool check = false;
   // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, reg), each timed at every point.
   std::vector<std::string> kernels{"auto"};
+  // --first-calls N: after the sweep, the first eager call at N more never-seen T a shape
+  // (kFirstCallTokens, default kernel choice), each against 10 steady calls at its T.
+  int first_calls = 0;
+};
+
+// The never-seen T of --first-calls: none a power of two (the default sweep) nor 3 (the process's
+// first call), spread over the range.
+constexpr std::int64_t kFirstCallTokens[] = {5, 7, 13, 29, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 12289, 16381};
+
+struct FirstCall {
+  std::string shape;
+  std::int64_t tokens = 0;
+  double first_us = 0, steady_us = 0;
 };
 
 struct Result {
@@ -134,6 +147,20 @@ class Bench {
   double process_first_call_us() {
     prepare(kShapes[0], 3);
     return wall_us([&] { call(); });
+  }
+
+  // The first eager call at a never-seen T (default kernel choice) and the median of 10 steady
+  // eager calls at it (the sweep's first_us / steady_us, without the timed kernels).
+  FirstCall first_call(const HeadShape& s, std::int64_t T) {
+    prepare(s, T);
+    FirstCall r;
+    r.shape = s.name;
+    r.tokens = T;
+    r.first_us = wall_us([&] { call(); });
+    std::vector<double> steady;
+    for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
+    r.steady_us = median(steady);
+    return r;
   }
 
   // Every kernel of --kernels at one point; the first call at this never-seen T is the first
@@ -313,12 +340,13 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--kernels auto,small,bulk,pipe4,pipe8,reg] [--rows 4,8,2] [--json PATH]\n"
+               "[--kernels auto,small,bulk,pipe4,pipe8,reg] [--rows 4,8,2] [--first-calls N] [--json PATH]\n"
                "  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
                "  --kernels: the kernels to time at every point (MOEKIT_ROPE_KERNEL; default auto: small at\n"
                "          T <= 64, bulk above; small = latency-first, bulk = bulk-copy pipeline, pipe4 / pipe8 =\n"
                "          the cp.async pipelined kernel, reg = the register kernel)\n"
-               "  --rows: the older spelling (4 = pipe4, 8 = pipe8, 2 = reg)\n",
+               "  --rows: the older spelling (4 = pipe4, 8 = pipe8, 2 = reg)\n"
+               "  --first-calls N: after the sweep, the first eager call at N more never-seen T a shape (0..14)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -334,6 +362,7 @@ std::string shell_command(const Options& o) {
   std::string c = "moekit-bench --op inv_rope_fp8_quant --tokens ";
   for (std::size_t i = 0; i < o.tokens.size(); ++i) c += (i ? "," : "") + std::to_string(o.tokens[i]);
   if (o.packed) c += " --packed";
+  if (o.first_calls > 0) c += " --first-calls " + std::to_string(o.first_calls);
   c += " --kernels ";
   for (std::size_t i = 0; i < o.kernels.size(); ++i) c += (i ? "," : "") + o.kernels[i];
   return c;
@@ -400,6 +429,10 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
         p = c + 1;
       }
       if (opt.kernels.empty()) usage(a + " needs at least one kernel");
+    } else if (a == "--first-calls") {
+      opt.first_calls = std::atoi(value().c_str());
+      constexpr int kMax = static_cast<int>(sizeof(kFirstCallTokens) / sizeof(kFirstCallTokens[0]));
+      if (opt.first_calls < 0 || opt.first_calls > kMax) usage("--first-calls must be 0.." + std::to_string(kMax));
     } else if (a == "--packed") {
       opt.packed = true;
     } else if (a == "--check") {
@@ -450,6 +483,30 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   std::printf("%%roof = roof_us / us (roof: bytes / 4.8 TB/s); target = roof / 0.85 + 4 us (BRIEF §4); "
               "first_us / steady_us: eager host wall clock, L2 flushed; fresh_us: one steady-T call into "
               "never-written cudaMalloc outputs\n");
+  // The first call at more never-seen T (one sample each is one host wall-clock reading: the
+  // median and the largest ratio over many T say more than one point's).
+  std::vector<FirstCall> firsts;
+  if (opt.first_calls > 0) {
+    std::printf("first eager call at never-seen T (default kernel choice) against 10 steady calls at the same T:\n");
+    std::printf("%-13s %6s %9s %9s %6s\n", "shape", "T", "first_us", "steady_us", "1st/st");
+    for (const HeadShape& s : kShapes) {
+      std::vector<double> ratios;
+      for (int i = 0; i < opt.first_calls; ++i) {
+        const std::int64_t T = kFirstCallTokens[i];
+        if (std::find(opt.tokens.begin(), opt.tokens.end(), T) != opt.tokens.end()) continue;  // seen
+        const FirstCall fc = bench.first_call(s, T);
+        std::printf("%-13s %6lld %9.1f %9.1f %6.2f\n", fc.shape.c_str(), static_cast<long long>(T), fc.first_us,
+                    fc.steady_us, fc.first_us / fc.steady_us);
+        ratios.push_back(fc.first_us / fc.steady_us);
+        firsts.push_back(fc);
+      }
+      if (!ratios.empty()) {
+        std::sort(ratios.begin(), ratios.end());
+        std::printf("%-13s first / steady over %zu never-seen T: median %.2f, max %.2f\n", s.name, ratios.size(),
+                    ratios[ratios.size() / 2], ratios.back());
+      }
+    }
+  }
   if (!opt.json.empty()) {
     FILE* f = std::fopen(opt.json.c_str(), "w");
     if (!f) throw std::runtime_error("--json: cannot write " + opt.json);
@@ -475,6 +532,12 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
                    num(r.has_first_call, r.fresh_outputs_us).c_str(),
                    r.check < 0 ? "null" : (r.check ? "\"bit-exact\"" : "\"mismatch\""), i + 1 < rows.size() ? "," : "");
     }
+    std::fprintf(f, " ],\n \"first_call_sweep\": [\n");
+    for (std::size_t i = 0; i < firsts.size(); ++i)
+      std::fprintf(f, "  {\"shape\": \"%s\", \"tokens\": %lld, \"first_call_us\": %.3f, \"steady_eager_us\": %.3f, "
+                      "\"first_over_steady\": %.4f}%s\n",
+                   firsts[i].shape.c_str(), static_cast<long long>(firsts[i].tokens), firsts[i].first_us,
+                   firsts[i].steady_us, firsts[i].first_us / firsts[i].steady_us, i + 1 < firsts.size() ? "," : "");
     std::fprintf(f, " ]\n}\n");
     std::fclose(f);
     std::printf("wrote %s (%zu rows)\n", opt.json.c_str(), rows.size());
