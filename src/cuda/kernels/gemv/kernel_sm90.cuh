@@ -160,6 +160,23 @@ struct Gemv {
     }
   }
 
+  // GEMM2: one 16-byte chunk of a w2 row dotted with its slot's staged h (hp: the chunk's kE
+  // values), scaled by the slot's coefficient (*coef, read after the dot), into acc (fixed order).
+  static __device__ __forceinline__ float chunk_dot(const uint4& w, const float* hp, const float* coef, float acc) {
+    float fw[kE];
+    Chunk<W>::to_floats(w, fw);
+    float d = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kE; e += 4) {
+      const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
+      d = fmaf(fw[e], h4.x, d);
+      d = fmaf(fw[e + 1], h4.y, d);
+      d = fmaf(fw[e + 2], h4.z, d);
+      d = fmaf(fw[e + 3], h4.w, d);
+    }
+    return fmaf(d, *coef, acc);
+  }
+
   // GEMM2's task end (token t, output column r): the butterfly sum of the lanes' partial sums, then
   // lane 0 adds the slots' b2 terms in slot order and rounds once into out.
   static __device__ __forceinline__ void finish_task(const GemvParams& p, float acc, int t, int r, const int* slot_e,
@@ -368,19 +385,7 @@ struct Gemv {
         for (int i = 0; i < kAhead; ++i) {
           if (sq[i] < 0) continue;
           const int slot = sq[i] >> 8, qq = sq[i] & 255;
-          float fw[kE];
-          Chunk<W>::to_floats(cur[i], fw);
-          const float* hp = hs + static_cast<std::int64_t>(slot) * N + qq * kE;
-          float d = 0.0f;
-#pragma unroll
-          for (int e = 0; e < kE; e += 4) {
-            const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
-            d = fmaf(fw[e], h4.x, d);
-            d = fmaf(fw[e + 1], h4.y, d);
-            d = fmaf(fw[e + 2], h4.z, d);
-            d = fmaf(fw[e + 3], h4.w, d);
-          }
-          acc = fmaf(d, coef[slot], acc);
+          acc = chunk_dot(cur[i], hs + static_cast<std::int64_t>(slot) * N + qq * kE, coef + slot, acc);
         }
         finish_task(p, acc, t, r, slot_e, tw);
         if (next < tasks && !ahead) {  // the next task is another token's
@@ -413,19 +418,7 @@ struct Gemv {
             if (ei[i] < 0) continue;
             const int idx = base + i * 32 + lane;
             const int jj = idx / C2, qq = idx - jj * C2;
-            float fw[kE];
-            Chunk<W>::to_floats(wv[i], fw);
-            const float* hp = hs + static_cast<std::int64_t>(t * k + jj) * N + qq * kE;
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < kE; e += 4) {
-              const float4 h4 = *reinterpret_cast<const float4*>(hp + e);
-              d = fmaf(fw[e], h4.x, d);
-              d = fmaf(fw[e + 1], h4.y, d);
-              d = fmaf(fw[e + 2], h4.z, d);
-              d = fmaf(fw[e + 3], h4.w, d);
-            }
-            acc = fmaf(d, coef[t * k + jj], acc);
+            acc = chunk_dot(wv[i], hs + static_cast<std::int64_t>(t * k + jj) * N + qq * kE, coef + t * k + jj, acc);
           }
         }
         finish_task(p, acc, t, r, slot_e, tw);
