@@ -709,19 +709,21 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   // The CUDA-core GEMV kernel runs GEMM2 in its one-round form (gemv_fast_sm90_kernel) where a
   // task's k x N chunks fit one round of loads and a CTA owns at least 24 output columns (K = 4096
   // on the H200's 132 CTAs: 31); elsewhere the general loop. Both against the reference, at M = 1..4
-  // (M > 1: a warp's columns change token, the form's set_token path), with biases, fp8, and
-  // bitwise run to run.
+  // (M > 1: a warp's columns change token, the form's set_token path), with biases, fp8, an
+  // expert_map with -1 entries, and bitwise run to run.
   struct Variant {
     Scheme scheme;
     std::int64_t k, N;
     bool bias;
-    bool fast;  // the form the shape should get
+    bool fast;        // the form the shape should get
+    bool expert_map;  // half the global ids map to -1 (their slots dropped)
   };
   const Variant variants[] = {
-      {Scheme::kBf16, 4, 128, false, true},
-      {Scheme::kBf16, 4, 128, true, true},
-      {Scheme::kFp8PerTensor, 4, 128, false, true},
-      {Scheme::kBf16, 8, 1024, false, false},  // 8 x 128 chunks: the general loop
+      {Scheme::kBf16, 4, 128, false, true, false},
+      {Scheme::kBf16, 4, 128, true, true, false},
+      {Scheme::kFp8PerTensor, 4, 128, false, true, false},
+      {Scheme::kBf16, 4, 128, false, true, true},
+      {Scheme::kBf16, 8, 1024, false, false, false},  // 8 x 128 chunks: the general loop
   };
   for (const Variant& v : variants) {
     CaseSpec s = small_spec(v.scheme);
@@ -731,6 +733,7 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
     s.N = v.N;
     s.M = 4;
     s.bias = v.bias;
+    s.expert_map = v.expert_map;
     MoeCase c = make_case(s);
     DeviceCase d(c);
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "cuda");
