@@ -75,6 +75,74 @@ __device__ __forceinline__ float absmax8(const float (&y)[8], float a) {
   return a;
 }
 
+// The cos index of a tail lane's first pair (tail index ti: channels 448 + 4ti ..+4); the pair is
+// rotated iff it is >= 0 (rope_dim <= 64).
+__device__ __forceinline__ int tail_cos_index(int rope_dim, int ti) { return 2 * ti - ((512 - rope_dim) / 2 - 224); }
+
+// One lane's share of two rows in the consumer layout (below): its main chunks a0, a1 (P0) and c0,
+// c1 (P1) of block b, its 4 tail channels tw with the cos / sin of their pairs (cv, sv; ci: the
+// first pair's cos index, rotated iff >= 0), ok = the row's position lies in the cache, valid =
+// the row exists (t, h). Rotation, the block absmaxes, scales, e4m3 bytes and the stores.
+// Warp-uniform: every lane of the warp calls it (the shuffles span both rows).
+__device__ __forceinline__ void quantize_lane(const InvRopeQuantParams& p, const uint4& a0, const uint4& a1,
+                                              const uint4& c0, const uint4& c1, const uint2& tw, float2 cv, float2 sv,
+                                              int ci, bool ok, bool valid, int t, int h, int lane) {
+  constexpr int kD = 512;
+  const int jj = lane & 3, b = lane >> 3;
+  const int ti = jj + 4 * b;          // tail index: channels 448 + 4ti ..+4
+  const int src3 = 24 | (lane & 4);   // the lane of this row's block 3, jj = 0
+  // Tail: rotate, absmax over the row's 16 lanes.
+  float yt[4] = {bf16_lo(tw.x), bf16_hi(tw.x), bf16_lo(tw.y), bf16_hi(tw.y)};
+  if (ci >= 0) {
+    inverse_rotate(yt[0], yt[1], cv.x, sv.x);
+    inverse_rotate(yt[2], yt[3], cv.y, sv.y);
+  }
+  float at = fmaxf(fmaxf(fabsf(yt[0]), fabsf(yt[1])), fmaxf(fabsf(yt[2]), fabsf(yt[3])));
+  at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 1));
+  at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 2));
+  at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 8));
+  at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 16));
+
+  // Main: absmax over the block's 4 lanes (block 3 adds the tail).
+  float y0[8], y1[8], y2[8], y3[8];
+  unpack8(a0, y0);
+  unpack8(a1, y1);
+  unpack8(c0, y2);
+  unpack8(c1, y3);
+  float am = absmax8(y1, absmax8(y0, 0.0f));
+  am = b < 3 ? absmax8(y3, absmax8(y2, am)) : fmaxf(am, at);
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+  const std::uint32_t E = scale_exponent(am);
+  const std::uint32_t E3 = __shfl_sync(0xffffffffu, E, src3);
+
+  const float inv = __uint_as_float((254u - E) << 23), inv3 = __uint_as_float((254u - E3) << 23);  // exact
+  const uint2 q0 = quant8(y0, inv), q1 = quant8(y1, inv), q2 = quant8(y2, inv), q3 = quant8(y3, inv);
+  std::uint32_t qt = static_cast<std::uint32_t>(numerics::e4m3x2(yt[0] * inv3, yt[1] * inv3)) |
+                     (static_cast<std::uint32_t>(numerics::e4m3x2(yt[2] * inv3, yt[3] * inv3)) << 16);
+  qt = canonical_nan_bytes(qt);
+
+  std::uint32_t e1 = 0, e2 = 0;  // packed scales: blocks 1, 2 of the row (block 3 is E3)
+  if (p.packed_ue8m0) {
+    e1 = __shfl_sync(0xffffffffu, E, 8 | (lane & 4));
+    e2 = __shfl_sync(0xffffffffu, E, 16 | (lane & 4));
+  }
+  if (valid) {
+    const int g = h / p.heads_per_group, hh = h - g * p.heads_per_group;
+    std::uint8_t* qrow = p.q + g * p.q_stride_g + static_cast<std::int64_t>(t) * p.q_stride_t + hh * kD;
+    const uint4 nan4 = make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu);
+    *reinterpret_cast<uint4*>(qrow + 128 * b + 16 * jj) = ok ? make_uint4(q0.x, q0.y, q1.x, q1.y) : nan4;
+    if (b < 3) *reinterpret_cast<uint4*>(qrow + 128 * b + 64 + 16 * jj) = ok ? make_uint4(q2.x, q2.y, q3.x, q3.y) : nan4;
+    *reinterpret_cast<std::uint32_t*>(qrow + 448 + 4 * ti) = ok ? qt : 0x7f7f7f7fu;
+    std::uint32_t* sc = static_cast<std::uint32_t*>(p.scale) + g * p.s_stride_g + t;
+    if (p.packed_ue8m0) {
+      if (b == 0 && jj == 0) sc[hh * p.s_stride_b] = ok ? (E | (e1 << 8) | (e2 << 16) | (E3 << 24)) : 0xffffffffu;
+    } else if (jj == 0) {
+      sc[(hh * 4 + b) * p.s_stride_b] = ok ? E << 23 : 0x7fffffffu;
+    }
+  }
+}
+
 }  // namespace rope_quant
 
 // Consumer lane layout (a warp holds rows 2w and 2w + 1 of the tile): lane l has jj = l & 3,
@@ -189,9 +257,8 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
   const int jj = lane & 3, rb = (lane >> 2) & 1, b = lane >> 3;
   const int ti = jj + 4 * b;  // tail index: channels 448 + 4ti ..+4
   const int lr = 2 * warp + rb;
-  const int nope = kD - p.rope_dim, half = p.rope_dim >> 1;
-  const int ci = 2 * ti - (nope / 2 - 224);  // cos index of the lane's first tail pair; rotated iff >= 0
-  const int src3 = 24 | (lane & 4);          // the lane of this row's block 3, jj = 0
+  const int half = p.rope_dim >> 1;
+  const int ci = tail_cos_index(p.rope_dim, ti);
   for (int k = 0; k < n; ++k) {
     const int s = k & (kS - 1);
     mbar_wait(smem_addr(&sm.full[s]), (k / kS) & 1);
@@ -218,56 +285,7 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&sm.empty[s]));  // release: orders the warp's reads before it
 
-    // Tail: rotate, absmax over the row's 16 lanes.
-    float yt[4] = {bf16_lo(tw.x), bf16_hi(tw.x), bf16_lo(tw.y), bf16_hi(tw.y)};
-    if (ci >= 0) {
-      inverse_rotate(yt[0], yt[1], cv.x, sv.x);
-      inverse_rotate(yt[2], yt[3], cv.y, sv.y);
-    }
-    float at = fmaxf(fmaxf(fabsf(yt[0]), fabsf(yt[1])), fmaxf(fabsf(yt[2]), fabsf(yt[3])));
-    at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 1));
-    at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 2));
-    at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 8));
-    at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 16));
-
-    // Main: absmax over the block's 4 lanes (block 3 adds the tail).
-    float y0[8], y1[8], y2[8], y3[8];
-    unpack8(a0, y0);
-    unpack8(a1, y1);
-    unpack8(c0, y2);
-    unpack8(c1, y3);
-    float am = absmax8(y1, absmax8(y0, 0.0f));
-    am = b < 3 ? absmax8(y3, absmax8(y2, am)) : fmaxf(am, at);
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-    const std::uint32_t E = scale_exponent(am);
-    const std::uint32_t E3 = __shfl_sync(0xffffffffu, E, src3);
-
-    const float inv = __uint_as_float((254u - E) << 23), inv3 = __uint_as_float((254u - E3) << 23);  // exact
-    const uint2 q0 = quant8(y0, inv), q1 = quant8(y1, inv), q2 = quant8(y2, inv), q3 = quant8(y3, inv);
-    std::uint32_t qt = static_cast<std::uint32_t>(numerics::e4m3x2(yt[0] * inv3, yt[1] * inv3)) |
-                       (static_cast<std::uint32_t>(numerics::e4m3x2(yt[2] * inv3, yt[3] * inv3)) << 16);
-    qt = canonical_nan_bytes(qt);
-
-    std::uint32_t e1 = 0, e2 = 0;  // packed scales: blocks 1, 2 of the row (block 3 is E3)
-    if (p.packed_ue8m0) {
-      e1 = __shfl_sync(0xffffffffu, E, 8 | (lane & 4));
-      e2 = __shfl_sync(0xffffffffu, E, 16 | (lane & 4));
-    }
-    if (valid) {
-      const int g = h / p.heads_per_group, hh = h - g * p.heads_per_group;
-      std::uint8_t* qrow = p.q + g * p.q_stride_g + static_cast<std::int64_t>(t) * p.q_stride_t + hh * kD;
-      const uint4 nan4 = make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu);
-      *reinterpret_cast<uint4*>(qrow + 128 * b + 16 * jj) = ok ? make_uint4(q0.x, q0.y, q1.x, q1.y) : nan4;
-      if (b < 3) *reinterpret_cast<uint4*>(qrow + 128 * b + 64 + 16 * jj) = ok ? make_uint4(q2.x, q2.y, q3.x, q3.y) : nan4;
-      *reinterpret_cast<std::uint32_t*>(qrow + 448 + 4 * ti) = ok ? qt : 0x7f7f7f7fu;
-      std::uint32_t* sc = static_cast<std::uint32_t*>(p.scale) + g * p.s_stride_g + t;
-      if (p.packed_ue8m0) {
-        if (b == 0 && jj == 0) sc[hh * p.s_stride_b] = ok ? (E | (e1 << 8) | (e2 << 16) | (E3 << 24)) : 0xffffffffu;
-      } else if (jj == 0) {
-        sc[(hh * 4 + b) * p.s_stride_b] = ok ? E << 23 : 0x7fffffffu;
-      }
-    }
+    quantize_lane(p, a0, a1, c0, c1, tw, cv, sv, ci, ok, valid, t, h, lane);
   }
   // Padded token rows [T, Tp) of the scales: CTA 0's consumers, after their rows (off the start).
   if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), kC * 32);
