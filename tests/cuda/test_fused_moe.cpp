@@ -710,7 +710,8 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   // task's k x N chunks fit one round of loads and a CTA owns at least 24 output columns (K = 4096
   // on the H200's 132 CTAs: 31); elsewhere the general loop. Both against the reference, at M = 1..4
   // (M > 1: a warp's columns change token, the form's set_token path), with biases, fp8, an
-  // expert_map with -1 entries, and bitwise run to run.
+  // expert_map with -1 entries, bitwise run to run and bitwise against the general loop
+  // (MOEKIT_GEMV_ONE_ROUND=0); a bad MOEKIT_GEMV_ONE_ROUND value is an error.
   struct Variant {
     Scheme scheme;
     std::int64_t k, N;
@@ -743,10 +744,22 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
       EXPECT_EQ(cuda::gemv_last_gemm2_fast(), v.fast) << s.name() << " M = " << M;
       const std::vector<std::uint16_t> b = d.run(M, Mode::kFusedExperts, "gemv");
       EXPECT_TRUE(a == b) << s.name() << " M = " << M << ": not bitwise reproducible";
+      {  // the general loop (MOEKIT_GEMV_ONE_ROUND=0): the same sums in the same order, the same bits
+        ScopedEnv off("MOEKIT_GEMV_ONE_ROUND", "0");
+        const std::vector<std::uint16_t> g = d.run(M, Mode::kFusedExperts, "gemv");
+        EXPECT_FALSE(cuda::gemv_last_gemm2_fast()) << s.name();
+        EXPECT_TRUE(g == a) << s.name() << " M = " << M << ": the one-round form differs from the general loop";
+      }
       EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, M), s.K, v.scheme, "gemv GEMM2 form"))
           << s.name() << " M = " << M;
     }
   }
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  std::string what;
+  ScopedEnv bad("MOEKIT_GEMV_ONE_ROUND", "yes");
+  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+  EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {

@@ -348,6 +348,8 @@ struct Gemv {
     const int R = r1 - r0;
     const int tasks = M * R;
     if constexpr (kFast) {
+      static_assert(32 * kAhead <= 256, "sq packs a chunk index below 256");
+      if (total > 32 * kAhead) __trap();  // the host never launches it so (gemv_fast_gemm2): loud, not wrong
       // The one-round form (total <= 32 kAhead; the host checks). A lane's chunks idx = 32 i + lane
       // (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots and
       // row addresses are set once a token (set_token) instead of per chunk and task, and the next

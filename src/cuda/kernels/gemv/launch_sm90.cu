@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -230,6 +232,15 @@ KernelFns fast_kernel_fns(const MoeProblem& p) {
 // overlap this one's FMAs. Measured at 773e548 (H200, same run, check on): 1.04-1.10x on
 // deepseek-v3 and qwen3-235b TP8 (54 and 31 columns a CTA), 0.93-0.96x on qwen3-30b (15) and
 // gpt-oss (21), where a warp has one column a token.
+// MOEKIT_GEMV_ONE_ROUND=0 (read at every call; A/Bs and the bitwise test) keeps every call on the
+// plain CUDA-core kernel; unset or 1: gemv_fast_gemm2 decides. Any other value is an error.
+bool gemv_one_round_enabled() {
+  const char* v = std::getenv("MOEKIT_GEMV_ONE_ROUND");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_ONE_ROUND = '") + v + "', expected 0 or 1");
+}
+
 bool gemv_fast_gemm2(const MoeProblem& p, int grid) {
   const std::int64_t es = elem_bytes(p);
   const std::int64_t ahead = es == 1 ? 4 : 8;
@@ -324,14 +335,21 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   std::string why;
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
+  const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   KernelFns fns = kernel_fns(kind, p);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
-  const bool fast = kind == detail::GemvKernel::kCuda && gemv_fast_gemm2(p, grid);
+  bool fast = kind == detail::GemvKernel::kCuda && one_round && gemv_fast_gemm2(p, grid);
   if (fast) {
-    fns = fast_kernel_fns(p);
-    grid = std::min(grid, fns.coresident(dev));
+    const KernelFns f = fast_kernel_fns(p);
+    const int resident = f.coresident(dev);
+    if (resident >= 1) {
+      fns = f;
+      grid = std::min(grid, resident);
+    } else {
+      fast = false;  // the plain kernel runs it
+    }
   }
   // (The router takes this path only on a device with cooperative launches: plan_call.)
   if (grid < 1) throw Error(Status::kNotSupported, "gemv_sm90: the kernel cannot be resident on device " + std::to_string(dev));

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
   int q = static_cast<int>(blockIdx.x) * Cfg::kWarps + warp;
   // In flight before the loop: pair q's rows, position and cos / sin; pair q + W's rows and
   // position. (A warp's first pair waits for position -> cos / sin once.)
-  Rows cur, nxt;
+  Rows cur{}, nxt{};
   long long pos_cur = -1, pos_nxt = -1;
   float2 cv, sv, cv_nxt = make_float2(1.0f, 1.0f), sv_nxt = make_float2(0.0f, 0.0f);
   if (q < npairs) {
