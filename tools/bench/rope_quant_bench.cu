@@ -153,14 +153,7 @@ class Bench {
   // eager calls at it (the sweep's first_us / steady_us, without the timed kernels).
   FirstCall first_call(const HeadShape& s, std::int64_t T) {
     prepare(s, T);
-    FirstCall r;
-    r.shape = s.name;
-    r.tokens = T;
-    r.first_us = wall_us([&] { call(); });
-    std::vector<double> steady;
-    for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
-    r.steady_us = median(steady);
-    return r;
+    return first_and_steady(s, T);
   }
 
   // Every kernel of --kernels at one point; the first call at this never-seen T is the first
@@ -177,11 +170,10 @@ class Bench {
       r.tokens = T;
       r.kernel = opt_.kernels[k];
       if (k == 0) {
+        const FirstCall fc = first_and_steady(s, T);
         r.has_first_call = true;
-        r.first_call_us = wall_us([&] { call(); });
-        std::vector<double> steady;
-        for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
-        r.steady_us = median(steady);
+        r.first_call_us = fc.first_us;
+        r.steady_us = fc.steady_us;
         r.fresh_outputs_us = fresh_outputs_call_us();
       }
       if (opt_.check) {
@@ -203,6 +195,18 @@ class Bench {
   }
 
  private:
+  // The first eager call at the prepared, never-seen T, then the median of 10 steady calls at it.
+  FirstCall first_and_steady(const HeadShape& s, std::int64_t T) {
+    FirstCall r;
+    r.shape = s.name;
+    r.tokens = T;
+    r.first_us = wall_us([&] { call(); });
+    std::vector<double> steady;
+    for (int i = 0; i < 10; ++i) steady.push_back(wall_us([&] { call(); }));
+    r.steady_us = median(steady);
+    return r;
+  }
+
   // One call at this (already seen) T whose outputs are fresh cudaMalloc buffers that nothing has
   // written: the cost of a first touch of new device pages, apart from the first call at a new T
   // (whose outputs prepare() has written once, as a caching allocator's reused blocks are).

@@ -109,7 +109,7 @@ struct Gemv {
   static constexpr int kLoadsAhead = 8;              // 16-byte w2 loads a GEMM2 lane issues at once
   // The one-round form (kFast): a task's k x N chunks within 32 x kAhead, two tasks in flight a
   // warp (e4m3 chunks hold 16 weights: half as many cover the same rows, and fit the registers).
-  static constexpr int kAhead = kFp8 ? 4 : 8;
+  static constexpr int kAhead = one_round_chunks_per_lane(kEs);
 
   // GEMM1 of one (expert, column) pair for nt <= TB tokens: g[t], u[t] (the butterfly sum: every
   // lane holds the totals). wg, wu: the gate and up rows; tok[t]: the token's staged row.

@@ -204,34 +204,29 @@ struct KernelFns {
   void (*launch)(const gv::GemvParams& p, int grid, void* stream);
 };
 
-// `general`: the tensor-core kernel's general e4m3 instantiation (fp8_per_channel, w2 rows of
-// N % 16 == 8 bytes); the plain one everywhere else (kernel_mma_sm90.cuh says why).
+// The kernel of `kind` for operand kOp: the tensor-core kernel's general e4m3 instantiation
+// (`general`: fp8_per_channel, w2 rows of N % 16 == 8 bytes) or its plain one (kernel_mma_sm90.cuh
+// says why); the CUDA-core kernel with GEMM2's one-round form (`fast`) or without.
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind, bool general) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast) {
   if (kind == detail::GemvKernel::kMma) {
     if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
       if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
     }
     return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
+  if (fast) return {&gv::gemv_fast_max_coresident_ctas<kOp>, &gv::launch_gemv_fast_sm90<kOp>};
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
 }
 
-// The CUDA-core kernel with GEMM2's one-round form (gemv_fast_sm90_kernel).
-KernelFns fast_kernel_fns(const MoeProblem& p) {
+KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast) {
   const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
-  if (fp8) return f16 ? KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kE4m3F16>, &gv::launch_gemv_fast_sm90<gv::Operand::kE4m3F16>}
-                      : KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kE4m3Bf16>, &gv::launch_gemv_fast_sm90<gv::Operand::kE4m3Bf16>};
-  return f16 ? KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kF16>, &gv::launch_gemv_fast_sm90<gv::Operand::kF16>}
-             : KernelFns{&gv::gemv_fast_max_coresident_ctas<gv::Operand::kBf16>, &gv::launch_gemv_fast_sm90<gv::Operand::kBf16>};
+  const bool general = fp8 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
+  if (fp8)
+    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast) : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast);
+  return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast) : kernel_fns<gv::Operand::kBf16>(kind, false, fast);
 }
 
-// Where the CUDA-core kernel runs GEMM2 in its one-round form: a task's k x N chunks within one
-// round of loads (32 x kAhead: 8 16-byte chunks a lane, e4m3 4) and at least 24 output columns a
-// CTA (K / grid), so that most warps have two or more columns of a token and the next one's loads
-// overlap this one's FMAs. Measured at 773e548 (H200, same run, check on): 1.04-1.10x on
-// deepseek-v3 and qwen3-235b TP8 (54 and 31 columns a CTA), 0.93-0.96x on qwen3-30b (15) and
-// gpt-oss (21), where a warp has one column a token.
 // MOEKIT_GEMV_ONE_ROUND=0 (read at every call; A/Bs and the bitwise test) keeps every call on the
 // plain CUDA-core kernel; unset or 1: gemv_fast_gemm2 decides. Any other value is an error.
 bool gemv_one_round_enabled() {
@@ -241,18 +236,16 @@ bool gemv_one_round_enabled() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_ONE_ROUND = '") + v + "', expected 0 or 1");
 }
 
+// Where the CUDA-core kernel runs GEMM2 in its one-round form: a task's k x N chunks within one
+// round of loads (gv::one_round_chunks_per_lane) and at least gv::kOneRoundMinColumns output
+// columns a CTA (K / grid), so that most warps have two or more columns of a token and the next
+// one's loads overlap this one's FMAs. Measured at 773e548 (H200, same run, check on): 1.04-1.10x
+// on deepseek-v3 and qwen3-235b TP8 (54 and 31 columns a CTA), 0.93-0.96x on qwen3-30b (15) and
+// gpt-oss (21), where a warp has one column a token.
 bool gemv_fast_gemm2(const MoeProblem& p, int grid) {
-  const std::int64_t es = elem_bytes(p);
-  const std::int64_t ahead = es == 1 ? 4 : 8;
+  const int es = elem_bytes(p);
   const std::int64_t total = p.top_k * (p.intermediate_size * es / 16);
-  return total <= 32 * ahead && p.hidden_size / std::max(grid, 1) >= 24;
-}
-
-KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p) {
-  const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
-  const bool general = fp8 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
-  if (fp8) return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general) : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general);
-  return f16 ? kernel_fns<gv::Operand::kF16>(kind, false) : kernel_fns<gv::Operand::kBf16>(kind, false);
+  return total <= 32 * gv::one_round_chunks_per_lane(es) && p.hidden_size / std::max(grid, 1) >= gv::kOneRoundMinColumns;
 }
 
 }  // namespace
@@ -336,13 +329,13 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
-  KernelFns fns = kernel_fns(kind, p);
+  KernelFns fns = kernel_fns(kind, p, false);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
   bool fast = kind == detail::GemvKernel::kCuda && one_round && gemv_fast_gemm2(p, grid);
   if (fast) {
-    const KernelFns f = fast_kernel_fns(p);
+    const KernelFns f = kernel_fns(kind, p, true);
     const int resident = f.coresident(dev);
     if (resident >= 1) {
       fns = f;

@@ -24,6 +24,12 @@ inline constexpr int kRegionBytes = 192 * 1024;
 inline constexpr int kMmaMaxSlots = 1024;
 inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
+// The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
+// keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
+// when k x N * es / 16 <= 32 x that; taken where a CTA owns at least kOneRoundMinColumns output
+// columns (launch_sm90.cu gemv_fast_gemm2 says why).
+inline constexpr int one_round_chunks_per_lane(int weight_bytes) { return weight_bytes == 1 ? 4 : 8; }
+inline constexpr int kOneRoundMinColumns = 24;
 
 // The kernel's operand types: weights (bf16, fp16 or e4m3) and the activation dtype.
 enum class Operand : int { kBf16, kF16, kE4m3Bf16, kE4m3F16 };
