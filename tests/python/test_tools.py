@@ -239,6 +239,27 @@ def test_grid_report_prints_ratios_per_scheme(tmp_path, capsys):
     assert "| mma |" not in out  # the verdict reads the auto path only
 
 
+def test_grid_report_judges_the_in_graph_time_on_request(tmp_path, capsys):
+    gr = load_script("grid_report")
+    f = tmp_path / "grid.json"
+    # roof_us = us / 2, so target = us / 1.7 + 4: us = 10 -> 9.88 (misses by 1.2 %); in graph 8 meets it.
+    # us = 30 -> 21.6: 1.39x, not within 1.25x; in graph 26 -> 1.20x, within.
+    f.write_text(json.dumps(dict(commit="abc", dirty=False, date="d", gpu="g", rows=[
+        grid_row("bf16", 4, 10.0, 11.0, us_in_graph=8.0), grid_row("bf16", 8, 30.0, 11.0, us_in_graph=26.0)])))
+    gr.main([str(f)])
+    out = capsys.readouterr().out
+    assert "**0 of 2 points meet BRIEF §4**." in out and "Within 1.25x of the target: 1 of 2." in out
+    assert "Timed inside the graph (us_in_graph, 2 rows): 1 meet, 2 within 1.25x; us - us_in_graph median 4.00" in out
+    gr.main([str(f), "--in-graph"])
+    out = capsys.readouterr().out
+    assert "**1 of 2 points meet BRIEF §4** (timed inside the graph: us_in_graph)." in out
+    assert "Within 1.25x of the target: 2 of 2." in out
+    g = tmp_path / "old.json"
+    g.write_text(json.dumps(dict(commit="abc", rows=[grid_row("bf16", 4, 10.0, 11.0)])))
+    with pytest.raises(SystemExit):
+        gr.main([str(g), "--in-graph"])
+
+
 def test_bench_compare_normalizes_fp8_by_the_fp8_baseline_and_groups_by_scheme(tmp_path, capsys):
     bc = load_script("bench_compare")
     def doc(name, rows):

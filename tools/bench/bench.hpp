@@ -82,6 +82,9 @@ struct Row {
   std::optional<double> ratio_vs_mma;  // mma row's us / this row's us, same point, same run
   std::string op = "fused_experts";  // the timed call: fused_experts or fused_moe
   std::optional<double> us, tflops, gbps, roof_us, roof_fraction, tflops_fraction_of_dense;
+  // The call timed inside the graph (graph_timing.cuh): [flush, event, call, event] in one graph,
+  // no graph launch in the interval, as a layer of a captured decode step; median. CUDA graph rows.
+  std::optional<double> us_in_graph;
   std::string baseline;              // "" = none: cuBLAS bf16 (the like-for-like baseline of bf16)
   std::optional<double> baseline_us;
   std::string baseline_fp8;          // "" = none: cuBLASLt e4m3 (fp8 schemes' like-for-like baseline)

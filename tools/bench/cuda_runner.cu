@@ -22,6 +22,7 @@
 
 #include "bench.hpp"
 #include "l2_flush.cuh"
+#include "graph_timing.cuh"
 
 namespace moekit::bench {
 namespace {
@@ -394,6 +395,14 @@ class CudaRunner final : public Runner {
     std::string graph_error;
     row.us = time_graph_or_eager(call, iters, &row.timing, &graph_error);
     if (!graph_error.empty()) notes.push_back("graph capture failed (" + graph_error + "), timed eager");
+    if (graph_error.empty()) {
+      try {
+        row.us_in_graph = moekit_bench::in_graph_us(stream_, [&] { flush_l2(); }, call, iters);
+      } catch (const std::exception& e) {
+        cudaGetLastError();
+        notes.push_back(std::string("in-graph timing failed: ") + e.what());
+      }
+    }
 
     // ---- baselines over the same experts and counts: cuBLAS bf16 (every scheme), cuBLASLt e4m3 (fp8) ----
     if (M > 0) {

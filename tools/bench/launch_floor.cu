@@ -1,7 +1,8 @@
 // moekit-launch-floor: what one timed call costs before moekit's kernels do anything, and how fast
 // a bare weight stream of a decode call's size can be, measured the way moekit-bench times a
 // call (CUDA-graph replay between two events, L2 flushed before each replay outside the events,
-// median). The floors the single-launch decode path (docs/decode.md) is judged against:
+// median), and each also timed inside its graph (graph_timing.cuh: events as graph nodes after the
+// flush node, no graph launch in the interval). The floors the decode paths are judged against:
 //   - an empty kernel (1 CTA), the same with the decode kernel's launch shape (clusters of 8,
 //     210 KB of shared memory), a memset node + kernel, and a kernel + a PDL-launched kernel;
 //   - a stream: CTAs that only pull B bytes through cp.async.bulk into a 12-stage ring of 16 KB
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "graph_timing.cuh"
 #include "l2_flush.cuh"
 #include "moekit/version.hpp"
 
@@ -142,6 +144,25 @@ struct Timer {
   bool write_flush = false;  // memset (dirty L2 lines) instead of the read flush
   int sms = 132;
 
+  void flush_l2() {
+    if (write_flush) {
+      LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
+    } else {
+      flush_read_kernel<<<2 * sms, 1024, 0, stream>>>(static_cast<const uint4*>(flush), flush_bytes / 16,
+                                                     static_cast<unsigned*>(flush));
+    }
+  }
+
+  // Both timings of the call `enqueue` captures: the outer one (below) and inside its graph.
+  struct Times {
+    double us, in_graph_us;
+  };
+  template <class F>
+  Times times(F&& enqueue) {
+    const double us = graph_us(enqueue);
+    return {us, moekit_bench::in_graph_us(stream, [&] { flush_l2(); }, enqueue, iters)};
+  }
+
   // Median event time of replaying the graph captured from `enqueue`, L2 flushed before each.
   template <class F>
   double graph_us(F&& enqueue) {
@@ -156,12 +177,7 @@ struct Timer {
     std::vector<cudaEvent_t> ev(2 * iters);
     for (auto& e : ev) LF_CHECK(cudaEventCreate(&e));
     for (int i = 0; i < iters; ++i) {
-      if (write_flush) {
-        LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
-      } else {
-        flush_read_kernel<<<2 * sms, 1024, 0, stream>>>(static_cast<const uint4*>(flush), flush_bytes / 16,
-                                                       static_cast<unsigned*>(flush));
-      }
+      flush_l2();
       LF_CHECK(cudaEventRecord(ev[2 * i], stream));
       LF_CHECK(cudaGraphLaunch(x, stream));
       LF_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
@@ -242,31 +258,31 @@ int main(int argc, char** argv) {
 
   struct Row {
     std::string name;
-    double us;
+    double us, in_graph_us;
   };
   std::vector<Row> rows;
-  auto add = [&](const std::string& name, double us) {
-    rows.push_back({name, us});
-    std::printf("%-72s %8.2f us\n", name.c_str(), us);
+  auto add = [&](const std::string& name, Timer::Times t) {
+    rows.push_back({name, t.us, t.in_graph_us});
+    std::printf("%-72s %8.2f us %8.2f us in graph\n", name.c_str(), t.us, t.in_graph_us);
     std::fflush(stdout);
   };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
-  add("empty kernel, 1 CTA", T.graph_us([&] {
+  add("empty kernel, 1 CTA", T.times([&] {
         launch((const void*)&empty_kernel, dim3(1), dim3(32), 0, T.stream, 1, false, args1);
       }));
-  add("empty kernel, 64 CTAs x 256 threads, clusters of 8, 210 KB smem", T.graph_us([&] {
+  add("empty kernel, 64 CTAs x 256 threads, clusters of 8, 210 KB smem", T.times([&] {
         launch((const void*)&empty_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
       }));
-  add("memset 256 B + the same kernel", T.graph_us([&] {
+  add("memset 256 B + the same kernel", T.times([&] {
         LF_CHECK(cudaMemsetAsync(sink, 0, 256, T.stream));
         launch((const void*)&empty_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
       }));
-  add("1-CTA kernel + the same kernel as its PDL dependent", T.graph_us([&] {
+  add("1-CTA kernel + the same kernel as its PDL dependent", T.times([&] {
         launch((const void*)&pdl_trigger_kernel, dim3(1), dim3(256), 0, T.stream, 1, false, args1);
         launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, true, args1);
       }));
-  add("1-CTA kernel + the same kernel, no PDL", T.graph_us([&] {
+  add("1-CTA kernel + the same kernel, no PDL", T.times([&] {
         launch((const void*)&pdl_trigger_kernel, dim3(1), dim3(256), 0, T.stream, 1, false, args1);
         launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
       }));
@@ -285,13 +301,13 @@ int main(int argc, char** argv) {
       const std::int64_t per = (bytes / ctas + kStageBytes - 1) / kStageBytes * kStageBytes;
       const std::uint8_t* s = src;
       void* args[] = {&s, const_cast<std::int64_t*>(&per), &sink};
-      const double us = T.graph_us([&] {
+      const Timer::Times tm = T.times([&] {
         launch((const void*)&stream_kernel, dim3(ctas), dim3(128), ring, T.stream, 1, false, args);
       });
       char name[160];
       std::snprintf(name, sizeof name, "stream %.1f MB over %d CTAs (%.0f KB each), %s flush: %.2f TB/s", bytes / 1e6,
-                    ctas, per / 1024.0, write_flush ? "write" : "read", (per * ctas) / us / 1e6);
-      add(name, us);
+                    ctas, per / 1024.0, write_flush ? "write" : "read", (per * ctas) / tm.us / 1e6);
+      add(name, tm);
     }
   }
   // inv_rope_fp8_quant's movement at T = 16384 of DeepSeek-V4-Flash / Pro at TP8 (8 / 16 heads of
@@ -321,20 +337,20 @@ int main(int argc, char** argv) {
           uint2* po = reinterpret_cast<uint2*>(out);
           void* args[] = {&pi, &po, &rows, &in_row};
           const void* fn = k_rows == 2 ? (const void*)&read_write_kernel<2> : (const void*)&read_write_kernel<4>;
-          const double us = T.graph_us([&] {
+          const Timer::Times tm = T.times([&] {
             launch(fn, dim3(T.sms * per_sm), dim3(256), 0, T.stream, 1, false, args);
           });
           char name[200];
           std::snprintf(name, sizeof name,
                         "read %.0f MB + write %.0f MB (rope_quant T=16384, %d heads), %d CTAs/SM, %d rows/warp: %.2f TB/s",
-                        rows * 1024 / 1e6, rows * 512 / 1e6, heads, per_sm, k_rows, bytes / us / 1e6);
-          add(name, us);
+                        rows * 1024 / 1e6, rows * 512 / 1e6, heads, per_sm, k_rows, bytes / tm.us / 1e6);
+          add(name, tm);
         }
-      const double us = T.graph_us([&] { LF_CHECK(cudaMemcpyAsync(out, in, rows * 1024, cudaMemcpyDeviceToDevice, T.stream)); });
+      const Timer::Times tm = T.times([&] { LF_CHECK(cudaMemcpyAsync(out, in, rows * 1024, cudaMemcpyDeviceToDevice, T.stream)); });
       char name[200];
       std::snprintf(name, sizeof name, "cudaMemcpyAsync D2D %.0f MB (%d heads' o): %.2f TB/s read + write", rows * 1024 / 1e6,
-                    heads, 2.0 * rows * 1024 / us / 1e6);
-      add(name, us);
+                    heads, 2.0 * rows * 1024 / tm.us / 1e6);
+      add(name, tm);
     }
     LF_CHECK(cudaFree(in));
     LF_CHECK(cudaFree(out));
@@ -349,7 +365,8 @@ int main(int argc, char** argv) {
     std::fprintf(f, "{\"commit\": \"%s\", \"dirty\": %d, \"date\": \"%s\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n",
                  bi.commit, bi.dirty, date, prop.name, T.iters);
     for (std::size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f}%s\n", rows[i].name.c_str(), rows[i].us,
+      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f, \"in_graph_us\": %.3f}%s\n", rows[i].name.c_str(), rows[i].us,
+                   rows[i].in_graph_us,
                    i + 1 < rows.size() ? "," : "");
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -376,6 +376,7 @@ void print_row(const Row& r) {
   if (r.check_ran && r.check_tokens < r.tokens)
     std::printf(" (%lld of %lld tokens)", static_cast<long long>(r.check_tokens), static_cast<long long>(r.tokens));
   if (!r.dispatch.empty()) std::printf("  {%s}", r.dispatch.c_str());
+  if (r.us_in_graph) std::printf("  in_graph %s us", fmt(r.us_in_graph, "%.1f").c_str());
   if (r.first_call_us) {
     std::printf("  first_call %s us", fmt(r.first_call_us, "%.1f").c_str());
     if (r.eager_us) std::printf(" (steady eager %s us)", fmt(r.eager_us, "%.1f").c_str());
@@ -446,7 +447,7 @@ void write_json(const std::string& path, const std::string& date, const std::str
       << ", \"backend\": " << json_str(r.backend) << ", \"path\": " << json_str(r.path)
       << ", \"dispatch\": " << (r.dispatch.empty() ? std::string("null") : json_str(r.dispatch))
       << ", \"ratio_vs_mma\": " << json_num(r.ratio_vs_mma)
-      << ", \"us\": " << json_num(r.us) << ", \"tflops\": " << json_num(r.tflops) << ", \"gbps\": " << json_num(r.gbps)
+      << ", \"us\": " << json_num(r.us) << ", \"us_in_graph\": " << json_num(r.us_in_graph) << ", \"tflops\": " << json_num(r.tflops) << ", \"gbps\": " << json_num(r.gbps)
       << ", \"roof_us\": " << json_num(r.roof_us) << ", \"roof_fraction\": " << json_num(r.roof_fraction)
       << ", \"tflops_fraction_of_dense\": " << json_num(r.tflops_fraction_of_dense)
       << ", \"baseline\": " << (r.baseline.empty() ? std::string("null") : json_str(r.baseline))

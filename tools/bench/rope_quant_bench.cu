@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "graph_timing.cuh"
+#include "l2_flush.cuh"
 #include "moekit/moekit.hpp"
 #include "rope_quant_bench.hpp"
 
@@ -107,6 +109,7 @@ struct Result {
   std::string shape;
   std::int64_t heads = 0, groups = 0, tokens = 0;
   double us = 0, bytes = 0, roof_us = 0, target_us = 0, first_call_us = 0, steady_us = 0;
+  double in_graph_us = 0;  // the call timed inside its graph (graph_timing.cuh)
   double fresh_outputs_us = 0;  // a steady-T call into never-written cudaMalloc outputs
   std::string kernel = "auto";  // the MOEKIT_ROPE_KERNEL value timed
   bool has_first_call = false;  // measured for the first config of a point only (T is new once)
@@ -141,6 +144,12 @@ class Bench {
   double launch_floor_us() {
     return time_graph([&] { empty_kernel<<<1, 32, 0, stream_>>>(); });
   }
+  // The same empty kernel timed inside its graph (graph_timing.cuh).
+  double launch_floor_in_graph_us() {
+    return moekit_bench::in_graph_us(stream_, [&] { flush_l2(); }, [&] { empty_kernel<<<1, 32, 0, stream_>>>(); },
+                                     opt_.iters);
+  }
+  bool write_flush() const { return flush_write_; }
 
   // The first call of the process, at a T outside the sweep (cuda_available() has preloaded the
   // kernels by then, as it does for any client that probes the device first).
@@ -184,6 +193,7 @@ class Bench {
         r.check = check(s, T) ? 1 : 0;
       }
       r.us = time_graph([&] { call(); });
+      r.in_graph_us = moekit_bench::in_graph_us(stream_, [&] { flush_l2(); }, [&] { call(); }, opt_.iters);
       const std::int64_t nb = s.heads * kHeadDim / 128, Tp = (T + 3) / 4 * 4;
       r.bytes = static_cast<double>(T * s.heads * kHeadDim * 3 + nb * Tp * 4 + T * 8 + T * kRopeDim * 4);
       r.roof_us = r.bytes / (kHbmGbps * 1e3);
@@ -285,7 +295,21 @@ class Bench {
     return q == q_ref && sc == sc_ref;
   }
 
-  void flush_l2() { RQ_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_)); }
+  // The L2 flush before each timed replay, as moekit-bench's: reading a 2x-L2 buffer (clean lines;
+  // MOEKIT_BENCH_FLUSH=write: writing it, dirty lines whose write-back the timed call pays, this
+  // bench's method until session 15).
+  void flush_l2() {
+    if (flush_write_) {
+      RQ_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_));
+      return;
+    }
+    int sms = 0;
+    RQ_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    flush_read_kernel<<<static_cast<unsigned>(2 * sms), 1024, 0, stream_>>>(static_cast<const uint4*>(flush_.p),
+                                                                           flush_.bytes / 16,
+                                                                           static_cast<unsigned*>(flush_.p));
+    RQ_CUDA(cudaGetLastError());
+  }
 
   // Host wall clock of one call to completion, L2 flushed (and waited for) before it.
   template <class F>
@@ -335,6 +359,12 @@ class Bench {
   Buf flush_, cache_, o_, pos_, q_, scale_;
   std::vector<float> cache_host_;
   int flush_value_ = 0;
+  bool flush_write_ = [] {
+    const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
+    if (!v || !*v || !std::strcmp(v, "read")) return false;
+    if (!std::strcmp(v, "write")) return true;
+    throw std::runtime_error(std::string("MOEKIT_BENCH_FLUSH is '") + v + "', expected read or write");
+  }();
   HeadShape shape_{};
   std::int64_t T_ = 0;
   InvRopeFp8QuantArgs args_;
@@ -456,20 +486,25 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   Bench bench(opt);
   const double process_first = bench.process_first_call_us();
   const double launch_floor = bench.launch_floor_us();
+  const double launch_floor_in_graph = bench.launch_floor_in_graph_us();
+  const char* flush = bench.write_flush() ? "write" : "read";
   std::printf("moekit-bench --op inv_rope_fp8_quant  commit %s  %s  gpu: %s  (%s scales)\n", commit.c_str(),
               date.c_str(), prop.name, opt.packed ? "packed UE8M0" : "fp32");
   std::printf("first call of the process: %.1f us (moekit::cuda_available() before it preloaded the kernels)\n",
               process_first);
-  std::printf("launch floor: %.2f us (an empty kernel's graph replay, timed like the op)\n", launch_floor);
-  std::printf("%-13s %6s %5s %9s %9s %7s %9s %6s %9s %9s %6s %9s %s\n", "shape", "T", "kernel", "us", "roof_us", "%roof", "target_us",
-              "ok", "first_us", "steady_us", "1st/st", "fresh_us", "check");
+  std::printf("L2 flush: %s; launch floor: %.2f us (an empty kernel's graph replay, timed like the op), "
+              "%.2f us in graph (timed inside its graph, as in_graph below)\n",
+              flush, launch_floor, launch_floor_in_graph);
+  std::printf("%-13s %6s %5s %9s %9s %7s %9s %6s %9s %5s %9s %9s %6s %9s %s\n", "shape", "T", "kernel", "us", "roof_us", "%roof",
+              "target_us", "ok", "in_graph", "ok_g", "first_us", "steady_us", "1st/st", "fresh_us", "check");
   std::vector<Result> rows;
-  int misses = 0, mismatches = 0;
+  int misses = 0, misses_in_graph = 0, mismatches = 0;
   for (const HeadShape& s : kShapes)
     for (std::int64_t T : opt.tokens) {
       if (T == 0) continue;  // nothing is launched at T = 0 (tested in the GPU suite)
       for (const Result& r : bench.run(s, T)) {
         misses += r.us > r.target_us;
+        misses_in_graph += r.in_graph_us > r.target_us;
         mismatches += r.check == 0;
         char first[64] = "-", steady[64] = "-", ratio[64] = "-", fresh[64] = "-";
         if (r.has_first_call) {
@@ -478,14 +513,17 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
           std::snprintf(ratio, sizeof ratio, "%.2f", r.first_call_us / r.steady_us);
           std::snprintf(fresh, sizeof fresh, "%.1f", r.fresh_outputs_us);
         }
-        std::printf("%-13s %6lld %5s %9.2f %9.2f %6.1f%% %9.2f %6s %9s %9s %6s %9s %s\n", r.shape.c_str(),
+        std::printf("%-13s %6lld %5s %9.2f %9.2f %6.1f%% %9.2f %6s %9.2f %5s %9s %9s %6s %9s %s\n", r.shape.c_str(),
                     static_cast<long long>(T), r.kernel.c_str(), r.us, r.roof_us, 100.0 * r.roof_us / r.us, r.target_us,
-                    r.us <= r.target_us ? "ok" : "MISS", first, steady, ratio, fresh,
+                    r.us <= r.target_us ? "ok" : "MISS", r.in_graph_us, r.in_graph_us <= r.target_us ? "ok" : "MISS",
+                    first, steady, ratio, fresh,
                     r.check < 0 ? "-" : (r.check ? "bit-exact" : "MISMATCH"));
         rows.push_back(r);
       }
     }
   std::printf("%%roof = roof_us / us (roof: bytes / 4.8 TB/s); target = roof / 0.85 + 4 us (BRIEF §4); "
+              "us: events around the graph replay; in_graph: events inside the graph, after the flush node "
+              "(no graph launch in the interval); "
               "first_us / steady_us: eager host wall clock, L2 flushed; fresh_us: one steady-T call into "
               "never-written cudaMalloc outputs\n");
   // The first call at more never-seen T (one sample each is one host wall-clock reading: the
@@ -517,22 +555,26 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
     if (!f) throw std::runtime_error("--json: cannot write " + opt.json);
     std::fprintf(f, "{\n \"tool\": \"moekit-bench --op inv_rope_fp8_quant\",\n \"commit\": \"%s\",\n \"date\": \"%s\",\n"
                     " \"gpu\": \"%s\",\n \"hbm_gbps\": %.1f,\n \"scales\": \"%s\",\n \"iters\": %d,\n"
-                    " \"timing\": \"graph replay, L2 flushed, median\",\n \"process_first_call_us\": %.3f,\n"
-                    " \"launch_floor_us\": %.3f,\n"
+                    " \"timing\": \"graph replay, L2 flushed, median\",\n \"flush\": \"%s\",\n"
+                    " \"in_graph_timing\": \"[flush, event, call, event] in one graph, replayed back to back, median\",\n"
+                    " \"process_first_call_us\": %.3f,\n"
+                    " \"launch_floor_us\": %.3f,\n \"launch_floor_in_graph_us\": %.3f,\n"
                     " \"reproduce\": \"%s\",\n \"rows\": [\n",
-                 commit.c_str(), date.c_str(), prop.name, kHbmGbps, opt.packed ? "ue8m0_packed" : "fp32", opt.iters,
-                 process_first, launch_floor, shell_command(opt).c_str());
+                 commit.c_str(), date.c_str(), prop.name, kHbmGbps, opt.packed ? "ue8m0_packed" : "fp32", opt.iters, flush,
+                 process_first, launch_floor, launch_floor_in_graph, shell_command(opt).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Result& r = rows[i];
       std::fprintf(f,
                    "  {\"shape\": \"%s\", \"heads\": %lld, \"groups\": %lld, \"head_dim\": %lld, \"rope_dim\": %lld, "
                    "\"tokens\": %lld, \"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"roof_us\": %.3f, "
-                   "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"first_call_us\": %s, "
+                   "\"roof_fraction\": %.4f, \"target_us\": %.3f, \"meets_target\": %s, \"in_graph_us\": %.3f, "
+                   "\"meets_target_in_graph\": %s, \"first_call_us\": %s, "
                    "\"steady_eager_us\": %s, \"first_over_steady\": %s, \"fresh_outputs_us\": %s, \"check\": %s}%s\n",
                    r.shape.c_str(), static_cast<long long>(r.heads), static_cast<long long>(r.groups),
                    static_cast<long long>(kHeadDim), static_cast<long long>(kRopeDim), static_cast<long long>(r.tokens),
                    r.kernel.c_str(), r.us, r.bytes, r.bytes / (r.us * 1e3), r.roof_us, r.roof_us / r.us, r.target_us,
-                   r.us <= r.target_us ? "true" : "false", num(r.has_first_call, r.first_call_us).c_str(),
+                   r.us <= r.target_us ? "true" : "false", r.in_graph_us, r.in_graph_us <= r.target_us ? "true" : "false",
+                   num(r.has_first_call, r.first_call_us).c_str(),
                    num(r.has_first_call, r.steady_us).c_str(), num(r.has_first_call, r.first_call_us / r.steady_us).c_str(),
                    num(r.has_first_call, r.fresh_outputs_us).c_str(),
                    r.check < 0 ? "null" : (r.check ? "\"bit-exact\"" : "\"mismatch\""), i + 1 < rows.size() ? "," : "");
@@ -547,7 +589,7 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
     std::fclose(f);
     std::printf("wrote %s (%zu rows)\n", opt.json.c_str(), rows.size());
   }
-  if (misses) std::printf("%d point(s) above the target\n", misses);
+  std::printf("%d point(s) above the target, %d timed in graph\n", misses, misses_in_graph);
   return mismatches ? 1 : 0;
 }
 

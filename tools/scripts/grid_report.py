@@ -12,6 +12,10 @@ speedup over an earlier grid at the same point. It also gives moekit's ratio to 
 scheme, each against its like-for-like baseline (bf16: cuBLAS bf16; fp8: cuBLASLt e4m3; an fp8
 row against cuBLAS bf16 only as a labelled extra: bench_rows.py), never one ratio over all
 schemes, and the --check summary (rows checked, failed, worst error per scheme).
+
+Rows that carry `us_in_graph` (moekit-bench since session 15: the call timed inside its graph,
+[flush, event, call, event], no graph launch in the interval; tools/bench/graph_timing.cuh) get a
+second verdict line; --in-graph makes that time the one the table and the regimes use.
 """
 import argparse
 import json
@@ -69,9 +73,16 @@ def main(argv=None):
     ap.add_argument("grid")
     ap.add_argument("--previous", help="an earlier grid JSON: adds the speedup per point")
     ap.add_argument("--out", help="write the markdown here (default: stdout)")
+    ap.add_argument("--in-graph", action="store_true",
+                    help="judge us_in_graph (the call timed inside its graph) instead of us")
     a = ap.parse_args(argv)
 
     doc, rows = load(a.grid)
+    both = [r for r in rows if r.get("us_in_graph")]
+    if a.in_graph:
+        if len(both) != len(rows):
+            sys.exit("grid_report: --in-graph needs us_in_graph on every row (%d of %d have it)" % (len(both), len(rows)))
+        rows = [dict(r, us_outer=r["us"], us=r["us_in_graph"]) for r in rows]
     prev = {}
     if a.previous:
         _, prow = load(a.previous)
@@ -85,7 +96,16 @@ def main(argv=None):
     dirty = {True: ", dirty tree", False: ", clean tree", None: ", dirty unknown"}.get(doc.get("dirty"), "") \
         if "dirty" in doc else ", dirty flag not recorded"
     w(f"Grid `{a.grid.split('/')[-1]}` (commit {doc.get('commit', '?')}{dirty}, {doc.get('date', '?')}, "
-      f"{doc.get('gpu', '?')}): **{len(met)} of {len(rows)} points meet BRIEF §4**.")
+      f"{doc.get('gpu', '?')}): **{len(met)} of {len(rows)} points meet BRIEF §4**"
+      + (" (timed inside the graph: us_in_graph)." if a.in_graph else "."))
+    within = sum(1 for r in rows if r["us"] <= 1.25 * target_us(r))
+    w(f"Within 1.25x of the target: {within} of {len(rows)}.")
+    if both and not a.in_graph:
+        gm = sum(1 for r in both if r["us_in_graph"] <= target_us(r))
+        gw = sum(1 for r in both if r["us_in_graph"] <= 1.25 * target_us(r))
+        d = sorted(r["us"] - r["us_in_graph"] for r in both)
+        w(f"Timed inside the graph (us_in_graph, {len(both)} rows): {gm} meet, {gw} within 1.25x; "
+          f"us - us_in_graph median {d[len(d) // 2]:.2f} µs ({d[0]:.2f} to {d[-1]:.2f}).")
     if prev:
         common = [r for r in rows if key(r) in prev]
         pmet = sum(1 for r in common if prev[key(r)]["us"] <= target_us(prev[key(r)]))
