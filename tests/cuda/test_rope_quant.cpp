@@ -210,9 +210,8 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
 }
 
 // The kernels of config.hpp by their MOEKIT_ROPE_KERNEL value: auto (by T), the latency-first
-// kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8 stages, the register kernel, the
-// streaming kernel (forced only).
-constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "reg", "stream"};
+// kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8 stages, the register kernel.
+constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "reg"};
 
 // The kernel a forced MOEKIT_ROPE_KERNEL value must run on problem p (the launcher hands a problem
 // a kernel cannot run on to the next one: bulk -> pipe4 -> reg), so a silent fallback fails.
@@ -225,7 +224,7 @@ std::string expected_kernel(const Problem& p, const std::string& k) {
            : rows <= moekit::cuda::kRopeQuantBulkMaxRows ? expected_kernel(p, "bulk")
                                                         : expected_kernel(p, "pipe4");
   }
-  if (k == "bulk" || k == "stream") return bulk_ok ? k : expected_kernel(p, "pipe4");
+  if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "pipe4");
   if (k == "pipe4" || k == "pipe8") return pipe_ok ? k : "reg";
   return k;
 }
@@ -476,7 +475,7 @@ TEST(Sm90RopeQuant, BadKernelSettingIsAClearError) {
     FAIL() << "no error";
   } catch (const moekit::Error& e) {
     EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_KERNEL is 'fast', expected auto, small, bulk, pipe4, pipe8, reg or stream"),
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_KERNEL is 'fast', expected auto, small, bulk, pipe4, pipe8 or reg"),
               std::string::npos)
         << e.what();
   }

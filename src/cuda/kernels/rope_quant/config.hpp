@@ -87,21 +87,6 @@ struct InvRopeQuantBulkConfig {
 // consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
 using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
-// The streaming kernel (kernel_stream_sm90.cuh; forced only, MOEKIT_ROPE_KERNEL=stream): a
-// persistent grid of kWarps-warp CTAs, a warp a pair of rows, register loads straight from global
-// memory (the bulk kernel's consumer math and lane layout), every load of a pair issued at least
-// one pair ahead: its rows two pairs ahead, its position two ahead, its cos / sin one ahead.
-// rope_dim <= 64 with rope_dim % 4 == 0 and a 16-byte aligned cache (8-byte cos / sin loads), as
-// the bulk kernel. kMinBlocks = 2: 16 warps a SM, up to 128 registers.
-template <int kWarpsPerCta, int kMinBlocks>
-struct InvRopeQuantStreamConfig {
-  static constexpr int kHeadDim = 512;
-  static constexpr int kMaxRopeDim = 64;
-  static constexpr int kWarps = kWarpsPerCta;
-  static constexpr int kMinBlocksPerSm = kMinBlocks;
-};
-using InvRopeQuantStream = InvRopeQuantStreamConfig<8, 2>;
-
 // The launcher's auto choice by rows (T x H): the latency-first kernel up to kRopeQuantSmallMaxRows,
 // the bulk kernel up to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above.
 // MOEKIT_ROPE_KERNEL=small|bulk|pipe4|... forces one for A/Bs. Measured on the H200 (2026-12-01,

@@ -102,19 +102,6 @@ void launch_bulk(const InvRopeQuantParams& p, int resident_ctas, void* stream) {
   run_inv_rope_quant_bulk_sm90<Cfg>(p, blocks, stream);
 }
 
-template <class Cfg>
-int stream_resident_ctas(int device) {
-  return resident_ctas<Cfg>(device, [] { return inv_rope_quant_stream_ctas_per_sm<Cfg>(); });
-}
-
-// The streaming kernel: a warp a pair of rows, at most the resident CTAs (bulk_fits' limits).
-template <class Cfg>
-void launch_stream(const InvRopeQuantParams& p, int resident_ctas, void* stream) {
-  const std::int64_t pairs = (p.num_tokens * p.num_heads + 1) / 2;
-  const int blocks = static_cast<int>(std::min<std::int64_t>((pairs + Cfg::kWarps - 1) / Cfg::kWarps, resident_ctas));
-  run_inv_rope_quant_stream_sm90<Cfg>(p, blocks, stream);
-}
-
 thread_local const char* g_last_kernel = "";
 
 }  // namespace
@@ -136,9 +123,8 @@ RopeQuantKernel inv_rope_quant_kernel_choice() {
   if (s == "pipe4") return RopeQuantKernel::kPipe4;
   if (s == "pipe8") return RopeQuantKernel::kPipe8;
   if (s == "reg") return RopeQuantKernel::kReg;
-  if (s == "stream") return RopeQuantKernel::kStream;
   throw Error(Status::kInvalidArgument,
-              "MOEKIT_ROPE_KERNEL is '" + s + "', expected auto, small, bulk, pipe4, pipe8, reg or stream");
+              "MOEKIT_ROPE_KERNEL is '" + s + "', expected auto, small, bulk, pipe4, pipe8 or reg");
 }
 
 int inv_rope_quant_rows_per_warp() {
@@ -187,7 +173,6 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   const int resident4 = pipe_resident_ctas<InvRopeQuantPipe4>(device);
   const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
   const int resident_bulk = bulk_resident_ctas<InvRopeQuantBulk>(device);
-  const int resident_stream = stream_resident_ctas<InvRopeQuantStream>(device);
   if (k == RopeQuantKernel::kAuto) {
     const std::int64_t rows = p.num_tokens * p.num_heads;
     k = rows <= kRopeQuantSmallMaxRows ? RopeQuantKernel::kSmall
@@ -197,13 +182,6 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
     g_last_kernel = "small";
     return launch_small(p, stream);
-  }
-  if (k == RopeQuantKernel::kStream) {
-    if (bulk_fits<InvRopeQuantBulk>(p)) {  // the same limits (rope_dim, cache alignment, int rows)
-      g_last_kernel = "stream";
-      return launch_stream<InvRopeQuantStream>(p, resident_stream, stream);
-    }
-    k = RopeQuantKernel::kPipe4;
   }
   if (k == RopeQuantKernel::kBulk) {
     if (bulk_fits<InvRopeQuantBulk>(p)) {

@@ -47,11 +47,5 @@ template <class Cfg>
 int inv_rope_quant_pipe_ctas_per_sm();
 template <class Cfg>
 int inv_rope_quant_bulk_ctas_per_sm();
-// The streaming kernel (InvRopeQuantStreamConfig): `blocks` persistent CTAs; its CTAs a SM (all
-// L1: no shared memory).
-template <class Cfg>
-void run_inv_rope_quant_stream_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
-template <class Cfg>
-int inv_rope_quant_stream_ctas_per_sm();
 
 }  // namespace moekit::cuda
