@@ -281,6 +281,30 @@ TEST(Sm90Permute, AroundTheThreshold) {
     check_paths(routed_case(M, 8, 128, RoutingMethod::kSoftmaxTopk, false, false, static_cast<std::uint32_t>(M)));
 }
 
+// The one-CTA path's one-pass form (kernel_sm90.cuh permute_one_pass: P <= 4 x the CTA's threads,
+// 1 to 4 rounds of 32 slots a warp): the decode CTA of 256 threads (P <= 256) and the 1024-thread
+// one at every round count, with the cases that stress its per-warp counts (one hot expert: a
+// warp's whole range on one expert), dropped slots (invalid ids, remote experts), empty and many
+// experts, no weights, and routing computed in the same launch.
+TEST(Sm90Permute, OnePassSmallCalls) {
+  SKIP_WITHOUT_SM90();
+  std::uint32_t seed = 100;
+  for (std::int64_t M : {1, 3, 32, 33, 128, 129, 256, 257, 384, 512})
+    for (int k : {1, 2, 8}) {
+      if (M * k > 4096) continue;
+      check_paths(given_case(M, k, 8, Ids::kUniform, false, true, ++seed));
+      check_paths(given_case(M, k, 128, Ids::kUniform, false, true, ++seed));
+      check_paths(given_case(M, k, 128, Ids::kInvalid, false, true, ++seed));
+      check_paths(given_case(M, k, 64, Ids::kUniform, true, true, ++seed));  // expert_map, half remote
+      check_paths(given_case(M, k, 257, Ids::kEvenOnly, false, false, ++seed));
+      check_paths(given_case(M, k, 16, Ids::kOneHot, false, true, ++seed));
+    }
+  check_paths(given_case(512, 8, 1500, Ids::kUniform));  // 4096 slots over many experts
+  check_paths(given_case(512, 8, 128, Ids::kOneHot));    // every warp's 128 slots on one expert
+  for (std::int64_t M : {2, 16, 64, 256})
+    check_paths(routed_case(M, 8, 256, RoutingMethod::kSigmoidGroupedTopk, false, false, static_cast<std::uint32_t>(M)));
+}
+
 TEST(Sm90Permute, PrefillGivenRouting) {
   SKIP_WITHOUT_SM90();
   for (int E : {128, 256}) {
