@@ -63,11 +63,14 @@ struct PermuteSmem {
   int* chunk_tot;
 };
 
+// warp_cnt has room for the one-pass form's [E][kWarps + 2] counts (permute_one_pass below; the
+// chunked form uses [kWarps][E] of it); launch_sm90.cu's permute_smem_bytes sizes the same.
 template <int kWarps>
 __device__ __forceinline__ PermuteSmem permute_smem(unsigned char* smem, int E) {
   PermuteSmem sm;
+  const int cnt_bytes = (kWarps + 2) * E * 2;
   sm.warp_cnt = reinterpret_cast<std::uint16_t*>(smem);
-  sm.running = reinterpret_cast<int*>(smem + static_cast<std::size_t>(kWarps) * E * 2 + 16 - (kWarps * E * 2) % 16);
+  sm.running = reinterpret_cast<int*>(smem + cnt_bytes + 16 - cnt_bytes % 16);
   sm.chunk_tot = sm.running + E;
   return sm;
 }
@@ -164,57 +167,79 @@ __device__ void scatter_slots(const RoutingParams& p, std::int64_t s0, std::int6
 // the warp's earlier rounds. Then a warp scan per expert over the warps' counts (each warp's
 // first row of the expert), the expert scan, and every slot's row is known: the stable order, so
 // the same rows as scatter_slots, bit for bit. One id load per slot and four CTA barriers,
-// against scatter_slots' second pass over the ids and four barriers per 1024-slot chunk
-// (qwen3-30b TP8 M = 256, 2048 slots over 128 experts: the chunked form took 11.5 us in Nsight
-// Compute on the H200).
+// against scatter_slots' second pass over the ids and four barriers per 1024-slot chunk.
+// The counts are [E][kWarps + 2] (cnt_pitch): a warp's scan over one expert reads consecutive
+// halfwords, and a round's lanes on different experts hit different banks (the pitch is an odd
+// number of words); [kWarps][E] put the scan's 32 lanes on one bank (measured: 4 us more at
+// E = 128 on the H200). The code is short on purpose: the kernel runs once a call with its
+// instructions out of a flushed L2, and a fully inlined form (fault recording per round) measured
+// slower at every size (docs/perf.md, session 15).
 inline constexpr int kOnePassRounds = 4;
+
+__host__ __device__ constexpr int cnt_pitch(int warps) { return warps + 2; }
+
+// The cold path of a dropped slot: record why, if it was a fault (out of line: no copy per round).
+__device__ __noinline__ void record_dropped_slot(const RoutingParams& p, std::int64_t slot, int id) {
+  record_slot_fault(p.faults, slot / p.top_k, static_cast<int>(slot % p.top_k), id, p.expert_map, p.num_experts_global,
+                    p.num_experts);
+}
 
 template <int kNumThreads>
 __device__ void permute_one_pass(const RoutingParams& p, const PermuteSmem& sm, int rounds) {
   constexpr int kWarps = kNumThreads / 32;
-  static_assert(kWarps <= 32, "the warps' counts of an expert are one warp's lanes");
+  constexpr int kPitch = cnt_pitch(kWarps);
+  static_assert(kWarps <= 32 && kPitch % 4 == 2, "one warp scans an expert's counts; an odd word pitch");
   const int E = p.num_experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const std::int64_t P = p.num_tokens * p.top_k;
-  std::uint16_t* cnt = sm.warp_cnt;  // [kWarps][E]: the warp's running count, then its first row
-  for (int i = tid; i < kWarps * E; i += kNumThreads) cnt[i] = 0;
+  std::uint16_t* cnt = sm.warp_cnt;  // [E][kPitch]: warp w's running count of e, then its first row
+  for (int i = tid; i < E * kPitch; i += kNumThreads) cnt[i] = 0;
   // Every load first. Plain weight loads: when routing ran in this launch, this CTA wrote them.
   const bool with_weight = p.sorted_weights != nullptr && p.topk_weights != nullptr;
   const std::int64_t base = static_cast<std::int64_t>(warp) * 32 * rounds + lane;
-  int id[kOnePassRounds];
+  int e[kOnePassRounds];
   float weight[kOnePassRounds];
 #pragma unroll
   for (int r = 0; r < kOnePassRounds; ++r) {
     const std::int64_t s = base + 32 * r;
     const bool in = r < rounds && s < P;
-    id[r] = in ? __ldcg(p.topk_ids + s) : 0;
+    e[r] = in ? __ldcg(p.topk_ids + s) : -1;
     weight[r] = in && with_weight ? p.topk_weights[s] : 0.f;
   }
-  int e[kOnePassRounds], rank[kOnePassRounds];
+  // Local experts (-1: dropped; a fault is recorded out of line).
 #pragma unroll
   for (int r = 0; r < kOnePassRounds; ++r) {
     const std::int64_t s = base + 32 * r;
-    e[r] = r < rounds && s < P ? local_expert_of(p, s, id[r], /*record=*/true) : -1;
+    if (r >= rounds || s >= P) continue;
+    const int id = e[r];
+    int x = id >= 0 && id < p.num_experts_global ? id : -1;
+    if (x >= 0 && p.expert_map != nullptr) x = __ldg(p.expert_map + id);
+    if (x < 0 || x >= p.num_experts) {
+      x = -1;
+      if (p.faults != nullptr && id != -1) record_dropped_slot(p, s, id);
+    }
+    e[r] = x;
   }
   __syncthreads();  // cnt zeroed
   const unsigned lt_mask = (1u << lane) - 1u;
+  int rank[kOnePassRounds];
 #pragma unroll
   for (int r = 0; r < kOnePassRounds; ++r) {
     if (r >= rounds) break;  // CTA-uniform
     const unsigned peers = __match_any_sync(0xffffffffu, e[r]);
-    const int before = e[r] >= 0 ? cnt[warp * E + e[r]] : 0;
+    const int before = e[r] >= 0 ? cnt[e[r] * kPitch + warp] : 0;
     rank[r] = before + __popc(peers & lt_mask);
     __syncwarp();
-    if (e[r] >= 0 && (peers & lt_mask) == 0u) cnt[warp * E + e[r]] = static_cast<std::uint16_t>(before + __popc(peers));
+    if (e[r] >= 0 && (peers & lt_mask) == 0u) cnt[e[r] * kPitch + warp] = static_cast<std::uint16_t>(before + __popc(peers));
     __syncwarp();
   }
   __syncthreads();
   // Expert x: lane v holds warp v's count; its exclusive prefix is warp v's first row of x inside
   // the expert, the sum the expert's total (into running, for the expert scan).
   for (int x = warp; x < E; x += kWarps) {
-    const int c = lane < kWarps ? cnt[lane * E + x] : 0;
+    const int c = lane < kWarps ? cnt[x * kPitch + lane] : 0;
     const int incl = warp_inclusive_sum(c, lane);
-    if (lane < kWarps) cnt[lane * E + x] = static_cast<std::uint16_t>(incl - c);
+    if (lane < kWarps) cnt[x * kPitch + lane] = static_cast<std::uint16_t>(incl - c);
     if (lane == 31) sm.running[x] = incl;
   }
   __syncthreads();
@@ -222,8 +247,9 @@ __device__ void permute_one_pass(const RoutingParams& p, const PermuteSmem& sm, 
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < kOnePassRounds; ++r) {
-    if (r >= rounds || e[r] < 0) continue;
-    const int pos = sm.running[e[r]] + cnt[warp * E + e[r]] + rank[r];
+    if (r >= rounds) break;
+    if (e[r] < 0) continue;
+    const int pos = sm.running[e[r]] + cnt[e[r] * kPitch + warp] + rank[r];
     p.sorted_slots[pos] = static_cast<std::int32_t>(base + 32 * r);
     if (with_weight) p.sorted_weights[pos] = weight[r];
   }
