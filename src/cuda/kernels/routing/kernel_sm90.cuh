@@ -37,10 +37,10 @@ __device__ void route_token(const RoutingParams& p, std::int64_t m, float* srow,
       p.topk_ids_out + m * k, p.topk_weights_out + m * k, lane);
 }
 
-// The local expert of slot `slot` whose id is `id`, -1 when dropped. `record`: report a bad id /
-// map entry (the counting pass does, once per slot; the scatter pass sees the same slots again
-// and does not).
-__device__ __forceinline__ int local_expert_of(const RoutingParams& p, std::int64_t slot, int id, bool record) {
+// The local expert of a slot, -1 when dropped. `record`: report a bad id / map entry (the counting
+// pass does, once per slot; the scatter pass sees the same slots again and does not).
+__device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t slot, bool record = false) {
+  const int id = __ldcg(p.topk_ids + slot);
   if (id < 0 || id >= p.num_experts_global) {
     if (record) record_id_fault(p.faults, slot / p.top_k, static_cast<int>(slot % p.top_k), id, p.num_experts_global);
     return -1;
@@ -51,10 +51,6 @@ __device__ __forceinline__ int local_expert_of(const RoutingParams& p, std::int6
   return -1;
 }
 
-__device__ __forceinline__ int local_expert(const RoutingParams& p, std::int64_t slot, bool record = false) {
-  return local_expert_of(p, slot, __ldcg(p.topk_ids + slot), record);
-}
-
 // The permutation's shared memory: warp_cnt[warps][E] (uint16, chunk-relative), running[E],
 // chunk_tot[E].
 struct PermuteSmem {
@@ -63,14 +59,11 @@ struct PermuteSmem {
   int* chunk_tot;
 };
 
-// warp_cnt has room for the one-pass form's [E][kWarps + 2] counts (permute_one_pass below; the
-// chunked form uses [kWarps][E] of it); launch_sm90.cu's permute_smem_bytes sizes the same.
 template <int kWarps>
 __device__ __forceinline__ PermuteSmem permute_smem(unsigned char* smem, int E) {
   PermuteSmem sm;
-  const int cnt_bytes = (kWarps + 2) * E * 2;
   sm.warp_cnt = reinterpret_cast<std::uint16_t*>(smem);
-  sm.running = reinterpret_cast<int*>(smem + cnt_bytes + 16 - cnt_bytes % 16);
+  sm.running = reinterpret_cast<int*>(smem + static_cast<std::size_t>(kWarps) * E * 2 + 16 - (kWarps * E * 2) % 16);
   sm.chunk_tot = sm.running + E;
   return sm;
 }
@@ -159,112 +152,11 @@ __device__ void scatter_slots(const RoutingParams& p, std::int64_t s0, std::int6
   }
 }
 
-// The one-CTA permutation of P <= kOnePassRounds x kNumThreads slots (every call of the one-CTA
-// path under kPermuteMultiCtaMinSlots) in one pass over the ids: warp w owns the contiguous slots
-// [w * 32R, (w + 1) * 32R) (R = ceil(P / kNumThreads) rounds of 32) and loads all of them (ids
-// and router weights) before anything waits on one; round by round, match_any ranks a slot among
-// the round's slots of its expert and a per-warp running count per expert (shared memory) adds
-// the warp's earlier rounds. Then a warp scan per expert over the warps' counts (each warp's
-// first row of the expert), the expert scan, and every slot's row is known: the stable order, so
-// the same rows as scatter_slots, bit for bit. One id load per slot and four CTA barriers,
-// against scatter_slots' second pass over the ids and four barriers per 1024-slot chunk.
-// The counts are [E][kWarps + 2] (cnt_pitch): a warp's scan over one expert reads consecutive
-// halfwords, and a round's lanes on different experts hit different banks (the pitch is an odd
-// number of words); [kWarps][E] put the scan's 32 lanes on one bank (measured: 4 us more at
-// E = 128 on the H200). The code is short on purpose: the kernel runs once a call with its
-// instructions out of a flushed L2, and a fully inlined form (fault recording per round) measured
-// slower at every size (docs/perf.md, session 15).
-inline constexpr int kOnePassRounds = 4;
-
-__host__ __device__ constexpr int cnt_pitch(int warps) { return warps + 2; }
-
-// The cold path of a dropped slot: record why, if it was a fault (out of line: no copy per round).
-__device__ __noinline__ void record_dropped_slot(const RoutingParams& p, std::int64_t slot, int id) {
-  record_slot_fault(p.faults, slot / p.top_k, static_cast<int>(slot % p.top_k), id, p.expert_map, p.num_experts_global,
-                    p.num_experts);
-}
-
-template <int kNumThreads>
-__device__ void permute_one_pass(const RoutingParams& p, const PermuteSmem& sm, int rounds) {
-  constexpr int kWarps = kNumThreads / 32;
-  constexpr int kPitch = cnt_pitch(kWarps);
-  static_assert(kWarps <= 32 && kPitch % 4 == 2, "one warp scans an expert's counts; an odd word pitch");
-  const int E = p.num_experts;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const std::int64_t P = p.num_tokens * p.top_k;
-  std::uint16_t* cnt = sm.warp_cnt;  // [E][kPitch]: warp w's running count of e, then its first row
-  for (int i = tid; i < E * kPitch; i += kNumThreads) cnt[i] = 0;
-  // Every load first. Plain weight loads: when routing ran in this launch, this CTA wrote them.
-  const bool with_weight = p.sorted_weights != nullptr && p.topk_weights != nullptr;
-  const std::int64_t base = static_cast<std::int64_t>(warp) * 32 * rounds + lane;
-  int e[kOnePassRounds];
-  float weight[kOnePassRounds];
-#pragma unroll
-  for (int r = 0; r < kOnePassRounds; ++r) {
-    const std::int64_t s = base + 32 * r;
-    const bool in = r < rounds && s < P;
-    e[r] = in ? __ldcg(p.topk_ids + s) : -1;
-    weight[r] = in && with_weight ? p.topk_weights[s] : 0.f;
-  }
-  // Local experts (-1: dropped; a fault is recorded out of line).
-#pragma unroll
-  for (int r = 0; r < kOnePassRounds; ++r) {
-    const std::int64_t s = base + 32 * r;
-    if (r >= rounds || s >= P) continue;
-    const int id = e[r];
-    int x = id >= 0 && id < p.num_experts_global ? id : -1;
-    if (x >= 0 && p.expert_map != nullptr) x = __ldg(p.expert_map + id);
-    if (x < 0 || x >= p.num_experts) {
-      x = -1;
-      if (p.faults != nullptr && id != -1) record_dropped_slot(p, s, id);
-    }
-    e[r] = x;
-  }
-  __syncthreads();  // cnt zeroed
-  const unsigned lt_mask = (1u << lane) - 1u;
-  int rank[kOnePassRounds];
-#pragma unroll
-  for (int r = 0; r < kOnePassRounds; ++r) {
-    if (r >= rounds) break;  // CTA-uniform
-    const unsigned peers = __match_any_sync(0xffffffffu, e[r]);
-    const int before = e[r] >= 0 ? cnt[e[r] * kPitch + warp] : 0;
-    rank[r] = before + __popc(peers & lt_mask);
-    __syncwarp();
-    if (e[r] >= 0 && (peers & lt_mask) == 0u) cnt[e[r] * kPitch + warp] = static_cast<std::uint16_t>(before + __popc(peers));
-    __syncwarp();
-  }
-  __syncthreads();
-  // Expert x: lane v holds warp v's count; its exclusive prefix is warp v's first row of x inside
-  // the expert, the sum the expert's total (into running, for the expert scan).
-  for (int x = warp; x < E; x += kWarps) {
-    const int c = lane < kWarps ? cnt[x * kPitch + lane] : 0;
-    const int incl = warp_inclusive_sum(c, lane);
-    if (lane < kWarps) cnt[x * kPitch + lane] = static_cast<std::uint16_t>(incl - c);
-    if (lane == 31) sm.running[x] = incl;
-  }
-  __syncthreads();
-  if (tid < 32) scan_expert_counts(sm.running, E, p.expert_offsets, true, tid);
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < kOnePassRounds; ++r) {
-    if (r >= rounds) break;
-    if (e[r] < 0) continue;
-    const int pos = sm.running[e[r]] + cnt[e[r] * kPitch + warp] + rank[r];
-    p.sorted_slots[pos] = static_cast<std::int32_t>(base + 32 * r);
-    if (with_weight) p.sorted_weights[pos] = weight[r];
-  }
-}
-
-// The whole permutation in a single CTA of kNumThreads (up to kPermuteMultiCtaMinSlots slots in
-// one pass; any count when forced or without the multi-CTA scratch: chunks of kNumThreads).
+// The whole permutation in a single CTA of kNumThreads (up to kPermuteMultiCtaMinSlots slots).
 template <int kNumThreads>
 __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
   const PermuteSmem sm = permute_smem<kNumThreads / 32>(smem, p.num_experts);
   const std::int64_t P = p.num_tokens * p.top_k;
-  if (P <= static_cast<std::int64_t>(kOnePassRounds) * kNumThreads) {
-    permute_one_pass<kNumThreads>(p, sm, static_cast<int>((P + kNumThreads - 1) / kNumThreads));
-    return;
-  }
   // Pass 1: counts per local expert; warp 0 prefix-sums them to expert_offsets.
   count_slots<kNumThreads>(p, 0, P, sm.running);
   if (threadIdx.x < 32) scan_expert_counts(sm.running, p.num_experts, p.expert_offsets, true, threadIdx.x);

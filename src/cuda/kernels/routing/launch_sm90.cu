@@ -34,8 +34,7 @@ std::size_t route_smem_bytes(const RoutingParams& p, int warps = kWarps) {
 }
 std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
   if (!p.permute) return 0;
-  // warp_cnt: [warps + 2][E] halfwords (kernel_sm90.cuh permute_smem: the one-pass counts' pitch).
-  const std::size_t cnt = static_cast<std::size_t>(warps + 2) * p.num_experts * 2;
+  const std::size_t cnt = static_cast<std::size_t>(warps) * p.num_experts * 2;
   return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
 }
 
