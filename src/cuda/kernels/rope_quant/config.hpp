@@ -85,10 +85,7 @@ struct InvRopeQuantBulkConfig {
 // tiles ahead of the rows: 84,352 B of dynamic shared memory, 2 CTAs (18 warps) a SM, up to 128 KB
 // of o in flight a SM (Little: ~47 KB needed at 4.1 TB/s). ~185 SASS instructions a row in the
 // consumers (the pipelined kernel ~300): the loads cost one instruction a row in the producer.
-// Session 15 A/B (not yet measured when written): 4 consumer warps (8-row tiles, ~41.6 KB), 5
-// CTAs a SM (25 warps, 160 KB of o in flight), positions 3 tiles ahead. Nsight Compute had the
-// default latency-bound: 0.52 issued a scheduler a cycle, no eligible warp 47 % of cycles.
-using InvRopeQuantBulk = InvRopeQuantBulkConfig<4, 4, 3, 4>;
+using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
 // The launcher's auto choice by rows (T x H): the latency-first kernel up to kRopeQuantSmallMaxRows,
 // the bulk kernel up to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above.
