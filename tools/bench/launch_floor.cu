@@ -8,7 +8,11 @@
 //   - a stream: CTAs that only pull B bytes through cp.async.bulk into a 12-stage ring of 16 KB
 //     stages (one thread issuing, mbarrier completion), as the decode kernel's producer does;
 //   - inv_rope_fp8_quant's movement with no math (docs/rope_quant.md): 1 KB rows read, 512 B rows
-//     written, at DeepSeek-V4-Flash / Pro TP8 T = 16384, and cudaMemcpyAsync of the same bytes.
+//     written, at DeepSeek-V4-Flash / Pro TP8 T = 16384, and cudaMemcpyAsync of the same bytes;
+//   - the token-major GEMM1's weight stream with no math (docs/tokmajor.md): mixtral TP8 at M = 64
+//     is 112 units of 256 weight rows x K = 4096 bf16, one a CTA, read as 2D TMA boxes of 128 B of
+//     K x 128 rows (the kernel's boxes), as 256 B boxes, and as contiguous 2 MB a CTA: whether
+//     the box pattern itself keeps the kernel's GEMM1 at 3.3 TB/s (Nsight Compute, session 15).
 //
 //   moekit-launch-floor [--iters N] [--json PATH]
 #include <cuda_runtime.h>
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/tma.cuh"
 #include "graph_timing.cuh"
 #include "l2_flush.cuh"
 #include "moekit/version.hpp"
@@ -101,6 +106,72 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
     if (threadIdx.x == 0 && c + kStages < chunks) issue(c + kStages);
   }
   if (acc == 0x7fffffff) *sink = acc;
+}
+
+// The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16, CTA c
+// takes units c, c + gridDim.x, ... (unit u: expert u / tiles, rows (u % tiles) * 256 ..+256), and
+// each stage is two boxes of kBoxK x 128 rows (the token-major kernel's two boxes a stage at
+// kBoxK = 64: 128 B of K); thread 0 issues, the CTA waits for each stage before reusing it.
+template <int kBoxK, int kStages>
+__global__ void __launch_bounds__(128, 1)
+    tile_stream_kernel(const __grid_constant__ CUtensorMap map, int units, int tiles, int k_dim, int* sink) {
+  using namespace moekit::cuda::sm90;
+  constexpr int kStage = 2 * 128 * kBoxK * 2;  // bytes
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[kStages];
+  const std::uint32_t sbase = smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
+    fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+  const int ks = k_dim / kBoxK;  // stages a unit
+  const int mine = blockIdx.x < units ? (units - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+  const std::int64_t total = static_cast<std::int64_t>(mine) * ks;
+  auto issue = [&](std::int64_t c) {
+    const int st = static_cast<int>(c % kStages);
+    const int u = static_cast<int>(blockIdx.x) + static_cast<int>(c / ks) * static_cast<int>(gridDim.x);
+    const int k0 = static_cast<int>(c % ks) * kBoxK, e = u / tiles, r0 = (u % tiles) * 256;
+    const std::uint32_t b = smem_addr(&full[st]), dst = sbase + st * kStage;
+    mbar_arrive_expect_tx(b, kStage);
+    tma_load_3d(dst, &map, b, k0, r0, e);
+    tma_load_3d(dst + kStage / 2, &map, b, k0, r0 + 128, e);
+  };
+  if (threadIdx.x == 0)
+    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
+  int acc = 0;
+  for (std::int64_t c = 0; c < total; ++c) {
+    const int st = static_cast<int>(c % kStages);
+    mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
+    acc += reinterpret_cast<const int*>(smem + st * kStage)[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0 && c + kStages < total) issue(c + kStages);
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+// A [E][rows][K] bf16 map with boxes of box_k x 128 rows (SWIZZLE_128B at 128-byte boxes, as the
+// token-major kernel; none at 256 bytes).
+CUtensorMap weight_map(const void* w, int E, int rows, int K, int box_k) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * 2, static_cast<cuuint64_t>(rows) * K * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_k), 128, 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  auto fn = moekit::cuda::sm90::encode_tiled_fn();
+  if (fn == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not available\n");
+    std::exit(2);
+  }
+  const CUresult r = fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(w), dims, strides, box, estr,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        box_k * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
+    std::exit(2);
+  }
+  return m;
 }
 
 // The data movement of inv_rope_fp8_quant (docs/rope_quant.md) with no math: rows of `in_row`
@@ -354,6 +425,47 @@ int main(int argc, char** argv) {
     }
     LF_CHECK(cudaFree(in));
     LF_CHECK(cudaFree(out));
+  }
+  // The token-major GEMM1's weight stream (mixtral TP8, M = 64: 8 experts x 3584 rows x 4096, 112
+  // units of 256 rows, one a CTA), without the MMAs: its 128-byte boxes, 256-byte boxes, and the
+  // same 2 MB a CTA as one contiguous range.
+  {
+    const int E = 8, rows = 3584, K = 4096, tiles = rows / 256, units = E * tiles;
+    const std::size_t bytes = static_cast<std::size_t>(E) * rows * K * 2;
+    void* w = nullptr;
+    LF_CHECK(cudaMalloc(&w, bytes));
+    LF_CHECK(cudaMemset(w, 1, bytes));
+    T.write_flush = false;
+    auto tile_case = [&](auto kernel, int box_k, int stages, const char* what) {
+      const CUtensorMap map = weight_map(w, E, rows, K, box_k);
+      const int smem = stages * 2 * 128 * box_k * 2;
+      LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      int u = units, t = tiles, k = K;
+      void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink};
+      const Timer::Times tm = T.times([&] {
+        launch(reinterpret_cast<const void*>(kernel), dim3(units), dim3(128), smem, T.stream, 1, false, args);
+      });
+      char name[200];
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs: %.2f TB/s", bytes / 1e6, what,
+                    stages, units, bytes / tm.us / 1e6);
+      add(name, tm);
+    };
+    tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage (token-major)");
+    tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage");
+    tile_case(&tile_stream_kernel<128, 3>, 128, 3, "2 boxes of 256 B x 128 rows a stage");
+    {
+      const std::int64_t per = static_cast<std::int64_t>(bytes / units);
+      const std::uint8_t* src8 = static_cast<const std::uint8_t*>(w);
+      void* args[] = {&src8, const_cast<std::int64_t*>(&per), &sink};
+      const Timer::Times tm = T.times([&] {
+        launch((const void*)&stream_kernel, dim3(units), dim3(128), ring, T.stream, 1, false, args);
+      });
+      char name[200];
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB contiguous, 2 MB a CTA, 16 KB bulk copies, %d CTAs: %.2f TB/s",
+                    bytes / 1e6, units, bytes / tm.us / 1e6);
+      add(name, tm);
+    }
+    LF_CHECK(cudaFree(w));
   }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
