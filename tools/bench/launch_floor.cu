@@ -9,6 +9,9 @@
 //     stages (one thread issuing, mbarrier completion), as the decode kernel's producer does;
 //   - inv_rope_fp8_quant's movement with no math (docs/rope_quant.md): 1 KB rows read, 512 B rows
 //     written, at DeepSeek-V4-Flash / Pro TP8 T = 16384, and cudaMemcpyAsync of the same bytes;
+//   - the cost of a kernel's code: one CTA (and a CTA on every SM) running kN straight-line
+//     instructions once (4 to 64 KB of SASS), right after the L2 flush and right after the same
+//     kernel: the instruction fetch that a once-a-call kernel (routing, decode) pays per KB;
 //   - the token-major GEMM1's weight stream with no math (docs/tokmajor.md): mixtral TP8 at M = 64
 //     is 112 units of 256 weight rows x K = 4096 bf16, one a CTA, read as 2D TMA boxes of 128 B of
 //     K x 128 rows (the kernel's boxes), as 256 B boxes, and as contiguous 2 MB a CTA: whether
@@ -106,6 +109,21 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
     if (threadIdx.x == 0 && c + kStages < chunks) issue(c + kStages);
   }
   if (acc == 0x7fffffff) *sink = acc;
+}
+
+// kN dependent 32-bit integer instructions in straight-line code (16 bytes of SASS each: an add and
+// an xor of values only known at run time, alternating, so that ptxas cannot fold the chain), run
+// once: what fetching kN instructions costs a CTA.
+template <int kN>
+__global__ void code_kernel(int* sink) {
+  unsigned x = threadIdx.x;
+  const unsigned r = blockIdx.x | 1u, q = gridDim.x + 0x9e37u;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    asm volatile("add.u32 %0, %0, %1;" : "+r"(x) : "r"(r));
+    asm volatile("xor.b32 %0, %0, %1;" : "+r"(x) : "r"(q));
+  }
+  if (x == 0x7fffffffu) *sink = static_cast<int>(x);
 }
 
 // The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16, CTA c
@@ -357,6 +375,30 @@ int main(int argc, char** argv) {
         launch((const void*)&pdl_trigger_kernel, dim3(1), dim3(256), 0, T.stream, 1, false, args1);
         launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
       }));
+
+  // Straight-line code run once, on 1 CTA and on a CTA a SM: after the L2 flush (the timed method)
+  // and right after itself (a replay of two: the second launch's code is warm; their difference
+  // from one launch is the warm run).
+  {
+    auto code_case = [&](auto kernel, int n_instr) {
+      for (int ctas : {1, T.sms}) {
+        const Timer::Times cold = T.times([&] { launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1); });
+        const Timer::Times two = T.times([&] {
+          launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1);
+          launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1);
+        });
+        char name[200];
+        std::snprintf(name, sizeof name, "%d straight-line instructions (%d KB), %d CTA(s), once after the flush", n_instr,
+                      n_instr * 16 / 1024, ctas);
+        add(name, cold);
+        std::snprintf(name, sizeof name, "the same, twice in a row (the second warm)");
+        add(name, two);
+      }
+    };
+    code_case(&code_kernel<256>, 256);
+    code_case(&code_kernel<1024>, 1024);
+    code_case(&code_kernel<4096>, 4096);
+  }
 
   // Bare streams of a decode call's weight bytes (qwen3-30b TP8 M=1: 9.4 MB; qwen3-235b TP8 M=1:
   // 37.7 MB; deepseek-v3 TP8 M=1: 88 MB) over 64 / 128 / 132 CTAs.
