@@ -254,10 +254,18 @@ def test_grid_report_judges_the_in_graph_time_on_request(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "**1 of 2 points meet BRIEF §4** (timed inside the graph: us_in_graph)." in out
     assert "Within 1.25x of the target: 2 of 2." in out
+    # The baselines stay on the outer time (11 / 10 = 1.10x, not 11 / 8).
+    assert "| bf16 | auto | cublas_grouped_bf16 | 2 | 0.73x | 0.37x | 1.10x |" in out
+    # --previous is judged in graph too: the same grid again is a 1.00x speedup, with 1 met there.
+    gr.main([str(f), "--in-graph", "--previous", str(f)])
+    out = capsys.readouterr().out
+    assert "1 met there; speedup median 1.00x" in out
     g = tmp_path / "old.json"
     g.write_text(json.dumps(dict(commit="abc", rows=[grid_row("bf16", 4, 10.0, 11.0)])))
     with pytest.raises(SystemExit):
         gr.main([str(g), "--in-graph"])
+    with pytest.raises(SystemExit):  # a previous grid without the in-graph time
+        gr.main([str(f), "--in-graph", "--previous", str(g)])
 
 
 def test_bench_compare_normalizes_fp8_by_the_fp8_baseline_and_groups_by_scheme(tmp_path, capsys):

@@ -10,8 +10,11 @@
 //   - inv_rope_fp8_quant's movement with no math (docs/rope_quant.md): 1 KB rows read, 512 B rows
 //     written, at DeepSeek-V4-Flash / Pro TP8 T = 16384, and cudaMemcpyAsync of the same bytes;
 //   - the cost of a kernel's code: one CTA (and a CTA on every SM) running kN straight-line
-//     instructions once (4 to 64 KB of SASS), right after the L2 flush and right after the same
-//     kernel: the instruction fetch that a once-a-call kernel (routing, decode) pays per KB;
+//     instructions (4 to 64 KB of SASS) twice in a loop, each pass timed with clock64 in the
+//     kernel: the first pass fetches the code, the second runs it from the instruction caches;
+//     after the L2 flush alone and after the flush plus 256 KB of other code on every SM (which
+//     also evicts the SMs' instruction caches): the fetch cost per KB that a once-a-call kernel
+//     (routing, decode) pays;
 //   - the token-major GEMM1's weight stream with no math (docs/tokmajor.md): mixtral TP8 at M = 64
 //     is 112 units of 256 weight rows x K = 4096 bf16, one a CTA, read as 2D TMA boxes of 128 B of
 //     K x 128 rows (the kernel's boxes), as 256 B boxes, and as contiguous 2 MB a CTA: whether
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,17 +117,30 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
 
 // kN dependent 32-bit integer instructions in straight-line code (16 bytes of SASS each: an add and
 // an xor of values only known at run time, alternating, so that ptxas cannot fold the chain), run
-// once: what fetching kN instructions costs a CTA.
+// twice by a loop that is not unrolled (the second pass runs the same instructions, from the
+// instruction caches). Thread 0 of each CTA writes its two passes' clock64 cycles to
+// cycles[2 * CTA ..+2] (null: not written).
 template <int kN>
-__global__ void code_kernel(int* sink) {
+__global__ void code_kernel(long long* cycles) {
   unsigned x = threadIdx.x;
   const unsigned r = blockIdx.x | 1u, q = gridDim.x + 0x9e37u;
+  const long long t0 = clock64();
+  long long t1 = t0;
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) t1 = clock64();
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) {
-    asm volatile("add.u32 %0, %0, %1;" : "+r"(x) : "r"(r));
-    asm volatile("xor.b32 %0, %0, %1;" : "+r"(x) : "r"(q));
+    for (int i = 0; i < kN / 2; ++i) {
+      asm volatile("add.u32 %0, %0, %1;" : "+r"(x) : "r"(r));
+      asm volatile("xor.b32 %0, %0, %1;" : "+r"(x) : "r"(q));
+    }
   }
-  if (x == 0x7fffffffu) *sink = static_cast<int>(x);
+  const long long t2 = clock64();
+  if (cycles != nullptr && threadIdx.x == 0) {
+    cycles[2 * blockIdx.x] = t1 - t0;
+    cycles[2 * blockIdx.x + 1] = t2 - t1;
+  }
+  if (x == 0x7fffffffu && cycles != nullptr) cycles[0] = x;  // never true: keeps the chain live
 }
 
 // The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16, CTA c
@@ -232,8 +249,18 @@ struct Timer {
   int iters = 200;
   bool write_flush = false;  // memset (dirty L2 lines) instead of the read flush
   int sms = 132;
+  // Run after the flush, before the timed call, when set (the code-fetch control below).
+  std::function<void()> after_flush;
 
   void flush_l2() {
+    if (after_flush) {
+      flush_l2_only();
+      after_flush();
+      return;
+    }
+    flush_l2_only();
+  }
+  void flush_l2_only() {
     if (write_flush) {
       LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
     } else {
@@ -318,7 +345,7 @@ int main(int argc, char** argv) {
   Timer T;
   std::string json;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) T.iters = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else {
       std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH]\n");
@@ -348,6 +375,7 @@ int main(int argc, char** argv) {
   struct Row {
     std::string name;
     double us, in_graph_us;
+    double first_pass_us = -1, second_pass_us = -1;  // the code-fetch cases: in-kernel clock64
   };
   std::vector<Row> rows;
   auto add = [&](const std::string& name, Timer::Times t) {
@@ -376,28 +404,54 @@ int main(int argc, char** argv) {
         launch((const void*)&pdl_wait_kernel, dim3(64), dim3(256), big_smem, T.stream, 8, false, args1);
       }));
 
-  // Straight-line code run once, on 1 CTA and on a CTA a SM: after the L2 flush (the timed method)
-  // and right after itself (a replay of two: the second launch's code is warm; their difference
-  // from one launch is the warm run).
+  // Straight-line code run twice in a loop, on 1 CTA and on a CTA a SM, each pass timed in the
+  // kernel (the last replay's CTAs, median): after the L2 flush (the timed method) and after the
+  // flush plus 256 KB of other straight-line code on every SM (the control: that also evicts the
+  // SMs' instruction caches; if both read alike, the flush alone leaves the code cold).
   {
+    long long* cycles = nullptr;
+    LF_CHECK(cudaMalloc(&cycles, sizeof(long long) * 2 * T.sms));
+    int clock_khz = 0;
+    LF_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+    long long* no_cycles = nullptr;
+    void* evict_args[] = {&no_cycles};
     auto code_case = [&](auto kernel, int n_instr) {
-      for (int ctas : {1, T.sms}) {
-        const Timer::Times cold = T.times([&] { launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1); });
-        const Timer::Times two = T.times([&] {
-          launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1);
-          launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args1);
-        });
-        char name[200];
-        std::snprintf(name, sizeof name, "%d straight-line instructions (%d KB), %d CTA(s), once after the flush", n_instr,
-                      n_instr * 16 / 1024, ctas);
-        add(name, cold);
-        std::snprintf(name, sizeof name, "the same, twice in a row (the second warm)");
-        add(name, two);
+      for (int evict = 0; evict < 2; ++evict) {
+        T.after_flush = nullptr;
+        if (evict)
+          T.after_flush = [&] {
+            launch((const void*)&code_kernel<16384>, dim3(T.sms), dim3(32), 0, T.stream, 1, false, evict_args);
+          };
+        for (int ctas : {1, T.sms}) {
+          void* args[] = {&cycles};
+          LF_CHECK(cudaMemset(cycles, 0, sizeof(long long) * 2 * T.sms));
+          const Timer::Times tm =
+              T.times([&] { launch((const void*)kernel, dim3(ctas), dim3(32), 0, T.stream, 1, false, args); });
+          std::vector<long long> c(static_cast<std::size_t>(2 * ctas));
+          LF_CHECK(cudaMemcpy(c.data(), cycles, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+          std::vector<double> p1, p2;
+          for (int i = 0; i < ctas; ++i) {
+            p1.push_back(1e3 * static_cast<double>(c[2 * i]) / clock_khz);
+            p2.push_back(1e3 * static_cast<double>(c[2 * i + 1]) / clock_khz);
+          }
+          std::sort(p1.begin(), p1.end());
+          std::sort(p2.begin(), p2.end());
+          char name[220];
+          std::snprintf(name, sizeof name, "%d straight-line instructions (%d KB) twice, %d CTA(s), after the flush%s",
+                        n_instr, n_instr * 16 / 1024, ctas, evict ? " + 256 KB of other code a SM" : "");
+          add(name, tm);
+          rows.back().first_pass_us = p1[p1.size() / 2];
+          rows.back().second_pass_us = p2[p2.size() / 2];
+          std::printf("    in the kernel: first pass %.2f us, second pass %.2f us (median over CTAs, clock64 at %d MHz)\n",
+                      rows.back().first_pass_us, rows.back().second_pass_us, clock_khz / 1000);
+        }
       }
+      T.after_flush = nullptr;
     };
     code_case(&code_kernel<256>, 256);
     code_case(&code_kernel<1024>, 1024);
     code_case(&code_kernel<4096>, 4096);
+    LF_CHECK(cudaFree(cycles));
   }
 
   // Bare streams of a decode call's weight bytes (qwen3-30b TP8 M=1: 9.4 MB; qwen3-235b TP8 M=1:
@@ -488,8 +542,8 @@ int main(int argc, char** argv) {
         launch(reinterpret_cast<const void*>(kernel), dim3(units), dim3(128), smem, T.stream, 1, false, args);
       });
       char name[200];
-      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs: %.2f TB/s", bytes / 1e6, what,
-                    stages, units, bytes / tm.us / 1e6);
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs: %.2f TB/s in graph", bytes / 1e6,
+                    what, stages, units, bytes / tm.in_graph_us / 1e6);
       add(name, tm);
     };
     tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage (token-major)");
@@ -503,8 +557,8 @@ int main(int argc, char** argv) {
         launch((const void*)&stream_kernel, dim3(units), dim3(128), ring, T.stream, 1, false, args);
       });
       char name[200];
-      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB contiguous, 2 MB a CTA, 16 KB bulk copies, %d CTAs: %.2f TB/s",
-                    bytes / 1e6, units, bytes / tm.us / 1e6);
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB contiguous, 2 MB a CTA, 16 KB bulk copies, %d CTAs: %.2f TB/s in graph",
+                    bytes / 1e6, units, bytes / tm.in_graph_us / 1e6);
       add(name, tm);
     }
     LF_CHECK(cudaFree(w));
@@ -519,8 +573,12 @@ int main(int argc, char** argv) {
     std::fprintf(f, "{\"commit\": \"%s\", \"dirty\": %d, \"date\": \"%s\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n",
                  bi.commit, bi.dirty, date, prop.name, T.iters);
     for (std::size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f, \"in_graph_us\": %.3f}%s\n", rows[i].name.c_str(), rows[i].us,
+      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f, \"in_graph_us\": %.3f%s}%s\n", rows[i].name.c_str(), rows[i].us,
                    rows[i].in_graph_us,
+                   rows[i].first_pass_us < 0
+                       ? ""
+                       : (", \"first_pass_us\": " + std::to_string(rows[i].first_pass_us) +
+                          ", \"second_pass_us\": " + std::to_string(rows[i].second_pass_us)).c_str(),
                    i + 1 < rows.size() ? "," : "");
     std::fprintf(f, "]}\n");
     std::fclose(f);

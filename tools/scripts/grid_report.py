@@ -15,7 +15,9 @@ schemes, and the --check summary (rows checked, failed, worst error per scheme).
 
 Rows that carry `us_in_graph` (moekit-bench since session 15: the call timed inside its graph,
 [flush, event, call, event], no graph launch in the interval; tools/bench/graph_timing.cuh) get a
-second verdict line; --in-graph makes that time the one the table and the regimes use.
+second verdict line; --in-graph makes that time the one the verdict, the table, the regimes and
+the comparison with --previous use (the previous grid must carry it too); the baseline ratios stay
+on the outer time, which is how the baselines are timed.
 """
 import argparse
 import json
@@ -77,15 +79,22 @@ def main(argv=None):
                     help="judge us_in_graph (the call timed inside its graph) instead of us")
     a = ap.parse_args(argv)
 
+    def in_graph(rows, path):
+        have = sum(1 for r in rows if r.get("us_in_graph"))
+        if have != len(rows):
+            sys.exit("grid_report: --in-graph needs us_in_graph on every row of %s (%d of %d have it)" % (path, have, len(rows)))
+        return [dict(r, us=r["us_in_graph"]) for r in rows]
+
     doc, rows = load(a.grid)
+    outer_rows = rows  # the baselines are timed outside the graph: their ratios use this time
     both = [r for r in rows if r.get("us_in_graph")]
     if a.in_graph:
-        if len(both) != len(rows):
-            sys.exit("grid_report: --in-graph needs us_in_graph on every row (%d of %d have it)" % (len(both), len(rows)))
-        rows = [dict(r, us_outer=r["us"], us=r["us_in_graph"]) for r in rows]
+        rows = in_graph(rows, a.grid)
     prev = {}
     if a.previous:
         _, prow = load(a.previous)
+        if a.in_graph:
+            prow = in_graph(prow, a.previous)
         prev = {key(r): r for r in prow}
     if not rows:
         sys.exit("grid_report: no timed auto-path rows in " + a.grid)
@@ -135,9 +144,10 @@ def main(argv=None):
                     cells.append(f"{q:.2f}*" if q <= 1.0 else f"{q:.2f} {regime(r)}")
                 w(f"| {p} | {tp} | {s} | " + " | ".join(cells) + " |")
     w("")
-    w("Same-run baselines, per scheme (x baseline = baseline µs / moekit µs; above 1: moekit faster):")
+    w("Same-run baselines, per scheme (x baseline = baseline µs / moekit µs; above 1: moekit faster"
+      + ("; both timed outside the graph" if a.in_graph else "") + "):")
     w("")
-    w(bench_rows.ratio_table(rows))
+    w(bench_rows.ratio_table(outer_rows))
     w("")
     w(bench_rows.check_summary(rows))
     w("")
