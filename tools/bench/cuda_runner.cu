@@ -522,14 +522,7 @@ class CudaRunner final : public Runner {
   // own reads (moekit-launch-floor measured the same 9.4 MB stream at both); a read flush leaves
   // clean lines, as a decode step's attention and router kernels mostly do.
   void flush_l2() {
-    if (flush_write_) {
-      BENCH_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_));
-      return;
-    }
-    const std::size_t n16 = flush_.bytes / 16;
-    flush_read_kernel<<<static_cast<unsigned>(2 * prop_.multiProcessorCount), 1024, 0, stream_>>>(
-        static_cast<const uint4*>(flush_.p), n16, static_cast<unsigned*>(flush_.p));
-    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(::flush_l2(stream_, flush_.p, flush_.bytes, flush_write_, &flush_value_, prop_.multiProcessorCount));
   }
 
   // The host side of an eager call: host wall clock from the call to its return, nothing
@@ -1067,12 +1060,7 @@ class CudaRunner final : public Runner {
   cublasLtHandle_t lt_ = nullptr;
   DevBuf blas_ws_, flush_;
   int flush_value_ = 0;
-  bool flush_write_ = [] {
-    const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
-    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "read") == 0) return false;
-    if (std::strcmp(v, "write") == 0) return true;
-    throw std::runtime_error(std::string("MOEKIT_BENCH_FLUSH is '") + v + "', expected read or write");
-  }();
+  bool flush_write_ = bench_flush_writes();
 
   const Shape* shape_ = nullptr;
   int tp_ = 0;

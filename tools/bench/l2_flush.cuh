@@ -7,6 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 static __global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsigned* sink) {
   unsigned acc = 0;
@@ -16,4 +20,22 @@ static __global__ void flush_read_kernel(const uint4* buf, std::size_t n16, unsi
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// MOEKIT_BENCH_FLUSH: "read" (or unset: the default) or "write" (a memset: dirty lines whose
+// write-back the timed call pays, the benches' method before 2026-12-01); anything else throws.
+inline bool bench_flush_writes() {
+  const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "read") == 0) return false;
+  if (std::strcmp(v, "write") == 0) return true;
+  throw std::runtime_error(std::string("MOEKIT_BENCH_FLUSH is '") + v + "', expected read or write");
+}
+
+// One flush of `buf` (bytes, twice the L2 or more) on `stream`: read by 2 CTAs a SM, or with
+// `write` memset to the next byte of *value. The launch's error.
+inline cudaError_t flush_l2(cudaStream_t stream, void* buf, std::size_t bytes, bool write, int* value, int sms) {
+  if (write) return cudaMemsetAsync(buf, ++*value & 0xff, bytes, stream);
+  flush_read_kernel<<<static_cast<unsigned>(2 * sms), 1024, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16,
+                                                                         static_cast<unsigned*>(buf));
+  return cudaGetLastError();
 }

@@ -253,20 +253,8 @@ struct Timer {
   std::function<void()> after_flush;
 
   void flush_l2() {
-    if (after_flush) {
-      flush_l2_only();
-      after_flush();
-      return;
-    }
-    flush_l2_only();
-  }
-  void flush_l2_only() {
-    if (write_flush) {
-      LF_CHECK(cudaMemsetAsync(flush, ++flush_value & 0xff, flush_bytes, stream));
-    } else {
-      flush_read_kernel<<<2 * sms, 1024, 0, stream>>>(static_cast<const uint4*>(flush), flush_bytes / 16,
-                                                     static_cast<unsigned*>(flush));
-    }
+    LF_CHECK(::flush_l2(stream, flush, flush_bytes, write_flush, &flush_value, sms));
+    if (after_flush) after_flush();
   }
 
   // Both timings of the call `enqueue` captures: the outer one (below) and inside its graph.

@@ -124,6 +124,7 @@ class Bench {
     int l2 = 0;
     RQ_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     flush_.alloc(std::max<std::size_t>(2 * static_cast<std::size_t>(l2), 128u << 20));
+    RQ_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0));
     // The RoPE cache of real angles (DeepSeek's base 10000), uploaded once.
     cache_host_.resize(static_cast<std::size_t>(kMaxPos * kRopeDim));
     for (std::int64_t p = 0; p < kMaxPos; ++p)
@@ -298,18 +299,7 @@ class Bench {
   // The L2 flush before each timed replay, as moekit-bench's: reading a 2x-L2 buffer (clean lines;
   // MOEKIT_BENCH_FLUSH=write: writing it, dirty lines whose write-back the timed call pays, this
   // bench's method until session 15).
-  void flush_l2() {
-    if (flush_write_) {
-      RQ_CUDA(cudaMemsetAsync(flush_.p, ++flush_value_ & 0xff, flush_.bytes, stream_));
-      return;
-    }
-    int sms = 0;
-    RQ_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    flush_read_kernel<<<static_cast<unsigned>(2 * sms), 1024, 0, stream_>>>(static_cast<const uint4*>(flush_.p),
-                                                                           flush_.bytes / 16,
-                                                                           static_cast<unsigned*>(flush_.p));
-    RQ_CUDA(cudaGetLastError());
-  }
+  void flush_l2() { RQ_CUDA(::flush_l2(stream_, flush_.p, flush_.bytes, flush_write_, &flush_value_, sms_)); }
 
   // Host wall clock of one call to completion, L2 flushed (and waited for) before it.
   template <class F>
@@ -359,12 +349,8 @@ class Bench {
   Buf flush_, cache_, o_, pos_, q_, scale_;
   std::vector<float> cache_host_;
   int flush_value_ = 0;
-  bool flush_write_ = [] {
-    const char* v = std::getenv("MOEKIT_BENCH_FLUSH");
-    if (!v || !*v || !std::strcmp(v, "read")) return false;
-    if (!std::strcmp(v, "write")) return true;
-    throw std::runtime_error(std::string("MOEKIT_BENCH_FLUSH is '") + v + "', expected read or write");
-  }();
+  bool flush_write_ = bench_flush_writes();
+  int sms_ = 0;  // the read flush's grid: 2 CTAs a SM
   HeadShape shape_{};
   std::int64_t T_ = 0;
   InvRopeFp8QuantArgs args_;
