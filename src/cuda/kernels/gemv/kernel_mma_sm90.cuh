@@ -216,15 +216,7 @@ struct GemvMma {
           gv *= ws;
           uv *= ws;
         }
-        if (p.weight_on_input) {
-          gv *= tw[slot];
-          uv *= tw[slot];
-        }
-        if (p.b13 != nullptr) {
-          gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + cc);
-          uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + cc);
-        }
-        const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+        const float h = gemm1_finish(p, tw, slot, e, N, cc, gv, uv);
         if constexpr (kFp8) {
           p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
           hmax = numerics::fold_absmax(hmax, h);

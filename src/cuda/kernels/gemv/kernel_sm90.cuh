@@ -97,6 +97,22 @@ template <> struct Chunk<E4m3> {
 // loads and a warp has two or more columns of a token: deepseek-v3 and qwen3-235b TP8); the
 // plain instantiation keeps the general loop alone, whose code measured 13-26 % slower with both
 // forms in one kernel (build 773e548, H200).
+// GEMM1's finish of one (slot, intermediate column c of expert e), both GEMV kernels: the router
+// weight when it goes on the input, b13's gate and up terms, the activation. gv / uv arrive
+// dequantized (the fp8 scales are each kernel's).
+__device__ __forceinline__ float gemm1_finish(const GemvParams& p, const float* tw, int slot, int e, std::int64_t N, int c,
+                                              float gv, float uv) {
+  if (p.weight_on_input) {
+    gv *= tw[slot];
+    uv *= tw[slot];
+  }
+  if (p.b13 != nullptr) {
+    gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + c);
+    uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + c);
+  }
+  return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+}
+
 template <Operand kOp, bool kFast = false>
 struct Gemv {
   using W = typename OperandTypes<kOp>::W;
@@ -222,15 +238,7 @@ struct Gemv {
         gv *= ws;
         uv *= ws;
       }
-      if (p.weight_on_input) {
-        gv *= tw[slot];
-        uv *= tw[slot];
-      }
-      if (p.b13 != nullptr) {
-        gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + c);
-        uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + c);
-      }
-      const float h = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+      const float h = gemm1_finish(p, tw, slot, e, N, c, gv, uv);
       p.h_buf[static_cast<std::int64_t>(slot) * N + c] = h;
       hmax = numerics::fold_absmax(hmax, h);
     }
