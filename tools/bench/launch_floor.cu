@@ -143,10 +143,13 @@ __global__ void code_kernel(long long* cycles) {
   if (x == 0x7fffffffu && cycles != nullptr) cycles[0] = x;  // never true: keeps the chain live
 }
 
-// The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16, CTA c
-// takes units c, c + gridDim.x, ... (unit u: expert u / tiles, rows (u % tiles) * 256 ..+256), and
-// each stage is two boxes of kBoxK x 128 rows (the token-major kernel's two boxes a stage at
-// kBoxK = 64: 128 B of K); thread 0 issues, the CTA waits for each stage before reusing it.
+// The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16 in units
+// of 256 rows (unit u: expert u / tiles, rows (u % tiles) * 256 ..+256) walked K fastest; CTA c
+// takes the contiguous range [c, c + 1) * total / gridDim.x of the units x K stages (with a grid
+// of one CTA a unit, exactly unit c; with a grid of the SM count, an even split of the stream
+// across every SM, as a stream-K schedule would); each stage is two boxes of kBoxK x 128 rows
+// (the token-major kernel's two boxes a stage at kBoxK = 64: 128 B of K); thread 0 issues, the
+// CTA waits for each stage before reusing it.
 template <int kBoxK, int kStages>
 __global__ void __launch_bounds__(128, 1)
     tile_stream_kernel(const __grid_constant__ CUtensorMap map, int units, int tiles, int k_dim, int* sink) {
@@ -161,12 +164,13 @@ __global__ void __launch_bounds__(128, 1)
   }
   __syncthreads();
   const int ks = k_dim / kBoxK;  // stages a unit
-  const int mine = blockIdx.x < units ? (units - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
-  const std::int64_t total = static_cast<std::int64_t>(mine) * ks;
+  const std::int64_t all = static_cast<std::int64_t>(units) * ks;
+  const std::int64_t first = all * blockIdx.x / gridDim.x, total = all * (blockIdx.x + 1) / gridDim.x - first;
   auto issue = [&](std::int64_t c) {
     const int st = static_cast<int>(c % kStages);
-    const int u = static_cast<int>(blockIdx.x) + static_cast<int>(c / ks) * static_cast<int>(gridDim.x);
-    const int k0 = static_cast<int>(c % ks) * kBoxK, e = u / tiles, r0 = (u % tiles) * 256;
+    const std::int64_t g = first + c;  // global stage: unit g / ks, K step g % ks
+    const int u = static_cast<int>(g / ks);
+    const int k0 = static_cast<int>(g % ks) * kBoxK, e = u / tiles, r0 = (u % tiles) * 256;
     const std::uint32_t b = smem_addr(&full[st]), dst = sbase + st * kStage;
     mbar_arrive_expect_tx(b, kStage);
     tma_load_3d(dst, &map, b, k0, r0, e);
@@ -520,23 +524,27 @@ int main(int argc, char** argv) {
     LF_CHECK(cudaMalloc(&w, bytes));
     LF_CHECK(cudaMemset(w, 1, bytes));
     T.write_flush = false;
-    auto tile_case = [&](auto kernel, int box_k, int stages, const char* what) {
+    auto tile_case = [&](auto kernel, int box_k, int stages, const char* what, int grid = 0) {
+      if (grid == 0) grid = units;
       const CUtensorMap map = weight_map(w, E, rows, K, box_k);
       const int smem = stages * 2 * 128 * box_k * 2;
       LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int u = units, t = tiles, k = K;
       void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink};
       const Timer::Times tm = T.times([&] {
-        launch(reinterpret_cast<const void*>(kernel), dim3(units), dim3(128), smem, T.stream, 1, false, args);
+        launch(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(128), smem, T.stream, 1, false, args);
       });
       char name[200];
-      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs: %.2f TB/s in graph", bytes / 1e6,
-                    what, stages, units, bytes / tm.in_graph_us / 1e6);
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs%s: %.2f TB/s in graph", bytes / 1e6,
+                    what, stages, grid, grid == units ? "" : " (even split of units x K)", bytes / tm.in_graph_us / 1e6);
       add(name, tm);
     };
     tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage (token-major)");
     tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage");
     tile_case(&tile_stream_kernel<128, 3>, 128, 3, "2 boxes of 256 B x 128 rows a stage");
+    // The same boxes spread over every SM (112 units leave 20 of 132 SMs idle).
+    tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
+    tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
     {
       const std::int64_t per = static_cast<std::int64_t>(bytes / units);
       const std::uint8_t* src8 = static_cast<const std::uint8_t*>(w);
