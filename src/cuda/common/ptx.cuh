@@ -61,21 +61,6 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
   } while (!done);
 }
 
-// Whether the phase of `bar` with the given parity has completed, without blocking (mbar_wait's
-// test). The GEMM main loops ask it before they wait for a stage, to hand the previous stage back
-// first when the next has not landed (wgmma.cuh, release_early).
-__device__ __forceinline__ bool mbar_test(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // The same wait with acquire at cluster scope: what peers of the cluster wrote (st.async, or
 // plain stores released by their arrival) is visible once it returns.
 __device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {

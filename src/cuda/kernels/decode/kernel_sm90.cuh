@@ -242,16 +242,8 @@ struct Decode {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
-    // `held`: the stage whose wgmma group may still be reading it (-1: none); handed back before
-    // the wait for the next stage when that one has not landed (as in tokmajor/).
-    int held = -1;
+    int prev = 0;
     for (int st = 0; st < nstages; ++st) {
-      if (held >= 0 && !sm90::mbar_test(s.full + 8 * stage, phase)) {
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs<W / 2>(acc);
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
-        held = -1;
-      }
       sm90::mbar_wait(s.full + 8 * stage, phase);
       sm90::fence_regs<W / 2>(acc);
       sm90::wgmma_fence();
@@ -264,16 +256,16 @@ struct Decode {
       }
       sm90::wgmma_commit();
       sm90::fence_regs<W / 2>(acc);
-      if (held >= 0) {
+      if (st > 0) {
         sm90::wgmma_wait<1>();
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
+        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
       }
-      held = stage;
+      prev = stage;
       if (++stage == s.stages) { stage = 0; phase ^= 1; }
     }
     sm90::wgmma_wait<0>();
     sm90::fence_regs<W / 2>(acc);
-    if (held >= 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
+    if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]

@@ -303,17 +303,8 @@ struct SwapAb {
 #pragma unroll
       for (int i = 0; i < W / 2; ++i) { acc0[i] = 0.0f; acc1[i] = 0.0f; }
       if (!kBlock128) {
-        // `held`: the stage whose wgmma group may still be reading it (-1: none); handed back
-        // before the wait for the next stage when that one has not landed (as in tokmajor/).
-        int held = -1;
+        int prev = 0;
         for (int ks = ks_begin; ks < ks_end; ++ks) {
-          if (held >= 0 && !sm90::mbar_test(s.full + 8 * stage, phase)) {
-            sm90::wgmma_wait<0>();
-            sm90::fence_regs<W / 2>(acc0);
-            if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
-            held = -1;
-          }
           sm90::mbar_wait(s.full + 8 * stage, phase);
           sm90::fence_regs<W / 2>(acc0);
           if (kGateUp) sm90::fence_regs<W / 2>(acc1);
@@ -330,18 +321,18 @@ struct SwapAb {
           sm90::wgmma_commit();
           sm90::fence_regs<W / 2>(acc0);
           if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-          if (held >= 0) {
+          if (ks > ks_begin) {
             // The previous stage's group is done: its shared memory can be refilled.
             sm90::wgmma_wait<1>();
-            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
+            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
           }
-          held = stage;
+          prev = stage;
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
         sm90::wgmma_wait<0>();
         sm90::fence_regs<W / 2>(acc0);
         if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-        if (held >= 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * held);
+        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
       } else {
         // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
         // group scale and the weight block's scale, then added (fp32) to the accumulator.

@@ -311,18 +311,8 @@ struct TokMajor {
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
       } else if (!kBlock128) {
-        // `held`: the stage whose wgmma group may still be reading it (-1: none). It goes back to
-        // the producer once the next stage's group is issued, or, when the next stage has not
-        // landed yet (the weight stream is the bound: decode), before waiting for it, so that
-        // every stage but the one in the tensor cores is in flight.
-        int held = -1;
+        int prev = 0;
         for (int ks = 0; ks < p.num_k_stages; ++ks) {
-          if (held >= 0 && !sm90::mbar_test(s.full + 8 * stage, phase)) {
-            sm90::wgmma_wait<0>();
-            sm90::fence_regs<kAcc>(acc);
-            release(s, held, lane);
-            held = -1;
-          }
           sm90::mbar_wait(s.full + 8 * stage, phase);
           sm90::fence_regs<kAcc>(acc);
           sm90::wgmma_fence();
@@ -333,17 +323,17 @@ struct TokMajor {
           for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
           sm90::wgmma_commit();
           sm90::fence_regs<kAcc>(acc);
-          if (held >= 0) {
+          if (ks > 0) {
             // The previous stage's wgmma group is done: its shared memory can be refilled.
             sm90::wgmma_wait<1>();
-            release(s, held, lane);
+            release(s, prev, lane);
           }
-          held = stage;
+          prev = stage;
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
         sm90::wgmma_wait<0>();
         sm90::fence_regs<kAcc>(acc);
-        if (held >= 0) release(s, held, lane);
+        release(s, prev, lane);
       } else {
         // block128 (DeepGEMM style): each stage is one 128-wide K group; its partial sum is
         // promoted into acc scaled by the row's group scale and the weight block's scale.
