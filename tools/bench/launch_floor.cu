@@ -150,16 +150,25 @@ __global__ void code_kernel(long long* cycles) {
 // across every SM, as a stream-K schedule would); each stage is two boxes of kBoxK x 128 rows
 // (the token-major kernel's two boxes a stage at kBoxK = 64: 128 B of K); thread 0 issues, the
 // CTA waits for each stage before reusing it.
-template <int kBoxK, int kStages>
+// kA (the token rows the kernel gathers with the weights, 16 rows of 128 B a stage from `a`, a
+// [64][k_dim] bf16 buffer standing for hidden at M = 64, row (u * 5 + i) % 64): 0 none; 1 a 16-byte
+// cp.async per thread (thread t: row t / 8, 16 B chunk t % 8) that arrives on the stage's barrier
+// once landed (cp.async.mbarrier.arrive.noinc), as the token-major producer does; 2 one
+// cp.async.bulk of 128 B per row (threads 0..15), completing as transaction bytes on the barrier.
+// kSpin: cycles each stage is held after it lands before it is handed back (the token-major
+// consumer's wgmma of a decode tile, ~450 cycles a stage at mixtral TP8: Nsight Compute's tensor
+// pipe 22 % of a ~1.1 us stage).
+template <int kBoxK, int kStages, int kA = 0, int kSpin = 0>
 __global__ void __launch_bounds__(128, 1)
-    tile_stream_kernel(const __grid_constant__ CUtensorMap map, int units, int tiles, int k_dim, int* sink) {
+    tile_stream_kernel(const __grid_constant__ CUtensorMap map, int units, int tiles, int k_dim, int* sink,
+                       const std::uint8_t* a) {
   using namespace moekit::cuda::sm90;
-  constexpr int kStage = 2 * 128 * kBoxK * 2;  // bytes
+  constexpr int kStage = 2 * 128 * kBoxK * 2 + (kA ? 16 * 128 : 0);  // bytes: B tile, then the A rows
   extern __shared__ __align__(1024) std::uint8_t smem[];
   __shared__ __align__(8) std::uint64_t full[kStages];
   const std::uint32_t sbase = smem_addr(smem);
   if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
+    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), kA == 1 ? 1 + 128 : 1);
     fence_mbarrier_init_cluster();
   }
   __syncthreads();
@@ -172,20 +181,43 @@ __global__ void __launch_bounds__(128, 1)
     const int u = static_cast<int>(g / ks);
     const int k0 = static_cast<int>(g % ks) * kBoxK, e = u / tiles, r0 = (u % tiles) * 256;
     const std::uint32_t b = smem_addr(&full[st]), dst = sbase + st * kStage;
-    mbar_arrive_expect_tx(b, kStage);
-    tma_load_3d(dst, &map, b, k0, r0, e);
-    tma_load_3d(dst + kStage / 2, &map, b, k0, r0 + 128, e);
+    constexpr int kB = 2 * 128 * kBoxK * 2;
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(b, kA == 2 ? kB + 16 * 128 : kB);
+      tma_load_3d(dst, &map, b, k0, r0, e);
+      tma_load_3d(dst + kB / 2, &map, b, k0, r0 + 128, e);
+    }
+    const std::int64_t kbyte = static_cast<std::int64_t>(k0) * 2;
+    if constexpr (kA == 1) {
+      const int row = threadIdx.x >> 3, chunk = threadIdx.x & 7;
+      cp_async_16_zfill(dst + kB + row * 128 + chunk * 16,
+                        a + static_cast<std::int64_t>((u * 5 + row) % 64) * k_dim * 2 + kbyte + chunk * 16, 16);
+      cp_async_mbar_arrive_noinc(b);
+    } else if constexpr (kA == 2) {
+      if (threadIdx.x < 16)
+        bulk_copy_g2s(dst + kB + threadIdx.x * 128,
+                      a + static_cast<std::int64_t>((u * 5 + threadIdx.x) % 64) * k_dim * 2 + kbyte, 128, b);
+    }
   };
-  if (threadIdx.x == 0)
+  // kA == 2: thread 0's expect_tx must precede the other threads' bulk copies on a stage's first
+  // use only in phase terms (complete_tx before expect_tx is allowed within a phase), so every
+  // thread may issue its share at once.
+  if (kA == 1 || threadIdx.x == 0 || (kA == 2 && threadIdx.x < 16))
     for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
   int acc = 0;
   for (std::int64_t c = 0; c < total; ++c) {
     const int st = static_cast<int>(c % kStages);
     mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
     acc += reinterpret_cast<const int*>(smem + st * kStage)[threadIdx.x];
+    if constexpr (kSpin > 0) {
+      const long long t0 = clock64();
+      while (clock64() - t0 < kSpin) {
+      }
+    }
     __syncthreads();
-    if (threadIdx.x == 0 && c + kStages < total) issue(c + kStages);
+    if ((kA == 1 || threadIdx.x == 0 || (kA == 2 && threadIdx.x < 16)) && c + kStages < total) issue(c + kStages);
   }
+  if (kA == 1) cp_async_wait_all_groups();
   if (acc == 0x7fffffff) *sink = acc;
 }
 
@@ -524,13 +556,18 @@ int main(int argc, char** argv) {
     LF_CHECK(cudaMalloc(&w, bytes));
     LF_CHECK(cudaMemset(w, 1, bytes));
     T.write_flush = false;
+    void* a = nullptr;  // hidden at M = 64: 64 rows of K bf16
+    LF_CHECK(cudaMalloc(&a, static_cast<std::size_t>(64) * K * 2));
+    LF_CHECK(cudaMemset(a, 1, static_cast<std::size_t>(64) * K * 2));
+    int a_rows = 0;
     auto tile_case = [&](auto kernel, int box_k, int stages, const char* what, int grid = 0) {
       if (grid == 0) grid = units;
       const CUtensorMap map = weight_map(w, E, rows, K, box_k);
-      const int smem = stages * 2 * 128 * box_k * 2;
+      const int smem = stages * (2 * 128 * box_k * 2 + (a_rows ? 16 * 128 : 0));
       LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int u = units, t = tiles, k = K;
-      void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink};
+      const std::uint8_t* a8 = static_cast<const std::uint8_t*>(a);
+      void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink, &a8};
       const Timer::Times tm = T.times([&] {
         launch(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(128), smem, T.stream, 1, false, args);
       });
@@ -545,6 +582,15 @@ int main(int argc, char** argv) {
     // The same boxes spread over every SM (112 units leave 20 of 132 SMs idle).
     tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
     tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
+    // With the token rows the kernel gathers next to the weights (16 rows of 128 B a stage).
+    a_rows = 16;
+    tile_case(&tile_stream_kernel<64, 4, 1>, 64, 4, "the boxes + 16 token rows by 16-byte cp.async (token-major)");
+    tile_case(&tile_stream_kernel<64, 4, 2>, 64, 4, "the boxes + 16 token rows by 128-byte cp.async.bulk");
+    tile_case(&tile_stream_kernel<64, 4, 1, 450>, 64, 4,
+              "the boxes + 16 token rows by 16-byte cp.async, each stage held 450 cycles (the wgmma)");
+    a_rows = 0;
+    tile_case(&tile_stream_kernel<64, 4, 0, 450>, 64, 4, "2 boxes of 128 B x 128 rows a stage, each held 450 cycles");
+    LF_CHECK(cudaFree(a));
     {
       const std::int64_t per = static_cast<std::int64_t>(bytes / units);
       const std::uint8_t* src8 = static_cast<const std::uint8_t*>(w);
