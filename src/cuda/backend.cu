@@ -135,31 +135,6 @@ bool fused_h_absmax(const detail::MoeCall& call) {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// The token-major GEMM1's L2 prefetch (GroupedGemmParams::l2_prefetch_stages): K stages of the
-// first wave's weight tiles each CTA prefetches while the routing ahead of it runs; the GEMM is
-// then launched as that kernel's programmatic dependent. Only where its guess (every expert one
-// token tile) is likely right: M <= kPrefetchMaxTokens and at least two slots an expert on
-// average, so that nearly every expert is touched. MOEKIT_TOKMAJOR_PREFETCH = stages (0: off;
-// read at every call, like MOEKIT_PDL; anything but a number from 0 to 64 is an error raised
-// before anything is enqueued).
-constexpr long long kPrefetchMaxTokens = 256;
-constexpr int kDefaultPrefetchStages = 4;
-int gemm1_prefetch_stages(const MoeProblem& p, const detail::DispatchPlan& plan) {
-  int stages = kDefaultPrefetchStages;
-  if (const char* v = std::getenv("MOEKIT_TOKMAJOR_PREFETCH"); v != nullptr && v[0] != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > 64)
-      throw Error(Status::kInvalidArgument,
-                  std::string("MOEKIT_TOKMAJOR_PREFETCH = '") + v + "', expected a number of K stages from 0 to 64");
-    stages = static_cast<int>(n);
-  }
-  if (plan.gemm[0].impl != detail::GemmImpl::kTokmajor) return 0;
-  const long long slots = static_cast<long long>(p.num_tokens) * p.top_k;
-  if (p.num_tokens > kPrefetchMaxTokens || slots < 2LL * static_cast<long long>(p.num_experts)) return 0;
-  return stages;
-}
-
 // GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
 GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
   const MoeProblem& p = call.problem;
@@ -451,7 +426,6 @@ void run_moe(const detail::MoeCall& call) {
   // launched.
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
-  g1.l2_prefetch_stages = tokmajor_cluster == 1 ? gemm1_prefetch_stages(p, plan) : 0;
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),
@@ -505,11 +479,8 @@ void run_moe(const detail::MoeCall& call) {
     launch_quant_sm90(qp, stream, pdl);
   }
 
-  // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order. With
-  // the L2 prefetch, the programmatic dependent of the launch before it (routing, or quant for
-  // fp8), whose CTAs trigger at their start: the GEMM's CTAs take the SMs that launch leaves
-  // free and prefetch the first wave's weights before they wait for it.
-  run_gemm(g1, plan.gemm[0], stream, pdl || g1.l2_prefetch_stages > 0, tokmajor_cluster);
+  // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
+  run_gemm(g1, plan.gemm[0], stream, pdl, tokmajor_cluster);
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes). With a dynamic
   // per-tensor scale GEMM1 has already folded them into the absmax word (g1.out_absmax): one

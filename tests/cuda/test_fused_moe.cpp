@@ -785,41 +785,6 @@ TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   EXPECT_EQ(run_status(d, 17, "tokmajor"), Status::kSuccess);
 }
 
-TEST(Sm90Dispatch, TokmajorL2PrefetchKeepsTheBits) {
-  SKIP_WITHOUT_SM90();
-  // MOEKIT_TOKMAJOR_PREFETCH: K stages of the first wave's weights GEMM1 prefetches into L2 while
-  // the routing runs (it is then launched as routing's programmatic dependent). A hint: the same
-  // bits with it off, at the default, and past the K stages a tile has (K = 256: 4 bf16 stages);
-  // anything but 0..64 fails the call before anything is enqueued. M = 65, k = 4, E = 16: 260
-  // slots, so the prefetch applies (docs/tokmajor.md).
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
-    MoeCase c = make_case(small_spec(scheme));
-    DeviceCase d(c);
-    std::vector<std::uint16_t> off, on, many;
-    {
-      ScopedEnv env("MOEKIT_TOKMAJOR_PREFETCH", "0");
-      off = d.run(c.spec.M, Mode::kFusedExperts, "tokmajor");
-    }
-    on = d.run(c.spec.M, Mode::kFusedExperts, "tokmajor");  // the default
-    {
-      ScopedEnv env("MOEKIT_TOKMAJOR_PREFETCH", "64");
-      many = d.run(c.spec.M, Mode::kFusedExperts, "tokmajor");
-    }
-    EXPECT_TRUE(on == off) << scheme_name(scheme) << ": the prefetch changed the output";
-    EXPECT_TRUE(many == off) << scheme_name(scheme) << ": 64 stages changed the output";
-    EXPECT_TRUE(rows_match(to_float(on, c.spec.act_dtype), reference_rows(c, 0, c.spec.M), c.spec.K, scheme, "tokmajor prefetch"))
-        << scheme_name(scheme);
-  }
-  MoeCase c = make_case(small_spec(Scheme::kBf16));
-  DeviceCase d(c);
-  for (const char* bad : {"-1", "65", "four", "4x"}) {
-    std::string what;
-    ScopedEnv env("MOEKIT_TOKMAJOR_PREFETCH", bad);
-    EXPECT_EQ(run_status(d, 65, "tokmajor", &what), Status::kInvalidArgument) << bad;
-    EXPECT_NE(what.find("MOEKIT_TOKMAJOR_PREFETCH"), std::string::npos) << what;
-  }
-}
-
 TEST(Sm90Dispatch, LogLinePerCall) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(small_spec(Scheme::kBf16));

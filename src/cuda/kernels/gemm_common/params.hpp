@@ -75,13 +75,6 @@ struct GroupedGemmParams {
   // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
   // absmax_ready: quant(h) is then a single launch). Null: off.
   std::uint32_t* out_absmax = nullptr;
-
-  // Token-major only: before it waits for the kernel ahead of it (launched as its programmatic
-  // dependent, so that it is resident while the one-CTA routing runs), each CTA prefetches into
-  // L2 the first this-many K stages of the weight tile of unit blockIdx.x as it would be if every
-  // expert had one token tile (rows 1..128): the first wave's weights stream while routing runs.
-  // A guess; a wrong one only costs bandwidth. 0: off.
-  int l2_prefetch_stages = 0;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.

@@ -634,21 +634,6 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
   }
-  // Before the wait: the first K stages of unit blockIdx.x's weight tile into L2, the unit taken
-  // as if every expert had one token tile (GroupedGemmParams::l2_prefetch_stages). The units of
-  // the first wave are blockIdx.x = 0..grid-1 whichever CTA runs each, so these are the stages
-  // the grid reads first, streamed while the kernel ahead (routing) still runs. Threads 0..S-1,
-  // one stage's two boxes each.
-  if (p.l2_prefetch_stages > 0 && p.cluster == 1 && threadIdx.x < p.l2_prefetch_stages &&
-      static_cast<int>(threadIdx.x) < p.num_k_stages) {
-    const int u = blockIdx.x;
-    const int e = u / p.num_col_tiles, col = u % p.num_col_tiles;
-    if (e < E) {
-      const int k0 = static_cast<int>(threadIdx.x) * (kStageKBytes / K::kElemBytes);
-      sm90::tma_prefetch_3d(&p.tmap_b, k0, K::box_row(p, col, 0), e);
-      sm90::tma_prefetch_3d(&p.tmap_b, k0, K::box_row(p, col, 1), e);
-    }
-  }
   // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
   // previous kernel; the row offsets (routing's) and everything after need it complete. Every
   // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it

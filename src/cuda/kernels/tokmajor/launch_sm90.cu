@@ -142,7 +142,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  kp.l2_prefetch_stages = cluster == 1 ? std::max(0, p.l2_prefetch_stages) : 0;
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
   // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident

@@ -28,7 +28,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
   // fields before it keep their offsets in every instantiation.
   std::uint32_t* out_absmax;
-  int l2_prefetch_stages;  // GroupedGemmParams::l2_prefetch_stages (cluster 1 only)
 };
 
 // Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with
