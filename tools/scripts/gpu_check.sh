@@ -66,7 +66,20 @@ skip_step() {
   # Before the build: what the tree says (git here, else the stamp); after it, the build's own
   # record (moekit-bench --build-info, appended below) is the one the results carry.
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    echo "tree (git): $(bash tools/scripts/stamp_tree.sh --stdout | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["commit"], "dirty" if d["dirty"] else "clean", "tree", d["tree"])')"
+    # A copied tree may sit under a stale .git (the device machine's, 2026-12-02: its HEAD was the
+    # previous session's commit): when build-info.json stamps the same files, its commit is the
+    # tree's, and the line says what git claimed.
+    bash tools/scripts/stamp_tree.sh --stdout | python3 -c '
+import json, os, sys
+d = json.load(sys.stdin)
+line = "%s %s tree %s" % (d["commit"], "dirty" if d["dirty"] else "clean", d["tree"])
+if os.path.exists("build-info.json"):
+    b = json.load(open("build-info.json"))
+    if b.get("tree") == d["tree"] and b.get("commit") != d["commit"]:
+        print("tree (build-info.json, the same files): %s %s tree %s (the git here says %s)"
+              % (b["commit"], "dirty" if b["dirty"] else "clean", b["tree"], d["commit"]))
+        sys.exit(0)
+print("tree (git): " + line)'
   elif [ -f build-info.json ]; then
     echo "tree (build-info.json, not yet checked against the files): $(python3 -c 'import json; d=json.load(open("build-info.json")); print(d["commit"], "dirty" if d["dirty"] else "clean", "tree", d["tree"], "stamped", d["date"])')"
   else
