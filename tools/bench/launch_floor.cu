@@ -264,7 +264,9 @@ __global__ void __launch_bounds__(384, 1)
       mbar_wait(smem_addr(&empty[st]), parity ^ 1);
       const std::int64_t g = first + c;
       const int u = static_cast<int>(g / ks), k0 = static_cast<int>(g % ks) * 64;
-      const int e = u / tiles, r0 = (u % tiles) * 128;
+      // Units of 256 rows when the boxes are adjacent (up_off 128, as tile_stream_kernel); of 128
+      // gate rows and the up rows up_off below them otherwise (the kernel's GEMM1 tiles).
+      const int e = u / tiles, r0 = (u % tiles) * (up_off == 128 ? 256 : 128);
       const std::uint32_t bar = smem_addr(&full[st]), dst = sbase + st * kStage;
       if (t == 0) {
         mbar_arrive_expect_tx(bar, 2 * 16 * 1024);
@@ -284,6 +286,9 @@ __global__ void __launch_bounds__(384, 1)
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    // As the kernel's consumer: a stage goes back once the next stage's wgmma group is issued and
+    // its own has completed (wait 1), so consecutive groups overlap; warpgroup 2 passes at once.
+    int held = -1;
     for (std::int64_t c = 0; c < total; ++c) {
       const int st = static_cast<int>(c % kStages);
       mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
@@ -295,11 +300,23 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) Wgmma<Bf16Tag, 256>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
         wgmma_commit();
-        wgmma_wait<0>();
         fence_regs<128>(acc);
+        if (held >= 0) {
+          wgmma_wait<1>();
+          __syncwarp();
+          if (lane == 0) mbar_arrive(smem_addr(&empty[held]));
+        }
+        held = st;
+      } else {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem_addr(&empty[st]));
       }
+    }
+    if (held >= 0) {
+      wgmma_wait<0>();
+      fence_regs<128>(acc);
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_addr(&empty[st]));
+      if (lane == 0) mbar_arrive(smem_addr(&empty[held]));
     }
     if (acc[0] + acc[127] == 12345.0f) *sink = 1;  // never true for these inputs: keeps the MMAs live
   }
