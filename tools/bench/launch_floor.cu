@@ -18,7 +18,9 @@
 //   - the token-major GEMM1's weight stream with no math (docs/tokmajor.md): mixtral TP8 at M = 64
 //     is 112 units of 256 weight rows x K = 4096 bf16, one a CTA, read as 2D TMA boxes of 128 B of
 //     K x 128 rows (the kernel's boxes), as 256 B boxes, and as contiguous 2 MB a CTA: whether
-//     the box pattern itself keeps the kernel's GEMM1 at 3.3 TB/s (Nsight Compute, session 15).
+//     the box pattern itself keeps the kernel's GEMM1 at 3.3 TB/s (Nsight Compute, session 15);
+//     with the kernel's token-row gather and a held stage; and the kernel's warp-specialized
+//     pipeline rebuilt part by part (pipe_stream_kernel).
 //
 //   moekit-launch-floor [--iters N] [--json PATH]
 #include <cuda_runtime.h>
@@ -660,53 +662,50 @@ int main(int argc, char** argv) {
     void* a = nullptr;  // hidden at M = 64: 64 rows of K bf16
     LF_CHECK(cudaMalloc(&a, static_cast<std::size_t>(64) * K * 2));
     LF_CHECK(cudaMemset(a, 1, static_cast<std::size_t>(64) * K * 2));
-    int a_rows = 0;
-    auto tile_case = [&](auto kernel, int box_k, int stages, const char* what, int grid = 0) {
-      if (grid == 0) grid = units;
-      const CUtensorMap map = weight_map(w, E, rows, K, box_k);
-      const int smem = stages * (2 * 128 * box_k * 2 + (a_rows ? 16 * 128 : 0));
-      LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      int u = units, t = tiles, k = K;
-      const std::uint8_t* a8 = static_cast<const std::uint8_t*>(a);
-      void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink, &a8};
-      const Timer::Times tm = T.times([&] {
-        launch(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(128), smem, T.stream, 1, false, args);
-      });
-      char name[200];
-      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB as %s, %d stages, %d CTAs%s: %.2f TB/s in graph", bytes / 1e6,
-                    what, stages, grid, grid == units ? "" : " (even split of units x K)", bytes / tm.in_graph_us / 1e6);
+    const std::uint8_t* a8 = static_cast<const std::uint8_t*>(a);
+    // One case: `kernel` with `smem` bytes of shared memory, timed, named "GEMM1 weights <MB>
+    // <what>: <rate>" (the rate from the in-graph time).
+    auto weight_case = [&](const void* kernel, int grid, int block, int smem, void** args, const char* what) {
+      LF_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      const Timer::Times tm = T.times([&] { launch(kernel, dim3(grid), dim3(block), smem, T.stream, 1, false, args); });
+      char name[240];
+      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB %s: %.2f TB/s in graph", bytes / 1e6, what,
+                    bytes / tm.in_graph_us / 1e6);
       add(name, tm);
     };
-    tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage (token-major)");
-    tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage");
-    tile_case(&tile_stream_kernel<128, 3>, 128, 3, "2 boxes of 256 B x 128 rows a stage");
+    // tile_stream_kernel: `a_rows` token rows of 128 B a stage next to the boxes (0 or 16, as its kA).
+    auto tile_case = [&](auto kernel, int box_k, int stages, int a_rows, const char* what, int grid = 0) {
+      if (grid == 0) grid = units;
+      const CUtensorMap map = weight_map(w, E, rows, K, box_k);
+      int u = units, t = tiles, k = K;
+      void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink, &a8};
+      char label[200];
+      std::snprintf(label, sizeof label, "as %s, %d stages, %d CTAs%s", what, stages, grid,
+                    grid == units ? "" : " (even split of units x K)");
+      weight_case(reinterpret_cast<const void*>(kernel), grid, 128, stages * (2 * 128 * box_k * 2 + a_rows * 128), args,
+                  label);
+    };
+    tile_case(&tile_stream_kernel<64, 4>, 64, 4, 0, "2 boxes of 128 B x 128 rows a stage (token-major)");
+    tile_case(&tile_stream_kernel<64, 6>, 64, 6, 0, "2 boxes of 128 B x 128 rows a stage");
+    tile_case(&tile_stream_kernel<128, 3>, 128, 3, 0, "2 boxes of 256 B x 128 rows a stage");
     // The same boxes spread over every SM (112 units leave 20 of 132 SMs idle).
-    tile_case(&tile_stream_kernel<64, 4>, 64, 4, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
-    tile_case(&tile_stream_kernel<64, 6>, 64, 6, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
+    tile_case(&tile_stream_kernel<64, 4>, 64, 4, 0, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
+    tile_case(&tile_stream_kernel<64, 6>, 64, 6, 0, "2 boxes of 128 B x 128 rows a stage", prop.multiProcessorCount);
     // With the token rows the kernel gathers next to the weights (16 rows of 128 B a stage).
-    a_rows = 16;
-    tile_case(&tile_stream_kernel<64, 4, 1>, 64, 4, "the boxes + 16 token rows by 16-byte cp.async (token-major)");
-    tile_case(&tile_stream_kernel<64, 4, 2>, 64, 4, "the boxes + 16 token rows by 128-byte cp.async.bulk");
-    tile_case(&tile_stream_kernel<64, 4, 1, 450>, 64, 4,
+    tile_case(&tile_stream_kernel<64, 4, 1>, 64, 4, 16, "the boxes + 16 token rows by 16-byte cp.async (token-major)");
+    tile_case(&tile_stream_kernel<64, 4, 2>, 64, 4, 16, "the boxes + 16 token rows by 128-byte cp.async.bulk");
+    tile_case(&tile_stream_kernel<64, 4, 1, 450>, 64, 4, 16,
               "the boxes + 16 token rows by 16-byte cp.async, each stage held 450 cycles (the wgmma)");
-    a_rows = 0;
-    tile_case(&tile_stream_kernel<64, 4, 0, 450>, 64, 4, "2 boxes of 128 B x 128 rows a stage, each held 450 cycles");
+    tile_case(&tile_stream_kernel<64, 4, 0, 450>, 64, 4, 0, "2 boxes of 128 B x 128 rows a stage, each held 450 cycles");
     // The kernel's warp-specialized pipeline (pipe_stream_kernel), part by part.
     {
       const CUtensorMap map = weight_map(w, E, rows, K, 64);
       auto pipe_case = [&](auto kernel, int up_off, const char* what) {
-        const int smem = 4 * 48 * 1024;
-        LF_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int u = units, t = tiles, k = K, up = up_off;
-        const std::uint8_t* a8 = static_cast<const std::uint8_t*>(a);
         void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &up, &sink, &a8};
-        const Timer::Times tm = T.times([&] {
-          launch(reinterpret_cast<const void*>(kernel), dim3(units), dim3(384), smem, T.stream, 1, false, args);
-        });
-        char name[220];
-        std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB, the token-major pipeline (384 threads, 4 x 48 KB)%s, %d CTAs: %.2f TB/s in graph",
-                      bytes / 1e6, what, units, bytes / tm.in_graph_us / 1e6);
-        add(name, tm);
+        char label[200];
+        std::snprintf(label, sizeof label, "as the token-major pipeline (384 threads, 4 x 48 KB)%s, %d CTAs", what, units);
+        weight_case(reinterpret_cast<const void*>(kernel), units, 384, 4 * 48 * 1024, args, label);
       };
       pipe_case(&pipe_stream_kernel<false, false>, 128, "");
       pipe_case(&pipe_stream_kernel<false, false>, rows / 2, ", gate and up boxes N rows apart");
@@ -719,13 +718,9 @@ int main(int argc, char** argv) {
       const std::int64_t per = static_cast<std::int64_t>(bytes / units);
       const std::uint8_t* src8 = static_cast<const std::uint8_t*>(w);
       void* args[] = {&src8, const_cast<std::int64_t*>(&per), &sink};
-      const Timer::Times tm = T.times([&] {
-        launch((const void*)&stream_kernel, dim3(units), dim3(128), ring, T.stream, 1, false, args);
-      });
-      char name[200];
-      std::snprintf(name, sizeof name, "GEMM1 weights %.0f MB contiguous, 2 MB a CTA, 16 KB bulk copies, %d CTAs: %.2f TB/s in graph",
-                    bytes / 1e6, units, bytes / tm.in_graph_us / 1e6);
-      add(name, tm);
+      char label[120];
+      std::snprintf(label, sizeof label, "contiguous, 2 MB a CTA, 16 KB bulk copies, %d CTAs", units);
+      weight_case(reinterpret_cast<const void*>(&stream_kernel), units, 128, static_cast<int>(ring), args, label);
     }
     LF_CHECK(cudaFree(w));
   }
