@@ -19,6 +19,7 @@
 
 #include "common/cuda_test.hpp"
 #include "common/kernel_api.hpp"
+#include "cuda/kernels/tokmajor/params.hpp"
 #include "moekit/moekit.hpp"
 
 namespace moekit {
@@ -42,6 +43,8 @@ struct Shape {
 };
 
 void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
+void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::int64_t touched,
+                     std::vector<std::uint16_t>& timed);
 
 // One call of `s` on `path` (decode or gemv; bf16, random weights and routing) with the phase
 // timer on; prints the per-phase table and checks that the output equals, bit for bit, a call
@@ -92,8 +95,14 @@ void phase_table(const Shape& s, const char* path = "decode") {
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<std::uint16_t> plain(M * K), timed(M * K);
   CUDA_OK(cudaMemcpy(plain.data(), out, M * K * 2, cudaMemcpyDeviceToHost));
-  if (std::string(path) == "gemv") {
-    gemv_phases(s, a, o, timed);
+  if (std::string(path) == "gemv" || std::string(path) == "tokmajor") {
+    if (std::string(path) == "gemv") {
+      gemv_phases(s, a, o, timed);
+    } else {
+      std::vector<bool> hit(E, false);
+      for (std::int32_t id : h_ids) hit[id] = true;
+      tokmajor_phases(s, a, o, std::count(hit.begin(), hit.end(), true), timed);
+    }
     EXPECT_TRUE(plain == timed) << s.name << ": the phase timer changed the output";
     for (void* p : {static_cast<void*>(w13), static_cast<void*>(w2), static_cast<void*>(hidden), static_cast<void*>(out),
                     static_cast<void*>(ids), static_cast<void*>(wts), ws})
@@ -191,6 +200,100 @@ void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vect
   }
 }
 
+// Reads a buffer twice the H200's L2 (the benches' read flush), so that the next launch finds its
+// weights in HBM only.
+__global__ void read_flush(const uint4* buf, std::int64_t n, unsigned* sink) {
+  unsigned x = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    x ^= buf[i].x;
+  if (x == 0x9e3779b9u) *sink = x;  // keeps the loads
+}
+
+// tokmajor: one timed call of `a` (both GEMMs on the token-major kernel) after an L2 read flush,
+// output (NaN-poisoned before) into `timed`; per launch, each CTA's stamps (kernels/tokmajor/
+// params.hpp, PhaseWord): how long each CTA took from one point to the next (median, max over the
+// CTAs that ran units) and when the last CTA reached each point, from the launch's first entry.
+void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::int64_t touched,
+                     std::vector<std::uint16_t>& timed) {
+  namespace tm = cuda::tokmajor;
+  constexpr int kMaxCtas = 1024, kLaunches = 2;
+  const std::size_t words = static_cast<std::size_t>(kMaxCtas) * kLaunches * tm::kPhaseWords;
+  std::uint64_t* phases = nullptr;
+  uint4* flush = nullptr;
+  unsigned* sink = nullptr;
+  const std::int64_t flush_bytes = std::int64_t{128} << 20;
+  CUDA_OK(cudaMalloc(&phases, words * 8));
+  CUDA_OK(cudaMalloc(&flush, flush_bytes));
+  CUDA_OK(cudaMalloc(&sink, 4));
+  CUDA_OK(cudaMemset(flush, 1, flush_bytes));
+  CUDA_OK(cudaMemset(phases, 0, words * 8));
+  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
+  read_flush<<<528, 512>>>(flush, flush_bytes / 16, sink);
+  CUDA_OK(cudaGetLastError());
+  cuda::set_tokmajor_phase_buffer(phases, kMaxCtas, kLaunches);
+  fused_experts(a, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  cuda::set_tokmajor_phase_buffer(nullptr, 0, 0);
+  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
+  std::vector<std::uint64_t> rec(words);
+  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(phases), static_cast<void*>(flush), static_cast<void*>(sink)}) cudaFree(p);
+
+  // Points in the order a CTA reaches them (GEMM2's consumers stamp only their exit: a stamp in
+  // its unit loop made them spill); the producer's last issue is printed on its own.
+  const std::vector<int> points[kLaunches] = {
+      {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseFirstIssue, tm::kPhaseFirstLanded, tm::kPhaseMmaDone, tm::kPhaseExit},
+      {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseFirstIssue, tm::kPhaseExit}};
+  const std::vector<const char*> names[kLaunches] = {{"table", "first issue", "first landed", "MMAs done", "epilogue"},
+                                                     {"table", "first issue", "stream + exit"}};
+  const char* gemm[] = {"GEMM1", "GEMM2"};
+  const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K * 2), static_cast<double>(touched * s.K * s.N * 2)};
+  for (int l = 0; l < kLaunches; ++l) {
+    const std::uint64_t* base = rec.data() + static_cast<std::size_t>(l) * kMaxCtas * tm::kPhaseWords;
+    std::uint64_t t0 = ~std::uint64_t{0}, t_end = 0;
+    int ctas = 0, idle = 0;
+    std::vector<const std::uint64_t*> busy;
+    for (int c = 0; c < kMaxCtas; ++c) {
+      const std::uint64_t* r = base + static_cast<std::size_t>(c) * tm::kPhaseWords;
+      if (r[tm::kPhaseEntry] == 0) continue;
+      ++ctas;
+      t0 = std::min(t0, r[tm::kPhaseEntry]);
+      t_end = std::max(t_end, r[tm::kPhaseExit]);
+      if (r[tm::kPhaseUnits] == 0) ++idle;
+      else busy.push_back(r);
+    }
+    ASSERT_FALSE(busy.empty()) << s.name << " " << gemm[l] << ": no CTA ran a unit";
+    const std::vector<int>& point = points[l];
+    const int steps = static_cast<int>(point.size()) - 1;
+    std::vector<std::vector<double>> dur(steps), reached(steps);
+    std::vector<double> entry, last_issue, units;
+    for (const std::uint64_t* r : busy) {
+      entry.push_back(static_cast<double>(r[tm::kPhaseEntry] - t0) / 1000.0);
+      last_issue.push_back(static_cast<double>(r[tm::kPhaseLastIssue] - t0) / 1000.0);
+      units.push_back(static_cast<double>(r[tm::kPhaseUnits]));
+      for (int w = 0; w < steps; ++w) {
+        EXPECT_GE(r[point[w + 1]], r[point[w]]) << s.name << " " << gemm[l] << " " << names[l][w];
+        dur[w].push_back(static_cast<double>(r[point[w + 1]] - r[point[w]]) / 1000.0);
+        reached[w].push_back(static_cast<double>(r[point[w + 1]] - t0) / 1000.0);
+      }
+    }
+    for (auto* v : {&entry, &last_issue, &units}) std::sort(v->begin(), v->end());
+    const double span = static_cast<double>(t_end - t0) / 1000.0;
+    std::printf("[ phases ] tokmajor %s %s M=%lld: %d CTAs (%d without a unit), units a CTA %.0f-%.0f, "
+                "first entry to last exit %.2f us (%.0f MB: %.2f TB/s); last entry %.2f us, last producer "
+                "issue %.2f us\n",
+                gemm[l], s.name, static_cast<long long>(s.M), ctas, idle, units.front(), units.back(), span,
+                bytes[l] / 1e6, bytes[l] / 1e6 / span, entry.back(), last_issue.back());
+    for (int w = 0; w < steps; ++w) {
+      std::sort(dur[w].begin(), dur[w].end());
+      std::sort(reached[w].begin(), reached[w].end());
+      std::printf("[ phases ]   %-13s median %7.2f us  max %7.2f us   reached by the last CTA at %7.2f us\n",
+                  names[l][w], dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
+    }
+  }
+}
+
 TEST(Sm90Decode, PhaseBreakdown) {
   SKIP_WITHOUT_SM90();
   // The resident clusters of each size the persistent grid is sized by (GPCs hold them).
@@ -215,6 +318,14 @@ TEST(Sm90Gemv, PhaseBreakdown) {
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 4}, "gemv");
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1}, "gemv");
+}
+
+// The token-major kernel at the TP8 shapes where it runs the call (docs/perf.md "Session 17").
+TEST(Sm90Tokmajor, PhaseBreakdown) {
+  SKIP_WITHOUT_SM90();
+  phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 64}, "tokmajor");
+  phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 64}, "tokmajor");
+  phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 16}, "tokmajor");
 }
 
 // The tensor-core kernel (MOEKIT_GEMV_KERNEL=mma) at the sizes it was built for.

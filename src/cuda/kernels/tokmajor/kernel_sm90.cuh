@@ -84,6 +84,13 @@ __device__ __forceinline__ void store_pair_t(void* out, std::int64_t i, float v0
     *reinterpret_cast<float2*>(static_cast<float*>(out) + i) = make_float2(v0, v1);
 }
 
+// This CTA's phase-timer record (KernelParams::phases), or null when the timer is off.
+__device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
+  return p.phases != nullptr && static_cast<int>(blockIdx.x) < p.phase_ctas
+             ? p.phases + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords
+             : nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
@@ -151,6 +158,9 @@ struct TokMajor {
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
     int ahead = 0;
     if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+    // Phase timer (tests only): thread 0's first unit ready to issue, its last issue done.
+    std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
+    bool first_issue = rec != nullptr;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -202,6 +212,14 @@ struct TokMajor {
         srow = gemm_common::a_row_of(p, r);
       }
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
+      if (rec != nullptr) rec[kPhaseUnits] += 1;
+      if (first_issue) {
+        // Outside the K loop (a stamp in it made the producer spill): once the first unit's
+        // gathered row indices have landed (the stamp waits on the first), right before its first
+        // weight TMA.
+        rec[kPhaseFirstIssue] = arow[0] < -1 ? 0 : sm90::globaltimer_ns();
+        first_issue = false;
+      }
 
       for (int ks = 0; ks < p.num_k_stages; ++ks) {
         const std::uint32_t full = s.full + 8 * stage;
@@ -248,6 +266,7 @@ struct TokMajor {
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
     }
+    if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
     sm90::cp_async_wait_all_groups();
   }
 
@@ -267,6 +286,9 @@ struct TokMajor {
     // per CTA). The GEMM1 epilogue stores each live (row, column) of out once in the grid: rows
     // past the tile's count (slot -1) and columns past n_out are skipped there.
     float hmax = 0.0f;
+    // Phase timer (tests only): consumer thread 0's first stage landed and each unit's MMAs done
+    // (GEMM1 only: any stamp in GEMM2's unit loop made its consumers spill), its exit.
+    const bool timed = ct == 0 && p.phases != nullptr;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The unit the producer took for the tile that starts at this stage (-1: none left).
@@ -301,6 +323,13 @@ struct TokMajor {
       float acc[kAcc];
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      if (kGateUp && timed) {
+        if (std::uint64_t* rec = phase_record(p); rec != nullptr && rec[kPhaseMmaDone] == 0) {
+          // The main loop's first wait, done early (waiting on a completed phase again returns).
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
+        }
+      }
       if (64 * wg >= tl.count) {
         // A tail tile with <= 64 rows (or none: the spare CTA of a cluster): this warpgroup's rows
         // are all past the expert's end, so it skips the MMAs (the other warpgroup then has the
@@ -367,6 +396,10 @@ struct TokMajor {
         }
       }
 
+      if (kGateUp && timed) {
+        if (std::uint64_t* rec = phase_record(p)) rec[kPhaseMmaDone] = sm90::globaltimer_ns();
+      }
+
       // Epilogue. Column pairs 8j + 2(lane%4) + {0,1} of the accumulator.
       const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
       if (kGateUp) {
@@ -410,6 +443,9 @@ struct TokMajor {
     // Every consumer thread leaves the loop at the same unit (the schedule is per CTA).
     if constexpr (kAbsmax) {
       if (p.out_absmax != nullptr) numerics::warp_absmax_to_word(p.out_absmax, hmax);
+    }
+    if (timed) {
+      if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
     }
   }
 
@@ -622,6 +658,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.peer_empty = p.cluster > 1 ? sm90::map_to_rank(s.empty, static_cast<std::uint32_t>(s.rank ^ 1)) : 0;
 
   const int E = p.num_experts;
+  std::uint64_t* rec = threadIdx.x == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+  if (rec != nullptr) rec[kPhaseEntry] = sm90::globaltimer_ns();
   if (threadIdx.x == 0) {
     sm90::prefetch_tensormap(&p.tmap_b);
     for (int i = 0; i < s.stages; ++i) {
@@ -643,6 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.cluster, p.num_col_tiles));
+  if (rec != nullptr) rec[kPhaseTable] = sm90::globaltimer_ns();
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,12 @@ bool fail(std::string* why, const std::string& msg) {
 }
 
 bool aligned(const void* ptr, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0; }
+
+// Phase timer buffer (set_tokmajor_phase_buffer; null = off) and the launches it has left.
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
+std::atomic<int> g_phase_ctas{0};
+std::atomic<int> g_phase_next{0};
+std::atomic<int> g_phase_launches{0};
 
 }  // namespace
 
@@ -104,6 +111,13 @@ bool tokmajor_dynamic_schedule() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_SCHEDULE = '") + v + "', expected dynamic or static");
 }
 
+void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
+  g_phase_launches.store(device_buffer != nullptr ? launches : 0, std::memory_order_release);
+  g_phase_next.store(0, std::memory_order_release);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
+}
+
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
 }
@@ -142,6 +156,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
+  if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
+    const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
+    if (slot < g_phase_launches.load(std::memory_order_acquire)) {
+      kp.phase_ctas = g_phase_ctas.load(std::memory_order_acquire);
+      kp.phases = buf + static_cast<std::int64_t>(slot) * kp.phase_ctas * tokmajor::kPhaseWords;
+    }
+  }
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
   // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident

@@ -37,4 +37,10 @@ int tokmajor_default_cluster();
 // moekit::Error(kInvalidArgument) on any other value.
 bool tokmajor_dynamic_schedule();
 
+/// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
+/// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into
+/// device_buffer[(i * max_ctas + blockIdx.x) * tokmajor::kPhaseWords + word]; later launches stamp
+/// nothing. The caller zeroes the buffer. Null turns it off (the default).
+void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches);
+
 }  // namespace moekit::cuda

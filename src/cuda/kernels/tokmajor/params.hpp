@@ -28,6 +28,24 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
   // fields before it keep their offsets in every instantiation.
   std::uint32_t* out_absmax;
+  // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
+  // (PhaseWord order) at this launch's slot of the buffer set_tokmajor_phase_buffer gave.
+  std::uint64_t* phases;
+  int phase_ctas;
+};
+
+// The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
+// in the order they happen; the last word counts the units the CTA ran.
+enum PhaseWord : int {
+  kPhaseEntry = 0,     // thread 0 at the kernel's entry
+  kPhaseTable,         // thread 0 once the expert table is built (after the PDL wait)
+  kPhaseFirstIssue,    // producer thread 0 right before its first weight TMA (the unit taken, its rows known)
+  kPhaseLastIssue,     // producer thread 0 after its last stage's loads (its loop's end)
+  kPhaseFirstLanded,   // consumer thread 0 when its first stage has landed
+  kPhaseMmaDone,       // consumer thread 0 when the last unit's MMAs are done (before its epilogue)
+  kPhaseExit,          // consumer thread 0 after the last epilogue
+  kPhaseUnits,         // units this CTA ran
+  kPhaseWords = 16
 };
 
 // Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with
