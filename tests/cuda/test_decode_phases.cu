@@ -243,9 +243,11 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
   // Points in the order a CTA reaches them (GEMM2's consumers stamp only their exit: a stamp in
   // its unit loop made them spill); the producer's last issue is printed on its own.
   const std::vector<int> points[kLaunches] = {
-      {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseFirstIssue, tm::kPhaseFirstLanded, tm::kPhaseMmaDone, tm::kPhaseExit},
+      {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseFirstIssue, tm::kPhaseFirstLanded, tm::kPhaseMmaDone,
+       tm::kPhaseEpilogueDone, tm::kPhaseExit},
       {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseFirstIssue, tm::kPhaseExit}};
-  const std::vector<const char*> names[kLaunches] = {{"table", "first issue", "first landed", "MMAs done", "epilogue"},
+  const std::vector<const char*> names[kLaunches] = {{"table", "first issue", "first landed", "MMAs done", "epilogue",
+                                                      "next unit"},
                                                      {"table", "first issue", "stream + exit"}};
   const char* gemm[] = {"GEMM1", "GEMM2"};
   const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K * 2), static_cast<double>(touched * s.K * s.N * 2)};

@@ -141,6 +141,23 @@ struct TokMajor {
     return col * kBN + box * kBox;
   }
 
+  // Thread 0: the weight boxes of K stage ks of a tile into `stage` (the stage's empty barrier
+  // passed): the whole B tile lands in this CTA, both boxes, or (cluster of 2) one box from each CTA.
+  static __device__ __forceinline__ void issue_weights(const KernelParams& p, const Smem& s, int stage, int ks, int e,
+                                                       int brow0, int brow1) {
+    const std::uint32_t full = s.full + 8 * stage;
+    const std::uint32_t b_dst = s.tiles + stage * kStageBytes + kATileBytes;
+    sm90::mbar_arrive_expect_tx(full, kTmaBytes);
+    const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
+    if (s.cluster == 1) {
+      sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, e);
+      sm90::tma_load_3d(b_dst + kBox * kStageKBytes, &p.tmap_b, full, k0, brow1, e);
+    } else {
+      sm90::tma_load_3d_multicast(b_dst + s.rank * kBox * kStageKBytes, &p.tmap_b, full, k0, s.rank ? brow1 : brow0,
+                                  e, static_cast<std::uint16_t>(0x3));
+    }
+  }
+
   // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
   static __device__ void produce(const KernelParams& p, const Smem& s) {
     const int t = threadIdx.x;  // 0..127
@@ -155,14 +172,19 @@ struct TokMajor {
     // current tile's loads instead of stopping the producer between tiles. Not for long tiles:
     // there the wait is a small part of a tile, and taking units ahead lets the CTAs on one
     // weight tile start it apart (mixtral-8x7b M = 512..1024 lost 3-4 %, H200, 2026-12-01).
+    // The first unit of CTA c is unit c under either schedule: no atomic round trip or producer
+    // barrier before the first weight load (the 126 CTAs of a decode call's GEMM1 took 2-3 us to
+    // get their first unit from the one counter); the counter then hands out units gridDim.x,
+    // gridDim.x + 1, ... in order.
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
+    const int first_taken = num_clusters;  // the dynamic schedule runs with clusters of 1
     int ahead = 0;
-    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
-    // Phase timer (tests only): thread 0's first unit ready to issue, its last issue done.
+    if (lookahead && t == 0) ahead = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
+    // Phase timer (tests only): thread 0's first weight issue, its last issue done.
     std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
-    bool first_issue = rec != nullptr;
+    bool first = true;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
-      if (dynamic) {
+      if (dynamic && !first) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
         // the token tiles of one weight tile (consecutive units) start them together, so the
         // second reads the weights from L2 (under the static schedule the CTAs drift apart over
@@ -171,9 +193,9 @@ struct TokMajor {
         if (t == 0) {
           if (lookahead) {
             s.tile_w[s.stages] = ahead;
-            ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            ahead = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
           } else {
-            s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            s.tile_w[s.stages] = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
           }
         }
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
@@ -194,6 +216,22 @@ struct TokMajor {
         }
         break;
       }
+      const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
+      // Weights first: the CTA's first unit finds every stage free (stage 0, phase 0), so thread 0
+      // issues its first stages' weight boxes before the row indices below are loaded (an L2 round
+      // trip the weights do not depend on); the K loop then issues the rest.
+      int issued = 0;
+      if (first) {
+        first = false;
+        if (t == 0) {
+          issued = min(s.stages, p.num_k_stages);
+          for (int i = 0; i < issued; ++i) {
+            if (dynamic && i == 0) s.tile_w[0] = w;  // the unit, for the consumers (before the arrival)
+            issue_weights(p, s, i, i, tl.e, brow0, brow1);
+          }
+          if (rec != nullptr) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
+        }
+      }
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
       int arow[8];
@@ -211,34 +249,16 @@ struct TokMajor {
         const int r = tl.row_begin + t;
         srow = gemm_common::a_row_of(p, r);
       }
-      const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (rec != nullptr) rec[kPhaseUnits] += 1;
-      if (first_issue) {
-        // Outside the K loop (a stamp in it made the producer spill): once the first unit's
-        // gathered row indices have landed (the stamp waits on the first), right before its first
-        // weight TMA.
-        rec[kPhaseFirstIssue] = arow[0] < -1 ? 0 : sm90::globaltimer_ns();
-        first_issue = false;
-      }
 
       for (int ks = 0; ks < p.num_k_stages; ++ks) {
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
-        const std::uint32_t b_dst = a_dst + kATileBytes;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        if (t == 0) {
+        if (t == 0 && ks >= issued) {
           // The unit, for the consumers (ordered before them by this thread's arrival below).
           if (dynamic && ks == 0) s.tile_w[stage] = w;
-          // The whole B tile lands in this CTA: both boxes, or (cluster of 2) one box from each CTA.
-          sm90::mbar_arrive_expect_tx(full, kTmaBytes);
-          const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
-          if (s.cluster == 1) {
-            sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, tl.e);
-            sm90::tma_load_3d(b_dst + kBox * kStageKBytes, &p.tmap_b, full, k0, brow1, tl.e);
-          } else {
-            sm90::tma_load_3d_multicast(b_dst + s.rank * kBox * kStageKBytes, &p.tmap_b, full, k0,
-                                        s.rank ? brow1 : brow0, tl.e, static_cast<std::uint16_t>(0x3));
-          }
+          issue_weights(p, s, stage, ks, tl.e, brow0, brow1);
         }
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
@@ -414,6 +434,9 @@ struct TokMajor {
         const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
         if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
         else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+        if (timed) {
+          if (std::uint64_t* rec = phase_record(p)) rec[kPhaseEpilogueDone] = sm90::globaltimer_ns();
+        }
       } else {
         // GEMM2: rows scattered to the slot's own row of out [M*k, K], fp32 or the activation dtype.
         // One row factor (activation scale x routed weight) and, only with per-channel scales or

@@ -43,6 +43,7 @@ enum PhaseWord : int {
   kPhaseLastIssue,     // producer thread 0 after its last stage's loads (its loop's end)
   kPhaseFirstLanded,   // consumer thread 0 when its first stage has landed
   kPhaseMmaDone,       // consumer thread 0 when the last unit's MMAs are done (before its epilogue)
+  kPhaseEpilogueDone,  // consumer thread 0 after the last unit's epilogue (GEMM1 only)
   kPhaseExit,          // consumer thread 0 after the last epilogue
   kPhaseUnits,         // units this CTA ran
   kPhaseWords = 16
