@@ -224,6 +224,7 @@ struct TokMajor {
       if (first) {
         first = false;
         if (t == 0) {
+          if (rec != nullptr) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
           issued = min(s.stages, p.num_k_stages);
           for (int i = 0; i < issued; ++i) {
             if (dynamic && i == 0) s.tile_w[0] = w;  // the unit, for the consumers (before the arrival)
@@ -540,6 +541,9 @@ struct TokMajor {
         }
         store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
       }
+      if (j == 0 && threadIdx.x == kProducerThreads) {  // phase timer (tests only)
+        if (std::uint64_t* rec = phase_record(p)) rec[kPhaseFirstStore] = sm90::globaltimer_ns();
+      }
     }
   }
 
@@ -710,9 +714,13 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 
   if (threadIdx.x < kProducerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
+    if (rec != nullptr) rec[kPhaseProducerStart] = sm90::globaltimer_ns();
     K::produce(p, s);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
+    if (threadIdx.x == kProducerThreads) {
+      if (std::uint64_t* r = phase_record(p)) r[kPhaseConsumerStart] = sm90::globaltimer_ns();
+    }
     K::consume(p, s);
   }
   // No CTA leaves while its peer may still arrive on its barriers.

@@ -39,13 +39,17 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
 enum PhaseWord : int {
   kPhaseEntry = 0,     // thread 0 at the kernel's entry
   kPhaseTable,         // thread 0 once the expert table is built (after the PDL wait)
-  kPhaseFirstIssue,    // producer thread 0 right before its first weight TMA (the unit taken, its rows known)
+  kPhaseFirstIssue,    // producer thread 0 right after its first stages' weight TMAs
   kPhaseLastIssue,     // producer thread 0 after its last stage's loads (its loop's end)
   kPhaseFirstLanded,   // consumer thread 0 when its first stage has landed
   kPhaseMmaDone,       // consumer thread 0 when the last unit's MMAs are done (before its epilogue)
   kPhaseEpilogueDone,  // consumer thread 0 after the last unit's epilogue (GEMM1 only)
   kPhaseExit,          // consumer thread 0 after the last epilogue
   kPhaseUnits,         // units this CTA ran
+  kPhaseProducerStart, // producer thread 0 past its setmaxnreg
+  kPhaseUnitFound,     // producer thread 0 with its first unit found (before its first weight TMA)
+  kPhaseConsumerStart, // consumer thread 0 past its setmaxnreg
+  kPhaseFirstStore,    // consumer thread 0 after the first column pair of GEMM1's last epilogue
   kPhaseWords = 16
 };
 
