@@ -172,19 +172,16 @@ struct TokMajor {
     // current tile's loads instead of stopping the producer between tiles. Not for long tiles:
     // there the wait is a small part of a tile, and taking units ahead lets the CTAs on one
     // weight tile start it apart (mixtral-8x7b M = 512..1024 lost 3-4 %, H200, 2026-12-01).
-    // The first unit of CTA c is unit c under either schedule: no atomic round trip or producer
-    // barrier before the first weight load (the 126 CTAs of a decode call's GEMM1 took 2-3 us to
-    // get their first unit from the one counter); the counter then hands out units gridDim.x,
-    // gridDim.x + 1, ... in order.
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
-    const int first_taken = num_clusters;  // the dynamic schedule runs with clusters of 1
     int ahead = 0;
-    if (lookahead && t == 0) ahead = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
-    // Phase timer (tests only): thread 0's first weight issue, its last issue done.
+    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+    // Phase timer (tests only): thread 0's first unit found and its row indices landed, its time
+    // waiting for free stages, its last issue done.
     std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
-    bool first = true;
+    bool first_unit = rec != nullptr;
+    std::uint64_t empty_wait = 0;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
-      if (dynamic && !first) {
+      if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
         // the token tiles of one weight tile (consecutive units) start them together, so the
         // second reads the weights from L2 (under the static schedule the CTAs drift apart over
@@ -193,9 +190,9 @@ struct TokMajor {
         if (t == 0) {
           if (lookahead) {
             s.tile_w[s.stages] = ahead;
-            ahead = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
           } else {
-            s.tile_w[s.stages] = first_taken + static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
           }
         }
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
@@ -217,22 +214,7 @@ struct TokMajor {
         break;
       }
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
-      // Weights first: the CTA's first unit finds every stage free (stage 0, phase 0), so thread 0
-      // issues its first stages' weight boxes before the row indices below are loaded (an L2 round
-      // trip the weights do not depend on); the K loop then issues the rest.
-      int issued = 0;
-      if (first) {
-        first = false;
-        if (t == 0) {
-          if (rec != nullptr) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
-          issued = min(s.stages, p.num_k_stages);
-          for (int i = 0; i < issued; ++i) {
-            if (dynamic && i == 0) s.tile_w[0] = w;  // the unit, for the consumers (before the arrival)
-            issue_weights(p, s, i, i, tl.e, brow0, brow1);
-          }
-          if (rec != nullptr) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
-        }
-      }
+      if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
       int arow[8];
@@ -251,12 +233,24 @@ struct TokMajor {
         srow = gemm_common::a_row_of(p, r);
       }
       if (rec != nullptr) rec[kPhaseUnits] += 1;
+      if (first_unit) {
+        // Outside the K loop: once the first unit's gathered row indices have landed (the stamp
+        // waits on the first), right before its first weight TMA.
+        rec[kPhaseFirstIssue] = arow[0] < -1 ? 0 : sm90::globaltimer_ns();
+        first_unit = false;
+      }
 
       for (int ks = 0; ks < p.num_k_stages; ++ks) {
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
-        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        if (t == 0 && ks >= issued) {
+        if (rec != nullptr) {
+          const std::uint64_t t0 = sm90::globaltimer_ns();
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          empty_wait += sm90::globaltimer_ns() - t0;
+        } else {
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        }
+        if (t == 0) {
           // The unit, for the consumers (ordered before them by this thread's arrival below).
           if (dynamic && ks == 0) s.tile_w[stage] = w;
           issue_weights(p, s, stage, ks, tl.e, brow0, brow1);
@@ -287,7 +281,10 @@ struct TokMajor {
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
     }
-    if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
+    if (rec != nullptr) {
+      rec[kPhaseLastIssue] = sm90::globaltimer_ns();
+      rec[kPhaseEmptyWait] = empty_wait;
+    }
     sm90::cp_async_wait_all_groups();
   }
 

@@ -39,7 +39,7 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
 enum PhaseWord : int {
   kPhaseEntry = 0,     // thread 0 at the kernel's entry
   kPhaseTable,         // thread 0 once the expert table is built (after the PDL wait)
-  kPhaseFirstIssue,    // producer thread 0 right after its first stages' weight TMAs
+  kPhaseFirstIssue,    // producer thread 0 once its first unit's row indices landed (before its first TMA)
   kPhaseLastIssue,     // producer thread 0 after its last stage's loads (its loop's end)
   kPhaseFirstLanded,   // consumer thread 0 when its first stage has landed
   kPhaseMmaDone,       // consumer thread 0 when the last unit's MMAs are done (before its epilogue)
@@ -50,6 +50,7 @@ enum PhaseWord : int {
   kPhaseUnitFound,     // producer thread 0 with its first unit found (before its first weight TMA)
   kPhaseConsumerStart, // consumer thread 0 past its setmaxnreg
   kPhaseFirstStore,    // consumer thread 0 after the first column pair of GEMM1's last epilogue
+  kPhaseEmptyWait,     // ns producer thread 0 waited for free stages, summed over its units
   kPhaseWords = 16
 };
 
