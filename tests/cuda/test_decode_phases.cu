@@ -275,10 +275,8 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
     const std::vector<int>& point = points[l];
     const int steps = static_cast<int>(point.size()) - 1;
     std::vector<std::vector<double>> dur(steps), reached(steps);
-    std::vector<double> entry, last_issue, units, consumer_start, empty_wait, producer_span;
+    std::vector<double> entry, last_issue, units, consumer_start;
     for (const std::uint64_t* r : busy) {
-      empty_wait.push_back(static_cast<double>(r[tm::kPhaseEmptyWait]) / 1000.0);
-      producer_span.push_back(static_cast<double>(r[tm::kPhaseLastIssue] - r[tm::kPhaseFirstIssue]) / 1000.0);
       consumer_start.push_back(static_cast<double>(r[tm::kPhaseConsumerStart] - r[tm::kPhaseTable]) / 1000.0);
       entry.push_back(static_cast<double>(r[tm::kPhaseEntry] - t0) / 1000.0);
       last_issue.push_back(static_cast<double>(r[tm::kPhaseLastIssue] - t0) / 1000.0);
@@ -289,8 +287,7 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
         reached[w].push_back(static_cast<double>(r[point[w + 1]] - t0) / 1000.0);
       }
     }
-    for (auto* v : {&entry, &last_issue, &units, &consumer_start, &empty_wait, &producer_span})
-      std::sort(v->begin(), v->end());
+    for (auto* v : {&entry, &last_issue, &units, &consumer_start}) std::sort(v->begin(), v->end());
     const double span = static_cast<double>(t_end - t0) / 1000.0;
     std::printf("[ phases ] tokmajor %s %s M=%lld: %d CTAs (%d without a unit), units a CTA %.0f-%.0f, "
                 "first entry to last exit %.2f us (%.0f MB: %.2f TB/s); last entry %.2f us, last producer "
@@ -298,9 +295,6 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
                 gemm[l], s.name, static_cast<long long>(s.M), ctas, idle, units.front(), units.back(), span,
                 bytes[l] / 1e6, bytes[l] / 1e6 / span, entry.back(), last_issue.back(),
                 consumer_start[consumer_start.size() / 2], flush ? "" : "; L2 not flushed");
-    std::printf("[ phases ]   producer: first issue to last issue median %.2f us, of it waiting for free stages "
-                "median %.2f us (max %.2f)\n",
-                producer_span[producer_span.size() / 2], empty_wait[empty_wait.size() / 2], empty_wait.back());
     for (int w = 0; w < steps; ++w) {
       std::sort(dur[w].begin(), dur[w].end());
       std::sort(reached[w].begin(), reached[w].end());

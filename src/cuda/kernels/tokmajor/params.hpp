@@ -50,7 +50,6 @@ enum PhaseWord : int {
   kPhaseUnitFound,     // producer thread 0 with its first unit found (before its first weight TMA)
   kPhaseConsumerStart, // consumer thread 0 past its setmaxnreg
   kPhaseFirstStore,    // consumer thread 0 after the first column pair of GEMM1's last epilogue
-  kPhaseEmptyWait,     // ns producer thread 0 waited for free stages, summed over its units
   kPhaseWords = 16
 };
 
