@@ -298,12 +298,6 @@ struct TokMajor {
     // Phase timer (tests only): consumer thread 0's first stage landed and each unit's MMAs done
     // (GEMM1 only: any stamp in GEMM2's unit loop made its consumers spill), its exit.
     const bool timed = ct == 0 && p.phases != nullptr;
-    // GEMM1: the CTA's first unit runs its epilogue code twice, dry (acc still zero, nothing
-    // stored) before its main loop while the first stages are in flight, then for real. The
-    // epilogue is ~1-2 k instructions of unrolled code in a kernel of ~800 KB, fetched cold after
-    // the main loop: the phase timer had it at 2-7 us a CTA (Sm90Tokmajor.PhaseBreakdown, H200).
-    // (GEMM2's consumers spill with the second pass.)
-    bool warm = true;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The unit the producer took for the tile that starts at this stage (-1: none left).
@@ -338,18 +332,14 @@ struct TokMajor {
       float acc[kAcc];
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      for (int pass = kGateUp && warm ? 0 : 1; pass < 2; ++pass) {
-      const bool live = pass == 1;
-      if (kGateUp && timed && live) {
+      if (kGateUp && timed) {
         if (std::uint64_t* rec = phase_record(p); rec != nullptr && rec[kPhaseMmaDone] == 0) {
           // The main loop's first wait, done early (waiting on a completed phase again returns).
           sm90::mbar_wait(s.full + 8 * stage, phase);
           rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
         }
       }
-      if (!live) {
-        // the dry pass: straight to the epilogue
-      } else if (64 * wg >= tl.count) {
+      if (64 * wg >= tl.count) {
         // A tail tile with <= 64 rows (or none: the spare CTA of a cluster): this warpgroup's rows
         // are all past the expert's end, so it skips the MMAs (the other warpgroup then has the
         // tensor cores alone) and only passes the stages on; its epilogue writes nothing.
@@ -415,7 +405,7 @@ struct TokMajor {
         }
       }
 
-      if (kGateUp && timed && live) {
+      if (kGateUp && timed) {
         if (std::uint64_t* rec = phase_record(p)) rec[kPhaseMmaDone] = sm90::globaltimer_ns();
       }
 
@@ -431,9 +421,9 @@ struct TokMajor {
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = (scaled ? ts[h] : 1.0f) * (p.weight_on_input ? tw[h] : 1.0f);
         const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
-        if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-        else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-        if (timed && live) {
+        if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+        else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+        if (timed) {
           if (std::uint64_t* rec = phase_record(p)) rec[kPhaseEpilogueDone] = sm90::globaltimer_ns();
         }
       } else {
@@ -451,18 +441,16 @@ struct TokMajor {
         const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
         const int cw = ct >> 5;
         if (p.out_type == kOutF32) {
-          if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
-          else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
+          if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
         } else if (p.out_type == kOutBf16) {
-          if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
-          else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
+          if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
         } else {
-          if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
-          else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane, live);
+          if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+          else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
         }
       }
-      }  // pass
-      warm = false;
     }
     // Every consumer thread leaves the loop at the same unit (the schedule is per CTA).
     if constexpr (kAbsmax) {
@@ -478,19 +466,19 @@ struct TokMajor {
   static __device__ __forceinline__ void gateup_epilogue_out(const KernelParams& p, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane, bool live, float& hmax) {
-    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-    else gateup_epilogue_act<kOutF16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
+                                                             std::int64_t rb, int lane, float& hmax) {
+    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else gateup_epilogue_act<kOutF16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
   }
   template <int kOut, bool kColTerms>
   static __device__ __forceinline__ void gateup_epilogue_act(const KernelParams& p, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane, bool live, float& hmax) {
-    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
-    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, live, hmax);
+                                                             std::int64_t rb, int lane, float& hmax) {
+    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
   }
 
   // Gate column n (j < kBN/16) and its up column (j + kBN/16) sit in the same thread; column
@@ -500,7 +488,7 @@ struct TokMajor {
   static __device__ __forceinline__ void gateup_epilogue(const KernelParams& p, const Tile& tl,
                                                          const float (&acc)[kAcc], const int (&slot)[2],
                                                          const int (&rloc)[2], const float (&f)[2],
-                                                         std::int64_t rb, int lane, bool live, float& hmax) {
+                                                         std::int64_t rb, int lane, float& hmax) {
     const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBox;
     std::int64_t obase[2];
 #pragma unroll
@@ -537,13 +525,11 @@ struct TokMajor {
           }
           v[c] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
           // The fp32 value is the one stored (out_absmax needs fp32 out).
-          if constexpr (kAbsmax && kOut == kOutF32) {
-            if (live) hmax = numerics::fold_absmax(hmax, v[c]);
-          }
+          if constexpr (kAbsmax && kOut == kOutF32) hmax = numerics::fold_absmax(hmax, v[c]);
         }
-        if (live) store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
+        store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
       }
-      if (live && j == 0 && threadIdx.x == kProducerThreads) {  // phase timer (tests only)
+      if (j == 0 && threadIdx.x == kProducerThreads) {  // phase timer (tests only)
         if (std::uint64_t* rec = phase_record(p)) rec[kPhaseFirstStore] = sm90::globaltimer_ns();
       }
     }
@@ -558,7 +544,7 @@ struct TokMajor {
   static __device__ __forceinline__ void scatter_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
                                                           const float (&acc)[kAcc], const int (&slot)[2],
                                                           const float (&f)[2], const float (&bw)[2],
-                                                          std::int64_t rb, int cwarp, int lane, bool live) {
+                                                          std::int64_t rb, int cwarp, int lane) {
     constexpr int kEs = kOut == kOutF32 ? 4 : 2;
     constexpr int kChunkCols = kOutStageRowBytes / kEs;  // 32 fp32 or 64 16-bit columns
     constexpr int kChunkJ = kChunkCols / 8;               // accumulator column groups per chunk
@@ -623,7 +609,7 @@ struct TokMajor {
         // Every piece of every chunk in bounds and 16-byte aligned: one store per row, no checks.
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          if (live && rowp[q] != nullptr)
+          if (rowp[q] != nullptr)
             *reinterpret_cast<uint4*>(rowp[q] + pc * kEs) =
                 *reinterpret_cast<const uint4*>(stage_w + (q * 4 + (lane >> 3)) * kPitch + piece * 16);
         continue;
@@ -631,7 +617,7 @@ struct TokMajor {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = q * 4 + (lane >> 3);
-        if (!live || cslot[q] < 0 || pc >= p.n_out) continue;
+        if (cslot[q] < 0 || pc >= p.n_out) continue;
         const std::uint8_t* src = stage_w + r * kPitch + piece * 16;
         std::uint8_t* dst = rowp[q] + pc * kEs;
         if (p.out_vec16 && pc + 16 / kEs <= p.n_out) {
