@@ -120,7 +120,10 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
 }
 
 // kN dependent 32-bit integer instructions in straight-line code (16 bytes of SASS each: an add and
-// an xor of values only known at run time, alternating, so that ptxas cannot fold the chain), run
+// an xor of values only known at run time, alternating, so that ptxas cannot fold the chain). The
+// chain runs at ~4.5 cycles an instruction, which hides the fetch: it bounds what cold code costs
+// dependent code only (independent code, like an unrolled epilogue, measured fetch-bound cold in
+// session 17: docs/perf.md). Run
 // twice by a loop that is not unrolled (the second pass runs the same instructions, from the
 // instruction caches). Thread 0 of each CTA writes its two passes' clock64 cycles to
 // cycles[2 * CTA ..+2] (null: not written).
