@@ -20,6 +20,7 @@
 #include "common/cuda_test.hpp"
 #include "common/kernel_api.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
+#include "../../tools/bench/l2_flush.cuh"  // the benches' L2 flush
 #include "moekit/moekit.hpp"
 
 namespace moekit {
@@ -200,16 +201,6 @@ void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vect
   }
 }
 
-// Reads a buffer twice the H200's L2 (the benches' read flush), so that the next launch finds its
-// weights in HBM only.
-__global__ void read_flush(const uint4* buf, std::int64_t n, unsigned* sink) {
-  unsigned x = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    x ^= buf[i].x;
-  if (x == 0x9e3779b9u) *sink = x;  // keeps the loads
-}
-
 // tokmajor: one timed call of `a` (both GEMMs on the token-major kernel) after an L2 read flush,
 // output (NaN-poisoned before) into `timed`; per launch, each CTA's stamps (kernels/tokmajor/
 // params.hpp, PhaseWord): how long each CTA took from one point to the next (median, max over the
@@ -220,18 +211,18 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
   constexpr int kMaxCtas = 1024, kLaunches = 2;
   const std::size_t words = static_cast<std::size_t>(kMaxCtas) * kLaunches * tm::kPhaseWords;
   std::uint64_t* phases = nullptr;
-  uint4* flush_buf = nullptr;
-  unsigned* sink = nullptr;
-  const std::int64_t flush_bytes = std::int64_t{128} << 20;
+  void* flush_buf = nullptr;
+  const std::size_t flush_bytes = std::size_t{128} << 20;  // over twice the H200's L2
   CUDA_OK(cudaMalloc(&phases, words * 8));
   CUDA_OK(cudaMalloc(&flush_buf, flush_bytes));
-  CUDA_OK(cudaMalloc(&sink, 4));
   CUDA_OK(cudaMemset(flush_buf, 1, flush_bytes));
   CUDA_OK(cudaMemset(phases, 0, words * 8));
   CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
   if (flush) {
-    read_flush<<<528, 512>>>(flush_buf, flush_bytes / 16, sink);
-    CUDA_OK(cudaGetLastError());
+    // The benches' read flush (tools/bench/l2_flush.cuh): the weights then come from HBM only.
+    int sms = 0, value = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CUDA_OK(::flush_l2(nullptr, flush_buf, flush_bytes, /*write=*/false, &value, sms));
   } else {
     fused_experts(a, o);  // the weights and the code in L2 (a shape whose weights fit it)
   }
@@ -242,7 +233,7 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
   CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
   std::vector<std::uint64_t> rec(words);
   CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
-  for (void* p : {static_cast<void*>(phases), static_cast<void*>(flush_buf), static_cast<void*>(sink)}) cudaFree(p);
+  for (void* p : {static_cast<void*>(phases), flush_buf}) cudaFree(p);
 
   // Points in the order a CTA reaches them (GEMM2's consumers stamp only their exit: a stamp in
   // its unit loop made them spill); the producer's last issue is printed on its own.
