@@ -421,8 +421,11 @@ struct TokMajor {
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = (scaled ? ts[h] : 1.0f) * (p.weight_on_input ? tw[h] : 1.0f);
         const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
-        if (col_terms) gateup_epilogue_out<true>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
-        else gateup_epilogue_out<false>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+        const int cw = ct >> 5;
+        if (16 * cw < tl.count) {  // a warp with none of the tile's rows has nothing to write
+          if (col_terms) gateup_epilogue_out<true>(p, s, tl, acc, slot, rloc, f, rb, cw, lane, hmax);
+          else gateup_epilogue_out<false>(p, s, tl, acc, slot, rloc, f, rb, cw, lane, hmax);
+        }
         if (timed) {
           if (std::uint64_t* rec = phase_record(p)) rec[kPhaseEpilogueDone] = sm90::globaltimer_ns();
         }
@@ -463,74 +466,147 @@ struct TokMajor {
 
   // GEMM1's epilogue: dispatch on the output type and the activation (uniform per kernel call).
   template <bool kColTerms>
-  static __device__ __forceinline__ void gateup_epilogue_out(const KernelParams& p, const Tile& tl,
+  static __device__ __forceinline__ void gateup_epilogue_out(const KernelParams& p, const Smem& s, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane, float& hmax) {
-    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
-    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
-    else gateup_epilogue_act<kOutF16, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+                                                             std::int64_t rb, int cwarp, int lane, float& hmax) {
+    if (p.out_type == kOutF32) gateup_epilogue_act<kOutF32, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
+    else if (p.out_type == kOutBf16) gateup_epilogue_act<kOutBf16, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
+    else gateup_epilogue_act<kOutF16, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
   }
   template <int kOut, bool kColTerms>
-  static __device__ __forceinline__ void gateup_epilogue_act(const KernelParams& p, const Tile& tl,
+  static __device__ __forceinline__ void gateup_epilogue_act(const KernelParams& p, const Smem& s, const Tile& tl,
                                                              const float (&acc)[kAcc], const int (&slot)[2],
                                                              const int (&rloc)[2], const float (&f)[2],
-                                                             std::int64_t rb, int lane, float& hmax) {
-    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
-    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
-    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, tl, acc, slot, rloc, f, rb, lane, hmax);
+                                                             std::int64_t rb, int cwarp, int lane, float& hmax) {
+    if (p.act == Activation::kSilu) gateup_epilogue<kOut, Activation::kSilu, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
+    else if (p.act == Activation::kSwigluOai) gateup_epilogue<kOut, Activation::kSwigluOai, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
+    else gateup_epilogue<kOut, Activation::kGelu, kColTerms>(p, s, tl, acc, slot, rloc, f, rb, cwarp, lane, hmax);
   }
 
-  // Gate column n (j < kBN/16) and its up column (j + kBN/16) sit in the same thread; column
-  // pairs 8j + 2(lane%4) + {0,1} of the accumulator; the pair goes to the tile row's own row of
-  // out [rows, N] (expert-sorted order).
-  template <int kOut, Activation kAct, bool kColTerms>
-  static __device__ __forceinline__ void gateup_epilogue(const KernelParams& p, const Tile& tl,
-                                                         const float (&acc)[kAcc], const int (&slot)[2],
-                                                         const int (&rloc)[2], const float (&f)[2],
-                                                         std::int64_t rb, int lane, float& hmax) {
-    const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBox;
-    std::int64_t obase[2];
+  // GEMM1's epilogue as one rolled loop (session 17: the unrolled form was ~1.3 k instructions a
+  // variant, fetched cold after the main loop, 2-7 us a CTA). Per chunk of 16 gate columns and
+  // their 16 up columns, each lane writes its accumulators of the warp's 16 rows to the warp's
+  // staging area (the only unrolled part: a switch over the 8 chunks), then lane l finishes 8
+  // columns of row l / 2: the row factor, the column terms, the activation, one 16-byte store
+  // (two with fp32 out) to the tile row's own row of out [rows, N] (expert-sorted order). Same
+  // values as before: every output is the same expression of the same accumulator.
+  template <int kJC>
+  static __device__ __forceinline__ void stage_gateup_chunk(const float (&acc)[kAcc], float* stw, int lane) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) obase[h] = static_cast<std::int64_t>(tl.row_begin + rloc[h]) * p.n_out;
-    const float alpha = p.alpha, limit = p.limit;
-#pragma unroll
-    for (int j = 0; j < kBN / 16; ++j) {
-      const std::int64_t n0 = nbase + 8 * j + 2 * (lane & 3);
-      if (n0 >= p.n_out) continue;  // n_out is even: the pair is in or out together
-      float gs[2] = {1.0f, 1.0f}, us[2] = {1.0f, 1.0f}, gb[2] = {0.0f, 0.0f}, ub[2] = {0.0f, 0.0f};
-      if constexpr (kColTerms) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (p.scale_mode == kScalePerChannel) {
-            gs[c] = p.b_scale[rb + n0 + c];
-            us[c] = p.b_scale[rb + p.n_out + n0 + c];
-          }
-          if (p.bias) {
-            gb[c] = numerics::load_bias(p.bias, p.bias_type, rb + n0 + c);
-            ub[c] = numerics::load_bias(p.bias, p.bias_type, rb + p.n_out + n0 + c);
-          }
-        }
-      }
+    for (int jj = 0; jj < 2; ++jj) {
+      const int j = 2 * kJC + jj;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (slot[h] < 0) continue;
-        float v[2];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float g = acc[4 * j + 2 * h + c] * f[h], u = acc[4 * (j + kBN / 16) + 2 * h + c] * f[h];
-          if constexpr (kColTerms) {
-            g = g * gs[c] + gb[c];
-            u = u * us[c] + ub[c];
-          }
-          v[c] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
-          // The fp32 value is the one stored (out_absmax needs fp32 out).
-          if constexpr (kAbsmax && kOut == kOutF32) hmax = numerics::fold_absmax(hmax, v[c]);
-        }
-        store_pair_t<kOut>(p.out, obase[h] + n0, v[0], v[1]);
+        float* row = stw + ((lane >> 2) + 8 * h) * kGateUpPitch + 8 * jj + 2 * (lane & 3);
+        *reinterpret_cast<float2*>(row) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        *reinterpret_cast<float2*>(row + 16) =
+            make_float2(acc[4 * (j + kBN / 16) + 2 * h], acc[4 * (j + kBN / 16) + 2 * h + 1]);
       }
-      if (j == 0 && threadIdx.x == kProducerThreads) {  // phase timer (tests only)
+    }
+  }
+  static constexpr int kGateUpPitch = 36;  // floats a staged row: 16 gate, 16 up, 4 of padding
+
+  template <int kOut, Activation kAct, bool kColTerms>
+  static __device__ __forceinline__ void gateup_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
+                                                         const float (&acc)[kAcc], const int (&slot)[2],
+                                                         const int (&rloc)[2], const float (&f)[2],
+                                                         std::int64_t rb, int cwarp, int lane, float& hmax) {
+    static_assert(16 * kGateUpPitch * 4 <= kOutStageWarpBytes, "GEMM1 staging exceeds the warp's area");
+    // The row this lane finishes (r) and its factor and validity, from the lane that holds it.
+    const int r = lane >> 1;
+    const float fr0 = __shfl_sync(0xffffffffu, f[0], 4 * (r & 7));
+    const float fr1 = __shfl_sync(0xffffffffu, f[1], 4 * (r & 7));
+    const int sr0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
+    const int sr1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
+    const float fr = r < 8 ? fr0 : fr1;
+    const bool row_live = (r < 8 ? sr0 : sr1) >= 0;
+    const int rl = __shfl_sync(0xffffffffu, rloc[0], 0) + r;  // lane 0's rloc[0]: the warp's first tile row
+    std::uint8_t* orow = static_cast<std::uint8_t*>(p.out) +
+                         (static_cast<std::int64_t>(tl.row_begin) + rl) * p.n_out * (kOut == kOutF32 ? 4 : 2);
+    float* stw = reinterpret_cast<float*>(s.out_stage + cwarp * kOutStageWarpBytes);
+    const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBox;
+    const float alpha = p.alpha, limit = p.limit;
+#pragma unroll 1
+    for (int jc = 0; jc < kBN / 32; ++jc) {
+      if (nbase + 16 * jc >= p.n_out) break;  // uniform: later chunks are past n_out too
+      __syncwarp();  // the previous chunk's reads of the staging area are done
+      // The chunk's accumulators (compile-time indices: a case each; kBN / 32 chunks).
+      switch (jc) {
+        case 0: stage_gateup_chunk<0>(acc, stw, lane); break;
+        case 1: stage_gateup_chunk<1>(acc, stw, lane); break;
+        case 2: stage_gateup_chunk<2>(acc, stw, lane); break;
+        case 3: stage_gateup_chunk<3>(acc, stw, lane); break;
+        default:
+          if constexpr (kBN / 32 > 4) {
+            if (jc == 4) stage_gateup_chunk<4>(acc, stw, lane);
+            else if (jc == 5) stage_gateup_chunk<5>(acc, stw, lane);
+            else if (jc == 6) stage_gateup_chunk<6>(acc, stw, lane);
+            else stage_gateup_chunk<7>(acc, stw, lane);
+          }
+          break;
+      }
+      __syncwarp();
+      if (jc == 1 && threadIdx.x == kProducerThreads) {  // phase timer (tests only): chunk 0 done
         if (std::uint64_t* rec = phase_record(p)) rec[kPhaseFirstStore] = sm90::globaltimer_ns();
+      }
+      if (!row_live) continue;
+      const int c0 = 8 * (lane & 1);                       // first of this lane's 8 columns in the chunk
+      const std::int64_t n0 = nbase + 16 * jc + c0;        // its output column
+      if (n0 >= p.n_out) continue;
+      const float* src = stw + r * kGateUpPitch + c0;
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float g = src[i] * fr, u = src[16 + i] * fr;
+        if constexpr (kColTerms) {
+          // As the unrolled form had it: g * gs + gb with gs = 1, gb = 0 where a term is absent.
+          const std::int64_t n = n0 + i;
+          float gs = 1.0f, us = 1.0f, gb = 0.0f, ub = 0.0f;
+          if (n < p.n_out) {
+            if (p.scale_mode == kScalePerChannel) {
+              gs = p.b_scale[rb + n];
+              us = p.b_scale[rb + p.n_out + n];
+            }
+            if (p.bias) {
+              gb = numerics::load_bias(p.bias, p.bias_type, rb + n);
+              ub = numerics::load_bias(p.bias, p.bias_type, rb + p.n_out + n);
+            }
+          }
+          g = g * gs + gb;
+          u = u * us + ub;
+        }
+        v[i] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
+        if constexpr (kAbsmax && kOut == kOutF32) {
+          if (n0 + i < p.n_out) hmax = numerics::fold_absmax(hmax, v[i]);
+        }
+      }
+      if (p.out_vec16 && n0 + 8 <= p.n_out) {
+        if constexpr (kOut == kOutF32) {
+          float4* d = reinterpret_cast<float4*>(orow + n0 * 4);
+          d[0] = make_float4(v[0], v[1], v[2], v[3]);
+          d[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+          uint4 q;
+          std::uint32_t* w = reinterpret_cast<std::uint32_t*>(&q);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if constexpr (kOut == kOutBf16) {
+              const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+              w[i] = *reinterpret_cast<const std::uint32_t*>(&b);
+            } else {
+              const __half2 b = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+              w[i] = *reinterpret_cast<const std::uint32_t*>(&b);
+            }
+          }
+          *reinterpret_cast<uint4*>(orow + n0 * 2) = q;
+        }
+      } else {
+        // The row's end inside these 8 columns, or rows not 16-byte aligned: pairs (n_out is even).
+#pragma unroll
+        for (int i = 0; i < 8; i += 2)
+          if (n0 + i < p.n_out)
+            store_pair_t<kOut>(p.out, (static_cast<std::int64_t>(tl.row_begin) + rl) * p.n_out + n0 + i, v[i], v[i + 1]);
       }
     }
   }
