@@ -847,10 +847,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   // producer's first weight loads do not wait for the slowest rank's routing.
   if (s.cluster > 1) sm90::cluster_arrive_release();
 
-  if (threadIdx.x < kThreads - kConsumerThreads) {
-    if (threadIdx.x == 0) D::produce(p, s);
-  } else {
+  // The consumers' branch first: ptxas then lays the producer's code right after the routing
+  // instead of past the consumers' code, so the path to the first weight TMA is fetched in
+  // sequence when the launch starts with its code cold (docs/tokmajor.md, session 17).
+  if (threadIdx.x >= kThreads - kConsumerThreads) {
     D::consume(p, s, t_entry);
+  } else if (threadIdx.x == 0) {
+    D::produce(p, s);
   }
 #endif
 }

@@ -606,10 +606,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Peers' barriers must be initialized before any DSMEM store or remote arrive.
   if (s.split > 1) sm90::cluster_sync_relaxed();
 
-  if (threadIdx.x < kProducerThreads) {
-    K::produce(p, s);
-  } else {
+  // The consumers' branch first: ptxas then lays the producer's code right after the entry instead
+  // of past the consumers' epilogues (~150 KB), so the path to the first weight TMA is fetched in
+  // sequence when the launch starts with its code cold (docs/tokmajor.md, session 17).
+  if (threadIdx.x >= kProducerThreads) {
     K::consume(p, s);
+  } else {
+    K::produce(p, s);
   }
   // No CTA leaves while a peer may still write into its shared memory.
   if (s.split > 1) sm90::cluster_sync_relaxed();
