@@ -421,10 +421,6 @@ void run_moe(const detail::MoeCall& call) {
   // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
   const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
   const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
-  // Token-major calls: PDL on the edges into GEMM1 only (pdl.cuh, kPdlTokmajorEntryMaxTokens).
-  const bool tokmajor_entry = tokmajor && pdl_enabled() && M <= kPdlTokmajorEntryMaxTokens && pdl_tokmajor_entry_enabled();
-  const bool pdl_entry = pdl || tokmajor_entry;
-  const bool pdl_exit = pdl || (tokmajor_entry && pdl_tokmajor_exit_enabled());
   // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) and schedule (MOEKIT_TOKMAJOR_SCHEDULE)
   // are read and checked before anything is enqueued: a bad value fails the call with nothing
   // launched.
@@ -466,7 +462,7 @@ void run_moe(const detail::MoeCall& call) {
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   rp.faults = faults;
-  launch_routing_sm90(rp, stream, pdl_entry);
+  launch_routing_sm90(rp, stream, pdl);
 
   // 2. Quantize hidden once per token (fp8 schemes).
   if (fp8) {
@@ -480,11 +476,11 @@ void run_moe(const detail::MoeCall& call) {
     qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
     qp.q = slice<std::uint8_t>(ws, L.a_q);
     qp.scale = slice<float>(ws, L.a_scale);
-    launch_quant_sm90(qp, stream, pdl_entry);
+    launch_quant_sm90(qp, stream, pdl);
   }
 
   // 3. GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
-  run_gemm(g1, plan.gemm[0], stream, pdl_entry, tokmajor_cluster);
+  run_gemm(g1, plan.gemm[0], stream, pdl, tokmajor_cluster);
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes). With a dynamic
   // per-tensor scale GEMM1 has already folded them into the absmax word (g1.out_absmax): one
@@ -523,7 +519,7 @@ void run_moe(const detail::MoeCall& call) {
   cp.out = call.out;
   cp.out_dtype = p.act_dtype;
   cp.faults = faults;
-  launch_combine_sm90(cp, stream, pdl_exit);
+  launch_combine_sm90(cp, stream, pdl);
 }
 
 // inv_rope_fp8_quant (kernels/rope_quant/): one launch, no workspace.

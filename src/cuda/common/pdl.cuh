@@ -74,25 +74,6 @@ inline bool pdl_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// Token-major calls of at most this many tokens take PDL on the edges into GEMM1 only (routing's
-// second launch, quant(hidden), GEMM1): the persistent GEMM1 grid launches while routing's one
-// CTA runs, on the SMs it leaves free, and its prologue overlaps routing. The edges after GEMM1
-// stay plain (above: the dependents of a persistent token-major kernel only compete with it).
-// MOEKIT_PDL_TOKMAJOR_ENTRY=0 keeps them plain too (A/Bs); read at every call.
-inline constexpr long long kPdlTokmajorEntryMaxTokens = 256;
-
-inline bool pdl_tokmajor_entry_enabled() {
-  const char* v = std::getenv("MOEKIT_PDL_TOKMAJOR_ENTRY");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// Experimental (session 18 A/B): MOEKIT_PDL_TOKMAJOR_EXIT=1 also puts the combine after a
-// token-major GEMM2 on PDL. Off unless set; read at every call.
-inline bool pdl_tokmajor_exit_enabled() {
-  const char* v = std::getenv("MOEKIT_PDL_TOKMAJOR_EXIT");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 // Appends the PDL attribute to `cfg` when `pdl`. `attrs` is cfg's attribute array (cfg.attrs, or
 // any array when cfg.numAttrs == 0) with room for one more entry.
 inline void add_pdl_attribute(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs, bool pdl) {
