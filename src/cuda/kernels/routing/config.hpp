@@ -15,7 +15,7 @@ namespace moekit::cuda {
 // also about where the grid starts to pay: 4 chunks of 1024 slots take ~13 us in one CTA at the
 // ~3.1 ns per slot measured at 65536 slots, the two grid launches an estimated ~6 us whatever
 // the size (not yet measured: retune with a sweep of M around 512 at k = 8).
-inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 4096;
+inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 1024;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
 inline constexpr std::int64_t kPermuteMaxCountWords = 32768;
