@@ -372,7 +372,7 @@ TEST_P(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
   }
 }
 
-// Past 4096 slots the permutation runs on a grid (count launch, scatter launch; routing in the
+// Past kPermuteMultiCtaMinSlots (1024) slots the permutation runs on a grid (count launch, scatter launch; routing in the
 // count launch for fused_moe); test_permute.cpp compares it with the one-CTA path bit for bit.
 // Here the whole call: k = 8 with remote experts and with empty experts, given and computed.
 TEST_P(Sm90FusedMoe, MultiCtaPermutation) {

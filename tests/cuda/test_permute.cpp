@@ -1,7 +1,7 @@
 // GPU test of the routing permutation (launch_routing_sm90, docs/design.md step 1): the one-CTA
 // and the multi-CTA (count grid + scatter grid) paths, forced at the same M, against each other
 // and a host reference, bit for bit: expert_offsets, sorted_slots, sorted_weights and, when the
-// launch routes, topk_ids / topk_weights. Around the 4096-slot threshold, at prefill sizes
+// launch routes, topk_ids / topk_weights. Around the 1024-slot threshold (and the former 4096), at prefill sizes
 // (M = 8192, 100000 with k = 8), E = 8..1500, expert_map with remote experts, invalid ids, one hot
 // expert, empty experts; routing given (fused_experts) and computed (fused_moe).
 #include <cuda_runtime.h>
@@ -270,14 +270,15 @@ PermCase routed_case(std::int64_t M, int k, int E, RoutingMethod method, bool bf
 
 TEST(Sm90Permute, AroundTheThreshold) {
   SKIP_WITHOUT_SM90();
-  ASSERT_EQ(moekit::cuda::kPermuteMultiCtaMinSlots, 4096);
-  // k = 8: 4096 slots = 512 tokens; the smallest sizes run the multi-CTA path on one CTA.
-  for (std::int64_t M : {1, 2, 31, 128, 511, 512, 513, 640, 1000})
+  ASSERT_EQ(moekit::cuda::kPermuteMultiCtaMinSlots, 1024);
+  // k = 8: 1024 slots = 128 tokens (4096 = 512, the threshold until session 18); the smallest
+  // sizes run the multi-CTA path on one CTA.
+  for (std::int64_t M : {1, 2, 31, 127, 128, 129, 200, 511, 512, 513, 640, 1000})
     check_paths(given_case(M, 8, 128, Ids::kUniform, false, true, static_cast<std::uint32_t>(M)));
-  // k = 1 and 2: P = 4095, 4096, 4097 exactly.
-  for (std::int64_t M : {4095, 4096, 4097}) check_paths(given_case(M, 1, 64, Ids::kUniform));
-  for (std::int64_t M : {2047, 2048, 2049}) check_paths(given_case(M, 2, 8, Ids::kUniform));
-  for (std::int64_t M : {1, 17, 511, 512, 513, 1000})
+  // k = 1 and 2: P = 1023, 1024, 1025 and 4095, 4096, 4097 exactly.
+  for (std::int64_t M : {1023, 1024, 1025, 4095, 4096, 4097}) check_paths(given_case(M, 1, 64, Ids::kUniform));
+  for (std::int64_t M : {511, 512, 513, 2047, 2048, 2049}) check_paths(given_case(M, 2, 8, Ids::kUniform));
+  for (std::int64_t M : {1, 17, 127, 128, 129, 511, 512, 513, 1000})
     check_paths(routed_case(M, 8, 128, RoutingMethod::kSoftmaxTopk, false, false, static_cast<std::uint32_t>(M)));
 }
 

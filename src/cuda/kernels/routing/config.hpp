@@ -10,11 +10,13 @@
 namespace moekit::cuda {
 
 // Above this many slots (M*k) the permutation runs on a grid (a count launch, then a scatter
-// launch) instead of one CTA. 4096 = 512 tokens x k = 8: decode and fused_moe's one-launch
-// routing (up to 512 tokens) of every k <= 8 preset keep the single CTA exactly as before. It is
-// also about where the grid starts to pay: 4 chunks of 1024 slots take ~13 us in one CTA at the
-// ~3.1 ns per slot measured at 65536 slots, the two grid launches an estimated ~6 us whatever
-// the size (not yet measured: retune with a sweep of M around 512 at k = 8).
+// launch) instead of one CTA. 1024 = 128 tokens x k = 8: one chunk of the one-CTA path (the
+// 1024-thread CTA), so every decode-sized call (and fused_moe's one-launch routing of up to 128
+// tokens at k = 8) keeps the single CTA. Measured on the H200 against 4096 (session 18, same-run
+// A/B, graph replay, L2 flushed, check on; bench/results/2026-12-02-51072f0-h200-permute-multi-1024-ab*):
+// the calls it moves to the grid, k = 8 at M = 256 and 512, gained 1.01-1.04x and 1.01-1.13x
+// (qwen3-30b TP8 bf16 M = 512 97.5 -> 87.3 us): the two grid launches cost less than 2-4 chunks
+// of 1024 slots in one CTA. (Below 1024 slots not measured.)
 inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 1024;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
