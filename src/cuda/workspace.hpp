@@ -30,7 +30,8 @@ struct WorkspaceLayout {
   std::size_t sorted_slots = 0;    // int32 [P]: slot m*k+j of each row, grouped by local expert
   std::size_t sorted_weights = 0;  // fp32 [P]: topk_weights[sorted_slots[r]] (router weight per row)
   std::size_t chunk_counts = 0;    // int32 [count CTAs][E]: the multi-CTA permutation's per-CTA
-                                   // expert counts, max(E, 32768) words when P > 4096, else none
+                                   // expert counts, max(E, 32768) words when P > kPermuteMultiCtaMinSlots
+                                   // (1024), else none
   std::size_t a_q = 0;             // e4m3 [M, K] (fp8 schemes)
   std::size_t a_scale = 0;         // fp32: per tensor [1], per channel [M], block128 [M, G(K)]
   std::size_t inter = 0;           // [P, N]: act dtype (bf16 scheme) or fp32 (fp8 schemes)
