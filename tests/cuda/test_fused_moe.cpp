@@ -372,8 +372,9 @@ TEST_P(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
   }
 }
 
-// Past kPermuteMultiCtaMinSlots (1024) slots the permutation runs on a grid (count launch, scatter launch; routing in the
-// count launch for fused_moe); test_permute.cpp compares it with the one-CTA path bit for bit.
+// Past kPermuteMultiCtaMinSlots (1024) slots the permutation runs on a grid (count launch, scatter
+// launch; routing in the count launch for fused_moe); test_permute.cpp compares it with the
+// one-CTA path bit for bit.
 // Here the whole call: k = 8 with remote experts and with empty experts, given and computed.
 TEST_P(Sm90FusedMoe, MultiCtaPermutation) {
   SKIP_WITHOUT_SM90();

@@ -1,9 +1,10 @@
 // GPU test of the routing permutation (launch_routing_sm90, docs/design.md step 1): the one-CTA
 // and the multi-CTA (count grid + scatter grid) paths, forced at the same M, against each other
 // and a host reference, bit for bit: expert_offsets, sorted_slots, sorted_weights and, when the
-// launch routes, topk_ids / topk_weights. Around the 1024-slot threshold (and the former 4096), at prefill sizes
-// (M = 8192, 100000 with k = 8), E = 8..1500, expert_map with remote experts, invalid ids, one hot
-// expert, empty experts; routing given (fused_experts) and computed (fused_moe).
+// launch routes, topk_ids / topk_weights. Around the 1024-slot threshold (and the former 4096),
+// at prefill sizes (M = 8192, 100000 with k = 8), E = 8..1500, expert_map with remote experts,
+// invalid ids, one hot expert, empty experts; routing given (fused_experts) and computed
+// (fused_moe).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -776,9 +776,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();
 
-  // The consumers' branch first: ptxas then lays the producer's code right after the entry (at
-  // 0x1aa0 of the GEMM1 bf16 instantiation instead of past every epilogue variant, 0x35820), so
-  // the path to the first weight TMA is fetched in sequence (the phase timer had 1.1-1.9 us from
+  // The consumers' branch first: ptxas then lays the producer's code right after the entry (the
+  // GEMM1 bf16 instantiation's first weight TMA at 0x3f40 instead of past every epilogue variant,
+  // ~0x35820), so the path to the first weight TMA is fetched in sequence (the phase timer had 1.1-1.9 us from
   // the producer's setmaxnreg to its first unit, with nothing but shared-memory reads between).
   if (threadIdx.x >= kProducerThreads) {
     sm90::setmaxnreg_inc<kConsumerRegs>();

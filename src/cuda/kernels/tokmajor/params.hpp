@@ -49,7 +49,7 @@ enum PhaseWord : int {
   kPhaseProducerStart, // producer thread 0 past its setmaxnreg
   kPhaseUnitFound,     // producer thread 0 with its first unit found (before its first weight TMA)
   kPhaseConsumerStart, // consumer thread 0 past its setmaxnreg
-  kPhaseFirstStore,    // consumer thread 0 after the first column pair of GEMM1's last epilogue
+  kPhaseFirstStore,    // consumer thread 0 after the first chunk of GEMM1's last epilogue
   kPhaseWords = 16
 };
 
