@@ -26,6 +26,7 @@
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"
 #include "cuda/kernels/mma/launch_sm90.hpp"
+#include "cuda/kernels/quant/config.hpp"
 #include "cuda/kernels/quant/launch_sm90.hpp"
 #include "cuda/kernels/rope_quant/launch_sm90.hpp"
 #include "cuda/kernels/routing/launch_sm90.hpp"
@@ -120,6 +121,14 @@ std::size_t workspace_size(const MoeProblem& problem) {
 const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& L) {
   if (!call.problem.with_routing) return call.topk_weights;
   return call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(call.workspace, L.topk_weights);
+}
+
+// Whether the routing launch may take hidden's absmax for a dynamic per-tensor scale
+// (RoutingParams::absmax_ctas): on unless MOEKIT_ROUTING_ABSMAX is "0" (the separate absmax
+// launch, for A/Bs and the test that compares the two bit for bit); read at every call.
+bool routing_absmax_enabled() {
+  const char* v = std::getenv("MOEKIT_ROUTING_ABSMAX");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // Whether GEMM1's epilogue produces the intermediate's absmax (GroupedGemmParams::out_absmax), so
@@ -462,6 +471,17 @@ void run_moe(const detail::MoeCall& call) {
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   rp.faults = faults;
+  // fp8_per_tensor with a dynamic activation scale past the one-CTA quantization's size: the
+  // routing launch takes hidden's absmax on CTAs of its own (RoutingParams::absmax_ctas), so that
+  // quant(hidden) is one launch instead of an absmax launch and a quant launch.
+  if (fp8 && p.scheme == Scheme::kFp8PerTensor && call.a13_scale == nullptr &&
+      M * K > quant::kSmallTensorMaxElems && routing_absmax_enabled()) {
+    rp.absmax_x = call.hidden;
+    rp.absmax_x_dtype = p.act_dtype;
+    rp.absmax_elems = M * K;
+    rp.absmax_partials = slice<float>(ws, L.absmax_partials);
+    rp.absmax_ctas = routing_absmax_ctas(rp, call.device);
+  }
   launch_routing_sm90(rp, stream, pdl);
 
   // 2. Quantize hidden once per token (fp8 schemes).
@@ -474,6 +494,10 @@ void run_moe(const detail::MoeCall& call) {
     qp.cols = K;
     qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a13_scale : nullptr;
     qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
+    if (rp.absmax_ctas > 0) {
+      qp.absmax_partials = rp.absmax_partials;
+      qp.num_partials = rp.absmax_ctas;
+    }
     qp.q = slice<std::uint8_t>(ws, L.a_q);
     qp.scale = slice<float>(ws, L.a_scale);
     launch_quant_sm90(qp, stream, pdl);

@@ -32,6 +32,8 @@ struct WorkspaceLayout {
   std::size_t chunk_counts = 0;    // int32 [count CTAs][E]: the multi-CTA permutation's per-CTA
                                    // expert counts, max(E, 32768) words when P > kPermuteMultiCtaMinSlots
                                    // (1024), else none
+  std::size_t absmax_partials = 0; // fp32 [kMaxAbsmaxCtas]: hidden's absmax partials from the
+                                   // routing launch (fp8_per_tensor; RoutingParams::absmax_partials)
   std::size_t a_q = 0;             // e4m3 [M, K] (fp8 schemes)
   std::size_t a_scale = 0;         // fp32: per tensor [1], per channel [M], block128 [M, G(K)]
   std::size_t inter = 0;           // [P, N]: act dtype (bf16 scheme) or fp32 (fp8 schemes)
@@ -76,6 +78,7 @@ inline WorkspaceLayout workspace_layout(const MoeProblem& p) {
     case Scheme::kFp8PerChannel: a_scale_n = M; inter_scale_n = P; break;
     case Scheme::kFp8Block128: a_scale_n = M * gK; inter_scale_n = P * gN; break;
   }
+  w.absmax_partials = take(p.scheme == Scheme::kFp8PerTensor ? kMaxAbsmaxCtas * 4 : 0);
   w.a_q = take(fp8 ? M * K : 0);
   w.a_scale = take(a_scale_n * 4);
   w.inter = take(P * N * (fp8 ? 4 : act_bytes));

@@ -5,6 +5,9 @@
 // fused_moe, with token counts that leave tail tiles (label gpu; skipped without a Hopper GPU).
 // The per-family GEMM tests (Sm90GroupedGemm, Sm90SwapAbGemm, Sm90TokMajorGemm
 // .Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) check the word itself against what each epilogue stored.
+// Likewise for hidden: the routing launch takes its absmax on CTAs of its own
+// (RoutingParams::absmax_ctas) and quant(hidden) is one launch; MOEKIT_ROUTING_ABSMAX=0 keeps the
+// absmax launch (Sm90RoutingAbsmax below).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -96,6 +99,49 @@ TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassExpertMapAndBias) {
   s.activation.kind = Activation::kSwigluOai;
   s.seed = 42;
   check_fused_vs_two_pass(s);
+}
+
+// For each path, call mode and M: the output with hidden's absmax in the routing launch
+// (MOEKIT_ROUTING_ABSMAX unset) and with the absmax launch (=0), bitwise equal and fully written.
+// M = 37 and 300 at K = 1024 are past the one-CTA quantization's 32 K elements (where the routing
+// launch takes the absmax); with k = 8 and M = 300 (2400 slots) the permutation runs on the grids,
+// which do not host it, so both sides take the absmax launch there.
+void check_routing_absmax(const CaseSpec& spec) {
+  const MoeCase c = make_case(spec);
+  DeviceCase d(c);
+  for (const char* path : kGemmPaths)
+    for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
+      for (std::int64_t M : {1, 37, 300}) {
+        if (M > spec.M) continue;
+        SCOPED_TRACE(spec.name() + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
+        try {
+          std::vector<std::uint16_t> separate, in_routing;
+          {
+            ScopedEnv off("MOEKIT_ROUTING_ABSMAX", "0");
+            separate = d.run(M, mode, path);
+          }
+          {
+            ScopedEnv on("MOEKIT_ROUTING_ABSMAX", "1");
+            in_routing = d.run(M, mode, path);
+          }
+          ASSERT_EQ(0, std::count(separate.begin(), separate.end(), kPoison)) << "absmax launch: out not written";
+          EXPECT_TRUE(in_routing == separate) << "the absmax in the routing launch changed the output";
+        } catch (const Error& e) {
+          ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
+        }
+      }
+}
+
+TEST(Sm90RoutingAbsmax, BitwiseEqualToAbsmaxLaunch) {
+  SKIP_WITHOUT_SM90();
+  check_routing_absmax(fp8_dynamic_spec(8, 2, 1024, 208));
+  check_routing_absmax(fp8_dynamic_spec(32, 8, 1024, 96));
+  CaseSpec s = fp8_dynamic_spec(8, 2, 1024, 208);
+  s.expert_map = true;
+  s.bias = true;
+  s.activation.kind = Activation::kSwigluOai;
+  s.seed = 43;
+  check_routing_absmax(s);
 }
 
 }  // namespace

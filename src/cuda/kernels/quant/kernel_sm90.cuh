@@ -96,13 +96,23 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
   });
 }
 
-// Per tensor, pass 2 (or the only pass: a static scale, or an absmax word GEMM1's epilogue
-// completed, QuantParams::absmax_ready).
+// The max of the routing launch's absmax partials (QuantParams::absmax_partials), in every thread:
+// each warp reduces them itself (fmaxf, order-free: the same value as the atomicMax word).
+__device__ __forceinline__ float partials_absmax(const QuantParams& p) {
+  float a = 0.f;
+  for (int i = threadIdx.x & 31; i < p.num_partials; i += 32) a = fmaxf(a, p.absmax_partials[i]);
+  return warp_max(a);
+}
+
+// Per tensor, pass 2 (or the only pass: a static scale, an absmax word GEMM1's epilogue
+// completed, QuantParams::absmax_ready, or the routing launch's absmax partials).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
   const T* x = static_cast<const T*>(p.x);
-  const float s = p.static_scale != nullptr ? __ldg(p.static_scale) : numerics::dynamic_scale(__uint_as_float(*p.absmax));
+  const float s = p.static_scale != nullptr      ? __ldg(p.static_scale)
+                  : p.absmax_partials != nullptr ? numerics::dynamic_scale(partials_absmax(p))
+                                                 : numerics::dynamic_scale(__uint_as_float(*p.absmax));
   const float inv = 1.0f / s;
   if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = s;
   const std::int64_t n_vec = live_rows(p) * p.cols / kVec;

@@ -27,9 +27,9 @@ void launch_typed(const QuantParams& p, void* stream, bool pdl) {
   using quant::kWarpsPerBlock;
   switch (p.scheme) {
     case Scheme::kFp8PerTensor: {
-      // A complete absmax word (GEMM1's epilogue wrote it): pass 2 alone, whatever the size; the
-      // one-CTA kernel would compute the same absmax again.
-      const bool dynamic = p.static_scale == nullptr && !p.absmax_ready;
+      // A complete absmax word (GEMM1's epilogue wrote it) or the routing launch's partials: pass
+      // 2 alone, whatever the size; the one-CTA kernel would compute the same absmax again.
+      const bool dynamic = p.static_scale == nullptr && !p.absmax_ready && p.absmax_partials == nullptr;
       if (dynamic && p.rows * p.cols <= quant::kSmallTensorMaxElems) {
         quant::run_quant_sm90<kX, kVec>(QuantKernel::kQuantTensorSmall, p, 1, stream, pdl);
         break;

@@ -28,6 +28,11 @@ struct QuantParams {
   // GroupedGemmParams::out_absmax), so the launch is pass 2 alone, scaled from the word. Last, so
   // that the fields before it keep their offsets in the kernels.
   bool absmax_ready = false;
+  // Dynamic per tensor: the absmax is the max of absmax_partials[0 .. num_partials) (the routing
+  // launch's absmax CTAs wrote them, RoutingParams::absmax_partials), so the launch is pass 2
+  // alone, scaled from their max. Null: not given.
+  const float* absmax_partials = nullptr;
+  int num_partials = 0;
 };
 
 namespace quant {

@@ -18,6 +18,11 @@ namespace moekit::cuda {
 // (qwen3-30b TP8 bf16 M = 512 97.5 -> 87.3 us): the two grid launches cost less than 2-4 chunks
 // of 1024 slots in one CTA. (Below 1024 slots not measured.)
 inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 1024;
+// Bound on the CTAs a routing launch adds for hidden's absmax (RoutingParams::absmax_ctas): the
+// workspace's absmax_partials slice holds this many floats. Each takes at least
+// kAbsmaxElemsPerCta elements.
+inline constexpr int kMaxAbsmaxCtas = 256;
+inline constexpr std::int64_t kAbsmaxElemsPerCta = 8192;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
 inline constexpr std::int64_t kPermuteMaxCountWords = 32768;

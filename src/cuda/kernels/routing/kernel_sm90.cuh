@@ -21,6 +21,7 @@
 #include "cuda/common/warp.cuh"
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
+#include "cuda/numerics/quant.cuh"  // fold_absmax
 #include "cuda/numerics/topk.cuh"
 
 namespace moekit::cuda::routing {
@@ -165,6 +166,49 @@ __device__ void build_permutation(const RoutingParams& p, unsigned char* smem) {
   scatter_slots<kNumThreads>(p, 0, P, sm);
 }
 
+// Absmax CTA b of a routing launch (RoutingParams::absmax_ctas): |x| folded with fmaxf from 0
+// (numerics::fold_absmax: a NaN never wins, +-inf counts) over elements b * kNumThreads + t, with
+// a stride of absmax_ctas * kNumThreads (in 16-byte vectors of 8 when x is 16-byte aligned), then
+// the CTA's max to absmax_partials[b]. bf16 / fp16 bits: |x| is the bits without the sign.
+template <int kNumThreads>
+__device__ void hidden_absmax_partial(const RoutingParams& p, int b) {
+  const std::uint16_t* x = static_cast<const std::uint16_t*>(p.absmax_x);
+  const bool bf16 = p.absmax_x_dtype == DType::kBf16;
+  auto abs_of = [bf16](std::uint32_t h) {
+    h &= 0x7fffu;
+    return bf16 ? __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(h)))
+                : __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  };
+  const std::int64_t n = p.absmax_elems;
+  const std::int64_t stride = static_cast<std::int64_t>(p.absmax_ctas) * kNumThreads;
+  const std::int64_t first = static_cast<std::int64_t>(b) * kNumThreads + threadIdx.x;
+  float amax = 0.f;
+  std::int64_t tail = 0;  // elements before it went as vectors
+  if ((reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
+    const std::int64_t nv = n / 8;
+    for (std::int64_t i = first; i < nv; i += stride) {
+      const uint4 u = *reinterpret_cast<const uint4*>(x + 8 * i);
+      const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        amax = numerics::fold_absmax(amax, abs_of(w[j] & 0xffffu));
+        amax = numerics::fold_absmax(amax, abs_of(w[j] >> 16));
+      }
+    }
+    tail = nv * 8;
+  }
+  for (std::int64_t i = tail + first; i < n; i += stride) amax = numerics::fold_absmax(amax, abs_of(x[i]));
+  __shared__ float warp_amax[kNumThreads / 32];
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    amax = threadIdx.x < kNumThreads / 32 ? warp_amax[threadIdx.x] : 0.f;
+    amax = warp_max(amax);
+    if (threadIdx.x == 0) p.absmax_partials[b] = amax;
+  }
+}
+
 template <class TLogit, int kNumThreads>
 __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
   constexpr int kWarps = kNumThreads / 32;
@@ -176,11 +220,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   // Not when this is the last kernel of the chain (route only: moekit::route).
   pdl_wait();
   if (p.pdl_trigger) pdl_launch_dependents();
+  // The last absmax_ctas CTAs take hidden's absmax (fp8_per_tensor, dynamic scale) and nothing else.
+  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas;
+  if (static_cast<int>(blockIdx.x) >= routing_ctas) {
+    hidden_absmax_partial<kNumThreads>(p, static_cast<int>(blockIdx.x) - routing_ctas);
+    return;
+  }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   if (p.route) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* srow = reinterpret_cast<float*>(smem) + static_cast<std::size_t>(warp) * p.num_experts_global;
-    const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+    const std::int64_t stride = static_cast<std::int64_t>(routing_ctas) * kWarps;
     for (std::int64_t m = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; m < p.num_tokens; m += stride)
       route_token<TLogit>(p, m, srow, lane);
   }

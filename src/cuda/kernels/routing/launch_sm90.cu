@@ -38,7 +38,23 @@ std::size_t permute_smem_bytes(const RoutingParams& p, int warps = kWarps) {
   return cnt + 16 - cnt % 16 + 2 * static_cast<std::size_t>(p.num_experts) * sizeof(int);
 }
 
+// Whether the permutation runs on the count and scatter grids (else one CTA).
+bool multi_cta_permutation(const RoutingParams& p) {
+  const std::int64_t P = p.num_tokens * p.top_k;
+  return p.permute && (p.permute_path == PermutePath::kMultiCta ||
+                       (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots && p.chunk_counts != nullptr));
+}
+
 }  // namespace
+
+int routing_absmax_ctas(const RoutingParams& p, int device) {
+  if (p.absmax_x == nullptr || p.absmax_partials == nullptr || p.absmax_elems <= 0) return 0;
+  if (p.num_tokens <= 0 || !p.permute || multi_cta_permutation(p)) return 0;
+  if (p.route && p.num_tokens > kFusedRouteMaxTokens) return 0;  // route grid + permute: two launches
+  const std::int64_t want = (p.absmax_elems + kAbsmaxElemsPerCta - 1) / kAbsmaxElemsPerCta;
+  const std::int64_t cap = std::min<std::int64_t>(kMaxAbsmaxCtas, device_sm_count(device) - 1);
+  return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
+}
 
 void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
@@ -65,9 +81,12 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   const int route_grid =
       static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
   const std::int64_t P = p.num_tokens * p.top_k;
-  const bool multi = p.permute && (p.permute_path == PermutePath::kMultiCta ||
-                                   (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots &&
-                                    p.chunk_counts != nullptr));
+  const bool multi = multi_cta_permutation(p);
+  // The absmax CTAs ride on the one-CTA permutation's single launch only (routing_absmax_ctas()).
+  const bool single = p.permute && !multi && !(p.route && p.num_tokens > kFusedRouteMaxTokens);
+  if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !single))
+    throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
+                                       " for this launch (routing_absmax_ctas() says how many it hosts)");
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
@@ -142,7 +161,9 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     launch(q, 1, true);
     return;
   }
-  launch(p, p.permute ? 1 : route_grid, false);
+  // The one-CTA permutation (routing in the same CTA), plus the CTAs that take hidden's absmax
+  // (RoutingParams::absmax_ctas); a route-only launch has none.
+  launch(p, p.permute ? 1 + p.absmax_ctas : route_grid, false);
 }
 
 RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {

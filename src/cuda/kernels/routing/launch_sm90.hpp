@@ -20,6 +20,12 @@ namespace moekit::cuda {
 /// (cuda/common/pdl.cuh).
 void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
 
+/// How many CTAs launch_routing_sm90 adds for hidden's absmax when `params` asks for it
+/// (absmax_x, absmax_elems, absmax_partials set; RoutingParams): 0 unless the call's routing is
+/// the one-CTA permutation's single launch (not the multi-CTA permutation, not the route grid of
+/// more than 512 tokens), else 1..min(SMs - 1, kMaxAbsmaxCtas). Host only, no sync.
+int routing_absmax_ctas(const RoutingParams& params, int device);
+
 /// The route-only parameters of a fused_moe call (problem.with_routing): router_logits (and the
 /// correction bias) to topk ids / weights in ids_out / wts_out, nothing permuted. What the
 /// single-launch paths (decode, GEMV) launch before their kernel.
