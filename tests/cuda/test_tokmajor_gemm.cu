@@ -13,6 +13,7 @@
 
 #include "common/cuda_test.hpp"
 #include "common/gemm_harness.hpp"
+#include "common/scoped_env.hpp"
 #include "moekit/error.hpp"
 
 namespace {
@@ -381,6 +382,63 @@ TEST(Sm90TokMajorGemm, DynamicScheduleSmall) {
   c.cluster = 1;
   c.dynamic = true;
   run_case(c);
+}
+
+TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
+  SKIP_WITHOUT_SM90();
+  // GEMM2's ping-pong consumers (64-row units, one warpgroup each, alternate units) change who
+  // computes a row, never how: forced on and off (MOEKIT_TOKMAJOR_PINGPONG), every case matches
+  // the reference and the two match bit for bit. K-short shapes (1-3 K stages), experts of 0, 1,
+  // 63, 64, 65, 129 and 300 rows (several units an expert, a unit count of either parity), more
+  // units than CTAs, K and n_out tails, bias, per-channel scales, 16-bit y.
+  std::vector<Case> cases;
+  Case c = gemm2(Scheme::kBf16, 96, 2048);  // qwen3-30b TP8's GEMM2: k_dim 96 (2 stages of bf16)
+  c.rows.assign(257, 0);
+  for (int e = 0; e < 257; ++e) c.rows[e] = (e * 37) % 70;
+  c.top_k = 8;
+  c.out_dtype = DType::kBf16;
+  c.weights = 2;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 96, 2048);  // 1 stage
+  c.rows = {1, 64, 65, 0, 129, 300, 63};
+  c.seed = 21;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 256, 7168);  // deepseek-v3 TP8: 2 stages, 28 column tiles
+  c.rows = {3, 0, 70, 1};
+  c.seed = 22;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerChannel, 192, 4096);  // qwen3-235b TP8
+  c.rows = {1, 65, 0, 2};
+  c.seed = 23;
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 192, 262);  // 3 stages; n_out 262: the epilogue's 4-byte fallback
+  c.rows = {1, 130, 65, 0, 7};
+  c.bias = true;
+  c.bias_dtype = DType::kBf16;
+  c.seed = 24;
+  cases.push_back(c);
+  c.out_dtype = DType::kBf16;
+  c.weight_on_input = true;
+  cases.push_back(c);
+  for (Case& k : cases) {
+    SCOPED_TRACE(k.describe());
+    k.cluster = 1;
+    k.dynamic = true;
+    std::vector<float> two, pp, again;
+    {
+      moekit::testing::ScopedEnv off("MOEKIT_TOKMAJOR_PINGPONG", "0");
+      run_case(k, &two);
+    }
+    {
+      moekit::testing::ScopedEnv on("MOEKIT_TOKMAJOR_PINGPONG", "1");
+      run_case(k, &pp);
+      run_case(k, &again);
+    }
+    ASSERT_EQ(two.size(), pp.size());
+    ASSERT_EQ(pp.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(two.data(), pp.data(), two.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(pp.data(), again.data(), pp.size() * sizeof(float)));
+  }
 }
 
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {

@@ -47,26 +47,27 @@ struct Tile {
   int count;      // rows in the tile, 0..128
 };
 
-// Units of an expert with `rows` rows.
-__device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles) {
-  const int chunks = (rows + kBlockM - 1) / kBlockM;
+// Units of an expert with `rows` rows in token tiles of `bm` rows (kBlockM, or
+// kPingPongBlockM for GEMM2's ping-pong consumers).
+__device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles, int bm) {
+  const int chunks = (rows + bm - 1) / bm;
   return (chunks + cluster - 1) / cluster * num_col_tiles;
 }
 
 // prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units).
 __device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
-                                          Tile& t) {
+                                          int bm, Tile& t) {
   int lo;
   if (!gemm_common::find_expert(w, prefix, E, lo)) return false;
   const int rows = off[lo + 1] - off[lo];
-  const int chunks = (rows + kBlockM - 1) / kBlockM;
+  const int chunks = (rows + bm - 1) / bm;
   const int groups = (chunks + cluster - 1) / cluster;
   const int local = w - prefix[lo];
   const int chunk = (local % groups) * cluster + rank;
   t.e = lo;
   t.col = local / groups;
-  t.row_begin = off[lo] + chunk * kBlockM;
-  t.count = chunk < chunks ? min(kBlockM, rows - chunk * kBlockM) : 0;
+  t.row_begin = off[lo] + chunk * bm;
+  t.count = chunk < chunks ? min(bm, rows - chunk * bm) : 0;
   return true;
 }
 
@@ -106,6 +107,9 @@ struct TokMajor {
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its fp32 stores for
   // out_absmax (params.hpp); the other instantiations and output types compile as before.
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && kOp == Operand::kE4m3;
+  // GEMM2 (not block128) may run its K-short tiles with ping-pong consumers (KernelParams::pingpong):
+  // 64-row units, each run by one consumer warpgroup, the two warpgroups on alternate units.
+  static constexpr bool kPingPongable = !kGateUp && !kBlock128;
 
   struct Smem {
     std::uint32_t tiles;  // stage s: A [128 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
@@ -173,6 +177,11 @@ struct TokMajor {
     // there the wait is a small part of a tile, and taking units ahead lets the CTAs on one
     // weight tile start it apart (mixtral-8x7b M = 512..1024 lost 3-4 %, H200, 2026-12-01).
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
+    // Ping-pong (GEMM2, K-short): units of 64 rows; unit `seq` (this CTA's count of units taken)
+    // is warpgroup seq % 2's, so its rows go to that warpgroup's half of the A tile.
+    const bool pp = kPingPongable && p.pingpong != 0;
+    const int bm = pp ? kPingPongBlockM : kBlockM;
+    int seq = 0;
     int ahead = 0;
     if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
     // Phase timer (tests only): thread 0's first unit found and its row indices landed, its last
@@ -200,16 +209,25 @@ struct TokMajor {
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
       }
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) {
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl)) {
         if (dynamic) {
           // No more units: one stage with unit -1 and no data tells the consumers. Its full
           // barrier completes on thread 0's arrival and every thread's cp.async arrival.
-          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          if (t == 0) {
-            s.tile_w[stage] = -1;
-            sm90::mbar_arrive(s.full + 8 * stage);
+          // Ping-pong: a second one for the other warpgroup, at the stage where unit seq + 1
+          // would have started (num_k_stages < stages, so that stage's previous fill was a real
+          // unit's, released by its warpgroup; the stages skipped between are never waited on).
+          for (int end = 0; end < (pp ? 2 : 1); ++end) {
+            if (end == 1) {
+              for (int i = 0; i < p.num_k_stages; ++i)
+                if (++stage == s.stages) { stage = 0; phase ^= 1; }
+            }
+            sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+            if (t == 0) {
+              s.tile_w[stage] = -1;
+              sm90::mbar_arrive(s.full + 8 * stage);
+            }
+            sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
           }
-          sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
         }
         break;
       }
@@ -217,12 +235,15 @@ struct TokMajor {
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
+      // Ping-pong: the unit's rows sit in rows [half, half + 64) of the tile.
+      const int half = pp ? kPingPongBlockM * (seq & 1) : 0;
+      ++seq;
       int arow[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int rr = row0 + 16 * i;
+        const int rr = row0 + 16 * i - half;
         arow[i] = -1;
-        if (rr < tl.count) {
+        if (rr >= 0 && rr < tl.count) {
           const int r = tl.row_begin + rr;
           arow[i] = gemm_common::a_row_of(p, r);
         }
@@ -281,6 +302,12 @@ struct TokMajor {
 
   // ---- consumer warpgroups: wgmma main loop over K, epilogue in registers ----
   static __device__ void consume(const KernelParams& p, const Smem& s) {
+    if constexpr (kPingPongable) {
+      if (p.pingpong) {
+        consume_pingpong(p, s);
+        return;
+      }
+    }
     const int ct = threadIdx.x - kProducerThreads;  // 0..255
     const int wg = ct >> 7;                         // rows [64 wg, 64 wg + 64) of the tile
     const int warp = (ct >> 5) & 3, lane = ct & 31;
@@ -306,7 +333,7 @@ struct TokMajor {
         if (w < 0) break;
       }
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, tl)) break;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl)) break;
 
       // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
       // their per-row values load now and land during the main loop.
@@ -435,24 +462,7 @@ struct TokMajor {
         // a bias, per-column terms: x = (acc * ts * bs + bias) * w = acc * (ts * w) * bs + bias * w.
         // The common case (neither) costs one multiply per value; the instantiation is chosen
         // once per tile, so that no per-column branch is left in the unrolled loops.
-        float f[2], bw[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          bw[h] = p.weight_on_input ? 1.0f : tw[h];
-          f[h] = (scaled ? ts[h] : 1.0f) * bw[h];
-        }
-        const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
-        const int cw = ct >> 5;
-        if (p.out_type == kOutF32) {
-          if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-          else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-        } else if (p.out_type == kOutBf16) {
-          if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-          else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-        } else {
-          if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-          else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-        }
+        gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
       }
     }
     // Every consumer thread leaves the loop at the same unit (the schedule is per CTA).
@@ -460,6 +470,110 @@ struct TokMajor {
       if (p.out_absmax != nullptr) numerics::warp_absmax_to_word(p.out_absmax, hmax);
     }
     if (timed) {
+      if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
+    }
+  }
+
+  // GEMM2's epilogue: the row factors, then the scatter_epilogue instantiation of the output type
+  // and the column terms (uniform per kernel call).
+  static __device__ __forceinline__ void gemm2_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
+                                                        const float (&acc)[kAcc], const int (&slot)[2],
+                                                        const float (&tw)[2], const float (&ts)[2], bool scaled,
+                                                        std::int64_t rb, int cw, int lane) {
+    float f[2], bw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      bw[h] = p.weight_on_input ? 1.0f : tw[h];
+      f[h] = (scaled ? ts[h] : 1.0f) * bw[h];
+    }
+    const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
+    if (p.out_type == kOutF32) {
+      if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+    } else if (p.out_type == kOutBf16) {
+      if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+    } else {
+      if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+    }
+  }
+
+  // ---- GEMM2's ping-pong consumers (KernelParams::pingpong) ----
+  // K-short tiles (num_k_stages < stages) of at most 64 rows: warpgroup wg runs the units
+  // wg, wg + 2, ... of the CTA's sequence alone, so one warpgroup's epilogue overlaps the other's
+  // main loop (with 128-row units at decode, one warpgroup had no rows and both waited on each
+  // unit's epilogue). Unit j takes stages j * S .. j * S + S - 1 of the ring (S = num_k_stages,
+  // all units alike), so a warpgroup's next unit starts 2 S stages after its last one; only its
+  // 4 warps release a stage (empty barriers count 4). S < stages keeps every wait within one
+  // phase of its barrier: the fill before the one waited on belongs to a stage this warpgroup
+  // has already seen filled.
+  static __device__ void consume_pingpong(const KernelParams& p, const Smem& s) {
+    const int ct = threadIdx.x - kProducerThreads;  // 0..255
+    const int wg = ct >> 7;                         // this warpgroup's half of each A tile
+    const int warp = (ct >> 5) & 3, lane = ct & 31;
+    const std::uint32_t a_off = wg * kPingPongBlockM * kStageKBytes;
+    const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+    const int S = p.num_k_stages;
+    for (int pos = wg * S;; pos += 2 * S) {
+      int stage = pos % s.stages;
+      std::uint32_t phase = (pos / s.stages) & 1;
+      // The unit the producer took for the tile that starts at this stage (-1: none left).
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+      const int w = s.tile_w[stage];
+      if (w < 0) break;
+      Tile tl;
+      if (!find_tile(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl)) break;
+
+      // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h).
+      int slot[2];
+      float tw[2], ts[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rloc = 16 * warp + (lane >> 2) + 8 * h;
+        slot[h] = -1;
+        tw[h] = 1.0f;
+        ts[h] = 1.0f;
+        if (rloc < tl.count) {
+          const int r = tl.row_begin + rloc;
+          slot[h] = p.sorted_slots[r];
+          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
+          else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
+          if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
+          else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
+        }
+      }
+
+      float acc[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      int prev = 0;
+      for (int ks = 0; ks < S; ++ks) {
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        sm90::fence_regs<kAcc>(acc);
+        sm90::wgmma_fence();
+        const std::uint32_t st = s.tiles + stage * kStageBytes;
+        const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+        sm90::wgmma_commit();
+        sm90::fence_regs<kAcc>(acc);
+        if (ks > 0) {
+          sm90::wgmma_wait<1>();
+          release(s, prev, lane);
+        }
+        prev = stage;
+        if (++stage == s.stages) { stage = 0; phase ^= 1; }
+      }
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs<kAcc>(acc);
+      release(s, prev, lane);
+
+      const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
+      gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+    }
+    if (ct == 0) {
       if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
     }
   }
@@ -758,7 +872,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
       // empty: one arrival per consumer warp of each CTA of the cluster once its wgmma reads of
       // the stage completed (the peer's TMA multicast writes this CTA's B tile too).
-      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32 * p.cluster);
+      // Ping-pong (cluster 1): the 4 warps of the warpgroup that runs the stage's unit.
+      sm90::mbar_init(s.empty + 8 * i, K::kPingPongable && p.pingpong ? kConsumerWarps / 2
+                                                                        : kConsumerThreads / 32 * p.cluster);
     }
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
@@ -771,7 +887,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
-  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.cluster, p.num_col_tiles));
+  const int bm = K::kPingPongable && p.pingpong ? kPingPongBlockM : kBlockM;
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.cluster, p.num_col_tiles, bm));
   if (rec != nullptr) rec[kPhaseTable] = sm90::globaltimer_ns();
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();

@@ -35,11 +35,31 @@ std::int64_t out_cols(const GroupedGemmParams& p) {
   return gate_up_of(p) ? bn / 2 : bn;
 }
 
-// Upper bound of the tiles (expert, column tile, 128-row token tile) from host-known sizes:
-// sum_e ceil(rows_e / 128) <= (experts with rows) + rows / 128.
-std::int64_t max_tiles(const GroupedGemmParams& p) {
-  const std::int64_t chunks = std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / tokmajor::kBlockM;
+// Upper bound of the tiles (expert, column tile, token tile of bm rows) from host-known sizes:
+// sum_e ceil(rows_e / bm) <= (experts with rows) + rows / bm.
+std::int64_t max_tiles(const GroupedGemmParams& p, int bm = tokmajor::kBlockM) {
+  const std::int64_t chunks = std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / bm;
   return chunks * ceil_div(p.n_out, out_cols(p));
+}
+
+// GEMM2's ping-pong consumers (KernelParams::pingpong) where the kernel allows them (not block128,
+// cluster 1, the dynamic schedule, K-short tiles: num_k_stages < stages) and the call is
+// decode-sized: at most kPingPongMaxRowsPerExpert rows an expert on average, so that most
+// experts fit one 64-row unit (more rows per expert would load each weight tile once per 64 rows
+// instead of once per 128). MOEKIT_TOKMAJOR_PINGPONG=0 turns them off, =1 on wherever allowed.
+constexpr std::int64_t kPingPongMaxRowsPerExpert = 64;
+
+bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) {
+  const bool allowed = !gate_up_of(p) && !block128_of(p) && kp.cluster == 1 && kp.tile_counter != nullptr &&
+                       kp.num_k_stages < kp.smem.stages;
+  if (!allowed) return false;
+  const char* v = std::getenv("MOEKIT_TOKMAJOR_PINGPONG");
+  if (v != nullptr && v[0] != '\0') {
+    if (std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+    throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_PINGPONG = '") + v + "', expected 0 or 1");
+  }
+  return p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts;
 }
 
 bool fail(std::string* why, const std::string& msg) {
@@ -156,6 +176,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
+  kp.pingpong = use_pingpong(p, kp) ? 1 : 0;
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {
@@ -167,7 +188,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
   // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident
   // clusters.
-  const std::int64_t tiles = max_tiles(p);
+  const std::int64_t tiles = max_tiles(p, kp.pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM);
   if (tiles == 0) return;
   const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
 

@@ -32,6 +32,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // (PhaseWord order) at this launch's slot of the buffer set_tokmajor_phase_buffer gave.
   std::uint64_t* phases;
   int phase_ctas;
+  // GEMM2 (not block128), cluster 1, dynamic schedule, num_k_stages < stages: 64-row units, the
+  // two consumer warpgroups on alternate units (kernel_sm90.cuh, consume_pingpong). 0 = off.
+  int pingpong;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
