@@ -95,8 +95,9 @@ __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-template <Operand kOp, bool kGateUp, bool kBlock128>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
 struct TokMajor {
+  static_assert(!kPingPong || (!kGateUp && !kBlock128), "ping-pong consumers are GEMM2's, not block128");
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
@@ -107,9 +108,6 @@ struct TokMajor {
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its fp32 stores for
   // out_absmax (params.hpp); the other instantiations and output types compile as before.
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && kOp == Operand::kE4m3;
-  // GEMM2 (not block128) may run its K-short tiles with ping-pong consumers (KernelParams::pingpong):
-  // 64-row units, each run by one consumer warpgroup, the two warpgroups on alternate units.
-  static constexpr bool kPingPongable = !kGateUp && !kBlock128;
 
   struct Smem {
     std::uint32_t tiles;  // stage s: A [128 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
@@ -179,8 +177,8 @@ struct TokMajor {
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
     // Ping-pong (GEMM2, K-short): units of 64 rows; unit `seq` (this CTA's count of units taken)
     // is warpgroup seq % 2's, so its rows go to that warpgroup's half of the A tile.
-    const bool pp = kPingPongable && p.pingpong != 0;
-    const int bm = pp ? kPingPongBlockM : kBlockM;
+    constexpr bool pp = kPingPong;
+    constexpr int bm = pp ? kPingPongBlockM : kBlockM;
     int seq = 0;
     int ahead = 0;
     if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
@@ -237,13 +235,13 @@ struct TokMajor {
       // skipped: wgmma rows are independent, and the epilogue drops them).
       // Ping-pong: the unit's rows sit in rows [half, half + 64) of the tile.
       const int half = pp ? kPingPongBlockM * (seq & 1) : 0;
-      ++seq;
+      if (pp) ++seq;
       int arow[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int rr = row0 + 16 * i - half;
         arow[i] = -1;
-        if (rr >= 0 && rr < tl.count) {
+        if ((!pp || rr >= 0) && rr < tl.count) {
           const int r = tl.row_begin + rr;
           arow[i] = gemm_common::a_row_of(p, r);
         }
@@ -302,11 +300,9 @@ struct TokMajor {
 
   // ---- consumer warpgroups: wgmma main loop over K, epilogue in registers ----
   static __device__ void consume(const KernelParams& p, const Smem& s) {
-    if constexpr (kPingPongable) {
-      if (p.pingpong) {
-        consume_pingpong(p, s);
-        return;
-      }
+    if constexpr (kPingPong) {
+      consume_pingpong(p, s);
+      return;
     }
     const int ct = threadIdx.x - kProducerThreads;  // 0..255
     const int wg = ct >> 7;                         // rows [64 wg, 64 wg + 64) of the tile
@@ -499,7 +495,7 @@ struct TokMajor {
     }
   }
 
-  // ---- GEMM2's ping-pong consumers (KernelParams::pingpong) ----
+  // ---- GEMM2's ping-pong consumers (the kPingPong instantiations) ----
   // K-short tiles (num_k_stages < stages) of at most 64 rows: warpgroup wg runs the units
   // wg, wg + 2, ... of the CTA's sequence alone, so one warpgroup's epilogue overlaps the other's
   // main loop (with 128-row units at decode, one warpgroup had no rows and both waited on each
@@ -829,10 +825,10 @@ struct TokMajor {
 // counter and hands it to the consumers through the stage it starts at; otherwise cluster c
 // (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ..., every thread walking
 // the same unit list. Launched with cluster dimension S when S > 1.
-template <Operand kOp, bool kGateUp, bool kBlock128>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = TokMajor<kOp, kGateUp, kBlock128>;
+  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   // 1024-aligned base by pointer arithmetic on the shared array (not through an integer cast), so
@@ -873,8 +869,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
       // empty: one arrival per consumer warp of each CTA of the cluster once its wgmma reads of
       // the stage completed (the peer's TMA multicast writes this CTA's B tile too).
       // Ping-pong (cluster 1): the 4 warps of the warpgroup that runs the stage's unit.
-      sm90::mbar_init(s.empty + 8 * i, K::kPingPongable && p.pingpong ? kConsumerWarps / 2
-                                                                        : kConsumerThreads / 32 * p.cluster);
+      sm90::mbar_init(s.empty + 8 * i, kPingPong ? kConsumerWarps / 2 : kConsumerThreads / 32 * p.cluster);
     }
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
@@ -887,8 +882,8 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
-  const int bm = K::kPingPongable && p.pingpong ? kPingPongBlockM : kBlockM;
-  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.cluster, p.num_col_tiles, bm));
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
+                            units_of(rows, p.cluster, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM));
   if (rec != nullptr) rec[kPhaseTable] = sm90::globaltimer_ns();
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();
@@ -913,9 +908,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 #endif
 }
 
-template <Operand kOp, bool kGateUp, bool kBlock128>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128>;
+  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   int dev = 0;

@@ -42,9 +42,9 @@ std::int64_t max_tiles(const GroupedGemmParams& p, int bm = tokmajor::kBlockM) {
   return chunks * ceil_div(p.n_out, out_cols(p));
 }
 
-// GEMM2's ping-pong consumers (KernelParams::pingpong) where the kernel allows them (not block128,
-// cluster 1, the dynamic schedule, K-short tiles: num_k_stages < stages) and the call is
-// decode-sized: at most kPingPongMaxRowsPerExpert rows an expert on average, so that most
+// GEMM2's ping-pong consumers (the kPingPong instantiations, inst/tokmajor_sm90_pingpong.cu) where
+// the kernel allows them (not block128, cluster 1, the dynamic schedule, K-short tiles:
+// num_k_stages < stages) and the call is decode-sized: at most kPingPongMaxRowsPerExpert rows an expert on average, so that most
 // experts fit one 64-row unit (more rows per expert would load each weight tile once per 64 rows
 // instead of once per 128). MOEKIT_TOKMAJOR_PINGPONG=0 turns them off, =1 on wherever allowed.
 constexpr std::int64_t kPingPongMaxRowsPerExpert = 64;
@@ -176,7 +176,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  kp.pingpong = use_pingpong(p, kp) ? 1 : 0;
+  const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {
@@ -188,14 +188,22 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
   // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident
   // clusters.
-  const std::int64_t tiles = max_tiles(p, kp.pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM);
+  const std::int64_t tiles = max_tiles(p, pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM);
   if (tiles == 0) return;
   const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
 
-  // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
+  // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
+  // ping-pong form where use_pingpong chose it.
   gemm_common::run_instantiation(p, gate_up, [&](auto op, auto gate_up_c, auto block128_c) {
-    tokmajor::run_tokmajor_sm90<decltype(op)::value, decltype(gate_up_c)::value, decltype(block128_c)::value>(
-        kp, grid, stream, pdl);
+    constexpr Operand kOp = decltype(op)::value;
+    constexpr bool kGateUp = decltype(gate_up_c)::value, kBlock128 = decltype(block128_c)::value;
+    if constexpr (!kGateUp && !kBlock128) {
+      if (pingpong) {
+        tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
+        return;
+      }
+    }
+    tokmajor::run_tokmajor_sm90<kOp, kGateUp, kBlock128>(kp, grid, stream, pdl);
   });
 }
 

@@ -32,9 +32,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // (PhaseWord order) at this launch's slot of the buffer set_tokmajor_phase_buffer gave.
   std::uint64_t* phases;
   int phase_ctas;
-  // GEMM2 (not block128), cluster 1, dynamic schedule, num_k_stages < stages: 64-row units, the
-  // two consumer warpgroups on alternate units (kernel_sm90.cuh, consume_pingpong). 0 = off.
-  int pingpong;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
@@ -58,7 +55,9 @@ enum PhaseWord : int {
 
 // Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with
 // `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
-template <Operand kOp, bool kGateUp, bool kBlock128>
+// kPingPong: GEMM2's ping-pong consumers (kernel_sm90.cuh, consume_pingpong; the launcher picks
+// them for K-short, decode-sized GEMM2 calls; inst/tokmajor_sm90_pingpong.cu).
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::tokmajor
