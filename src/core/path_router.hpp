@@ -122,9 +122,12 @@ struct RouterTable {
   // M=8 39.5 vs 52.4, M=32 64.4 vs 74.4) and loses at 64 (90.3 vs 77.7); deepseek-v3 and
   // qwen3-235b win M = 1..4 (45.0 vs 62.9, 90.5 vs 100.5; 32.9 vs 42.3, 56.2 vs 64.9) and lose
   // from 8; mixtral M = 1 loses (40.9 vs 39.7); gpt-oss (N = 360 fp8: rows of 360 bytes) declines.
+  // Since token-major GEMM2's ping-pong consumers (session 19, docs/tokmajor.md) qwen3-30b fp8
+  // M = 32 (256 slots) runs faster token-major: 57.6 vs 60.1 µs, same-run sweep with the check on
+  // (bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json), so fp8 takes decode up to 128.
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
-  double decode_tiny_n_max_slots_fp8 = 256.0;
+  double decode_tiny_n_max_slots_fp8 = 128.0;
   std::int64_t decode_small_n = 320;
   double decode_small_n_max_slots = 32.0;
   double decode_small_n_max_slots_fp8 = 32.0;
@@ -166,6 +169,12 @@ struct RouterTable {
   // up to gemv_mma_max_tokens, qwen3-30b at M = 1, 2 included, not the few-experts clause: forced
   // gemv against auto's chain at 0abf3fb (bench/results/2026-12-01-0abf3fb-h200-gemv-per-channel-ab*,
   // check on) 1.10-2.16x on the shards at M <= 8 and 1.00-2.16x at 16, mixtral 0.86-0.98x.
+  // fp8_per_tensor on shard experts of at least gemv_mma_fp8_large_elems weights (deepseek-v3
+  // TP8, N x K = 1.8 M) only up to gemv_mma_fp8_large_max_tokens: since token-major GEMM2's
+  // ping-pong consumers (session 19) token-major beats it at M = 8 and 16 (115.7 vs 126.5 µs,
+  // 164.1 vs 177.5; same-run sweep, check on, bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json;
+  // M = 4 not measured against it, so it stays). qwen3-235b TP8 (0.8 M) keeps it: 63.6 / 97.2
+  // against token-major's 73.1 / 104.1 at M = 8 / 16.
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
   std::int64_t gemv_mma_few_experts = 16;
@@ -174,6 +183,8 @@ struct RouterTable {
   double gemv_mma_max_tokens = 16.0;
   double gemv_mma_fp8_small_m = 2.0;
   double gemv_mma_fp8_small_elems = 524288.0;
+  double gemv_mma_fp8_large_elems = 1572864.0;
+  double gemv_mma_fp8_large_max_tokens = 4.0;
   bool gemv_mma_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};

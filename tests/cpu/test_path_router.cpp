@@ -171,9 +171,9 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_FALSE(choose_paths(tiny_more, in).decode);
   EXPECT_TRUE(choose_paths(small, in).decode);
   EXPECT_FALSE(choose_paths(small_more, in).decode);
-  // fp8_per_tensor (the split call): N < 128 up to 256 slots, N < 320 up to 32.
+  // fp8_per_tensor (the split call): N < 128 up to 128 slots, N < 320 up to 32.
   const Scheme f8 = Scheme::kFp8PerTensor;
-  const MoeProblem fp8_tiny = preset("qwen3-30b-a3b", 32, 8, f8), fp8_tiny_more = preset("qwen3-30b-a3b", 33, 8, f8);
+  const MoeProblem fp8_tiny = preset("qwen3-30b-a3b", 16, 8, f8), fp8_tiny_more = preset("qwen3-30b-a3b", 17, 8, f8);
   const MoeProblem fp8_small = preset("deepseek-v3", 4, 8, f8), fp8_small_more = preset("deepseek-v3", 5, 8, f8);
   EXPECT_TRUE(choose_paths(fp8_tiny, in).decode);
   EXPECT_FALSE(choose_paths(fp8_tiny_more, in).decode);
@@ -283,8 +283,8 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
 
 TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
-  // N < 512 but qwen3-30b M <= 2 (fp8_per_channel there too), mixtral TP8 (8 experts) up to 8
-  // tokens (not fp8_per_channel); never at TP1.
+  // N < 512 but qwen3-30b M <= 2 (fp8_per_channel there too) and deepseek-v3 past 4 tokens,
+  // mixtral TP8 (8 experts) up to 8 tokens (not fp8_per_channel); never at TP1.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
   const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
@@ -303,6 +303,10 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, bf));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 1, bf));  // TP1
   EXPECT_EQ(mma("deepseek-v3", 1, 8, f8), on);
+  EXPECT_EQ(mma("deepseek-v3", 4, 8, f8), on);
+  EXPECT_FALSE(mma("deepseek-v3", 8, 8, f8));   // token-major (ping-pong GEMM2) from 8 tokens
+  EXPECT_FALSE(mma("deepseek-v3", 16, 8, f8));
+  EXPECT_EQ(mma("deepseek-v3", 8, 8, bf), on);  // bf16 keeps it
   EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, f8), on);
   EXPECT_EQ(mma("qwen3-30b-a3b", 4, 8, f8), on);
   EXPECT_EQ(mma("mixtral-8x7b", 1, 8, f8), on);
