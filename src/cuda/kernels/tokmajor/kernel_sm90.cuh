@@ -503,7 +503,9 @@ struct TokMajor {
   // all units alike), so a warpgroup's next unit starts 2 S stages after its last one; only its
   // 4 warps release a stage (empty barriers count 4). S < stages keeps every wait within one
   // phase of its barrier: the fill before the one waited on belongs to a stage this warpgroup
-  // has already seen filled.
+  // has already seen filled. The per-row values and the main loop repeat consume()'s lines on
+  // purpose: shared through a helper, the other instantiations would no longer compile to the
+  // SASS they were measured with (a run-time switch there cost mixtral TP8 2-4 %).
   static __device__ void consume_pingpong(const KernelParams& p, const Smem& s) {
     const int ct = threadIdx.x - kProducerThreads;  // 0..255
     const int wg = ct >> 7;                         // this warpgroup's half of each A tile
