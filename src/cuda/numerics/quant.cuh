@@ -29,6 +29,21 @@ __device__ __forceinline__ void warp_absmax_to_word(std::uint32_t* word, float a
   if ((threadIdx.x & 31) == 0 && amax > 0.f) atomicMax(word, __float_as_uint(amax));
 }
 
+// The absmax of the thread values `amax` over a CTA of kBlockThreads (fmaxf: a NaN never wins),
+// handed to `done` in thread 0. Every thread of the CTA calls it (one __syncthreads).
+template <int kBlockThreads, class Done>
+__device__ __forceinline__ void block_absmax(float amax, Done&& done) {
+  __shared__ float partial[kBlockThreads / 32];
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    amax = threadIdx.x < kBlockThreads / 32 ? partial[threadIdx.x] : 0.f;
+    amax = warp_max(amax);
+    if (threadIdx.x == 0) done(amax);
+  }
+}
+
 // Two floats -> two e4m3 bytes (a in the low byte), cvt.rn.satfinite: +-inf -> +-448, NaN -> 0x7f.
 __device__ __forceinline__ std::uint16_t e4m3x2(float a, float b) {
   return static_cast<std::uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));

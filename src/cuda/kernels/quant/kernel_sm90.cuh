@@ -52,21 +52,6 @@ __device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
   return r < p.rows ? (r < 0 ? 0 : r) : p.rows;
 }
 
-// The absmax of the thread values `amax` over a CTA of kBlockThreads (fmaxf: a NaN never wins),
-// handed to `done` in thread 0. Every thread of the CTA calls it (one __syncthreads).
-template <int kBlockThreads, class Done>
-__device__ __forceinline__ void block_absmax(float amax, Done&& done) {
-  __shared__ float partial[kBlockThreads / 32];
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    amax = threadIdx.x < kBlockThreads / 32 ? partial[threadIdx.x] : 0.f;
-    amax = warp_max(amax);
-    if (threadIdx.x == 0) done(amax);
-  }
-}
-
 // PDL (cuda/common/pdl.cuh), first thing in every quant kernel: these kernels have no prologue
 // worth overlapping, and everything they touch is the chain's (x, the row count, the absmax word
 // routing zeroed, q and scale). Their dependents (GEMM1 / GEMM2, or pass 2 after pass 1) may
@@ -90,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) absmax_tensor_sm90_kernel(const __gr
 #pragma unroll
     for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
   }
-  block_absmax<kThreads>(amax, [&](float a) {
+  numerics::block_absmax<kThreads>(amax, [&](float a) {
     // a >= 0 and never NaN here, so its bits order like the values.
     if (a > 0.f) atomicMax(p.absmax, __float_as_uint(a));
   });
@@ -140,7 +125,7 @@ __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_k
 #pragma unroll
     for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
   }
-  block_absmax<kSmallTensorThreads>(amax, [&](float a) {
+  numerics::block_absmax<kSmallTensorThreads>(amax, [&](float a) {
     s_scale = numerics::dynamic_scale(a);
     p.scale[0] = s_scale;
   });

@@ -21,7 +21,7 @@
 #include "cuda/common/warp.cuh"
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
-#include "cuda/numerics/quant.cuh"  // fold_absmax
+#include "cuda/numerics/quant.cuh"  // fold_absmax, block_absmax
 #include "cuda/numerics/topk.cuh"
 
 namespace moekit::cuda::routing {
@@ -198,15 +198,7 @@ __device__ void hidden_absmax_partial(const RoutingParams& p, int b) {
     tail = nv * 8;
   }
   for (std::int64_t i = tail + first; i < n; i += stride) amax = numerics::fold_absmax(amax, abs_of(x[i]));
-  __shared__ float warp_amax[kNumThreads / 32];
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    amax = threadIdx.x < kNumThreads / 32 ? warp_amax[threadIdx.x] : 0.f;
-    amax = warp_max(amax);
-    if (threadIdx.x == 0) p.absmax_partials[b] = amax;
-  }
+  numerics::block_absmax<kNumThreads>(amax, [&](float a) { p.absmax_partials[b] = a; });
 }
 
 template <class TLogit, int kNumThreads>

@@ -45,12 +45,18 @@ bool multi_cta_permutation(const RoutingParams& p) {
                        (p.permute_path == PermutePath::kAuto && P > kPermuteMultiCtaMinSlots && p.chunk_counts != nullptr));
 }
 
+// Whether the whole routing is one launch of the one-CTA permutation (routing in the same CTA):
+// not the multi-CTA permutation, not the route grid of more than kFusedRouteMaxTokens tokens
+// before it. Only that launch hosts the absmax CTAs (RoutingParams::absmax_ctas).
+bool one_launch_permutation(const RoutingParams& p) {
+  return p.permute && !multi_cta_permutation(p) && !(p.route && p.num_tokens > kFusedRouteMaxTokens);
+}
+
 }  // namespace
 
 int routing_absmax_ctas(const RoutingParams& p, int device) {
   if (p.absmax_x == nullptr || p.absmax_partials == nullptr || p.absmax_elems <= 0) return 0;
-  if (p.num_tokens <= 0 || !p.permute || multi_cta_permutation(p)) return 0;
-  if (p.route && p.num_tokens > kFusedRouteMaxTokens) return 0;  // route grid + permute: two launches
+  if (p.num_tokens <= 0 || !one_launch_permutation(p)) return 0;
   const std::int64_t want = (p.absmax_elems + kAbsmaxElemsPerCta - 1) / kAbsmaxElemsPerCta;
   const std::int64_t cap = std::min<std::int64_t>(kMaxAbsmaxCtas, device_sm_count(device) - 1);
   return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
@@ -83,8 +89,7 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   const std::int64_t P = p.num_tokens * p.top_k;
   const bool multi = multi_cta_permutation(p);
   // The absmax CTAs ride on the one-CTA permutation's single launch only (routing_absmax_ctas()).
-  const bool single = p.permute && !multi && !(p.route && p.num_tokens > kFusedRouteMaxTokens);
-  if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !single))
+  if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !one_launch_permutation(p)))
     throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
                                        " for this launch (routing_absmax_ctas() says how many it hosts)");
   if (multi) {
