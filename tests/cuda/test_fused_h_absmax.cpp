@@ -30,32 +30,37 @@ constexpr std::uint16_t kPoison = 0xffff;  // DeviceCase::run memsets out to 0xf
 // decode are left out: the latter two never run the chain, and auto picks one of these.
 const char* const kGemmPaths[] = {"mma", "swapab", "tokmajor"};
 
-// For each path, call mode and M: the output with the fused absmax (MOEKIT_FUSED_H_ABSMAX unset)
-// and with the two-pass quant(h) (=0), bitwise equal and fully written.
-void check_fused_vs_two_pass(const CaseSpec& spec) {
+// For each path, call mode and M: the output with the switch `env` off (=0: the separate absmax
+// launch) and on (=1), bitwise equal and fully written. `what` names the fused form in messages.
+void check_switch_bitwise(const CaseSpec& spec, const char* env, const char* what) {
   const MoeCase c = make_case(spec);
   DeviceCase d(c);
   for (const char* path : kGemmPaths)
     for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
       for (std::int64_t M : {1, 37, 300}) {
         if (M > spec.M) continue;
-        SCOPED_TRACE(spec.name() + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
+        SCOPED_TRACE(spec.name() + " " + env + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
         try {
-          std::vector<std::uint16_t> two_pass, fused;
+          std::vector<std::uint16_t> separate, fused;
           {
-            ScopedEnv off("MOEKIT_FUSED_H_ABSMAX", "0");
-            two_pass = d.run(M, mode, path);
+            ScopedEnv off(env, "0");
+            separate = d.run(M, mode, path);
           }
           {
-            ScopedEnv on("MOEKIT_FUSED_H_ABSMAX", "1");
+            ScopedEnv on(env, "1");
             fused = d.run(M, mode, path);
           }
-          ASSERT_EQ(0, std::count(two_pass.begin(), two_pass.end(), kPoison)) << "two-pass: out not written";
-          EXPECT_TRUE(fused == two_pass) << "the fused absmax changed the output";
+          ASSERT_EQ(0, std::count(separate.begin(), separate.end(), kPoison)) << "absmax launch: out not written";
+          EXPECT_TRUE(fused == separate) << what << " changed the output";
         } catch (const Error& e) {
           ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
         }
       }
+}
+
+// The intermediate's absmax in GEMM1's epilogue (MOEKIT_FUSED_H_ABSMAX) against the two-pass quant(h).
+void check_fused_vs_two_pass(const CaseSpec& spec) {
+  check_switch_bitwise(spec, "MOEKIT_FUSED_H_ABSMAX", "the fused absmax");
 }
 
 CaseSpec fp8_dynamic_spec(std::int64_t E, std::int64_t k, std::int64_t K, std::int64_t N) {
@@ -101,35 +106,12 @@ TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassExpertMapAndBias) {
   check_fused_vs_two_pass(s);
 }
 
-// For each path, call mode and M: the output with hidden's absmax in the routing launch
-// (MOEKIT_ROUTING_ABSMAX unset) and with the absmax launch (=0), bitwise equal and fully written.
-// M = 37 and 300 at K = 1024 are past the one-CTA quantization's 32 K elements (where the routing
-// launch takes the absmax); with k = 8 and M = 300 (2400 slots) the permutation runs on the grids,
-// which do not host it, so both sides take the absmax launch there.
+// Hidden's absmax in the routing launch (MOEKIT_ROUTING_ABSMAX) against the absmax launch. M = 37
+// and 300 at K = 1024 are past the one-CTA quantization's 32 K elements (where the routing launch
+// takes the absmax); with k = 8 and M = 300 (2400 slots) the permutation runs on the grids, which
+// do not host it, so both sides take the absmax launch there.
 void check_routing_absmax(const CaseSpec& spec) {
-  const MoeCase c = make_case(spec);
-  DeviceCase d(c);
-  for (const char* path : kGemmPaths)
-    for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
-      for (std::int64_t M : {1, 37, 300}) {
-        if (M > spec.M) continue;
-        SCOPED_TRACE(spec.name() + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
-        try {
-          std::vector<std::uint16_t> separate, in_routing;
-          {
-            ScopedEnv off("MOEKIT_ROUTING_ABSMAX", "0");
-            separate = d.run(M, mode, path);
-          }
-          {
-            ScopedEnv on("MOEKIT_ROUTING_ABSMAX", "1");
-            in_routing = d.run(M, mode, path);
-          }
-          ASSERT_EQ(0, std::count(separate.begin(), separate.end(), kPoison)) << "absmax launch: out not written";
-          EXPECT_TRUE(in_routing == separate) << "the absmax in the routing launch changed the output";
-        } catch (const Error& e) {
-          ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
-        }
-      }
+  check_switch_bitwise(spec, "MOEKIT_ROUTING_ABSMAX", "the absmax in the routing launch");
 }
 
 TEST(Sm90RoutingAbsmax, BitwiseEqualToAbsmaxLaunch) {
