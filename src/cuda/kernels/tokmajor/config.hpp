@@ -25,7 +25,7 @@ constexpr int stage_bytes(bool block128) { return kATileBytes + b_tile_bytes(blo
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
-// GEMM2's ping-pong consumers (KernelParams::pingpong): units of 64 token rows, one warpgroup each.
+// GEMM2's ping-pong consumers (the kPingPong instantiations): units of 64 token rows, one warpgroup each.
 inline constexpr int kPingPongBlockM = 64;
 // Named barrier of the producer warpgroup (id 0 is __syncthreads'), used by the dynamic schedule.
 inline constexpr int kProducerBarrier = 1;

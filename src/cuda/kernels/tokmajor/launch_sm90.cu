@@ -44,9 +44,10 @@ std::int64_t max_tiles(const GroupedGemmParams& p, int bm = tokmajor::kBlockM) {
 
 // GEMM2's ping-pong consumers (the kPingPong instantiations, inst/tokmajor_sm90_pingpong.cu) where
 // the kernel allows them (not block128, cluster 1, the dynamic schedule, K-short tiles:
-// num_k_stages < stages) and the call is decode-sized: at most kPingPongMaxRowsPerExpert rows an expert on average, so that most
-// experts fit one 64-row unit (more rows per expert would load each weight tile once per 64 rows
-// instead of once per 128). MOEKIT_TOKMAJOR_PINGPONG=0 turns them off, =1 on wherever allowed.
+// num_k_stages < stages) and the call is decode-sized: at most kPingPongMaxRowsPerExpert rows an
+// expert on average, so that most experts fit one 64-row unit (more rows per expert would load
+// each weight tile once per 64 rows instead of once per 128). MOEKIT_TOKMAJOR_PINGPONG=0 turns
+// them off, =1 on wherever allowed.
 constexpr std::int64_t kPingPongMaxRowsPerExpert = 64;
 
 bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) {
