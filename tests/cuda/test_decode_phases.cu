@@ -346,11 +346,6 @@ TEST(Sm90Gemv, MmaPhaseBreakdown) {
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 16}, "gemv");
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 8}, "gemv");
-  // Few slot groups: GEMM2's tasks cut into pieces of N (gemm2_pieces; MOEKIT_GEMV_GEMM2_SPLIT=0
-  // keeps them whole, for the comparison).
-  phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 1}, "gemv");
-  phase_table({"mixtral-8x7b TP1", 8, 2, 4096, 14336, 1}, "gemv");
-  phase_table({"gpt-oss-120b TP1 (no bias)", 128, 4, 2880, 2880, 1}, "gemv");
   unsetenv("MOEKIT_GEMV_KERNEL");
 }
 

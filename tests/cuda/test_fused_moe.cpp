@@ -763,67 +763,6 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
-TEST(Sm90Dispatch, GemvMmaGemm2PiecesMatchReference) {
-  SKIP_WITHOUT_SM90();
-  // The tensor-core GEMV kernel cuts GEMM2's tasks into pieces of N where a CTA has fewer tasks
-  // (column block, slot group) than warps (kernel_mma_sm90.cuh, gemm2_pieces). Here K = 512 gives
-  // 32 column blocks, so on the H200's 132 CTAs a CTA owns at most one, M <= 4 with k = 2 gives at
-  // most 8 slot groups: fewer than 16 tasks, and R = 5..16 rounds of w2 a task make n = 2 pieces
-  // cost fewer rounds than one, so every CTA with a block cuts. Against the reference at M = 1..4,
-  // bitwise run to run, and with the split off (MOEKIT_GEMV_GEMM2_SPLIT=0) against the reference
-  // too (the pieces' sums change the association, not the tolerance); a bad value is an error.
-  struct Variant {
-    Scheme scheme;
-    std::int64_t N;
-    bool bias;
-    bool expert_map;
-    bool static_scales;
-    Activation act;
-  };
-  const Variant variants[] = {
-      {Scheme::kBf16, 2048, false, false, false, Activation::kSilu},            // 16 rounds a task
-      {Scheme::kBf16, 2048, true, true, false, Activation::kSilu},              // biases, -1 map entries
-      {Scheme::kFp8PerTensor, 2048, false, false, false, Activation::kSilu},    // 8 rounds, dynamic scales
-      {Scheme::kFp8PerTensor, 2048, false, false, true, Activation::kSilu},     // static scales
-      {Scheme::kFp8PerChannel, 2048, false, false, false, Activation::kSilu},   // the general kernel
-      {Scheme::kFp8PerTensor, 1288, true, false, false, Activation::kSwigluOai},  // rows of N % 16 == 8 (general)
-  };
-  for (const Variant& v : variants) {
-    CaseSpec s = small_spec(v.scheme);
-    s.E = 8;
-    s.k = 2;
-    s.K = 512;
-    s.N = v.N;
-    s.M = 4;
-    s.bias = v.bias;
-    s.expert_map = v.expert_map;
-    s.static_scales = v.static_scales;
-    s.activation.kind = v.act;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    for (std::int64_t M : {1, 2, 3, 4}) {
-      const std::vector<std::uint16_t> a = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-      const std::vector<std::uint16_t> b = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_TRUE(a == b) << s.name() << " M = " << M << ": not bitwise reproducible";
-      EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, M), s.K, v.scheme, "gemv(mma) GEMM2 pieces"))
-          << s.name() << " M = " << M;
-      ScopedEnv off("MOEKIT_GEMV_GEMM2_SPLIT", "0");
-      const std::vector<std::uint16_t> w = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_TRUE(rows_match(to_float(w, s.act_dtype), reference_rows(c, 0, M), s.K, v.scheme, "gemv(mma) GEMM2 whole"))
-          << s.name() << " M = " << M;
-    }
-  }
-  MoeCase c = make_case(small_spec(Scheme::kBf16));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-  ScopedEnv bad("MOEKIT_GEMV_GEMM2_SPLIT", "2");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_GEMM2_SPLIT"), std::string::npos) << what;
-}
-
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before

@@ -50,27 +50,6 @@ namespace moekit::cuda::gemv {
 // branches in one kernel, the fp8_per_tensor points on it measured 2-5 % slower (same-run grid at
 // 466afab against 306a423, before either existed), so launch_sm90.cu takes the plain kernel
 // wherever it can run the call.
-// GEMM2's pieces of N. A CTA owning `blocks` 16-column output blocks has blocks x S tasks (S slot
-// groups) of R rounds each; on kWarps warps it runs ceil(tasks / kWarps) of them one after another.
-// Where tasks < kWarps (warps idle: mixtral-8x7b at M = 1 has 2 blocks x 2 groups, 56 rounds each
-// at TP1) each task is cut into n pieces of N: ceil(tasks n / kWarps) pieces of ceil(R / n) rounds
-// a warp. The n of the fewest rounds a warp (a piece's tail, its sums to shared memory, counted as
-// half a round), the smallest such n, at most max_pieces (the partial sums' room) and R.
-__device__ __forceinline__ int gemm2_pieces(int blocks, int S, int R, int max_pieces) {
-  const int tasks = blocks * S;
-  if (tasks <= 0 || tasks >= kWarps) return 1;
-  const int limit = min(min(R, max_pieces), kWarps);
-  int best = 1, best_cost = 2 * R + 1;
-  for (int n = 2; n <= limit; ++n) {
-    const int cost = ((tasks * n + kWarps - 1) / kWarps) * (2 * ((R + n - 1) / n) + 1);
-    if (cost < best_cost) {
-      best = n;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
-
 template <Operand kOp, bool kGeneral = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
@@ -324,59 +303,6 @@ struct GemvMma {
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
-    // ---- GEMM2's work list, known since the routing: this CTA's 16-column output blocks
-    // [cb0, cb1), passes of cbp blocks, tasks (column block, slot group, piece of N): a piece is a
-    // range of the task's rounds of kRound2 64-byte k-blocks of the w2 rows (gemm2_pieces).
-    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-    const int cph = static_cast<int>((w2_row + 15) / 16);  // 16-byte chunks of an h row and a w2 row
-    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
-    const int CB = static_cast<int>((K + 15) / 16);
-    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
-    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
-    const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
-    const int R2 = (nkb2 + kRound2 - 1) / kRound2;
-    // ys holds [pieces][P][cbp * 16] fp32: the work area's floats (GEMM1's partial sums or the
-    // host's cb_pass blocks of P slots, whichever is larger) bound cbp.
-    const int cap = max(kWarps * 2 * 16 * kTok, max(P, 1) * 16 * L.cb_pass);
-    const int pieces = gemm2_pieces(cb1 - cb0, S, R2, min(p.gemm2_max_pieces, cap / (max(P, 1) * 16)));
-    const int cbp = max(1, cap / (max(P, 1) * 16 * pieces));
-    const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
-    // Rounds [r0, r1) of a piece.
-    auto piece_rounds = [&](int piece, int& r0, int& r1) {
-      r0 = R2 * piece / pieces;
-      r1 = R2 * (piece + 1) / pieces;
-    };
-    // Task t of the pass at block pb: column block t / (S * pieces), slot group, piece fastest.
-    auto issue2 = [&](uint4 (&a)[kRound2][2], int pb, int task, int r) {
-      const int cbl = task / (S * pieces), s = task / pieces - cbl * S;
-      const int e = ue[gu[s]];
-      const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
-      const bool vlo = rlo < K, vhi = rhi < K;
-      const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
-      const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
-#pragma unroll
-      for (int i = 0; i < kRound2; ++i) {
-        const int ch = (r * kRound2 + i) * 4 + c;
-        const bool ok = ch < cph;
-        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        if (!kFp8 || !half_rows) {
-          a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
-          a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
-        } else {
-          a[i][0] = ok && vlo ? ld_half_rows(alo + off, off + 16 > w2_row) : zero4();
-          a[i][1] = ok && vhi ? ld_half_rows(ahi + off, off + 16 > w2_row) : zero4();
-        }
-      }
-    };
-    // The first pass's first round goes out before the grid barrier: w2's addresses depend on the
-    // routing only, so its latency overlaps the barrier and the staging of h.
-    uint4 c2[kRound2][2], n2[kRound2][2];
-    if (cb0 < cb1 && warp < min(cbp, cb1 - cb0) * S * pieces) {
-      int r0, r1;
-      piece_rounds(warp % pieces, r0, r1);
-      issue2(c2, cb0, warp, r0);
-    }
-
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
@@ -389,6 +315,8 @@ struct GemvMma {
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
     // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
+    const int cph = static_cast<int>((w2_row + 15) / 16);
+    const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
     if (kFp8 && per_channel) {
       // fp8_per_channel: a warp a slot: its row's absmax gives the slot's scale (the reference's
       // per-row intermediate scale), then the row as e4m3, zero past N up to the chunk's end. The
@@ -455,35 +383,53 @@ struct GemvMma {
     __syncthreads();
     stamp(kPhaseStaged);
 
-    float* ys = work;  // [pieces][P][cols]: each slot's raw sums, a piece of N each
-    for (int pb = cb0; pb < cb1; pb += cbp) {
-      const int ncb = min(cbp, cb1 - pb);
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
+    const int CB = static_cast<int>((K + 15) / 16);
+    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
+    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
+    const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
+    float* ys = work;                // [P][cols]: each slot's result, coefficient applied
+    for (int pb = cb0; pb < cb1; pb += L.cb_pass) {
+      const int ncb = min(L.cb_pass, cb1 - pb);
       const int cols = ncb * 16;
-      const int tasks = ncb * S * pieces;
-      // A warp's tasks run one after another; the next round's w2 loads (the next task's first at a
-      // task's end) are issued before this round's mmas.
-      if (pb != cb0 && warp < tasks) {
-        int r0, r1;
-        piece_rounds(warp % pieces, r0, r1);
-        issue2(c2, pb, warp, r0);
-      }
+      const int tasks = ncb * S;
+      // A warp's tasks (column block, slot group) are rounds of kRound2 k-blocks of N; the next
+      // round's w2 loads (the next task's first at a task's end) are issued before this round's mmas.
+      const int R2 = (nkb2 + kRound2 - 1) / kRound2;
+      auto issue2 = [&](uint4 (&a)[kRound2][2], int task, int r) {
+        const int cbl = task / S, s = task - cbl * S;
+        const int e = ue[gu[s]];
+        const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
+        const bool vlo = rlo < K, vhi = rhi < K;
+        const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
+        const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
+#pragma unroll
+        for (int i = 0; i < kRound2; ++i) {
+          const int ch = (r * kRound2 + i) * 4 + c;
+          const bool ok = ch < cph;
+          const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+          if (!kFp8 || !half_rows) {
+            a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
+            a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          } else {
+            a[i][0] = ok && vlo ? ld_half_rows(alo + off, off + 16 > w2_row) : zero4();
+            a[i][1] = ok && vhi ? ld_half_rows(ahi + off, off + 16 > w2_row) : zero4();
+          }
+        }
+      };
+      uint4 c2[kRound2][2], n2[kRound2][2];
+      if (warp < tasks) issue2(c2, warp, 0);
       for (int task = warp; task < tasks; task += kWarps) {
-        const int cbl = task / (S * pieces), piece = task % pieces, s = task / pieces - cbl * S;
+        const int cbl = task / S, s = task - cbl * S;
         const int u = gu[s], first = gfirst[s];
         const int ng = min(8, uoff[u + 1] - first);
         const bool bv = g < ng;
         const std::uint8_t* brow = region + static_cast<std::int64_t>(bv ? sorted[first + g] : 0) * ph;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int r0, r1;
-        piece_rounds(piece, r0, r1);
-        for (int r = r0; r < r1; ++r) {
-          if (r + 1 < r1) {
-            issue2(n2, pb, task, r + 1);
-          } else if (task + kWarps < tasks) {
-            int q0, q1;
-            piece_rounds((task + kWarps) % pieces, q0, q1);
-            issue2(n2, pb, task + kWarps, q0);
-          }
+        for (int r = 0; r < R2; ++r) {
+          if (r + 1 < R2) issue2(n2, task, r + 1);
+          else if (task + kWarps < tasks) issue2(n2, task + kWarps, 0);
 #pragma unroll
           for (int i = 0; i < kRound2; ++i) {
             const int kbi = r * kRound2 + i;
@@ -499,19 +445,22 @@ struct GemvMma {
           }
         }
         // acc: columns g, g + 8 of the block, the group's slots 2c, 2c + 1.
-        float* yp = ys + static_cast<std::int64_t>(piece) * P * cols;
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             const int n = 2 * c + q;
-            if (n < ng) yp[static_cast<std::int64_t>(sorted[first + n]) * cols + cbl * 16 + g + 8 * h2] = acc[2 * h2 + q];
+            if (n < ng) {
+              const int slot = sorted[first + n];
+              const int r = (pb + cbl) * 16 + g + 8 * h2;  // the output column
+              float v = acc[2 * h2 + q] * coef[slot];
+              if (kFp8 && per_channel && r < K) v *= p.w2_scale[static_cast<std::int64_t>(ue[gu[s]]) * K + r];
+              ys[static_cast<std::int64_t>(slot) * cols + cbl * 16 + g + 8 * h2] = v;
+            }
           }
       }
       __syncthreads();
-      // One (token, column) a thread: each of its k slots (pieces of N in order, times the slot's
-      // coefficient and, fp8_per_channel, the column's w2 scale), the slots in slot order, then the
-      // b2 terms, rounded once.
+      // One (token, column) a thread: the k slots in slot order, then the b2 terms, rounded once.
       for (int o = tid; o < M * cols; o += kThreads) {
         const int t = o / cols, col = o - t * cols;
         const int r = pb * 16 + col;
@@ -519,13 +468,7 @@ struct GemvMma {
         float acc = 0.0f;
         for (int jj = 0; jj < k; ++jj) {
           const int sl = t * k + jj;
-          const int e = slot_e[sl];
-          if (e < 0) continue;
-          float v = ys[static_cast<std::int64_t>(sl) * cols + col];
-          for (int pc = 1; pc < pieces; ++pc) v += ys[(static_cast<std::int64_t>(pc) * P + sl) * cols + col];
-          v *= coef[sl];
-          if (kFp8 && per_channel) v *= p.w2_scale[static_cast<std::int64_t>(e) * K + r];
-          acc += v;
+          if (slot_e[sl] >= 0) acc += ys[static_cast<std::int64_t>(sl) * cols + col];
         }
         if (p.b2 != nullptr)
           for (int jj = 0; jj < k; ++jj) {

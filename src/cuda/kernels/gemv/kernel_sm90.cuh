@@ -362,7 +362,14 @@ struct Gemv {
           wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row + static_cast<std::int64_t>(qq) * 16);
       }
     };
-    if (warp < tasks) {
+    // Early only where a task is one batch (every task's loads then go out one batch a warp) and
+    // not in e4m3. Measured (H200, 2f21b80 against c02c563, TP8 M = 1..16, check on): 1.02-1.05x at
+    // qwen3-30b, qwen3-235b and deepseek-v3 bf16 M = 1..4, but 0.94-0.95x at mixtral-8x7b bf16
+    // M = 1, 2 (two batches of 256 chunks a task: the early loads compete with the other CTAs' GEMM1
+    // tail, which decides when the barrier opens) and 0.97-0.99x at qwen3-30b fp8 M = 1, 2 (the
+    // e4m3 instantiation's spills grew from 16 / 44 to 40 / 84 bytes).
+    const bool early = !kFp8 && warp < tasks && total <= 32 * kLoadsAhead;
+    if (early) {
       if constexpr (kFast) {
         set_token(warp / R);
         load(cur, r0 + warp % R);
@@ -408,6 +415,10 @@ struct Gemv {
     stamp(kPhaseStaged);
 
     if constexpr (kFast) {
+      if (!early && warp < tasks) {
+        set_token(warp / R);
+        load(cur, r0 + warp % R);
+      }
       for (int task = warp; task < tasks; task += kWarps) {
         const int t = task / R, r = r0 + task % R;
         const int next = task + kWarps;
@@ -434,7 +445,7 @@ struct Gemv {
         const int r = r0 + task % R;
         float acc = 0.0f;
         for (int base = 0; base < total; base += 32 * kLoadsAhead) {
-          if (task != warp || base != 0) issue(task, base);  // the first batch went out before the barrier
+          if (!early || task != warp || base != 0) issue(task, base);  // early: the first batch is out
 #pragma unroll
           for (int i = 0; i < kLoadsAhead; ++i) {
             if (ei[i] < 0) continue;

@@ -236,16 +236,6 @@ bool gemv_one_round_enabled() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_ONE_ROUND = '") + v + "', expected 0 or 1");
 }
 
-// MOEKIT_GEMV_GEMM2_SPLIT=0 (read at every call; A/Bs and the test) keeps the tensor-core
-// kernel's GEMM2 tasks whole; unset or 1: the kernel cuts them into pieces of N where a CTA has
-// fewer tasks than warps (kernel_mma_sm90.cuh, gemm2_pieces). Any other value is an error.
-int gemv_gemm2_max_pieces() {
-  const char* v = std::getenv("MOEKIT_GEMV_GEMM2_SPLIT");
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return gv::kWarps;
-  if (std::strcmp(v, "0") == 0) return 1;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_GEMM2_SPLIT = '") + v + "', expected 0 or 1");
-}
-
 // Where the CUDA-core kernel runs GEMM2 in its one-round form: a task's k x N chunks within one
 // round of loads (gv::one_round_chunks_per_lane) and at least gv::kOneRoundMinColumns output
 // columns a CTA (K / grid), so that most warps have two or more columns of a token and the next
@@ -339,7 +329,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
-  const int max_pieces = gemv_gemm2_max_pieces();   // likewise
   KernelFns fns = kernel_fns(kind, p, false);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
@@ -397,7 +386,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
-  kp.gemm2_max_pieces = max_pieces;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);

@@ -83,8 +83,6 @@ struct GemvParams {
   int weight_on_input;
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
-  int gemm2_max_pieces;             // the tensor-core kernel: GEMM2's tasks cut into at most this many
-                                    // pieces of N (gemm2_pieces; 1 = never cut, MOEKIT_GEMV_GEMM2_SPLIT=0)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

@@ -323,9 +323,13 @@ struct TokMajor {
     const bool timed = ct == 0 && p.phases != nullptr;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
-        // The unit the producer took for the tile that starts at this stage (-1: none left).
+        // The unit the producer took for the tile that starts at this stage (-1: none left), read
+        // by lane 0, the lane that later releases the stage (release()): compute-sanitizer's
+        // racecheck does not carry a lane's read across the __syncwarp to lane 0's empty-barrier
+        // arrival, and reported every lane's read against the producer's next write of the slot
+        // as a potential WAR hazard.
         sm90::mbar_wait(s.full + 8 * stage, phase);
-        w = s.tile_w[stage];
+        w = __shfl_sync(0xffffffffu, lane == 0 ? s.tile_w[stage] : 0, 0);
         if (w < 0) break;
       }
       Tile tl;
