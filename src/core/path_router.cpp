@@ -309,7 +309,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // above, mma between them only for tiny bf16 shards. A GEMM Swap-AB declines runs token-major.
   if (in.tokmajor_ok[0] && in.tokmajor_ok[1] && !p.has_bias13 && !p.has_bias2) {
     const bool tiny = N < t.tiny_n;
-    const double swapab_slots = tiny ? t.tiny_n_swapab_max_slots : t.early_swapab_max_slots;
+    const double swapab_slots =
+        tiny ? t.tiny_n_swapab_max_slots : (fp8 ? t.early_swapab_max_slots : t.early_swapab_max_slots_bf16);
     if (plan.local_slots <= swapab_slots) {
       if (why) why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "")
           << ": decode, Swap-AB";

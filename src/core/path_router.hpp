@@ -92,6 +92,12 @@ struct RouterTable {
   //   Swap-AB's 3.9-4.3, and GEMM2 at TP8 (K = 360) takes 225 µs against mma's 138; the bias is a
   //   proxy for that shape, its cause is not measured yet (docs/router.md).
   double early_swapab_max_slots = 32.0;
+  // bf16 leaves Swap-AB past 16 slots (session 20, same-run path sweep on the H200, check on,
+  // bench/results/2026-12-02-86c683c-h200-paths-tp{8,1}.json): token-major at 32 slots, mixtral TP8
+  // M = 16 106.7 against Swap-AB's 114.0 µs, mixtral TP1 M = 16 668.0 against 681.7, deepseek-v3
+  // TP1 M = 4 660.6 against 683.0; fp8 keeps 32 (qwen3-30b TP1 M = 4 Swap-AB 74.1 against
+  // token-major 81.9, mixtral TP8 / TP1 M = 16 within 1.3 %).
+  double early_swapab_max_slots_bf16 = 16.0;
   std::int64_t tiny_n = 128;
   double tiny_n_swapab_max_slots = 64.0;
   double tiny_n_mma_max_tokens_per_expert_bf16 = 3.0;
@@ -125,11 +131,16 @@ struct RouterTable {
   // Since token-major GEMM2's ping-pong consumers (session 19, docs/tokmajor.md) qwen3-30b fp8
   // M = 32 (256 slots) runs faster token-major: 57.6 vs 60.1 µs, same-run sweep with the check on
   // (bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json), so fp8 takes decode up to 128.
+  // bf16 on N < decode_small_n takes it up to 128 slots since session 20: the GEMV rules now take
+  // every M <= 8 there (the tensor-core kernel deepseek-v3 up to 8 tokens, qwen3-235b up to 16),
+  // so what moves is deepseek-v3 TP8 M = 9..16, where decode won in both sweeps (236.6 against
+  // token-major's 272.2 µs at 6434031; 237.2 against 265.0 at 86c683c, check on,
+  // bench/results/2026-12-02-86c683c-h200-paths-tp8.json) and lost from 32 (350.2 against 299.8).
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;
   std::int64_t decode_small_n = 320;
-  double decode_small_n_max_slots = 32.0;
+  double decode_small_n_max_slots = 128.0;
   double decode_small_n_max_slots_fp8 = 32.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
@@ -159,7 +170,9 @@ struct RouterTable {
   // bf16 above gemv_mma_min_tokens_bf16 tokens (from it on the few experts) up to
   // gemv_mma_max_tokens, fp8 up to
   // gemv_mma_max_tokens but not at M <= gemv_mma_fp8_small_m on experts below
-  // gemv_mma_fp8_small_elems weights (qwen3-30b TP8 M = 1, 2: the CUDA-core kernel). From the
+  // gemv_mma_fp8_small_elems weights (qwen3-30b TP8 M = 1: the CUDA-core kernel, 16.2-16.4 µs
+  // against 17.2; at M = 2 the tensor-core kernel since session 20, 18.4 against 20.0-20.2, same-run
+  // sweep at 86c683c, check on; it had lost there at df51b2f, before its e4m3 split). From the
   // same-run-comparable sweeps of the kernel forced (H200, 2026-12-01, every preset, TP 1 and 8,
   // check on; bench/results/2026-12-01-df51b2f-h200-gemv-mma-*.json, docs/gemv.md): against the
   // previous auto choice it wins 1.03-1.37x at TP8 bf16 M = 8, 16 (qwen3-30b, qwen3-235b, gpt-oss,
@@ -181,7 +194,7 @@ struct RouterTable {
   double gemv_mma_few_experts_max_tokens = 8.0;
   double gemv_mma_min_tokens_bf16 = 4.0;
   double gemv_mma_max_tokens = 16.0;
-  double gemv_mma_fp8_small_m = 2.0;
+  double gemv_mma_fp8_small_m = 1.0;
   double gemv_mma_fp8_small_elems = 524288.0;
   double gemv_mma_fp8_large_elems = 1572864.0;
   double gemv_mma_fp8_large_max_tokens = 4.0;

@@ -152,12 +152,13 @@ TEST(CpuPathRouter, ForcedPathThatCannotRunIsNotSupported) {
 TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   // bench/results/2026-12-01-6434031-h200-decode-cluster-ab.json against the grid at 875d60a:
   // decode won the smallest TP8 shards at the fewest slots (N < 128 up to 512 slots, N < 320 up
-  // to 32, N < 512 up to 8), lost or tied elsewhere.
+  // to 32, N < 512 up to 8), lost or tied elsewhere; bf16 on N < 320 up to 128 slots since session
+  // 20 (deepseek-v3 TP8 M = 16, 86c683c's sweep).
   detail::RouterInputs in;
   const MoeProblem tiny = preset("qwen3-30b-a3b", 64, 8);    // N = 96, 512 slots
   const MoeProblem tiny_more = preset("qwen3-30b-a3b", 65, 8);  // 520 slots
-  const MoeProblem small = preset("deepseek-v3", 4, 8);      // N = 256, 32 slots
-  const MoeProblem small_more = preset("deepseek-v3", 5, 8);  // 40 slots
+  const MoeProblem small = preset("deepseek-v3", 16, 8);      // N = 256, 128 slots
+  const MoeProblem small_more = preset("deepseek-v3", 17, 8);  // 136 slots
   const MoeProblem mid = preset("gpt-oss-120b", 2, 8);      // N = 360, 8 slots
   const MoeProblem mid_more = preset("gpt-oss-120b", 3, 8); // 12 slots
   const MoeProblem tp1 = preset("qwen3-30b-a3b", 1, 1);     // N = 768
@@ -298,7 +299,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("gpt-oss-120b", 8, 8, bf), on);
   EXPECT_EQ(mma("mixtral-8x7b", 8, 8, bf), on);
   EXPECT_EQ(mma("mixtral-8x7b", 4, 8, bf), on);
-  EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, bf));  // ties: left to Swap-AB
+  EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, bf));  // ties: left to the chain (token-major since session 20)
   EXPECT_FALSE(mma("qwen3-30b-a3b", 4, 8, bf));  // the CUDA-core kernel's
   EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, bf));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 1, bf));  // TP1
@@ -311,7 +312,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("qwen3-30b-a3b", 4, 8, f8), on);
   EXPECT_EQ(mma("mixtral-8x7b", 1, 8, f8), on);
   EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, f8));  // the CUDA-core kernel's
-  EXPECT_FALSE(mma("qwen3-30b-a3b", 2, 8, f8));
+  EXPECT_EQ(mma("qwen3-30b-a3b", 2, 8, f8), on);  // since session 20 (86c683c's sweep)
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's from M = 1; not mixtral, not TP1.
@@ -439,18 +440,22 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
 }
 
 TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
-  // Where token-major runs both GEMMs (RouterTable, measured at cda930d): Swap-AB up to 32 local
-  // slots, token-major above; tiny bf16 shards (N < 128) take Swap-AB up to 64 slots and mma up
-  // to 3 tokens/expert in between.
+  // Where token-major runs both GEMMs (RouterTable, measured at cda930d, bf16 retuned at 86c683c):
+  // Swap-AB up to 32 local slots in fp8 and 16 in bf16, token-major above; tiny bf16 shards
+  // (N < 128) take Swap-AB up to 64 slots and mma up to 3 tokens/expert in between.
   detail::RouterInputs in;
   in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
   auto plan = [&](const char* name, std::int64_t M, int tp, Scheme s = Scheme::kBf16) {
     return choose_paths(preset(name, M, tp, s), in);
   };
   const std::string swapab = "gemm1=swapab gemm2=swapab", tokmajor = "gemm1=tokmajor gemm2=tokmajor";
-  EXPECT_EQ(plan("deepseek-v3", 4, 1).describe(), swapab);      // 32 slots
+  EXPECT_EQ(plan("deepseek-v3", 2, 1).describe(), swapab);      // 16 slots
+  EXPECT_EQ(plan("deepseek-v3", 4, 1).describe(), tokmajor);    // 32 slots, bf16
+  EXPECT_EQ(plan("deepseek-v3", 4, 1, Scheme::kFp8PerTensor).describe(), swapab);  // fp8: to 32
   EXPECT_EQ(plan("deepseek-v3", 8, 1).describe(), tokmajor);    // 64 slots
-  EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), swapab);    // k = 2: 32 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 8, 1).describe(), swapab);     // k = 2: 16 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), tokmajor);  // 32 slots, bf16
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), swapab);
   EXPECT_EQ(plan("mixtral-8x7b", 32, 1).describe(), tokmajor);
   EXPECT_EQ(plan("qwen3-235b-a22b", 8, 8).describe(), tokmajor);  // N = 192 is not tiny
   EXPECT_EQ(plan("deepseek-v3", 256, 8, Scheme::kFp8PerTensor).describe(), tokmajor);

@@ -763,6 +763,37 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
+TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
+  SKIP_WITHOUT_SM90();
+  // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer
+  // (<= 2944 bytes each): bf16 w2 rows of N = 12288 (24,576 bytes) need 9, so path=fused must
+  // decline, naming the splits, where until session 20 it ran without a GEMM2 and never wrote
+  // the output (mixtral-8x7b TP1 bf16). fp8 rows of the same N (12,288 bytes, 5 splits) run and
+  // match the reference; auto runs both.
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = small_spec(scheme);
+    s.E = 4;
+    s.k = 2;
+    s.K = 256;
+    s.N = 12288;
+    s.M = 4;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    std::string what;
+    const Status fused = run_status(d, 4, "fused", &what);
+    if (scheme == Scheme::kBf16) {
+      EXPECT_EQ(fused, Status::kNotSupported) << s.name();
+      EXPECT_NE(what.find("splits"), std::string::npos) << what;
+    } else {
+      EXPECT_EQ(fused, Status::kSuccess) << s.name() << ": " << what;
+      const std::vector<std::uint16_t> out = d.run(4, Mode::kFusedExperts, "fused");
+      EXPECT_TRUE(rows_match(to_float(out, s.act_dtype), reference_rows(c, 0, 4), s.K, scheme, "fused N = 12288"));
+    }
+    const std::vector<std::uint16_t> a = d.run(4, Mode::kFusedExperts, "auto");
+    EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, 4), s.K, scheme, "auto N = 12288"));
+  }
+}
+
 TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_SCHEDULE: dynamic (default) or static; anything else fails the call before

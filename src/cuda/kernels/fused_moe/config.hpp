@@ -135,6 +135,7 @@ inline GemmTiling make_tiling(bool gate_up, std::int64_t out_rows, std::int64_t 
 inline GemmTiling choose_gemm_tiling(bool gate_up, std::int64_t out_rows, std::int64_t row_bytes,
                                      std::int64_t groups, int sm_count) {
   GemmTiling best{};
+  best.split = 0;  // nothing fits until a candidate does (can_implement_fused_sm90 refuses split 0)
   double best_cost = 0;
   bool have = false;
   for (int rows : {128, 64, 32, 16}) {

@@ -309,75 +309,6 @@ struct Gemv {
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
-    // ---- GEMM2's tasks (token t, owned column r), one warp each, and their first w2 loads: w2's
-    // addresses depend on the routing only, so the first task's loads go out before the grid
-    // barrier and their latency overlaps it and the staging of h. A task's (slot j, 16-byte chunk
-    // q) loads, k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in
-    // flight before the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of
-    // 12 for qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and
-    // the router weight on output) and added to one accumulator in a fixed order; the butterfly
-    // sums the lanes; lane 0 adds the slots' b2 terms in slot order.
-    const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
-    const int total = k * C2;
-    const int R = r1 - r0;
-    const int tasks = M * R;
-    // The one-round form (kFast; total <= 32 kAhead, the host checks). A lane's chunks idx = 32 i +
-    // lane (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots
-    // and row addresses are set once a token (set_token) instead of per chunk and task, and the
-    // next task's loads go out before this task's FMAs when it has the same token: two tasks' loads
-    // in flight a warp. The same sums in the same order as the general loop.
-    static_assert(!kFast || 32 * kAhead <= 256, "sq packs a chunk index below 256");
-    if (kFast && total > 32 * kAhead) __trap();  // the host never launches it so (gemv_fast_gemm2): loud, not wrong
-    int sq[kAhead];                  // slot * 256 + qq (qq < C2 <= 256 here), -1: no chunk
-    const std::uint8_t* ga[kAhead];  // the chunk in w2 row 0 of its slot's expert
-    auto set_token = [&](int t) {
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        const int idx = i * 32 + lane;
-        const int jj = idx / C2, qq = idx - jj * C2;
-        const int e = idx < total ? slot_e[t * k + jj] : -1;
-        sq[i] = e >= 0 ? (t * k + jj) * 256 + qq : -1;
-        ga[i] = w2 + static_cast<std::int64_t>(e >= 0 ? e : 0) * K * w2_row + qq * 16;
-      }
-    };
-    auto load = [&](uint4 (&wv)[kAhead], int r) {
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i)
-        if (sq[i] >= 0) wv[i] = sm90::ld_stream_16(ga[i] + r * w2_row);
-    };
-    uint4 cur[kAhead], nxt[kAhead];
-    // The general loop: a task's chunks in batches of 32 kLoadsAhead, a batch's loads all issued
-    // before its FMAs.
-    uint4 wv[kLoadsAhead];
-    int ei[kLoadsAhead];
-    auto issue = [&](int task, int base) {
-      const int* se = slot_e + (task / R) * k;
-      const int r = r0 + task % R;
-#pragma unroll
-      for (int i = 0; i < kLoadsAhead; ++i) {
-        const int idx = base + i * 32 + lane;
-        const int jj = idx / C2, qq = idx - jj * C2;
-        ei[i] = idx < total ? se[jj] : -1;
-        if (ei[i] >= 0)
-          wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row + static_cast<std::int64_t>(qq) * 16);
-      }
-    };
-    // Early only where a task is one batch (every task's loads then go out one batch a warp) and
-    // not in e4m3. Measured (H200, 2f21b80 against c02c563, TP8 M = 1..16, check on): 1.02-1.05x at
-    // qwen3-30b, qwen3-235b and deepseek-v3 bf16 M = 1..4, but 0.94-0.95x at mixtral-8x7b bf16
-    // M = 1, 2 (two batches of 256 chunks a task: the early loads compete with the other CTAs' GEMM1
-    // tail, which decides when the barrier opens) and 0.97-0.99x at qwen3-30b fp8 M = 1, 2 (the
-    // e4m3 instantiation's spills grew from 16 / 44 to 40 / 84 bytes).
-    const bool early = !kFp8 && warp < tasks && total <= 32 * kLoadsAhead;
-    if (early) {
-      if constexpr (kFast) {
-        set_token(warp / R);
-        load(cur, r0 + warp % R);
-      } else {
-        issue(warp, 0);
-      }
-    }
-
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
@@ -414,8 +345,43 @@ struct Gemv {
     __syncthreads();
     stamp(kPhaseStaged);
 
+    // Tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q) loads,
+    // k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight before
+    // the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
+    // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
+    // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
+    // the lanes; lane 0 adds the slots' b2 terms in slot order.
+    const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
+    const int total = k * C2;
+    const int R = r1 - r0;
+    const int tasks = M * R;
     if constexpr (kFast) {
-      if (!early && warp < tasks) {
+      static_assert(32 * kAhead <= 256, "sq packs a chunk index below 256");
+      if (total > 32 * kAhead) __trap();  // the host never launches it so (gemv_fast_gemm2): loud, not wrong
+      // The one-round form (total <= 32 kAhead; the host checks). A lane's chunks idx = 32 i + lane
+      // (slot jj = idx / C2, chunk qq) are the same for every task of a token, so their slots and
+      // row addresses are set once a token (set_token) instead of per chunk and task, and the next
+      // task's loads go out before this task's FMAs when it has the same token: two tasks' loads in
+      // flight a warp. The same sums in the same order as the general loop below.
+      int sq[kAhead];                  // slot * 256 + qq (qq < C2 <= 256 here), -1: no chunk
+      const std::uint8_t* ga[kAhead];  // the chunk in w2 row 0 of its slot's expert
+      auto set_token = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i) {
+          const int idx = i * 32 + lane;
+          const int jj = idx / C2, qq = idx - jj * C2;
+          const int e = idx < total ? slot_e[t * k + jj] : -1;
+          sq[i] = e >= 0 ? (t * k + jj) * 256 + qq : -1;
+          ga[i] = w2 + static_cast<std::int64_t>(e >= 0 ? e : 0) * K * w2_row + qq * 16;
+        }
+      };
+      auto load = [&](uint4 (&wv)[kAhead], int r) {
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i)
+          if (sq[i] >= 0) wv[i] = sm90::ld_stream_16(ga[i] + r * w2_row);
+      };
+      uint4 cur[kAhead], nxt[kAhead];
+      if (warp < tasks) {
         set_token(warp / R);
         load(cur, r0 + warp % R);
       }
@@ -443,9 +409,20 @@ struct Gemv {
       for (int task = warp; task < tasks; task += kWarps) {
         const int t = task / R;
         const int r = r0 + task % R;
+        const int* se = slot_e + t * k;
         float acc = 0.0f;
         for (int base = 0; base < total; base += 32 * kLoadsAhead) {
-          if (!early || task != warp || base != 0) issue(task, base);  // early: the first batch is out
+          uint4 wv[kLoadsAhead];
+          int ei[kLoadsAhead];
+#pragma unroll
+          for (int i = 0; i < kLoadsAhead; ++i) {
+            const int idx = base + i * 32 + lane;
+            const int jj = idx / C2, qq = idx - jj * C2;
+            ei[i] = idx < total ? se[jj] : -1;
+            if (ei[i] >= 0)
+              wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
+                                         static_cast<std::int64_t>(qq) * 16);
+          }
 #pragma unroll
           for (int i = 0; i < kLoadsAhead; ++i) {
             if (ei[i] < 0) continue;
