@@ -131,11 +131,13 @@ struct RouterTable {
   // Since token-major GEMM2's ping-pong consumers (session 19, docs/tokmajor.md) qwen3-30b fp8
   // M = 32 (256 slots) runs faster token-major: 57.6 vs 60.1 µs, same-run sweep with the check on
   // (bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json), so fp8 takes decode up to 128.
-  // bf16 on N < decode_small_n takes it up to 128 slots since session 20: the GEMV rules now take
-  // every M <= 8 there (the tensor-core kernel deepseek-v3 up to 8 tokens, qwen3-235b up to 16),
-  // so what moves is deepseek-v3 TP8 M = 9..16, where decode won in both sweeps (236.6 against
-  // token-major's 272.2 µs at 6434031; 237.2 against 265.0 at 86c683c, check on,
-  // bench/results/2026-12-02-86c683c-h200-paths-tp8.json) and lost from 32 (350.2 against 299.8).
+  // bf16 on N < decode_small_n takes it up to 128 slots since session 20: the GEMV rules take
+  // qwen3-235b TP8 up to M = 16 and deepseek-v3 TP8 up to M = 13 (the tensor-core GEMV kernel's
+  // shared memory: its token rows), so what moves is deepseek-v3 TP8 M = 14..16, where decode won
+  // in every sweep at M = 16 (236.6 against token-major's 272.2 µs at 6434031; 237.2 against 265.0
+  // at 86c683c; 237.4 against 263.0 at ab8148a, two passes; check on, bench/results/
+  // 2026-12-02-{86c683c-h200-paths-tp8,ab8148a-h200-retune-ds8-*}.json) and lost at 32 (350.2
+  // against 299.8).
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;

@@ -284,7 +284,8 @@ TEST(CpuPathRouter, GemvFirstWhereItWonWhenItCanRun) {
 
 TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
-  // N < 512 but qwen3-30b M <= 2 (fp8_per_channel there too) and deepseek-v3 past 4 tokens,
+  // N < 512 but qwen3-30b M = 1 (M <= 2 until session 20; fp8_per_channel from M = 1) and
+  // deepseek-v3 past 4 tokens,
   // mixtral TP8 (8 experts) up to 8 tokens (not fp8_per_channel); never at TP1.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -329,11 +330,18 @@ class CudaRunner final : public Runner {
     } catch (const Error& e) {
       // Keep measuring the experts when the device routing is missing: route on the CPU.
       cudaGetLastError();
+      BENCH_CUDA(cudaStreamSynchronize(stream_));  // the logits' fill on stream_ is done before the host reads them
       route_on_host(ra, M, E, k, logits, ids, weights);
       notes.push_back(std::string("routed on the CPU: ") + e.what());
     }
-    if (M > 0)
+    // The routing the check takes as the call's: route()'s ids and weights, on the host. With
+    // --op fused_moe the call writes its own routing into the same buffers, which are NaN /
+    // -1-poisoned before the timed calls and compared with these after them.
+    std::vector<float> h_w(static_cast<std::size_t>(M * k));
+    if (M > 0) {
       BENCH_CUDA(cudaMemcpy(h_ids.data(), ids.p, h_ids.size() * 4, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(h_w.data(), weights.p, h_w.size() * 4, cudaMemcpyDeviceToHost));
+    }
     row.touched_experts = count_unique(h_ids.data(), M * k, E);
 
     // ---- the call ----
@@ -397,6 +405,13 @@ class CudaRunner final : public Runner {
         notes.push_back(std::string("host timing failed: ") + e.what());
       }
     }
+    // Poisoned again: the replays timed below must write every output themselves (the warm-up
+    // calls above wrote them once already).
+    if (out.bytes > 0) BENCH_CUDA(cudaMemsetAsync(out.p, 0xff, out.bytes, stream_));
+    if (whole && M > 0) {
+      BENCH_CUDA(cudaMemsetAsync(ids.p, 0xff, ids.bytes, stream_));
+      BENCH_CUDA(cudaMemsetAsync(weights.p, 0xff, weights.bytes, stream_));
+    }
     std::string graph_error;
     row.us = time_graph_or_eager(call, iters, &row.timing, &graph_error);
     if (!graph_error.empty()) notes.push_back("graph capture failed (" + graph_error + "), timed eager");
@@ -431,7 +446,8 @@ class CudaRunner final : public Runner {
     // after an idle spell would start on lowered clocks. `out` still holds the last replay's output.
     if (config_.check) {
       try {
-        record_check(row, check_against_cpu(args, h_ids, M, hidden, weights, out));
+        if (whole) check_routing(h_ids, h_w, ids, weights);  // throws on a difference
+        record_check(row, check_against_cpu(args, h_ids, h_w, M, hidden, out));
       } catch (const std::exception& e) {
         cudaGetLastError();
         record_check_error(row, e.what());
@@ -923,16 +939,34 @@ class CudaRunner final : public Runner {
 
   // --check: the output, inputs and routing back on the host, then the shared check
   // (check.cpp: the CPU reference on the sampled tokens and the experts they touch).
-  CheckResult check_against_cpu(const FusedExpertsArgs& dev, const std::vector<std::int32_t>& h_ids, std::int64_t M,
-                                const DevBuf& hidden, const DevBuf& weights, const DevBuf& out) {
+  // --op fused_moe: the call's own routing (written into `ids` / `weights`) against route()'s, the
+  // ids exactly and the weights within 1e-3 relative (a path may sum in another order); throws
+  // naming the first difference.
+  void check_routing(const std::vector<std::int32_t>& want_ids, const std::vector<float>& want_w, const DevBuf& ids,
+                     const DevBuf& weights) {
+    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    if (want_ids.empty()) return;
+    std::vector<std::int32_t> got_ids(want_ids.size());
+    std::vector<float> got_w(want_w.size());
+    BENCH_CUDA(cudaMemcpy(got_ids.data(), ids.p, got_ids.size() * 4, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(got_w.data(), weights.p, got_w.size() * 4, cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < want_ids.size(); ++i) {
+      const double tol = 1e-3 * std::max(1.0, std::fabs(static_cast<double>(want_w[i])));
+      if (got_ids[i] != want_ids[i] || !(std::fabs(static_cast<double>(got_w[i]) - want_w[i]) <= tol))
+        throw std::runtime_error("fused_moe's routing differs from route() at slot " + std::to_string(i) + ": id " +
+                                 std::to_string(got_ids[i]) + " (want " + std::to_string(want_ids[i]) + "), weight " +
+                                 std::to_string(got_w[i]) + " (want " + std::to_string(want_w[i]) + ")");
+    }
+  }
+
+  CheckResult check_against_cpu(const FusedExpertsArgs& dev, const std::vector<std::int32_t>& h_ids,
+                                const std::vector<float>& h_w, std::int64_t M, const DevBuf& hidden, const DevBuf& out) {
     BENCH_CUDA(cudaStreamSynchronize(stream_));
     const MoeProblem& p = problem_;
     std::vector<std::uint16_t> h_hidden(static_cast<std::size_t>(M * p.hidden_size)),
         got(static_cast<std::size_t>(M * p.hidden_size));
-    std::vector<float> h_w(static_cast<std::size_t>(M * p.top_k));
     if (M > 0) {
       BENCH_CUDA(cudaMemcpy(h_hidden.data(), hidden.p, hidden.bytes, cudaMemcpyDeviceToHost));
-      BENCH_CUDA(cudaMemcpy(h_w.data(), weights.p, weights.bytes, cudaMemcpyDeviceToHost));
       BENCH_CUDA(cudaMemcpy(got.data(), out.p, out.bytes, cudaMemcpyDeviceToHost));
     }
     ExpertSource src;
