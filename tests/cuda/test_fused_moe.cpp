@@ -182,6 +182,17 @@ void check_case(MoeCase& c, const std::vector<std::int64_t>& Ms, Mode mode) {
     if (mode == Mode::kFusedMoe) {
       const std::vector<std::int32_t> want(c.topk_ids.begin(), c.topk_ids.begin() + M * c.spec.k);
       EXPECT_EQ(ids, want) << label(c.spec, M, mode) << ": GPU routing chose other experts than the CPU";
+      // The weights too (poisoned before the call, so a path that leaves them unwritten fails):
+      // the CPU routing's, within 1e-3 relative (the GPU sums its softmax / normalization in
+      // another order).
+      for (std::size_t i = 0; i < wts.size() && i < c.topk_weights.size(); ++i) {
+        const float w = c.topk_weights[i];
+        if (!(std::fabs(wts[i] - w) <= 1e-3f * std::max(1.0f, std::fabs(w)))) {
+          ADD_FAILURE() << label(c.spec, M, mode) << " path " << g_path << ": topk_weights[" << i << "] = " << wts[i]
+                        << ", the CPU routing's " << w;
+          break;
+        }
+      }
     }
     EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme,
                            label(c.spec, M, mode) + " path " + g_path));
