@@ -303,11 +303,6 @@ class CudaRunner final : public Runner {
     ids.alloc(static_cast<std::size_t>(M * k) * 4);
     weights.alloc(static_cast<std::size_t>(M * k) * 4);
     out.alloc(static_cast<std::size_t>(M * K) * 2);
-    // NaN-poisoned (0xffff bf16): the check reads `out` after the last replay, so a call that wrote
-    // nothing must fail it. cudaMalloc hands back the block the previous path or point freed, which
-    // still held that call's output: until session 20 a fused call that ran no GEMM2 passed the
-    // check at mixtral-8x7b TP1 bf16 M = 1..64 on the previous path's output.
-    if (out.bytes > 0) BENCH_CUDA(cudaMemsetAsync(out.p, 0xff, out.bytes, stream_));
     fill_bf16(hidden.p, M * K, mix_seed(config_.seed, kSeedHidden, static_cast<std::uint64_t>(M)), kHiddenAmp, stream_);
     fill_f32(logits.p, M * E, mix_seed(config_.seed, kSeedLogits, static_cast<std::uint64_t>(M)), 0.0f, kLogitAmp,
              stream_);
@@ -405,8 +400,11 @@ class CudaRunner final : public Runner {
         notes.push_back(std::string("host timing failed: ") + e.what());
       }
     }
-    // Poisoned again: the replays timed below must write every output themselves (the warm-up
-    // calls above wrote them once already).
+    // The outputs NaN-poisoned (0xffff bf16; ids -1, weights NaN) right before the timed replays:
+    // the check reads them after the last replay, so replays that write nothing must fail it.
+    // cudaMalloc hands back the block the previous path or point freed, and the warm-up calls above
+    // wrote it too: until session 20 a fused call that ran no GEMM2 passed the check at
+    // mixtral-8x7b TP1 bf16 M = 1..64 on the previous path's output.
     if (out.bytes > 0) BENCH_CUDA(cudaMemsetAsync(out.p, 0xff, out.bytes, stream_));
     if (whole && M > 0) {
       BENCH_CUDA(cudaMemsetAsync(ids.p, 0xff, ids.bytes, stream_));
