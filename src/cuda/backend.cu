@@ -429,7 +429,7 @@ void run_moe(const detail::MoeCall& call) {
   // output). Decode-sized calls on Swap-AB / mma only (kPdlMaxTokens: measured to lose with the
   // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
   const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
-  const bool pdl = pdl_enabled() && (tokmajor ? pdl_tokmajor_enabled() : M <= kPdlMaxTokens);
+  const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
   // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) and schedule (MOEKIT_TOKMAJOR_SCHEDULE)
   // are read and checked before anything is enqueued: a bad value fails the call with nothing
   // launched.

@@ -206,9 +206,8 @@ void check_on_off(PdlCase& d, Mode mode, const char* path, std::int64_t M, cudaS
   if (plan == "fused" || gemv) {
     EXPECT_EQ(kernels, gemv && mode == Mode::kFusedMoe ? 2u : 1u) << plan;
     EXPECT_EQ(programmatic, 0u) << plan;
-  } else if (plan.find("tokmajor") != std::string::npos ? !cuda::pdl_tokmajor_enabled() : M > cuda::kPdlMaxTokens) {
-    // Larger calls launch without PDL (measured to lose: cuda/common/pdl.cuh), and chains with a
-    // token-major GEMM unless MOEKIT_PDL_TOKMAJOR=1.
+  } else if (M > cuda::kPdlMaxTokens || std::string(path) == "tokmajor") {
+    // Larger calls and token-major GEMMs launch without PDL (measured to lose: cuda/common/pdl.cuh).
     EXPECT_GT(kernels, 2u);
     EXPECT_EQ(programmatic, 0u);
   } else {
@@ -260,23 +259,17 @@ void check_preset(const char* name, std::int64_t E, std::int64_t K, std::int64_t
   PdlCase d(a, b);
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // Chains with a token-major GEMM twice: without PDL (MOEKIT_PDL_TOKMAJOR unset) and with it
-  // (the token-major kernel's late trigger, cuda/common/pdl.cuh).
-  for (const char* tokmajor_pdl : {"0", "1"})
-    for (const char* path : kPaths)
-      for (Mode mode : {Mode::kFusedMoe, Mode::kFusedExperts})
-        for (std::int64_t M : {1, 5, 600}) {
-          ScopedEnv tm("MOEKIT_PDL_TOKMAJOR", tokmajor_pdl);
-          SCOPED_TRACE(std::string(name) + " " + scheme_name(scheme) + " path=" + path + " M=" + std::to_string(M) +
-                       (mode == Mode::kFusedMoe ? " fused_moe" : " fused_experts") + " MOEKIT_PDL_TOKMAJOR=" +
-                       tokmajor_pdl);
-          try {
-            if (tokmajor_pdl[0] == '1' && d.plan(M, mode, path).find("tokmajor") == std::string::npos) continue;
-            check_on_off(d, mode, path, M, stream);
-          } catch (const Error& e) {
-            ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
-          }
+  for (const char* path : kPaths)
+    for (Mode mode : {Mode::kFusedMoe, Mode::kFusedExperts})
+      for (std::int64_t M : {1, 5, 600}) {
+        SCOPED_TRACE(std::string(name) + " " + scheme_name(scheme) + " path=" + path + " M=" + std::to_string(M) +
+                     (mode == Mode::kFusedMoe ? " fused_moe" : " fused_experts"));
+        try {
+          check_on_off(d, mode, path, M, stream);
+        } catch (const Error& e) {
+          ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
         }
+      }
   cudaStreamDestroy(stream);
 }
 

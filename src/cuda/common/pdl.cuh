@@ -69,14 +69,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // persistent 132-CTA kernel only compete with it there.
 inline constexpr long long kPdlMaxTokens = 64;
 
-// Token-major chains (a GEMM on the token-major kernel, any M): PDL where MOEKIT_PDL_TOKMAJOR is
-// "1". The token-major kernel then triggers late (tokmajor::KernelParams::pdl_late_trigger): once
-// its producer has no unit left, not at its start. Off by default until measured against off.
-inline bool pdl_tokmajor_enabled() {
-  const char* v = std::getenv("MOEKIT_PDL_TOKMAJOR");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 inline bool pdl_enabled() {
   const char* v = std::getenv("MOEKIT_PDL");
   return v == nullptr || std::strcmp(v, "0") != 0;

@@ -295,10 +295,6 @@ struct TokMajor {
       }
     }
     if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
-    // Late PDL trigger: no unit is left for this CTA (dynamic schedule: for any CTA), so the next
-    // kernel's CTAs may launch; they get SMs as this grid's CTAs exit and wait in their pdl_wait.
-    // One thread's trigger counts for the CTA.
-    if (p.pdl_late_trigger != 0) pdl_launch_dependents();
     sm90::cp_async_wait_all_groups();
   }
 
@@ -886,12 +882,10 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   }
   // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
   // previous kernel; the row offsets (routing's) and everything after need it complete. Every
-  // thread waits, then (p.pdl_late_trigger == 0) lets the next kernel launch: this grid is one
-  // persistent wave, all of it resident by the time its CTAs get here, so the dependents' CTAs
-  // only take SMs it leaves free. With p.pdl_late_trigger the producer triggers after its last
-  // unit's loads instead (produce()).
+  // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it
+  // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
-  if (p.pdl_late_trigger == 0) pdl_launch_dependents();
+  pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,

@@ -32,10 +32,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // (PhaseWord order) at this launch's slot of the buffer set_tokmajor_phase_buffer gave.
   std::uint64_t* phases;
   int phase_ctas;
-  // PDL (cuda/common/pdl.cuh): 1 = this CTA lets the next kernel of the stream launch once its
-  // producer has issued its last unit's loads (the dependents' CTAs then take the SMs this grid's
-  // CTAs leave in its tail); 0 = right after its pdl_wait, as the other kernels of the chain.
-  int pdl_late_trigger;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
