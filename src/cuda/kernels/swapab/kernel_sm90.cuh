@@ -302,70 +302,7 @@ struct SwapAb {
       float acc0[32], acc1[32];  // gate (or w2) and up accumulators; [0, W/2) used
 #pragma unroll
       for (int i = 0; i < W / 2; ++i) { acc0[i] = 0.0f; acc1[i] = 0.0f; }
-      if constexpr (W <= 16 && !kBlock128) {
-        // Few tokens (W <= 16): stages in pairs, the first into acc, the second into bcc, so that
-        // a stage's wgmmas do not wait for the previous stage's (a chain of tiny MMAs); bcc is
-        // added at the end. An odd last stage goes into acc.
-        float bcc0[32], bcc1[32];  // [0, W/2) used
-#pragma unroll
-        for (int i = 0; i < W / 2; ++i) { bcc0[i] = 0.0f; bcc1[i] = 0.0f; }
-        int prev = -1;
-        int ks = ks_begin;
-        for (; ks + 1 < ks_end; ks += 2) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            sm90::mbar_wait(s.full + 8 * stage, phase);
-            sm90::fence_regs<W / 2>(acc0);
-            sm90::fence_regs<W / 2>(bcc0);
-            if (kGateUp) { sm90::fence_regs<W / 2>(acc1); sm90::fence_regs<W / 2>(bcc1); }
-            sm90::wgmma_fence();
-            const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
-            const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
-            const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              sm90::Wgmma<Tag, W>::mma(half == 0 ? acc0 : bcc0, da0 + 2 * kk, db + 2 * kk, 1);
-              if (kGateUp) sm90::Wgmma<Tag, W>::mma(half == 0 ? acc1 : bcc1, da1 + 2 * kk, db + 2 * kk, 1);
-            }
-            sm90::wgmma_commit();
-            sm90::fence_regs<W / 2>(acc0);
-            sm90::fence_regs<W / 2>(bcc0);
-            if (kGateUp) { sm90::fence_regs<W / 2>(acc1); sm90::fence_regs<W / 2>(bcc1); }
-            sm90::wgmma_wait<1>();
-            if (lane == 0 && prev >= 0) sm90::mbar_arrive(s.empty + 8 * prev);
-            prev = stage;
-            if (++stage == s.stages) { stage = 0; phase ^= 1; }
-          }
-        }
-        for (; ks < ks_end; ++ks) {
-          sm90::mbar_wait(s.full + 8 * stage, phase);
-          sm90::fence_regs<W / 2>(acc0);
-          if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-          sm90::wgmma_fence();
-          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
-          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
-          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            sm90::Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
-            if (kGateUp) sm90::Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, 1);
-          }
-          sm90::wgmma_commit();
-          sm90::fence_regs<W / 2>(acc0);
-          if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-          sm90::wgmma_wait<1>();
-          if (lane == 0 && prev >= 0) sm90::mbar_arrive(s.empty + 8 * prev);
-          prev = stage;
-          if (++stage == s.stages) { stage = 0; phase ^= 1; }
-        }
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs<W / 2>(acc0);
-        sm90::fence_regs<W / 2>(bcc0);
-        if (kGateUp) { sm90::fence_regs<W / 2>(acc1); sm90::fence_regs<W / 2>(bcc1); }
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * (prev >= 0 ? prev : 0));
-#pragma unroll
-        for (int i = 0; i < W / 2; ++i) { acc0[i] += bcc0[i]; acc1[i] += bcc1[i]; }
-      } else if (!kBlock128) {
+      if (!kBlock128) {
         int prev = 0;
         for (int ks = ks_begin; ks < ks_end; ++ks) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
