@@ -470,13 +470,7 @@ struct GemvMma {
           const int sl = t * k + jj;
           if (slot_e[sl] >= 0) acc += ys[static_cast<std::int64_t>(sl) * cols + col];
         }
-        if (p.b2 != nullptr)
-          for (int jj = 0; jj < k; ++jj) {
-            const int e = slot_e[t * k + jj];
-            if (e < 0) continue;
-            const float bb = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
-            acc += p.weight_on_input ? bb : bb * tw[t * k + jj];
-          }
+        if (p.b2 != nullptr) acc = add_b2_terms(p, acc, t, r, slot_e, tw);
         static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
       }
       __syncthreads();  // ys free for the next pass

@@ -107,10 +107,40 @@ __device__ __forceinline__ float gemm1_finish(const GemvParams& p, const float* 
     uv *= tw[slot];
   }
   if (p.b13 != nullptr) {
-    gv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + c);
-    uv += numerics::load_bias(p.b13, p.bias_type, static_cast<std::int64_t>(e) * 2 * N + N + c);
+    const std::int64_t idx[2] = {static_cast<std::int64_t>(e) * 2 * N + c, static_cast<std::int64_t>(e) * 2 * N + N + c};
+    const bool live[2] = {true, true};
+    float b[2];
+    numerics::load_bias_gather<2>(p.b13, p.bias_type, idx, live, b);
+    gv += b[0];
+    uv += b[1];
   }
   return numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, gv, uv);
+}
+
+// GEMM2's b2 terms of (token t, output column r), both GEMV kernels: acc plus each local slot's
+// b2[e][r] (times its router weight unless that went on the input), in slot order; the loads four
+// slots at a time, issued together.
+__device__ __forceinline__ float add_b2_terms(const GemvParams& p, float acc, int t, std::int64_t r, const int* slot_e,
+                                              const float* tw) {
+  const int k = p.top_k;
+  const std::int64_t K = p.hidden_size;
+  for (int j0 = 0; j0 < k; j0 += 4) {
+    std::int64_t idx[4];
+    bool live[4];
+    int e[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      e[i] = j0 + i < k ? slot_e[t * k + j0 + i] : -1;
+      live[i] = e[i] >= 0;
+      idx[i] = static_cast<std::int64_t>(live[i] ? e[i] : 0) * K + r;
+    }
+    float b[4];
+    numerics::load_bias_gather<4>(p.b2, p.bias_type, idx, live, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (live[i]) acc += p.weight_on_input ? b[i] : b[i] * tw[t * k + j0 + i];
+  }
+  return acc;
 }
 
 template <Operand kOp, bool kFast = false>
@@ -199,15 +229,8 @@ struct Gemv {
                                                      const float* tw) {
     acc = warp_sum(acc);
     if ((threadIdx.x & 31) != 0) return;
-    const int k = p.top_k;
     const std::int64_t K = p.hidden_size;
-    if (p.b2 != nullptr)
-      for (int jj = 0; jj < k; ++jj) {
-        const int e = slot_e[t * k + jj];
-        if (e < 0) continue;
-        const float b = numerics::load_bias(p.b2, p.bias_type, static_cast<std::int64_t>(e) * K + r);
-        acc += p.weight_on_input ? b : b * tw[t * k + jj];
-      }
+    if (p.b2 != nullptr) acc = add_b2_terms(p, acc, t, r, slot_e, tw);
     static_cast<ActT*>(p.out)[static_cast<std::int64_t>(t) * K + r] = from_float<ActT>(acc);
   }
 

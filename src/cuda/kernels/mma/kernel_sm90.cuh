@@ -309,6 +309,22 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   // e4m3 per-tensor / per-channel instantiation folds it; the others compile as before.
   constexpr bool kAbsmax = kFp8 && !kBlock128;
   float hmax = 0.f;
+  // The bias of this thread's columns, the same for each of its rows: loaded once, all together
+  // (numerics::load_bias_gather), before the rows. GEMM1: [0, 8) the gate columns col_of(j) + c
+  // (j < 4), [8, 16) the up columns; GEMM2: col_of(j) + c (j < 8). n_out is even (can_implement),
+  // so a column pair is live or not together.
+  float bcol[16];
+  if (p.bias != nullptr) {
+    std::int64_t idx[16];
+    bool live[16];
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+      const std::int64_t col = col_of(gemm1 ? (q >> 1) & 3 : q >> 1) + (q & 1);
+      live[q] = col < n_out;
+      idx[q] = e_rows_b + (gemm1 && q >= 8 ? n_out : 0) + col;
+    }
+    numerics::load_bias_gather<16>(p.bias, numerics::bias_type_of(true, p.bias_dtype), idx, live, bcol);
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -344,8 +360,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               u *= w;
             }
             if (p.bias != nullptr) {
-              g += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
-              u += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + n_out + col + c);
+              g += bcol[2 * j + c];
+              u += bcol[8 + 2 * j + c];
             }
             v[c] = numerics::activate<numerics::ActMath::kIeee>(p.activation, g, u);
             if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, v[c]);
@@ -362,7 +378,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float x = scaled(acc[i][j][2 * h + c], col + c);
-            if (p.bias != nullptr) x += numerics::load_bias(p.bias, p.bias_dtype, e_rows_b + col + c);
+            if (p.bias != nullptr) x += bcol[2 * j + c];
             v[c] = x * w;
           }
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + out_base + col) = make_float2(v[0], v[1]);

@@ -671,26 +671,37 @@ struct TokMajor {
       const std::int64_t n0 = nbase + 16 * jc + c0;        // its output column
       if (n0 >= p.n_out) continue;
       const float* src = stw + r * kGateUpPitch + c0;
+      // The column terms of the lane's 8 gate and 8 up columns, all loaded before the first is
+      // used (g * gs + gb with gs = 1, gb = 0 where a term is absent or past n_out).
+      float gs[8], us[8], gb[8], ub[8];
+      if constexpr (kColTerms) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          gs[i] = 1.0f;
+          us[i] = 1.0f;
+        }
+        if (p.scale_mode == kScalePerChannel) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            if (n0 + i < p.n_out) {
+              gs[i] = p.b_scale[rb + n0 + i];
+              us[i] = p.b_scale[rb + p.n_out + n0 + i];
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) asm volatile("" : "+f"(gs[i]), "+f"(us[i]));  // loads issued together
+        }
+        const int bt = p.bias != nullptr ? p.bias_type : numerics::kBiasNone;
+        numerics::load_bias_run<8, 8, 0>(p.bias, bt, rb, n0, p.n_out, gb);
+        numerics::load_bias_run<8, 8, 0>(p.bias, bt, rb + p.n_out, n0, p.n_out, ub);
+      }
       float v[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         float g = src[i] * fr, u = src[16 + i] * fr;
         if constexpr (kColTerms) {
-          // As the unrolled form had it: g * gs + gb with gs = 1, gb = 0 where a term is absent.
-          const std::int64_t n = n0 + i;
-          float gs = 1.0f, us = 1.0f, gb = 0.0f, ub = 0.0f;
-          if (n < p.n_out) {
-            if (p.scale_mode == kScalePerChannel) {
-              gs = p.b_scale[rb + n];
-              us = p.b_scale[rb + p.n_out + n];
-            }
-            if (p.bias) {
-              gb = numerics::load_bias(p.bias, p.bias_type, rb + n);
-              ub = numerics::load_bias(p.bias, p.bias_type, rb + p.n_out + n);
-            }
-          }
-          g = g * gs + gb;
-          u = u * us + ub;
+          g = g * gs[i] + gb[i];
+          u = u * us[i] + ub[i];
         }
         v[i] = numerics::activate<numerics::ActMath::kFast, kAct>(g, u, alpha, limit);
         if constexpr (kAbsmax && kOut == kOutF32) {
@@ -766,19 +777,27 @@ struct TokMajor {
       const std::int64_t c0 = nbase + ch * kChunkCols;
       if (c0 >= p.n_out) break;
       __syncwarp();  // the previous chunk's copy has read the staging area
+      // The chunk's bias values of this lane (columns c0 + 8 jj + 2 (lane % 4) + c), loaded in
+      // batches before any of a batch is used; 0 where absent or past n_out (n_out is even, so a
+      // pair is in or out together). Per-channel scales (fp8_per_channel) as they are used.
+      // Two batches of kChunkJ / 2 column pairs (16 values at once spilled a register).
+      constexpr int kHalfJ = kChunkJ / 2;
+      float bi[2 * kHalfJ];
 #pragma unroll
       for (int jj = 0; jj < kChunkJ; ++jj) {
+        if constexpr (kColTerms) {
+          if (jj % kHalfJ == 0)
+            numerics::load_bias_run<2 * kHalfJ, 2, 8>(p.bias, p.bias != nullptr ? p.bias_type : numerics::kBiasNone, rb,
+                                                      c0 + 8 * jj + 2 * (lane & 3), p.n_out, bi);
+        }
         const int j = ch * kChunkJ + jj;
         const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
-        float bs[2] = {1.0f, 1.0f}, bi[2] = {0.0f, 0.0f};
+        float bs[2] = {1.0f, 1.0f};
         if constexpr (kColTerms) {
           const std::int64_t n0 = c0 + cl;
-          if (n0 < p.n_out) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              if (p.scale_mode == kScalePerChannel) bs[c] = p.b_scale[rb + n0 + c];
-              if (p.bias) bi[c] = numerics::load_bias(p.bias, p.bias_type, rb + n0 + c);
-            }
+          if (n0 < p.n_out && p.scale_mode == kScalePerChannel) {
+            bs[0] = p.b_scale[rb + n0];
+            bs[1] = p.b_scale[rb + n0 + 1];
           }
         }
 #pragma unroll
@@ -787,7 +806,7 @@ struct TokMajor {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             v[c] = acc[4 * j + 2 * h + c] * f[h];
-            if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[c] * bw[h];
+            if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[2 * (jj % kHalfJ) + c] * bw[h];
           }
           std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
           if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
