@@ -51,7 +51,12 @@ struct RouterTable {
   //   16/expert: 146 vs 164 mma vs 167 Swap-AB; qwen3-235b: 294 vs 320; deepseek M=256, 8/expert:
   //   586 vs 609) — the mma path runs fp8 through f16 unpacking.
   double swapab_max_tokens_per_expert_bf16 = 24.0;
-  double swapab_max_tokens_per_expert_fp8 = 48.0;
+  // fp8 was 48 until session 21: with the bias loads issued together (5a1abae), token-major took
+  // gpt-oss-120b TP1 fp8 M = 1024 (32 tokens/expert) at 1028 against Swap-AB's 1247 us; at M = 512
+  // (16 tokens/expert) 994 against 1010, at M = 256 969 against 912 (same run, check on,
+  // bench/results/2026-12-02-5a1abae-h200-gptoss-paths.json). Only the late crossovers read it
+  // (biases, or a GEMM token-major cannot run).
+  double swapab_max_tokens_per_expert_fp8 = 24.0;
   std::int64_t small_n = 256;
   double small_n_max_slots = 32.0;
   std::int64_t mid_n = 512;

@@ -69,7 +69,7 @@ TEST(CpuPathRouter, DecodeTakesSwapabPrefillTakesMma) {
   // Small shards: qwen3-30b at TP8 (N = 96) keeps Swap-AB for 32 slots (M = 4), not for 128.
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 4, 8), GemmImpl::kSwapab);
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 16, 8), GemmImpl::kMma);
-  // fp8 crosses at 48 tokens/expert.
+  // fp8 crosses at 24 tokens/expert (48 until session 21).
   EXPECT_EQ(gemm1("mixtral-8x7b", 64, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
   EXPECT_EQ(gemm1("mixtral-8x7b", 4096, 1, Scheme::kFp8PerTensor), GemmImpl::kMma);
   EXPECT_EQ(gemm1("qwen3-30b-a3b", 256, 1, Scheme::kFp8PerTensor), GemmImpl::kSwapab);
@@ -438,6 +438,11 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
   EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
   EXPECT_NE(plan("gpt-oss-120b", 64, Scheme::kBf16).reason.find("biases"), std::string::npos);
   EXPECT_EQ(plan("gpt-oss-120b", 1024, Scheme::kBf16).describe(), "gemm1=tokmajor gemm2=tokmajor");
+  // fp8 at TP1 (N = 2880): Swap-AB up to 24 tokens/expert (M = 512: 16), token-major above
+  // (M = 1024: 32; session 21, 1028 against 1247 us).
+  auto tp1 = [&](std::int64_t M) { return choose_paths(preset("gpt-oss-120b", M, 1, Scheme::kFp8PerTensor), in); };
+  EXPECT_EQ(tp1(512).describe(), "gemm1=swapab gemm2=swapab") << tp1(512).reason;
+  EXPECT_EQ(tp1(1024).describe(), "gemm1=tokmajor gemm2=tokmajor") << tp1(1024).reason;
 }
 
 TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
