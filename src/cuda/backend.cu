@@ -131,6 +131,15 @@ bool routing_absmax_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// Whether the routing launch may quantize a small hidden itself on an extra CTA for a dynamic
+// per-tensor scale (RoutingParams::quant_cta), so that the chain has no quantization launch for
+// hidden: on unless MOEKIT_ROUTING_QUANT is "0" (the one-CTA quantization launch after routing,
+// for A/Bs and the test that compares the two bit for bit); read at every call.
+bool routing_quant_enabled() {
+  const char* v = std::getenv("MOEKIT_ROUTING_QUANT");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // Whether GEMM1's epilogue produces the intermediate's absmax (GroupedGemmParams::out_absmax), so
 // that quant(h) is one launch instead of the absmax pass and the quant pass (ncu, H200: the
 // absmax launch was 3.2-3.6 us of every such call, e.g. 87 us at mixtral-8x7b TP8 M=64 fp8):
@@ -482,10 +491,25 @@ void run_moe(const detail::MoeCall& call) {
     rp.absmax_partials = slice<float>(ws, L.absmax_partials);
     rp.absmax_ctas = routing_absmax_ctas(rp, call.device);
   }
+  // The same with a small hidden (decode): the routing launch's extra CTA quantizes all of it
+  // (absmax, scale, e4m3 rows), concurrently with the routing, and step 2 has no launch.
+  if (fp8 && p.scheme == Scheme::kFp8PerTensor && call.a13_scale == nullptr &&
+      M * K <= quant::kSmallTensorMaxElems && routing_quant_enabled()) {
+    RoutingParams q = rp;
+    q.absmax_x = call.hidden;
+    q.absmax_x_dtype = p.act_dtype;
+    q.absmax_elems = M * K;
+    q.quant_q = slice<std::uint8_t>(ws, L.a_q);
+    q.quant_scale = slice<float>(ws, L.a_scale);
+    if (routing_hosts_quant(q)) {
+      q.quant_cta = true;
+      rp = q;
+    }
+  }
   launch_routing_sm90(rp, stream, pdl);
 
-  // 2. Quantize hidden once per token (fp8 schemes).
-  if (fp8) {
+  // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did.
+  if (fp8 && !rp.quant_cta) {
     QuantParams qp;
     qp.scheme = p.scheme;
     qp.x = call.hidden;

@@ -7,7 +7,8 @@
 // .Fp8PerTensorOutAbsmaxIsTheStoredAbsmax) check the word itself against what each epilogue stored.
 // Likewise for hidden: the routing launch takes its absmax on CTAs of its own
 // (RoutingParams::absmax_ctas) and quant(hidden) is one launch; MOEKIT_ROUTING_ABSMAX=0 keeps the
-// absmax launch (Sm90RoutingAbsmax below).
+// absmax launch (Sm90RoutingAbsmax below); for a small hidden the routing launch quantizes it all
+// on a CTA of its own and MOEKIT_ROUTING_QUANT=0 keeps the quantization launch (Sm90RoutingQuant).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -124,6 +125,26 @@ TEST(Sm90RoutingAbsmax, BitwiseEqualToAbsmaxLaunch) {
   s.activation.kind = Activation::kSwigluOai;
   s.seed = 43;
   check_routing_absmax(s);
+}
+
+// Hidden quantized on an extra CTA of the routing launch (MOEKIT_ROUTING_QUANT; RoutingParams::
+// quant_cta) against the one-CTA quantization launch after it. M = 1 and 37 keep M x K within the
+// one-CTA quantization's 32 K elements at K = 256 and 512 (the routing launch hosts it); at M = 300
+// neither side does (past 32 K elements, and the permutation grids at k = 8), so both take the
+// launches there. k = 8, M = 37: 296 slots, the 1024-thread routing CTA; M = 1: the 256-thread one.
+TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
+  SKIP_WITHOUT_SM90();
+  const auto check = [](const CaseSpec& spec) {
+    check_switch_bitwise(spec, "MOEKIT_ROUTING_QUANT", "the quantization in the routing launch");
+  };
+  check(fp8_dynamic_spec(8, 2, 512, 208));
+  check(fp8_dynamic_spec(32, 8, 256, 96));
+  CaseSpec s = fp8_dynamic_spec(8, 2, 256, 208);
+  s.expert_map = true;
+  s.bias = true;
+  s.activation.kind = Activation::kSwigluOai;
+  s.seed = 44;
+  check(s);
 }
 
 }  // namespace

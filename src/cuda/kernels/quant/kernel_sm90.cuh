@@ -13,38 +13,12 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/kernels/quant/config.hpp"
+#include "cuda/kernels/quant/one_cta.cuh"  // load_vec, store_q, quantize_tensor_one_cta
 #include "cuda/kernels/quant/params.hpp"
 #include "cuda/numerics/quant.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda::quant {
-
-// kVec elements from p (aligned to kVec * sizeof(T) when kVec == 4).
-template <int kVec, class T>
-__device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec]) {
-  if constexpr (kVec == 1) {
-    v[0] = to_float(p[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-  } else {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = to_float(h[i]);
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_q(std::uint8_t* q, const float (&v)[kVec], float inv) {
-  if constexpr (kVec == 1) {
-    q[0] = numerics::e4m3(v[0] * inv);
-  } else {
-    const std::uint32_t lo = numerics::e4m3x2(v[0] * inv, v[1] * inv);
-    const std::uint32_t hi = numerics::e4m3x2(v[2] * inv, v[3] * inv);
-    *reinterpret_cast<std::uint32_t*>(q) = lo | (hi << 16);
-  }
-}
 
 __device__ __forceinline__ std::int64_t live_rows(const QuantParams& p) {
   if (p.rows_dev == nullptr) return p.rows;
@@ -115,27 +89,8 @@ __global__ void __launch_bounds__(kThreads) quant_tensor_sm90_kernel(const __gri
 template <class T, int kVec>
 __global__ void __launch_bounds__(kSmallTensorThreads) quant_tensor_small_sm90_kernel(const __grid_constant__ QuantParams p) {
   pdl_wait_then_trigger();
-  __shared__ float s_scale;
-  const T* x = static_cast<const T*>(p.x);
-  const std::int64_t n_vec = live_rows(p) * p.cols / kVec;
-  float amax = 0.f;
-  for (std::int64_t i = threadIdx.x; i < n_vec; i += kSmallTensorThreads) {
-    float v[kVec];
-    load_vec<kVec>(x + i * kVec, v);
-#pragma unroll
-    for (int t = 0; t < kVec; ++t) amax = numerics::fold_absmax(amax, v[t]);
-  }
-  numerics::block_absmax<kSmallTensorThreads>(amax, [&](float a) {
-    s_scale = numerics::dynamic_scale(a);
-    p.scale[0] = s_scale;
-  });
-  __syncthreads();
-  const float inv = 1.0f / s_scale;
-  for (std::int64_t i = threadIdx.x; i < n_vec; i += kSmallTensorThreads) {
-    float v[kVec];
-    load_vec<kVec>(x + i * kVec, v);  // L1/L2 hits: this CTA read it just above
-    store_q<kVec>(p.q + i * kVec, v, inv);
-  }
+  quantize_tensor_one_cta<T, kVec, kSmallTensorThreads>(static_cast<const T*>(p.x), live_rows(p) * p.cols / kVec, p.q,
+                                                         p.scale);
 }
 
 // Per row: one warp per row, two passes over the row (the second hits L1/L2).

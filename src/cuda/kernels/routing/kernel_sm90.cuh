@@ -19,6 +19,7 @@
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/warp.cuh"
+#include "cuda/kernels/quant/one_cta.cuh"  // quantize_tensor_one_cta
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "cuda/numerics/quant.cuh"  // fold_absmax, block_absmax
@@ -201,6 +202,19 @@ __device__ void hidden_absmax_partial(const RoutingParams& p, int b) {
   numerics::block_absmax<kNumThreads>(amax, [&](float a) { p.absmax_partials[b] = a; });
 }
 
+// The quantization CTA of a routing launch (RoutingParams::quant_cta): all of hidden, as the
+// one-CTA quantization launch does it (the same scale and bytes; 4 elements a load).
+template <int kNumThreads>
+__device__ void quantize_hidden(const RoutingParams& p) {
+  const std::int64_t n_vec = p.absmax_elems / 4;
+  if (p.absmax_x_dtype == DType::kBf16)
+    quant::quantize_tensor_one_cta<__nv_bfloat16, 4, kNumThreads>(static_cast<const __nv_bfloat16*>(p.absmax_x), n_vec,
+                                                                   p.quant_q, p.quant_scale);
+  else
+    quant::quantize_tensor_one_cta<__half, 4, kNumThreads>(static_cast<const __half*>(p.absmax_x), n_vec, p.quant_q,
+                                                            p.quant_scale);
+}
+
 template <class TLogit, int kNumThreads>
 __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
   constexpr int kWarps = kNumThreads / 32;
@@ -212,10 +226,14 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   // Not when this is the last kernel of the chain (route only: moekit::route).
   pdl_wait();
   if (p.pdl_trigger) pdl_launch_dependents();
-  // The last absmax_ctas CTAs take hidden's absmax (fp8_per_tensor, dynamic scale) and nothing else.
-  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas;
+  // The last absmax_ctas CTAs take hidden's absmax (fp8_per_tensor, dynamic scale) and nothing
+  // else; or the last CTA quantizes all of a small hidden (quant_cta).
+  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas - (p.quant_cta ? 1 : 0);
   if (static_cast<int>(blockIdx.x) >= routing_ctas) {
-    hidden_absmax_partial<kNumThreads>(p, static_cast<int>(blockIdx.x) - routing_ctas);
+    if (p.quant_cta)
+      quantize_hidden<kNumThreads>(p);
+    else
+      hidden_absmax_partial<kNumThreads>(p, static_cast<int>(blockIdx.x) - routing_ctas);
     return;
   }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;

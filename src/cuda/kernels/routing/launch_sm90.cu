@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
+#include "cuda/kernels/quant/config.hpp"  // kSmallTensorMaxElems
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "moekit/error.hpp"
@@ -62,6 +63,14 @@ int routing_absmax_ctas(const RoutingParams& p, int device) {
   return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
 }
 
+bool routing_hosts_quant(const RoutingParams& p) {
+  const auto addr = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); };
+  return p.absmax_x != nullptr && p.quant_q != nullptr && p.quant_scale != nullptr && p.absmax_elems > 0 &&
+         p.absmax_elems <= quant::kSmallTensorMaxElems && p.absmax_elems % 4 == 0 &&
+         (p.absmax_x_dtype == DType::kBf16 || p.absmax_x_dtype == DType::kFp16) && addr(p.absmax_x) % 8 == 0 &&
+         addr(p.quant_q) % 4 == 0 && p.num_tokens > 0 && one_launch_permutation(p);
+}
+
 void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
   if (p.route) {
@@ -92,6 +101,8 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !one_launch_permutation(p)))
     throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
                                        " for this launch (routing_absmax_ctas() says how many it hosts)");
+  if (p.quant_cta && (p.absmax_ctas > 0 || !routing_hosts_quant(p)))
+    throw Error(Status::kInternal, "routing: quant_cta set for a launch that cannot host it (routing_hosts_quant())");
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
@@ -167,8 +178,9 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     return;
   }
   // The one-CTA permutation (routing in the same CTA), plus the CTAs that take hidden's absmax
-  // (RoutingParams::absmax_ctas); a route-only launch has none.
-  launch(p, p.permute ? 1 + p.absmax_ctas : route_grid, false);
+  // (RoutingParams::absmax_ctas) or the one that quantizes it (quant_cta); a route-only launch
+  // has none.
+  launch(p, p.permute ? 1 + p.absmax_ctas + (p.quant_cta ? 1 : 0) : route_grid, false);
 }
 
 RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {

@@ -26,6 +26,13 @@ void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = f
 /// more than 512 tokens), else 1..min(SMs - 1, kMaxAbsmaxCtas). Host only, no sync.
 int routing_absmax_ctas(const RoutingParams& params, int device);
 
+/// Whether launch_routing_sm90 can host the quantization of all of hidden on an extra CTA
+/// (RoutingParams::quant_cta; absmax_x, absmax_elems, quant_q, quant_scale set): the call's
+/// routing is the one-CTA permutation's single launch, hidden is bf16 or fp16 with at most
+/// quant::kSmallTensorMaxElems elements, a multiple of 4, 8-byte aligned, and quant_q 4-byte
+/// aligned. Host only, no sync.
+bool routing_hosts_quant(const RoutingParams& params);
+
 /// The route-only parameters of a fused_moe call (problem.with_routing): router_logits (and the
 /// correction bias) to topk ids / weights in ids_out / wts_out, nothing permuted. What the
 /// single-launch paths (decode, GEMV) launch before their kernel.
