@@ -16,6 +16,7 @@
 
 #include "common/cuda_test.hpp"
 #include "common/gemm_harness.hpp"
+#include "common/scoped_env.hpp"
 #include "moekit/error.hpp"
 
 namespace {
@@ -382,6 +383,53 @@ TEST(Sm90SwapAbGemm, TilesPerItemAndSortedWeightsBitwiseEqual) {
             << c.describe() << ": differs bitwise from T = auto with weights by slot";
       }
     }
+  }
+}
+
+// Wide stages (two 128-byte K blocks a stage, swapab/config.hpp) run where no expert has more
+// than 16 rows: every scheme but block128, both GEMMs, every split-K, K that ends inside a wide
+// stage's second block (a TMA box wholly past K: zeros), experts of 0..16 rows, biases and
+// swiglu_oai; then 17 rows on one expert (back to one block a stage).
+TEST(Sm90SwapAbGemm, WideStagesMatchReference) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<int> decode_rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+  for (int split : {1, 2, 4, 8}) {
+    for (Case c : {gemm1(Scheme::kBf16, 208, 360), gemm2(Scheme::kBf16, 360, 720), gemm1(Scheme::kFp8PerTensor, 128, 2880),
+                   gemm2(Scheme::kFp8PerTensor, 2880, 384), gemm1(Scheme::kFp8PerChannel, 96, 1152),
+                   gemm2(Scheme::kBf16, 256, 2048)}) {
+      c.rows = decode_rows;
+      if (c.scheme == Scheme::kBf16 && c.N == 256) c.act_dtype = DType::kFp16;
+      c.split_k = split;
+      c.seed = 60 + split;
+      c.bias = split == 2 || split == 8;
+      if (c.epilogue == GemmEpilogue::kGateUpActivation && split == 4) c.act = Activation::kSwigluOai;
+      run_case(c);
+    }
+  }
+  Case c = gemm1(Scheme::kFp8PerTensor, 128, 2880);
+  c.rows = {0, 1, 17, 4};
+  run_case(c);
+}
+
+// Without split-K a wide stage adds the same K blocks in the same order as two narrow stages:
+// the output is bitwise the same as with MOEKIT_SWAPAB_KBLOCKS=1 (one block a stage). (With
+// split-K the ranks' K ranges are cut at different blocks, so the partial sums differ.)
+TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
+  SKIP_WITHOUT_SM90();
+  for (Case c : {gemm1(Scheme::kBf16, 208, 360), gemm2(Scheme::kFp8PerTensor, 2880, 384),
+                 gemm1(Scheme::kFp8PerTensor, 128, 2880)}) {
+    c.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+    c.split_k = 1;
+    c.out_dtype = DType::kFp32;
+    std::vector<float> wide, narrow;
+    run_case(c, &wide);
+    {
+      moekit::testing::ScopedEnv one("MOEKIT_SWAPAB_KBLOCKS", "1");
+      run_case(c, &narrow);
+    }
+    ASSERT_EQ(wide.size(), narrow.size());
+    EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)))
+        << c.describe() << ": wide stages differ bitwise from one block a stage";
   }
 }
 

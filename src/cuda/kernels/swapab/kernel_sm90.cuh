@@ -83,15 +83,15 @@ __device__ __forceinline__ void store_out(void* out, int type, std::int64_t i, f
 // ---------------------------------------------------------------------------------------------
 template <class Tag, bool kGateUp, bool kBlock128>
 struct SwapAb {
-  static constexpr int kStageBytes = stage_bytes(kGateUp);
-  static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;
+  static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;  // one K block
   static constexpr int kPlanes = planes(kGateUp);
+  static constexpr int kElemsPerBlock = kStageKBytes / (std::is_same<Tag, sm90::E4m3Tag>::value ? 1 : 2);
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its stores for
   // out_absmax (params.hpp); the other instantiations compile as before.
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && std::is_same<Tag, sm90::E4m3Tag>::value;
 
   struct Smem {
-    std::uint32_t tiles;   // stage s: A0 at s*kStageBytes, A1 (gate-up) next, then the tokens
+    std::uint32_t tiles;   // stage s (stage_bytes(kGateUp, kB) each): the weight tiles [block][plane], then the token tiles [block]
     float* a_scale;        // [stages][64]
     float* b_scale;        // [stages][2]
     int* slot_meta;        // [stages][64]
@@ -106,34 +106,38 @@ struct SwapAb {
     int* off;              // [E+1]
     int* prefix;           // [E+1]
     int stages;
+    int out_plane;         // floats of one out_stage plane
+    int k_stages;          // K stages of an item (of kblocks 128-byte blocks each)
     int split;             // S
     int rank;              // this CTA's rank in the cluster
     int recv_floats;       // recv_buffer_floats(kGateUp, S)
   };
 
-  static __device__ __forceinline__ std::uint32_t a0_addr(const Smem& s, int st) {
-    return s.tiles + st * kStageBytes;
+  // Stage st of a layout of kB K blocks: the weight tile of K block blk and plane g (gate / w2 =
+  // 0, up = 1), and the token tile of block blk.
+  template <int kB>
+  static __device__ __forceinline__ std::uint32_t a_addr(const Smem& s, int st, int blk, int g) {
+    return s.tiles + st * stage_bytes(kGateUp, kB) + (blk * kPlanes + g) * kTileBytes;
   }
-  static __device__ __forceinline__ std::uint32_t a1_addr(const Smem& s, int st) {
-    return s.tiles + st * kStageBytes + kTileBytes;
-  }
-  static __device__ __forceinline__ std::uint32_t b_addr(const Smem& s, int st) {
-    return s.tiles + st * kStageBytes + (kGateUp ? 2 : 1) * kTileBytes;
+  template <int kB>
+  static __device__ __forceinline__ std::uint32_t b_addr(const Smem& s, int st, int blk) {
+    return s.tiles + st * stage_bytes(kGateUp, kB) + kB * kPlanes * kTileBytes + blk * token_rows(kB) * kStageKBytes;
   }
   // This CTA's share of an item's K stages.
-  static __device__ __forceinline__ void k_range(const KernelParams& p, const Smem& s, int& begin, int& end) {
-    const int per = (p.num_k_stages + s.split - 1) / s.split;
-    begin = min(p.num_k_stages, s.rank * per);
-    end = min(p.num_k_stages, begin + per);
+  static __device__ __forceinline__ void k_range(const Smem& s, int& begin, int& end) {
+    const int per = (s.k_stages + s.split - 1) / s.split;
+    begin = min(s.k_stages, s.rank * per);
+    end = min(s.k_stages, begin + per);
   }
 
   // ---- producer warpgroup: TMA for the weight tiles, cp.async gather of the token rows ----
+  template <int kB>
   static __device__ void produce(const KernelParams& p, const Smem& s) {
     const int t = threadIdx.x;      // 0..127
     const int chunk16 = t & 7;      // 16-byte chunk of the 128-byte K slice this thread copies
     const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
     int ks_begin, ks_end;
-    k_range(p, s, ks_begin, ks_end);
+    k_range(s, ks_begin, ks_end);
     int stage = 0;
     std::uint32_t phase = 0;
     const int num_clusters = gridDim.x / s.split;
@@ -169,11 +173,16 @@ struct SwapAb {
           const std::uint32_t full = s.full + 8 * stage;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           if (t == 0) {
-            sm90::mbar_arrive_expect_tx(full, kTmaBytes);
-            // K coordinate in elements: 128 bytes per stage.
-            const int k0 = ks * (kStageKBytes / (std::is_same<Tag, sm90::E4m3Tag>::value ? 1 : 2));
-            sm90::tma_load_3d(a0_addr(s, stage), &p.tmap_b, full, k0, row_gate, it.e);
-            if (kGateUp) sm90::tma_load_3d(a1_addr(s, stage), &p.tmap_b, full, k0, row_up, it.e);
+            sm90::mbar_arrive_expect_tx(full, kB * kTmaBytes);
+            // K coordinate in elements: kB blocks of 128 bytes per stage. A block past K (the
+            // last stage of a wide layout) is a box wholly out of bounds: TMA fills it with zeros
+            // and still counts its bytes; its token tile is zero-filled too.
+#pragma unroll
+            for (int blk = 0; blk < kB; ++blk) {
+              const int k0 = (ks * kB + blk) * kElemsPerBlock;
+              sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 0), &p.tmap_b, full, k0, row_gate, it.e);
+              if (kGateUp) sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 1), &p.tmap_b, full, k0, row_up, it.e);
+            }
           }
           if (tile == it.tile && ks == ks_begin) {
             // The item's token metadata rides on its first K stage: this stage's full barrier
@@ -189,17 +198,19 @@ struct SwapAb {
             if (!kBlock128 && t == 96 && p.scale_mode == kScalePerTensor)
               sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2), p.b_scale + it.e, 4);
           }
-          const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
-          const bool k_in = kbyte < p.a_row_bytes;
-          const std::uint32_t b = b_addr(s, stage);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int rr = row0 + 16 * i;
-            if (rr < width) {
-              const bool ld = has_row[i] && k_in;
-              sm90::cp_async_16_zfill(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
-                          ld ? static_cast<const void*>(src[i] + static_cast<std::int64_t>(ks) * kStageKBytes) : p.a,
-                          ld ? 16 : 0);
+          for (int blk = 0; blk < kB; ++blk) {
+            const std::int64_t kblock = static_cast<std::int64_t>(ks) * kB + blk;
+            const bool k_in = kblock * kStageKBytes + chunk16 * 16 < p.a_row_bytes;
+            const std::uint32_t b = b_addr<kB>(s, stage, blk);
+#pragma unroll
+            for (int i = 0; i < token_rows(kB) / 16; ++i) {
+              const int rr = row0 + 16 * i;
+              if (rr < width) {
+                const bool ld = has_row[i] && k_in;
+                sm90::cp_async_16_zfill(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
+                            ld ? static_cast<const void*>(src[i] + kblock * kStageKBytes) : p.a, ld ? 16 : 0);
+              }
             }
           }
           if (kBlock128) {
@@ -223,7 +234,7 @@ struct SwapAb {
   }
 
   // ---- consumer warpgroup: wgmma main loop over K, split-K reduction, epilogue ----
-  template <int W>
+  template <int W, int kB>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
                                                       std::uint32_t& phase, int& round, float a_scale0,
@@ -231,7 +242,7 @@ struct SwapAb {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
     int ks_begin, ks_end;
-    k_range(p, s, ks_begin, ks_end);
+    k_range(s, ks_begin, ks_end);
 
     // Per-token values for the epilogue (thread t < count holds token t), read once per item and
     // stored to shared memory after each tile's main loop. The producer staged the slots (and,
@@ -309,14 +320,17 @@ struct SwapAb {
           sm90::fence_regs<W / 2>(acc0);
           if (kGateUp) sm90::fence_regs<W / 2>(acc1);
           sm90::wgmma_fence();
-          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
-          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
-          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            const int accumulate = (ks > ks_begin || kk > 0) ? 1 : 0;
-            sm90::Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
-            if (kGateUp) sm90::Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+          for (int blk = 0; blk < kB; ++blk) {
+            const std::uint64_t da0 = sm90::make_smem_desc_sw128(a_addr<kB>(s, stage, blk, 0));
+            const std::uint64_t da1 = sm90::make_smem_desc_sw128(a_addr<kB>(s, stage, blk, kGateUp ? 1 : 0));
+            const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr<kB>(s, stage, blk));
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const int accumulate = (ks > ks_begin || blk > 0 || kk > 0) ? 1 : 0;
+              sm90::Wgmma<Tag, W>::mma(acc0, da0 + 2 * kk, db + 2 * kk, accumulate);
+              if (kGateUp) sm90::Wgmma<Tag, W>::mma(acc1, da1 + 2 * kk, db + 2 * kk, accumulate);
+            }
           }
           sm90::wgmma_commit();
           sm90::fence_regs<W / 2>(acc0);
@@ -344,9 +358,10 @@ struct SwapAb {
           sm90::fence_regs<W / 2>(tmp0);
           if (kGateUp) sm90::fence_regs<W / 2>(tmp1);
           sm90::wgmma_fence();
-          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a0_addr(s, stage));
-          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a1_addr(s, stage));
-          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr(s, stage));
+          // block128 layouts are never wide (kB == 1): a stage is one scale group.
+          const std::uint64_t da0 = sm90::make_smem_desc_sw128(a_addr<kB>(s, stage, 0, 0));
+          const std::uint64_t da1 = sm90::make_smem_desc_sw128(a_addr<kB>(s, stage, 0, kGateUp ? 1 : 0));
+          const std::uint64_t db = sm90::make_smem_desc_sw128(b_addr<kB>(s, stage, 0));
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             sm90::Wgmma<Tag, W>::mma(tmp0, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
@@ -459,7 +474,7 @@ struct SwapAb {
       // owns; the values go to out_stage [token][tile row]. GEMM1 keeps gate and up (the
       // activation needs both); GEMM2's values are final.
       float* so0 = s.out_stage;
-      float* so1 = s.out_stage + kOutPlaneFloats;
+      float* so1 = s.out_stage + s.out_plane;
       const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
 #pragma unroll
       for (int j = 0; j < W / 8; ++j) {
@@ -513,6 +528,7 @@ struct SwapAb {
     }
   }
 
+  template <int kB>
   static __device__ void consume(const KernelParams& p, const Smem& s) {
     int stage = 0;
     std::uint32_t phase = 0;
@@ -527,11 +543,16 @@ struct SwapAb {
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
-      switch (token_width(it.count)) {
-        case 8: consume_item<8>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-        case 16: consume_item<16>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-        case 32: consume_item<32>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-        default: consume_item<64>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+      if constexpr (kB == kWideKBlocks) {  // items of at most kWideMaxTokens tokens
+        if (it.count <= 8) consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
+        else consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
+      } else {
+        switch (token_width(it.count)) {
+          case 8: consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          case 16: consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          case 32: consume_item<32, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          default: consume_item<64, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+        }
       }
     }
     // Every consumer thread walks the same items, so its warps leave the loop together.
@@ -556,21 +577,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // known as shared memory (LDS / STS, not generic LD / ST).
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
-  s.tiles = sm90::smem_addr(base);
-  s.stages = L.stages;
-  s.a_scale = reinterpret_cast<float*>(base + L.a_scale_off);
-  s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
-  s.slot_meta = reinterpret_cast<int*>(base + L.slot_off);
+  // The barriers have the same offsets in both layouts (config.hpp): initialized before the wait.
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
   s.red = sm90::smem_addr(base + L.red_bar_off);
-  s.tok_slot = reinterpret_cast<int*>(base + L.token_off);
-  s.tok_weight = reinterpret_cast<float*>(base + L.token_off + 2 * kMaxTokens * 4);
-  s.tok_scale = reinterpret_cast<float*>(base + L.token_off + 4 * kMaxTokens * 4);
-  s.out_stage = reinterpret_cast<float*>(base + L.out_off);
-  s.recv = reinterpret_cast<float*>(base + L.recv_off);
-  s.off = reinterpret_cast<int*>(base + L.table_off);
-  s.prefix = s.off + (p.num_experts + 1);
   s.split = p.split_k;
   s.rank = p.split_k > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
   s.recv_floats = recv_buffer_floats(kGateUp, p.split_k);
@@ -578,7 +588,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int E = p.num_experts;
   if (threadIdx.x == 0) {
     sm90::prefetch_tensormap(&p.tmap_b);
-    for (int i = 0; i < s.stages; ++i) {
+    const int bar_stages = max(L.stages, p.allow_wide ? p.smem_wide.stages : 0);
+    for (int i = 0; i < bar_stages; ++i) {
       // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
       // empty: one arrival per consumer warp after its wgmma reads of the stage completed.
@@ -598,11 +609,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
   pdl_launch_dependents();
+  // The expert table goes to the end of the larger layout's bytes (the same offset in both), so
+  // that it is read before the layout is chosen.
+  const int table_off = p.allow_wide ? max(L.table_off, p.smem_wide.table_off) : L.table_off;
+  s.off = reinterpret_cast<int*>(base + table_off);
+  s.prefix = s.off + (p.num_experts + 1);
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Item prefix over experts: items(e) = ceil(rows_e / 64) * ceil(tiles / T). Warp 0, 32
   // experts a step.
   const int tile_groups = (p.num_col_tiles + p.tiles_per_item - 1) / p.tiles_per_item;
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, (rows + kMaxTokens - 1) / kMaxTokens * tile_groups);
+  // Wide stages (config.hpp) where no expert has more than kWideMaxTokens rows: every CTA decides
+  // from the same offsets, so the ranks of a cluster agree on the layout and the K split.
+  bool wide = false;
+  if (!kBlock128 && p.allow_wide) {
+    bool many = false;
+    for (int e = threadIdx.x; e < E; e += kThreads) many |= s.off[e + 1] - s.off[e] > kWideMaxTokens;
+    wide = __syncthreads_or(many) == 0;
+  }
+  const SmemLayout& U = wide ? p.smem_wide : L;
+  s.tiles = sm90::smem_addr(base + U.tiles_off);
+  s.stages = U.stages;
+  s.out_plane = U.out_plane_floats;
+  s.k_stages = wide ? (p.num_k_stages + kWideKBlocks - 1) / kWideKBlocks : p.num_k_stages;
+  s.a_scale = reinterpret_cast<float*>(base + U.a_scale_off);
+  s.b_scale = reinterpret_cast<float*>(base + U.b_scale_off);
+  s.slot_meta = reinterpret_cast<int*>(base + U.slot_off);
+  s.tok_slot = reinterpret_cast<int*>(base + U.token_off);
+  s.tok_weight = reinterpret_cast<float*>(base + U.token_off + 2 * kMaxTokens * 4);
+  s.tok_scale = reinterpret_cast<float*>(base + U.token_off + 4 * kMaxTokens * 4);
+  s.out_stage = reinterpret_cast<float*>(base + U.out_off);
+  s.recv = reinterpret_cast<float*>(base + U.recv_off);
   // Peers' barriers must be initialized before any DSMEM store or remote arrive.
   if (s.split > 1) sm90::cluster_sync_relaxed();
 
@@ -610,9 +647,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // of past the consumers' epilogues (~150 KB), so the path to the first weight TMA is fetched in
   // sequence when the launch starts with its code cold (docs/tokmajor.md, session 17).
   if (threadIdx.x >= kProducerThreads) {
-    K::consume(p, s);
+    if constexpr (kBlock128) K::template consume<1>(p, s);
+    else if (!wide) K::template consume<1>(p, s);
+    else K::template consume<kWideKBlocks>(p, s);
   } else {
-    K::produce(p, s);
+    if constexpr (kBlock128) K::template produce<1>(p, s);
+    else if (!wide) K::template produce<1>(p, s);
+    else K::template produce<kWideKBlocks>(p, s);
   }
   // No CTA leaves while a peer may still write into its shared memory.
   if (s.split > 1) sm90::cluster_sync_relaxed();
@@ -626,7 +667,8 @@ void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
-  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, kp.smem.bytes,
+  const int smem_bytes = kp.allow_wide ? std::max(kp.smem.bytes, kp.smem_wide.bytes) : kp.smem.bytes;
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, smem_bytes,
                                                  static_cast<cudaStream_t>(stream), kp.split_k, attr);
   add_pdl_attribute(cfg, attr, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));

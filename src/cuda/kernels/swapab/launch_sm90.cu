@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -30,6 +32,13 @@ using gemm_common::element_bytes;
 std::int64_t max_items(const GroupedGemmParams& p, int tiles_per_item = 1) {
   const std::int64_t groups = ceil_div(ceil_div(p.n_out, swapab::kTileRows), std::max(1, tiles_per_item));
   return groups * (std::min<std::int64_t>(p.num_experts, p.max_rows) + p.max_rows / swapab::kMaxTokens);
+}
+
+// MOEKIT_SWAPAB_KBLOCKS=1 keeps every launch on stages of one 128-byte K block (A/Bs, the test
+// that compares the two bit for bit); read at every launch.
+bool wide_stages_enabled() {
+  const char* v = std::getenv("MOEKIT_SWAPAB_KBLOCKS");
+  return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
 bool fail(std::string* why, const std::string& msg) {
@@ -110,6 +119,10 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
           : choose_tiles_per_item(p, kp.num_col_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
                                   std::max(1, sms / split));
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split);
+  // Wide stages (two 128-byte K blocks) where every expert has at most 16 rows, which the kernel
+  // checks on the device (the host knows only M*k); not fp8_block128 (a stage is one scale group).
+  kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
+  kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 

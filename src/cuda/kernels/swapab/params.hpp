@@ -25,6 +25,10 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
   // fields before it keep their offsets in every instantiation.
   std::uint32_t* out_absmax;
+  // Wide stages (config.hpp, kWideKBlocks): allowed (not fp8_block128, not MOEKIT_SWAPAB_KBLOCKS=1),
+  // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
+  bool allow_wide;
+  SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
 };
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in
