@@ -166,7 +166,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
 
   auto use_swapab = [&](int g) {
     plan.gemm[g].impl = GemmImpl::kSwapab;
-    plan.gemm[g].split_k = swapab_split_k(p, g + 1, sms);
+    plan.gemm[g].split_k = in.swapab_split ? *in.swapab_split : swapab_split_k(p, g + 1, sms);
   };
   auto use_mma = [&](int g) {
     plan.gemm[g].impl = GemmImpl::kMma;
@@ -426,6 +426,15 @@ std::optional<GemvKernel> gemv_kernel_override() {
   if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
   throw Error(Status::kInvalidArgument,
               std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda' or 'mma', got '") + v + "'");
+}
+
+std::optional<int> swapab_split_override() {
+  const char* v = std::getenv("MOEKIT_SWAPAB_SPLIT");
+  if (v == nullptr || v[0] == '\0') return std::nullopt;
+  for (int s : {1, 2, 4, 8})
+    if (std::strcmp(v, std::to_string(s).c_str()) == 0) return s;
+  throw Error(Status::kInvalidArgument,
+              std::string("MOEKIT_SWAPAB_SPLIT must be unset, 1, 2, 4 or 8, got '") + v + "'");
 }
 
 bool decode_in_auto_enabled() noexcept {

@@ -236,6 +236,9 @@ struct RouterInputs {
   /// MOEKIT_GEMV_KERNEL (gemv_kernel_override): a GEMV plan takes this kernel where it can run
   /// (none: the router's choice).
   std::optional<GemvKernel> gemv_kernel;
+  /// MOEKIT_SWAPAB_SPLIT (swapab_split_override): every Swap-AB GEMM of the plan takes this cluster
+  /// split (1, 2, 4 or 8) instead of choose_swapab_split's (none: the router's choice). For sweeps.
+  std::optional<int> swapab_split;
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -302,6 +305,9 @@ bool gemv_mma_in_auto_enabled() noexcept;
 /// "cuda", "mma" or "ring" (the tensor-core kernel's ring variant, which auto never takes) that
 /// kernel wherever it can run. Throws Error(kInvalidArgument) for any other value.
 std::optional<GemvKernel> gemv_kernel_override();
+/// MOEKIT_SWAPAB_SPLIT: unset or empty -> none; "1", "2", "4", "8" -> that Swap-AB cluster split;
+/// anything else -> Error(kInvalidArgument). Read at every call (RouterInputs::swapab_split).
+std::optional<int> swapab_split_override();
 
 /// Whether a call that asks for `forced` (null / "" / "auto", or a path name) can end on one of
 /// the two decode paths: auto, "decode" or "gemv". The CUDA backend plans such a call from the

@@ -268,6 +268,7 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   in.gemv_in_auto = detail::gemv_in_auto_enabled();
   in.gemv_mma_in_auto = detail::gemv_mma_in_auto_enabled();
   in.gemv_kernel = detail::gemv_kernel_override();
+  in.swapab_split = detail::swapab_split_override();
   // choose_paths settles the decode paths (GEMV, decode) before it reads any GEMM or fused answer
   // (path_router.cpp; CpuPathRouter.DecodeReadsNoOtherAnswer): when it takes decode, the plan is
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask

@@ -396,6 +396,40 @@ TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
   }
 }
 
+TEST(CpuPathRouter, SwapAbSplitOverride) {
+  using testing::ScopedEnv;
+  ScopedEnv unset_first("MOEKIT_SWAPAB_SPLIT", "");
+  EXPECT_FALSE(detail::swapab_split_override().has_value());
+  for (int s : {1, 2, 4, 8}) {
+    ScopedEnv e("MOEKIT_SWAPAB_SPLIT", std::to_string(s).c_str());
+    EXPECT_EQ(detail::swapab_split_override(), s);
+  }
+  for (const char* bad : {"0", "3", "16", "two", "fill"}) {
+    ScopedEnv e("MOEKIT_SWAPAB_SPLIT", bad);
+    try {
+      detail::swapab_split_override();
+      ADD_FAILURE() << "MOEKIT_SWAPAB_SPLIT='" << bad << "' was accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
+    }
+  }
+  // Forced Swap-AB: every GEMM takes the given split; without it, the router's.
+  detail::RouterInputs in;
+  in.forced = "swapab";
+  in.swapab_ok[0] = in.swapab_ok[1] = true;
+  in.sm_count = 132;
+  const MoeProblem p = preset("gpt-oss-120b", 1, 1);
+  const detail::DispatchPlan routed = choose_paths(p, in);
+  in.swapab_split = 2;
+  const detail::DispatchPlan forced = choose_paths(p, in);
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(routed.gemm[g].impl, detail::GemmImpl::kSwapab);
+    EXPECT_EQ(routed.gemm[g].split_k, detail::swapab_split_k(p, g + 1, 132));
+    EXPECT_EQ(forced.gemm[g].split_k, 2);
+  }
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;
