@@ -311,9 +311,17 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     const bool tiny = N < t.tiny_n;
     const double swapab_slots =
         tiny ? t.tiny_n_swapab_max_slots : (fp8 ? t.early_swapab_max_slots : t.early_swapab_max_slots_bf16);
-    if (plan.local_slots <= swapab_slots) {
-      if (why) why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "")
-          << ": decode, Swap-AB";
+    const bool fp8_mid = fp8 && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&
+                         tpe <= t.early_swapab_fp8_max_tokens_per_expert;
+    if (plan.local_slots <= swapab_slots || fp8_mid) {
+      if (why) {
+        if (plan.local_slots <= swapab_slots)
+          why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "");
+        else
+          why << ", fp8, N=" << N << " >= " << t.mid_n << ", K=" << p.hidden_size << " <= " << t.early_swapab_fp8_max_k
+              << ", tokens/expert <= " << fmt(t.early_swapab_fp8_max_tokens_per_expert);
+        why << ": decode, Swap-AB";
+      }
       for (int g = 0; g < 2; ++g) {
         if (in.swapab_ok[g]) {
           use_swapab(g);

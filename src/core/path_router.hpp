@@ -103,6 +103,15 @@ struct RouterTable {
   // TP1 M = 4 660.6 against 683.0; fp8 keeps 32 (qwen3-30b TP1 M = 4 Swap-AB 74.1 against
   // token-major 81.9, mixtral TP8 / TP1 M = 16 within 1.3 %).
   double early_swapab_max_slots_bf16 = 16.0;
+  // fp8 on TP1-sized experts (N >= mid_n) of a hidden size up to early_swapab_fp8_max_k keeps
+  // Swap-AB past those slots while the tokens per expert stay at most this many (session 22, with
+  // Swap-AB's wide stages: forced sweep at 4f59b65, H200, bench/results/2026-12-02-4f59b65-h200-paths.json:
+  // qwen3-30b TP1 fp8 M = 8 Swap-AB 102.5 against token-major's 112.3 us, M = 16 147.5 / 152.2,
+  // M = 32 188.6 / 196.9, M = 64 (~4 tokens/expert) 217.7 / 205.0; qwen3-235b TP1 M = 8..32
+  // 1.01-1.03x; deepseek-v3 TP1 (K = 7168) 0.99-1.00x, left on token-major; TP8 shards (N < 512)
+  // lose on Swap-AB there: qwen3-235b TP8 fp8 M = 8 94.4 against 73.1).
+  double early_swapab_fp8_max_tokens_per_expert = 2.5;
+  std::int64_t early_swapab_fp8_max_k = 4096;
   std::int64_t tiny_n = 128;
   double tiny_n_swapab_max_slots = 64.0;
   double tiny_n_mma_max_tokens_per_expert_bf16 = 3.0;

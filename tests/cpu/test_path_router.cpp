@@ -430,6 +430,29 @@ TEST(CpuPathRouter, SwapAbSplitOverride) {
   }
 }
 
+TEST(CpuPathRouter, Fp8MidExpertsKeepSwapAbToAFewTokensPerExpert) {
+  // Session 22 (RouterTable::early_swapab_fp8_*): fp8 on experts of N >= 512 and K <= 4096 keeps
+  // Swap-AB up to ~2.5 tokens per expert, past the 32 slots of the early crossover.
+  detail::RouterInputs in;  // GEMV, decode and fused unavailable: the GEMM crossovers decide
+  in.sm_count = 132;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  auto impl = [&](const char* name, std::int64_t M, int tp, Scheme s) {
+    const detail::DispatchPlan d = choose_paths(preset(name, M, tp, s), in);
+    EXPECT_EQ(d.gemm[0].impl, d.gemm[1].impl) << name << " M=" << M;
+    return d.gemm[0].impl;
+  };
+  const Scheme fp8 = Scheme::kFp8PerTensor;
+  for (std::int64_t M : {8, 16, 32}) {
+    EXPECT_EQ(impl("qwen3-30b-a3b", M, 1, fp8), detail::GemmImpl::kSwapab) << "M=" << M;
+    EXPECT_EQ(impl("qwen3-235b-a22b", M, 1, fp8), detail::GemmImpl::kSwapab) << "M=" << M;
+  }
+  EXPECT_EQ(impl("qwen3-30b-a3b", 64, 1, fp8), detail::GemmImpl::kTokmajor);      // ~4 tokens/expert
+  EXPECT_EQ(impl("deepseek-v3", 8, 1, fp8), detail::GemmImpl::kTokmajor);         // K = 7168
+  EXPECT_EQ(impl("qwen3-30b-a3b", 8, 1, Scheme::kBf16), detail::GemmImpl::kTokmajor);  // bf16
+  EXPECT_EQ(impl("qwen3-235b-a22b", 8, 8, fp8), detail::GemmImpl::kTokmajor);     // TP8: N = 192
+  EXPECT_EQ(impl("mixtral-8x7b", 32, 1, fp8), detail::GemmImpl::kTokmajor);       // 8 tokens/expert
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;
