@@ -69,7 +69,10 @@ struct RouterTable {
   // efficiency; H200, commit d8a2d07, bench/results/2026-11-29-d8a2d07-h200-split-{fill,waves}.json,
   // 80 decode points): it lost wherever it changed S, down to 0.66x (mixtral TP8 M=2: 76.5 vs 115 µs
   // with S = 8; qwen3-30b TP1 M=1: 50.9 vs 65.0 with S = 4): the cluster reduction and the shorter
-  // per-rank K loop cost more than the idle SMs of a partial wave.
+  // per-rank K loop cost more than the idle SMs of a partial wave. Measured again in session 22
+  // with the wide stages (MOEKIT_SWAPAB_SPLIT forced, 4f59b65, docs/router.md "Session 22"): split 2
+  // against 1 0.81-0.87x at TP1 fp8 (gpt-oss M = 1: 180 items, a partial second wave), 0.58-0.70x
+  // at TP8 fp8.
   int max_split_k = 8;
   int min_k_stages_per_rank = 4;
   // The single-launch fused path, when it can run the call (RouterInputs::fused_ok), for the
