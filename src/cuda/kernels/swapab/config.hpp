@@ -85,8 +85,7 @@ constexpr int recv_buffer_floats(bool gate_up, int split) {
 // Shared-memory layout, in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
 struct SmemLayout {
   int stages;
-  int kblocks;        // 128-byte K blocks a stage spans (1, or kWideKBlocks)
-  int stage_bytes;
+  int stage_bytes;    // stage_bytes(gate_up, kblocks): the layout's K blocks a stage
   int full_bar_off;   // uint64 [kMaxBarrierStages]   } the barrier region, the same offsets in
   int empty_bar_off;  // uint64 [kMaxBarrierStages]   } every layout
   int red_bar_off;    // uint64 [2]: split-K partial sums received, per item parity
@@ -109,7 +108,6 @@ struct SmemLayout {
 constexpr SmemLayout smem_layout_with(bool gate_up, int num_experts, int split, int stages, int kblocks = 1) {
   SmemLayout l{};
   l.stages = stages;
-  l.kblocks = kblocks;
   l.stage_bytes = stage_bytes(gate_up, kblocks);
   l.full_bar_off = 0;
   l.empty_bar_off = kMaxBarrierStages * 8;
