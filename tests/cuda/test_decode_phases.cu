@@ -305,6 +305,8 @@ TEST(Sm90Decode, PhaseBreakdown) {
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 2});
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 4});
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 16});
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 64});
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 256});
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1});
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 1});
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1});
