@@ -46,9 +46,6 @@ inline constexpr int kPlacedThreads = 32 + 128;  // warp 1 + the consumer warpgr
 // every token, up to kPrefetchLines (qwen3-30b TP8 bf16 M = 32, 1024 lines a CTA over 132 CTAs,
 // lost 3 % in two same-run A/Bs: the requests queue at L2 beside the first weight loads).
 inline constexpr int kPrefetchLines = 256;
-// Past kPrefetchLines the grid's clusters split the slice, each line asked for once; at most this
-// many lines a CTA (qwen3-30b TP8 bf16 M = 256: 8192 lines, 63 a CTA).
-inline constexpr int kPrefetchLinesGrid = 512;
 inline constexpr int kPrefetchLinesAll = 1024;
 // Pipeline depth: 4..12 stages of 16 KB, what the item's other buffers leave of 227 KB. HBM
 // latency x per-SM bandwidth is ~40 KB, but at M = 1 on a TP8 shard a CTA's whole item (GEMM1's

@@ -268,31 +268,6 @@ struct Decode {
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
-  // One pipeline stage of kSub K chunks into acc (zeroed first), committed as one wgmma group and
-  // left in flight; returns the stage it read (the caller releases it after its wait) and moves
-  // stage / phase on. The same instructions as one mainloop() stage.
-  template <int W, int kSub>
-  static __device__ __forceinline__ int issue_one_stage(const Smem& s, float (&acc)[32], std::uint32_t b_base,
-                                                        int& stage, std::uint32_t& phase) {
-#pragma unroll
-    for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
-    sm90::mbar_wait(s.full + 8 * stage, phase);
-    sm90::fence_regs<W / 2>(acc);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int u = 0; u < kSub; ++u) {
-      const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
-      const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + u * (W * kStageKBytes));
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
-    }
-    sm90::wgmma_commit();
-    sm90::fence_regs<W / 2>(acc);
-    const int used = stage;
-    if (++stage == s.stages) { stage = 0; phase ^= 1; }
-    return used;
-  }
-
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
   // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
   template <int W>
@@ -563,12 +538,11 @@ struct Decode {
       clk.lap(kPhaseConvert);
 
       // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
-      // Two tiles in flight: tile rt + 1's wgmmas are issued before tile rt's epilogue, so the
-      // MMA latency overlaps the stores (one tile at a time, each tile's wait and epilogue ran
-      // back to back: ~0.55 us a 64-row tile at qwen3-30b TP8 M = 64, GEMM2 at 21 GB/s a CTA).
       const float w2s_e = kFp8 ? p.w2_scale[e] : 1.0f;
       const int nch = T.num_chunks;
-      auto epilogue2 = [&](const float (&acc)[32], int rt) {
+      for (int rt = rt0; rt < rt1; ++rt) {
+        float acc[32];
+        mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -588,34 +562,6 @@ struct Decode {
               dst[row] = v;
             }
           }
-        }
-      };
-      if (rt0 < rt1) {
-        float acc_a[32], acc_b[32];
-        int stage_a = issue_one_stage<W, kChunks2>(s, acc_a, s.hb_addr, stage, phase), stage_b = 0;
-        for (int rt = rt0;;) {
-          // acc_a: tile rt in flight; acc_b free.
-          if (rt + 1 < rt1) {
-            stage_b = issue_one_stage<W, kChunks2>(s, acc_b, s.hb_addr, stage, phase);
-            sm90::wgmma_wait<1>();
-          } else {
-            sm90::wgmma_wait<0>();
-          }
-          sm90::fence_regs<W / 2>(acc_a);
-          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage_a);
-          epilogue2(acc_a, rt);
-          if (++rt >= rt1) break;
-          // acc_b: tile rt in flight; acc_a free.
-          if (rt + 1 < rt1) {
-            stage_a = issue_one_stage<W, kChunks2>(s, acc_a, s.hb_addr, stage, phase);
-            sm90::wgmma_wait<1>();
-          } else {
-            sm90::wgmma_wait<0>();
-          }
-          sm90::fence_regs<W / 2>(acc_b);
-          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage_b);
-          epilogue2(acc_b, rt);
-          if (++rt >= rt1) break;
         }
       }
 
@@ -833,21 +779,8 @@ struct Decode {
     const std::int64_t b1 = min(row_bytes, static_cast<std::int64_t>(ks1) * kChunksPerStage * kHiddenChunkBytes);
     if (b1 <= b0) return;
     const int lines = static_cast<int>((b1 - b0 + 127) / 128);
-    const int total = lines * p.num_tokens;
-    // Up to kPrefetchLines every CTA asks for all of its slice (one round trip at most, whichever
-    // CTA's request reaches L2 first). Above, the clusters split it: each line is asked for once
-    // over the grid, up to kPrefetchLinesGrid a CTA. (Every CTA asking for 1024 lines lost 3 %;
-    // without any prefetch the token rows of an item waited on HBM behind the weight stream:
-    // 8.6 us a CTA at qwen3-30b TP8 bf16 M = 64, 32 us at M = 256, phase timer, session 23.)
-    int i0 = 0, i1 = total;
-    if (total > kPrefetchLines) {
-      const int clusters = static_cast<int>(gridDim.x) / s.cluster;
-      const int per = (total + clusters - 1) / clusters;
-      if (per > kPrefetchLinesGrid) return;
-      i0 = min(total, static_cast<int>(blockIdx.x) / s.cluster * per);
-      i1 = min(total, i0 + per);
-    }
-    for (int i = i0 + t; i < i1; i += kConsumerThreads) {
+    if (static_cast<std::int64_t>(lines) * p.num_tokens > kPrefetchLines) return;
+    for (int i = t; i < lines * p.num_tokens; i += kConsumerThreads) {
       const int m = i / lines, l = i - m * lines;
       sm90::prefetch_l2(hidden + m * row_bytes + b0 + 128 * l);
     }
