@@ -329,6 +329,68 @@ __global__ void __launch_bounds__(384, 1)
 
 // A [E][rows][K] bf16 map with boxes of box_k x 128 rows (SWIZZLE_128B at 128-byte boxes, as the
 // token-major kernel; none at 256 bytes).
+// Swap-AB GEMM1's weight stream without the MMAs or the token rows (gpt-oss-120b TP1 fp8 at M = 1:
+// 4 experts x 45 items of 64 gate + 64 up rows of K = 2880 e4m3). An e4m3 map [E][rows][K] with
+// boxes of 128 B x 64 rows; item u: expert u / tiles, gate rows (u % tiles) * 64, up rows
+// up_off + the same; CTA c takes items c, c + gridDim.x, ... (Swap-AB's persistent order); a
+// stage holds kBlocks 128-byte K blocks of both planes (kBlocks = 2: the wide stages), the last
+// block past K zero-filled by TMA (counted, as in the kernel). kContig: the same items' bytes as
+// contiguous 16 KB bulk copies of their gate and up row ranges (each 64 x K bytes, one range in
+// memory), the access pattern with no 2D boxes.
+template <int kBlocks, int kStages, bool kContig = false>
+__global__ void __launch_bounds__(128, 1)
+    item_stream_kernel(const __grid_constant__ CUtensorMap map, const std::uint8_t* w, int items, int tiles,
+                       int rows, int k_dim, int up_off, int* sink) {
+  using namespace moekit::cuda::sm90;
+  constexpr int kBox = 64 * 128;
+  constexpr int kStage = kContig ? 16384 : kBlocks * 2 * kBox;
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[kStages];
+  const std::uint32_t sbase = smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
+    fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+  const int per_item = kContig ? 2 * ((64 * k_dim + 16383) / 16384)
+                               : (k_dim + 128 * kBlocks - 1) / (128 * kBlocks);
+  const int mine = items > static_cast<int>(blockIdx.x) ? (items - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const std::int64_t total = static_cast<std::int64_t>(mine) * per_item;
+  auto issue = [&](std::int64_t c) {
+    const int st = static_cast<int>(c % kStages);
+    const int u = static_cast<int>(blockIdx.x + (c / per_item) * gridDim.x);
+    const int j = static_cast<int>(c % per_item);
+    const int e = u / tiles, r0 = (u % tiles) * 64;
+    const std::uint32_t b = smem_addr(&full[st]), dst = sbase + st * kStage;
+    if constexpr (kContig) {
+      const int half = per_item / 2, plane = j / half, chunk = j % half;
+      const std::int64_t range = 64LL * k_dim;
+      const std::int64_t off = chunk * 16384LL;
+      const int n = static_cast<int>(range - off < 16384 ? range - off : 16384);
+      mbar_arrive_expect_tx(b, static_cast<std::uint32_t>(n));
+      bulk_copy_g2s(dst, w + (static_cast<std::int64_t>(e) * rows + (plane ? up_off : 0) + r0) * k_dim + off, n, b);
+    } else {
+      mbar_arrive_expect_tx(b, kStage);
+      for (int blk = 0; blk < kBlocks; ++blk) {
+        const int k0 = (j * kBlocks + blk) * 128;
+        tma_load_3d(dst + (2 * blk) * kBox, &map, b, k0, r0, e);
+        tma_load_3d(dst + (2 * blk + 1) * kBox, &map, b, k0, up_off + r0, e);
+      }
+    }
+  };
+  if (threadIdx.x == 0)
+    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
+  int acc = 0;
+  for (std::int64_t c = 0; c < total; ++c) {
+    const int st = static_cast<int>(c % kStages);
+    mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
+    acc += reinterpret_cast<const int*>(smem + st * kStage)[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0 && c + kStages < total) issue(c + kStages);
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
 CUtensorMap weight_map(const void* w, int E, int rows, int K, int box_k) {
   CUtensorMap m{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
@@ -346,6 +408,23 @@ CUtensorMap weight_map(const void* w, int E, int rows, int K, int box_k) {
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
+    std::exit(2);
+  }
+  return m;
+}
+
+// e4m3 [E][rows][K] with boxes of 128 B x 64 rows (Swap-AB's weight map).
+CUtensorMap item_map(const void* w, int E, int rows, int K) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows) * K};
+  const cuuint32_t box[3] = {128, 64, 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  auto fn = moekit::cuda::sm90::encode_tiled_fn();
+  if (fn == nullptr || fn(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(w), dims, strides, box, estr,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed for the item map\n");
     std::exit(2);
   }
   return m;
@@ -474,11 +553,13 @@ void launch(const void* kernel, dim3 grid, dim3 block, std::size_t smem, cudaStr
 int main(int argc, char** argv) {
   Timer T;
   std::string json;
+  bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--only-swapab")) only_swapab = true;
     else {
-      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH]\n");
+      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab]\n");
       return 2;
     }
   }
@@ -515,6 +596,38 @@ int main(int argc, char** argv) {
   };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
+  // Swap-AB GEMM1's weight stream at gpt-oss-120b TP1 fp8 M = 1 (its kernel: 30.7 us under Nsight
+  // Compute at 38bdcc0, 2.2 TB/s): the same items and CTA order, boxes of 128 B x 64 rows, one
+  // or two K blocks a stage, and the same bytes as contiguous 16 KB copies.
+  {
+    const int E = 4, N = 2880, rows = 2 * N, K = 2880, tiles = (N + 63) / 64, items = E * tiles;
+    const std::size_t bytes = static_cast<std::size_t>(E) * rows * K;
+    void* w = nullptr;
+    LF_CHECK(cudaMalloc(&w, bytes));
+    LF_CHECK(cudaMemset(w, 1, bytes));
+    const CUtensorMap map = item_map(w, E, rows, K);
+    const std::uint8_t* w8 = static_cast<const std::uint8_t*>(w);
+    auto item_case = [&](const void* kernel, int smem, const char* what) {
+      LF_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      int it = items, t = tiles, r = rows, k = K, up = N;
+      void* args[] = {const_cast<CUtensorMap*>(&map), &w8, &it, &t, &r, &k, &up, &sink};
+      const Timer::Times tm = T.times([&] { launch(kernel, dim3(prop.multiProcessorCount), dim3(128), smem, T.stream, 1, false, args); });
+      char name[240];
+      std::snprintf(name, sizeof name, "Swap-AB GEMM1 weights %.0f MB (%d items, %d CTAs) %s: %.2f TB/s in graph",
+                    bytes / 1e6, items, prop.multiProcessorCount, what, bytes / tm.in_graph_us / 1e6);
+      add(name, tm);
+    };
+    item_case(reinterpret_cast<const void*>(&item_stream_kernel<2, 5>), 5 * 2 * 2 * 64 * 128,
+              "boxes 128 B x 64 rows, 2 blocks x 2 planes a stage, 5 stages (the kernel's wide GEMM1 ring)");
+    item_case(reinterpret_cast<const void*>(&item_stream_kernel<1, 10>), 10 * 2 * 64 * 128,
+              "boxes 128 B x 64 rows, 1 block x 2 planes a stage, 10 stages");
+    item_case(reinterpret_cast<const void*>(&item_stream_kernel<2, 6>), 6 * 2 * 2 * 64 * 128,
+              "boxes 128 B x 64 rows, 2 blocks x 2 planes a stage, 6 stages");
+    item_case(reinterpret_cast<const void*>(&item_stream_kernel<1, 12, true>), 12 * 16384,
+              "contiguous 16 KB copies of each item's gate and up row ranges, 12 stages");
+    LF_CHECK(cudaFree(w));
+  }
+  if (only_swapab) return 0;
   add("empty kernel, 1 CTA", T.times([&] {
         launch((const void*)&empty_kernel, dim3(1), dim3(32), 0, T.stream, 1, false, args1);
       }));
