@@ -594,6 +594,30 @@ int main(int argc, char** argv) {
     std::printf("%-72s %8.2f us %8.2f us in graph\n", name.c_str(), t.us, t.in_graph_us);
     std::fflush(stdout);
   };
+  // Writes the rows so far as JSON (--json), at either exit.
+  auto write_json = [&]() -> int {
+    if (!json.empty()) {
+      FILE* f = std::fopen(json.c_str(), "w");
+      if (f == nullptr) return 2;
+      const moekit::BuildInfo& bi = moekit::build_info();
+      char date[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+      std::fprintf(f, "{\"commit\": \"%s\", \"dirty\": %d, \"date\": \"%s\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n",
+                   bi.commit, bi.dirty, date, prop.name, T.iters);
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f, \"in_graph_us\": %.3f%s}%s\n", rows[i].name.c_str(), rows[i].us,
+                     rows[i].in_graph_us,
+                     rows[i].first_pass_us < 0
+                         ? ""
+                         : (", \"first_pass_us\": " + std::to_string(rows[i].first_pass_us) +
+                            ", \"second_pass_us\": " + std::to_string(rows[i].second_pass_us)).c_str(),
+                     i + 1 < rows.size() ? "," : "");
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+    return 0;
+  };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
   // Swap-AB GEMM1's weight stream at gpt-oss-120b TP1 fp8 M = 1 (its kernel: 30.7 us under Nsight
@@ -627,7 +651,7 @@ int main(int argc, char** argv) {
               "contiguous 16 KB copies of each item's gate and up row ranges, 12 stages");
     LF_CHECK(cudaFree(w));
   }
-  if (only_swapab) return 0;
+  if (only_swapab) return write_json();
   add("empty kernel, 1 CTA", T.times([&] {
         launch((const void*)&empty_kernel, dim3(1), dim3(32), 0, T.stream, 1, false, args1);
       }));
@@ -840,25 +864,5 @@ int main(int argc, char** argv) {
     }
     LF_CHECK(cudaFree(w));
   }
-  if (!json.empty()) {
-    FILE* f = std::fopen(json.c_str(), "w");
-    if (f == nullptr) return 2;
-    const moekit::BuildInfo& bi = moekit::build_info();
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-    std::fprintf(f, "{\"commit\": \"%s\", \"dirty\": %d, \"date\": \"%s\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [\n",
-                 bi.commit, bi.dirty, date, prop.name, T.iters);
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f, "  {\"case\": \"%s\", \"us\": %.3f, \"in_graph_us\": %.3f%s}%s\n", rows[i].name.c_str(), rows[i].us,
-                   rows[i].in_graph_us,
-                   rows[i].first_pass_us < 0
-                       ? ""
-                       : (", \"first_pass_us\": " + std::to_string(rows[i].first_pass_us) +
-                          ", \"second_pass_us\": " + std::to_string(rows[i].second_pass_us)).c_str(),
-                   i + 1 < rows.size() ? "," : "");
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
-  }
-  return 0;
+  return write_json();
 }
