@@ -433,6 +433,36 @@ TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
   }
 }
 
+// Balanced waves (KernelParams::balance): only ceil(items / ceil(items / clusters)) clusters take
+// items. Each item computes the same whichever cluster runs it: the same bits as every cluster
+// taking items round robin (MOEKIT_SWAPAB_BALANCE=0), at 180 items (90 CTAs of two on 132 SMs),
+// 315 (105 of three) and with clusters of two (split-K).
+TEST(Sm90SwapAbGemm, BalancedWavesBitwiseEqualToRoundRobin) {
+  SKIP_WITHOUT_SM90();
+  Case a = gemm2(Scheme::kFp8PerTensor, 2880, 384);
+  a.rows = {1, 1, 0, 1, 1};
+  Case b = gemm2(Scheme::kFp8PerTensor, 2880, 384);
+  b.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+  Case c = gemm1(Scheme::kBf16, 2880, 256);
+  c.rows = {1, 2, 1, 1};
+  for (int split : {1, 2}) {
+    for (Case x : {a, b, c}) {
+      x.split_k = split;
+      x.tiles_per_item = 1;  // one 64-row tile an item: the item counts above
+      x.out_dtype = DType::kFp32;
+      std::vector<float> balanced, round_robin;
+      run_case(x, &balanced);
+      {
+        moekit::testing::ScopedEnv off("MOEKIT_SWAPAB_BALANCE", "0");
+        run_case(x, &round_robin);
+      }
+      ASSERT_EQ(balanced.size(), round_robin.size());
+      EXPECT_EQ(0, std::memcmp(balanced.data(), round_robin.data(), balanced.size() * sizeof(float)))
+          << x.describe() << " split " << split << ": balanced waves differ bitwise from round robin";
+    }
+  }
+}
+
 TEST(Sm90SwapAbGemm, DeclinesUnalignedFp8Pitch) {
   // gpt-oss at TP8: fp8 w2 rows of N = 360 bytes are not a multiple of 16 (TMA stride rule).
   GroupedGemmParams p;

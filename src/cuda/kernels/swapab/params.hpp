@@ -29,6 +29,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
   bool allow_wide;
   SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
+  // Balanced waves: only ceil(items / ceil(items / clusters)) clusters take items, the same number
+  // each (kernel_sm90.cuh); 0 keeps every cluster of the grid (MOEKIT_SWAPAB_BALANCE=0).
+  int balance;
 };
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in
