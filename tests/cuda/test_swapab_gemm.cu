@@ -433,10 +433,10 @@ TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
   }
 }
 
-// Balanced waves (KernelParams::balance): only ceil(items / ceil(items / clusters)) clusters take
-// items. Each item computes the same whichever cluster runs it: the same bits as every cluster
-// taking items round robin (MOEKIT_SWAPAB_BALANCE=0), at 180 items (90 CTAs of two on 132 SMs),
-// 315 (105 of three) and with clusters of two (split-K).
+// Balanced waves (KernelParams::balance, MOEKIT_SWAPAB_BALANCE=1): only
+// ceil(items / ceil(items / clusters)) clusters take items. Each item computes the same whichever
+// cluster runs it: the same bits as every cluster taking items round robin (the default), at 180
+// items (90 CTAs of two on 132 SMs), 315 (105 of three) and with clusters of two (split-K).
 TEST(Sm90SwapAbGemm, BalancedWavesBitwiseEqualToRoundRobin) {
   SKIP_WITHOUT_SM90();
   Case a = gemm2(Scheme::kFp8PerTensor, 2880, 384);
@@ -451,7 +451,10 @@ TEST(Sm90SwapAbGemm, BalancedWavesBitwiseEqualToRoundRobin) {
       x.tiles_per_item = 1;  // one 64-row tile an item: the item counts above
       x.out_dtype = DType::kFp32;
       std::vector<float> balanced, round_robin;
-      run_case(x, &balanced);
+      {
+        moekit::testing::ScopedEnv on("MOEKIT_SWAPAB_BALANCE", "1");
+        run_case(x, &balanced);
+      }
       {
         moekit::testing::ScopedEnv off("MOEKIT_SWAPAB_BALANCE", "0");
         run_case(x, &round_robin);

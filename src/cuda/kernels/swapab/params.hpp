@@ -30,7 +30,8 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   bool allow_wide;
   SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
   // Balanced waves: only ceil(items / ceil(items / clusters)) clusters take items, the same number
-  // each (kernel_sm90.cuh); 0 keeps every cluster of the grid (MOEKIT_SWAPAB_BALANCE=0).
+  // each (kernel_sm90.cuh); 0 (the default until measured; MOEKIT_SWAPAB_BALANCE=1 sets 1) keeps
+  // every cluster of the grid taking items round robin.
   int balance;
 };
 
