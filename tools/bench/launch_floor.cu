@@ -150,6 +150,30 @@ __global__ void code_kernel(long long* cycles) {
   if (x == 0x7fffffffu && cycles != nullptr) cycles[0] = x;  // never true: keeps the chain live
 }
 
+// The consuming side of the stream kernels below: waits for each of `total` stages of a ring of
+// kStages in turn (mbarriers `full`, stages of `stage_bytes` at `smem`), reads one word of it (the
+// sum keeps the loads live), holds it kSpin cycles (a stand-in for the MMAs), and, once every
+// thread is done with it, lets the `issuer` threads refill it kStages stages ahead. Returns the sum.
+template <int kStages, int kSpin, class Issue>
+__device__ __forceinline__ int drain_ring(std::int64_t total, std::uint64_t* full, const std::uint8_t* smem,
+                                          int stage_bytes, bool issuer, Issue&& issue) {
+  using namespace moekit::cuda::sm90;
+  int acc = 0;
+  for (std::int64_t c = 0; c < total; ++c) {
+    const int st = static_cast<int>(c % kStages);
+    mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
+    acc += reinterpret_cast<const int*>(smem + st * stage_bytes)[threadIdx.x];
+    if constexpr (kSpin > 0) {
+      const long long t0 = clock64();
+      while (clock64() - t0 < kSpin) {
+      }
+    }
+    __syncthreads();
+    if (issuer && c + kStages < total) issue(c + kStages);
+  }
+  return acc;
+}
+
 // The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16 in units
 // of 256 rows (unit u: expert u / tiles, rows (u % tiles) * 256 ..+256) walked K fastest; CTA c
 // takes the contiguous range [c, c + 1) * total / gridDim.x of the units x K stages (with a grid
@@ -211,19 +235,8 @@ __global__ void __launch_bounds__(128, 1)
   // thread may issue its share at once.
   if (kA == 1 || threadIdx.x == 0 || (kA == 2 && threadIdx.x < 16))
     for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
-  int acc = 0;
-  for (std::int64_t c = 0; c < total; ++c) {
-    const int st = static_cast<int>(c % kStages);
-    mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
-    acc += reinterpret_cast<const int*>(smem + st * kStage)[threadIdx.x];
-    if constexpr (kSpin > 0) {
-      const long long t0 = clock64();
-      while (clock64() - t0 < kSpin) {
-      }
-    }
-    __syncthreads();
-    if ((kA == 1 || threadIdx.x == 0 || (kA == 2 && threadIdx.x < 16)) && c + kStages < total) issue(c + kStages);
-  }
+  const int acc = drain_ring<kStages, kSpin>(total, full, smem, kStage,
+                                             kA == 1 || threadIdx.x == 0 || (kA == 2 && threadIdx.x < 16), issue);
   if (kA == 1) cp_async_wait_all_groups();
   if (acc == 0x7fffffff) *sink = acc;
 }
@@ -380,14 +393,7 @@ __global__ void __launch_bounds__(128, 1)
   };
   if (threadIdx.x == 0)
     for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
-  int acc = 0;
-  for (std::int64_t c = 0; c < total; ++c) {
-    const int st = static_cast<int>(c % kStages);
-    mbar_wait(smem_addr(&full[st]), static_cast<std::uint32_t>((c / kStages) & 1));
-    acc += reinterpret_cast<const int*>(smem + st * kStage)[threadIdx.x];
-    __syncthreads();
-    if (threadIdx.x == 0 && c + kStages < total) issue(c + kStages);
-  }
+  const int acc = drain_ring<kStages, 0>(total, full, smem, kStage, threadIdx.x == 0, issue);
   if (acc == 0x7fffffff) *sink = acc;
 }
 
