@@ -633,13 +633,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // CTAs of two items each, instead of 48 CTAs with two and 84 with one. The makespan is two
   // items either way; the HBM stream of the first is shared by 90 CTAs, not 132.
   s.clusters = static_cast<int>(gridDim.x) / p.split_k;
-  if (p.balance) {
-    const int items = s.prefix[E];
-    if (items > 0) {
-      const int per = (items + s.clusters - 1) / s.clusters;
-      s.clusters = (items + per - 1) / per;
-    }
-  }
+  if (p.balance) s.clusters = balanced_clusters(s.prefix[E], s.clusters);
   const SmemLayout& U = wide ? p.smem_wide : L;
   s.tiles = sm90::smem_addr(base + U.tiles_off);
   s.stages = U.stages;
