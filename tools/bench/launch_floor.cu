@@ -21,8 +21,12 @@
 //     the box pattern itself keeps the kernel's GEMM1 at 3.3 TB/s (Nsight Compute, session 15);
 //     with the kernel's token-row gather and a held stage; and the kernel's warp-specialized
 //     pipeline rebuilt part by part (pipe_stream_kernel).
+//   - Swap-AB GEMM1's weight stream at gpt-oss-120b TP1 fp8 M = 1 (item_stream_kernel): its 180
+//     items in the kernel's CTA order through its ring, other stage shapes, the same bytes as
+//     contiguous copies, and on the balanced-wave grid (90 CTAs of two items). --only-swapab
+//     runs these alone (session 23).
 //
-//   moekit-launch-floor [--iters N] [--json PATH]
+//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +42,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/swapab/config.hpp"  // balanced_clusters
 #include "graph_timing.cuh"
 #include "l2_flush.cuh"
 #include "moekit/version.hpp"
@@ -637,14 +642,15 @@ int main(int argc, char** argv) {
     LF_CHECK(cudaMemset(w, 1, bytes));
     const CUtensorMap map = item_map(w, E, rows, K);
     const std::uint8_t* w8 = static_cast<const std::uint8_t*>(w);
-    auto item_case = [&](const void* kernel, int smem, const char* what) {
+    auto item_case = [&](const void* kernel, int smem, const char* what, int grid = 0) {
+      if (grid == 0) grid = prop.multiProcessorCount;
       LF_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int it = items, t = tiles, r = rows, k = K, up = N;
       void* args[] = {const_cast<CUtensorMap*>(&map), &w8, &it, &t, &r, &k, &up, &sink};
-      const Timer::Times tm = T.times([&] { launch(kernel, dim3(prop.multiProcessorCount), dim3(128), smem, T.stream, 1, false, args); });
+      const Timer::Times tm = T.times([&] { launch(kernel, dim3(grid), dim3(128), smem, T.stream, 1, false, args); });
       char name[240];
       std::snprintf(name, sizeof name, "Swap-AB GEMM1 weights %.0f MB (%d items, %d CTAs) %s: %.2f TB/s in graph",
-                    bytes / 1e6, items, prop.multiProcessorCount, what, bytes / tm.in_graph_us / 1e6);
+                    bytes / 1e6, items, grid, what, bytes / tm.in_graph_us / 1e6);
       add(name, tm);
     };
     item_case(reinterpret_cast<const void*>(&item_stream_kernel<2, 5>), 5 * 2 * 2 * 64 * 128,
@@ -655,6 +661,11 @@ int main(int argc, char** argv) {
               "boxes 128 B x 64 rows, 2 blocks x 2 planes a stage, 6 stages");
     item_case(reinterpret_cast<const void*>(&item_stream_kernel<1, 12, true>), 12 * 16384,
               "contiguous 16 KB copies of each item's gate and up row ranges, 12 stages");
+    // The balanced waves (MOEKIT_SWAPAB_BALANCE=1): as few CTAs as give each the same number of
+    // items (180 on 132 SMs: 90 CTAs of two), the kernel's ring.
+    item_case(reinterpret_cast<const void*>(&item_stream_kernel<2, 5>), 5 * 2 * 2 * 64 * 128,
+              "boxes 128 B x 64 rows, 2 blocks x 2 planes a stage, 5 stages, balanced waves",
+              moekit::cuda::swapab::balanced_clusters(items, prop.multiProcessorCount));
     LF_CHECK(cudaFree(w));
   }
   if (only_swapab) return write_json();
