@@ -60,6 +60,20 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
   if (result) *result = std::move(run.out);
 }
 
+// `c`'s output with the environment variable `name` set to `value` for the call.
+std::vector<float> run_with_env(const Case& c, const char* name, const char* value) {
+  moekit::testing::ScopedEnv env(name, value);
+  std::vector<float> out;
+  run_case(c, &out);
+  return out;
+}
+
+// Two outputs of one case are the same bits.
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+}
+
 Case gemm1(Scheme s, std::int64_t N, std::int64_t K) {
   Case c;
   c.scheme = s;
@@ -378,9 +392,7 @@ TEST(Sm90SwapAbGemm, TilesPerItemAndSortedWeightsBitwiseEqual) {
         c.weights = weights;
         std::vector<float> got;
         run_case(c, &got);
-        ASSERT_EQ(first.size(), got.size());
-        EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float)))
-            << c.describe() << ": differs bitwise from T = auto with weights by slot";
+        expect_same_bits(first, got, c.describe() + ": differs bitwise from T = auto with weights by slot");
       }
     }
   }
@@ -421,15 +433,10 @@ TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
     c.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
     c.split_k = 1;
     c.out_dtype = DType::kFp32;
-    std::vector<float> wide, narrow;
+    std::vector<float> wide;
     run_case(c, &wide);
-    {
-      moekit::testing::ScopedEnv one("MOEKIT_SWAPAB_KBLOCKS", "1");
-      run_case(c, &narrow);
-    }
-    ASSERT_EQ(wide.size(), narrow.size());
-    EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)))
-        << c.describe() << ": wide stages differ bitwise from one block a stage";
+    expect_same_bits(wide, run_with_env(c, "MOEKIT_SWAPAB_KBLOCKS", "1"),
+                     c.describe() + ": wide stages differ bitwise from one block a stage");
   }
 }
 
@@ -450,18 +457,9 @@ TEST(Sm90SwapAbGemm, BalancedWavesBitwiseEqualToRoundRobin) {
       x.split_k = split;
       x.tiles_per_item = 1;  // one 64-row tile an item: the item counts above
       x.out_dtype = DType::kFp32;
-      std::vector<float> balanced, round_robin;
-      {
-        moekit::testing::ScopedEnv on("MOEKIT_SWAPAB_BALANCE", "1");
-        run_case(x, &balanced);
-      }
-      {
-        moekit::testing::ScopedEnv off("MOEKIT_SWAPAB_BALANCE", "0");
-        run_case(x, &round_robin);
-      }
-      ASSERT_EQ(balanced.size(), round_robin.size());
-      EXPECT_EQ(0, std::memcmp(balanced.data(), round_robin.data(), balanced.size() * sizeof(float)))
-          << x.describe() << " split " << split << ": balanced waves differ bitwise from round robin";
+      expect_same_bits(run_with_env(x, "MOEKIT_SWAPAB_BALANCE", "1"), run_with_env(x, "MOEKIT_SWAPAB_BALANCE", "0"),
+                       x.describe() + " split " + std::to_string(split) +
+                           ": balanced waves differ bitwise from round robin");
     }
   }
 }

@@ -42,10 +42,8 @@ bool wide_stages_enabled() {
 }
 
 // MOEKIT_SWAPAB_BALANCE=1 turns the balanced waves on (KernelParams::balance); unset or any other
-// value keeps every cluster of the grid taking items round robin. Off by default until measured:
-// written in session 23 after its last device minutes (compiled, not yet run on the GPU; the
-// test Sm90SwapAbGemm.BalancedWavesBitwiseEqualToRoundRobin and the A/B in docs/perf.md are the
-// next run). Read at every launch.
+// value keeps every cluster of the grid taking items round robin. Off by default: not yet
+// measured on the GPU (docs/perf.md, session 23). Read at every launch.
 bool balanced_waves_enabled() {
   const char* v = std::getenv("MOEKIT_SWAPAB_BALANCE");
   return v != nullptr && std::strcmp(v, "1") == 0;

@@ -29,9 +29,8 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
   bool allow_wide;
   SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
-  // Balanced waves: only ceil(items / ceil(items / clusters)) clusters take items, the same number
-  // each (kernel_sm90.cuh); 0 (the default until measured; MOEKIT_SWAPAB_BALANCE=1 sets 1) keeps
-  // every cluster of the grid taking items round robin.
+  // Balanced waves (config.hpp, balanced_clusters): 1 lets only as many clusters take items as
+  // give each the same number; 0 (the default; MOEKIT_SWAPAB_BALANCE=1 sets 1) every cluster.
   int balance;
 };
 
