@@ -440,30 +440,6 @@ TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
   }
 }
 
-// Balanced waves (KernelParams::balance, MOEKIT_SWAPAB_BALANCE=1): only
-// ceil(items / ceil(items / clusters)) clusters take items. Each item computes the same whichever
-// cluster runs it: the same bits as every cluster taking items round robin (the default), at 180
-// items (90 CTAs of two on 132 SMs), 315 (105 of three) and with clusters of two (split-K).
-TEST(Sm90SwapAbGemm, BalancedWavesBitwiseEqualToRoundRobin) {
-  SKIP_WITHOUT_SM90();
-  Case a = gemm2(Scheme::kFp8PerTensor, 2880, 384);
-  a.rows = {1, 1, 0, 1, 1};
-  Case b = gemm2(Scheme::kFp8PerTensor, 2880, 384);
-  b.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
-  Case c = gemm1(Scheme::kBf16, 2880, 256);
-  c.rows = {1, 2, 1, 1};
-  for (int split : {1, 2}) {
-    for (Case x : {a, b, c}) {
-      x.split_k = split;
-      x.tiles_per_item = 1;  // one 64-row tile an item: the item counts above
-      x.out_dtype = DType::kFp32;
-      expect_same_bits(run_with_env(x, "MOEKIT_SWAPAB_BALANCE", "1"), run_with_env(x, "MOEKIT_SWAPAB_BALANCE", "0"),
-                       x.describe() + " split " + std::to_string(split) +
-                           ": balanced waves differ bitwise from round robin");
-    }
-  }
-}
-
 TEST(Sm90SwapAbGemm, DeclinesUnalignedFp8Pitch) {
   // gpt-oss at TP8: fp8 w2 rows of N = 360 bytes are not a multiple of 16 (TMA stride rule).
   GroupedGemmParams p;

@@ -65,16 +65,6 @@ inline constexpr int kMaxTilesPerItem = 16;
 // Floats of one (source, group, plane) receive block: 16 accumulator registers x 32 lanes.
 inline constexpr int kRecvBlockFloats = (kMaxTokens / 4) * 32;
 
-// Balanced waves (KernelParams::balance, MOEKIT_SWAPAB_BALANCE=1): how many of `clusters` take
-// items when `items` items go out so that every busy cluster has the same number,
-// ceil(items / clusters): 180 items on 132 clusters -> 90 clusters of two, 315 -> 105 of three,
-// 132 -> 132 of one, 40 -> 40. The kernel computes it once it has the expert prefix.
-constexpr int balanced_clusters(int items, int clusters) {
-  if (items <= 0 || clusters <= 0) return clusters;
-  const int per = (items + clusters - 1) / clusters;
-  return (items + per - 1) / per;
-}
-
 constexpr int planes(bool gate_up) { return gate_up ? 2 : 1; }
 // K blocks of 128 bytes a stage spans and the token rows of its token tiles.
 constexpr int token_rows(int kblocks) { return kblocks == kWideKBlocks ? kWideMaxTokens : kMaxTokens; }

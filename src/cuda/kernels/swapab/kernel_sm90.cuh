@@ -111,7 +111,6 @@ struct SwapAb {
     int split;             // S
     int rank;              // this CTA's rank in the cluster
     int recv_floats;       // recv_buffer_floats(kGateUp, S)
-    int clusters;          // clusters that take items: cluster c takes items c, c + clusters, ...
   };
 
   // Stage st of a layout of kB K blocks: the weight tile of K block blk and plane g (gate / w2 =
@@ -141,8 +140,8 @@ struct SwapAb {
     k_range(s, ks_begin, ks_end);
     int stage = 0;
     std::uint32_t phase = 0;
-    const int cid = blockIdx.x / s.split;
-    for (int w = cid; cid < s.clusters; w += s.clusters) {
+    const int num_clusters = gridDim.x / s.split;
+    for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       const int width = token_width(it.count);
@@ -540,8 +539,8 @@ struct SwapAb {
     // per CTA). Phase 2 stores each live (row, column) of out once in the grid: rows past the
     // item's count, columns past n_out and the rows other split-K ranks own are skipped there.
     float hmax = 0.0f;
-    const int cid = blockIdx.x / s.split;
-    for (int w = cid; cid < s.clusters; w += s.clusters) {
+    const int num_clusters = gridDim.x / s.split;
+    for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       if constexpr (kB == kWideKBlocks) {  // items of at most kWideMaxTokens tokens
@@ -628,12 +627,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = threadIdx.x; e < E; e += kThreads) many |= s.off[e + 1] - s.off[e] > kWideMaxTokens;
     wide = __syncthreads_or(many) == 0;
   }
-  // Balanced waves (p.balance): with the items known (the prefix), as few clusters as give every
-  // busy cluster the same number of items, ceil(items / clusters): 180 items on 132 SMs run on 90
-  // CTAs of two items each, instead of 48 CTAs with two and 84 with one. The makespan is two
-  // items either way; the HBM stream of the first is shared by 90 CTAs, not 132.
-  s.clusters = static_cast<int>(gridDim.x) / p.split_k;
-  if (p.balance) s.clusters = balanced_clusters(s.prefix[E], s.clusters);
   const SmemLayout& U = wide ? p.smem_wide : L;
   s.tiles = sm90::smem_addr(base + U.tiles_off);
   s.stages = U.stages;

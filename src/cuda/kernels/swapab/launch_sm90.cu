@@ -41,14 +41,6 @@ bool wide_stages_enabled() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
-// MOEKIT_SWAPAB_BALANCE=1 turns the balanced waves on (KernelParams::balance); unset or any other
-// value keeps every cluster of the grid taking items round robin. Off by default: not yet
-// measured on the GPU (docs/perf.md, session 23). Read at every launch.
-bool balanced_waves_enabled() {
-  const char* v = std::getenv("MOEKIT_SWAPAB_BALANCE");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
@@ -132,7 +124,6 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
   kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  kp.balance = balanced_waves_enabled() ? 1 : 0;
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).

@@ -29,9 +29,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
   bool allow_wide;
   SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
-  // Balanced waves (config.hpp, balanced_clusters): 1 lets only as many clusters take items as
-  // give each the same number; 0 (the default; MOEKIT_SWAPAB_BALANCE=1 sets 1) every cluster.
-  int balance;
 };
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in
