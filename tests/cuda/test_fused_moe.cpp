@@ -716,38 +716,6 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
   }
 }
 
-TEST(Sm90Dispatch, DecodeResidentTokenRowsMatchTheReference) {
-  SKIP_WITHOUT_SM90();
-  // bf16 at M <= 8 on the 8-wide decode kernel: column t of every item's B tiles is token t, its
-  // rows copied once at kernel entry (tokens_resident in kernel_sm90.cuh). Tokens without a slot
-  // on an expert, one expert with every token, tokens whose topk_ids name one expert twice (those
-  // items keep slot order), biases and the router weight on the input: each against the
-  // reference and bitwise against the 64-wide kernel, which keeps slot order (MOEKIT_DECODE_WIDE).
-  for (int variant = 0; variant < 2; ++variant) {
-    CaseSpec s = small_spec(Scheme::kBf16);
-    s.M = 8;
-    s.bias = variant == 1;
-    s.weight_on_input = variant == 1;
-    MoeCase c = make_case(s);
-    const std::int64_t k = s.k;
-    for (std::int64_t m = 0; m < s.M; ++m) c.topk_ids[m * k] = 3;  // expert 3 has every token
-    c.topk_ids[2 * k + 1] = 3;                                      // token 2 names expert 3 twice
-    c.topk_ids[5 * k + 2] = c.topk_ids[5 * k + 3];                  // token 5 repeats another expert
-    DeviceCase d(c);
-    for (std::int64_t M : {1, 3, 8}) {
-      const std::vector<std::uint16_t> narrow = d.run(M, Mode::kFusedExperts, "decode");
-      std::vector<std::uint16_t> wide;
-      {
-        ScopedEnv env("MOEKIT_DECODE_WIDE", "1");
-        wide = d.run(M, Mode::kFusedExperts, "decode");
-      }
-      EXPECT_TRUE(narrow == wide) << "variant " << variant << " M = " << M << ": resident token rows differ from slot order";
-      EXPECT_TRUE(rows_match(to_float(narrow, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "decode resident rows"))
-          << "variant " << variant << " M = " << M;
-    }
-  }
-}
-
 TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   SKIP_WITHOUT_SM90();
   // The CUDA-core GEMV kernel runs GEMM2 in its one-round form (gemv_fast_sm90_kernel) where a

@@ -154,25 +154,6 @@ struct Decode {
     int rank;
   };
 
-  // Resident token rows (bf16 / fp16, the 8-wide kernel, M <= 8): column t of every item's B tiles
-  // is token t, whether or not the token has a slot on the item's expert (the wgmma is 8 wide
-  // anyway), so the X tiles are the same for every item: the consumers copy the call's token rows
-  // into them at kernel entry, while the CTA routes, and the first item skips its row loads (a
-  // later item reloads them: h aliases the X tiles). A token without a slot on the expert has its
-  // slot -1 (tok_slot) and contributes nothing. Each column's sums are the same as in slot order.
-  static __device__ __forceinline__ bool tokens_resident(const DecodeParams& p) {
-    return !kFp8 && kStage != kDown && kMaxW == 8 && p.num_tokens <= 8;
-  }
-
-  // An item whose tokens are not distinct (a caller's topk_ids naming one expert twice for one
-  // token) keeps the slot-order columns. The item's slots are ascending, so a repeated token's
-  // slots are adjacent.
-  static __device__ __forceinline__ bool tokens_distinct(const Smem& s, const Item& it, int k) {
-    for (int r = 1; r < it.count; ++r)
-      if (s.sorted[it.row_begin + r] / k == s.sorted[it.row_begin + r - 1] / k) return false;
-    return true;
-  }
-
   // ---- producer: one thread streams every weight tile of the cluster's items through TMA ----
   // The weight tiles of one item (local expert e, N chunk nchunk) on this rank, stage after stage
   // of the ring (each waits for its stage to be free).
@@ -288,20 +269,13 @@ struct Decode {
   }
 
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
-  // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice. Row r is the
-  // item's r-th slot, or (by_token) token r. bf16: the copies are in flight on return unless
-  // `wait` (cp.async; the caller waits with cp_async_wait_all_groups).
+  // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
   template <int W>
-  static __device__ void load_x(const DecodeParams& p, const Smem& s, const Item& it, int ks0, int ks1,
-                                bool by_token, bool wait = true) {
+  static __device__ void load_x(const DecodeParams& p, const Smem& s, const Item& it, int ks0, int ks1) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const std::int64_t K = p.hidden_size;
     const int k = p.top_k;
     const int nks = ks1 - ks0;
-    auto token_of = [&](int row) -> int {
-      if (by_token) return row < p.num_tokens ? row : -1;
-      return row < it.count ? s.sorted[it.row_begin + row] / k : -1;
-    };
     if constexpr (!kFp8) {
       const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
       const std::int64_t row_bytes = K * 2;
@@ -311,13 +285,13 @@ struct Decode {
         const int rem = idx - row * chunks;
         const int ksl = rem >> 3, ch = rem & 7;
         const std::int64_t kbyte = static_cast<std::int64_t>(ks0 + ksl) * kStageKBytes + ch * 16;
-        const int tok = token_of(row);
-        const bool valid = tok >= 0 && kbyte < row_bytes;
-        const void* src = valid ? static_cast<const void*>(hidden + tok * row_bytes + kbyte) : p.hidden;
+        const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
+        const bool valid = slot >= 0 && kbyte < row_bytes;
+        const void* src = valid ? static_cast<const void*>(hidden + (slot / k) * row_bytes + kbyte) : p.hidden;
         sm90::cp_async_16_zfill(s.region_addr + (ksl * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4), src,
                                 valid ? 16 : 0);
       }
-      if (wait) sm90::cp_async_wait_all_groups();
+      sm90::cp_async_wait_all_groups();
     } else {
       const int warp = t >> 5, lane = t & 31;
       const ActT* hidden = static_cast<const ActT*>(p.hidden);
@@ -328,12 +302,12 @@ struct Decode {
       const float scale = p.a13_scale != nullptr ? p.a13_scale[0] : s.scratch[0];
       const float inv = 1.0f / scale;
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
-        const int tok = token_of(row);
-        const ActT* x = tok >= 0 ? hidden + static_cast<std::int64_t>(tok) * K : hidden;
+        const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
+        const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
         if (lane == 0) s.tok_xs[row] = scale;
         for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
           uint2 q = make_uint2(0u, 0u);
-          if (tok >= 0 && e8 < K) {
+          if (slot >= 0 && e8 < K) {
             float v[8];
             unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
             q.x = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
@@ -466,35 +440,23 @@ struct Decode {
     // tok_w, and its last wgmma read the h tiles that this item's token rows may overwrite.
     consumer_sync();
     // (a) The item's tokens and (b) their rows of hidden (this rank's K slice) as B tiles, in one
-    // round trip: both read the slot list from shared memory (the routing's). Column t is the
-    // item's t-th slot, or token t where the token rows are resident (by_token); a column without
-    // a slot on the expert has tok_slot -1 and router weight 0. The router weight is stored after
-    // GEMM1 (it is first read by the activation), so its load is not waited for here.
-    const bool by_token = tokens_resident(p) && tokens_distinct(s, it, p.top_k);
-    float tw = 0.0f;
+    // round trip: both read the slot list from shared memory (the routing's).
     if (t < W) {
       int slot = -1;
-      if (by_token) {
-        for (int r = 0; r < it.count; ++r) {
-          const int sl = s.sorted[it.row_begin + r];
-          if (sl / p.top_k == t) slot = sl;
-        }
-      } else if (t < it.count) {
+      float tw = 0.0f;
+      if (t < it.count) {
         slot = s.sorted[it.row_begin + t];
+        tw = p.topk_weights != nullptr ? p.topk_weights[slot] : 1.0f;
       }
-      if (slot >= 0) tw = p.topk_weights != nullptr ? p.topk_weights[slot] : 1.0f;
       s.tok_slot[t] = slot;
+      s.tok_w[t] = tw;
     }
     if constexpr (kStage == kDown) {
-      if (t < W) s.tok_w[t] = tw;
       load_h<W>(p, s, it, n0, cw);
       consumer_sync();
       clk.lap(kPhaseTokens);
     } else {
-      // The rows copied at kernel entry (prefetch_inputs) are in the X tiles until the first
-      // item's h overwrites them; any other item loads its rows.
-      if (tokens_resident(p)) sm90::cp_async_wait_all_groups();
-      if (!(by_token && round == 0)) load_x<W>(p, s, it, ks0, ks1, by_token);
+      load_x<W>(p, s, it, ks0, ks1);
       sm90::fence_proxy_async_shared_cta();
       consumer_sync();
       clk.lap(kPhaseTokens);
@@ -521,9 +483,8 @@ struct Decode {
         }
       }
 
-      if (t < W) s.tok_w[t] = tw;
       clk.lap(kPhaseGemm1);
-      // (d) Every rank's partial sums are in place (and the router weights).
+      // (d) Every rank's partial sums are in place.
       cluster_exchange(s, s.b1, round);
       clk.lap(kPhaseExchange1);
 
@@ -537,7 +498,7 @@ struct Decode {
         const int tt = idx % W;
         const int n = c0 + idx / W;
         float hv = 0.0f;
-        if (s.tok_slot[tt] >= 0) {
+        if (tt < it.count) {
           const int j = n / kGateUpRows, nn = n % kGateUpRows;
           const std::uint32_t ga = s.p1_addr + ((j * kTileRows + nn) * W + tt) * 4;
           const std::uint32_t ua = s.p1_addr + ((j * kTileRows + kGateUpRows + nn) * W + tt) * 4;
@@ -571,7 +532,7 @@ struct Decode {
     }  // kStage != kDown
     if constexpr (kStage != kUp) {
       // (f) h -> GEMM2's B tiles.
-      convert_h<W>(p, s, by_token ? W : it.count, cw);  // by_token: h is 0 in a column without a slot
+      convert_h<W>(p, s, it.count, cw);
       sm90::fence_proxy_async_shared_cta();
       consumer_sync();
       clk.lap(kPhaseConvert);
@@ -587,8 +548,8 @@ struct Decode {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int col = 8 * jj + 2 * (lane & 3) + c;
-            const int slot = s.tok_slot[col];  // -1: no slot in this column
-            if (slot < 0) continue;
+            if (col >= it.count) continue;
+            const int slot = s.tok_slot[col];
             float* dst = p.partials + (static_cast<std::int64_t>(slot) * nch + it.nchunk) * K;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -794,21 +755,13 @@ struct Decode {
 
   // Consumers, at kernel entry: the call's token rows and router weights into L2 (config.hpp,
   // kPrefetchLines); the loads of them after the routing then wait on L2, not HBM. kDown reads h,
-  // not the token rows. Resident token rows (tokens_resident) are copied into the X tiles instead.
+  // not the token rows.
   static __device__ void prefetch_inputs(const DecodeParams& p, const Smem& s) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const int P = p.num_tokens * p.top_k;
     if (p.topk_weights != nullptr)
       for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
     if constexpr (kStage == kDown) return;
-    if (tokens_resident(p)) {
-      // The call's token rows straight into the X tiles (this rank's K slice), in flight while the
-      // CTA routes; the first item waits for them.
-      int ks0, ks1;
-      rank_range(p.tiling.k_stages, s.cluster, s.rank, ks0, ks1);
-      load_x<kMaxW>(p, s, Item{}, ks0 * kChunksPerStage, ks1 * kChunksPerStage, true, false);
-      return;
-    }
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     if (kFp8 && p.a13_scale == nullptr) {
       // dynamic_scales() reads all of hidden first.
