@@ -268,48 +268,6 @@ struct Decode {
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
-  // GEMM2 of two consecutive 64-row tiles (one pipeline stage each; `two` false: the first only)
-  // into a0 and a1, under one wgmma wait: the second tile's wgmmas are issued before the first
-  // one's have completed, so a tile's wait is no longer paid once a stage. For the narrow widths
-  // (W <= 16: 4 or 8 accumulator registers a tile), where the two sets cost few registers.
-  template <int W>
-  static __device__ __forceinline__ void gemm2_pair(const Smem& s, float (&a0)[32], float (&a1)[32], bool two,
-                                                    int& stage, std::uint32_t& phase) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < W / 2; ++i) a0[i] = a1[i] = 0.0f;
-    // Both sets zeroed before the first wgmma (else ptxas may sink a1's zeroing between a0's
-    // wgmmas and their wait, and serialize them: C7515).
-    sm90::fence_regs<W / 2>(a0);
-    sm90::fence_regs<W / 2>(a1);
-    auto issue = [&](float (&acc)[32]) {
-      sm90::mbar_wait(s.full + 8 * stage, phase);
-      sm90::fence_regs<W / 2>(acc);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int u = 0; u < kChunks2; ++u) {
-        const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
-        const std::uint64_t db = sm90::make_smem_desc_sw128(s.hb_addr + u * (W * kStageKBytes));
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
-      }
-      sm90::wgmma_commit();
-      sm90::fence_regs<W / 2>(acc);
-      if (++stage == s.stages) { stage = 0; phase ^= 1; }
-    };
-    const int first = stage;
-    issue(a0);
-    const int second = stage;
-    if (two) issue(a1);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs<W / 2>(a0);
-    sm90::fence_regs<W / 2>(a1);
-    if (lane == 0) {
-      sm90::mbar_arrive(s.empty + 8 * first);
-      if (two) sm90::mbar_arrive(s.empty + 8 * second);
-    }
-  }
-
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
   // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
   template <int W>
@@ -582,8 +540,9 @@ struct Decode {
       // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
       const float w2s_e = kFp8 ? p.w2_scale[e] : 1.0f;
       const int nch = T.num_chunks;
-      // Tile rt's scales, b2 (chunk 0), router weight, and its fp32 partial sums to the workspace.
-      auto epilogue = [&](const float (&acc)[32], int rt) {
+      for (int rt = rt0; rt < rt1; ++rt) {
+        float acc[32];
+        mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -603,21 +562,6 @@ struct Decode {
               dst[row] = v;
             }
           }
-        }
-      };
-      if constexpr (W <= 16) {
-        for (int rt = rt0; rt < rt1; rt += 2) {
-          float acc0[32], acc1[32];
-          const bool two = rt + 1 < rt1;
-          gemm2_pair<W>(s, acc0, acc1, two, stage, phase);
-          epilogue(acc0, rt);
-          if (two) epilogue(acc1, rt + 1);
-        }
-      } else {
-        for (int rt = rt0; rt < rt1; ++rt) {
-          float acc[32];
-          mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
-          epilogue(acc, rt);
         }
       }
 
