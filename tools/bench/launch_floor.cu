@@ -23,8 +23,10 @@
 //     pipeline rebuilt part by part (pipe_stream_kernel).
 //   - Swap-AB GEMM1's weight stream at gpt-oss-120b TP1 fp8 M = 1 (item_stream_kernel): its 180
 //     items in the kernel's CTA order through its ring, other stage shapes, the same bytes as
-//     contiguous copies, and on the balanced-wave grid (90 CTAs of two items). --only-swapab
-//     runs these alone (session 23).
+//     contiguous copies, and on the balanced-wave grid (90 CTAs of two items).
+//   - The decode kernel's GEMM1 and GEMM2 weight streams (decode_box_stream_kernel) at qwen3-30b
+//     TP8's shapes: the rate a CTA of each box pattern. --only-swapab runs these and the Swap-AB
+//     cases alone (sessions 23, 24).
 //
 //   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab]
 #include <cuda_runtime.h>
@@ -440,6 +442,70 @@ CUtensorMap item_map(const void* w, int E, int rows, int K) {
   return m;
 }
 
+// The decode kernel's two weight streams without its math (src/cuda/kernels/decode/): one thread
+// issues 16 KB stages into a 12-stage ring, the CTA drains them. CTA c streams experts c,
+// c + gridDim.x, ... of a bf16 map. kGemm2 false: GEMM1's stages of an item (per 32 columns of N,
+// the K chunks two at a time, each a gate box and an up box of 64 elements x 32 rows, N rows apart)
+// over the whole expert's w13 [2N][K]; true: GEMM2's stages (per 64-row tile of w2 [K][N], two
+// boxes of 64 elements x 64 rows, columns 0 and 64; past N zero-filled and counted, as the kernel).
+// The phase timer has GEMM2 at about half GEMM1's rate a CTA (session 24): is it the boxes?
+template <bool kGemm2>
+__global__ void __launch_bounds__(128, 1)
+    decode_box_stream_kernel(const __grid_constant__ CUtensorMap map, int E, int K, int N, int* sink) {
+  using namespace moekit::cuda::sm90;
+  constexpr int kStages = 12, kStage = 16384;
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[kStages];
+  const std::uint32_t sbase = smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
+    fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+  const int k_pairs = (K + 127) / 128;  // GEMM1: two 64-element K chunks a stage
+  const int per_expert = kGemm2 ? (K + 63) / 64 : ((N + 31) / 32) * k_pairs;
+  const int mine = E > static_cast<int>(blockIdx.x) ? (E - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const std::int64_t total = static_cast<std::int64_t>(mine) * per_expert;
+  auto issue = [&](std::int64_t c) {
+    const int st = static_cast<int>(c % kStages);
+    const int e = static_cast<int>(blockIdx.x + (c / per_expert) * gridDim.x);
+    const int j = static_cast<int>(c % per_expert);
+    const std::uint32_t b = smem_addr(&full[st]), dst = sbase + st * kStage;
+    mbar_arrive_expect_tx(b, kStage);
+    if constexpr (kGemm2) {
+      tma_load_3d(dst, &map, b, 0, j * 64, e);
+      tma_load_3d(dst + 8192, &map, b, 64, j * 64, e);
+    } else {
+      const int t = j / k_pairs, k0 = (j % k_pairs) * 128;
+      for (int u = 0; u < 2; ++u) {
+        tma_load_3d(dst + u * 8192, &map, b, k0 + 64 * u, 32 * t, e);
+        tma_load_3d(dst + u * 8192 + 4096, &map, b, k0 + 64 * u, N + 32 * t, e);
+      }
+    }
+  };
+  if (threadIdx.x == 0)
+    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
+  const int acc = drain_ring<kStages, 0>(total, full, smem, kStage, threadIdx.x == 0, issue);
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+// A bf16 [E][rows][cols] map with boxes of 64 elements (128 B, 128-byte swizzle) x box_rows.
+CUtensorMap decode_box_map(const void* w, int E, int rows, int cols, int box_rows) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * 2, static_cast<cuuint64_t>(rows) * cols * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  auto fn = moekit::cuda::sm90::encode_tiled_fn();
+  if (fn == nullptr || fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(w), dims, strides, box, estr,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed for the decode box map\n");
+    std::exit(2);
+  }
+  return m;
+}
+
 // The data movement of inv_rope_fp8_quant (docs/rope_quant.md) with no math: rows of `in_row`
 // bytes read, rows of in_row / 2 bytes written, a warp a row, 16-byte loads and stores; each warp
 // takes kRows rows of a grid-stride walk at once (all their loads issued before any store). What a
@@ -563,7 +629,7 @@ void launch(const void* kernel, dim3 grid, dim3 block, std::size_t smem, cudaStr
 int main(int argc, char** argv) {
   Timer T;
   std::string json;
-  bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23)
+  bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23) and the decode box streams (24)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -668,6 +734,37 @@ int main(int argc, char** argv) {
               "boxes 128 B x 64 rows, 2 blocks x 2 planes a stage, 5 stages, balanced waves",
               (items + per_cta - 1) / per_cta);
     LF_CHECK(cudaFree(w));
+  }
+  // The decode kernel's GEMM1 and GEMM2 weight streams (decode_box_stream_kernel) at qwen3-30b-a3b
+  // TP8's shapes (K = 2048, N = 96: w2 rows of 192 bytes) and at N = 128 (256-byte rows, no
+  // out-of-bounds half box), 64 CTAs of four experts each: the rate a CTA each pattern streams at.
+  {
+    const int E = 256, K = 2048, grid = 64;
+    for (int N : {96, 128}) {
+      for (bool gemm2 : {false, true}) {
+        const std::size_t bytes = static_cast<std::size_t>(E) * (gemm2 ? K * N : 2 * N * K) * 2;
+        void* w = nullptr;
+        LF_CHECK(cudaMalloc(&w, bytes));
+        LF_CHECK(cudaMemset(w, 1, bytes));
+        const CUtensorMap map = gemm2 ? decode_box_map(w, E, K, N, 64) : decode_box_map(w, E, 2 * N, K, 32);
+        const void* kernel = gemm2 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<true>)
+                                   : reinterpret_cast<const void*>(&decode_box_stream_kernel<false>);
+        const int smem = 12 * 16384;
+        LF_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int e = E, k = K, n = N;
+        void* args[] = {const_cast<CUtensorMap*>(&map), &e, &k, &n, &sink};
+        const Timer::Times tm = T.times([&] { launch(kernel, dim3(grid), dim3(128), smem, T.stream, 1, false, args); });
+        // Bytes as TMA moves them (a GEMM2 stage counts its out-of-bounds half box as the kernel does).
+        const double moved = gemm2 ? static_cast<double>(E) * ((K + 63) / 64) * 16384.0 : static_cast<double>(bytes);
+        char name[240];
+        std::snprintf(name, sizeof name,
+                      "decode %s stream, K = %d, N = %d (%s), %d experts on %d CTAs, 12 x 16 KB stages: %.1f GB/s a CTA in graph",
+                      gemm2 ? "GEMM2 (w2, 2 boxes of 64 rows a stage)" : "GEMM1 (w13, 4 boxes of 32 rows a stage)", K, N,
+                      N * 2 % 128 == 0 ? "full boxes" : "w2 rows of 192 B", E, grid, moved / tm.in_graph_us / 1e3 / grid);
+        add(name, tm);
+        LF_CHECK(cudaFree(w));
+      }
+    }
   }
   if (only_swapab) return write_json();
   add("empty kernel, 1 CTA", T.times([&] {
