@@ -449,9 +449,13 @@ CUtensorMap item_map(const void* w, int E, int rows, int K) {
 // over the whole expert's w13 [2N][K]; true: GEMM2's stages (per 64-row tile of w2 [K][N], two
 // boxes of 64 elements x 64 rows, columns 0 and 64; past N zero-filled and counted, as the kernel).
 // The phase timer has GEMM2 at about half GEMM1's rate a CTA (session 24): is it the boxes?
-template <bool kGemm2>
+// GEMM1 variants (kChunks K chunks x kPlanes planes x kRows rows = 16 KB a stage): 2 x 2 x 32 is
+// the kernel's (gate and up boxes of the same 32 columns); 4 x 1 x 32 takes 512 bytes of each row a
+// stage (gate rows, then up rows); 2 x 1 x 64 boxes of 64 rows (map box_rows 64).
+template <bool kGemm2, int kChunks = 2, int kPlanes = 2, int kRows = 32>
 __global__ void __launch_bounds__(128, 1)
     decode_box_stream_kernel(const __grid_constant__ CUtensorMap map, int E, int K, int N, int* sink) {
+  static_assert(kGemm2 || kChunks * kPlanes * kRows * 128 == 16384, "a 16 KB stage");
   using namespace moekit::cuda::sm90;
   constexpr int kStages = 12, kStage = 16384;
   extern __shared__ __align__(1024) std::uint8_t smem[];
@@ -462,8 +466,8 @@ __global__ void __launch_bounds__(128, 1)
     fence_mbarrier_init_cluster();
   }
   __syncthreads();
-  const int k_pairs = (K + 127) / 128;  // GEMM1: two 64-element K chunks a stage
-  const int per_expert = kGemm2 ? (K + 63) / 64 : ((N + 31) / 32) * k_pairs;
+  const int k_steps = (K + 64 * kChunks - 1) / (64 * kChunks);  // GEMM1: kChunks 64-element K chunks a stage
+  const int per_expert = kGemm2 ? (K + 63) / 64 : ((N + kRows - 1) / kRows) * (2 / kPlanes) * k_steps;
   const int mine = E > static_cast<int>(blockIdx.x) ? (E - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const std::int64_t total = static_cast<std::int64_t>(mine) * per_expert;
   auto issue = [&](std::int64_t c) {
@@ -476,11 +480,11 @@ __global__ void __launch_bounds__(128, 1)
       tma_load_3d(dst, &map, b, 0, j * 64, e);
       tma_load_3d(dst + 8192, &map, b, 64, j * 64, e);
     } else {
-      const int t = j / k_pairs, k0 = (j % k_pairs) * 128;
-      for (int u = 0; u < 2; ++u) {
-        tma_load_3d(dst + u * 8192, &map, b, k0 + 64 * u, 32 * t, e);
-        tma_load_3d(dst + u * 8192 + 4096, &map, b, k0 + 64 * u, N + 32 * t, e);
-      }
+      const int k0 = (j % k_steps) * 64 * kChunks, rest = j / k_steps;
+      const int t = rest / (2 / kPlanes), plane0 = kPlanes == 2 ? 0 : rest % 2;
+      for (int u = 0; u < kChunks; ++u)
+        for (int pl = 0; pl < kPlanes; ++pl)
+          tma_load_3d(dst + (u * kPlanes + pl) * kRows * 128, &map, b, k0 + 64 * u, (plane0 + pl) * N + kRows * t, e);
     }
   };
   if (threadIdx.x == 0)
@@ -741,25 +745,36 @@ int main(int argc, char** argv) {
   {
     const int E = 256, K = 2048, grid = 64;
     for (int N : {96, 128}) {
-      for (bool gemm2 : {false, true}) {
+      for (int variant : {0, 1, 2, 3}) {  // GEMM1 2 x 2 x 32 (the kernel's), GEMM2, GEMM1 4 x 1 x 32, 2 x 1 x 64
+        const bool gemm2 = variant == 1;
+        if (N == 128 && variant > 1) continue;
         const std::size_t bytes = static_cast<std::size_t>(E) * (gemm2 ? K * N : 2 * N * K) * 2;
         void* w = nullptr;
         LF_CHECK(cudaMalloc(&w, bytes));
         LF_CHECK(cudaMemset(w, 1, bytes));
-        const CUtensorMap map = gemm2 ? decode_box_map(w, E, K, N, 64) : decode_box_map(w, E, 2 * N, K, 32);
-        const void* kernel = gemm2 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<true>)
-                                   : reinterpret_cast<const void*>(&decode_box_stream_kernel<false>);
+        const CUtensorMap map = gemm2 ? decode_box_map(w, E, K, N, 64) : decode_box_map(w, E, 2 * N, K, variant == 3 ? 64 : 32);
+        const void* kernel = variant == 0   ? reinterpret_cast<const void*>(&decode_box_stream_kernel<false>)
+                             : variant == 1 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<true>)
+                             : variant == 2 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<false, 4, 1, 32>)
+                                            : reinterpret_cast<const void*>(&decode_box_stream_kernel<false, 2, 1, 64>);
+        const char* pattern = variant == 0   ? "GEMM1 (w13, 2 K chunks x gate and up boxes of 32 rows a stage)"
+                              : variant == 1 ? "GEMM2 (w2, 2 boxes of 64 rows a stage)"
+                              : variant == 2 ? "GEMM1 variant (w13, 4 K chunks x 32 rows of one plane a stage)"
+                                             : "GEMM1 variant (w13, 2 K chunks x 64 rows of one plane a stage)";
         const int smem = 12 * 16384;
         LF_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int e = E, k = K, n = N;
         void* args[] = {const_cast<CUtensorMap*>(&map), &e, &k, &n, &sink};
         const Timer::Times tm = T.times([&] { launch(kernel, dim3(grid), dim3(128), smem, T.stream, 1, false, args); });
         // Bytes as TMA moves them (a GEMM2 stage counts its out-of-bounds half box as the kernel does).
-        const double moved = gemm2 ? static_cast<double>(E) * ((K + 63) / 64) * 16384.0 : static_cast<double>(bytes);
+        const int rows_a_stage = variant == 3 ? 64 : 32, chunks = variant == 2 ? 4 : 2, planes = variant == 0 ? 2 : 1;
+        const int stages = gemm2 ? (K + 63) / 64
+                                 : (N + rows_a_stage - 1) / rows_a_stage * (2 / planes) * ((K + 64 * chunks - 1) / (64 * chunks));
+        const double moved = static_cast<double>(E) * stages * 16384.0;
         char name[240];
         std::snprintf(name, sizeof name,
                       "decode %s stream, K = %d, N = %d (%s), %d experts on %d CTAs, 12 x 16 KB stages: %.1f GB/s a CTA in graph",
-                      gemm2 ? "GEMM2 (w2, 2 boxes of 64 rows a stage)" : "GEMM1 (w13, 4 boxes of 32 rows a stage)", K, N,
+                      pattern, K, N,
                       N * 2 % 128 == 0 ? "full boxes" : "w2 rows of 192 B", E, grid, moved / tm.in_graph_us / 1e3 / grid);
         add(name, tm);
         LF_CHECK(cudaFree(w));
