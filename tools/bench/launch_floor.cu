@@ -180,6 +180,28 @@ __device__ __forceinline__ int drain_ring(std::int64_t total, std::uint64_t* ful
   return acc;
 }
 
+// The ring's full barriers (one arrival each: the issuing thread's expect_tx), before any use.
+template <int kStages>
+__device__ __forceinline__ void ring_init(std::uint64_t* full) {
+  using namespace moekit::cuda::sm90;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
+    fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+}
+
+// Thread 0 fills the ring's first kStages stages, then the CTA drains all `total` (drain_ring,
+// no hold), thread 0 refilling; the sum goes to `sink` only in a case that never happens.
+template <int kStages, class Issue>
+__device__ __forceinline__ void stream_ring(std::int64_t total, std::uint64_t* full, const std::uint8_t* smem,
+                                            int stage_bytes, int* sink, Issue&& issue) {
+  if (threadIdx.x == 0)
+    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
+  const int acc = drain_ring<kStages, 0>(total, full, smem, stage_bytes, threadIdx.x == 0, issue);
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
 // The token-major GEMM1's weight stream without the MMAs: a 3D map [E][rows][K] of bf16 in units
 // of 256 rows (unit u: expert u / tiles, rows (u % tiles) * 256 ..+256) walked K fastest; CTA c
 // takes the contiguous range [c, c + 1) * total / gridDim.x of the units x K stages (with a grid
@@ -346,8 +368,6 @@ __global__ void __launch_bounds__(384, 1)
   }
 }
 
-// A [E][rows][K] bf16 map with boxes of box_k x 128 rows (SWIZZLE_128B at 128-byte boxes, as the
-// token-major kernel; none at 256 bytes).
 // Swap-AB GEMM1's weight stream without the MMAs or the token rows (gpt-oss-120b TP1 fp8 at M = 1:
 // 4 experts x 45 items of 64 gate + 64 up rows of K = 2880 e4m3). An e4m3 map [E][rows][K] with
 // boxes of 128 B x 64 rows; item u: expert u / tiles, gate rows (u % tiles) * 64, up rows
@@ -366,11 +386,7 @@ __global__ void __launch_bounds__(128, 1)
   extern __shared__ __align__(1024) std::uint8_t smem[];
   __shared__ __align__(8) std::uint64_t full[kStages];
   const std::uint32_t sbase = smem_addr(smem);
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
-    fence_mbarrier_init_cluster();
-  }
-  __syncthreads();
+  ring_init<kStages>(full);
   const int per_item = kContig ? 2 * ((64 * k_dim + 16383) / 16384)
                                : (k_dim + 128 * kBlocks - 1) / (128 * kBlocks);
   const int mine = items > static_cast<int>(blockIdx.x) ? (items - 1 - blockIdx.x) / gridDim.x + 1 : 0;
@@ -397,46 +413,31 @@ __global__ void __launch_bounds__(128, 1)
       }
     }
   };
-  if (threadIdx.x == 0)
-    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
-  const int acc = drain_ring<kStages, 0>(total, full, smem, kStage, threadIdx.x == 0, issue);
-  if (acc == 0x7fffffff) *sink = acc;
+  stream_ring<kStages>(total, full, smem, kStage, sink, issue);
 }
 
-CUtensorMap weight_map(const void* w, int E, int rows, int K, int box_k) {
+// A [E][rows][cols] map of `elem` bytes per element, row-major and contiguous, with boxes of
+// box_cols x box_rows (one expert deep); the 128-byte swizzle where a box row is 128 bytes, none
+// otherwise. Exits on failure (a measurement tool). The maps of the cases below:
+//   token-major GEMM1: bf16 [E][rows][K], boxes of box_k x 128 rows;
+//   Swap-AB: e4m3 [E][rows][K], boxes of 128 B x 64 rows;
+//   decode: bf16 [E][rows][cols], boxes of 64 elements x 32 or 64 rows.
+CUtensorMap map3d(const void* w, CUtensorMapDataType type, int elem, int E, int rows, int cols, int box_cols,
+                  int box_rows) {
   CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * 2, static_cast<cuuint64_t>(rows) * K * 2};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_k), 128, 1};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * elem, static_cast<cuuint64_t>(rows) * cols * elem};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t estr[3] = {1, 1, 1};
   auto fn = moekit::cuda::sm90::encode_tiled_fn();
-  if (fn == nullptr) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled not available\n");
-    std::exit(2);
-  }
-  const CUresult r = fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(w), dims, strides, box, estr,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        box_k * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED
+                    : fn(&m, type, 3, const_cast<void*>(w), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                         box_cols * elem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
-    std::exit(2);
-  }
-  return m;
-}
-
-// e4m3 [E][rows][K] with boxes of 128 B x 64 rows (Swap-AB's weight map).
-CUtensorMap item_map(const void* w, int E, int rows, int K) {
-  CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows) * K};
-  const cuuint32_t box[3] = {128, 64, 1};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  auto fn = moekit::cuda::sm90::encode_tiled_fn();
-  if (fn == nullptr || fn(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(w), dims, strides, box, estr,
-                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed for the item map\n");
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for a [%d][%d][%d] map, boxes %d x %d\n",
+                 static_cast<int>(r), E, rows, cols, box_cols, box_rows);
     std::exit(2);
   }
   return m;
@@ -461,11 +462,7 @@ __global__ void __launch_bounds__(128, 1)
   extern __shared__ __align__(1024) std::uint8_t smem[];
   __shared__ __align__(8) std::uint64_t full[kStages];
   const std::uint32_t sbase = smem_addr(smem);
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) mbar_init(smem_addr(&full[st]), 1);
-    fence_mbarrier_init_cluster();
-  }
-  __syncthreads();
+  ring_init<kStages>(full);
   const int k_steps = (K + 64 * kChunks - 1) / (64 * kChunks);  // GEMM1: kChunks 64-element K chunks a stage
   const int per_expert = kGemm2 ? (K + 63) / 64 : ((N + kRows - 1) / kRows) * (2 / kPlanes) * k_steps;
   const int mine = E > static_cast<int>(blockIdx.x) ? (E - 1 - blockIdx.x) / gridDim.x + 1 : 0;
@@ -487,27 +484,7 @@ __global__ void __launch_bounds__(128, 1)
           tma_load_3d(dst + (u * kPlanes + pl) * kRows * 128, &map, b, k0 + 64 * u, (plane0 + pl) * N + kRows * t, e);
     }
   };
-  if (threadIdx.x == 0)
-    for (std::int64_t c = 0; c < total && c < kStages; ++c) issue(c);
-  const int acc = drain_ring<kStages, 0>(total, full, smem, kStage, threadIdx.x == 0, issue);
-  if (acc == 0x7fffffff) *sink = acc;
-}
-
-// A bf16 [E][rows][cols] map with boxes of 64 elements (128 B, 128-byte swizzle) x box_rows.
-CUtensorMap decode_box_map(const void* w, int E, int rows, int cols, int box_rows) {
-  CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(E)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * 2, static_cast<cuuint64_t>(rows) * cols * 2};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  auto fn = moekit::cuda::sm90::encode_tiled_fn();
-  if (fn == nullptr || fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(w), dims, strides, box, estr,
-                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed for the decode box map\n");
-    std::exit(2);
-  }
-  return m;
+  stream_ring<kStages>(total, full, smem, kStage, sink, issue);
 }
 
 // The data movement of inv_rope_fp8_quant (docs/rope_quant.md) with no math: rows of `in_row`
@@ -709,7 +686,7 @@ int main(int argc, char** argv) {
     void* w = nullptr;
     LF_CHECK(cudaMalloc(&w, bytes));
     LF_CHECK(cudaMemset(w, 1, bytes));
-    const CUtensorMap map = item_map(w, E, rows, K);
+    const CUtensorMap map = map3d(w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, E, rows, K, 128, 64);
     const std::uint8_t* w8 = static_cast<const std::uint8_t*>(w);
     auto item_case = [&](const void* kernel, int smem, const char* what, int grid = 0) {
       if (grid == 0) grid = prop.multiProcessorCount;
@@ -752,7 +729,8 @@ int main(int argc, char** argv) {
         void* w = nullptr;
         LF_CHECK(cudaMalloc(&w, bytes));
         LF_CHECK(cudaMemset(w, 1, bytes));
-        const CUtensorMap map = gemm2 ? decode_box_map(w, E, K, N, 64) : decode_box_map(w, E, 2 * N, K, variant == 3 ? 64 : 32);
+        const CUtensorMap map = gemm2 ? map3d(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E, K, N, 64, 64)
+                                       : map3d(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E, 2 * N, K, 64, variant == 3 ? 64 : 32);
         const void* kernel = variant == 0   ? reinterpret_cast<const void*>(&decode_box_stream_kernel<false>)
                              : variant == 1 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<true>)
                              : variant == 2 ? reinterpret_cast<const void*>(&decode_box_stream_kernel<false, 4, 1, 32>)
@@ -946,7 +924,7 @@ int main(int argc, char** argv) {
     // tile_stream_kernel: `a_rows` token rows of 128 B a stage next to the boxes (0 or 16, as its kA).
     auto tile_case = [&](auto kernel, int box_k, int stages, int a_rows, const char* what, int grid = 0) {
       if (grid == 0) grid = units;
-      const CUtensorMap map = weight_map(w, E, rows, K, box_k);
+      const CUtensorMap map = map3d(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E, rows, K, box_k, 128);
       int u = units, t = tiles, k = K;
       void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &sink, &a8};
       char label[200];
@@ -969,7 +947,7 @@ int main(int argc, char** argv) {
     tile_case(&tile_stream_kernel<64, 4, 0, 450>, 64, 4, 0, "2 boxes of 128 B x 128 rows a stage, each held 450 cycles");
     // The kernel's warp-specialized pipeline (pipe_stream_kernel), part by part.
     {
-      const CUtensorMap map = weight_map(w, E, rows, K, 64);
+      const CUtensorMap map = map3d(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E, rows, K, 64, 128);
       auto pipe_case = [&](auto kernel, int up_off, const char* what) {
         int u = units, t = tiles, k = K, up = up_off;
         void* args[] = {const_cast<CUtensorMap*>(&map), &u, &t, &k, &up, &sink, &a8};
