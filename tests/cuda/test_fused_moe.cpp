@@ -716,6 +716,43 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
   }
 }
 
+TEST(Sm90Dispatch, DecodeGemm1Box64BitwiseEqualToBox32) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_DECODE_GEMM1_BOX=64: GEMM1 tiles of 64 gate + 64 up columns, one 64-row box of each
+  // plane a stage (the 8- and 16-wide kernels). The same sums in the same order, so the same bits
+  // as the default tiles, and the reference. N = 96 (the second tile's rows past N out of bounds)
+  // and 128; K = 320 (bf16: an odd count of K chunks, the last stage past K); bf16, fp8 with static
+  // scales, fp8 with dynamic scales (kUp + kDown) with biases and swiglu_oai; M = 1, 8, 9, 16.
+  for (int variant = 0; variant < 3; ++variant) {
+    for (std::int64_t N : {96, 128}) {
+      const Scheme scheme = variant == 0 ? Scheme::kBf16 : Scheme::kFp8PerTensor;
+      CaseSpec s = small_spec(scheme);
+      s.M = 16;
+      s.K = 320;
+      s.N = N;
+      if (variant > 0) {
+        s.static_scales = variant == 1;
+        s.bias = true;
+        s.activation.kind = Activation::kSwigluOai;
+      }
+      MoeCase c = make_case(s);
+      DeviceCase d(c);
+      for (std::int64_t M : {1, 8, 9, 16}) {
+        const std::vector<std::uint16_t> box32 = d.run(M, Mode::kFusedExperts, "decode");
+        std::vector<std::uint16_t> box64;
+        {
+          ScopedEnv env("MOEKIT_DECODE_GEMM1_BOX", "64");
+          box64 = d.run(M, Mode::kFusedExperts, "decode");
+        }
+        EXPECT_TRUE(box32 == box64) << "variant " << variant << " N = " << N << " M = " << M
+                                    << ": 64-row GEMM1 boxes differ from the default tiles";
+        EXPECT_TRUE(rows_match(to_float(box64, s.act_dtype), reference_rows(c, 0, M), s.K, scheme, "decode box64"))
+            << "variant " << variant << " N = " << N << " M = " << M;
+      }
+    }
+  }
+}
+
 TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   SKIP_WITHOUT_SM90();
   // The CUDA-core GEMV kernel runs GEMM2 in its one-round form (gemv_fast_sm90_kernel) where a

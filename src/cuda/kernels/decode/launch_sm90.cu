@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -234,6 +235,14 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   gemm_common::encode_weight_tmap(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows,
                                   "decode_sm90 (w13)");
   gemm_common::encode_weight_tmap(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "decode_sm90 (w2)");
+  // MOEKIT_DECODE_GEMM1_BOX=64 (read at every launch; an A/B switch, prepared 2026-12-02 and not yet
+  // run on the GPU): GEMM1 tiles of 64 gate + 64 up columns, one 64-row box of each plane a stage,
+  // at token widths <= 16 (docs/perf.md, session 24: 64-row boxes streamed 19 % faster a CTA).
+  if (const char* v = std::getenv("MOEKIT_DECODE_GEMM1_BOX"); v != nullptr && std::strcmp(v, "64") == 0) {
+    kp.gemm1_box64 = 1;
+    gemm_common::encode_gate_up_planes_tmap(&kp.tmap_w13_planes, call.w13, fp8, p.act_dtype, K, N, E, 2 * dc::kGateUpRows,
+                                            "decode_sm90 (w13 planes)");
+  }
 
   // fused_moe: the routing kernel writes topk_ids / topk_weights first (route only).
   const std::int32_t* topk_ids = call.topk_ids;
