@@ -1030,7 +1030,7 @@ void launch_decode_stage(const DecodeParams& p, int grid, cudaStream_t stream, b
   // 64-row GEMM1 boxes (p.gemm1_box64, the launcher's MOEKIT_DECODE_GEMM1_BOX=64): the 8- and
   // 16-wide kernels that stream w13 through tmap_w13_planes; kDown has no GEMM1.
   if constexpr (kStage != kDown) {
-    if (p.gemm1_box64 != 0 && !wide && p.tiling.max_tokens <= 16) {
+    if (gemm1_box64_applies(p, wide)) {
       if (p.tiling.max_tokens == 8) launch_decode_kernel<kOp, 8, kStage, true>(p, grid, stream, pdl);
       else launch_decode_kernel<kOp, 16, kStage, true>(p, grid, stream, pdl);
       return;

@@ -200,6 +200,13 @@ void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
+namespace {
+// The GEMM1 box height of the thread's last decode launch (decode_last_gemm1_box).
+thread_local int g_last_gemm1_box = 0;
+}  // namespace
+
+int decode_last_gemm1_box() { return g_last_gemm1_box; }
+
 void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
@@ -303,6 +310,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
+  g_last_gemm1_box = dc::gemm1_box64_applies(kp, wide) ? 64 : 32;
   if (split) {
     // kDown runs on kUp's tiling and grid. (Its own tiling on the SMs kUp leaves free, so that
     // all of it streams w2 while kUp runs, measured slower: docs/decode.md.)

@@ -60,10 +60,17 @@ struct DecodeParams {
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
   // Host side only: launch the 64-row-box GEMM1 instantiations (tmap_w13_planes set; token widths
-  // <= 16 only, where two accumulator sets of W / 2 registers are cheap).
+  // <= 16 only, where two accumulator sets of W / 2 registers are cheap: gemm1_box64_applies).
+  // They are not preloaded (an A/B switch: they load at their first launch).
   int gemm1_box64;
   Tiling tiling;
 };
+
+// Whether a launch of `p` (its GEMM1 stage: kWhole or kUp) takes the 64-row-box instantiation:
+// asked for, the per-width kernels (not MOEKIT_DECODE_WIDE's), token width 8 or 16.
+inline bool gemm1_box64_applies(const DecodeParams& p, bool wide) {
+  return p.gemm1_box64 != 0 && !wide && p.tiling.max_tokens <= 16;
+}
 
 // The phase timer's words per CTA (DecodeParams::phases): time in each phase of the consumer
 // warpgroup, summed over the CTA's items (ns, %globaltimer), then the item count and the CTA's

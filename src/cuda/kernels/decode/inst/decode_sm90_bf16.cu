@@ -14,8 +14,5 @@ MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kBf16>::Tag, Ope
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kBf16>::Tag, OperandTypes<Operand::kBf16>::Act, 32, kWhole>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kBf16>::Tag, OperandTypes<Operand::kBf16>::Act, 64, kWhole>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kBf16>::Tag, OperandTypes<Operand::kBf16>::Act>);
-// The 64-row GEMM1 box instantiations (MOEKIT_DECODE_GEMM1_BOX=64).
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kBf16>::Tag, OperandTypes<Operand::kBf16>::Act, 8, kWhole, true>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kBf16>::Tag, OperandTypes<Operand::kBf16>::Act, 16, kWhole, true>);
 
 }  // namespace moekit::cuda::decode

@@ -22,10 +22,5 @@ MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, 
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 32, kDown>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 64, kDown>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act>);
-// The 64-row GEMM1 box instantiations (MOEKIT_DECODE_GEMM1_BOX=64).
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kWhole, true>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kWhole, true>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kUp, true>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kUp, true>);
 
 }  // namespace moekit::cuda::decode

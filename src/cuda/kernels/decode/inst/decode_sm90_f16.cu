@@ -13,8 +13,5 @@ MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, Oper
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 32, kWhole>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 64, kWhole>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act>);
-// The 64-row GEMM1 box instantiations (MOEKIT_DECODE_GEMM1_BOX=64).
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 8, kWhole, true>);
-MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kF16>::Tag, OperandTypes<Operand::kF16>::Act, 16, kWhole, true>);
 
 }  // namespace moekit::cuda::decode
