@@ -135,7 +135,7 @@ fi
 
 # ---- compute-sanitizer on a small subset ----
 if [ -x "$GPU_TESTS" ] && command -v compute-sanitizer >/dev/null 2>&1; then
-  run_step memcheck "${MOEKIT_T_MEMCHECK:-120}" "$OUT_DIR/memcheck.log" \
+  run_step memcheck "${MOEKIT_T_MEMCHECK:-240}" "$OUT_DIR/memcheck.log" \
     compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
     "$GPU_TESTS" --gtest_filter="$SAN_FILTER"
   run_step racecheck "${MOEKIT_T_RACECHECK:-120}" "$OUT_DIR/racecheck.log" \
