@@ -254,27 +254,48 @@ struct Decode {
   }
 
   // acc = sum over `nstages` pipeline stages of kSub K chunks each: A (the stage's chunk u) x
-  // B (chunk c at b_base + c * W * 128).
-  template <int W, int kSub>
-  static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], int nstages, std::uint32_t b_base,
-                                                  int& stage, std::uint32_t& phase) {
+  // B (chunk c at b_base + c * W * 128). kGateUp (kBox64's GEMM1 tile, kSub = 1): acc takes the
+  // stage's first 64-row box (gate rows) and `up` its second (the up rows of the same columns);
+  // both sets are fenced before the first wgmma (else ptxas may sink one's zeroing between the
+  // other's wgmmas and their wait, and serialize them). Without it `up` is not touched.
+  template <int W, int kSub, bool kGateUp = false>
+  static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], float (&up)[32], int nstages,
+                                                  std::uint32_t b_base, int& stage, std::uint32_t& phase) {
+    static_assert(!kGateUp || kSub == 1, "a gate-and-up stage holds one K chunk");
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
+    if constexpr (kGateUp) {
+#pragma unroll
+      for (int i = 0; i < W / 2; ++i) up[i] = 0.0f;
+      sm90::fence_regs<W / 2>(acc);
+      sm90::fence_regs<W / 2>(up);
+    }
     int prev = 0;
     for (int st = 0; st < nstages; ++st) {
       sm90::mbar_wait(s.full + 8 * stage, phase);
       sm90::fence_regs<W / 2>(acc);
+      if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
       sm90::wgmma_fence();
 #pragma unroll
       for (int u = 0; u < kSub; ++u) {
         const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
         const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + (st * kSub + u) * (W * kStageKBytes));
+        if constexpr (kGateUp) {
+          const std::uint64_t du = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + kTileBytes);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+          for (int kk = 0; kk < 4; ++kk) {
+            sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+            sm90::Wgmma<Tag, W>::mma(up, du + 2 * kk, db + 2 * kk, 1);
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+        }
       }
       sm90::wgmma_commit();
       sm90::fence_regs<W / 2>(acc);
+      if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
       if (st > 0) {
         sm90::wgmma_wait<1>();
         if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
@@ -284,48 +305,7 @@ struct Decode {
     }
     sm90::wgmma_wait<0>();
     sm90::fence_regs<W / 2>(acc);
-    if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
-  }
-
-  // kBox64's GEMM1 tile: g (64 gate rows) and u (the 64 up rows of the same columns) summed over
-  // `nstages` stages of one K chunk each (A: the stage's gate box, then its up box; B: the chunk's
-  // X tile). Both sets are fenced before the first wgmma (else ptxas may sink one's zeroing
-  // between the other's wgmmas and their wait, and serialize them).
-  template <int W>
-  static __device__ __forceinline__ void mainloop_gate_up(const Smem& s, float (&g)[32], float (&u)[32], int nstages,
-                                                          std::uint32_t b_base, int& stage, std::uint32_t& phase) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < W / 2; ++i) g[i] = u[i] = 0.0f;
-    sm90::fence_regs<W / 2>(g);
-    sm90::fence_regs<W / 2>(u);
-    int prev = 0;
-    for (int st = 0; st < nstages; ++st) {
-      sm90::mbar_wait(s.full + 8 * stage, phase);
-      sm90::fence_regs<W / 2>(g);
-      sm90::fence_regs<W / 2>(u);
-      sm90::wgmma_fence();
-      const std::uint64_t dg = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes);
-      const std::uint64_t du = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + kTileBytes);
-      const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + st * (W * kStageKBytes));
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        sm90::Wgmma<Tag, W>::mma(g, dg + 2 * kk, db + 2 * kk, 1);
-        sm90::Wgmma<Tag, W>::mma(u, du + 2 * kk, db + 2 * kk, 1);
-      }
-      sm90::wgmma_commit();
-      sm90::fence_regs<W / 2>(g);
-      sm90::fence_regs<W / 2>(u);
-      if (st > 0) {
-        sm90::wgmma_wait<1>();
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
-      }
-      prev = stage;
-      if (++stage == s.stages) { stage = 0; phase ^= 1; }
-    }
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs<W / 2>(g);
-    sm90::fence_regs<W / 2>(u);
+    if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
@@ -529,7 +509,7 @@ struct Decode {
         // (gate rows, then up rows), the layout the activation reads.
         for (int j = 0; j < (cw + 2 * kGateUpRows - 1) / (2 * kGateUpRows); ++j) {
           float g[32], u[32];
-          mainloop_gate_up<W>(s, g, u, ks1 - ks0, s.region_addr, stage, phase);
+          mainloop<W, 1, true>(s, g, u, ks1 - ks0, s.region_addr, stage, phase);
 #pragma unroll
           for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -554,7 +534,7 @@ struct Decode {
       const int tiles1 = kBox64 ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
       for (int j = 0; j < tiles1; ++j) {
         float acc[32];
-        mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+        mainloop<W, kChunksPerStage>(s, acc, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -630,7 +610,7 @@ struct Decode {
       const int nch = T.num_chunks;
       for (int rt = rt0; rt < rt1; ++rt) {
         float acc[32];
-        mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
+        mainloop<W, kChunks2>(s, acc, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll

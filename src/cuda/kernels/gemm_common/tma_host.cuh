@@ -200,6 +200,12 @@ inline std::string sm90_tma_unsupported_reason() {
   return {};
 }
 
+// The element type of a weight map: e4m3 bytes, or the activation's 16-bit type.
+inline CUtensorMapDataType weight_tmap_dtype(bool fp8, DType act) {
+  return fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+             : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
 // Expert weights [experts, rows, inner] at `base` (bf16 / fp16 by `act`, or e4m3 when fp8) as a 3D
 // map (dims innermost first; strides in bytes of dims 1 and 2), box [128 bytes of the inner dim,
 // box_rows rows, 1 expert], 128-byte swizzle, zeros outside the tensor. Throws Error(kCudaError)
@@ -231,9 +237,7 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType dtype = fp8                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                    : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType dtype = weight_tmap_dtype(fp8, act);
   const CUresult res = sm90::encode_tiled_fn()(map, dtype, 3, const_cast<void*>(base), dims, strides, box,
                                                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -262,9 +266,7 @@ inline void encode_gate_up_planes_tmap(CUtensorMap* map, const void* base, bool 
                                  static_cast<cuuint64_t>(2 * n * inner * es)};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType dtype = fp8                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                    : act == DType::kFp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType dtype = weight_tmap_dtype(fp8, act);
   const CUresult res = sm90::encode_tiled_fn()(map, dtype, 4, const_cast<void*>(base), dims, strides, box,
                                                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
