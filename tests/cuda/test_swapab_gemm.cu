@@ -440,20 +440,87 @@ TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
   }
 }
 
-TEST(Sm90SwapAbGemm, DeclinesUnalignedFp8Pitch) {
-  // gpt-oss at TP8: fp8 w2 rows of N = 360 bytes are not a multiple of 16 (TMA stride rule).
+// GEMM2 on rows of 8 but not 16 bytes (gpt-oss fp8 at TP8: w2 and h rows of N = 360 bytes; no
+// TMA map describes them): the producer copies the weight tiles and the token rows with 8-byte
+// cp.async (params.hpp b_rows8). fp8 at the gpt-oss shape with biases, swiglu's GEMM2 side and
+// router weights both ways; the default ragged experts (0..100 rows: one K block a stage, token
+// widths 8..64) and decode-sized ones (wide stages); split-K 1, 2, 8; several tiles per item;
+// bf16 (200-byte rows) and fp16 (72-byte rows, K ending inside the first 128-byte block); a NaN
+// in one A row stays in its rows; graph replay bitwise equal to the launch.
+TEST(Sm90SwapAbGemm, EightByteRowsMatchReference) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<int> decode_rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+  int seed = 90;
+  for (int split : {1, 2, 8}) {
+    for (bool decode : {false, true}) {
+      Case c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
+      if (decode) c.rows = decode_rows;
+      c.split_k = split;
+      c.bias = true;
+      c.bias_dtype = DType::kBf16;
+      c.weights = split == 2 ? 1 : 0;
+      c.seed = ++seed;
+      run_case(c);
+    }
+  }
+  Case c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
+  c.tiles_per_item = 3;
+  c.weight_on_input = true;
+  c.nan_a_row = 2;
+  c.seed = ++seed;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 100, 256);
+  c.bias = true;
+  c.graph_replay = true;
+  c.seed = ++seed;
+  run_case(c);
+  c.rows = decode_rows;
+  c.seed = ++seed;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 36, 512);
+  c.act_dtype = DType::kFp16;
+  c.weights = 2;
+  c.seed = ++seed;
+  run_case(c);
+}
+
+// The 8-byte-row producer and the one-block stages give the same bits (the same K blocks in the
+// same order: the copies differ, not the sums), and so do its wide stages.
+TEST(Sm90SwapAbGemm, EightByteRowsWideStagesBitwiseEqualToOneBlock) {
+  SKIP_WITHOUT_SM90();
+  Case c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
+  c.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+  c.split_k = 1;
+  std::vector<float> wide;
+  run_case(c, &wide);
+  expect_same_bits(wide, run_with_env(c, "MOEKIT_SWAPAB_KBLOCKS", "1"),
+                   c.describe() + ": wide stages differ bitwise from one block a stage");
+}
+
+TEST(Sm90SwapAbGemm, DeclinesUnalignedPitch) {
+  // GEMM1 reads w13 through TMA: rows of K = 360 fp8 bytes are not a multiple of 16 (TMA's
+  // stride rule). GEMM2 takes rows of 8 bytes (above) but not of 4, and not fp8_block128.
   GroupedGemmParams p;
   p.scheme = Scheme::kFp8PerTensor;
-  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  p.epilogue = GemmEpilogue::kGateUpActivation;
   p.num_experts = 4;
   p.n_out = 2880;
   p.k_dim = 360;
   std::string why;
   EXPECT_FALSE(moekit::cuda::can_implement_swapab_sm90(p, &why));
-  EXPECT_NE(why.find("16"), std::string::npos) << why;
+  EXPECT_NE(why.find("multiple of 16"), std::string::npos) << why;
   // Launching it anyway is an error, not a crash.
   p.max_rows = 8;
   EXPECT_THROW(moekit::cuda::launch_grouped_gemm_swapab_sm90(p, nullptr), moekit::Error);
+  p.max_rows = 0;
+  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  p.k_dim = 356;
+  EXPECT_FALSE(moekit::cuda::can_implement_swapab_sm90(p, &why));
+  EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+  p.k_dim = 360;
+  p.scheme = Scheme::kFp8Block128;
+  EXPECT_FALSE(moekit::cuda::can_implement_swapab_sm90(p, &why));
+  EXPECT_NE(why.find("multiple of 16"), std::string::npos) << why;
 }
 
 }  // namespace

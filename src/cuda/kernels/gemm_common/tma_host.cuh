@@ -107,11 +107,13 @@ void run_instantiation(const GroupedGemmParams& p, bool gate_up, F&& f) {
   }
 }
 
-// "" when `p` passes the checks every TMA + wgmma family makes (scheme, sizes, 16-byte row pitch,
+// "" when `p` passes the checks every TMA + wgmma family makes (scheme, sizes, row pitch,
 // pointers and their alignment, scales, weights, epilogue dtypes common to both); otherwise the
-// first that fails. Each family adds its own (tile limits, output dtypes, TMA size) and the
-// device check below.
-inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int max_experts) {
+// first that fails. The row pitch (k_dim x element bytes) must be a multiple of `row_align`
+// bytes: 16 for TMA and 16-byte cp.async; Swap-AB's GEMM2 takes 8 (its 8-byte-row producer,
+// swapab/kernel_sm90.cuh). Each family adds its own (tile limits, output dtypes, TMA size) and
+// the device check below.
+inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int max_experts, std::int64_t row_align = 16) {
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
   const bool fp8 = p.scheme != Scheme::kBf16;
   switch (p.scheme) {
@@ -138,10 +140,11 @@ inline std::string tma_gemm_unsupported_reason(const GroupedGemmParams& p, int m
   }
   if (p.max_rows < 0 || p.max_rows > INT32_MAX) return "max_rows outside [0, 2^31)";
   const std::int64_t es = fp8 ? 1 : 2;
-  if ((p.k_dim * es) % 16 != 0) {
+  if ((p.k_dim * es) % row_align != 0) {
     std::ostringstream os;
-    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es
-       << "-byte row pitch; TMA and 16-byte cp.async need a multiple of 16 bytes";
+    os << "k_dim = " << p.k_dim << " gives a " << p.k_dim * es << "-byte row pitch; ";
+    if (row_align == 16) os << "TMA and 16-byte cp.async need a multiple of 16 bytes";
+    else os << "this kernel needs a multiple of " << row_align << " bytes";
     return os.str();
   }
   if (p.max_rows > 0) {

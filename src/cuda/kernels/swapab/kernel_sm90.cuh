@@ -136,6 +136,9 @@ struct SwapAb {
     const int t = threadIdx.x;      // 0..127
     const int chunk16 = t & 7;      // 16-byte chunk of the 128-byte K slice this thread copies
     const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
+    // GEMM2 on rows of 8 but not 16 bytes (params.hpp b_rows8): no TMA; the other
+    // instantiations compile without this path.
+    const bool rows8 = !kGateUp && !kBlock128 && p.b_rows8 != nullptr;
     int ks_begin, ks_end;
     k_range(s, ks_begin, ks_end);
     int stage = 0;
@@ -172,7 +175,11 @@ struct SwapAb {
         for (int ks = ks_begin; ks < ks_end; ++ks) {
           const std::uint32_t full = s.full + 8 * stage;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          if (t == 0) {
+          if (rows8) {
+            // 8-byte rows (params.hpp b_rows8): the warpgroup copies the weight tiles below; this
+            // is the arrival that the TMA thread's expect_tx makes otherwise.
+            if (t == 0) sm90::mbar_arrive(full);
+          } else if (t == 0) {
             sm90::mbar_arrive_expect_tx(full, kB * kTmaBytes);
             // K coordinate in elements: kB blocks of 128 bytes per stage. A block past K (the
             // last stage of a wide layout) is a box wholly out of bounds: TMA fills it with zeros
@@ -207,9 +214,39 @@ struct SwapAb {
             for (int i = 0; i < token_rows(kB) / 16; ++i) {
               const int rr = row0 + 16 * i;
               if (rr < width) {
-                const bool ld = has_row[i] && k_in;
-                sm90::cp_async_16_zfill(b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4),
-                            ld ? static_cast<const void*>(src[i] + kblock * kStageKBytes) : p.a, ld ? 16 : 0);
+                const std::uint32_t dst = b + rr * 128 + ((chunk16 ^ (rr & 7)) << 4);
+                if (rows8) {
+                  // Rows 8-byte aligned only: the 16-byte chunk as two halves, each zero past K.
+#pragma unroll
+                  for (int h = 0; h < 2; ++h) {
+                    const bool ld = has_row[i] && kblock * kStageKBytes + chunk16 * 16 + 8 * h < p.a_row_bytes;
+                    sm90::cp_async_8_zfill(dst + 8 * h,
+                                           ld ? static_cast<const void*>(src[i] + kblock * kStageKBytes + 8 * h) : p.a,
+                                           ld ? 8 : 0);
+                  }
+                } else {
+                  const bool ld = has_row[i] && k_in;
+                  sm90::cp_async_16_zfill(dst, ld ? static_cast<const void*>(src[i] + kblock * kStageKBytes) : p.a,
+                                          ld ? 16 : 0);
+                }
+              }
+            }
+            if (rows8) {
+              // The weight tile: 64 rows x 128 bytes of K, thread t the 8-byte column c8 = t % 16
+              // of rows r0 + 8 j (r0 = t / 16), in the 128-byte swizzle TMA would write (16-byte
+              // chunk c of row r at c ^ (r % 8); r % 8 = r0). Rows past rows_b and bytes past the
+              // row are zeros, as TMA's out-of-bounds fill.
+              const int c8 = t & 15, r0 = t >> 4;
+              const std::int64_t kb = kblock * kStageKBytes + c8 * 8;
+              const bool k_ok = kb < p.b_row_bytes;
+              const std::uint32_t dst = a_addr<kB>(s, stage, blk, 0) + r0 * 128 + ((((c8 >> 1) ^ r0) << 4) | ((c8 & 1) << 3));
+              const std::uint8_t* w =
+                  p.b_rows8 + (static_cast<std::int64_t>(it.e) * p.rows_b + row_gate + r0) * p.b_row_bytes + kb;
+#pragma unroll
+              for (int j = 0; j < kTileRows / 8; ++j) {
+                const bool ld = k_ok && row_gate + r0 + 8 * j < p.rows_b;
+                sm90::cp_async_8_zfill(dst + j * 8 * 128, ld ? static_cast<const void*>(w + 8 * j * p.b_row_bytes) : p.b_rows8,
+                                       ld ? 8 : 0);
               }
             }
           }
@@ -587,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int E = p.num_experts;
   if (threadIdx.x == 0) {
-    sm90::prefetch_tensormap(&p.tmap_b);
+    if (p.b_rows8 == nullptr) sm90::prefetch_tensormap(&p.tmap_b);  // else not encoded (params.hpp)
     const int bar_stages = max(L.stages, p.allow_wide ? p.smem_wide.stages : 0);
     for (int i = 0; i < bar_stages; ++i) {
       // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.

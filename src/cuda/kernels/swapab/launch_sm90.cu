@@ -60,9 +60,12 @@ int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_
 
 bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
-  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, swapab::kMaxExperts);
-  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t es = element_bytes(p);
+  // GEMM2 takes rows of 8 bytes (the 8-byte-row producer, params.hpp rows8_applies); GEMM1 and
+  // fp8_block128 need 16 (TMA).
+  const std::int64_t row_align = !gate_up && p.scheme != Scheme::kFp8Block128 ? 8 : 16;
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, swapab::kMaxExperts, row_align);
+  if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
   if (p.k_dim >= (std::int64_t{1} << 32) || rows_b >= (std::int64_t{1} << 31) ||
       rows_b * p.k_dim * es >= (std::int64_t{1} << 40))
@@ -101,8 +104,14 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
 
   KernelParams kp{};
-  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
-  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
+  if (swapab::rows8_applies(gate_up, p.scheme == Scheme::kFp8Block128, p.k_dim * es)) {
+    // Rows of 8 but not 16 bytes: no TMA map describes them; the producer copies them itself.
+    kp.b_rows8 = static_cast<const std::uint8_t*>(p.b);
+    kp.b_row_bytes = p.k_dim * es;
+  } else {
+    // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
+    gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");
+  }
   gemm_common::fill_common_fields(kp, p, rows_b, es);
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, swapab::kTileRows));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, swapab::kStageKBytes));

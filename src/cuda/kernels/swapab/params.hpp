@@ -29,7 +29,19 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
   bool allow_wide;
   SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
+  // GEMM2 with rows of 8 but not 16 bytes (gpt-oss fp8 at TP8: w2 and h rows of N = 360 bytes),
+  // which no TMA map can describe (strides must be multiples of 16 bytes): the weights
+  // [E, rows_b, b_row_bytes] read by the producer warpgroup's 8-byte cp.async into the same
+  // swizzled tiles (tmap_b is not encoded), and the token rows in 8-byte halves. Null otherwise.
+  const std::uint8_t* b_rows8;
+  std::int64_t b_row_bytes;  // k_dim * element bytes, where b_rows8 is set
 };
+
+// Whether Swap-AB runs `p` on its 8-byte-row producer (KernelParams::b_rows8): GEMM2, not
+// fp8_block128, row pitch (k_dim x element bytes) a multiple of 8 bytes but not of 16.
+inline bool rows8_applies(bool gate_up, bool block128, std::int64_t row_bytes) {
+  return !gate_up && !block128 && row_bytes % 16 == 8;
+}
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in
 // clusters of kp.split_k (inst/*.cu); with `pdl` as the programmatic dependent of the kernel
