@@ -23,7 +23,6 @@
 #include "common/device_case.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
-#include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
@@ -715,57 +714,6 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
       EXPECT_TRUE(narrow == wide) << scheme_name(scheme) << " variant " << variant << " M = " << M
                                   << ": the narrow kernel differs from the wide one";
       EXPECT_TRUE(rows_match(to_float(narrow, s.act_dtype), reference_rows(c, 0, M), s.K, scheme, "decode narrow"));
-    }
-  }
-}
-
-TEST(Sm90Dispatch, DecodeGemm1Box64BitwiseEqualToBox32) {
-  SKIP_WITHOUT_SM90();
-  // MOEKIT_DECODE_GEMM1_BOX=64: GEMM1 tiles of 64 gate + 64 up columns, one 64-row box of each
-  // plane a stage (the 8- and 16-wide kernels; decode_last_gemm1_box says which ran). The same
-  // sums in the same order, so the same bits as the default tiles, and the reference. Shapes:
-  // K = 320, N = 96 (one chunk of N whose second tile runs past N; bf16: an odd count of K chunks,
-  // the last stage past K) and K = 1024, N = 192 (two chunks of N, the second from n0 = 128;
-  // enough K stages for clusters), each with the cost model's cluster and clusters of 2 forced
-  // (the rank split of K and the exchange); bf16, fp16, fp8 with static scales, fp8 with dynamic
-  // scales (kUp + kDown) with biases and swiglu_oai; M = 1, 8 (8-wide), 9, 16 (16-wide).
-  struct Shape {
-    std::int64_t K, N;
-  };
-  for (int variant = 0; variant < 4; ++variant) {
-    for (const Shape& sh : {Shape{320, 96}, Shape{1024, 192}}) {
-      const Scheme scheme = variant < 2 ? Scheme::kBf16 : Scheme::kFp8PerTensor;
-      CaseSpec s = small_spec(scheme);
-      s.M = 16;
-      s.K = sh.K;
-      s.N = sh.N;
-      if (variant == 1) s.act_dtype = DType::kFp16;
-      if (variant > 1) {
-        s.static_scales = variant == 2;
-        s.bias = true;
-        s.activation.kind = Activation::kSwigluOai;
-      }
-      MoeCase c = make_case(s);
-      DeviceCase d(c);
-      for (const char* cluster : {"0", "2"}) {  // 0: the cost model's choice
-        ScopedEnv forced("MOEKIT_DECODE_CLUSTER", cluster);
-        for (std::int64_t M : {1, 8, 9, 16}) {
-          const std::string what = "variant " + std::to_string(variant) + " K = " + std::to_string(sh.K) + " N = " +
-                                   std::to_string(sh.N) + " cluster " + cluster +
-                                   " M = " + std::to_string(M);
-          const std::vector<std::uint16_t> box32 = d.run(M, Mode::kFusedExperts, "decode");
-          EXPECT_EQ(cuda::decode_last_gemm1_box(), 32) << what;
-          std::vector<std::uint16_t> box64;
-          {
-            ScopedEnv env("MOEKIT_DECODE_GEMM1_BOX", "64");
-            box64 = d.run(M, Mode::kFusedExperts, "decode");
-          }
-          EXPECT_EQ(cuda::decode_last_gemm1_box(), 64) << what << ": the 64-row instantiation did not run";
-          EXPECT_TRUE(box32 == box64) << what << ": 64-row GEMM1 boxes differ from the default tiles";
-          EXPECT_TRUE(rows_match(to_float(box64, s.act_dtype), reference_rows(c, 0, M), s.K, scheme, "decode box64"))
-              << what;
-        }
-      }
     }
   }
 }

@@ -49,16 +49,6 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
-// The same for a 4D map.
-__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0,
-                                            int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-
 // The same box multicast to the CTAs of the cluster in `cta_mask`: it lands at the same
 // shared-memory offset in each and completes its bytes on the barrier at `bar`'s offset in each.
 __device__ __forceinline__ void tma_load_3d_multicast(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar,

@@ -116,12 +116,9 @@ struct PhaseClock {
 // The kernel.
 // ---------------------------------------------------------------------------------------------
 // kMaxW: the widest token count of an item (the tiling's max_tokens: 8, 16, 32 or 64); kStage:
-// what the launch runs of each item (params.hpp: kWhole, or fp8's kUp / kDown pair); kBox64:
-// GEMM1 tiles of 64 gate + 64 up columns, each plane one 64-row box a stage (params.hpp,
-// tmap_w13_planes; kMaxW <= 16), instead of 32 + 32 rows in one stage of two K chunks.
-template <class Tag, class ActT, int kMaxW, int kStage, bool kBox64 = false>
+// what the launch runs of each item (params.hpp: kWhole, or fp8's kUp / kDown pair).
+template <class Tag, class ActT, int kMaxW, int kStage>
 struct Decode {
-  static_assert(!kBox64 || kMaxW <= 16, "64-row GEMM1 boxes: two accumulator sets, narrow widths only");
   static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
   static constexpr int kEs = kFp8 ? 1 : 2;                 // weight bytes
   static constexpr int kElemsPerStage = kStageKBytes / kEs;
@@ -174,23 +171,7 @@ struct Decode {
     };
     const int n0 = nchunk * kChunkCols;
     const int cw = min(kChunkCols, N - n0);
-    if constexpr (kBox64 && kStage != kDown) {
-      // A stage: one K chunk of 64 gate rows and the same 64 up rows (a box each; rows past N are
-      // outside the planes' map and zero-filled, counted).
-      for (int j = 0; j < (cw + 2 * kGateUpRows - 1) / (2 * kGateUpRows); ++j) {
-        for (int kc = ks0; kc < ks1; ++kc) {
-          const std::uint32_t full = s.full + 8 * stage;
-          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          sm90::mbar_arrive_expect_tx(full, kStageBytes);
-          const std::uint32_t dst = s.tiles + stage * kStageBytes;
-          const int k0 = kc * kElemsPerStage, n = n0 + 2 * kGateUpRows * j;
-          sm90::tma_load_4d(dst, &p.tmap_w13_planes, full, k0, n, 0, e);
-          sm90::tma_load_4d(dst + kTileBytes, &p.tmap_w13_planes, full, k0, n, 1, e);
-          next();
-        }
-      }
-    }
-    const int tiles1 = kStage == kDown || kBox64 ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
+    const int tiles1 = kStage == kDown ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
     for (int j = 0; j < tiles1; ++j) {
       for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
         const std::uint32_t full = s.full + 8 * stage;
@@ -254,48 +235,27 @@ struct Decode {
   }
 
   // acc = sum over `nstages` pipeline stages of kSub K chunks each: A (the stage's chunk u) x
-  // B (chunk c at b_base + c * W * 128). kGateUp (kBox64's GEMM1 tile, kSub = 1): acc takes the
-  // stage's first 64-row box (gate rows) and `up` its second (the up rows of the same columns);
-  // both sets are fenced before the first wgmma (else ptxas may sink one's zeroing between the
-  // other's wgmmas and their wait, and serialize them). Without it `up` is not touched.
-  template <int W, int kSub, bool kGateUp = false>
-  static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], float (&up)[32], int nstages,
-                                                  std::uint32_t b_base, int& stage, std::uint32_t& phase) {
-    static_assert(!kGateUp || kSub == 1, "a gate-and-up stage holds one K chunk");
+  // B (chunk c at b_base + c * W * 128).
+  template <int W, int kSub>
+  static __device__ __forceinline__ void mainloop(const Smem& s, float (&acc)[32], int nstages, std::uint32_t b_base,
+                                                  int& stage, std::uint32_t& phase) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
-    if constexpr (kGateUp) {
-#pragma unroll
-      for (int i = 0; i < W / 2; ++i) up[i] = 0.0f;
-      sm90::fence_regs<W / 2>(acc);
-      sm90::fence_regs<W / 2>(up);
-    }
     int prev = 0;
     for (int st = 0; st < nstages; ++st) {
       sm90::mbar_wait(s.full + 8 * stage, phase);
       sm90::fence_regs<W / 2>(acc);
-      if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
       sm90::wgmma_fence();
 #pragma unroll
       for (int u = 0; u < kSub; ++u) {
         const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
         const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + (st * kSub + u) * (W * kStageKBytes));
-        if constexpr (kGateUp) {
-          const std::uint64_t du = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + kTileBytes);
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
-            sm90::Wgmma<Tag, W>::mma(up, du + 2 * kk, db + 2 * kk, 1);
-          }
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
-        }
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
       }
       sm90::wgmma_commit();
       sm90::fence_regs<W / 2>(acc);
-      if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
       if (st > 0) {
         sm90::wgmma_wait<1>();
         if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
@@ -305,7 +265,6 @@ struct Decode {
     }
     sm90::wgmma_wait<0>();
     sm90::fence_regs<W / 2>(acc);
-    if constexpr (kGateUp) sm90::fence_regs<W / 2>(up);
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
@@ -503,38 +462,11 @@ struct Decode {
       clk.lap(kPhaseTokens);
 
       // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
+      const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
       const float w13s_e = kFp8 ? p.w13_scale[e] : 1.0f;  // fp8: per tensor (can_implement_decode_sm90)
-      if constexpr (kBox64) {
-        // Tile j: columns 64 j .. 64 j + 63, stored in p1 as the 32-column tiles 2 j and 2 j + 1
-        // (gate rows, then up rows), the layout the activation reads.
-        for (int j = 0; j < (cw + 2 * kGateUpRows - 1) / (2 * kGateUpRows); ++j) {
-          float g[32], u[32];
-          mainloop<W, 1, true>(s, g, u, ks1 - ks0, s.region_addr, stage, phase);
-#pragma unroll
-          for (int jj = 0; jj < W / 8; ++jj) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int col = 8 * jj + 2 * (lane & 3) + c;
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int r = 16 * warp + (lane >> 2) + 8 * h;  // 0..63
-                const int tile = 2 * j + r / kGateUpRows, rr = r % kGateUpRows;
-                float gv = g[4 * jj + 2 * h + c], uv = u[4 * jj + 2 * h + c];
-                if (kFp8) {
-                  gv *= s.tok_xs[col] * w13s_e;
-                  uv *= s.tok_xs[col] * w13s_e;
-                }
-                s.p1[(tile * kTileRows + rr) * W + col] = gv;
-                s.p1[(tile * kTileRows + kGateUpRows + rr) * W + col] = uv;
-              }
-            }
-          }
-        }
-      }
-      const int tiles1 = kBox64 ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
       for (int j = 0; j < tiles1; ++j) {
         float acc[32];
-        mainloop<W, kChunksPerStage>(s, acc, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+        mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -610,7 +542,7 @@ struct Decode {
       const int nch = T.num_chunks;
       for (int rt = rt0; rt < rt1; ++rt) {
         float acc[32];
-        mainloop<W, kChunks2>(s, acc, acc, 1, s.hb_addr, stage, phase);
+        mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -857,10 +789,10 @@ struct Decode {
 
 // Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ...; launched with
 // cluster dimension S when S > 1.
-template <class Tag, class ActT, int kMaxW, int kStage, bool kBox64 = false>
+template <class Tag, class ActT, int kMaxW, int kStage>
 __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using D = Decode<Tag, ActT, kMaxW, kStage, kBox64>;
+  using D = Decode<Tag, ActT, kMaxW, kStage>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.tiling.smem;
   // 1024-aligned base; the same offset in every CTA, so DSMEM addresses match across the cluster.
@@ -897,7 +829,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   s.rank = s.cluster > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
 
   if (threadIdx.x == 0) {
-    sm90::prefetch_tensormap(kBox64 ? &p.tmap_w13_planes : &p.tmap_w13);
+    sm90::prefetch_tensormap(&p.tmap_w13);
     sm90::prefetch_tensormap(&p.tmap_w2);
     for (int i = 0; i < s.stages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1);                        // the producer's expect_tx
@@ -991,11 +923,11 @@ template <> struct OperandTypes<Operand::kE4m3F16> { using Tag = E4m3Tag; using 
 // One launch of the decode kernel of an operand, token width (W = p.tiling.max_tokens, or 64
 // where the caller asks for the one instantiation that holds every width) and stage, in clusters
 // of p.tiling.cluster; as the programmatic dependent of the kernel before it when `pdl`.
-template <Operand kOp, int W, int kStage, bool kBox64 = false>
+template <Operand kOp, int W, int kStage>
 void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream, bool pdl) {
   using Tag = typename OperandTypes<kOp>::Tag;
   using Act = typename OperandTypes<kOp>::Act;
-  auto* kernel = &decode_sm90_kernel<Tag, Act, W, kStage, kBox64>;
+  auto* kernel = &decode_sm90_kernel<Tag, Act, W, kStage>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
@@ -1007,15 +939,6 @@ void launch_decode_kernel(const DecodeParams& p, int grid, cudaStream_t stream, 
 
 template <Operand kOp, int kStage>
 void launch_decode_stage(const DecodeParams& p, int grid, cudaStream_t stream, bool wide, bool pdl) {
-  // 64-row GEMM1 boxes (p.gemm1_box64, the launcher's MOEKIT_DECODE_GEMM1_BOX=64): the 8- and
-  // 16-wide kernels that stream w13 through tmap_w13_planes; kDown has no GEMM1.
-  if constexpr (kStage != kDown) {
-    if (gemm1_box64_applies(p, wide)) {
-      if (p.tiling.max_tokens == 8) launch_decode_kernel<kOp, 8, kStage, true>(p, grid, stream, pdl);
-      else launch_decode_kernel<kOp, 16, kStage, true>(p, grid, stream, pdl);
-      return;
-    }
-  }
   switch (wide ? kMaxTokens : p.tiling.max_tokens) {
     case 8: launch_decode_kernel<kOp, 8, kStage>(p, grid, stream, pdl); break;
     case 16: launch_decode_kernel<kOp, 16, kStage>(p, grid, stream, pdl); break;

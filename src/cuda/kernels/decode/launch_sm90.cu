@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -200,13 +199,6 @@ void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-namespace {
-// The GEMM1 box height of the thread's last decode launch (decode_last_gemm1_box).
-thread_local int g_last_gemm1_box = 0;
-}  // namespace
-
-int decode_last_gemm1_box() { return g_last_gemm1_box; }
-
 void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) return;
@@ -242,14 +234,6 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   gemm_common::encode_weight_tmap(&kp.tmap_w13, call.w13, fp8, p.act_dtype, K, 2 * N, E, dc::kGateUpRows,
                                   "decode_sm90 (w13)");
   gemm_common::encode_weight_tmap(&kp.tmap_w2, call.w2, fp8, p.act_dtype, N, K, E, dc::kTileRows, "decode_sm90 (w2)");
-  // MOEKIT_DECODE_GEMM1_BOX=64 (read at every launch; an A/B switch, prepared 2026-12-02 and not yet
-  // run on the GPU): GEMM1 tiles of 64 gate + 64 up columns, one 64-row box of each plane a stage,
-  // at token widths <= 16 (docs/perf.md, session 24: 64-row boxes streamed 19 % faster a CTA).
-  if (const char* v = std::getenv("MOEKIT_DECODE_GEMM1_BOX"); v != nullptr && std::strcmp(v, "64") == 0) {
-    kp.gemm1_box64 = 1;
-    gemm_common::encode_gate_up_planes_tmap(&kp.tmap_w13_planes, call.w13, fp8, p.act_dtype, K, N, E, 2 * dc::kGateUpRows,
-                                            "decode_sm90 (w13 planes)");
-  }
 
   // fused_moe: the routing kernel writes topk_ids / topk_weights first (route only).
   const std::int32_t* topk_ids = call.topk_ids;
@@ -310,7 +294,6 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
-  g_last_gemm1_box = dc::gemm1_box64_applies(kp, wide) ? 64 : 32;
   if (split) {
     // kDown runs on kUp's tiling and grid. (Its own tiling on the SMs kUp leaves free, so that
     // all of it streams w2 while kUp runs, measured slower: docs/decode.md.)

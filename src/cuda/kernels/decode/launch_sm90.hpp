@@ -33,8 +33,4 @@ void run_decode_sm90(const detail::MoeCall& call, double touched);
 /// caller zeroes the buffer. Null turns it off (the default: then the kernel stamps nothing).
 void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
 
-/// Tests only: the height of the GEMM1 weight boxes (32, or 64 with MOEKIT_DECODE_GEMM1_BOX=64 where
-/// it applies) of this thread's last decode launch; 0 before any.
-int decode_last_gemm1_box();
-
 }  // namespace moekit::cuda

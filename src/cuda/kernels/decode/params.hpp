@@ -25,10 +25,6 @@ struct DecodeParams {
   // swizzle, zero fill outside the tensor; w2 [E, K, N], box [128 bytes of N, 64 rows, 1].
   CUtensorMap tmap_w13;
   CUtensorMap tmap_w2;
-  // gemm1_box64 (MOEKIT_DECODE_GEMM1_BOX=64, prepared, not yet run on the GPU): w13 as a 4D map
-  // [E][2 planes: gate, up][N][K], box [128 bytes of K, 64 rows, 1, 1], so that GEMM1 tiles are
-  // 64 gate + 64 up columns with rows past N out of bounds. Unset otherwise.
-  CUtensorMap tmap_w13_planes;
   const void* hidden;               // [M, K] activation dtype
   void* out;                        // [M, K] activation dtype
   const std::int32_t* topk_ids;     // [M, k]
@@ -59,18 +55,8 @@ struct DecodeParams {
   int bias_type;                    // numerics::BiasType (b13 and b2 share the dtype)
   ActivationConfig act;             // kind, swiglu_oai alpha / limit
   int weight_on_input;
-  // Host side only: launch the 64-row-box GEMM1 instantiations (tmap_w13_planes set; token widths
-  // <= 16 only, where two accumulator sets of W / 2 registers are cheap: gemm1_box64_applies).
-  // They are not preloaded (an A/B switch: they load at their first launch).
-  int gemm1_box64;
   Tiling tiling;
 };
-
-// Whether a launch of `p` (its GEMM1 stage: kWhole or kUp) takes the 64-row-box instantiation:
-// asked for, the per-width kernels (not MOEKIT_DECODE_WIDE's), token width 8 or 16.
-inline bool gemm1_box64_applies(const DecodeParams& p, bool wide) {
-  return p.gemm1_box64 != 0 && !wide && p.tiling.max_tokens <= 16;
-}
 
 // The phase timer's words per CTA (DecodeParams::phases): time in each phase of the consumer
 // warpgroup, summed over the CTA's items (ns, %globaltimer), then the item count and the CTA's

@@ -255,32 +255,6 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), *map};
 }
 
-// w13 [experts, 2 n, inner] at `base` as a 4D map [experts][2 planes: gate, up][n][inner] (dims
-// innermost first), box [128 bytes of inner, box_rows rows, 1 plane, 1 expert], 128-byte swizzle:
-// a box of either plane that runs past row n is zero-filled there instead of reading the other
-// plane's rows. Not cached (the decode kernel's 64-row GEMM1 boxes, an A/B switch). Throws
-// Error(kCudaError) naming `who` when the driver refuses it.
-inline void encode_gate_up_planes_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
-                                       std::int64_t n, std::int64_t experts, int box_rows, const char* who) {
-  const std::int64_t es = fp8 ? 1 : 2;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(n), 2,
-                              static_cast<cuuint64_t>(experts)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(n * inner * es),
-                                 static_cast<cuuint64_t>(2 * n * inner * es)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType dtype = weight_tmap_dtype(fp8, act);
-  const CUresult res = sm90::encode_tiled_fn()(map, dtype, 4, const_cast<void*>(base), dims, strides, box,
-                                               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS) {
-    std::ostringstream os;
-    os << who << ": cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for the gate and up "
-       << "planes of weights [" << experts << ", " << 2 * n << ", " << inner << "]";
-    throw Error(Status::kCudaError, os.str());
-  }
-}
-
 // The weights B [E, rows_b, k_dim] of a grouped GEMM `p`.
 inline void encode_weight_tmap(CUtensorMap* map, const GroupedGemmParams& p, std::int64_t rows_b, int box_rows,
                                const char* who) {
