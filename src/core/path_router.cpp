@@ -370,11 +370,6 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       use_swapab(g);
     } else if (prefill && in.tokmajor_ok[g]) {
       use_tokmajor(g);
-    } else if (prefill && g == 1 && (N * (fp8 ? 1 : 2)) % 16 == 8 && in.swapab_ok[g]) {
-      // GEMM2 on rows of 8 but not 16 bytes (gpt-oss fp8 at TP8: N = 360 bytes), which token-major
-      // declines and Swap-AB's 8-byte-row producer reads: Swap-AB rather than mma.
-      use_swapab(g);
-      if (why) why << "; GEMM" << g + 1 << " on Swap-AB: " << in.tokmajor_why[g];
     } else {
       use_mma(g);
       if (swapab && why) why << "; GEMM" << g + 1 << " on mma: " << why_of(g);
