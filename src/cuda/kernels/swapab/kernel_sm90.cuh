@@ -271,38 +271,10 @@ struct SwapAb {
   }
 
   // ---- consumer warpgroup: wgmma main loop over K, split-K reduction, epilogue ----
-  // A tile's per-row epilogue values for this thread's rows rloc = 16 warp + lane/4 + 8h: the
-  // per-channel weight scales and the biases of the gate (or w2) and up planes; independent
-  // global loads (ones and zeros where the scheme or the call has none).
-  struct RowValues {
-    float bsc[2][2], bia[2][2];  // [gate/up][h]
-  };
-  static __device__ __forceinline__ RowValues row_values(const KernelParams& p, int e, int tile, int warp, int lane) {
-    RowValues v;
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        v.bsc[g][h] = 1.0f;
-        v.bia[g][h] = 0.0f;
-        if (g == 1 && !kGateUp) continue;
-        const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
-        if (n >= p.n_out) continue;
-        const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
-        const std::int64_t idx = static_cast<std::int64_t>(e) * p.rows_b + row;
-        if (p.scale_mode == kScalePerChannel) v.bsc[g][h] = p.b_scale[idx];
-        if (p.bias) v.bia[g][h] = numerics::load_bias(p.bias, p.bias_type, idx);
-      }
-    }
-    return v;
-  }
-
-  // `ahead`: the row values of the item's first tile (loaded by the caller or the item before);
-  // on return, those of `next`'s first tile (the next item this warpgroup takes) if has_next.
   template <int W, int kB>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
-                                                      const Item& it, bool has_next, const Item& next, RowValues& ahead,
-                                                      int& stage, std::uint32_t& phase, int& round, float a_scale0,
+                                                      const Item& it, int& stage,
+                                                      std::uint32_t& phase, int& round, float a_scale0,
                                                       float& hmax) {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
@@ -324,21 +296,24 @@ struct SwapAb {
     // buffers and the split-K barrier parity, the same in every CTA of a cluster).
     for (int tile = it.tile; tile < it.tile_end; ++tile, ++round) {
       const int buf = round & 1;
-      // Per-row values of this tile (loaded one tile ahead: `ahead`), and the next tile's loads
-      // issued now, so that their latency hides behind this tile's main loop and epilogue (the
-      // stall sampler had the bias load's latency as GEMM2's largest consumer stall at gpt-oss
-      // fp8 TP8 M = 64: K-short tiles have little main loop to hide it behind).
+      // Per-row values (this thread's tile rows rloc = 16 warp + lane/4 + 8h): independent global
+      // loads, issued first so that their latency hides behind the main loop.
       float bsc[2][2], bia[2][2];  // [gate/up][h]
 #pragma unroll
       for (int g = 0; g < 2; ++g) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          bsc[g][h] = ahead.bsc[g][h];
-          bia[g][h] = ahead.bia[g][h];
+          bsc[g][h] = 1.0f;
+          bia[g][h] = 0.0f;
+          if (g == 1 && !kGateUp) continue;
+          const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
+          if (n >= p.n_out) continue;
+          const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
+          const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
+          if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
+          if (p.bias) bia[g][h] = numerics::load_bias(p.bias, p.bias_type, idx);
         }
       }
-      if (tile + 1 < it.tile_end) ahead = row_values(p, it.e, tile + 1, warp, lane);
-      else if (has_next) ahead = row_values(p, next.e, next.tile, warp, lane);
 
       if (tile == it.tile) {  // the item's first tile: its token values
         if (staged) {
@@ -602,30 +577,20 @@ struct SwapAb {
     // item's count, columns past n_out and the rows other split-K ranks own are skipped there.
     float hmax = 0.0f;
     const int num_clusters = gridDim.x / s.split;
-    const int t = threadIdx.x - kProducerThreads, warp = t >> 5, lane = t & 31;
-    // The item after the current one is found before the current one runs: the epilogue's row
-    // values of its first tile are loaded during the current item's last tile.
-    int w = blockIdx.x / s.split;
-    Item it, next;
-    bool have = find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it);
-    RowValues ahead;
-    if (have) ahead = row_values(p, it.e, it.tile, warp, lane);
-    while (have) {
-      w += num_clusters;
-      const bool have_next = find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, next);
+    for (int w = blockIdx.x / s.split;; w += num_clusters) {
+      Item it;
+      if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       if constexpr (kB == kWideKBlocks) {  // items of at most kWideMaxTokens tokens
-        if (it.count <= 8) consume_item<8, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax);
-        else consume_item<16, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax);
+        if (it.count <= 8) consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
+        else consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
       } else {
         switch (token_width(it.count)) {
-          case 8: consume_item<8, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax); break;
-          case 16: consume_item<16, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax); break;
-          case 32: consume_item<32, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax); break;
-          default: consume_item<64, kB>(p, s, it, have_next, next, ahead, stage, phase, round, a_scale0, hmax); break;
+          case 8: consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          case 16: consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          case 32: consume_item<32, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          default: consume_item<64, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
         }
       }
-      it = next;
-      have = have_next;
     }
     // Every consumer thread walks the same items, so its warps leave the loop together.
     if constexpr (kAbsmax) {
