@@ -497,6 +497,28 @@ TEST(Sm90SwapAbGemm, EightByteRowsWideStagesBitwiseEqualToOneBlock) {
                    c.describe() + ": wide stages differ bitwise from one block a stage");
 }
 
+// GEMM2 at split 1 with two CTAs an SM (MOEKIT_SWAPAB_GEMM2_CTAS=2: half the pipeline each, twice
+// the grid): every tile is still one CTA's, its K blocks summed in the same order, so the output
+// matches the reference and is bitwise the one-CTA output: per tensor (8-byte rows, TMA rows with
+// biases), per channel, block128, wide stages, several tiles per item, both router-weight forms.
+TEST(Sm90SwapAbGemm, Gemm2TwoCtasAnSmBitwiseEqualToOne) {
+  SKIP_WITHOUT_SM90();
+  int seed = 120;
+  for (Case c : {gemm2(Scheme::kFp8PerTensor, 360, 2880), gemm2(Scheme::kBf16, 128, 2048), gemm2(Scheme::kFp8PerTensor, 384, 2880),
+                 gemm2(Scheme::kFp8PerChannel, 256, 1024), gemm2(Scheme::kFp8Block128, 256, 1024)}) {
+    c.split_k = 1;
+    c.seed = ++seed;
+    c.bias = seed % 2 == 0;
+    c.weights = seed % 3 == 0 ? 1 : 0;
+    if (c.N == 384) c.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+    if (c.N == 128) c.tiles_per_item = 4;
+    std::vector<float> one;
+    run_case(c, &one);
+    expect_same_bits(one, run_with_env(c, "MOEKIT_SWAPAB_GEMM2_CTAS", "2"),
+                     c.describe() + ": two CTAs an SM differ bitwise from one");
+  }
+}
+
 TEST(Sm90SwapAbGemm, DeclinesUnalignedPitch) {
   // GEMM1 reads w13 through TMA: rows of K = 360 fp8 bytes are not a multiple of 16 (TMA's
   // stride rule). GEMM2 takes rows of 8 bytes (above) but not of 4, and not fp8_block128.

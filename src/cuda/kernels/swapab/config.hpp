@@ -28,6 +28,10 @@ inline constexpr int kMaxStagesGateUp = 7;   // 24 KB per stage: gate tile + up 
 inline constexpr int kMaxStagesScatter = 12; // 16 KB per stage: w2 tile + tokens
 inline constexpr int kMinStages = 3;
 inline constexpr int kSmemLimit = 227 * 1024;
+// Two CTAs an SM (GEMM2 at split 1, KernelParams::two_ctas): each within half of the SM's 228 KB
+// less the 1 KB the driver reserves a CTA, and within 128 registers a thread (the GEMM2
+// instantiations' launch bounds ask for two CTAs).
+inline constexpr int kSmemLimitTwoCtas = 113 * 1024;
 // Wide stages: where no expert has more than kWideMaxTokens rows (decode; every CTA decides from
 // the same expert offsets), a stage spans kWideKBlocks 128-byte K blocks with token tiles of
 // kWideMaxTokens rows, so the consumer's per-stage work (barrier waits, descriptors, the release)
@@ -125,10 +129,11 @@ constexpr SmemLayout smem_layout_with(bool gate_up, int num_experts, int split, 
   return l;
 }
 
-// The deepest pipeline that fits: the stage count gives way to the split-K receive buffers.
-constexpr SmemLayout smem_layout(bool gate_up, int num_experts, int split, int kblocks = 1) {
+// The deepest pipeline that fits `limit` bytes: the stage count gives way to the split-K receive
+// buffers (and, with two CTAs an SM, to the other CTA).
+constexpr SmemLayout smem_layout(bool gate_up, int num_experts, int split, int kblocks = 1, int limit = kSmemLimit) {
   int stages = max_stages(gate_up, kblocks);
-  while (stages > kMinStages && smem_layout_with(gate_up, num_experts, split, stages, kblocks).bytes > kSmemLimit)
+  while (stages > kMinStages && smem_layout_with(gate_up, num_experts, split, stages, kblocks).bytes > limit)
     --stages;
   return smem_layout_with(gate_up, num_experts, split, stages, kblocks);
 }
@@ -137,6 +142,9 @@ static_assert(smem_layout(true, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "G
 static_assert(smem_layout(false, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "GEMM2 layout exceeds 227 KB");
 static_assert(smem_layout(true, kMaxExperts, kMaxSplitK, kWideKBlocks).bytes <= kSmemLimit, "wide GEMM1 layout exceeds 227 KB");
 static_assert(smem_layout(false, kMaxExperts, kMaxSplitK, kWideKBlocks).bytes <= kSmemLimit, "wide GEMM2 layout exceeds 227 KB");
+static_assert(smem_layout(false, kMaxExperts, 1, 1, kSmemLimitTwoCtas).bytes <= kSmemLimitTwoCtas &&
+                  smem_layout(false, kMaxExperts, 1, kWideKBlocks, kSmemLimitTwoCtas).bytes <= kSmemLimitTwoCtas,
+              "GEMM2's two-CTA layouts exceed half an SM");
 static_assert(smem_layout(true, kMaxExperts, 1).stages == kMaxStagesGateUp, "GEMM1 lost a stage");
 static_assert(smem_layout(false, kMaxExperts, 1).stages == kMaxStagesScatter, "GEMM2 lost a stage");
 static_assert(smem_layout(true, kMaxExperts, 1, kWideKBlocks).stages == kMaxStagesGateUpWide, "wide GEMM1 lost a stage");

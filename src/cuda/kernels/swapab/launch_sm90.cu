@@ -41,6 +41,15 @@ bool wide_stages_enabled() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
+// MOEKIT_SWAPAB_GEMM2_CTAS=2 runs GEMM2 at split 1 with two CTAs an SM (KernelParams::two_ctas:
+// each with half the pipeline, so that one CTA's epilogue overlaps the other's main loop; the
+// stall sampler had GEMM2's producer waiting on the consumer); read at every launch. Off by
+// default until measured.
+bool gemm2_two_ctas_enabled() {
+  const char* v = std::getenv("MOEKIT_SWAPAB_GEMM2_CTAS");
+  return v != nullptr && std::strcmp(v, "2") == 0;
+}
+
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
@@ -116,22 +125,25 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, swapab::kTileRows));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, swapab::kStageKBytes));
 
-  // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), clusters of
-  // S CTAs per work item, never more clusters than work items can exist.
+  // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), or two with
+  // half the pipeline each (two_ctas), clusters of S CTAs per work item, never more clusters than
+  // work items can exist.
   if (max_items(p) == 0) return;
-  const int sms = gemm_common::sm_count_of_current_device();
   const int split = split_k;
   kp.split_k = split;
+  kp.two_ctas = !gate_up && split == 1 && gemm2_two_ctas_enabled();
+  const int sms = gemm_common::sm_count_of_current_device() * (kp.two_ctas ? 2 : 1);  // CTA slots
   kp.tiles_per_item =
       tiles_per_item != 0
           ? std::min(tiles_per_item, kp.num_col_tiles)
           : choose_tiles_per_item(p, kp.num_col_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
                                   std::max(1, sms / split));
-  kp.smem = swapab::smem_layout(gate_up, p.num_experts, split);
+  const int smem_limit = kp.two_ctas ? swapab::kSmemLimitTwoCtas : swapab::kSmemLimit;
+  kp.smem = swapab::smem_layout(gate_up, p.num_experts, split, 1, smem_limit);
   // Wide stages (two 128-byte K blocks) where every expert has at most 16 rows, which the kernel
   // checks on the device (the host knows only M*k); not fp8_block128 (a stage is one scale group).
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
-  kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks);
+  kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks, smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 

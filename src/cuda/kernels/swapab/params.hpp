@@ -35,6 +35,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // swizzled tiles (tmap_b is not encoded), and the token rows in 8-byte halves. Null otherwise.
   const std::uint8_t* b_rows8;
   std::int64_t b_row_bytes;  // k_dim * element bytes, where b_rows8 is set
+  // GEMM2 at split 1 with two CTAs an SM (config.hpp kSmemLimitTwoCtas; launch_sm90.cu): the
+  // layouts above hold half an SM, the grid is two CTAs an SM.
+  bool two_ctas;
 };
 
 // Whether Swap-AB runs `p` on its 8-byte-row producer (KernelParams::b_rows8): GEMM2, not
