@@ -41,13 +41,18 @@ bool wide_stages_enabled() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
-// MOEKIT_SWAPAB_GEMM2_CTAS=2 runs GEMM2 at split 1 with two CTAs an SM (KernelParams::two_ctas:
-// each with half the pipeline, so that one CTA's epilogue overlaps the other's main loop; the
-// stall sampler had GEMM2's producer waiting on the consumer); read at every launch. Off by
-// default until measured.
-bool gemm2_two_ctas_enabled() {
+// GEMM2 at split 1 runs two CTAs an SM (KernelParams::two_ctas: half the pipeline each, so that
+// one CTA's epilogue overlaps the other's main loop; the stall sampler had GEMM2's producer
+// waiting on its consumer) where an item's K is short: at most kTwoCtasMaxKStages 128-byte
+// stages (H200, same-run A/B at 2736aad: gpt-oss fp8 TP8 M = 32, 64 1.15x / 1.18x, TP1 fp8 up
+// to 1.055x; mixtral TP1, 112-224 stages, 0.955-1.004: one CTA there).
+// MOEKIT_SWAPAB_GEMM2_CTAS=1 or 2 forces one or two (A/Bs, tests); read at every launch.
+constexpr int kTwoCtasMaxKStages = 64;
+bool gemm2_two_ctas(int num_k_stages) {
   const char* v = std::getenv("MOEKIT_SWAPAB_GEMM2_CTAS");
-  return v != nullptr && std::strcmp(v, "2") == 0;
+  if (v != nullptr && std::strcmp(v, "1") == 0) return false;
+  if (v != nullptr && std::strcmp(v, "2") == 0) return true;
+  return num_k_stages <= kTwoCtasMaxKStages;
 }
 
 bool fail(std::string* why, const std::string& msg) {
@@ -131,7 +136,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   if (max_items(p) == 0) return;
   const int split = split_k;
   kp.split_k = split;
-  kp.two_ctas = !gate_up && split == 1 && gemm2_two_ctas_enabled();
+  kp.two_ctas = !gate_up && split == 1 && gemm2_two_ctas(kp.num_k_stages);
   const int sms = gemm_common::sm_count_of_current_device() * (kp.two_ctas ? 2 : 1);  // CTA slots
   kp.tiles_per_item =
       tiles_per_item != 0
