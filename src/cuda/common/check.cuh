@@ -35,12 +35,18 @@ namespace moekit::cuda {
 
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` on the current device, once per device:
 // `raised` holds one bit per device (a static of the caller's kernel instantiation); devices past
-// 64 are raised at every call. Host-side; the first launch on a device pays the attribute call.
-inline void raise_smem_limit_once(const void* kernel, int bytes, std::atomic<std::uint64_t>& raised) {
+// 64 are raised at every call. With `max_carveout`, also asks for the whole unified L1 / shared
+// memory as shared (a kernel that runs two CTAs an SM needs it). Host-side; the first launch on a
+// device pays the attribute calls.
+inline void raise_smem_limit_once(const void* kernel, int bytes, std::atomic<std::uint64_t>& raised,
+                                  bool max_carveout = false) {
   int dev = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
   const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
   if (bit != 0 && (raised.load(std::memory_order_acquire) & bit) != 0) return;
+  if (max_carveout)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
   MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   raised.fetch_or(bit, std::memory_order_acq_rel);
 }

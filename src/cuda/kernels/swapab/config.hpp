@@ -28,7 +28,7 @@ inline constexpr int kMaxStagesGateUp = 7;   // 24 KB per stage: gate tile + up 
 inline constexpr int kMaxStagesScatter = 12; // 16 KB per stage: w2 tile + tokens
 inline constexpr int kMinStages = 3;
 inline constexpr int kSmemLimit = 227 * 1024;
-// Two CTAs an SM (GEMM2 at split 1, KernelParams::two_ctas): each within half of the SM's 228 KB
+// Two CTAs an SM (GEMM2 at split 1, launch_sm90.cu gemm2_two_ctas): each within half of the SM's 228 KB
 // less the 1 KB the driver reserves a CTA, and within 128 registers a thread (the GEMM2
 // instantiations' launch bounds ask for two CTAs).
 inline constexpr int kSmemLimitTwoCtas = 113 * 1024;

@@ -601,7 +601,8 @@ struct SwapAb {
 
 // Persistent: cluster c (CTAs c*S .. c*S+S-1) takes items c, c + gridDim.x/S, ... Every thread
 // walks the same item list; launched with cluster dimension S when S > 1. GEMM2 fits two CTAs an
-// SM (128 registers a thread: ptxas 127, no spill; KernelParams::two_ctas); GEMM1 takes 205-225.
+// SM (128 registers a thread: ptxas 127, no spill; launch_sm90.cu gemm2_two_ctas); GEMM1 takes
+// 205-225.
 template <class Tag, bool kGateUp, bool kBlock128>
 __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
     swapab_sm90_kernel(const __grid_constant__ KernelParams p) {
@@ -703,19 +704,8 @@ template <Operand kOp, bool kGateUp, bool kBlock128>
 void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128>;
   static std::atomic<std::uint64_t> raised{0};
-  if constexpr (!kGateUp) {
-    // Two CTAs an SM need the whole 228 KB as shared memory (carveout), asked before the limit.
-    static std::atomic<std::uint64_t> carved{0};
-    int dev = 0;
-    MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-    const std::uint64_t bit = dev < 64 ? (std::uint64_t{1} << dev) : 0;
-    if (bit == 0 || (carved.load(std::memory_order_acquire) & bit) == 0) {
-      MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                             cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-      carved.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
-  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  // GEMM2 may run two CTAs an SM (launch_sm90.cu gemm2_two_ctas): the whole 228 KB as shared memory.
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised, /*max_carveout=*/!kGateUp);
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
   const int smem_bytes = kp.allow_wide ? std::max(kp.smem.bytes, kp.smem_wide.bytes) : kp.smem.bytes;
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, smem_bytes,

@@ -41,10 +41,10 @@ bool wide_stages_enabled() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
-// GEMM2 at split 1 runs two CTAs an SM (KernelParams::two_ctas: half the pipeline each, so that
-// one CTA's epilogue overlaps the other's main loop; the stall sampler had GEMM2's producer
-// waiting on its consumer) where an item's K is short: at most kTwoCtasMaxKStages 128-byte
-// stages (H200, same-run A/B at 2736aad: gpt-oss fp8 TP8 M = 32, 64 1.15x / 1.18x, TP1 fp8 up
+// GEMM2 at split 1 runs two CTAs an SM (half the pipeline each: layouts within
+// kSmemLimitTwoCtas, a grid of two CTAs an SM; so that one CTA's epilogue overlaps the other's
+// main loop: the stall sampler had GEMM2's producer waiting on its consumer) where an item's K
+// is short: at most kTwoCtasMaxKStages 128-byte stages (H200, same-run A/B at 2736aad: gpt-oss fp8 TP8 M = 32, 64 1.15x / 1.18x, TP1 fp8 up
 // to 1.055x; mixtral TP1, 112-224 stages, 0.955-1.004: one CTA there).
 // MOEKIT_SWAPAB_GEMM2_CTAS=1 or 2 forces one or two (A/Bs, tests); read at every launch.
 constexpr int kTwoCtasMaxKStages = 64;
@@ -75,10 +75,9 @@ int choose_tiles_per_item(const GroupedGemmParams& p, int num_tiles, int stages_
 bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   const bool gate_up = p.epilogue == GemmEpilogue::kGateUpActivation;
   const std::int64_t es = element_bytes(p);
-  // GEMM2 takes rows of 8 bytes (the 8-byte-row producer, params.hpp rows8_applies); GEMM1 and
-  // fp8_block128 need 16 (TMA).
-  const std::int64_t row_align = !gate_up && p.scheme != Scheme::kFp8Block128 ? 8 : 16;
-  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(p, swapab::kMaxExperts, row_align);
+  // GEMM2 takes rows of 8 bytes (the 8-byte-row producer); GEMM1 and fp8_block128 need 16 (TMA).
+  const std::string common_why = gemm_common::tma_gemm_unsupported_reason(
+      p, swapab::kMaxExperts, swapab::row_align(gate_up, p.scheme == Scheme::kFp8Block128));
   if (!common_why.empty()) return fail(why, common_why);
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
   if (p.k_dim >= (std::int64_t{1} << 32) || rows_b >= (std::int64_t{1} << 31) ||
@@ -131,19 +130,19 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, swapab::kStageKBytes));
 
   // Persistent grid: one CTA per SM (the pipeline takes ~200 KB of shared memory), or two with
-  // half the pipeline each (two_ctas), clusters of S CTAs per work item, never more clusters than
+  // half the pipeline each (gemm2_two_ctas), clusters of S CTAs per work item, never more clusters than
   // work items can exist.
   if (max_items(p) == 0) return;
   const int split = split_k;
   kp.split_k = split;
-  kp.two_ctas = !gate_up && split == 1 && gemm2_two_ctas(kp.num_k_stages);
-  const int sms = gemm_common::sm_count_of_current_device() * (kp.two_ctas ? 2 : 1);  // CTA slots
+  const bool two_ctas = !gate_up && split == 1 && gemm2_two_ctas(kp.num_k_stages);
+  const int sms = gemm_common::sm_count_of_current_device() * (two_ctas ? 2 : 1);  // CTA slots
   kp.tiles_per_item =
       tiles_per_item != 0
           ? std::min(tiles_per_item, kp.num_col_tiles)
           : choose_tiles_per_item(p, kp.num_col_tiles, static_cast<int>(ceil_div(kp.num_k_stages, split)),
                                   std::max(1, sms / split));
-  const int smem_limit = kp.two_ctas ? swapab::kSmemLimitTwoCtas : swapab::kSmemLimit;
+  const int smem_limit = two_ctas ? swapab::kSmemLimitTwoCtas : swapab::kSmemLimit;
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split, 1, smem_limit);
   // Wide stages (two 128-byte K blocks) where every expert has at most 16 rows, which the kernel
   // checks on the device (the host knows only M*k); not fp8_block128 (a stage is one scale group).

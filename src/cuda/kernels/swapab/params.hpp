@@ -35,15 +35,14 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // swizzled tiles (tmap_b is not encoded), and the token rows in 8-byte halves. Null otherwise.
   const std::uint8_t* b_rows8;
   std::int64_t b_row_bytes;  // k_dim * element bytes, where b_rows8 is set
-  // GEMM2 at split 1 with two CTAs an SM (config.hpp kSmemLimitTwoCtas; launch_sm90.cu): the
-  // layouts above hold half an SM, the grid is two CTAs an SM.
-  bool two_ctas;
 };
 
-// Whether Swap-AB runs `p` on its 8-byte-row producer (KernelParams::b_rows8): GEMM2, not
-// fp8_block128, row pitch (k_dim x element bytes) a multiple of 8 bytes but not of 16.
+// The row pitch (k_dim x element bytes) Swap-AB needs a multiple of: 8 where its 8-byte-row
+// producer can run (GEMM2, not fp8_block128), else 16 (TMA).
+inline std::int64_t row_align(bool gate_up, bool block128) { return !gate_up && !block128 ? 8 : 16; }
+// Whether it runs on that producer (KernelParams::b_rows8): rows of 8 bytes but not 16.
 inline bool rows8_applies(bool gate_up, bool block128, std::int64_t row_bytes) {
-  return !gate_up && !block128 && row_bytes % 16 == 8;
+  return row_align(gate_up, block128) == 8 && row_bytes % 16 == 8;
 }
 
 // Launches the kernel instantiation on `stream` (cudaStream_t) with `grid` persistent CTAs in
