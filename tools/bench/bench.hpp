@@ -58,6 +58,9 @@ struct Config {
   bool check = true;
   double check_budget = kCheckBudget;  // or --check-budget
   bool first_call = false;
+  // --no-baseline: skip the cuBLAS / cuBLASLt baselines (same-run A/Bs of two moekit variants,
+  // where both sides would time the same baseline; baseline_us is then null).
+  bool baseline = true;
   // The host side of one eager call (host_us, CUDA): -1 = for M <= kHostTimeAutoMaxTokens (the
   // default), 0 = off (--no-host-time), 1 = at every M (--host-time). host_iters calls are timed.
   int host_time = -1;

@@ -423,7 +423,7 @@ class CudaRunner final : public Runner {
     }
 
     // ---- baselines over the same experts and counts: cuBLAS bf16 (every scheme), cuBLASLt e4m3 (fp8) ----
-    if (M > 0) {
+    if (M > 0 && config_.baseline) {
       try {
         baseline(row, h_ids, M, E, k, K, N, iters);
       } catch (const std::exception& e) {

@@ -55,6 +55,7 @@ table; --json writes the results in the format of bench/results/.
   --check-budget X              the M*k*K*N budget of --check (default 2^28 = 268435456)
   --op inv_rope_fp8_quant       DeepSeek-V4's inverse RoPE + FP8 quantization instead (CUDA; its
                                 options: --tokens, --iters, --rows, --packed, --check, --json)
+  --no-baseline                 skip the cuBLAS baselines (same-run A/Bs of two moekit variants)
   --first-call                  also time the first call at each never-seen M (CUDA: vs steady eager)
   --host-time / --no-host-time  the host side of one eager call (CUDA; default: at M <= 64, on
                                 with --host-time at every M, off with --no-host-time): the host
@@ -244,6 +245,8 @@ Cli parse_args(int argc, char** argv) {
         usage_error("bad --check-budget '" + v + "': expected a positive number");
     } else if (a == "--first-call") {
       c.first_call = true;
+    } else if (a == "--no-baseline") {
+      c.baseline = false;
     } else if (a == "--host-time") {
       c.host_time = 1;
     } else if (a == "--no-host-time") {
