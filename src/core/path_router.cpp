@@ -137,6 +137,7 @@ bool gemv_mma_rule(const MoeProblem& p) {
   if (p.scheme == Scheme::kFp8PerChannel) return shard;
   const bool few = p.num_experts <= t.gemv_mma_few_experts && M <= t.gemv_mma_few_experts_max_tokens;
   if (!shard && !few) return false;
+  if (shard && elems >= t.gemv_mma_wide_elems && M > t.gemv_mma_wide_max_tokens) return false;
   if (p.scheme != Scheme::kBf16) {
     if (shard && elems >= t.gemv_mma_fp8_large_elems && M > t.gemv_mma_fp8_large_max_tokens) return false;
     return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);

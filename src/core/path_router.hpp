@@ -43,10 +43,11 @@ struct RouterTable {
   // Retuned from the path sweep after the Swap-AB metadata / tiles-per-item change (commit f522c23,
   // H200, 2026-11-29, bench/results/2026-11-29-f522c23-h200-paths.json):
   // - mid shards (256 <= N < 512: deepseek-v3 N = 256, gpt-oss N = 360 at TP8), bf16: Swap-AB only
-  //   up to 2 tokens per expert (deepseek M=16, 1.3/expert: 346 vs 400 µs mma; M=64, 2.3/expert:
+  //   up to 2 tokens per expert (16 since session 26, below) (deepseek M=16, 1.3/expert: 346 vs 400 µs mma; M=64, 2.3/expert:
   //   548 vs 517 mma, while gpt-oss at 2.3/expert: 276 vs 284 — 6 % won, 3 % lost), mma above,
   //   token-major past the prefill limit.
-  // - fp8 on any shard under 512 (N < 512): Swap-AB up to 8 tokens per expert whatever the slot
+  // - fp8 on any shard under 512 (N < 512): Swap-AB up to 8 tokens per expert (16 since session 26)
+  //   whatever the slot
   //   count (qwen3-30b TP8 M=16: 83 vs 89 µs mma; M=64: 109 vs 111), then token-major (M=256,
   //   16/expert: 146 vs 164 mma vs 167 Swap-AB; qwen3-235b: 294 vs 320; deepseek M=256, 8/expert:
   //   586 vs 609) — the mma path runs fp8 through f16 unpacking.
@@ -60,8 +61,17 @@ struct RouterTable {
   std::int64_t small_n = 256;
   double small_n_max_slots = 32.0;
   std::int64_t mid_n = 512;
-  double mid_n_max_tokens_per_expert_bf16 = 2.0;
-  double mid_n_max_tokens_per_expert_fp8 = 8.0;
+  // Session 26 (H200, 2026-12-02, same-run sweep of every path forced, check on;
+  // bench/results/2026-12-02-74717a5-h200-gptoss-tp8-paths.md): with Swap-AB's GEMM2 on 8-byte
+  // rows and two CTAs an SM (session 25), Swap-AB is the fastest path at gpt-oss TP8 (N = 360, the
+  // preset that reaches these two lines: its biases take the late crossovers) from 2 to 16
+  // tokens/expert in both schemes: bf16 M = 64 223.4 against mma's 259.8 us, M = 256 255.6 / 289.1,
+  // M = 512 301.8 / 318.2; fp8 M = 256 202.4 against token-major + mma's 250.4, M = 512 243.5 /
+  // 275.7. At 32 tokens/expert (M = 1024) token-major wins (bf16 340.4 against 390.7, fp8 310.2
+  // against 328.4), which the prefill limit above already picks in bf16. Both were 2 (bf16) and 8
+  // (fp8) until then; 17 keeps M = 512's 16.0 expected tokens/expert inside.
+  double mid_n_max_tokens_per_expert_bf16 = 17.0;
+  double mid_n_max_tokens_per_expert_fp8 = 17.0;
   // Swap-AB split-K (choose_swapab_split below; the plan passes it to the launcher): the
   // largest S in {1, 2, 4, 8} with items x S x 2 <= SMs and >= 4 x S K stages (128 bytes each)
   // before doubling: split only to fill SMs that would otherwise idle. Measured against a rule
@@ -217,6 +227,13 @@ struct RouterTable {
   double gemv_mma_fp8_small_elems = 524288.0;
   double gemv_mma_fp8_large_elems = 1572864.0;
   double gemv_mma_fp8_large_max_tokens = 4.0;
+  // Shard experts of at least gemv_mma_wide_elems weights (gpt-oss TP8, N x K = 1.04 M; deepseek-v3
+  // TP8, 1.8 M), both schemes: only up to gemv_mma_wide_max_tokens. Session 26's sweep (above,
+  // mid_n_*): at gpt-oss TP8 M = 16 Swap-AB took 92.1 us against gemv(mma)'s 108.0 (fp8) and 124.4
+  // against 132.1 (bf16); at M = 8 they tie (65.6 / 64.8 fp8) or gemv(mma) wins (84.4 / 77.2 bf16).
+  // deepseek-v3 bf16 at M = 16 already runs decode (gemv(mma) cannot hold its 16 token rows).
+  double gemv_mma_wide_elems = 1.0e6;
+  double gemv_mma_wide_max_tokens = 8.0;
   bool gemv_mma_in_auto = true;
 };
 inline constexpr RouterTable kRouterTable{};

@@ -309,6 +309,9 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("deepseek-v3", 8, 8, f8));   // token-major (ping-pong GEMM2) from 8 tokens
   EXPECT_FALSE(mma("deepseek-v3", 16, 8, f8));
   EXPECT_EQ(mma("deepseek-v3", 8, 8, bf), on);  // bf16 keeps it
+  EXPECT_EQ(mma("gpt-oss-120b", 8, 8, f8), on);
+  EXPECT_FALSE(mma("gpt-oss-120b", 16, 8, f8));  // Swap-AB past 8 tokens on experts of >= 1 M weights (session 26)
+  EXPECT_FALSE(mma("gpt-oss-120b", 16, 8, bf));
   EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, f8), on);
   EXPECT_EQ(mma("qwen3-30b-a3b", 4, 8, f8), on);
   EXPECT_EQ(mma("mixtral-8x7b", 1, 8, f8), on);
@@ -470,30 +473,35 @@ TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
 
 TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
   // The late crossovers (token-major cannot run both GEMMs, or the experts have biases): bf16 on
-  // mid shards (256 <= N < 512) leaves Swap-AB past 2 tokens/expert; fp8 on any shard under 512
-  // keeps it up to 8 tokens/expert, then goes token-major for the GEMMs it can run.
+  // mid shards (256 <= N < 512) and fp8 on any shard under 512 keep Swap-AB up to 16 tokens/expert
+  // (session 26: 2 in bf16 and 8 in fp8 before), then bf16 goes to mma (past the prefill limit,
+  // token-major) and fp8 to token-major for the GEMMs it can run.
   detail::RouterInputs in;
   in.tokmajor_ok[0] = true;
   in.tokmajor_ok[1] = false;
   in.tokmajor_why[1] = "not in this test";
   auto plan = [&](const char* name, std::int64_t M, Scheme s) { return choose_paths(preset(name, M, 8, s), in); };
   EXPECT_EQ(plan("deepseek-v3", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
-  EXPECT_EQ(plan("deepseek-v3", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("deepseek-v3", 64, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(plan("deepseek-v3", 640, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");  // 20 tokens/expert
   EXPECT_EQ(plan("gpt-oss-120b", 16, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
-  EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("gpt-oss-120b", 512, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
   auto swapab_both = [](const detail::DispatchPlan& d) {
     return d.gemm[0].impl == GemmImpl::kSwapab && d.gemm[1].impl == GemmImpl::kSwapab;
   };
   EXPECT_TRUE(swapab_both(plan("qwen3-30b-a3b", 64, Scheme::kFp8PerTensor)));
-  const detail::DispatchPlan q = plan("qwen3-30b-a3b", 256, Scheme::kFp8PerTensor);
+  EXPECT_TRUE(swapab_both(plan("qwen3-30b-a3b", 256, Scheme::kFp8PerTensor)));  // 16 tokens/expert
+  const detail::DispatchPlan q = plan("qwen3-30b-a3b", 512, Scheme::kFp8PerTensor);
   EXPECT_EQ(q.describe(), "gemm1=tokmajor gemm2=mma") << q.reason;
   EXPECT_NE(q.reason.find("token-major"), std::string::npos) << q.reason;
   // Large shards keep the general rule: mixtral TP8 (N = 1792) fp8 at 16 tokens/expert is decode.
   EXPECT_TRUE(swapab_both(plan("mixtral-8x7b", 64, Scheme::kFp8PerTensor)));
   // With both GEMMs on token-major, experts with biases (gpt-oss) still take the late crossovers.
   in.tokmajor_ok[1] = true;
-  EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=mma gemm2=mma");
+  EXPECT_EQ(plan("gpt-oss-120b", 64, Scheme::kBf16).describe(), "gemm1=swapab gemm2=swapab");
   EXPECT_NE(plan("gpt-oss-120b", 64, Scheme::kBf16).reason.find("biases"), std::string::npos);
+  EXPECT_EQ(plan("gpt-oss-120b", 256, Scheme::kFp8PerTensor).describe(), "gemm1=swapab gemm2=swapab");
+  EXPECT_EQ(plan("gpt-oss-120b", 1024, Scheme::kFp8PerTensor).describe(), "gemm1=tokmajor gemm2=tokmajor");
   EXPECT_EQ(plan("gpt-oss-120b", 1024, Scheme::kBf16).describe(), "gemm1=tokmajor gemm2=tokmajor");
   // fp8 at TP1 (N = 2880): Swap-AB up to 24 tokens/expert (M = 512: 16), token-major above
   // (M = 1024: 32; session 21, 1028 against 1247 us).
