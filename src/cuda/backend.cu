@@ -144,8 +144,8 @@ int l2_prefetch_ctas() {
   if (v == nullptr || *v == '\0') return 4;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_L2_PREFETCH_CTAS='") + v + "': expected 1..1024");
+  if (*end != '\0' || n < 1 || n > 64)
+    throw Error(Status::kInvalidArgument, std::string("MOEKIT_L2_PREFETCH_CTAS='") + v + "': expected 1..64");
   return static_cast<int>(n);
 }
 
