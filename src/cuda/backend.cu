@@ -126,29 +126,6 @@ const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& 
 // Whether the routing launch may take hidden's absmax for a dynamic per-tensor scale
 // (RoutingParams::absmax_ctas): on unless MOEKIT_ROUTING_ABSMAX is "0" (the separate absmax
 // launch, for A/Bs and the test that compares the two bit for bit); read at every call.
-// The L2 prefetch of GEMM1's weights in the routing launch (RoutingParams::prefetch_*):
-// MOEKIT_L2_PREFETCH_MB=N (bytes budget N MiB, touched experts in ascending order; 0 or unset:
-// off); read at every call. MOEKIT_L2_PREFETCH_CTAS (default 4) sets the CTAs that issue it.
-std::int64_t l2_prefetch_budget() {
-  const char* v = std::getenv("MOEKIT_L2_PREFETCH_MB");
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  const long mb = std::strtol(v, &end, 10);
-  if (*end != '\0' || mb < 0 || mb > 1024)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_L2_PREFETCH_MB='") + v + "': expected 0..1024");
-  return static_cast<std::int64_t>(mb) << 20;
-}
-
-int l2_prefetch_ctas() {
-  const char* v = std::getenv("MOEKIT_L2_PREFETCH_CTAS");
-  if (v == nullptr || *v == '\0') return 4;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1 || n > 64)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_L2_PREFETCH_CTAS='") + v + "': expected 1..64");
-  return static_cast<int>(n);
-}
-
 bool routing_absmax_enabled() {
   const char* v = std::getenv("MOEKIT_ROUTING_ABSMAX");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -528,18 +505,6 @@ void run_moe(const detail::MoeCall& call) {
     if (routing_hosts_quant(q)) {
       q.quant_cta = true;
       rp = q;
-    }
-  }
-  // GEMM1's weights into L2 while the permutation and quantization run (MOEKIT_L2_PREFETCH_MB).
-  if (!rp.route && E <= 1024) {
-    const std::int64_t budget = l2_prefetch_budget();
-    const std::int64_t es = fp8 ? 1 : static_cast<std::int64_t>(dtype_size(p.act_dtype));
-    const std::int64_t expert_bytes = 2 * p.intermediate_size * p.hidden_size * es;
-    if (budget > 0 && expert_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(call.w13) % 16 == 0) {
-      rp.prefetch_weights = static_cast<const std::uint8_t*>(call.w13);
-      rp.prefetch_expert_bytes = expert_bytes;
-      rp.prefetch_budget = budget;
-      rp.prefetch_ctas = l2_prefetch_ctas();
     }
   }
   launch_routing_sm90(rp, stream, pdl);

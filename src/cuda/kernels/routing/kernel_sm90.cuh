@@ -18,7 +18,6 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/ptx.cuh"  // bulk_prefetch_l2
 #include "cuda/common/warp.cuh"
 #include "cuda/kernels/quant/one_cta.cuh"  // quantize_tensor_one_cta
 #include "cuda/kernels/routing/config.hpp"
@@ -216,50 +215,6 @@ __device__ void quantize_hidden(const RoutingParams& p) {
                                                             p.quant_scale);
 }
 
-// A prefetch CTA of the call's first routing launch (RoutingParams::prefetch_ctas; b of nb): the
-// touched local experts as a bitmap (E <= 1024), then the (expert, 64 KB chunk) pairs of the
-// touched experts whose bytes fall inside the budget (counted in ascending expert order), spread
-// over every prefetch thread.
-template <int kNumThreads>
-__device__ void prefetch_touched_weights(const RoutingParams& p, int b, int nb) {
-  constexpr std::int64_t kChunk = 64 * 1024;
-  __shared__ unsigned touched[32];
-  __shared__ int below[33];  // touched experts in words [0, w)
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < 32) touched[tid] = 0u;
-  __syncthreads();
-  const std::int64_t P = p.num_tokens * p.top_k;
-  for (std::int64_t s = tid; s < P; s += kNumThreads) {
-    const int e = local_expert(p, s);
-    if (e >= 0) atomicOr(&touched[e >> 5], 1u << (e & 31));
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int r = 0;
-    for (int w = 0; w < 32; ++w) {
-      below[w] = r;
-      r += __popc(touched[w]);
-    }
-    below[32] = r;
-  }
-  __syncthreads();
-  const std::int64_t eb = p.prefetch_expert_bytes;
-  const std::int64_t per_expert = (eb + kChunk - 1) / kChunk;
-  const std::int64_t items = static_cast<std::int64_t>(p.num_experts) * per_expert;
-  for (std::int64_t i = static_cast<std::int64_t>(b) * kNumThreads + tid; i < items;
-       i += static_cast<std::int64_t>(nb) * kNumThreads) {
-    const int e = static_cast<int>(i / per_expert);
-    const std::int64_t c = i - e * per_expert;
-    const unsigned word = touched[e >> 5], bit = 1u << (e & 31);
-    if ((word & bit) == 0u) continue;
-    const int rank = below[e >> 5] + __popc(word & (bit - 1u));
-    const std::int64_t at = static_cast<std::int64_t>(rank) * eb + c * kChunk;  // bytes before it
-    if (at >= p.prefetch_budget) continue;
-    const std::int64_t len = eb - c * kChunk < kChunk ? eb - c * kChunk : kChunk;
-    sm90::bulk_prefetch_l2(p.prefetch_weights + e * eb + c * kChunk, static_cast<std::uint32_t>(len));
-  }
-}
-
 template <class TLogit, int kNumThreads>
 __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
   constexpr int kWarps = kNumThreads / 32;
@@ -273,13 +228,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   if (p.pdl_trigger) pdl_launch_dependents();
   // The last absmax_ctas CTAs take hidden's absmax (fp8_per_tensor, dynamic scale) and nothing
   // else; or the last CTA quantizes all of a small hidden (quant_cta).
-  // The last prefetch_ctas CTAs prefetch GEMM1's weights and nothing else.
-  const int grid = static_cast<int>(gridDim.x) - p.prefetch_ctas;
-  if (static_cast<int>(blockIdx.x) >= grid) {
-    prefetch_touched_weights<kNumThreads>(p, static_cast<int>(blockIdx.x) - grid, p.prefetch_ctas);
-    return;
-  }
-  const int routing_ctas = grid - p.absmax_ctas - (p.quant_cta ? 1 : 0);
+  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas - (p.quant_cta ? 1 : 0);
   if (static_cast<int>(blockIdx.x) >= routing_ctas) {
     if (p.quant_cta)
       quantize_hidden<kNumThreads>(p);
@@ -312,11 +261,6 @@ __global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const _
   // scatter launch may start right away and waits for this grid to complete.
   pdl_wait();
   if (p.pdl_trigger) pdl_launch_dependents();
-  // CTAs past the count chunks: the L2 prefetch of GEMM1's weights (RoutingParams::prefetch_ctas).
-  if (static_cast<int>(blockIdx.x) >= p.num_chunks) {
-    prefetch_touched_weights<kThreads>(p, static_cast<int>(blockIdx.x) - p.num_chunks, p.prefetch_ctas);
-    return;
-  }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * p.chunk_tokens;
   const std::int64_t m1 = m0 + p.chunk_tokens < p.num_tokens ? m0 + p.chunk_tokens : p.num_tokens;

@@ -103,12 +103,6 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
                                        " for this launch (routing_absmax_ctas() says how many it hosts)");
   if (p.quant_cta && (p.absmax_ctas > 0 || !routing_hosts_quant(p)))
     throw Error(Status::kInternal, "routing: quant_cta set for a launch that cannot host it (routing_hosts_quant())");
-  if (p.prefetch_ctas < 0 || (p.prefetch_ctas > 0 && (p.route || !p.permute || p.num_experts > 1024 ||
-                                                       p.prefetch_weights == nullptr || p.prefetch_expert_bytes <= 0 ||
-                                                       p.prefetch_expert_bytes % 16 != 0 ||
-                                                       reinterpret_cast<std::uintptr_t>(p.prefetch_weights) % 16 != 0)))
-    throw Error(Status::kInternal, "routing: prefetch_ctas " + std::to_string(p.prefetch_ctas) +
-                                       " for a launch that cannot host them (ids given, E <= 1024, 16-byte aligned weights)");
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
@@ -139,12 +133,11 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     const std::size_t count_smem =
         std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
     if (q.route && q.logits_dtype == DType::kBf16)
-      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, static_cast<int>(chunks) + q.prefetch_ctas, stream, false);
+      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, static_cast<int>(chunks), stream, false);
     else
-      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, static_cast<int>(chunks) + q.prefetch_ctas, stream, false);
+      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, static_cast<int>(chunks), stream, false);
     // Launch 2: the scatter, the programmatic dependent of the count launch.
     q.route = false;
-    q.prefetch_ctas = 0;
     q.zero_words = nullptr;
     q.num_zero_words = 0;
     routing::run_permute_scatter_sm90(q, permute_smem_bytes(q), static_cast<int>(scatters), stream, pdl);
@@ -187,7 +180,7 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   // The one-CTA permutation (routing in the same CTA), plus the CTAs that take hidden's absmax
   // (RoutingParams::absmax_ctas) or the one that quantizes it (quant_cta); a route-only launch
   // has none.
-  launch(p, p.permute ? 1 + p.absmax_ctas + (p.quant_cta ? 1 : 0) + p.prefetch_ctas : route_grid, false);
+  launch(p, p.permute ? 1 + p.absmax_ctas + (p.quant_cta ? 1 : 0) : route_grid, false);
 }
 
 RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {

@@ -92,19 +92,6 @@ struct RoutingParams {
   bool quant_cta = false;
   std::uint8_t* quant_q = nullptr;
   float* quant_scale = nullptr;
-
-  // The L2 prefetch of GEMM1's weights (backend.cu, MOEKIT_L2_PREFETCH_MB): the call's first
-  // routing launch (the one-CTA permutation's or the count launch; never when routing here, the
-  // ids being this launch's output) gets prefetch_ctas more CTAs, its last, which read topk_ids,
-  // mark the local experts they touch and start L2 bulk prefetches of those experts' weights
-  // (prefetch_weights + e * prefetch_expert_bytes, prefetch_expert_bytes each, 16-byte aligned),
-  // touched experts in ascending order up to prefetch_budget bytes, and exit: HBM streams GEMM1's
-  // weights while the permutation and the quantization run. Nothing reads what they do (a
-  // prefetch changes no value), so no launch waits on them.
-  const std::uint8_t* prefetch_weights = nullptr;
-  std::int64_t prefetch_expert_bytes = 0;
-  std::int64_t prefetch_budget = 0;
-  int prefetch_ctas = 0;
 };
 
 namespace routing {
