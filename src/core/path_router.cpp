@@ -437,6 +437,16 @@ std::optional<GemvKernel> gemv_kernel_override() {
               std::string("MOEKIT_GEMV_KERNEL must be unset, 'cuda' or 'mma', got '") + v + "'");
 }
 
+std::optional<GemmImpl> gemm2_impl_override() {
+  const char* v = std::getenv("MOEKIT_GEMM2_PATH");
+  if (v == nullptr || v[0] == '\0') return std::nullopt;
+  if (std::strcmp(v, "mma") == 0) return GemmImpl::kMma;
+  if (std::strcmp(v, "swapab") == 0) return GemmImpl::kSwapab;
+  if (std::strcmp(v, "tokmajor") == 0) return GemmImpl::kTokmajor;
+  throw Error(Status::kInvalidArgument,
+              std::string("MOEKIT_GEMM2_PATH must be unset, 'mma', 'swapab' or 'tokmajor', got '") + v + "'");
+}
+
 std::optional<int> swapab_split_override() {
   const char* v = std::getenv("MOEKIT_SWAPAB_SPLIT");
   if (v == nullptr || v[0] == '\0') return std::nullopt;

@@ -334,6 +334,10 @@ bool gemv_mma_in_auto_enabled() noexcept;
 /// "cuda", "mma" or "ring" (the tensor-core kernel's ring variant, which auto never takes) that
 /// kernel wherever it can run. Throws Error(kInvalidArgument) for any other value.
 std::optional<GemvKernel> gemv_kernel_override();
+/// MOEKIT_GEMM2_PATH (read at every call; A/Bs of a mixed plan): unset or "" none; "mma",
+/// "swapab" or "tokmajor" moves GEMM2 of an automatic GEMM plan (not decode, GEMV, fused or a
+/// forced path) to that kernel where it can run it (backend.cu). Error(kInvalidArgument) otherwise.
+std::optional<GemmImpl> gemm2_impl_override();
 /// MOEKIT_SWAPAB_SPLIT: unset or empty -> none; "1", "2", "4", "8" -> that Swap-AB cluster split;
 /// anything else -> Error(kInvalidArgument). Read at every call (RouterInputs::swapab_split).
 std::optional<int> swapab_split_override();
