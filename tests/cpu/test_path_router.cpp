@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "common/scoped_env.hpp"
 #include "core/path_router.hpp"
@@ -392,6 +393,28 @@ TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
     try {
       detail::gemv_kernel_override();
       ADD_FAILURE() << "MOEKIT_GEMV_KERNEL='" << bad << "' was accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
+    }
+  }
+}
+
+TEST(CpuPathRouter, Gemm2PathOverrideIsParsed) {
+  using testing::ScopedEnv;
+  ScopedEnv unset_first("MOEKIT_GEMM2_PATH", "");
+  EXPECT_FALSE(detail::gemm2_impl_override().has_value());
+  const std::pair<const char*, GemmImpl> good[] = {
+      {"mma", GemmImpl::kMma}, {"swapab", GemmImpl::kSwapab}, {"tokmajor", GemmImpl::kTokmajor}};
+  for (const auto& [name, impl] : good) {
+    ScopedEnv e("MOEKIT_GEMM2_PATH", name);
+    EXPECT_TRUE(detail::gemm2_impl_override() == impl) << name;
+  }
+  for (const char* bad : {"auto", "decode", "SWAPAB", "1"}) {
+    ScopedEnv e("MOEKIT_GEMM2_PATH", bad);
+    try {
+      detail::gemm2_impl_override();
+      ADD_FAILURE() << "MOEKIT_GEMM2_PATH='" << bad << "' was accepted";
     } catch (const Error& err) {
       EXPECT_EQ(err.status(), Status::kInvalidArgument);
       EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
