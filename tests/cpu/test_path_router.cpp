@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -376,6 +377,22 @@ TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
   EXPECT_EQ(choose_paths(cuda_rule, in).describe(), "gemv(mma)");
 }
 
+// Each value of `bad` in the environment variable `var` makes `parse` throw kInvalidArgument with the
+// value in its message.
+template <class Parse>
+void expect_refused(const char* var, std::initializer_list<const char*> bad, Parse parse) {
+  for (const char* v : bad) {
+    testing::ScopedEnv e(var, v);
+    try {
+      parse();
+      ADD_FAILURE() << var << "='" << v << "' was accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(err.what()).find(v), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
   using testing::ScopedEnv;
   ScopedEnv unset_first("MOEKIT_GEMV_KERNEL", "");
@@ -388,16 +405,7 @@ TEST(CpuPathRouter, GemvKernelOverrideIsParsed) {
     ScopedEnv e("MOEKIT_GEMV_KERNEL", "mma");
     EXPECT_TRUE(detail::gemv_kernel_override() == detail::GemvKernel::kMma);
   }
-  for (const char* bad : {"MMA", "tensor", "0", "ring"}) {
-    ScopedEnv e("MOEKIT_GEMV_KERNEL", bad);
-    try {
-      detail::gemv_kernel_override();
-      ADD_FAILURE() << "MOEKIT_GEMV_KERNEL='" << bad << "' was accepted";
-    } catch (const Error& err) {
-      EXPECT_EQ(err.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
-    }
-  }
+  expect_refused("MOEKIT_GEMV_KERNEL", {"MMA", "tensor", "0", "ring"}, [] { detail::gemv_kernel_override(); });
 }
 
 TEST(CpuPathRouter, Gemm2PathOverrideIsParsed) {
@@ -410,16 +418,7 @@ TEST(CpuPathRouter, Gemm2PathOverrideIsParsed) {
     ScopedEnv e("MOEKIT_GEMM2_PATH", name);
     EXPECT_TRUE(detail::gemm2_impl_override() == impl) << name;
   }
-  for (const char* bad : {"auto", "decode", "SWAPAB", "1"}) {
-    ScopedEnv e("MOEKIT_GEMM2_PATH", bad);
-    try {
-      detail::gemm2_impl_override();
-      ADD_FAILURE() << "MOEKIT_GEMM2_PATH='" << bad << "' was accepted";
-    } catch (const Error& err) {
-      EXPECT_EQ(err.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
-    }
-  }
+  expect_refused("MOEKIT_GEMM2_PATH", {"auto", "decode", "SWAPAB", "1"}, [] { detail::gemm2_impl_override(); });
 }
 
 TEST(CpuPathRouter, SwapAbSplitOverride) {
@@ -430,16 +429,7 @@ TEST(CpuPathRouter, SwapAbSplitOverride) {
     ScopedEnv e("MOEKIT_SWAPAB_SPLIT", std::to_string(s).c_str());
     EXPECT_EQ(detail::swapab_split_override(), s);
   }
-  for (const char* bad : {"0", "3", "16", "two", "fill"}) {
-    ScopedEnv e("MOEKIT_SWAPAB_SPLIT", bad);
-    try {
-      detail::swapab_split_override();
-      ADD_FAILURE() << "MOEKIT_SWAPAB_SPLIT='" << bad << "' was accepted";
-    } catch (const Error& err) {
-      EXPECT_EQ(err.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
-    }
-  }
+  expect_refused("MOEKIT_SWAPAB_SPLIT", {"0", "3", "16", "two", "fill"}, [] { detail::swapab_split_override(); });
   // Forced Swap-AB: every GEMM takes the given split; without it, the router's.
   detail::RouterInputs in;
   in.forced = "swapab";
