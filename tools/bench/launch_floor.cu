@@ -28,7 +28,11 @@
 //     TP8's shapes: the rate a CTA of each box pattern. --only-swapab runs these and the Swap-AB
 //     cases alone (sessions 23, 24).
 //
-//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab]
+//   - the L2 prefetch (--only-prefetch runs these alone; session 26): bulk pieces and 128-byte
+//     line prefetches of 8 and 24 MB from 128 CTAs, alone, before a whole-grid reader, and beside a
+//     1-CTA kernel of 8 us (the routing launch's stand-in) before it.
+//
+//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +46,7 @@
 #include <vector>
 
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "graph_timing.cuh"
@@ -71,6 +76,55 @@ __global__ void pdl_trigger_kernel(int* sink) {
 __global__ void pdl_wait_kernel(int* sink) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (sink != nullptr && threadIdx.x == 1023) *sink = 0;
+}
+
+// The L2 prefetch cases (--only-prefetch; session 26: a bulk prefetch of GEMM1's weights from the
+// routing launch made the TP8 chains 0.33-0.88x). CTA 0 stands in for the routing launch when
+// busy_ns > 0: it spins for busy_ns on %globaltimer. The other CTAs (all of them when busy_ns is 0)
+// start L2 prefetches of their share of [src, src + bytes) and exit: kBulk, 64 KB
+// cp.async.bulk.prefetch.L2 pieces from thread 0..; else prefetch.global.L2 of every 128-byte line,
+// spread over all threads.
+template <bool kBulk>
+__global__ void __launch_bounds__(512) prefetch_kernel(const std::uint8_t* src, std::int64_t bytes,
+                                                       long long busy_ns, int* sink) {
+  int b = static_cast<int>(blockIdx.x), nb = static_cast<int>(gridDim.x);
+  if (busy_ns > 0) {
+    if (b == 0) {
+      const std::uint64_t t0 = moekit::cuda::sm90::globaltimer_ns();
+      while (moekit::cuda::sm90::globaltimer_ns() - t0 < static_cast<std::uint64_t>(busy_ns)) {
+      }
+      if (sink != nullptr && threadIdx.x == 1023) *sink = 0;
+      return;
+    }
+    --b;
+    --nb;
+  }
+  if (kBulk) {
+    constexpr std::int64_t kPiece = 64 * 1024;
+    const std::int64_t pieces = (bytes + kPiece - 1) / kPiece;
+    for (std::int64_t i = static_cast<std::int64_t>(b) * blockDim.x + threadIdx.x; i < pieces;
+         i += static_cast<std::int64_t>(nb) * blockDim.x) {
+      const std::int64_t len = bytes - i * kPiece < kPiece ? bytes - i * kPiece : kPiece;
+      moekit::cuda::sm90::bulk_prefetch_l2(src + i * kPiece, static_cast<std::uint32_t>(len));
+    }
+  } else {
+    const std::int64_t lines = bytes / 128;
+    for (std::int64_t i = static_cast<std::int64_t>(b) * blockDim.x + threadIdx.x; i < lines;
+         i += static_cast<std::int64_t>(nb) * blockDim.x)
+      moekit::cuda::sm90::prefetch_l2(src + i * 128);
+  }
+}
+
+// Reads [src, src + 16 * n16) once with 16-byte streaming loads over the whole grid (the weights a
+// GEMM reads after the prefetch); the xor of the words keeps the loads live.
+__global__ void __launch_bounds__(512) read_kernel(const uint4* src, std::int64_t n16, int* sink) {
+  unsigned x = 0;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n16;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = moekit::cuda::sm90::ld_stream_16(src + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9e3779b9u && sink != nullptr) *sink = static_cast<int>(x);  // never true for the fill below
 }
 
 constexpr int kStages = 12;
@@ -611,12 +665,14 @@ int main(int argc, char** argv) {
   Timer T;
   std::string json;
   bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23) and the decode box streams (24)
+  bool only_prefetch = false;  // only the L2 prefetch cases (session 26)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--only-swapab")) only_swapab = true;
+    else if (!std::strcmp(argv[i], "--only-prefetch")) only_prefetch = true;
     else {
-      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab]\n");
+      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch]\n");
       return 2;
     }
   }
@@ -677,6 +733,60 @@ int main(int argc, char** argv) {
   };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
+  // The L2 prefetch (--only-prefetch): what a prefetch of B bytes costs on its own (bulk pieces or
+  // 128-byte lines, from 128 CTAs), how fast a whole-grid reader then reads them, and the question
+  // the chain asks: does prefetching during a 1-CTA kernel of 8 us (the routing launch's stand-in)
+  // make the reader after it faster than the same 1-CTA kernel without the prefetch?
+  if (only_prefetch) {
+    const int sms = prop.multiProcessorCount, pf_ctas = 128;
+    for (const std::int64_t mb : {8, 24}) {
+      const std::int64_t bytes = mb << 20, n16 = bytes / 16;
+      std::uint8_t* w = nullptr;
+      LF_CHECK(cudaMalloc(&w, bytes));
+      LF_CHECK(cudaMemset(w, 0x5a, bytes));
+      const std::uint8_t* src = w;
+      const uint4* src16 = reinterpret_cast<const uint4*>(w);
+      std::int64_t b = bytes, n = n16;
+      long long none = 0, busy = 8000;
+      void* pf_alone[] = {&src, &b, &none, &sink};
+      void* pf_busy[] = {&src, &b, &busy, &sink};
+      std::int64_t zero = 0;
+      void* busy_no_pf[] = {&src, &zero, &busy, &sink};
+      void* rd[] = {&src16, &n, &sink};
+      const void* line = reinterpret_cast<const void*>(&prefetch_kernel<false>);
+      const void* bulk = reinterpret_cast<const void*>(&prefetch_kernel<true>);
+      const void* reader = reinterpret_cast<const void*>(&read_kernel);
+      char name[240];
+      auto named = [&](const char* what) {
+        std::snprintf(name, sizeof name, "prefetch %lld MB: %s", static_cast<long long>(mb), what);
+        return std::string(name);
+      };
+      add(named("the reader alone (132 CTAs x 512, 16-byte loads)"),
+          T.times([&] { launch(reader, dim3(sms), dim3(512), 0, T.stream, 1, false, rd); }));
+      add(named("line prefetch alone, 128 CTAs x 512"),
+          T.times([&] { launch(line, dim3(pf_ctas), dim3(512), 0, T.stream, 1, false, pf_alone); }));
+      add(named("bulk prefetch alone (64 KB pieces), 128 CTAs x 512"),
+          T.times([&] { launch(bulk, dim3(pf_ctas), dim3(512), 0, T.stream, 1, false, pf_alone); }));
+      add(named("line prefetch alone, then the reader"), T.times([&] {
+            launch(line, dim3(pf_ctas), dim3(512), 0, T.stream, 1, false, pf_alone);
+            launch(reader, dim3(sms), dim3(512), 0, T.stream, 1, false, rd);
+          }));
+      add(named("1 CTA busy 8 us, then the reader"), T.times([&] {
+            launch(line, dim3(1), dim3(512), 0, T.stream, 1, false, busy_no_pf);
+            launch(reader, dim3(sms), dim3(512), 0, T.stream, 1, false, rd);
+          }));
+      add(named("1 CTA busy 8 us + 128 CTAs of line prefetch in the same launch, then the reader"), T.times([&] {
+            launch(line, dim3(1 + pf_ctas), dim3(512), 0, T.stream, 1, false, pf_busy);
+            launch(reader, dim3(sms), dim3(512), 0, T.stream, 1, false, rd);
+          }));
+      add(named("1 CTA busy 8 us + 128 CTAs of bulk prefetch in the same launch, then the reader"), T.times([&] {
+            launch(bulk, dim3(1 + pf_ctas), dim3(512), 0, T.stream, 1, false, pf_busy);
+            launch(reader, dim3(sms), dim3(512), 0, T.stream, 1, false, rd);
+          }));
+      LF_CHECK(cudaFree(w));
+    }
+    return write_json();
+  }
   // Swap-AB GEMM1's weight stream at gpt-oss-120b TP1 fp8 M = 1 (its kernel: 30.7 us under Nsight
   // Compute at 38bdcc0, 2.2 TB/s): the same items and CTA order, boxes of 128 B x 64 rows, one
   // or two K blocks a stage, and the same bytes as contiguous 16 KB copies.

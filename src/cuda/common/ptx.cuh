@@ -24,6 +24,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Starts bringing `bytes` (a multiple of 16) of global memory from the 16-byte aligned `p` into L2
+// through the TMA engine and returns (sm_90 bulk prefetch). Issued from the routing launch of the
+// TP8 chains, each MB of it added ~2.5-4 us to the call (docs/perf.md, session 26);
+// moekit-launch-floor --only-prefetch measures it against line prefetches (prefetch_l2).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // A 16-byte load of read-only global data that this SM reads once (weights): not kept in L1.
 __device__ __forceinline__ uint4 ld_stream_16(const void* p) {
   uint4 v;
