@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "moekit/error.hpp"
 
@@ -189,6 +190,18 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     }
     plan.reason = "forced";
   };
+  // MOEKIT_GEMM2_PATH (RouterInputs::gemm2_impl): an automatic GEMM plan's GEMM2 on the named
+  // kernel where it can run it. Every automatic GEMM plan returns through this.
+  auto gemm_plan = [&](std::string reason) {
+    const std::optional<GemmImpl> g2 = in.gemm2_impl;
+    if (g2 && (*g2 == GemmImpl::kMma || (*g2 == GemmImpl::kSwapab && in.swapab_ok[1]) ||
+               (*g2 == GemmImpl::kTokmajor && in.tokmajor_ok[1]))) {
+      if (*g2 == GemmImpl::kSwapab) use_swapab(1); else if (*g2 == GemmImpl::kTokmajor) use_tokmajor(1); else use_mma(1);
+      reason += " (GEMM2 moved by MOEKIT_GEMM2_PATH)";
+    }
+    plan.reason = std::move(reason);
+    return plan;
+  };
   auto why_of = [&](int g) {
     return in.swapab_why[g].empty() ? std::string("swapab cannot implement it") : in.swapab_why[g];
   };
@@ -341,8 +354,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       use_tokmajor(0);
       use_tokmajor(1);
     }
-    plan.reason = why.str();
-    return plan;
+    return gemm_plan(why.str());
   }
   if ((p.has_bias13 || p.has_bias2) && why) why << ", expert biases: the late crossovers";
   // The late crossovers, three regimes: Swap-AB at decode, token-major wgmma at prefill, and
@@ -377,8 +389,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       if (prefill && why) why << "; GEMM" << g + 1 << " on mma: " << in.tokmajor_why[g];
     }
   }
-  plan.reason = why.str();
-  return plan;
+  return gemm_plan(why.str());
 }
 
 DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* forced, bool swapab_ok1,

@@ -43,12 +43,11 @@ struct RouterTable {
   // Retuned from the path sweep after the Swap-AB metadata / tiles-per-item change (commit f522c23,
   // H200, 2026-11-29, bench/results/2026-11-29-f522c23-h200-paths.json):
   // - mid shards (256 <= N < 512: deepseek-v3 N = 256, gpt-oss N = 360 at TP8), bf16: Swap-AB only
-  //   up to 2 tokens per expert (16 since session 26, below) (deepseek M=16, 1.3/expert: 346 vs 400 µs mma; M=64, 2.3/expert:
-  //   548 vs 517 mma, while gpt-oss at 2.3/expert: 276 vs 284 — 6 % won, 3 % lost), mma above,
-  //   token-major past the prefill limit.
-  // - fp8 on any shard under 512 (N < 512): Swap-AB up to 8 tokens per expert (16 since session 26)
-  //   whatever the slot
-  //   count (qwen3-30b TP8 M=16: 83 vs 89 µs mma; M=64: 109 vs 111), then token-major (M=256,
+  //   up to 2 tokens per expert, 17 since session 26 (below; deepseek M=16, 1.3/expert: 346 vs
+  //   400 µs mma; M=64, 2.3/expert: 548 vs 517 mma, while gpt-oss at 2.3/expert: 276 vs 284 — 6 %
+  //   won, 3 % lost), mma above, token-major past the prefill limit.
+  // - fp8 on any shard under 512 (N < 512): Swap-AB up to 8 tokens per expert (17 since session
+  //   26) whatever the slot count (qwen3-30b TP8 M=16: 83 vs 89 µs mma; M=64: 109 vs 111), then token-major (M=256,
   //   16/expert: 146 vs 164 mma vs 167 Swap-AB; qwen3-235b: 294 vs 320; deepseek M=256, 8/expert:
   //   586 vs 609) — the mma path runs fp8 through f16 unpacking.
   double swapab_max_tokens_per_expert_bf16 = 24.0;
@@ -268,6 +267,9 @@ struct RouterInputs {
   /// MOEKIT_SWAPAB_SPLIT (swapab_split_override): every Swap-AB GEMM of the plan takes this cluster
   /// split (1, 2, 4 or 8) instead of choose_swapab_split's (none: the router's choice). For sweeps.
   std::optional<int> swapab_split;
+  /// MOEKIT_GEMM2_PATH (gemm2_impl_override): GEMM2 of an automatic GEMM plan takes this kernel
+  /// where it can run it (none: the router's choice). For A/Bs of mixed plans.
+  std::optional<GemmImpl> gemm2_impl;
   /// Fill DispatchPlan::reason for an automatic choice (a forced one says "forced" either way).
   /// run_moe turns it off unless MOEKIT_LOG_DISPATCH prints it: the string costs host time per
   /// eager call and nothing else reads it. The choice itself does not depend on it.
@@ -336,7 +338,8 @@ bool gemv_mma_in_auto_enabled() noexcept;
 std::optional<GemvKernel> gemv_kernel_override();
 /// MOEKIT_GEMM2_PATH (read at every call; A/Bs of a mixed plan): unset or "" none; "mma",
 /// "swapab" or "tokmajor" moves GEMM2 of an automatic GEMM plan (not decode, GEMV, fused or a
-/// forced path) to that kernel where it can run it (backend.cu). Error(kInvalidArgument) otherwise.
+/// forced path) to that kernel where it can run it (RouterInputs::gemm2_impl).
+/// Error(kInvalidArgument) otherwise.
 std::optional<GemmImpl> gemm2_impl_override();
 /// MOEKIT_SWAPAB_SPLIT: unset or empty -> none; "1", "2", "4", "8" -> that Swap-AB cluster split;
 /// anything else -> Error(kInvalidArgument). Read at every call (RouterInputs::swapab_split).

@@ -293,17 +293,8 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
     in.fused_ok = false;
     in.fused_why = "device " + std::to_string(device) + " does not support cooperative launches";
   }
+  in.gemm2_impl = detail::gemm2_impl_override();
   detail::DispatchPlan plan = detail::choose_paths(p, in);
-  // MOEKIT_GEMM2_PATH (A/Bs): GEMM2 of an automatic GEMM plan on the named kernel where it can run.
-  const std::optional<detail::GemmImpl> g2_impl = detail::gemm2_impl_override();
-  if (g2_impl && plan.requested == "auto" && !plan.fused && !plan.decode && !plan.gemv &&
-      (*g2_impl == detail::GemmImpl::kMma || (*g2_impl == detail::GemmImpl::kSwapab && in.swapab_ok[1]) ||
-       (*g2_impl == detail::GemmImpl::kTokmajor && in.tokmajor_ok[1]))) {
-    plan.gemm[1].impl = *g2_impl;
-    plan.gemm[1].split_k =
-        *g2_impl == detail::GemmImpl::kSwapab ? (in.swapab_split ? *in.swapab_split : detail::swapab_split_k(p, 2, in.sm_count)) : 0;
-    plan.reason += " (GEMM2 moved by MOEKIT_GEMM2_PATH)";
-  }
   if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
   return plan;
 }

@@ -421,6 +421,32 @@ TEST(CpuPathRouter, Gemm2PathOverrideIsParsed) {
   expect_refused("MOEKIT_GEMM2_PATH", {"auto", "decode", "SWAPAB", "1"}, [] { detail::gemm2_impl_override(); });
 }
 
+TEST(CpuPathRouter, Gemm2PathOverrideMovesOnlyAnAutomaticGemmPlansGemm2) {
+  // qwen3-30b TP8 fp8 M = 64: token-major for both GEMMs in auto (the early crossover).
+  detail::RouterInputs in;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  in.swapab_ok[0] = in.swapab_ok[1] = true;
+  in.sm_count = 132;
+  const MoeProblem p = preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerTensor);
+  ASSERT_EQ(choose_paths(p, in).describe(), "gemm1=tokmajor gemm2=tokmajor");
+  in.gemm2_impl = GemmImpl::kSwapab;
+  const detail::DispatchPlan moved = choose_paths(p, in);
+  EXPECT_EQ(moved.gemm[0].impl, GemmImpl::kTokmajor);
+  EXPECT_EQ(moved.gemm[1].impl, GemmImpl::kSwapab);
+  EXPECT_EQ(moved.gemm[1].split_k, detail::swapab_split_k(p, 2, in.sm_count));  // the router's split
+  EXPECT_NE(moved.reason.find("MOEKIT_GEMM2_PATH"), std::string::npos) << moved.reason;
+  in.gemm2_impl = GemmImpl::kMma;
+  EXPECT_EQ(choose_paths(p, in).describe(), "gemm1=tokmajor gemm2=mma");
+  // Where the named kernel cannot run GEMM2, the router's choice stands.
+  in.gemm2_impl = GemmImpl::kSwapab;
+  in.swapab_ok[1] = false;
+  EXPECT_EQ(choose_paths(p, in).describe(), "gemm1=tokmajor gemm2=tokmajor");
+  // A forced path is left alone.
+  in.swapab_ok[1] = true;
+  in.forced = "tokmajor";
+  EXPECT_EQ(choose_paths(p, in).describe(), "gemm1=tokmajor gemm2=tokmajor");
+}
+
 TEST(CpuPathRouter, SwapAbSplitOverride) {
   using testing::ScopedEnv;
   ScopedEnv unset_first("MOEKIT_SWAPAB_SPLIT", "");
