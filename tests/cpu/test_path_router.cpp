@@ -190,13 +190,13 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   in.forced = "decode";  // forcing works either way
   EXPECT_TRUE(choose_paths(tp1, in).decode);
   in.decode_ok = false;
-  in.decode_why = "decode_sm90: scheme fp8_block128 is not supported";
+  in.decode_why = "decode_sm90: scheme fp8_per_channel is not supported";
   try {
     choose_paths(tp1, in);
     ADD_FAILURE() << "forced decode that cannot run did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("fp8_block128"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp8_per_channel"), std::string::npos) << e.what();
   }
 }
 

@@ -85,13 +85,27 @@ struct SmemLayout {
   int prefix_off = 0;  // int [E + 1]: work items of experts < e
   int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64];
                        // then float scratch[kScratchFloats] (dynamic fp8 scales, reductions)
+  int bs_off = 0;      // fp8_block128 only (else no bytes): the item's block scales,
+                       // float ws13[kBlockRowSets][k_chunks_rank] (w13's scales of the item's rows),
+                       // then xs[k_chunks_rank][W] (each token's activation scale per K chunk of the rank)
   int bar_off = 0;     // uint64 full[stages], empty[stages], b1, b2
   int bytes = 0;       // total, with 1024 bytes of alignment slack
 };
 
-// The layout for token width W (8..64), `k_chunks_rank` GEMM1 K chunks per rank, P slots, E experts.
+// fp8_block128: the 128-row blocks of w13 one item's GEMM1 rows fall in: the gate rows [n0, n0 +
+// 128) lie in one (n0 is a multiple of 128), the up rows [N + n0, N + n0 + 128) in at most two.
+inline constexpr int kBlockRowSets = 3;
+
+// Bytes of the fp8_block128 scales of one item (SmemLayout::bs_off) for token width W and
+// `k_chunks_rank` K chunks (one 128-wide scale block each) per rank.
+inline constexpr std::int64_t block_scale_bytes(int W, int k_chunks_rank) {
+  return static_cast<std::int64_t>(k_chunks_rank) * (W + kBlockRowSets) * 4;
+}
+
+// The layout for token width W (8..64), `k_chunks_rank` GEMM1 K chunks per rank, P slots, E experts;
+// `block_scales`: room for fp8_block128's per-item scales.
 inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int64_t P, std::int64_t E,
-                                             int elem_bytes, int stages) {
+                                             int elem_bytes, int stages, bool block_scales = false) {
   SmemLayout l{};
   l.stages = stages;
   const std::int64_t x_bytes = static_cast<std::int64_t>(k_chunks_rank) * W * kStageKBytes;
@@ -116,6 +130,8 @@ inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int6
   at += (E + 1) * 4;
   l.meta_off = static_cast<int>(align_to(at, 16));
   at = l.meta_off + 5 * kMaxTokens * 4 + kScratchFloats * 4;
+  l.bs_off = static_cast<int>(align_to(at, 16));
+  if (block_scales) at = l.bs_off + block_scale_bytes(W, k_chunks_rank);
   l.bar_off = static_cast<int>(align_to(at, 8));
   at = l.bar_off + (2 * stages + 2) * 8;
   l.bytes = static_cast<int>(at + 1024);
@@ -157,10 +173,11 @@ inline constexpr double kItemSpread = 0.5;
 // unknown, then sm_count >> i; 0: none can be, so that size is not taken). A cluster's CTAs
 // share one GPC, so fewer clusters of 8 fit than SMs / 8.
 // force_cluster (1, 2, 4 or 8; 0: the model's choice) takes that cluster size when it fits (A/Bs:
-// MOEKIT_DECODE_CLUSTER, read by the launcher).
+// MOEKIT_DECODE_CLUSTER, read by the launcher). block_scales: fp8_block128 (its per-item scales
+// take shared memory too).
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
                             int elem_bytes, double expected_items, int sm_count, const int* cluster_slots = nullptr,
-                            int force_cluster = 0) {
+                            int force_cluster = 0, bool block_scales = false) {
   Tiling t;
   t.k_chunks = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
   t.k_stages = static_cast<int>(ceil_div(t.k_chunks, kChunksPerStage));
@@ -182,7 +199,7 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
     for (int W = w_top; W >= 8 && max_tokens == 0; W /= 2) {
       for (int s = kMaxStages; s >= kMinStages; --s) {
-        const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s);
+        const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s, block_scales);
         if (l.bytes <= kSmemLimit) {
           max_tokens = W;
           layout = l;

@@ -124,6 +124,13 @@ struct Decode {
   static constexpr int kElemsPerStage = kStageKBytes / kEs;
   // K chunks of GEMM2's stage: the chunk's kChunkCols columns.
   static constexpr int kChunks2 = kChunkCols * kEs / kStageKBytes;
+  // fp8_block128 (kBlock128): a K chunk of 128 e4m3 is one of the reference's 1x128 activation
+  // groups and one column of w13's 128x128 scale blocks; GEMM1 scales each chunk's product
+  // before adding it (docs/decode.md "Numerics").
+  static constexpr bool kBlockScales = kStage == kBlock128;
+  static_assert(!kBlockScales || kFp8, "fp8_block128 runs on e4m3 weights");
+  // GEMM1 through GEMM2 of each item in this launch (kWhole, kBlock128).
+  static constexpr bool kOneLaunch = kStage == kWhole || kStage == kBlock128;
 
   struct Smem {
     std::uint32_t tiles;    // pipeline stage s at tiles + s * kStageBytes
@@ -145,6 +152,7 @@ struct Decode {
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
     float* scratch;         // [kScratchFloats]: dynamic scales, the consumer warps' absmaxes
+    float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales
     std::uint32_t full;     // barriers, 8 bytes apart
     std::uint32_t empty;
     std::uint32_t b1;       // cluster exchange: partial sums written
@@ -268,6 +276,75 @@ struct Decode {
     if (nstages > 0 && lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
   }
 
+  // fp8_block128, GEMM1: acc = sum over this rank's K chunks of (the chunk's wgmma product) x
+  // (its w13 block scale of the thread's row) x (its token's x scale). Each chunk's product lands
+  // in `part` (scale_d = 0 on its first wgmma) and is added once it is complete; the stage is
+  // released after its last chunk. ws13 [kBlockRowSets][nks], xs [nks][W] (shared); set_h: the
+  // row set of the thread's accumulator rows h = 0, 1.
+  template <int W>
+  static __device__ __forceinline__ void mainloop_block(const Smem& s, float (&acc)[32], int nstages,
+                                                        std::uint32_t b_base, int& stage, std::uint32_t& phase,
+                                                        const float* ws13, const float* xs, int nks, int set0,
+                                                        int set1) {
+    const int lane = threadIdx.x & 31;
+    float part[32];
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) {
+      acc[i] = 0.0f;
+      part[i] = 0.0f;
+    }
+    for (int st = 0; st < nstages; ++st) {
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+#pragma unroll
+      for (int u = 0; u < kChunksPerStage; ++u) {
+        const int ksl = st * kChunksPerStage + u;
+        const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ksl * (W * kStageKBytes));
+        sm90::fence_regs<W / 2>(part);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+        sm90::wgmma_commit();
+        // The scales' shared loads go out while the wgmmas run.
+        const float w0 = ws13[set0 * nks + ksl], w1 = ws13[set1 * nks + ksl];
+        float xv[W / 4];
+#pragma unroll
+        for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) xv[2 * jj + c] = xs[ksl * W + 8 * jj + 2 * (lane & 3) + c];
+        }
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<W / 2>(part);
+#pragma unroll
+        for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            acc[4 * jj + c] += part[4 * jj + c] * (w0 * xv[2 * jj + c]);
+            acc[4 * jj + 2 + c] += part[4 * jj + 2 + c] * (w1 * xv[2 * jj + c]);
+          }
+        }
+      }
+      if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+      if (++stage == s.stages) { stage = 0; phase ^= 1; }
+    }
+  }
+
+  // fp8_block128: the w13 block scales of the item's rows over this rank's K chunks [kc0, kc0 +
+  // nks) into ws13 [kBlockRowSets][nks]: set 0 the gate rows' block n0 / 128, sets 1 and 2 the up
+  // rows' blocks (N + n0) / 128 and the next; 0 for a block past the tensor (chunks past K and
+  // rows past 2N are zero-filled weights).
+  static __device__ void load_w13_block_scales(const DecodeParams& p, const Smem& s, std::int64_t e, int n0, int kc0,
+                                               int nks) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const int N = p.inter_size;
+    const int RB = (2 * N + kBlockQuant - 1) / kBlockQuant, KB = (p.hidden_size + kBlockQuant - 1) / kBlockQuant;
+    for (int idx = t; idx < kBlockRowSets * nks; idx += kConsumerThreads) {
+      const int set = idx / nks, kb = kc0 + idx % nks;
+      const int rb = set == 0 ? n0 / kBlockQuant : (N + n0) / kBlockQuant + set - 1;
+      s.bs[idx] = (rb < RB && kb < KB) ? __ldg(p.w13_scale + (e * RB + rb) * KB + kb) : 0.0f;
+    }
+  }
+
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
   // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
   template <int W>
@@ -292,6 +369,41 @@ struct Decode {
                                 valid ? 16 : 0);
       }
       sm90::cp_async_wait_all_groups();
+    } else if constexpr (kBlockScales) {
+      // One scale per token and K chunk (128 e4m3: one 1x128 group of the reference), from the
+      // chunk's absmax: lanes 0-15 hold one chunk of a 256-element step, lanes 16-31 the next.
+      // xs[ksl][row] (after the w13 scales, load_w13_block_scales).
+      const int warp = t >> 5, lane = t & 31;
+      const ActT* hidden = static_cast<const ActT*>(p.hidden);
+      const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
+      const std::int64_t k_end = static_cast<std::int64_t>(ks1) * kStageKBytes;  // a multiple of 256 past k_lo
+      float* xs = s.bs + kBlockRowSets * (ks1 - ks0);
+      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
+        const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
+        for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
+          float v[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+          if (slot >= 0 && e8 < K) unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
+          float a = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) a = numerics::fold_absmax(a, v[i]);
+#pragma unroll
+          for (int d = 8; d >= 1; d >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, d));
+          const float scale = numerics::dynamic_scale(a);
+          const float inv = 1.0f / scale;
+          uint2 q;
+          q.x = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
+                (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+          q.y = static_cast<std::uint32_t>(numerics::e4m3x2(v[4] * inv, v[5] * inv)) |
+                (static_cast<std::uint32_t>(numerics::e4m3x2(v[6] * inv, v[7] * inv)) << 16);
+          const int b = static_cast<int>(e8 - k_lo);
+          const int ksl = b >> 7, ch = (b & 127) >> 4, half = (b & 15) >> 3;
+          if ((lane & 15) == 0) xs[ksl * W + row] = scale;
+          *reinterpret_cast<uint2*>(s.region + (ksl * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4) + half * 8) = q;
+        }
+      }
     } else {
       const int warp = t >> 5, lane = t & 31;
       const ActT* hidden = static_cast<const ActT*>(p.hidden);
@@ -341,6 +453,27 @@ struct Decode {
         }
         const int tile = col / 64, ch = (col % 64) / 8;
         *reinterpret_cast<uint4*>(s.hb + (tile * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4)) = raw;
+      }
+    } else if constexpr (kBlockScales) {
+      // One scale per token over the chunk's 128 columns (one 1x128 group of the reference: n0
+      // is a multiple of 128), from their absmax; a warp per token, 4 columns a lane.
+      const int warp = t >> 5, lane = t & 31;
+      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        float v[4];
+        float a = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = lane * 4 + i;
+          v[i] = (row < count && col < cw) ? s.h[row * kChunkCols + col] : 0.0f;
+          a = numerics::fold_absmax(a, v[i]);
+        }
+        const float scale = numerics::dynamic_scale(warp_max(a));
+        const float inv = 1.0f / scale;
+        if (lane == 0) s.tok_hs[row] = scale;
+        const std::uint32_t q = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
+                                (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
+        const int ch = lane >> 2;
+        *reinterpret_cast<std::uint32_t*>(s.hb + row * kStageKBytes + ((ch ^ (row & 7)) << 4) + (lane & 3) * 4) = q;
       }
     } else {
       const int warp = t >> 5, lane = t & 31;
@@ -456,6 +589,7 @@ struct Decode {
       consumer_sync();
       clk.lap(kPhaseTokens);
     } else {
+      if constexpr (kBlockScales) load_w13_block_scales(p, s, e, n0, ks0, ks1 - ks0);
       load_x<W>(p, s, it, ks0, ks1);
       sm90::fence_proxy_async_shared_cta();
       consumer_sync();
@@ -463,10 +597,27 @@ struct Decode {
 
       // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
       const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
-      const float w13s_e = kFp8 ? p.w13_scale[e] : 1.0f;  // fp8: per tensor (can_implement_decode_sm90)
+      // fp8 per tensor: one w13 scale and the token's activation scale after the sum; block128:
+      // inside it, per K chunk (mainloop_block).
+      const float w13s_e = kFp8 && !kBlockScales ? p.w13_scale[e] : 1.0f;
       for (int j = 0; j < tiles1; ++j) {
         float acc[32];
-        mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+        if constexpr (kBlockScales) {
+          // The row set (load_w13_block_scales) of this thread's rows 16 warp + lane / 4 + 8 h of
+          // the tile: warps 0-1 hold gate rows (set 0), warps 2-3 up rows N + n0 + 32 j + r.
+          int set[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + (lane >> 2) + 8 * h;
+            set[h] = r < kGateUpRows ? 0
+                                     : 1 + (N + n0 + kGateUpRows * j + r - kGateUpRows) / kBlockQuant - (N + n0) / kBlockQuant;
+          }
+          const int nks = ks1 - ks0;
+          mainloop_block<W>(s, acc, nks / kChunksPerStage, s.region_addr, stage, phase, s.bs,
+                            s.bs + kBlockRowSets * nks, nks, set[0], set[1]);
+        } else {
+          mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
+        }
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -476,7 +627,7 @@ struct Decode {
             for (int h = 0; h < 2; ++h) {
               const int row = 16 * warp + (lane >> 2) + 8 * h;
               float v = acc[4 * jj + 2 * h + c];
-              if (kFp8) v *= s.tok_xs[col] * w13s_e;
+              if (kFp8 && !kBlockScales) v *= s.tok_xs[col] * w13s_e;
               s.p1[(j * kTileRows + row) * W + col] = v;
             }
           }
@@ -517,7 +668,7 @@ struct Decode {
             hmax = fmaxf(hmax, fabsf(hv));
           }
         }
-        if constexpr (kStage == kWhole) {
+        if constexpr (kOneLaunch) {
           const std::uint32_t ha = s.h_addr + (tt * kChunkCols + n) * 4;
           if (s.cluster > 1) {
             for (int q = 0; q < s.cluster; ++q) sm90::st_cluster_f32(sm90::map_to_rank(ha, q), hv);
@@ -538,10 +689,14 @@ struct Decode {
       clk.lap(kPhaseConvert);
 
       // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
-      const float w2s_e = kFp8 ? p.w2_scale[e] : 1.0f;
+      // fp8_block128: the chunk is one column of w2's 128x128 scale blocks, a 64-row tile lies in
+      // one row of them (rt / 2): one scale a tile, loaded before its wait.
+      const float w2s_e = kFp8 && !kBlockScales ? p.w2_scale[e] : 1.0f;
       const int nch = T.num_chunks;
+      const std::int64_t kb2 = (K + kBlockQuant - 1) / kBlockQuant;
       for (int rt = rt0; rt < rt1; ++rt) {
         float acc[32];
+        const float w2s = kBlockScales ? __ldg(p.w2_scale + (e * kb2 + rt / 2) * nch + it.nchunk) : w2s_e;
         mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
@@ -556,7 +711,7 @@ struct Decode {
               const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
               if (row >= K) continue;
               float v = acc[4 * jj + 2 * h + c];
-              if (kFp8) v *= s.tok_hs[col] * w2s_e;
+              if (kFp8) v *= s.tok_hs[col] * w2s;
               if (it.nchunk == 0 && p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, e * K + row);
               if (!p.weight_on_input) v *= s.tok_w[col];
               dst[row] = v;
@@ -647,7 +802,7 @@ struct Decode {
       }
     }
     const int num_clusters = gridDim.x / s.cluster;
-    if constexpr (kFp8) dynamic_scales(p, s);
+    if constexpr (kFp8 && !kBlockScales) dynamic_scales(p, s);
     // The peers' barriers were initialized (the arrive after routing) before the first remote access.
     if (s.cluster > 1) sm90::cluster_wait_acquire();
     placed();
@@ -763,7 +918,7 @@ struct Decode {
       for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
     if constexpr (kStage == kDown) return;
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
-    if (kFp8 && p.a13_scale == nullptr) {
+    if (kFp8 && !kBlockScales && p.a13_scale == nullptr) {
       // dynamic_scales() reads all of hidden first.
       const std::int64_t all = (static_cast<std::int64_t>(p.num_tokens) * p.hidden_size * 2 + 127) / 128;
       if (all <= kPrefetchLinesAll)
@@ -820,6 +975,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   s.tok_xs = reinterpret_cast<float*>(base + L.meta_off + 2 * kMaxTokens * 4);
   s.tok_hs = reinterpret_cast<float*>(base + L.meta_off + 3 * kMaxTokens * 4);
   s.scratch = reinterpret_cast<float*>(base + L.meta_off + 5 * kMaxTokens * 4);
+  s.bs = reinterpret_cast<float*>(base + L.bs_off);
   s.full = sm90::smem_addr(base + L.bar_off);
   s.empty = s.full + 8 * L.stages;
   s.b1 = s.empty + 8 * L.stages;
@@ -971,6 +1127,14 @@ void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, boo
   // kDown's CTAs take the SMs kUp leaves free (at M = 1 most of its clusters) and stream w2 while
   // kUp runs; their consumers wait for kUp's grid (pdl_wait) before they read h.
   launch_decode_stage<kOp, kDown>(p, grid, st, wide, pdl_enabled());
+  launch_decode_combine<kOp>(p, st);
+}
+
+template <Operand kOp>
+void launch_decode_block128_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
+  static_assert(std::is_same<typename OperandTypes<kOp>::Tag, E4m3Tag>::value, "fp8_block128 runs on e4m3 weights");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  launch_decode_stage<kOp, kBlock128>(p, grid, st, wide, false);
   launch_decode_combine<kOp>(p, st);
 }
 

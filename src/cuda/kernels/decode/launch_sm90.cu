@@ -112,11 +112,12 @@ dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int dev
   const double nch = static_cast<double>(dc::ceil_div(p.intermediate_size, dc::kChunkCols));
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
+  const bool block = p.scheme == Scheme::kFp8Block128;
   dc::Tiling t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
-                                   elem_bytes(p), items, sm_count, resident, force);
+                                   elem_bytes(p), items, sm_count, resident, force, block);
   if (force != 0 && t.max_tokens == 0)  // that size does not fit this problem: the model's choice
     t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size, elem_bytes(p),
-                          items, sm_count, resident);
+                          items, sm_count, resident, 0, block);
   return t;
 }
 
@@ -143,10 +144,13 @@ bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* w
   // fp8 takes the reference's quantization points exactly (a different point alone costs ~3.5 %
   // against the reference, docs/decode.md): per tensor, static scales as given, a dynamic
   // activation scale from the whole hidden (every CTA reads it), a dynamic intermediate scale
-  // from every slot's h (the split call: kUp, then kDown). Per-channel and block scales span
-  // rows that the path splits across CTAs and clusters: declined.
-  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
-    return fail(why, std::string("scheme ") + scheme_name(p.scheme) + " is not supported (bf16, fp8_per_tensor)");
+  // from every slot's h (the split call: kUp, then kDown); block128, the 1x128 groups of the
+  // token rows (a K chunk each) and of h (an item's N chunk), all local to an item (one launch).
+  // Per-channel scales span a whole token row of K, which clusters split, and a whole slot's h,
+  // which items split by N chunk: declined.
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8Block128)
+    return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
+                         " is not supported (bf16, fp8_per_tensor, fp8_block128)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   const std::int64_t P = p.num_tokens * p.top_k;
@@ -294,7 +298,10 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
-  if (split) {
+  if (p.scheme == Scheme::kFp8Block128) {
+    if (f16) dc::launch_decode_block128_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
+    else dc::launch_decode_block128_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
+  } else if (split) {
     // kDown runs on kUp's tiling and grid. (Its own tiling on the SMs kUp leaves free, so that
     // all of it streams w2 while kUp runs, measured slower: docs/decode.md.)
     if (f16) dc::launch_decode_split_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);

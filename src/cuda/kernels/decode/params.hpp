@@ -17,8 +17,10 @@ namespace moekit::cuda::decode {
 // intermediate scale needs the absmax of every slot's h before any GEMM2 starts, so the call is
 // two launches of the same kernel: kUp (GEMM1 + activation, h to the workspace in fp32, one
 // absmax per CTA) and kDown (its programmatic dependent: the scale from those absmaxes, then the
-// quantized h through GEMM2), the combine after both.
-enum Stage : int { kWhole = 0, kUp = 1, kDown = 2 };
+// quantized h through GEMM2), the combine after both. kBlock128: kWhole with fp8_block128's
+// scales, all of them local to an item (a token's 1x128 activation groups are the K chunks, the
+// intermediate's are the item's N chunk of 128 columns): one launch.
+enum Stage : int { kWhole = 0, kUp = 1, kDown = 2, kBlock128 = 3 };
 
 struct DecodeParams {
   // w13 [E, 2N, K] as a 3D map (innermost first), box [128 bytes of K, 32 rows, 1], 128-byte
@@ -30,8 +32,8 @@ struct DecodeParams {
   const std::int32_t* topk_ids;     // [M, k]
   const float* topk_weights;        // [M, k]
   const std::int32_t* expert_map;   // [E_global] or null
-  const float* w13_scale;           // fp8: per tensor [E]
-  const float* w2_scale;            // fp8: per tensor [E]
+  const float* w13_scale;           // fp8: per tensor [E]; fp8_block128 [E, ceil(2N/128), ceil(K/128)]
+  const float* w2_scale;            // fp8: per tensor [E]; fp8_block128 [E, ceil(K/128), ceil(N/128)]
   const float* a13_scale;           // static activation scale [1] or null (dynamic: every CTA
                                     // takes the absmax of the whole hidden itself)
   const float* a2_scale;            // static intermediate scale [1] or null (dynamic: kUp + kDown)
@@ -91,6 +93,9 @@ void launch_decode_sm90(const DecodeParams& p, int grid, void* stream, bool wide
 // amax_ctas = grid).
 template <Operand kOp>
 void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
+// The same for fp8_block128 (e4m3 operands): one kBlock128 launch, then the combine.
+template <Operand kOp>
+void launch_decode_block128_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query

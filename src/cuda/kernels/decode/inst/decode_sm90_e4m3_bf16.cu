@@ -7,6 +7,7 @@ namespace moekit::cuda::decode {
 
 template void launch_decode_sm90<Operand::kE4m3Bf16>(const DecodeParams&, int, void*, bool);
 template void launch_decode_split_sm90<Operand::kE4m3Bf16>(const DecodeParams&, int, void*, bool);
+template void launch_decode_block128_sm90<Operand::kE4m3Bf16>(const DecodeParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8, kWhole>);
@@ -21,6 +22,10 @@ MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag,
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16, kDown>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32, kDown>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64, kDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 8, kBlock128>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 16, kBlock128>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 32, kBlock128>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act, 64, kBlock128>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kE4m3Bf16>::Tag, OperandTypes<Operand::kE4m3Bf16>::Act>);
 
 }  // namespace moekit::cuda::decode
