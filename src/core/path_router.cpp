@@ -290,8 +290,11 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     const std::int64_t N = p.intermediate_size;
     const std::int64_t n_limit = N < t.decode_tiny_n ? t.decode_tiny_n : N < t.decode_small_n ? t.decode_small_n : t.decode_mid_n;
     const bool fp8 = p.scheme != Scheme::kBf16;
-    const double max_slots = N < t.decode_tiny_n    ? (fp8 ? t.decode_tiny_n_max_slots_fp8 : t.decode_tiny_n_max_slots)
-                             : N < t.decode_small_n ? (fp8 ? t.decode_small_n_max_slots_fp8 : t.decode_small_n_max_slots)
+    const bool block = p.scheme == Scheme::kFp8Block128;
+    const double max_slots = N < t.decode_tiny_n    ? (block ? t.decode_tiny_n_max_slots_block128
+                                                       : fp8 ? t.decode_tiny_n_max_slots_fp8 : t.decode_tiny_n_max_slots)
+                             : N < t.decode_small_n ? (block ? t.decode_small_n_max_slots_block128
+                                                       : fp8 ? t.decode_small_n_max_slots_fp8 : t.decode_small_n_max_slots)
                              : N < t.decode_mid_n   ? t.decode_mid_n_max_slots
                                                     : -1.0;
     if (plan.local_slots <= max_slots) {

@@ -135,7 +135,7 @@ struct RouterTable {
   // and the suite pass on the H200 since.
   bool fused_in_auto = true;
   // The single-launch decode path (kernels/decode/), when it can run the call
-  // (RouterInputs::decode_ok: bf16, or fp8_per_tensor), ahead of everything
+  // (RouterInputs::decode_ok: bf16, fp8_per_tensor or fp8_block128), ahead of everything
   // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
   // decode_small_n up to decode_small_n_max_slots, N < decode_mid_n up to decode_mid_n_max_slots.
   // From the same-run sweeps of decode (every cluster size forced, and the cost model's choice;
@@ -164,12 +164,20 @@ struct RouterTable {
   // at 86c683c; 237.4 against 263.0 at ab8148a, two passes; check on, bench/results/
   // 2026-12-02-{86c683c-h200-paths-tp8,ab8148a-h200-retune-ds8-*}.json) and lost at 32 (350.2
   // against 299.8).
+  // fp8_block128 (one kBlock128 launch, no split; session 27, same-run sweep, check on, decode
+  // forced against the previous auto choice, bench/results/2026-12-03-b18eaab-h200-decode-block128-sweep-tp{8,1}.json):
+  // qwen3-30b TP8 (N = 96; Swap-AB and token-major decline its GEMM1: N % 64 != 0) wins M = 1..128
+  // (M=1 22.1 vs 29.8 µs, M=8 36.5 vs 83.2, M=128 98.0 vs 117.5) and loses at 256 (163.5 vs
+  // 147.1); deepseek-v3 and qwen3-235b TP8 win M = 1 (45.0 vs 59.4; 32.9 vs 38.1) and lose or tie
+  // at M = 2 and 4 (70.7 vs 62.4; 48.0 vs 44.0); mixtral TP8 M = 1 ties; TP1 loses everywhere.
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;
+  double decode_tiny_n_max_slots_block128 = 1024.0;
   std::int64_t decode_small_n = 320;
   double decode_small_n_max_slots = 128.0;
   double decode_small_n_max_slots_fp8 = 32.0;
+  double decode_small_n_max_slots_block128 = 8.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   bool decode_in_auto = true;

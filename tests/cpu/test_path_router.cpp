@@ -182,6 +182,14 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_FALSE(choose_paths(fp8_tiny_more, in).decode);
   EXPECT_TRUE(choose_paths(fp8_small, in).decode);
   EXPECT_FALSE(choose_paths(fp8_small_more, in).decode);
+  // fp8_block128 (one launch; session 27's sweep): N < 128 up to 1024 slots, N < 320 up to 8.
+  const Scheme b128 = Scheme::kFp8Block128;
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 128, 8, b128), in).decode);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 129, 8, b128), in).decode);
+  EXPECT_TRUE(choose_paths(preset("deepseek-v3", 1, 8, b128), in).decode);
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 2, 8, b128), in).decode);
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 1, 8, b128), in).decode);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 2, 8, b128), in).decode);
   EXPECT_TRUE(choose_paths(mid, in).decode);
   EXPECT_FALSE(choose_paths(mid_more, in).decode);
   EXPECT_FALSE(choose_paths(tp1, in).decode);
