@@ -330,9 +330,16 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
         tiny ? t.tiny_n_swapab_max_slots : (fp8 ? t.early_swapab_max_slots : t.early_swapab_max_slots_bf16);
     const bool fp8_mid = fp8 && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&
                          tpe <= t.early_swapab_fp8_max_tokens_per_expert;
-    if (plan.local_slots <= swapab_slots || fp8_mid) {
+    const bool block128 = p.scheme == Scheme::kFp8Block128 &&
+                          (N < t.mid_n ? plan.local_slots <= t.block128_swapab_max_slots
+                                       : tpe <= t.block128_swapab_max_tokens_per_expert);
+    if (plan.local_slots <= swapab_slots || fp8_mid || block128) {
       if (why) {
-        if (plan.local_slots <= swapab_slots)
+        if (block128)
+          why << ", fp8_block128, "
+              << (N < t.mid_n ? "N=" + std::to_string(N) + " < " + std::to_string(t.mid_n) + ", slots <= " + fmt(t.block128_swapab_max_slots)
+                              : "tokens/expert <= " + fmt(t.block128_swapab_max_tokens_per_expert));
+        else if (plan.local_slots <= swapab_slots)
           why << ", slots <= " << fmt(swapab_slots) << (tiny ? " (N=" + std::to_string(N) + " < " + std::to_string(t.tiny_n) + ")" : "");
         else
           why << ", fp8, N=" << N << " >= " << t.mid_n << ", K=" << p.hidden_size << " <= " << t.early_swapab_fp8_max_k

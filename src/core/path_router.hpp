@@ -124,6 +124,19 @@ struct RouterTable {
   // lose on Swap-AB there: qwen3-235b TP8 fp8 M = 8 94.4 against 73.1).
   double early_swapab_fp8_max_tokens_per_expert = 2.5;
   std::int64_t early_swapab_fp8_max_k = 4096;
+  // fp8_block128 in the early crossover keeps Swap-AB much longer: token-major's block128 tiles are
+  // 128 weight columns wide (per tensor 256) and wait for each K group's wgmmas before promoting
+  // them, so it streams slower. The same-run sweep of session 27 (every GEMM path forced next to
+  // auto, TP 1 and 8, M = 1..256, check on; bench/results/2026-12-03-36bbc7d-h200-block128-paths.md)
+  // had Swap-AB ahead of token-major by 1.10-1.36x from 8 up to 1024 local slots on the TP8
+  // shards (N < mid_n: deepseek-v3 M = 8 124.5 vs 169.4 µs, M = 128 333.7 vs 398.5; qwen3-235b
+  // M = 128 173.4 vs 190.2) and behind from 2048 (deepseek-v3 M = 256 461.4 vs 428.9, qwen3-235b
+  // 217.8 vs 195.7); on TP1-sized experts (N >= mid_n) ahead up to 16 tokens per expert
+  // (deepseek-v3 M = 32 1064.0 vs 1388.9; qwen3-235b M = 256, 16.0 tokens an expert, 711.6 vs
+  // 833.2; mixtral TP8 M = 64 85.0 vs 87.1) and behind at 32 (mixtral M = 128: 507.3 vs 467.7 at
+  // TP1, 113.1 vs 89.0 at TP8).
+  double block128_swapab_max_slots = 1024.0;            // N < mid_n
+  double block128_swapab_max_tokens_per_expert = 24.0;  // N >= mid_n
   std::int64_t tiny_n = 128;
   double tiny_n_swapab_max_slots = 64.0;
   double tiny_n_mma_max_tokens_per_expert_bf16 = 3.0;

@@ -503,6 +503,35 @@ TEST(CpuPathRouter, Fp8MidExpertsKeepSwapAbToAFewTokensPerExpert) {
   EXPECT_EQ(impl("mixtral-8x7b", 32, 1, fp8), detail::GemmImpl::kTokmajor);       // 8 tokens/expert
 }
 
+TEST(CpuPathRouter, Block128KeepsSwapAbWhereItsSweepMeasuredItAhead) {
+  // Session 27 (RouterTable::block128_swapab_*): fp8_block128 keeps Swap-AB up to 1024 local slots
+  // on N < 512 and up to 24 tokens per expert on N >= 512; token-major above; per tensor unchanged.
+  detail::RouterInputs in;  // GEMV, decode and fused unavailable: the GEMM crossovers decide
+  in.sm_count = 132;
+  in.swapab_ok[0] = in.swapab_ok[1] = true;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  auto impl = [&](const char* name, std::int64_t M, int tp, Scheme s) {
+    const detail::DispatchPlan d = choose_paths(preset(name, M, tp, s), in);
+    EXPECT_EQ(d.gemm[0].impl, d.gemm[1].impl) << name << " M=" << M;
+    return d.gemm[0].impl;
+  };
+  const Scheme b128 = Scheme::kFp8Block128;
+  for (std::int64_t M : {8, 32, 128}) {
+    EXPECT_EQ(impl("deepseek-v3", M, 8, b128), detail::GemmImpl::kSwapab) << "M=" << M;
+    EXPECT_EQ(impl("qwen3-235b-a22b", M, 8, b128), detail::GemmImpl::kSwapab) << "M=" << M;
+  }
+  EXPECT_EQ(impl("deepseek-v3", 256, 8, b128), detail::GemmImpl::kTokmajor);      // 2048 slots
+  EXPECT_EQ(impl("qwen3-235b-a22b", 256, 8, b128), detail::GemmImpl::kTokmajor);
+  EXPECT_EQ(impl("deepseek-v3", 256, 1, b128), detail::GemmImpl::kSwapab);        // 8 tokens/expert
+  EXPECT_EQ(impl("qwen3-235b-a22b", 256, 1, b128), detail::GemmImpl::kSwapab);    // 16
+  EXPECT_EQ(impl("mixtral-8x7b", 64, 8, b128), detail::GemmImpl::kSwapab);        // 16
+  EXPECT_EQ(impl("mixtral-8x7b", 128, 8, b128), detail::GemmImpl::kTokmajor);     // 32
+  EXPECT_EQ(impl("mixtral-8x7b", 128, 1, b128), detail::GemmImpl::kTokmajor);
+  EXPECT_EQ(impl("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), detail::GemmImpl::kTokmajor);  // per tensor
+  const std::string why = choose_paths(preset("deepseek-v3", 8, 8, b128), in).reason;
+  EXPECT_NE(why.find("fp8_block128"), std::string::npos) << why;
+}
+
 TEST(CpuPathRouter, AutoTakesFusedOnlyWhenItCanRunAndWhereItWins) {
   // Measured: the fused launch wins for small shards (qwen3-30b TP8, N = 96) up to 16 slots.
   detail::RouterInputs in;
