@@ -116,7 +116,7 @@ struct PhaseClock {
 // The kernel.
 // ---------------------------------------------------------------------------------------------
 // kMaxW: the widest token count of an item (the tiling's max_tokens: 8, 16, 32 or 64); kStage:
-// what the launch runs of each item (params.hpp: kWhole, or fp8's kUp / kDown pair).
+// what the launch runs of each item (params.hpp: kWhole, fp8's kUp / kDown pair, or kBlock128).
 template <class Tag, class ActT, int kMaxW, int kStage>
 struct Decode {
   static constexpr bool kFp8 = std::is_same<Tag, E4m3Tag>::value;
@@ -346,7 +346,8 @@ struct Decode {
   }
 
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
-  // (128-byte swizzle); fp8: quantized with a per-token scale of this K slice.
+  // (128-byte swizzle); fp8 per tensor: quantized with the tensor's scale (kept per token in
+  // tok_xs); fp8_block128: with a scale per token and K chunk (xs, after the w13 block scales).
   template <int W>
   static __device__ void load_x(const DecodeParams& p, const Smem& s, const Item& it, int ks0, int ks1) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
