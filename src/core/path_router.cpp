@@ -291,12 +291,18 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     const std::int64_t n_limit = N < t.decode_tiny_n ? t.decode_tiny_n : N < t.decode_small_n ? t.decode_small_n : t.decode_mid_n;
     const bool fp8 = p.scheme != Scheme::kBf16;
     const bool block = p.scheme == Scheme::kFp8Block128;
-    const double max_slots = N < t.decode_tiny_n    ? (block ? t.decode_tiny_n_max_slots_block128
-                                                       : fp8 ? t.decode_tiny_n_max_slots_fp8 : t.decode_tiny_n_max_slots)
-                             : N < t.decode_small_n ? (block ? t.decode_small_n_max_slots_block128
-                                                       : fp8 ? t.decode_small_n_max_slots_fp8 : t.decode_small_n_max_slots)
-                             : N < t.decode_mid_n   ? t.decode_mid_n_max_slots
-                                                    : -1.0;
+    const bool channel = p.scheme == Scheme::kFp8PerChannel;
+    const double max_slots =
+        N < t.decode_tiny_n    ? (block     ? t.decode_tiny_n_max_slots_block128
+                                  : channel ? t.decode_tiny_n_max_slots_channel
+                                  : fp8     ? t.decode_tiny_n_max_slots_fp8
+                                            : t.decode_tiny_n_max_slots)
+        : N < t.decode_small_n ? (block     ? t.decode_small_n_max_slots_block128
+                                  : channel ? t.decode_small_n_max_slots_channel
+                                  : fp8     ? t.decode_small_n_max_slots_fp8
+                                            : t.decode_small_n_max_slots)
+        : N < t.decode_mid_n   ? (channel ? t.decode_mid_n_max_slots_channel : t.decode_mid_n_max_slots)
+                               : -1.0;
     if (plan.local_slots <= max_slots) {
       plan.decode = true;
       if (in.want_reason)

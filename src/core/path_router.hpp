@@ -148,7 +148,7 @@ struct RouterTable {
   // and the suite pass on the H200 since.
   bool fused_in_auto = true;
   // The single-launch decode path (kernels/decode/), when it can run the call
-  // (RouterInputs::decode_ok: bf16, fp8_per_tensor or fp8_block128), ahead of everything
+  // (RouterInputs::decode_ok: bf16 and every fp8 scheme), ahead of everything
   // else on TP shards: N < decode_tiny_n up to decode_tiny_n_max_slots local slots, N <
   // decode_small_n up to decode_small_n_max_slots, N < decode_mid_n up to decode_mid_n_max_slots.
   // From the same-run sweeps of decode (every cluster size forced, and the cost model's choice;
@@ -183,6 +183,9 @@ struct RouterTable {
   // (M=1 22.1 vs 29.8 µs, M=8 36.5 vs 83.2, M=128 98.0 vs 117.5) and loses at 256 (163.5 vs
   // 147.1); deepseek-v3 and qwen3-235b TP8 win M = 1 (45.0 vs 59.4; 32.9 vs 38.1) and lose or tie
   // at M = 2 and 4 (70.7 vs 62.4; 48.0 vs 44.0); mixtral TP8 M = 1 ties; TP1 loses everywhere.
+  // fp8_per_channel (session 28: one kChannel launch at N <= 128, else kChannelUp + kChannelDown):
+  // the *_channel limits; -1 = auto does not take decode for it (forced only) until a same-run
+  // sweep measures it ahead.
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;
@@ -191,8 +194,11 @@ struct RouterTable {
   double decode_small_n_max_slots = 128.0;
   double decode_small_n_max_slots_fp8 = 32.0;
   double decode_small_n_max_slots_block128 = 8.0;
+  double decode_tiny_n_max_slots_channel = -1.0;
+  double decode_small_n_max_slots_channel = -1.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
+  double decode_mid_n_max_slots_channel = -1.0;
   bool decode_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local

@@ -193,18 +193,28 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_TRUE(choose_paths(mid, in).decode);
   EXPECT_FALSE(choose_paths(mid_more, in).decode);
   EXPECT_FALSE(choose_paths(tp1, in).decode);
+  // fp8_per_channel runs on decode since session 28, forced; auto takes it only where a same-run
+  // sweep measured it ahead (RouterTable::decode_*_max_slots_channel).
+  const Scheme pc = Scheme::kFp8PerChannel;
+  const auto channel_decode = [&](const char* name, std::int64_t M) {
+    return choose_paths(preset(name, M, 8, pc), in).decode;
+  };
+  const detail::RouterTable& t = detail::kRouterTable;
+  EXPECT_EQ(channel_decode("qwen3-30b-a3b", 1), t.decode_tiny_n_max_slots_channel >= 8.0);
+  EXPECT_EQ(channel_decode("deepseek-v3", 1), t.decode_small_n_max_slots_channel >= 8.0);
+  EXPECT_EQ(channel_decode("gpt-oss-120b", 1), t.decode_mid_n_max_slots_channel >= 4.0);
   in.decode_in_auto = false;  // MOEKIT_DECODE=0
   EXPECT_FALSE(choose_paths(tiny, in).decode);
   in.forced = "decode";  // forcing works either way
   EXPECT_TRUE(choose_paths(tp1, in).decode);
   in.decode_ok = false;
-  in.decode_why = "decode_sm90: scheme fp8_per_channel is not supported";
+  in.decode_why = "decode_sm90: M*k = 8192 slots > 4096 (every CTA routes the call in shared memory)";
   try {
     choose_paths(tp1, in);
     ADD_FAILURE() << "forced decode that cannot run did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("fp8_per_channel"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("8192 slots"), std::string::npos) << e.what();
   }
 }
 

@@ -92,13 +92,11 @@ bool gemv_mma_fits(const CaseSpec& s, std::int64_t M) {
 }
 
 std::string documented_decline(const CaseSpec& s, const std::string& path, std::int64_t M) {
-  // decode (can_implement_decode_sm90): bf16, fp8_per_tensor (static or dynamic scales) and
-  // fp8_block128 (per-channel scales span rows split across CTAs: docs/decode.md); M*k <= 4096 slots;
+  // decode (can_implement_decode_sm90): bf16 and every fp8 scheme; M*k <= 4096 slots;
   // k <= 1024; E <= 1024; K a multiple of 16 and 16-byte rows of N; partial outputs (M*k x
   // ceil(N/128) x K fp32) up to 128 MiB.
   if (path == "decode") {
     const std::int64_t es = s.scheme == Scheme::kBf16 ? 2 : 1;
-    if (s.scheme == Scheme::kFp8PerChannel) return std::string("decode: ") + scheme_name(s.scheme) + " is not supported";
     if (M * s.k > 4096) return "decode: M*k = " + std::to_string(s.M * s.k) + " > 4096 slots";
     if (s.k > 1024) return "decode: k = " + std::to_string(s.k) + " > 1024 slots per token";
     if (s.E > 1024) return "decode: E = " + std::to_string(s.E) + " > 1024";
@@ -693,13 +691,18 @@ TEST(Sm90Dispatch, DecodeNarrowKernelsMatchTheWideOneBitwise) {
   // max_tokens (M <= 8: only the 8-wide code), MOEKIT_DECODE_WIDE=1 the one that holds every
   // width. Both run each item on the same width, so the bits must match. M = 1, 8 (the 8-wide
   // kernel), 9, 17 (16, 32 wide), 40 (64 wide: the same instantiation both ways); bf16, fp8 with
-  // static scales, fp8 with dynamic scales (the split call) and fp8_block128 (its own one-launch
-  // stage), biases and swiglu_oai on fp8; each against the reference of the call's M rows (a case
-  // of its own: its own dynamic scales).
-  for (int variant = 0; variant < 4; ++variant) {  // bf16; fp8 static (one launch); fp8 dynamic (kUp + kDown); block128
-    const Scheme scheme = variant == 0 ? Scheme::kBf16 : variant == 3 ? Scheme::kFp8Block128 : Scheme::kFp8PerTensor;
+  // static scales, fp8 with dynamic scales (the split call), fp8_block128 (its own one-launch
+  // stage) and fp8_per_channel at N = 128 (one kChannel launch) and N = 224 (kChannelUp +
+  // kChannelDown), biases and swiglu_oai on fp8; each against the reference of the call's M rows
+  // (a case of its own: its own dynamic scales).
+  for (int variant = 0; variant < 6; ++variant) {  // bf16; fp8 static; fp8 dynamic; block128; per channel x 2
+    const Scheme scheme = variant == 0   ? Scheme::kBf16
+                          : variant == 3 ? Scheme::kFp8Block128
+                          : variant >= 4 ? Scheme::kFp8PerChannel
+                                         : Scheme::kFp8PerTensor;
     CaseSpec s = small_spec(scheme);
     s.M = 40;
+    if (variant == 5) s.N = 224;
     if (variant > 0) {
       s.static_scales = variant == 1;
       s.bias = true;
@@ -727,25 +730,34 @@ TEST(Sm90Dispatch, DecodeBlock128EveryClusterSize) {
   // GEMM1's K chunks, so a rank's chunks start past 0 and its block scales at that column): K =
   // 2112 (16.5 blocks: the last one partial, its tail zero-filled), N = 224 (two N chunks, the
   // second 96 wide; the up rows of a chunk straddle two 128-row scale blocks); against the
-  // reference, and bitwise run to run at each size.
-  CaseSpec s;
-  s.M = 17;
-  s.E = 8;
-  s.k = 2;
-  s.K = 2112;
-  s.N = 224;
-  s.scheme = Scheme::kFp8Block128;
-  s.seed = 23;
-  MoeCase c = make_case(s);
-  DeviceCase d(c);
-  for (const char* cluster : {"1", "2", "4"}) {
-    ScopedEnv env("MOEKIT_DECODE_CLUSTER", cluster);
-    for (std::int64_t M : {1, 5, 17}) {
-      const std::vector<std::uint16_t> a = d.run(M, Mode::kFusedExperts, "decode");
-      const std::vector<std::uint16_t> b = d.run(M, Mode::kFusedExperts, "decode");
-      EXPECT_TRUE(a == b) << "cluster " << cluster << " M = " << M << ": two runs differ";
-      EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme,
-                             std::string("decode block128 cluster ") + cluster));
+  // reference, and bitwise run to run at each size. fp8_per_channel the same way (a token's scale
+  // spans the K slices of every rank; N = 224: the split call, each slot's h scale over both
+  // chunks) and at N = 96 (one kChannel launch).
+  struct Variant {
+    Scheme scheme;
+    std::int64_t N;
+  };
+  for (const Variant v : {Variant{Scheme::kFp8Block128, 224}, Variant{Scheme::kFp8PerChannel, 224},
+                          Variant{Scheme::kFp8PerChannel, 96}}) {
+    CaseSpec s;
+    s.M = 17;
+    s.E = 8;
+    s.k = 2;
+    s.K = 2112;
+    s.N = v.N;
+    s.scheme = v.scheme;
+    s.seed = 23;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (const char* cluster : {"1", "2", "4"}) {
+      ScopedEnv env("MOEKIT_DECODE_CLUSTER", cluster);
+      for (std::int64_t M : {1, 5, 17}) {
+        const std::vector<std::uint16_t> a = d.run(M, Mode::kFusedExperts, "decode");
+        const std::vector<std::uint16_t> b = d.run(M, Mode::kFusedExperts, "decode");
+        const std::string what = std::string(scheme_name(s.scheme)) + " N = " + std::to_string(s.N) + " cluster " + cluster;
+        EXPECT_TRUE(a == b) << what << " M = " << M << ": two runs differ";
+        EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "decode " + what));
+      }
     }
   }
 }

@@ -129,8 +129,19 @@ struct Decode {
   // before adding it (docs/decode.md "Numerics").
   static constexpr bool kBlockScales = kStage == kBlock128;
   static_assert(!kBlockScales || kFp8, "fp8_block128 runs on e4m3 weights");
-  // GEMM1 through GEMM2 of each item in this launch (kWhole, kBlock128).
-  static constexpr bool kOneLaunch = kStage == kWhole || kStage == kBlock128;
+  // fp8_per_channel (kChannel, kChannelUp, kChannelDown): a scale per token over its row of K
+  // (every CTA takes them all before its first item), one per output channel of w13 and w2, one
+  // per slot over its h row (local to the item at one N chunk: kChannel; else kChannelDown reads
+  // the slot's whole row from the workspace).
+  static constexpr bool kPerChannel = kStage == kChannel || kStage == kChannelUp || kStage == kChannelDown;
+  static_assert(!kPerChannel || kFp8, "fp8_per_channel runs on e4m3 weights");
+  // The two launches of a split call: GEMM1 + activation (h to the workspace), then GEMM2.
+  static constexpr bool kUpHalf = kStage == kUp || kStage == kChannelUp;
+  static constexpr bool kDownHalf = kStage == kDown || kStage == kChannelDown;
+  // GEMM1 through GEMM2 of each item in this launch (kWhole, kBlock128, kChannel).
+  static constexpr bool kOneLaunch = kStage == kWhole || kStage == kBlock128 || kStage == kChannel;
+  // h's scale is per token over the item's N chunk (block128; per channel at one chunk).
+  static constexpr bool kHScalePerChunk = kBlockScales || kStage == kChannel;
 
   struct Smem {
     std::uint32_t tiles;    // pipeline stage s at tiles + s * kStageBytes
@@ -152,7 +163,8 @@ struct Decode {
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
     float* scratch;         // [kScratchFloats]: dynamic scales, the consumer warps' absmaxes
-    float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales
+    float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales;
+                            // fp8_per_channel: every token's activation scale [M]
     std::uint32_t full;     // barriers, 8 bytes apart
     std::uint32_t empty;
     std::uint32_t b1;       // cluster exchange: partial sums written
@@ -179,7 +191,7 @@ struct Decode {
     };
     const int n0 = nchunk * kChunkCols;
     const int cw = min(kChunkCols, N - n0);
-    const int tiles1 = kStage == kDown ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
+    const int tiles1 = kDownHalf ? 0 : (cw + kGateUpRows - 1) / kGateUpRows;
     for (int j = 0; j < tiles1; ++j) {
       for (int kc = ks0; kc < ks1; kc += kChunksPerStage) {
         const std::uint32_t full = s.full + 8 * stage;
@@ -196,7 +208,7 @@ struct Decode {
     }
     // GEMM2: one stage per 64-row tile, the chunk's 128 columns (bf16: 2 K chunks, e4m3: 1;
     // columns past N zero-filled). kUp: GEMM2 runs in the kDown launch.
-    if constexpr (kStage != kUp) {
+    if constexpr (!kUpHalf) {
       constexpr int nsub2 = kChunks2;
       for (int rt = rt0; rt < rt1; ++rt) {
         const std::uint32_t full = s.full + 8 * stage;
@@ -347,7 +359,8 @@ struct Decode {
 
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
   // (128-byte swizzle); fp8 per tensor: quantized with the tensor's scale (kept per token in
-  // tok_xs); fp8_block128: with a scale per token and K chunk (xs, after the w13 block scales).
+  // tok_xs); per channel: with the token's scale (dynamic_scales, kept in tok_xs); fp8_block128:
+  // with a scale per token and K chunk (xs, after the w13 block scales).
   template <int W>
   static __device__ void load_x(const DecodeParams& p, const Smem& s, const Item& it, int ks0, int ks1) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
@@ -410,13 +423,14 @@ struct Decode {
       const ActT* hidden = static_cast<const ActT*>(p.hidden);
       const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
       const std::int64_t k_end = static_cast<std::int64_t>(ks1) * kStageKBytes;  // tile end (elements)
-      // Per tensor: the static scale, or the dynamic one every CTA took over the whole hidden
-      // (consume(), before the first item).
-      const float scale = p.a13_scale != nullptr ? p.a13_scale[0] : s.scratch[0];
-      const float inv = 1.0f / scale;
+      // Per tensor: the static scale, or the dynamic one every CTA took over the whole hidden;
+      // per channel: the token's (consume(), before the first item).
+      const float tensor_scale = kPerChannel ? 1.0f : p.a13_scale != nullptr ? p.a13_scale[0] : s.scratch[0];
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
         const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
         const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
+        const float scale = kPerChannel ? (slot >= 0 ? s.bs[slot / k] : 1.0f) : tensor_scale;
+        const float inv = 1.0f / scale;
         if (lane == 0) s.tok_xs[row] = scale;
         for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
           uint2 q = make_uint2(0u, 0u);
@@ -455,9 +469,10 @@ struct Decode {
         const int tile = col / 64, ch = (col % 64) / 8;
         *reinterpret_cast<uint4*>(s.hb + (tile * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4)) = raw;
       }
-    } else if constexpr (kBlockScales) {
-      // One scale per token over the chunk's 128 columns (one 1x128 group of the reference: n0
-      // is a multiple of 128), from their absmax; a warp per token, 4 columns a lane.
+    } else if constexpr (kHScalePerChunk) {
+      // One scale per token over the chunk's 128 columns (block128: one 1x128 group of the
+      // reference, n0 a multiple of 128; per channel at one N chunk: the slot's whole h row), from
+      // their absmax; a warp per token, 4 columns a lane.
       const int warp = t >> 5, lane = t & 31;
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
         float v[4];
@@ -478,17 +493,19 @@ struct Decode {
       }
     } else {
       const int warp = t >> 5, lane = t & 31;
-      // Per tensor: the static scale, or (kDown) the dynamic one over every slot's h.
-      const float scale = p.a2_scale != nullptr ? p.a2_scale[0] : s.scratch[1];
-      const float inv = 1.0f / scale;
+      // Per tensor: the static scale, or (kDown) the dynamic one over every slot's h; per channel
+      // (kChannelDown): the slot's, over its whole h row (load_h, in tok_hs).
+      const float tensor_scale = kPerChannel ? 1.0f : p.a2_scale != nullptr ? p.a2_scale[0] : s.scratch[1];
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        const float scale = kPerChannel ? s.tok_hs[row] : tensor_scale;
+        const float inv = 1.0f / scale;
         float v[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int col = lane * 4 + i;
           v[i] = (row < count && col < cw) ? s.h[row * kChunkCols + col] : 0.0f;
         }
-        if (lane == 0) s.tok_hs[row] = scale;
+        if (!kPerChannel && lane == 0) s.tok_hs[row] = scale;
         const std::uint32_t q = static_cast<std::uint32_t>(numerics::e4m3x2(v[0] * inv, v[1] * inv)) |
                                 (static_cast<std::uint32_t>(numerics::e4m3x2(v[2] * inv, v[3] * inv)) << 16);
         const int ch = lane >> 2;
@@ -534,11 +551,30 @@ struct Decode {
   }
 
   // kDown: the item's h (this chunk's columns of its tokens' rows, fp32, written by the kUp
-  // launch) into s.h [W][kChunkCols]; zeros past the count and the chunk.
+  // launch) into s.h [W][kChunkCols]; zeros past the count and the chunk. kChannelDown: also each
+  // token's intermediate scale from its slot's whole h row into tok_hs (a warp a token; 1 past
+  // the count).
   template <int W>
   static __device__ void load_h(const DecodeParams& p, const Smem& s, const Item& it, int n0, int cw) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     const std::int64_t N = p.inter_size;
+    if constexpr (kPerChannel) {
+      const int warp = t >> 5, lane = t & 31;
+      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+        float a = 0.0f;
+        if (row < it.count) {
+          // N % 4 == 0 (16-byte fp8 rows): whole float4s.
+          const float4* hrow = reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(s.sorted[it.row_begin + row]) * N);
+          for (int q4 = lane; q4 * 4 < N; q4 += 32) {
+            const float4 v = __ldcg(hrow + q4);
+            a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
+            a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+          }
+        }
+        a = warp_max(a);
+        if (lane == 0) s.tok_hs[row] = row < it.count ? numerics::dynamic_scale(a) : 1.0f;
+      }
+    }
     for (int idx = t; idx < W * (kChunkCols / 4); idx += kConsumerThreads) {
       const int row = idx / (kChunkCols / 4);
       const int col = (idx % (kChunkCols / 4)) * 4;
@@ -585,7 +621,7 @@ struct Decode {
       s.tok_slot[t] = slot;
       s.tok_w[t] = tw;
     }
-    if constexpr (kStage == kDown) {
+    if constexpr (kDownHalf) {
       load_h<W>(p, s, it, n0, cw);
       consumer_sync();
       clk.lap(kPhaseTokens);
@@ -598,9 +634,9 @@ struct Decode {
 
       // (c) GEMM1: per 64-row tile (32 gate + 32 up rows), this rank's partial sums -> p1.
       const int tiles1 = (cw + kGateUpRows - 1) / kGateUpRows;
-      // fp8 per tensor: one w13 scale and the token's activation scale after the sum; block128:
-      // inside it, per K chunk (mainloop_block).
-      const float w13s_e = kFp8 && !kBlockScales ? p.w13_scale[e] : 1.0f;
+      // fp8 per tensor: one w13 scale and the token's activation scale after the sum; per channel:
+      // the row's w13 scale and the token's; block128: inside it, per K chunk (mainloop_block).
+      const float w13s_e = kFp8 && !kBlockScales && !kPerChannel ? p.w13_scale[e] : 1.0f;
       for (int j = 0; j < tiles1; ++j) {
         float acc[32];
         if constexpr (kBlockScales) {
@@ -619,6 +655,17 @@ struct Decode {
         } else {
           mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
         }
+        // Per channel: the w13 scale of the thread's rows h = 0, 1 of the tile (gate rows n0 + 32 j
+        // + r, up rows N + n0 + 32 j + r - 32; a row past the tensor has zero weights).
+        float w13s[2] = {w13s_e, w13s_e};
+        if constexpr (kPerChannel) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + (lane >> 2) + 8 * h;
+            const int grow = r < kGateUpRows ? n0 + kGateUpRows * j + r : N + n0 + kGateUpRows * j + r - kGateUpRows;
+            w13s[h] = grow < 2 * N ? __ldg(p.w13_scale + e * 2 * N + grow) : 0.0f;
+          }
+        }
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
@@ -628,7 +675,7 @@ struct Decode {
             for (int h = 0; h < 2; ++h) {
               const int row = 16 * warp + (lane >> 2) + 8 * h;
               float v = acc[4 * jj + 2 * h + c];
-              if (kFp8 && !kBlockScales) v *= s.tok_xs[col] * w13s_e;
+              if (kFp8 && !kBlockScales) v *= s.tok_xs[col] * w13s[h];
               s.p1[(j * kTileRows + row) * W + col] = v;
             }
           }
@@ -662,11 +709,11 @@ struct Decode {
             u = s.p1[(j * kTileRows + kGateUpRows + nn) * W + tt];
           }
           hv = activation_input(p, s, e, n0 + n, tt, g, u);
-          if constexpr (kStage == kUp) {
-            // h of a slot row to the workspace for the kDown launch; its absmax (fmaxf: a NaN
-            // never wins, as in the reference) to the CTA's.
+          if constexpr (kUpHalf) {
+            // h of a slot row to the workspace for the kDown launch; kUp: its absmax (fmaxf: a
+            // NaN never wins, as in the reference) to the CTA's.
             p.h_buf[static_cast<std::int64_t>(s.tok_slot[tt]) * N + n0 + n] = hv;
-            hmax = fmaxf(hmax, fabsf(hv));
+            if constexpr (kStage == kUp) hmax = fmaxf(hmax, fabsf(hv));
           }
         }
         if constexpr (kOneLaunch) {
@@ -681,8 +728,8 @@ struct Decode {
       // kWhole: h is in every rank; both: no rank's next GEMM1 overwrites p1 while a peer reads it.
       cluster_exchange(s, s.b2, round);
       clk.lap(kPhaseActivation);
-    }  // kStage != kDown
-    if constexpr (kStage != kUp) {
+    }  // !kDownHalf
+    if constexpr (!kUpHalf) {
       // (f) h -> GEMM2's B tiles.
       convert_h<W>(p, s, it.count, cw);
       sm90::fence_proxy_async_shared_cta();
@@ -692,12 +739,22 @@ struct Decode {
       // (g) GEMM2: this rank's output rows, reduced over the chunk; partial sums to the workspace.
       // fp8_block128: the chunk is one column of w2's 128x128 scale blocks, a 64-row tile lies in
       // one row of them (rt / 2): one scale a tile, loaded before its wait.
-      const float w2s_e = kFp8 && !kBlockScales ? p.w2_scale[e] : 1.0f;
+      // Per channel: the output row's w2 scale.
+      const float w2s_e = kFp8 && !kBlockScales && !kPerChannel ? p.w2_scale[e] : 1.0f;
       const int nch = T.num_chunks;
       const std::int64_t kb2 = (K + kBlockQuant - 1) / kBlockQuant;
       for (int rt = rt0; rt < rt1; ++rt) {
         float acc[32];
         const float w2s = kBlockScales ? __ldg(p.w2_scale + (e * kb2 + rt / 2) * nch + it.nchunk) : w2s_e;
+        // Per channel: the w2 scales of the thread's output rows h = 0, 1, loaded before the wait.
+        float w2r[2] = {w2s, w2s};
+        if constexpr (kPerChannel) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
+            w2r[h] = row < K ? __ldg(p.w2_scale + e * K + row) : 0.0f;
+          }
+        }
         mainloop<W, kChunks2>(s, acc, 1, s.hb_addr, stage, phase);
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
@@ -712,7 +769,7 @@ struct Decode {
               const int row = rt * kTileRows + 16 * warp + (lane >> 2) + 8 * h;
               if (row >= K) continue;
               float v = acc[4 * jj + 2 * h + c];
-              if (kFp8) v *= s.tok_hs[col] * w2s;
+              if (kFp8) v *= s.tok_hs[col] * w2r[h];
               if (it.nchunk == 0 && p.b2 != nullptr) v += numerics::load_bias(p.b2, p.bias_type, e * K + row);
               if (!p.weight_on_input) v *= s.tok_w[col];
               dst[row] = v;
@@ -758,10 +815,40 @@ struct Decode {
 
   // fp8, before the first item: the dynamic activation scale over the whole hidden (every CTA
   // takes it itself: M*K elements, a few KB to a few hundred at decode) -> scratch[0]; kDown: the
-  // dynamic intermediate scale over the kUp CTAs' absmaxes -> scratch[1].
+  // dynamic intermediate scale over the kUp CTAs' absmaxes -> scratch[1]. Per channel: every
+  // token's scale over its row -> bs[M]; kChannelDown: only the wait for kChannelUp's h.
   static __device__ void dynamic_scales(const DecodeParams& p, const Smem& s) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
-    if constexpr (kStage != kDown) {
+    if constexpr (kStage == kChannelDown) {
+      // kChannelUp's h is complete and visible after this wait (its grid ended).
+      pdl_wait();
+    } else if constexpr (kPerChannel) {
+      // Each token's absmax: the consumer threads split its row (8 elements a load, 4 loads in
+      // flight a thread), a warp reduction, then the warps' maxima through shared atomics on the
+      // bits (absmaxes are >= 0 and never NaN: fold_absmax, so the unsigned order is the float
+      // order); then the token's scale.
+      const ActT* x = static_cast<const ActT*>(p.hidden);
+      const int M = p.num_tokens;
+      const std::int64_t K = p.hidden_size;  // K % 16 == 0
+      unsigned* amax_bits = reinterpret_cast<unsigned*>(s.bs);
+      for (int m = t; m < M; m += kConsumerThreads) amax_bits[m] = 0u;
+      consumer_sync();
+      for (int m = 0; m < M; ++m) {
+        const ActT* row = x + static_cast<std::int64_t>(m) * K;
+        float a = 0.0f;
+#pragma unroll 4
+        for (std::int64_t i = static_cast<std::int64_t>(t) * 8; i < K; i += kConsumerThreads * 8) {
+          float v[8];
+          unpack8<ActT>(*reinterpret_cast<const uint4*>(row + i), v);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) a = numerics::fold_absmax(a, v[j]);
+        }
+        a = warp_max(a);
+        if ((t & 31) == 0) atomicMax(amax_bits + m, __float_as_uint(a));
+      }
+      consumer_sync();
+      for (int m = t; m < M; m += kConsumerThreads) s.bs[m] = numerics::dynamic_scale(__uint_as_float(amax_bits[m]));
+    } else if constexpr (kStage != kDown) {
       if (p.a13_scale == nullptr) {
         const ActT* x = static_cast<const ActT*>(p.hidden);
         const std::int64_t n = static_cast<std::int64_t>(p.num_tokens) * p.hidden_size;  // K % 16 == 0
@@ -794,7 +881,7 @@ struct Decode {
     PhaseClock clk;
     // The phase timer records one launch: kUp of a split call (kDown's CTAs would add to the
     // same records while kUp runs).
-    const bool stamp = threadIdx.x == kThreads - kConsumerThreads && kStage != kDown;
+    const bool stamp = threadIdx.x == kThreads - kConsumerThreads && !kDownHalf;
     if (stamp) {
       clk.start(p);
       if (clk.rec != nullptr) {
@@ -839,7 +926,7 @@ struct Decode {
       int e = -1;
       // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same;
       // the kDown launch of a split call routes the same ids again and records nothing).
-      const bool record = blockIdx.x == 0 && kStage != kDown;
+      const bool record = blockIdx.x == 0 && !kDownHalf;
       if (id >= 0 && id < p.num_experts_global) {
         e = p.expert_map != nullptr ? p.expert_map[id] : id;
         if (e < 0 || e >= E) {
@@ -917,7 +1004,7 @@ struct Decode {
     const int P = p.num_tokens * p.top_k;
     if (p.topk_weights != nullptr)
       for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
-    if constexpr (kStage == kDown) return;
+    if constexpr (kDownHalf) return;
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     if (kFp8 && !kBlockScales && p.a13_scale == nullptr) {
       // dynamic_scales() reads all of hidden first.
@@ -1136,6 +1223,20 @@ void launch_decode_block128_sm90(const DecodeParams& p, int grid, void* stream, 
   static_assert(std::is_same<typename OperandTypes<kOp>::Tag, E4m3Tag>::value, "fp8_block128 runs on e4m3 weights");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   launch_decode_stage<kOp, kBlock128>(p, grid, st, wide, false);
+  launch_decode_combine<kOp>(p, st);
+}
+
+template <Operand kOp>
+void launch_decode_channel_sm90(const DecodeParams& p, int grid, void* stream, bool wide) {
+  static_assert(std::is_same<typename OperandTypes<kOp>::Tag, E4m3Tag>::value, "fp8_per_channel runs on e4m3 weights");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (p.tiling.num_chunks == 1) {
+    launch_decode_stage<kOp, kChannel>(p, grid, st, wide, false);
+  } else {
+    launch_decode_stage<kOp, kChannelUp>(p, grid, st, wide, false);
+    // As the per-tensor split call: kChannelDown's CTAs stream w2 while kChannelUp runs.
+    launch_decode_stage<kOp, kChannelDown>(p, grid, st, wide, pdl_enabled());
+  }
   launch_decode_combine<kOp>(p, st);
 }
 

@@ -41,7 +41,7 @@ struct DecodeLayout {
   std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t partials = 0;      // fp32 [P, N chunks, K]
-  std::size_t h_buf = 0;         // split (fp8, dynamic intermediate scale): fp32 [P, N]
+  std::size_t h_buf = 0;         // split (fp8 per tensor with a dynamic intermediate scale, per channel past one N chunk): fp32 [P, N]
   std::size_t h_amax = 0;        // split: fp32 [kMaxAmaxCtas], one per kUp CTA
   std::size_t total = 0;
 };
@@ -49,8 +49,12 @@ struct DecodeLayout {
 // The split call's kUp grid is one persistent wave, at most one CTA per SM.
 constexpr std::size_t kMaxAmaxCtas = 1024;
 
-// fp8 with a dynamic intermediate scale runs as two launches (params.hpp, Stage).
-bool split_call(const MoeProblem& p) { return p.scheme == Scheme::kFp8PerTensor && !p.static_a2_scale; }
+// fp8 per tensor with a dynamic intermediate scale runs as two launches (params.hpp, Stage), and
+// fp8 per channel past one N chunk (a slot's intermediate scale spans its whole h row).
+bool split_call(const MoeProblem& p) {
+  if (p.scheme == Scheme::kFp8PerChannel) return p.intermediate_size > dc::kChunkCols;
+  return p.scheme == Scheme::kFp8PerTensor && !p.static_a2_scale;
+}
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
@@ -113,11 +117,12 @@ dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int dev
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
   const bool block = p.scheme == Scheme::kFp8Block128;
+  const bool channel = p.scheme == Scheme::kFp8PerChannel;  // M per-token scales in shared memory
   dc::Tiling t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
-                                   elem_bytes(p), items, sm_count, resident, force, block);
+                                   elem_bytes(p), items, sm_count, resident, force, block, channel);
   if (force != 0 && t.max_tokens == 0)  // that size does not fit this problem: the model's choice
     t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size, elem_bytes(p),
-                          items, sm_count, resident, 0, block);
+                          items, sm_count, resident, 0, block, channel);
   return t;
 }
 
@@ -145,12 +150,14 @@ bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* w
   // against the reference, docs/decode.md): per tensor, static scales as given, a dynamic
   // activation scale from the whole hidden (every CTA reads it), a dynamic intermediate scale
   // from every slot's h (the split call: kUp, then kDown); block128, the 1x128 groups of the
-  // token rows (a K chunk each) and of h (an item's N chunk), all local to an item (one launch).
-  // Per-channel scales span a whole token row of K, which clusters split, and a whole slot's h,
-  // which items split by N chunk: declined.
-  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8Block128)
+  // token rows (a K chunk each) and of h (an item's N chunk), all local to an item (one launch);
+  // per channel, a token's scale over its whole row of K (every CTA takes all of them, as the
+  // per-tensor dynamic scale) and a slot's over its whole h row (local at N <= 128: one launch;
+  // else the split call, kChannelDown reading the row from the workspace).
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8PerChannel &&
+      p.scheme != Scheme::kFp8Block128)
     return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
-                         " is not supported (bf16, fp8_per_tensor, fp8_block128)");
+                         " is not supported (bf16, fp8_per_tensor, fp8_per_channel, fp8_block128)");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16)
     return fail(why, std::string("act_dtype must be bf16 or fp16, got ") + dtype_name(p.act_dtype));
   const std::int64_t P = p.num_tokens * p.top_k;
@@ -301,6 +308,10 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   if (p.scheme == Scheme::kFp8Block128) {
     if (f16) dc::launch_decode_block128_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
     else dc::launch_decode_block128_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
+  } else if (p.scheme == Scheme::kFp8PerChannel) {
+    // One kChannel launch at one N chunk, else kChannelUp + kChannelDown (split_call).
+    if (f16) dc::launch_decode_channel_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
+    else dc::launch_decode_channel_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);
   } else if (split) {
     // kDown runs on kUp's tiling and grid. (Its own tiling on the SMs kUp leaves free, so that
     // all of it streams w2 while kUp runs, measured slower: docs/decode.md.)

@@ -19,8 +19,12 @@ namespace moekit::cuda::decode {
 // absmax per CTA) and kDown (its programmatic dependent: the scale from those absmaxes, then the
 // quantized h through GEMM2), the combine after both. kBlock128: kWhole with fp8_block128's
 // scales, all of them local to an item (a token's 1x128 activation groups are the K chunks, the
-// intermediate's are the item's N chunk of 128 columns): one launch.
-enum Stage : int { kWhole = 0, kUp = 1, kDown = 2, kBlock128 = 3 };
+// intermediate's are the item's N chunk of 128 columns): one launch. fp8_per_channel: a token's
+// activation scale spans its whole row of K (every CTA takes all of them itself before its first
+// item, as the per-tensor dynamic scale), a slot's intermediate scale its whole h row: local to an
+// item when N <= 128 (one N chunk: kChannel, one launch), else the split call again (kChannelUp
+// writes h to the workspace, kChannelDown takes each slot's scale from its whole row there).
+enum Stage : int { kWhole = 0, kUp = 1, kDown = 2, kBlock128 = 3, kChannel = 4, kChannelUp = 5, kChannelDown = 6 };
 
 struct DecodeParams {
   // w13 [E, 2N, K] as a 3D map (innermost first), box [128 bytes of K, 32 rows, 1], 128-byte
@@ -32,15 +36,15 @@ struct DecodeParams {
   const std::int32_t* topk_ids;     // [M, k]
   const float* topk_weights;        // [M, k]
   const std::int32_t* expert_map;   // [E_global] or null
-  const float* w13_scale;           // fp8: per tensor [E]; fp8_block128 [E, ceil(2N/128), ceil(K/128)]
-  const float* w2_scale;            // fp8: per tensor [E]; fp8_block128 [E, ceil(K/128), ceil(N/128)]
+  const float* w13_scale;           // fp8: per tensor [E]; per channel [E, 2N]; block128 [E, ceil(2N/128), ceil(K/128)]
+  const float* w2_scale;            // fp8: per tensor [E]; per channel [E, K]; block128 [E, ceil(K/128), ceil(N/128)]
   const float* a13_scale;           // static activation scale [1] or null (dynamic: every CTA
                                     // takes the absmax of the whole hidden itself)
   const float* a2_scale;            // static intermediate scale [1] or null (dynamic: kUp + kDown)
   const void* b13;                  // [E, 2N] or null
   const void* b2;                   // [E, K] or null
   float* partials;                  // [M * k, num_chunks, K] fp32
-  float* h_buf;                     // kUp / kDown: h [M * k, N] fp32 (rows of local slots)
+  float* h_buf;                     // kUp / kDown, kChannelUp / kChannelDown: h [M * k, N] fp32 (rows of local slots)
   float* h_amax;                    // kUp / kDown: [amax_ctas] absmax of each kUp CTA's h
   int amax_ctas;                    // the kUp grid's CTAs
   FaultRecord* faults;              // the device's fault record (cuda/common/faults.cuh), or null
@@ -96,6 +100,11 @@ void launch_decode_split_sm90(const DecodeParams& p, int grid, void* stream, boo
 // The same for fp8_block128 (e4m3 operands): one kBlock128 launch, then the combine.
 template <Operand kOp>
 void launch_decode_block128_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
+// The same for fp8_per_channel (e4m3 operands): one kChannel launch when the intermediate is one
+// N chunk (p.tiling.num_chunks == 1), else kChannelUp, then kChannelDown as its programmatic
+// dependent (p.h_buf set); then the combine.
+template <Operand kOp>
+void launch_decode_channel_sm90(const DecodeParams& p, int grid, void* stream, bool wide);
 
 // Clusters of `cluster` CTAs of the decode kernel (at kSmemLimit bytes of shared memory) that can
 // be resident at once on the current device (cudaOccupancyMaxActiveClusters); -1 when the query

@@ -8,6 +8,7 @@ namespace moekit::cuda::decode {
 template void launch_decode_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
 template void launch_decode_split_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
 template void launch_decode_block128_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
+template void launch_decode_channel_sm90<Operand::kE4m3F16>(const DecodeParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kWhole>);
@@ -26,6 +27,18 @@ MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, 
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kBlock128>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 32, kBlock128>);
 MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 64, kBlock128>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kChannel>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kChannel>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 32, kChannel>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 64, kChannel>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kChannelUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kChannelUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 32, kChannelUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 64, kChannelUp>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 8, kChannelDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 16, kChannelDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 32, kChannelDown>);
+MOEKIT_REGISTER_KERNEL(decode_sm90_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act, 64, kChannelDown>);
 MOEKIT_REGISTER_KERNEL(decode_combine_kernel<OperandTypes<Operand::kE4m3F16>::Tag, OperandTypes<Operand::kE4m3F16>::Act>);
 
 }  // namespace moekit::cuda::decode
