@@ -85,10 +85,9 @@ struct SmemLayout {
   int prefix_off = 0;  // int [E + 1]: work items of experts < e
   int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64];
                        // then float scratch[kScratchFloats] (dynamic fp8 scales, reductions)
-  int bs_off = 0;      // fp8_block128: the item's block scales, float ws13[kBlockRowSets][k_chunks_rank]
-                       // (w13's scales of the item's rows), then xs[k_chunks_rank][W] (each token's
-                       // activation scale per K chunk of the rank); fp8_per_channel: float xs[M], each
-                       // token's activation scale over its whole row; else no bytes
+  int bs_off = 0;      // fp8_block128 only (else no bytes): the item's block scales,
+                       // float ws13[kBlockRowSets][k_chunks_rank] (w13's scales of the item's rows),
+                       // then xs[k_chunks_rank][W] (each token's activation scale per K chunk of the rank)
   int bar_off = 0;     // uint64 full[stages], empty[stages], b1, b2
   int bytes = 0;       // total, with 1024 bytes of alignment slack
 };
@@ -104,11 +103,9 @@ inline constexpr std::int64_t block_scale_bytes(int W, int k_chunks_rank) {
 }
 
 // The layout for token width W (8..64), `k_chunks_rank` GEMM1 K chunks per rank, P slots, E experts;
-// `block_scales`: room for fp8_block128's per-item scales; `token_scales`: room for that many
-// per-token floats (fp8_per_channel: M).
+// `block_scales`: room for fp8_block128's per-item scales.
 inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int64_t P, std::int64_t E,
-                                             int elem_bytes, int stages, bool block_scales = false,
-                                             std::int64_t token_scales = 0) {
+                                             int elem_bytes, int stages, bool block_scales = false) {
   SmemLayout l{};
   l.stages = stages;
   const std::int64_t x_bytes = static_cast<std::int64_t>(k_chunks_rank) * W * kStageKBytes;
@@ -135,7 +132,6 @@ inline constexpr SmemLayout smem_layout_with(int W, int k_chunks_rank, std::int6
   at = l.meta_off + 5 * kMaxTokens * 4 + kScratchFloats * 4;
   l.bs_off = static_cast<int>(align_to(at, 16));
   if (block_scales) at = l.bs_off + block_scale_bytes(W, k_chunks_rank);
-  if (token_scales > 0) at = l.bs_off + token_scales * 4;
   l.bar_off = static_cast<int>(align_to(at, 8));
   at = l.bar_off + (2 * stages + 2) * 8;
   l.bytes = static_cast<int>(at + 1024);
@@ -178,10 +174,10 @@ inline constexpr double kItemSpread = 0.5;
 // share one GPC, so fewer clusters of 8 fit than SMs / 8.
 // force_cluster (1, 2, 4 or 8; 0: the model's choice) takes that cluster size when it fits (A/Bs:
 // MOEKIT_DECODE_CLUSTER, read by the launcher). block_scales: fp8_block128 (its per-item scales
-// take shared memory too); token_scales: fp8_per_channel (M per-token activation scales).
+// take shared memory too).
 inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std::int64_t K, std::int64_t N,
                             int elem_bytes, double expected_items, int sm_count, const int* cluster_slots = nullptr,
-                            int force_cluster = 0, bool block_scales = false, bool token_scales = false) {
+                            int force_cluster = 0, bool block_scales = false) {
   Tiling t;
   t.k_chunks = static_cast<int>(ceil_div(K * elem_bytes, kStageKBytes));
   t.k_stages = static_cast<int>(ceil_div(t.k_chunks, kChunksPerStage));
@@ -203,7 +199,7 @@ inline Tiling choose_tiling(std::int64_t M, std::int64_t k, std::int64_t E, std:
     const int ks_rank = static_cast<int>(ceil_div(t.k_stages, cluster)) * kChunksPerStage;
     for (int W = w_top; W >= 8 && max_tokens == 0; W /= 2) {
       for (int s = kMaxStages; s >= kMinStages; --s) {
-        const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s, block_scales, token_scales ? M : 0);
+        const SmemLayout l = smem_layout_with(W, ks_rank, P, E, elem_bytes, s, block_scales);
         if (l.bytes <= kSmemLimit) {
           max_tokens = W;
           layout = l;

@@ -163,8 +163,7 @@ struct Decode {
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
     float* scratch;         // [kScratchFloats]: dynamic scales, the consumer warps' absmaxes
-    float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales;
-                            // fp8_per_channel: every token's activation scale [M]
+    float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales
     std::uint32_t full;     // barriers, 8 bytes apart
     std::uint32_t empty;
     std::uint32_t b1;       // cluster exchange: partial sums written
@@ -423,13 +422,49 @@ struct Decode {
       const ActT* hidden = static_cast<const ActT*>(p.hidden);
       const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
       const std::int64_t k_end = static_cast<std::int64_t>(ks1) * kStageKBytes;  // tile end (elements)
-      // Per tensor: the static scale, or the dynamic one every CTA took over the whole hidden;
-      // per channel: the token's (consume(), before the first item).
+      // Per tensor: the static scale, or the dynamic one every CTA took over the whole hidden
+      // (consume(), before the first item).
       const float tensor_scale = kPerChannel ? 1.0f : p.a13_scale != nullptr ? p.a13_scale[0] : s.scratch[0];
+      // Per channel: each token's scale over its whole row of K (of which a cluster rank
+      // quantizes its slice): one token, the four warps split the row; more, the warp of the
+      // token's row (below) reads all of it first. The slice is read again to quantize it (L1).
+      float one_scale = 1.0f;
+      if constexpr (kPerChannel) {
+        if (it.count == 1) {
+          const ActT* x = hidden + static_cast<std::int64_t>(s.sorted[it.row_begin] / k) * K;
+          float a = 0.0f;
+#pragma unroll 4
+          for (std::int64_t e8 = static_cast<std::int64_t>(t) * 8; e8 < K; e8 += kConsumerThreads * 8) {
+            float v[8];
+            unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a = numerics::fold_absmax(a, v[i]);
+          }
+          one_scale = numerics::dynamic_scale(consumer_absmax(s, a));
+        }
+      }
       for (int row = warp; row < W; row += kConsumerThreads / 32) {
         const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
         const ActT* x = slot >= 0 ? hidden + static_cast<std::int64_t>(slot / k) * K : hidden;
-        const float scale = kPerChannel ? (slot >= 0 ? s.bs[slot / k] : 1.0f) : tensor_scale;
+        float scale = tensor_scale;
+        if constexpr (kPerChannel) {
+          if (it.count == 1) {
+            scale = row == 0 ? one_scale : 1.0f;
+          } else {
+            float a = 0.0f;
+            if (slot >= 0) {
+#pragma unroll 4
+              for (std::int64_t e8 = lane * 8; e8 < K; e8 += 256) {
+                float v[8];
+                unpack8<ActT>(*reinterpret_cast<const uint4*>(x + e8), v);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) a = numerics::fold_absmax(a, v[i]);
+              }
+            }
+            a = warp_max(a);
+            scale = slot >= 0 ? numerics::dynamic_scale(a) : 1.0f;
+          }
+        }
         const float inv = 1.0f / scale;
         if (lane == 0) s.tok_xs[row] = scale;
         for (std::int64_t e8 = k_lo + lane * 8; e8 < k_end; e8 += 256) {
@@ -639,6 +674,18 @@ struct Decode {
       const float w13s_e = kFp8 && !kBlockScales && !kPerChannel ? p.w13_scale[e] : 1.0f;
       for (int j = 0; j < tiles1; ++j) {
         float acc[32];
+        // Per channel: the w13 scale of the thread's rows h = 0, 1 of the tile (gate rows n0 + 32 j
+        // + r, up rows N + n0 + 32 j + r - 32; a row past the tensor has zero weights), loaded
+        // before the main loop's waits.
+        float w13s[2] = {w13s_e, w13s_e};
+        if constexpr (kPerChannel) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + (lane >> 2) + 8 * h;
+            const int grow = r < kGateUpRows ? n0 + kGateUpRows * j + r : N + n0 + kGateUpRows * j + r - kGateUpRows;
+            w13s[h] = grow < 2 * N ? __ldg(p.w13_scale + e * 2 * N + grow) : 0.0f;
+          }
+        }
         if constexpr (kBlockScales) {
           // The row set (load_w13_block_scales) of this thread's rows 16 warp + lane / 4 + 8 h of
           // the tile: warps 0-1 hold gate rows (set 0), warps 2-3 up rows N + n0 + 32 j + r.
@@ -654,17 +701,6 @@ struct Decode {
                             s.bs + kBlockRowSets * nks, nks, set[0], set[1]);
         } else {
           mainloop<W, kChunksPerStage>(s, acc, (ks1 - ks0) / kChunksPerStage, s.region_addr, stage, phase);
-        }
-        // Per channel: the w13 scale of the thread's rows h = 0, 1 of the tile (gate rows n0 + 32 j
-        // + r, up rows N + n0 + 32 j + r - 32; a row past the tensor has zero weights).
-        float w13s[2] = {w13s_e, w13s_e};
-        if constexpr (kPerChannel) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = 16 * warp + (lane >> 2) + 8 * h;
-            const int grow = r < kGateUpRows ? n0 + kGateUpRows * j + r : N + n0 + kGateUpRows * j + r - kGateUpRows;
-            w13s[h] = grow < 2 * N ? __ldg(p.w13_scale + e * 2 * N + grow) : 0.0f;
-          }
         }
 #pragma unroll
         for (int jj = 0; jj < W / 8; ++jj) {
@@ -815,39 +851,15 @@ struct Decode {
 
   // fp8, before the first item: the dynamic activation scale over the whole hidden (every CTA
   // takes it itself: M*K elements, a few KB to a few hundred at decode) -> scratch[0]; kDown: the
-  // dynamic intermediate scale over the kUp CTAs' absmaxes -> scratch[1]. Per channel: every
-  // token's scale over its row -> bs[M]; kChannelDown: only the wait for kChannelUp's h.
+  // dynamic intermediate scale over the kUp CTAs' absmaxes -> scratch[1]. Per channel: nothing
+  // (load_x takes each token's scale); kChannelDown: the wait for kChannelUp's h.
   static __device__ void dynamic_scales(const DecodeParams& p, const Smem& s) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
     if constexpr (kStage == kChannelDown) {
       // kChannelUp's h is complete and visible after this wait (its grid ended).
       pdl_wait();
     } else if constexpr (kPerChannel) {
-      // Each token's absmax: the consumer threads split its row (8 elements a load, 4 loads in
-      // flight a thread), a warp reduction, then the warps' maxima through shared atomics on the
-      // bits (absmaxes are >= 0 and never NaN: fold_absmax, so the unsigned order is the float
-      // order); then the token's scale.
-      const ActT* x = static_cast<const ActT*>(p.hidden);
-      const int M = p.num_tokens;
-      const std::int64_t K = p.hidden_size;  // K % 16 == 0
-      unsigned* amax_bits = reinterpret_cast<unsigned*>(s.bs);
-      for (int m = t; m < M; m += kConsumerThreads) amax_bits[m] = 0u;
-      consumer_sync();
-      for (int m = 0; m < M; ++m) {
-        const ActT* row = x + static_cast<std::int64_t>(m) * K;
-        float a = 0.0f;
-#pragma unroll 4
-        for (std::int64_t i = static_cast<std::int64_t>(t) * 8; i < K; i += kConsumerThreads * 8) {
-          float v[8];
-          unpack8<ActT>(*reinterpret_cast<const uint4*>(row + i), v);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) a = numerics::fold_absmax(a, v[j]);
-        }
-        a = warp_max(a);
-        if ((t & 31) == 0) atomicMax(amax_bits + m, __float_as_uint(a));
-      }
-      consumer_sync();
-      for (int m = t; m < M; m += kConsumerThreads) s.bs[m] = numerics::dynamic_scale(__uint_as_float(amax_bits[m]));
+      // kChannel / kChannelUp: each token's scale is taken with its item (load_x).
     } else if constexpr (kStage != kDown) {
       if (p.a13_scale == nullptr) {
         const ActT* x = static_cast<const ActT*>(p.hidden);
@@ -1006,7 +1018,7 @@ struct Decode {
       for (int i = t * 32; i < P; i += kConsumerThreads * 32) sm90::prefetch_l2(p.topk_weights + i);
     if constexpr (kDownHalf) return;
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
-    if (kFp8 && !kBlockScales && p.a13_scale == nullptr) {
+    if (kFp8 && !kBlockScales && !kPerChannel && p.a13_scale == nullptr) {
       // dynamic_scales() reads all of hidden first.
       const std::int64_t all = (static_cast<std::int64_t>(p.num_tokens) * p.hidden_size * 2 + 127) / 128;
       if (all <= kPrefetchLinesAll)

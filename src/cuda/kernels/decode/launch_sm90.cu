@@ -117,12 +117,11 @@ dc::Tiling tiling_for(const MoeProblem& p, double touched, int sm_count, int dev
   const double tpe = touched > 0 ? slots / touched : slots;
   const double items = std::max(1.0, touched) * nch * std::max(1.0, std::ceil(tpe / dc::kMaxTokens));
   const bool block = p.scheme == Scheme::kFp8Block128;
-  const bool channel = p.scheme == Scheme::kFp8PerChannel;  // M per-token scales in shared memory
   dc::Tiling t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size,
-                                   elem_bytes(p), items, sm_count, resident, force, block, channel);
+                                   elem_bytes(p), items, sm_count, resident, force, block);
   if (force != 0 && t.max_tokens == 0)  // that size does not fit this problem: the model's choice
     t = dc::choose_tiling(p.num_tokens, p.top_k, p.num_experts, p.hidden_size, p.intermediate_size, elem_bytes(p),
-                          items, sm_count, resident, 0, block, channel);
+                          items, sm_count, resident, 0, block);
   return t;
 }
 
@@ -151,9 +150,9 @@ bool can_implement_decode_sm90(const MoeProblem& p, int sm_count, std::string* w
   // activation scale from the whole hidden (every CTA reads it), a dynamic intermediate scale
   // from every slot's h (the split call: kUp, then kDown); block128, the 1x128 groups of the
   // token rows (a K chunk each) and of h (an item's N chunk), all local to an item (one launch);
-  // per channel, a token's scale over its whole row of K (every CTA takes all of them, as the
-  // per-tensor dynamic scale) and a slot's over its whole h row (local at N <= 128: one launch;
-  // else the split call, kChannelDown reading the row from the workspace).
+  // per channel, a token's scale over its whole row of K (each item's tokens, read whole by every
+  // rank) and a slot's over its whole h row (local at N <= 128: one launch; else the split call,
+  // kChannelDown reading the row from the workspace).
   if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor && p.scheme != Scheme::kFp8PerChannel &&
       p.scheme != Scheme::kFp8Block128)
     return fail(why, std::string("scheme ") + scheme_name(p.scheme) +
