@@ -288,91 +288,55 @@ struct Decode {
   }
 
   // fp8_block128, GEMM1: acc = sum over this rank's K chunks of (the chunk's wgmma product) x
-  // (its w13 block scale of the thread's row) x (its token's x scale). A stage's two chunks land
-  // in two accumulator sets (scale_d = 0 on each chunk's first wgmma): chunk c + 1's wgmmas are
-  // issued before chunk c's product is waited for and added, so each promotion overlaps the next
-  // chunk's wgmmas; products are added in chunk order (the sums of the one-set form, bit for
-  // bit). A stage is released once both its chunks' wgmmas are complete. ws13 [kBlockRowSets][nks],
-  // xs [nks][W] (shared); set_h: the row set of the thread's accumulator rows h = 0, 1.
+  // (its w13 block scale of the thread's row) x (its token's x scale). Each chunk's product lands
+  // in `part` (scale_d = 0 on its first wgmma) and is added once it is complete; the stage is
+  // released after its last chunk. ws13 [kBlockRowSets][nks], xs [nks][W] (shared); set_h: the
+  // row set of the thread's accumulator rows h = 0, 1.
   template <int W>
   static __device__ __forceinline__ void mainloop_block(const Smem& s, float (&acc)[32], int nstages,
                                                         std::uint32_t b_base, int& stage, std::uint32_t& phase,
                                                         const float* ws13, const float* xs, int nks, int set0,
                                                         int set1) {
-    static_assert(kChunksPerStage == 2, "a stage's chunks go to the two accumulator sets");
     const int lane = threadIdx.x & 31;
-    float pa[32], pb[32];
+    float part[32];
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) {
       acc[i] = 0.0f;
-      pa[i] = 0.0f;
-      pb[i] = 0.0f;
+      part[i] = 0.0f;
     }
-    // Chunk ksl's wgmmas (the stage's u-th chunk) into `part`.
-    auto issue = [&](float (&part)[32], int u, int ksl) {
-      const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
-      const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ksl * (W * kStageKBytes));
-      sm90::fence_regs<W / 2>(part);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
-      sm90::wgmma_commit();
-    };
-    // Chunk ksl's product in `part` (every wgmma group but the newest one complete) times its
-    // scales into acc; the scales' shared loads go out before the wait.
-    auto promote = [&](float (&part)[32], int ksl) {
-      const float w0 = ws13[set0 * nks + ksl], w1 = ws13[set1 * nks + ksl];
-      float xv[W / 4];
-#pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) xv[2 * jj + c] = xs[ksl * W + 8 * jj + 2 * (lane & 3) + c];
-      }
-      sm90::wgmma_wait<1>();
-      sm90::fence_regs<W / 2>(part);
-#pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          acc[4 * jj + c] += part[4 * jj + c] * (w0 * xv[2 * jj + c]);
-          acc[4 * jj + 2 + c] += part[4 * jj + 2 + c] * (w1 * xv[2 * jj + c]);
-        }
-      }
-    };
-    int prev = 0;
     for (int st = 0; st < nstages; ++st) {
       sm90::mbar_wait(s.full + 8 * stage, phase);
-      issue(pa, 0, 2 * st);
-      if (st > 0) {
-        promote(pb, 2 * st - 1);  // the previous stage's second chunk: that stage is free now
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
-      }
-      issue(pb, 1, 2 * st + 1);
-      promote(pa, 2 * st);
-      prev = stage;
-      if (++stage == s.stages) { stage = 0; phase ^= 1; }
-    }
-    if (nstages > 0) {
-      // The last chunk: no newer group, so wait for all of them.
-      const int ksl = 2 * nstages - 1;
-      const float w0 = ws13[set0 * nks + ksl], w1 = ws13[set1 * nks + ksl];
-      float xv[W / 4];
 #pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
+      for (int u = 0; u < kChunksPerStage; ++u) {
+        const int ksl = st * kChunksPerStage + u;
+        const std::uint64_t da = sm90::make_smem_desc_sw128(s.tiles + stage * kStageBytes + u * kTileBytes);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(b_base + ksl * (W * kStageKBytes));
+        sm90::fence_regs<W / 2>(part);
+        sm90::wgmma_fence();
 #pragma unroll
-        for (int c = 0; c < 2; ++c) xv[2 * jj + c] = xs[ksl * W + 8 * jj + 2 * (lane & 3) + c];
-      }
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs<W / 2>(pb);
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, W>::mma(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+        sm90::wgmma_commit();
+        // The scales' shared loads go out while the wgmmas run.
+        const float w0 = ws13[set0 * nks + ksl], w1 = ws13[set1 * nks + ksl];
+        float xv[W / 4];
 #pragma unroll
-      for (int jj = 0; jj < W / 8; ++jj) {
+        for (int jj = 0; jj < W / 8; ++jj) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          acc[4 * jj + c] += pb[4 * jj + c] * (w0 * xv[2 * jj + c]);
-          acc[4 * jj + 2 + c] += pb[4 * jj + 2 + c] * (w1 * xv[2 * jj + c]);
+          for (int c = 0; c < 2; ++c) xv[2 * jj + c] = xs[ksl * W + 8 * jj + 2 * (lane & 3) + c];
+        }
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<W / 2>(part);
+#pragma unroll
+        for (int jj = 0; jj < W / 8; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            acc[4 * jj + c] += part[4 * jj + c] * (w0 * xv[2 * jj + c]);
+            acc[4 * jj + 2 + c] += part[4 * jj + 2 + c] * (w1 * xv[2 * jj + c]);
+          }
         }
       }
-      if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+      if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+      if (++stage == s.stages) { stage = 0; phase ^= 1; }
     }
   }
 
