@@ -367,25 +367,19 @@ struct Decode {
     const int k = p.top_k;
     const int nks = ks1 - ks0;
     if constexpr (!kFp8) {
-      // A warp a token row, its lanes over the row's 16-byte pieces (c = K chunk * 8 + piece):
-      // one slot lookup and division a row, none a copy (the per-copy index arithmetic was most
-      // of this phase's instructions at W >= 32: docs/decode.md, session 23).
-      const int warp = t >> 5, lane = t & 31;
       const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
       const std::int64_t row_bytes = K * 2;
-      const std::int64_t k_lo = static_cast<std::int64_t>(ks0) * kStageKBytes;
-      const int pieces = nks * 8;
-      for (int row = warp; row < W; row += kConsumerThreads / 32) {
+      const int chunks = nks * 8;
+      for (int idx = t; idx < W * chunks; idx += kConsumerThreads) {
+        const int row = idx / chunks;
+        const int rem = idx - row * chunks;
+        const int ksl = rem >> 3, ch = rem & 7;
+        const std::int64_t kbyte = static_cast<std::int64_t>(ks0 + ksl) * kStageKBytes + ch * 16;
         const int slot = row < it.count ? s.sorted[it.row_begin + row] : -1;
-        const std::uint8_t* x = hidden + (slot >= 0 ? static_cast<std::int64_t>(slot / k) * row_bytes : 0);
-        const std::uint32_t dst = s.region_addr + row * kStageKBytes;
-        for (int c = lane; c < pieces; c += 32) {
-          const int ksl = c >> 3, ch = c & 7;
-          const std::int64_t kbyte = k_lo + c * 16;
-          const bool valid = slot >= 0 && kbyte < row_bytes;
-          sm90::cp_async_16_zfill(dst + ksl * W * kStageKBytes + ((ch ^ (row & 7)) << 4),
-                                  valid ? static_cast<const void*>(x + kbyte) : p.hidden, valid ? 16 : 0);
-        }
+        const bool valid = slot >= 0 && kbyte < row_bytes;
+        const void* src = valid ? static_cast<const void*>(hidden + (slot / k) * row_bytes + kbyte) : p.hidden;
+        sm90::cp_async_16_zfill(s.region_addr + (ksl * W + row) * kStageKBytes + ((ch ^ (row & 7)) << 4), src,
+                                valid ? 16 : 0);
       }
       sm90::cp_async_wait_all_groups();
     } else if constexpr (kBlockScales) {
