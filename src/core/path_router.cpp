@@ -253,8 +253,14 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
+  // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run
+  // (RouterTable::gemv_mma_channel_tiny_n_max_tokens).
+  const bool channel_decode_first = p.scheme == Scheme::kFp8PerChannel && kRouterTable.decode_in_auto &&
+                                    in.decode_in_auto && in.decode_ok &&
+                                    p.intermediate_size < kRouterTable.decode_tiny_n &&
+                                    static_cast<double>(p.num_tokens) > kRouterTable.gemv_mma_channel_tiny_n_max_tokens;
   if (kRouterTable.gemv_in_auto && in.gemv_in_auto && kRouterTable.gemv_mma_in_auto && in.gemv_mma_in_auto &&
-      in.gemv_mma_ok && gemv_mma_rule(p)) {
+      in.gemv_mma_ok && gemv_mma_rule(p) && !channel_decode_first) {
     plan.gemv = true;
     plan.gemv_kernel = GemvKernel::kMma;
     const bool overridden = apply_gemv_kernel(plan, in);
@@ -288,7 +294,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.decode_in_auto && in.decode_in_auto && in.decode_ok) {
     const RouterTable& t = kRouterTable;
     const std::int64_t N = p.intermediate_size;
-    const std::int64_t n_limit = N < t.decode_tiny_n ? t.decode_tiny_n : N < t.decode_small_n ? t.decode_small_n : t.decode_mid_n;
+    const std::int64_t n_limit = N < t.decode_tiny_n    ? t.decode_tiny_n
+                                 : N < t.decode_small_n ? t.decode_small_n
+                                 : N < t.decode_mid_n   ? t.decode_mid_n
+                                                        : t.decode_large_n;
     const bool fp8 = p.scheme != Scheme::kBf16;
     const bool block = p.scheme == Scheme::kFp8Block128;
     const bool channel = p.scheme == Scheme::kFp8PerChannel;
@@ -302,6 +311,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                   : fp8     ? t.decode_small_n_max_slots_fp8
                                             : t.decode_small_n_max_slots)
         : N < t.decode_mid_n   ? (channel ? t.decode_mid_n_max_slots_channel : t.decode_mid_n_max_slots)
+        : N < t.decode_large_n ? (channel ? t.decode_large_n_max_slots_channel : -1.0)
                                : -1.0;
     if (plan.local_slots <= max_slots) {
       plan.decode = true;

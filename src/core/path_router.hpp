@@ -183,9 +183,15 @@ struct RouterTable {
   // (M=1 22.1 vs 29.8 µs, M=8 36.5 vs 83.2, M=128 98.0 vs 117.5) and loses at 256 (163.5 vs
   // 147.1); deepseek-v3 and qwen3-235b TP8 win M = 1 (45.0 vs 59.4; 32.9 vs 38.1) and lose or tie
   // at M = 2 and 4 (70.7 vs 62.4; 48.0 vs 44.0); mixtral TP8 M = 1 ties; TP1 loses everywhere.
-  // fp8_per_channel (session 28: one kChannel launch at N <= 128, else kChannelUp + kChannelDown):
-  // the *_channel limits; -1 = auto does not take decode for it (forced only) until a same-run
-  // sweep measures it ahead.
+  // fp8_per_channel (session 28: one kChannel launch at N <= 128, else kChannelUp + kChannelDown;
+  // same-run sweep, decode forced against the previous auto choice, check on,
+  // bench/results/2026-12-03-75c56a0-h200-decode-channel-sweep.md): qwen3-30b TP8 (N = 96) wins
+  // M = 8..64 (M=8 35.9 vs gemv(mma)'s 39.9 µs, M=32 54.3 vs token-major's 83.9, M=64 77.8 vs
+  // 85.4) and loses at M = 1..4 (23.5 vs 18.8 at M = 1: gemv(mma) keeps those,
+  // gemv_mma_channel_tiny_n_max_tokens) and from 128 (99.6 vs 87.6); mixtral TP8 (N = 1792) wins
+  // M = 1 (42.3 vs Swap-AB's 46.3; 45.5 vs 47.9 in the session's first sweep) and ties at 2;
+  // deepseek-v3, qwen3-235b TP8 lose everywhere (gemv(mma) up to 16 tokens, 0.68-0.95x);
+  // gpt-oss TP8 declines (360-byte fp8 rows); TP1 loses everywhere (0.48-0.91x).
   std::int64_t decode_tiny_n = 128;
   double decode_tiny_n_max_slots = 512.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;
@@ -194,11 +200,17 @@ struct RouterTable {
   double decode_small_n_max_slots = 128.0;
   double decode_small_n_max_slots_fp8 = 32.0;
   double decode_small_n_max_slots_block128 = 8.0;
-  double decode_tiny_n_max_slots_channel = -1.0;
+  double decode_tiny_n_max_slots_channel = 512.0;
   double decode_small_n_max_slots_channel = -1.0;
   std::int64_t decode_mid_n = 512;
   double decode_mid_n_max_slots = 8.0;
   double decode_mid_n_max_slots_channel = -1.0;
+  // fp8_per_channel only: N < decode_large_n up to this many slots (mixtral TP8 M = 1).
+  std::int64_t decode_large_n = 2048;
+  double decode_large_n_max_slots_channel = 2.0;
+  // fp8_per_channel on N < decode_tiny_n keeps gemv(mma) up to this many tokens and leaves the
+  // rest of its rule (up to gemv_mma_max_tokens) to decode, where decode can run.
+  double gemv_mma_channel_tiny_n_max_tokens = 4.0;
   bool decode_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local

@@ -193,16 +193,28 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_TRUE(choose_paths(mid, in).decode);
   EXPECT_FALSE(choose_paths(mid_more, in).decode);
   EXPECT_FALSE(choose_paths(tp1, in).decode);
-  // fp8_per_channel runs on decode since session 28, forced; auto takes it only where a same-run
-  // sweep measured it ahead (RouterTable::decode_*_max_slots_channel).
-  const Scheme pc = Scheme::kFp8PerChannel;
-  const auto channel_decode = [&](const char* name, std::int64_t M) {
-    return choose_paths(preset(name, M, 8, pc), in).decode;
-  };
-  const detail::RouterTable& t = detail::kRouterTable;
-  EXPECT_EQ(channel_decode("qwen3-30b-a3b", 1), t.decode_tiny_n_max_slots_channel >= 8.0);
-  EXPECT_EQ(channel_decode("deepseek-v3", 1), t.decode_small_n_max_slots_channel >= 8.0);
-  EXPECT_EQ(channel_decode("gpt-oss-120b", 1), t.decode_mid_n_max_slots_channel >= 4.0);
+  // fp8_per_channel (session 28's sweep): qwen3-30b TP8 (N < 128) from 8 tokens (gemv(mma) keeps
+  // 1..4) up to 512 slots, mixtral TP8 (N < 2048) at 2 slots; not deepseek-v3 / qwen3-235b.
+  {
+    const Scheme pc = Scheme::kFp8PerChannel;
+    detail::RouterInputs ci = in;
+    ci.gemv_mma_ok = true;  // the tensor-core GEMV kernel runs per channel (the CUDA-core one does not)
+    const auto plan = [&](const char* name, std::int64_t M) { return choose_paths(preset(name, M, 8, pc), ci); };
+    EXPECT_TRUE(plan("qwen3-30b-a3b", 4).gemv);
+    EXPECT_FALSE(plan("qwen3-30b-a3b", 4).decode);
+    EXPECT_TRUE(plan("qwen3-30b-a3b", 5).decode);
+    EXPECT_TRUE(plan("qwen3-30b-a3b", 64).decode);
+    EXPECT_FALSE(plan("qwen3-30b-a3b", 65).decode);
+    EXPECT_TRUE(plan("deepseek-v3", 1).gemv);
+    EXPECT_FALSE(plan("deepseek-v3", 32).decode);
+    EXPECT_FALSE(plan("qwen3-235b-a22b", 32).decode);
+    EXPECT_TRUE(plan("mixtral-8x7b", 1).decode);
+    EXPECT_FALSE(plan("mixtral-8x7b", 2).decode);
+    EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 1, pc), ci).decode);  // TP1: N = 14336
+    EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 8, Scheme::kFp8PerTensor), ci).decode);  // per channel only
+    ci.decode_in_auto = false;  // MOEKIT_DECODE=0: the GEMV rule as before
+    EXPECT_TRUE(plan("qwen3-30b-a3b", 8).gemv);
+  }
   in.decode_in_auto = false;  // MOEKIT_DECODE=0
   EXPECT_FALSE(choose_paths(tiny, in).decode);
   in.forced = "decode";  // forcing works either way
