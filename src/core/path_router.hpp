@@ -185,7 +185,7 @@ struct RouterTable {
   // at M = 2 and 4 (70.7 vs 62.4; 48.0 vs 44.0); mixtral TP8 M = 1 ties; TP1 loses everywhere.
   // fp8_per_channel (session 28: one kChannel launch at N <= 128, else kChannelUp + kChannelDown;
   // same-run sweep, decode forced against the previous auto choice, check on,
-  // bench/results/2026-12-03-75c56a0-h200-decode-channel-sweep.md): qwen3-30b TP8 (N = 96) wins
+  // bench/results/2026-12-03-a3ee14c-h200-decode-channel-sweep.md): qwen3-30b TP8 (N = 96) wins
   // M = 8..64 (M=8 35.9 vs gemv(mma)'s 39.9 µs, M=32 54.3 vs token-major's 83.9, M=64 77.8 vs
   // 85.4) and loses at M = 1..4 (23.5 vs 18.8 at M = 1: gemv(mma) keeps those,
   // gemv_mma_channel_tiny_n_max_tokens) and from 128 (99.6 vs 87.6); mixtral TP8 (N = 1792) wins
