@@ -23,6 +23,7 @@
 #include "common/device_case.hpp"
 #include "common/moe_case.hpp"
 #include "common/tolerance.hpp"
+#include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "moekit/moekit.hpp"
 
@@ -733,30 +734,38 @@ TEST(Sm90Dispatch, DecodeBlock128EveryClusterSize) {
   // reference, and bitwise run to run at each size. fp8_per_channel the same way (a token's scale
   // spans the K slices of every rank; N = 224: the split call, each slot's h scale over both
   // chunks) and at N = 80 (one kChannel launch; N % 32 != 0: a tile's last gate / up rows lie past
-  // N and 2N).
+  // N and 2N). A cluster of 8 needs 16 K stages (each rank >= 2): K = 4096. The forced size must
+  // be the one that ran (a size that does not fit would fall back to the model's choice).
   struct Variant {
     Scheme scheme;
-    std::int64_t N;
+    std::int64_t K, N;
+    std::vector<int> clusters;
   };
-  for (const Variant v : {Variant{Scheme::kFp8Block128, 224}, Variant{Scheme::kFp8PerChannel, 224},
-                          Variant{Scheme::kFp8PerChannel, 80}}) {
+  const Variant variants[] = {{Scheme::kFp8Block128, 2112, 224, {1, 2, 4}},
+                              {Scheme::kFp8PerChannel, 2112, 224, {1, 2, 4}},
+                              {Scheme::kFp8PerChannel, 2112, 80, {1, 2, 4}},
+                              {Scheme::kFp8Block128, 4096, 224, {8}},
+                              {Scheme::kFp8PerChannel, 4096, 224, {8}}};
+  for (const Variant& v : variants) {
     CaseSpec s;
     s.M = 17;
     s.E = 8;
     s.k = 2;
-    s.K = 2112;
+    s.K = v.K;
     s.N = v.N;
     s.scheme = v.scheme;
     s.seed = 23;
     MoeCase c = make_case(s);
     DeviceCase d(c);
-    for (const char* cluster : {"1", "2", "4"}) {
-      ScopedEnv env("MOEKIT_DECODE_CLUSTER", cluster);
+    for (int cluster : v.clusters) {
+      ScopedEnv env("MOEKIT_DECODE_CLUSTER", std::to_string(cluster).c_str());
       for (std::int64_t M : {1, 5, 17}) {
+        const std::string what = std::string(scheme_name(s.scheme)) + " K = " + std::to_string(s.K) + " N = " +
+                                 std::to_string(s.N) + " cluster " + std::to_string(cluster) + " M = " + std::to_string(M);
         const std::vector<std::uint16_t> a = d.run(M, Mode::kFusedExperts, "decode");
+        EXPECT_EQ(cuda::decode_last_cluster(), cluster) << what << ": the forced cluster size did not run";
         const std::vector<std::uint16_t> b = d.run(M, Mode::kFusedExperts, "decode");
-        const std::string what = std::string(scheme_name(s.scheme)) + " N = " + std::to_string(s.N) + " cluster " + cluster;
-        EXPECT_TRUE(a == b) << what << " M = " << M << ": two runs differ";
+        EXPECT_TRUE(a == b) << what << ": two runs differ";
         EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "decode " + what));
       }
     }

@@ -136,6 +136,8 @@ double expected_touched(const MoeProblem& p) {
 // Phase timer buffer (set_decode_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
+// The cluster size of the thread's last launch (decode_last_cluster).
+thread_local int last_cluster = 0;
 
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "decode_sm90: " + msg;
@@ -203,6 +205,8 @@ std::size_t decode_workspace_size(const MoeProblem& p) {
   if (!can_implement_decode_sm90(p, 132, nullptr)) return 0;
   return decode_layout(p).total;
 }
+
+int decode_last_cluster() { return last_cluster; }
 
 void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -304,6 +308,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
+  last_cluster = T.cluster;
   if (p.scheme == Scheme::kFp8Block128) {
     if (f16) dc::launch_decode_block128_sm90<dc::Operand::kE4m3F16>(kp, grid, stream, wide);
     else dc::launch_decode_block128_sm90<dc::Operand::kE4m3Bf16>(kp, grid, stream, wide);

@@ -33,4 +33,8 @@ void run_decode_sm90(const detail::MoeCall& call, double touched);
 /// caller zeroes the buffer. Null turns it off (the default: then the kernel stamps nothing).
 void set_decode_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
 
+/// Tests only: the cluster size (CTAs per work item) of the calling thread's last run_decode_sm90
+/// launch, 0 before any (MOEKIT_DECODE_CLUSTER forces a size only where it fits).
+int decode_last_cluster();
+
 }  // namespace moekit::cuda
