@@ -130,7 +130,7 @@ struct Decode {
   static constexpr bool kBlockScales = kStage == kBlock128;
   static_assert(!kBlockScales || kFp8, "fp8_block128 runs on e4m3 weights");
   // fp8_per_channel (kChannel, kChannelUp, kChannelDown): a scale per token over its row of K
-  // (every CTA takes them all before its first item), one per output channel of w13 and w2, one
+  // (taken with the token's item, load_x), one per output channel of w13 and w2, one
   // per slot over its h row (local to the item at one N chunk: kChannel; else kChannelDown reads
   // the slot's whole row from the workspace).
   static constexpr bool kPerChannel = kStage == kChannel || kStage == kChannelUp || kStage == kChannelDown;
@@ -358,7 +358,7 @@ struct Decode {
 
   // The item's token rows of hidden, this rank's K stages, as wgmma B tiles [stage][W][128 B]
   // (128-byte swizzle); fp8 per tensor: quantized with the tensor's scale (kept per token in
-  // tok_xs); per channel: with the token's scale (dynamic_scales, kept in tok_xs); fp8_block128:
+  // tok_xs); per channel: with the token's scale over its whole row (kept in tok_xs); fp8_block128:
   // with a scale per token and K chunk (xs, after the w13 block scales).
   template <int W>
   static __device__ void load_x(const DecodeParams& p, const Smem& s, const Item& it, int ks0, int ks1) {
