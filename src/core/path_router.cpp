@@ -253,12 +253,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
-  // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run
-  // (RouterTable::gemv_mma_channel_tiny_n_max_tokens).
+  // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run and its
+  // own rule takes the call (RouterTable::gemv_mma_channel_tiny_n_max_tokens); else gemv(mma)'s.
   const bool channel_decode_first = p.scheme == Scheme::kFp8PerChannel && kRouterTable.decode_in_auto &&
                                     in.decode_in_auto && in.decode_ok &&
                                     p.intermediate_size < kRouterTable.decode_tiny_n &&
-                                    static_cast<double>(p.num_tokens) > kRouterTable.gemv_mma_channel_tiny_n_max_tokens;
+                                    static_cast<double>(p.num_tokens) > kRouterTable.gemv_mma_channel_tiny_n_max_tokens &&
+                                    plan.local_slots <= kRouterTable.decode_tiny_n_max_slots_channel;
   if (kRouterTable.gemv_in_auto && in.gemv_in_auto && kRouterTable.gemv_mma_in_auto && in.gemv_mma_in_auto &&
       in.gemv_mma_ok && gemv_mma_rule(p) && !channel_decode_first) {
     plan.gemv = true;

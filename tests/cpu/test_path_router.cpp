@@ -212,6 +212,11 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
     EXPECT_FALSE(plan("mixtral-8x7b", 2).decode);
     EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 1, pc), ci).decode);  // TP1: N = 14336
     EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 8, Scheme::kFp8PerTensor), ci).decode);  // per channel only
+    // More slots than decode's own rule takes (k = 80 at M = 8: 640 > 512): gemv(mma) keeps the
+    // call rather than a chain.
+    MoeProblem many = preset("qwen3-30b-a3b", 8, 8, pc);
+    many.top_k = 80;
+    EXPECT_TRUE(choose_paths(many, ci).gemv);
     ci.decode_in_auto = false;  // MOEKIT_DECODE=0: the GEMV rule as before
     EXPECT_TRUE(plan("qwen3-30b-a3b", 8).gemv);
   }
