@@ -10,6 +10,11 @@
 
 namespace moekit::detail {
 
+/// True when a and b describe the same call in every field (sizes, scheme, options, activation
+/// and routing parameters; floats compared by value). The CUDA backend keys its per-thread memo of
+/// problem-only answers (workspace size, which paths can run it) on it.
+bool same_problem(const MoeProblem& a, const MoeProblem& b) noexcept;
+
 /// One fused_experts / fused_moe call. Pointers are to contiguous row-major arrays on the
 /// backend's device; optional ones are null when absent.
 struct MoeCall {

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string>
 
+#include "call.hpp"
 #include "moekit/error.hpp"
 #include "moekit/ops.hpp"
 #include "moekit/problem.hpp"
@@ -177,6 +178,32 @@ double MoeProblem::flops() const noexcept {
   const double K = static_cast<double>(hidden_size), N = static_cast<double>(intermediate_size);
   return 2.0 * mk * (K * 2.0 * N + N * K);
 }
+
+namespace detail {
+
+// A field added to MoeProblem, ActivationConfig or RoutingConfig changes these sizes (LP64): compare
+// it in same_problem too, or calls that differ only in it would share the CUDA backend's memo.
+static_assert(sizeof(void*) != 8 || (sizeof(MoeProblem) == 112 && sizeof(ActivationConfig) == 12 &&
+                                     sizeof(RoutingConfig) == 24),
+              "MoeProblem changed: update same_problem");
+
+bool same_problem(const MoeProblem& a, const MoeProblem& b) noexcept {
+  return a.num_tokens == b.num_tokens && a.num_experts == b.num_experts &&
+         a.num_experts_global == b.num_experts_global && a.top_k == b.top_k && a.hidden_size == b.hidden_size &&
+         a.intermediate_size == b.intermediate_size && a.scheme == b.scheme && a.act_dtype == b.act_dtype &&
+         a.activation.kind == b.activation.kind && a.activation.alpha == b.activation.alpha &&
+         a.activation.limit == b.activation.limit && a.has_expert_map == b.has_expert_map &&
+         a.apply_router_weight_on_input == b.apply_router_weight_on_input && a.has_bias13 == b.has_bias13 &&
+         a.has_bias2 == b.has_bias2 && a.bias_dtype == b.bias_dtype && a.static_a13_scale == b.static_a13_scale &&
+         a.static_a2_scale == b.static_a2_scale && a.with_routing == b.with_routing &&
+         a.routing.method == b.routing.method && a.routing.top_k == b.routing.top_k &&
+         a.routing.renormalize == b.routing.renormalize && a.routing.num_groups == b.routing.num_groups &&
+         a.routing.topk_groups == b.routing.topk_groups &&
+         a.routing.routed_scaling_factor == b.routing.routed_scaling_factor && a.logits_dtype == b.logits_dtype &&
+         a.has_correction_bias == b.has_correction_bias;
+}
+
+}  // namespace detail
 
 std::string MoeProblem::to_string() const {
   std::ostringstream s;

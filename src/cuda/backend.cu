@@ -110,11 +110,50 @@ bool device_ok(int device, std::string* why) {
   return true;
 }
 
+// What every call of a problem asks that depends on the problem alone: the workspace size (which
+// moekit::fused_experts checks before the backend runs) and whether the decode and GEMV paths can
+// run it (the router's first queries). An eager caller repeats the same few problems (one per
+// layer shape and batch size), so the last kProblemMemo problems seen on this thread keep their
+// answers: a call asks the kernels' can_implement (tilings, shared-memory layouts: ~0.2-0.9 us
+// each, some twice) once per problem instead of every call. Each field is filled when first asked.
+struct ProblemFacts {
+  MoeProblem problem{};
+  bool used = false;
+  bool has_workspace = false;
+  std::size_t workspace = 0;
+  int paths_sm_count = 0;  // > 0: decode_ok / gemv hold the answers at this SM count
+  bool decode_ok = false;
+  GemvSupport gemv{};
+};
+
+constexpr int kProblemMemo = 8;
+
+// This thread's entry for `p` (a fresh one, the oldest replaced, when none holds it). The
+// reference is valid until the thread's next call of problem_facts.
+ProblemFacts& problem_facts(const MoeProblem& p) {
+  thread_local ProblemFacts memo[kProblemMemo];
+  thread_local int next = 0;
+  for (ProblemFacts& f : memo)
+    if (f.used && detail::same_problem(f.problem, p)) return f;
+  ProblemFacts& f = memo[next];
+  next = (next + 1) % kProblemMemo;
+  f = ProblemFacts{};
+  f.problem = p;
+  f.used = true;
+  return f;
+}
+
 // The largest of the multi-launch layout, the fused path's and the decode path's: the router may
 // pick any of them.
 std::size_t workspace_size(const MoeProblem& problem) {
-  const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
-  return std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem), gemv_workspace_size(problem)});
+  ProblemFacts& f = problem_facts(problem);
+  if (!f.has_workspace) {
+    const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
+    f.workspace =
+        std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem), gemv_workspace_size(problem)});
+    f.has_workspace = true;
+  }
+  return f.workspace;
 }
 
 // Where a call's routing outputs live: the caller's buffers when given, else the workspace.
@@ -256,9 +295,21 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   // error only: an automatic call that prints nothing does not have them spelled out.
   const bool need_why = in.want_reason || (forced != nullptr && forced[0] != '\0');
   auto why = [need_why](std::string& s) { return need_why ? &s : nullptr; };
-  in.decode_ok = can_implement_decode_sm90(p, in.sm_count, why(in.decode_why));
+  GemvSupport gemv;
+  if (need_why) {
+    in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
+    gemv = gemv_support_sm90(p, &in.gemv_why);
+  } else {  // the answers alone: from this thread's memo after the problem's first call
+    ProblemFacts& f = problem_facts(p);
+    if (f.paths_sm_count != in.sm_count) {
+      f.decode_ok = can_implement_decode_sm90(p, in.sm_count, nullptr);
+      f.gemv = gemv_support_sm90(p, nullptr);
+      f.paths_sm_count = in.sm_count;
+    }
+    in.decode_ok = f.decode_ok;
+    gemv = f.gemv;
+  }
   in.decode_in_auto = detail::decode_in_auto_enabled();
-  const GemvSupport gemv = gemv_support_sm90(p, why(in.gemv_why));
   in.gemv_cuda_ok = gemv.cuda;
   in.gemv_mma_ok = gemv.mma;
   if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {

@@ -10,8 +10,10 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/scoped_env.hpp"
+#include "core/call.hpp"
 #include "core/path_router.hpp"
 #include "moekit/moekit.hpp"
 
@@ -695,6 +697,54 @@ TEST(CpuPathRouter, PrefillTakesTokenMajorWhenItCanRun) {
   in.forced = "tokmajor";
   EXPECT_THROW(choose_paths(prefill, in), Error);
   EXPECT_NO_THROW(choose_paths(preset("mixtral-8x7b", 0, 1), in));
+}
+
+// The CUDA backend keeps a per-thread memo of problem-only answers (workspace size, which paths can
+// run it) keyed on same_problem: two problems that differ in any field must not share an entry.
+TEST(CpuSameProblem, EveryFieldCounts) {
+  const MoeProblem base = preset("deepseek-v3", 4, 8);
+  EXPECT_TRUE(detail::same_problem(base, base));
+  MoeProblem copy = base;
+  EXPECT_TRUE(detail::same_problem(base, copy));
+  const std::vector<std::pair<const char*, void (*)(MoeProblem&)>> edits = {
+      {"num_tokens", [](MoeProblem& p) { p.num_tokens += 1; }},
+      {"num_experts", [](MoeProblem& p) { p.num_experts += 1; }},
+      {"num_experts_global", [](MoeProblem& p) { p.num_experts_global += 1; }},
+      {"top_k", [](MoeProblem& p) { p.top_k += 1; }},
+      {"hidden_size", [](MoeProblem& p) { p.hidden_size += 16; }},
+      {"intermediate_size", [](MoeProblem& p) { p.intermediate_size += 16; }},
+      {"scheme", [](MoeProblem& p) { p.scheme = Scheme::kFp8PerTensor; }},
+      {"act_dtype", [](MoeProblem& p) { p.act_dtype = DType::kFp16; }},
+      {"activation.kind", [](MoeProblem& p) { p.activation.kind = Activation::kGelu; }},
+      {"activation.alpha", [](MoeProblem& p) { p.activation.alpha += 0.5f; }},
+      {"activation.limit", [](MoeProblem& p) { p.activation.limit += 0.5f; }},
+      {"has_expert_map", [](MoeProblem& p) { p.has_expert_map = !p.has_expert_map; }},
+      {"apply_router_weight_on_input", [](MoeProblem& p) { p.apply_router_weight_on_input = !p.apply_router_weight_on_input; }},
+      {"has_bias13", [](MoeProblem& p) { p.has_bias13 = !p.has_bias13; }},
+      {"has_bias2", [](MoeProblem& p) { p.has_bias2 = !p.has_bias2; }},
+      {"bias_dtype", [](MoeProblem& p) { p.bias_dtype = p.bias_dtype == DType::kFp32 ? DType::kBf16 : DType::kFp32; }},
+      {"static_a13_scale", [](MoeProblem& p) { p.static_a13_scale = !p.static_a13_scale; }},
+      {"static_a2_scale", [](MoeProblem& p) { p.static_a2_scale = !p.static_a2_scale; }},
+      {"with_routing", [](MoeProblem& p) { p.with_routing = !p.with_routing; }},
+      {"routing.method",
+       [](MoeProblem& p) {
+         p.routing.method = p.routing.method == RoutingMethod::kSoftmaxTopk ? RoutingMethod::kSigmoidGroupedTopk
+                                                                             : RoutingMethod::kSoftmaxTopk;
+       }},
+      {"routing.top_k", [](MoeProblem& p) { p.routing.top_k += 1; }},
+      {"routing.renormalize", [](MoeProblem& p) { p.routing.renormalize = !p.routing.renormalize; }},
+      {"routing.num_groups", [](MoeProblem& p) { p.routing.num_groups += 1; }},
+      {"routing.topk_groups", [](MoeProblem& p) { p.routing.topk_groups += 1; }},
+      {"routing.routed_scaling_factor", [](MoeProblem& p) { p.routing.routed_scaling_factor += 1.0f; }},
+      {"logits_dtype", [](MoeProblem& p) { p.logits_dtype = p.logits_dtype == DType::kFp32 ? DType::kBf16 : DType::kFp32; }},
+      {"has_correction_bias", [](MoeProblem& p) { p.has_correction_bias = !p.has_correction_bias; }},
+  };
+  for (const auto& [name, edit] : edits) {
+    MoeProblem other = base;
+    edit(other);
+    EXPECT_FALSE(detail::same_problem(base, other)) << name;
+    EXPECT_FALSE(detail::same_problem(other, base)) << name;
+  }
 }
 
 }  // namespace
