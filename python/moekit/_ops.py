@@ -225,6 +225,39 @@ def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, ac
     return a
 
 
+def _expert_args_torch(hidden, w1, w2, topk_weights, topk_ids, out, *, activation, apply_router_weight_on_input,
+                       expert_map, scheme, w1_scale, w2_scale, a1_scale, a2_scale, w1_bias, w2_bias, swiglu_alpha,
+                       swiglu_limit):
+    """fused_experts_impl's fast path for torch tensors: the same conversions as _expert_args
+    (ids to int32, weights and scales to fp32, scales reshaped), then every TensorView built in one
+    C++ call (_C.expert_args_torch, which reads the attributes torch_view reads). Returns (args,
+    the converted tensors to keep alive), or None for anything it does not take (an argument that
+    is not a torch tensor of a dtype moekit reads on cpu / cuda, or any error): the Python path then
+    runs and raises its errors, in its order. The workspace size is then asked without the
+    signature cache (_workspace_need with no key: one C++ call, describe + workspace_size)."""
+    try:
+        T.check_array("w1", w1)
+        T.check_array("w2", w2)
+        E = w1.shape[0] if len(w1.shape) >= 1 else 0
+        two_n = w1.shape[1] if len(w1.shape) >= 2 else 0
+        K = w2.shape[1] if len(w2.shape) >= 2 else 0
+        s13 = _weight_scale("w1_scale", w1_scale, scheme, E, two_n)
+        s2 = _weight_scale("w2_scale", w2_scale, scheme, E, K)
+        ids = None if topk_ids is None else _topk_ids(topk_ids)
+        tw = None if topk_weights is None else _topk_weights(topk_weights)
+        a13 = _act_scale("a1_scale", a1_scale)
+        a2 = _act_scale("a2_scale", a2_scale)
+        emap = _expert_map(expert_map)
+        args = _C.expert_args_torch(hidden, w1, w2, s13, s2, w1_bias, w2_bias, ids, tw, out, a13, a2, emap,
+                                   _scheme(scheme)[1], _activation_config(activation, swiglu_alpha, swiglu_limit),
+                                   bool(apply_router_weight_on_input), T.torch_dtype_table())
+    except Exception:  # noqa: BLE001 (the Python path raises it again, in its order)
+        return None
+    if args is None:
+        return None
+    return args, (s13, s2, ids, tw, a13, a2, emap)
+
+
 # Device workspace bytes per call signature: what _C.describe + _C.workspace_size said for the
 # same tensor metadata (dtype, shape, strides, device of every view; data pointers left out),
 # scalar arguments and backend. The size depends on the problem only, which these determine, so a
@@ -241,7 +274,7 @@ def _workspace_need(args, key) -> int:
         except TypeError:  # an unhashable argument (an array as swiglu_alpha, ...): no cache
             key = None
     if need is None:
-        need = _C.workspace_size(_C.describe(args), "cuda")
+        need = _C.workspace_need(args)  # describe + workspace_size, in one C++ call
         if key is not None:
             if len(_WORKSPACE_BYTES) >= _CACHE_LIMIT:
                 _WORKSPACE_BYTES.clear()
@@ -316,14 +349,26 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
     T.check_array("hidden_states", hidden_states)
     if out is None:
         out = T.empty(hidden_states, hidden_states.shape, "same")
-    keep = _Keep()
-    args = _expert_args(keep, hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
-                        apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
-                        scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale,
-                        w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
-    key = (tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input, backend,
-           num_threads)
-    launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True, key=key)
+    fast = None
+    if T.is_torch(hidden_states):
+        fast = _expert_args_torch(hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
+                                  apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                                  scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                                  a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
+                                  swiglu_limit=swiglu_limit)
+    if fast is not None:
+        args, keep = fast
+        launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True)
+    else:
+        keep = _Keep()
+        args = _expert_args(keep, hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
+                            apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                            scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                            a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
+                            swiglu_limit=swiglu_limit)
+        key = (tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input,
+               backend, num_threads)
+        launch = _Launch(hidden_states, args, backend, workspace, needs_workspace=True, key=key)
     _run(_C.fused_experts, args, launch, path, num_threads, debug_faults)
     return out
 

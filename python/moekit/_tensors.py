@@ -62,6 +62,12 @@ def _torch_dtypes():
     return table
 
 
+def torch_dtype_table() -> dict:
+    """{torch dtype: moekit DType} of the torch module in use (moekit._ops' fast path hands it to
+    _C.expert_args_torch)."""
+    return _torch_dtypes()
+
+
 def dtype_of(name: str, x: Any):
     """The moekit DType of x, or ValueError naming the argument."""
     if is_numpy(x):

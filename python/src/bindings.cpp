@@ -52,6 +52,48 @@ std::vector<std::int64_t> shape_of(const TensorView& v) {
   return std::vector<std::int64_t>(v.shape, v.shape + v.ndim);
 }
 
+// ---- torch tensors in one pass (python/moekit/_ops.py fused_experts_impl's fast path) ----
+// A TensorView of torch tensor `x`, read through the attributes python/moekit/_tensors.py's
+// torch_view reads (dtype, is_cuda, get_device(), device.type, shape, stride(), numel(),
+// data_ptr()), in C++ instead of Python: an eager call builds up to 13 views per call. False when
+// x is not a case this path takes (a dtype outside `dtypes`, the table torch dtype -> DType that
+// _tensors.py keeps; a device other than cpu / cuda; more dimensions than a TensorView holds):
+// the caller then takes the Python path, which raises its errors. None gives an absent view.
+bool torch_view_fast(nb::handle x, nb::handle dtypes, TensorView* v) {
+  if (x.is_none()) {
+    *v = TensorView{};
+    return true;
+  }
+  nb::object dt = nb::getattr(x, "dtype", nb::none());
+  PyObject* d = PyDict_GetItemWithError(dtypes.ptr(), dt.ptr());  // borrowed
+  if (d == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  TensorView t;
+  if (!nb::try_cast<moekit::DType>(nb::handle(d), t.dtype)) return false;
+  if (nb::cast<bool>(x.attr("is_cuda"))) {
+    t.device = {moekit::DeviceType::kCuda, nb::cast<int>(x.attr("get_device")())};
+  } else {
+    nb::object type = x.attr("device").attr("type");
+    if (!nb::isinstance<nb::str>(type) || nb::cast<std::string>(type) != "cpu") return false;
+    t.device = {moekit::DeviceType::kCpu, 0};
+  }
+  nb::object shape = x.attr("shape");
+  nb::object strides = x.attr("stride")();
+  const std::size_t n = nb::len(shape);
+  if (n > static_cast<std::size_t>(TensorView::kMaxDims) || nb::len(strides) != n) return false;
+  t.ndim = static_cast<int>(n);
+  int i = 0;
+  for (nb::handle h : shape) t.shape[i++] = nb::cast<std::int64_t>(h);
+  i = 0;
+  for (nb::handle h : strides) t.strides[i++] = nb::cast<std::int64_t>(h);
+  if (nb::cast<std::int64_t>(x.attr("numel")()) > 0)
+    t.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(x.attr("data_ptr")()));
+  *v = t;
+  return true;
+}
+
 // How a call runs; Options::path points into `path` for the duration of the call.
 moekit::Options make_options(const std::string& backend, std::uintptr_t stream, std::uintptr_t workspace,
                              std::size_t workspace_bytes, const std::optional<std::string>& path, int num_threads,
@@ -265,6 +307,42 @@ NB_MODULE(_C, m) {
       .def_rw("routing", &moekit::FusedMoeArgs::routing)
       .def_rw("e_score_correction_bias", &moekit::FusedMoeArgs::e_score_correction_bias)
       .def_rw("experts", &moekit::FusedMoeArgs::experts);
+
+  // fused_experts_impl's fast path for torch tensors: the FusedExpertsArgs of the tensors as given
+  // (moekit/_ops.py has converted ids, weights and scales to what moekit reads), in one call. None
+  // when a tensor is not one torch_view_fast takes: the caller then builds the views in Python.
+  m.def(
+      "expert_args_torch",
+      [](nb::handle hidden, nb::handle w13, nb::handle w2, nb::handle w13_scale, nb::handle w2_scale, nb::handle b13,
+         nb::handle b2, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle a13_scale,
+         nb::handle a2_scale, nb::handle expert_map, moekit::Scheme scheme, const moekit::ActivationConfig& act,
+         bool weight_on_input, nb::handle dtypes) -> nb::object {
+        moekit::FusedExpertsArgs a;
+        const std::pair<nb::handle, TensorView*> views[] = {
+            {w13, &a.weights.w13},      {w2, &a.weights.w2},     {w13_scale, &a.weights.w13_scale},
+            {w2_scale, &a.weights.w2_scale}, {b13, &a.weights.b13}, {b2, &a.weights.b2},
+            {hidden, &a.hidden},        {topk_ids, &a.topk_ids}, {topk_weights, &a.topk_weights},
+            {out, &a.out},              {a13_scale, &a.a13_scale}, {a2_scale, &a.a2_scale},
+            {expert_map, &a.expert_map}};
+        for (const auto& [h, v] : views)
+          if (!torch_view_fast(h, dtypes, v)) return nb::none();
+        a.scheme = scheme;
+        a.activation = act;
+        a.apply_router_weight_on_input = weight_on_input;
+        return nb::cast(a);
+      },
+      "hidden"_a, "w13"_a, "w2"_a, "w13_scale"_a.none(), "w2_scale"_a.none(), "b13"_a.none(), "b2"_a.none(),
+      "topk_ids"_a.none(), "topk_weights"_a.none(), "out"_a, "a13_scale"_a.none(), "a2_scale"_a.none(),
+      "expert_map"_a.none(), "scheme"_a, "activation"_a, "weight_on_input"_a, "dtypes"_a);
+  // The CUDA workspace bytes of a call (describe + workspace_size) in one call.
+  m.def(
+      "workspace_need",
+      [](const moekit::FusedExpertsArgs& a) { return moekit::workspace_size(moekit::describe(a), moekit::Backend::kCuda); },
+      "args"_a);
+  m.def(
+      "workspace_need",
+      [](const moekit::FusedMoeArgs& a) { return moekit::workspace_size(moekit::describe(a), moekit::Backend::kCuda); },
+      "args"_a);
 
   m.def("describe", [](const moekit::FusedExpertsArgs& a) { return moekit::describe(a); }, "args"_a);
   m.def("describe", [](const moekit::FusedMoeArgs& a) { return moekit::describe(a); }, "args"_a);

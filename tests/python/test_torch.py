@@ -87,6 +87,62 @@ def test_vllm_positional_call_on_torch_tensors(device):
         moekit.fused_experts(h, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"], w1_zp=torch.zeros(1))
 
 
+def _view_fields(v):
+    return (v.present, v.ndim, v.shape, v.dtype, v.data, repr(v))
+
+
+@pytest.mark.parametrize("scheme", ["bf16", "fp8_per_tensor", "fp8_per_channel", "fp8_block128"])
+def test_fast_torch_views_equal_python_views(scheme):
+    """fused_experts_impl's fast path (_C.expert_args_torch builds every TensorView in C++) gives the
+    views the Python path builds, field by field: int64 ids and bf16 router weights (converted),
+    biases, an expert map, per-tensor scales given as [E, 1, 1] (reshaped)."""
+    from moekit import _ops
+
+    d = make(M=5, E=8, k=2, K=256, N=128, scheme=scheme, bias=True)
+    s13, s2 = d["w1_scale"], d["w2_scale"]
+    if scheme == "fp8_per_tensor":
+        s13, s2 = s13.reshape(-1, 1, 1), s2.reshape(-1, 1, 1)
+    out = torch.empty_like(d["hidden"])
+    kw = dict(activation="silu", apply_router_weight_on_input=False, expert_map=torch.arange(8, dtype=torch.int64),
+              scheme=scheme, w1_scale=s13, w2_scale=s2, a1_scale=None, a2_scale=None, w1_bias=d["w1_bias"],
+              w2_bias=d["w2_bias"], swiglu_alpha=1.702, swiglu_limit=7.0)
+    tw = d["topk_weights"].to(torch.bfloat16)
+    fast = _ops._expert_args_torch(d["hidden"], d["w1"], d["w2"], tw, d["topk_ids"], out, **kw)
+    assert fast is not None
+    a, _ = fast
+    b = _ops._expert_args(_ops._Keep(), d["hidden"], d["w1"], d["w2"], tw, d["topk_ids"], out, **kw)
+    for field in ("hidden", "topk_ids", "topk_weights", "out", "a13_scale", "a2_scale", "expert_map"):
+        fa, fb = _view_fields(getattr(a, field)), _view_fields(getattr(b, field))
+        # The converted tensors (ids, router weights, expert map) are new per call: same view but the pointer.
+        if field in ("topk_ids", "topk_weights", "expert_map"):
+            fa, fb = fa[:4] + fa[5:], fb[:4] + fb[5:]
+        assert fa == fb, field
+    for field in ("w13", "w2", "w13_scale", "w2_scale", "b13", "b2"):
+        assert _view_fields(getattr(a.weights, field)) == _view_fields(getattr(b.weights, field)), field
+    assert (a.scheme, a.apply_router_weight_on_input) == (b.scheme, b.apply_router_weight_on_input)
+    assert (a.activation.kind, a.activation.alpha, a.activation.limit) == (
+        b.activation.kind, b.activation.alpha, b.activation.limit)
+    assert str(moekit._C.describe(a)) == str(moekit._C.describe(b))
+    # The same call on either path: the same bytes.
+    np.testing.assert_array_equal(run_fe(d).float().numpy(), run_fe(d).float().numpy())
+
+
+def test_fast_path_declines_what_python_raises():
+    """A tensor the fast path does not take (a dtype moekit does not read) falls back to the Python
+    path, which raises its error naming the argument."""
+    from moekit import _ops
+
+    d = make(M=3, K=64, N=32)
+    h64 = d["hidden"].double()
+    kw = dict(activation="silu", apply_router_weight_on_input=False, expert_map=None, scheme="bf16", w1_scale=None,
+              w2_scale=None, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None, swiglu_alpha=1.702,
+              swiglu_limit=7.0)
+    assert _ops._expert_args_torch(h64, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"],
+                                   torch.empty(3, 64, dtype=torch.bfloat16), **kw) is None
+    with pytest.raises(ValueError, match="hidden_states has dtype torch.float64"):
+        _ops.fused_experts_impl(h64, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"])
+
+
 def test_cpu_tensors_match_numpy_path():
     import ml_dtypes
 

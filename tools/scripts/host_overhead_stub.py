@@ -5,7 +5,8 @@ A stand-in `torch` module (a tensor class with the attributes moekit reads: dtyp
 stride(), is_cuda, get_device(), device, data_ptr(), numel(), to(); torch.empty; the CUDA
 current-device / current-stream getters; torch.cuda.device) is put in sys.modules, the CUDA
 entry points of moekit._C are replaced by no-ops (_C.fused_experts does nothing,
-_C.workspace_size returns 1 MiB; _C.describe is the real one: validation runs), and the calls of
+_C.workspace_size and _C.workspace_need return 1 MiB; _C.describe is the real one: validation
+runs), and the calls of
 tools/scripts/host_overhead.py's `fused_experts` and `impl` levels are timed on "CUDA" tensors of
 the qwen3-30b-a3b TP8 shape. What it measures is moekit's Python between the public call and the
 binding: argument checks, the TensorViews, describe, the workspace, the stream and device lookups.
@@ -178,6 +179,9 @@ def main() -> int:
 
     _C.fused_experts = lambda *a, **k: None
     _C.workspace_size = lambda problem, backend="cuda": 1 << 20
+    # describe + a fixed size, as the C++ call does describe + workspace_size (a moekit without it
+    # asks _C.workspace_size(_C.describe(args)) instead).
+    _C.workspace_need = lambda args: (_C.describe(args), 1 << 20)[1]
     E, k, K, N = 128, 8, 2048, 96  # qwen3-30b-a3b at TP8
     rows = []
     print(f"moekit from {os.path.dirname(moekit.__file__)}")
