@@ -248,6 +248,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "moekit": moekit.__version__,
         "moekit_file": getattr(moekit._C, "__file__", ""),
+        "build_info": dict(moekit._C.build_info()) if hasattr(moekit._C, "build_info") else None,
         "env": {k: os.environ[k] for k in MOEKIT_ENV if k in os.environ},
         "environ_size": len(os.environ),  # getenv scans the environment: its size is part of the cost
         "preset": args.preset, "tp": args.tp, "iters": args.iters, "e2e_iters": args.e2e_iters,
