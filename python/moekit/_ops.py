@@ -225,6 +225,11 @@ def _expert_args(keep: _Keep, hidden, w1, w2, topk_weights, topk_ids, out, *, ac
     return a
 
 
+# fused_experts_impl builds torch tensors' views in one C++ call (_expert_args_torch) when True;
+# tools/scripts/host_overhead.py --views-ab turns it off and on in one process to time the two.
+FAST_TORCH_VIEWS = True
+
+
 def _expert_args_torch(hidden, w1, w2, topk_weights, topk_ids, out, *, activation, apply_router_weight_on_input,
                        expert_map, scheme, w1_scale, w2_scale, a1_scale, a2_scale, w1_bias, w2_bias, swiglu_alpha,
                        swiglu_limit):
@@ -350,7 +355,7 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
     if out is None:
         out = T.empty(hidden_states, hidden_states.shape, "same")
     fast = None
-    if T.is_torch(hidden_states):
+    if FAST_TORCH_VIEWS and T.is_torch(hidden_states):
         fast = _expert_args_torch(hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,
                                   apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
                                   scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,

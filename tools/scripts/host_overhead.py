@@ -196,6 +196,50 @@ def time_host(torch, fn, iters: int, warmup: int, sync_every: int) -> List[float
     return t
 
 
+def views_ab(torch, moekit, args, levels, schemes, tokens) -> List[dict]:
+    """--views-ab: per level, host_us with the Python-built views (FAST_TORCH_VIEWS off) and the
+    one-C++-call views (on), alternated args.views_ab times in this process (off, on, off, on, ...)
+    so drift hits both alike; the median of each round's median, and the smallest. The binding
+    level builds no views and is left out. Also checks that the fast path takes these tensors."""
+    from moekit import _ops
+
+    rows = []
+    print(f"{'level':<14} {'scheme':<15} {'M':>4} {'python us':>10} {'one call us':>12} {'saved us':>9}  (median of "
+          f"{args.views_ab} round medians)", flush=True)
+    for scheme in schemes:
+        for M in tokens:
+            inp = make_inputs(torch, moekit, args.preset, args.tp, scheme, M, args.seed)
+            fns = callables(torch, moekit, inp, args.path)
+            kw = inp["kw"]
+            taken = _ops._expert_args_torch(
+                inp["x"], inp["w13"], inp["w2"], inp["w32"], inp["ids32"], torch.empty_like(inp["x"]),
+                activation="silu", apply_router_weight_on_input=False, expert_map=None, scheme=scheme,
+                w1_scale=kw.get("w1_scale"), w2_scale=kw.get("w2_scale"), a1_scale=None, a2_scale=None, w1_bias=None,
+                w2_bias=None, swiglu_alpha=1.702, swiglu_limit=7.0) is not None
+            for lv in levels:
+                if lv == "binding":
+                    continue
+                med = {False: [], True: []}
+                low = {False: [], True: []}
+                for _ in range(args.views_ab):
+                    for fast in (False, True):
+                        _ops.FAST_TORCH_VIEWS = fast
+                        t = time_host(torch, fns[lv], args.iters, args.warmup, args.sync_every)
+                        med[fast].append(statistics.median(t))
+                        low[fast].append(min(t))
+                _ops.FAST_TORCH_VIEWS = True
+                row = {"level": lv, "scheme": scheme, "tokens": M, "fast_path_taken": taken,
+                       "python_views_us": statistics.median(med[False]), "one_call_views_us": statistics.median(med[True]),
+                       "python_views_min_us": min(low[False]), "one_call_views_min_us": min(low[True]),
+                       "round_medians": {"python_views": med[False], "one_call_views": med[True]}}
+                rows.append(row)
+                print(f"{lv:<14} {scheme:<15} {M:>4} {row['python_views_us']:>10.2f} {row['one_call_views_us']:>12.2f} "
+                      f"{row['python_views_us'] - row['one_call_views_us']:>9.2f}" + ("" if taken else "  [fast path NOT taken]"),
+                      flush=True)
+            del fns, inp
+    return rows
+
+
 def time_e2e(torch, fn, iters: int, warmup: int) -> List[float]:
     t: List[float] = []
     for i in range(warmup + iters):
@@ -225,6 +269,9 @@ def main() -> None:
     ap.add_argument("--profile", default=None, metavar="LEVEL",
                     help="also print cProfile's top functions of --iters calls of LEVEL at the first M")
     ap.add_argument("--pythonpath", default=None, help="put this directory first on sys.path (a build's moekit)")
+    ap.add_argument("--views-ab", type=int, default=0, metavar="R",
+                    help="instead of the table: each level's host_us with moekit._ops.FAST_TORCH_VIEWS off and on, "
+                         "alternated R times in this process (the Python views built per tensor vs in one C++ call)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     if args.pythonpath:
@@ -254,6 +301,15 @@ def main() -> None:
         "preset": args.preset, "tp": args.tp, "iters": args.iters, "e2e_iters": args.e2e_iters,
         "warmup": args.warmup, "sync_every": args.sync_every, "path": args.path,
     }
+
+    if args.views_ab > 0:
+        rows = views_ab(torch, moekit, args, levels, schemes, tokens)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+                f.write("\n")
+            print(f"wrote {args.json}")
+        return
 
     rows = []
     print(f"{'level':<14} {'scheme':<15} {'M':>4} {'host_us':>9} {'p90':>8} {'min':>8} {'e2e_us':>9}", flush=True)
