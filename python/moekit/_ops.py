@@ -241,8 +241,13 @@ def _expert_args_torch(hidden, w1, w2, topk_weights, topk_ids, out, *, activatio
     runs and raises its errors, in its order. The workspace size is then asked without the
     signature cache (_workspace_need with no key: one C++ call, describe + workspace_size)."""
     try:
-        T.check_array("w1", w1)
-        T.check_array("w2", w2)
+        # (Every argument the C++ call reads is a numpy array or a torch tensor, as the Python
+        # path requires; the C++ call then takes torch tensors only.)
+        for name, x in (("w1", w1), ("w2", w2), ("out", out)):
+            T.check_array(name, x)
+        for name, x in (("w1_bias", w1_bias), ("w2_bias", w2_bias)):
+            if x is not None:
+                T.check_array(name, x)
         E = w1.shape[0] if len(w1.shape) >= 1 else 0
         two_n = w1.shape[1] if len(w1.shape) >= 2 else 0
         K = w2.shape[1] if len(w2.shape) >= 2 else 0

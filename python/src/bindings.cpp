@@ -79,15 +79,17 @@ bool torch_view_fast(nb::handle x, nb::handle dtypes, TensorView* v) {
     if (!nb::isinstance<nb::str>(type) || nb::cast<std::string>(type) != "cpu") return false;
     t.device = {moekit::DeviceType::kCpu, 0};
   }
+  // torch.Size and stride() are tuples: read exactly their n items (nothing else is taken here).
   nb::object shape = x.attr("shape");
   nb::object strides = x.attr("stride")();
-  const std::size_t n = nb::len(shape);
-  if (n > static_cast<std::size_t>(TensorView::kMaxDims) || nb::len(strides) != n) return false;
+  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) return false;
+  const Py_ssize_t n = PyTuple_GET_SIZE(shape.ptr());
+  if (n > TensorView::kMaxDims || PyTuple_GET_SIZE(strides.ptr()) != n) return false;
   t.ndim = static_cast<int>(n);
-  int i = 0;
-  for (nb::handle h : shape) t.shape[i++] = nb::cast<std::int64_t>(h);
-  i = 0;
-  for (nb::handle h : strides) t.strides[i++] = nb::cast<std::int64_t>(h);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    t.shape[i] = nb::cast<std::int64_t>(nb::handle(PyTuple_GET_ITEM(shape.ptr(), i)));
+    t.strides[i] = nb::cast<std::int64_t>(nb::handle(PyTuple_GET_ITEM(strides.ptr(), i)));
+  }
   if (nb::cast<std::int64_t>(x.attr("numel")()) > 0)
     t.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(x.attr("data_ptr")()));
   *v = t;
@@ -227,6 +229,11 @@ NB_MODULE(_C, m) {
       .def_prop_ro("present", &TensorView::present)
       .def_prop_ro("ndim", [](const TensorView& v) { return v.ndim; })
       .def_prop_ro("shape", &shape_of)
+      .def_prop_ro("strides",
+                   [](const TensorView& v) {
+                     return v.present() ? std::vector<std::int64_t>(v.strides, v.strides + v.ndim)
+                                        : std::vector<std::int64_t>{};
+                   })
       .def_prop_ro("dtype", [](const TensorView& v) { return v.dtype; })
       .def_prop_ro("data", [](const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); })
       .def("numel", &TensorView::numel)

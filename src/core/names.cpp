@@ -1,7 +1,9 @@
 // Names of moekit's enums, their parsers, and the small methods of TensorView and MoeProblem.
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "call.hpp"
 #include "moekit/error.hpp"
@@ -181,11 +183,31 @@ double MoeProblem::flops() const noexcept {
 
 namespace detail {
 
-// A field added to MoeProblem, ActivationConfig or RoutingConfig changes these sizes (LP64): compare
-// it in same_problem too, or calls that differ only in it would share the CUDA backend's memo.
-static_assert(sizeof(void*) != 8 || (sizeof(MoeProblem) == 112 && sizeof(ActivationConfig) == 12 &&
-                                     sizeof(RoutingConfig) == 24),
-              "MoeProblem changed: update same_problem");
+// The number of fields of aggregate T: the most initializers T{...} takes (each one converts to
+// whatever the field is). Unevaluated only.
+struct AnyField {
+  template <class T>
+  operator T() const noexcept;  // declared, never defined
+};
+template <class T, class... A>
+constexpr auto initializable(int) -> decltype(T{std::declval<A>()...}, true) {
+  return true;
+}
+template <class T, class... A>
+constexpr bool initializable(long) {
+  return false;
+}
+template <class T, class... A>
+constexpr std::size_t field_count() {
+  if constexpr (initializable<T, A..., AnyField>(0)) return field_count<T, A..., AnyField>();
+  else return sizeof...(A);
+}
+
+// A field added to MoeProblem, ActivationConfig or RoutingConfig changes these counts: compare it
+// in same_problem too, or calls that differ only in it would share the CUDA backend's memo.
+static_assert(field_count<MoeProblem>() == 20 && field_count<ActivationConfig>() == 3 &&
+                  field_count<RoutingConfig>() == 6,
+              "MoeProblem, ActivationConfig or RoutingConfig has a field same_problem does not compare");
 
 bool same_problem(const MoeProblem& a, const MoeProblem& b) noexcept {
   return a.num_tokens == b.num_tokens && a.num_experts == b.num_experts &&

@@ -121,7 +121,8 @@ struct ProblemFacts {
   bool used = false;
   bool has_workspace = false;
   std::size_t workspace = 0;
-  int paths_sm_count = 0;  // > 0: decode_ok / gemv hold the answers at this SM count
+  bool has_paths = false;  // decode_ok / gemv hold the answers at paths_sm_count SMs
+  int paths_sm_count = 0;
   bool decode_ok = false;
   GemvSupport gemv{};
 };
@@ -129,7 +130,8 @@ struct ProblemFacts {
 constexpr int kProblemMemo = 8;
 
 // This thread's entry for `p` (a fresh one, the oldest replaced, when none holds it). The
-// reference is valid until the thread's next call of problem_facts.
+// reference is valid until the thread's next call of problem_facts: callers compute an answer
+// first and then take the entry to store it, so nothing they call in between can move it.
 ProblemFacts& problem_facts(const MoeProblem& p) {
   thread_local ProblemFacts memo[kProblemMemo];
   thread_local int next = 0;
@@ -146,14 +148,14 @@ ProblemFacts& problem_facts(const MoeProblem& p) {
 // The largest of the multi-launch layout, the fused path's and the decode path's: the router may
 // pick any of them.
 std::size_t workspace_size(const MoeProblem& problem) {
+  if (const ProblemFacts& f = problem_facts(problem); f.has_workspace) return f.workspace;
+  const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
+  const std::size_t bytes =
+      std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem), gemv_workspace_size(problem)});
   ProblemFacts& f = problem_facts(problem);
-  if (!f.has_workspace) {
-    const std::size_t fused = can_implement_fused_sm90(problem, nullptr) ? fused_workspace_size(problem) : 0;
-    f.workspace =
-        std::max({workspace_layout(problem).total, fused, decode_workspace_size(problem), gemv_workspace_size(problem)});
-    f.has_workspace = true;
-  }
-  return f.workspace;
+  f.workspace = bytes;
+  f.has_workspace = true;
+  return bytes;
 }
 
 // Where a call's routing outputs live: the caller's buffers when given, else the workspace.
@@ -300,14 +302,18 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
     in.decode_ok = can_implement_decode_sm90(p, in.sm_count, &in.decode_why);
     gemv = gemv_support_sm90(p, &in.gemv_why);
   } else {  // the answers alone: from this thread's memo after the problem's first call
-    ProblemFacts& f = problem_facts(p);
-    if (f.paths_sm_count != in.sm_count) {
-      f.decode_ok = can_implement_decode_sm90(p, in.sm_count, nullptr);
-      f.gemv = gemv_support_sm90(p, nullptr);
-      f.paths_sm_count = in.sm_count;
+    if (const ProblemFacts& f = problem_facts(p); f.has_paths && f.paths_sm_count == in.sm_count) {
+      in.decode_ok = f.decode_ok;
+      gemv = f.gemv;
+    } else {
+      in.decode_ok = can_implement_decode_sm90(p, in.sm_count, nullptr);
+      gemv = gemv_support_sm90(p, nullptr);
+      ProblemFacts& e = problem_facts(p);
+      e.has_paths = true;
+      e.paths_sm_count = in.sm_count;
+      e.decode_ok = in.decode_ok;
+      e.gemv = gemv;
     }
-    in.decode_ok = f.decode_ok;
-    gemv = f.gemv;
   }
   in.decode_in_auto = detail::decode_in_auto_enabled();
   in.gemv_cuda_ok = gemv.cuda;

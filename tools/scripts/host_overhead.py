@@ -221,13 +221,16 @@ def views_ab(torch, moekit, args, levels, schemes, tokens) -> List[dict]:
                     continue
                 med = {False: [], True: []}
                 low = {False: [], True: []}
-                for _ in range(args.views_ab):
-                    for fast in (False, True):
-                        _ops.FAST_TORCH_VIEWS = fast
-                        t = time_host(torch, fns[lv], args.iters, args.warmup, args.sync_every)
-                        med[fast].append(statistics.median(t))
-                        low[fast].append(min(t))
-                _ops.FAST_TORCH_VIEWS = True
+                before = _ops.FAST_TORCH_VIEWS
+                try:
+                    for _ in range(args.views_ab):
+                        for fast in (False, True):
+                            _ops.FAST_TORCH_VIEWS = fast
+                            t = time_host(torch, fns[lv], args.iters, args.warmup, args.sync_every)
+                            med[fast].append(statistics.median(t))
+                            low[fast].append(min(t))
+                finally:
+                    _ops.FAST_TORCH_VIEWS = before
                 row = {"level": lv, "scheme": scheme, "tokens": M, "fast_path_taken": taken,
                        "python_views_us": statistics.median(med[False]), "one_call_views_us": statistics.median(med[True]),
                        "python_views_min_us": min(low[False]), "one_call_views_min_us": min(low[True]),
