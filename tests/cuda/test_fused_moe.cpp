@@ -14,8 +14,10 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/compare.hpp"
@@ -625,6 +627,35 @@ Status run_status(DeviceCase& d, std::int64_t M, const char* path, std::string* 
     if (what != nullptr) *what = e.what();
     return e.status();
   }
+}
+
+// The CUDA backend keeps each thread's last 8 problems' workspace size and decode / GEMV answers
+// (backend.cu problem_facts). Cycling more problems than that through one thread, twice (every
+// entry evicted and refilled), and revisiting neighbours (hits) gives the sizes a thread with an
+// empty memo computes. Host only: no device needed.
+TEST(Sm90Dispatch, ProblemMemoMatchesAFreshThread) {
+  std::vector<moekit::MoeProblem> problems;
+  for (const char* name : {"qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b"})
+    for (std::int64_t M : {1, 16, 256})
+      for (moekit::Scheme scheme : {moekit::Scheme::kBf16, moekit::Scheme::kFp8PerTensor})
+        problems.push_back(moekit::preset_problem(moekit::find_preset(name), M, 8, scheme));
+  auto size = [](const moekit::MoeProblem& p) { return moekit::workspace_size(p, moekit::Backend::kCuda); };
+  std::vector<std::size_t> fresh;
+  for (const moekit::MoeProblem& p : problems) {
+    std::size_t bytes = 0;
+    std::thread t([&] { bytes = size(p); });
+    t.join();
+    fresh.push_back(bytes);
+  }
+  std::set<std::size_t> distinct(fresh.begin(), fresh.end());
+  ASSERT_GT(distinct.size(), problems.size() / 2) << "the sizes must tell most problems apart";
+  const std::size_t n = problems.size();
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(size(problems[i]), fresh[i]) << problems[i].to_string();
+      EXPECT_EQ(size(problems[(i + 1) % n]), fresh[(i + 1) % n]) << problems[(i + 1) % n].to_string();
+      EXPECT_EQ(size(problems[i]), fresh[i]) << problems[i].to_string();
+    }
 }
 
 TEST(Sm90Dispatch, UnknownPathIsInvalidArgument) {
