@@ -1,6 +1,8 @@
 // moekit._C: the nanobind layer over moekit's public C++ API. Tensors arrive as TensorView
 // (pointer, dtype, shape, strides in elements, device) built by python/moekit/_tensors.py from
-// numpy arrays or torch tensors, so this file knows no tensor library and copies nothing.
+// numpy arrays or torch tensors, or, for fused_experts on torch tensors, by expert_args_torch
+// below from the same attributes _tensors.py reads (through Python, with the dtype table it
+// hands over): this file links no tensor library and copies nothing.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
