@@ -422,11 +422,23 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
     if out is None:
         out = T.empty(hidden_states, hidden_states.shape, "same")
     keep = _Keep()
-    experts = _expert_args(keep, hidden_states, w1, w2, None, None, out, activation=activation,
-                           apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
-                           scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
-                           a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
-                           swiglu_limit=swiglu_limit)
+    # The experts' views in one C++ call as fused_experts_impl's (`fast` keeps its converted
+    # tensors alive), else one by one in Python; the routing ones below in Python either way.
+    fast = None
+    if FAST_TORCH_VIEWS and T.is_torch(hidden_states):
+        fast = _expert_args_torch(hidden_states, w1, w2, None, None, out, activation=activation,
+                                  apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                                  scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                                  a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
+                                  swiglu_limit=swiglu_limit)
+    if fast is not None:
+        experts = fast[0]
+    else:
+        experts = _expert_args(keep, hidden_states, w1, w2, None, None, out, activation=activation,
+                               apply_router_weight_on_input=apply_router_weight_on_input, expert_map=expert_map,
+                               scheme=scheme, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                               a2_scale=a2_scale, w1_bias=w1_bias, w2_bias=w2_bias, swiglu_alpha=swiglu_alpha,
+                               swiglu_limit=swiglu_limit)
     # Routing outputs are optional: moekit keeps them in the workspace unless buffers are given.
     experts.topk_ids = keep.view("topk_ids", topk_ids)
     experts.topk_weights = keep.view("topk_weights", topk_weights)
@@ -436,8 +448,11 @@ def fused_moe_impl(hidden_states, router_logits, w1, w2, top_k, *, renormalize=T
     bias = None if e_score_correction_bias is None else T.contiguous(T.astype(e_score_correction_bias, "float32"))
     a.e_score_correction_bias = keep.view("e_score_correction_bias", bias)
     a.experts = experts
-    key = (tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input, backend,
-           num_threads, top_k, routing, renormalize, num_groups, topk_groups, routed_scaling_factor)
+    # (The workspace-size key needs every view's metadata: with the one-call views, no key, the
+    # size is asked in one C++ call instead.)
+    key = None if fast is not None else (
+        tuple(keep.meta), scheme, activation, swiglu_alpha, swiglu_limit, apply_router_weight_on_input, backend,
+        num_threads, top_k, routing, renormalize, num_groups, topk_groups, routed_scaling_factor)
     launch = _Launch(hidden_states, a, backend, workspace, needs_workspace=True, key=key)
     _run(_C.fused_moe, a, launch, path, num_threads, debug_faults)
     return out, topk_weights, topk_ids

@@ -159,6 +159,43 @@ def test_fast_torch_views_equal_python_views(scheme, device):
     assert torch.equal(fast_out, python_out)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_fused_moe_fast_views_same_bytes(device):
+    """fused_moe_impl takes the experts' views in one C++ call too: the same output, routing
+    outputs and bytes as the per-tensor Python path, and the call took the one-call views."""
+    from moekit import _ops
+
+    d = make(M=7, E=8, k=2, K=128, N=64, bias=True, device=device)
+    ids = torch.empty(7, 2, dtype=torch.int32, device=device)
+    wts = torch.empty(7, 2, dtype=torch.float32, device=device)
+
+    def call():
+        return _ops.fused_moe_impl(d["hidden"], d["logits"], d["w1"], d["w2"], 2, w1_bias=d["w1_bias"],
+                                   w2_bias=d["w2_bias"], topk_ids=ids, topk_weights=wts)
+
+    taken = []
+    fast_fn = _ops._expert_args_torch
+
+    def counting(*args_, **kw_):
+        got = fast_fn(*args_, **kw_)
+        taken.append(got is not None)
+        return got
+
+    _ops._expert_args_torch = counting
+    try:
+        fast_out = call()[0].clone()
+        fast_ids, fast_wts = ids.clone(), wts.clone()
+    finally:
+        _ops._expert_args_torch = fast_fn
+    assert taken == [True]
+    _ops.FAST_TORCH_VIEWS = False
+    try:
+        python_out = call()[0]
+    finally:
+        _ops.FAST_TORCH_VIEWS = True
+    assert torch.equal(fast_out, python_out) and torch.equal(fast_ids, ids) and torch.equal(fast_wts, wts)
+
+
 def test_fast_path_declines_what_python_raises():
     """A tensor the fast path does not take (a dtype moekit does not read) falls back to the Python
     path, which raises its error naming the argument."""
