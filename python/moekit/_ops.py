@@ -359,6 +359,8 @@ def fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, *, activat
     T.check_array("hidden_states", hidden_states)
     if out is None:
         out = T.empty(hidden_states, hidden_states.shape, "same")
+    # (The fast / Python choice stays inline here and in fused_moe_impl: a shared helper taking the
+    # 13 keywords once more measured ~3 us a call slower on this machine's CPU, a seventh of impl.)
     fast = None
     if FAST_TORCH_VIEWS and T.is_torch(hidden_states):
         fast = _expert_args_torch(hidden_states, w1, w2, topk_weights, topk_ids, out, activation=activation,

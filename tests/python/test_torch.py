@@ -87,6 +87,33 @@ def test_vllm_positional_call_on_torch_tensors(device):
         moekit.fused_experts(h, d["w1"], d["w2"], d["topk_weights"], d["topk_ids"], w1_zp=torch.zeros(1))
 
 
+def _on_both_view_paths(call):
+    """call() with the one-call views (checking that it took them), then with the per-tensor Python
+    views (moekit._ops.FAST_TORCH_VIEWS off): (fast result, Python result)."""
+    from moekit import _ops
+
+    taken = []
+    fast_fn = _ops._expert_args_torch
+
+    def counting(*args_, **kw_):
+        got = fast_fn(*args_, **kw_)
+        taken.append(got is not None)
+        return got
+
+    _ops._expert_args_torch = counting
+    try:
+        fast = call()
+    finally:
+        _ops._expert_args_torch = fast_fn
+    assert taken == [True]
+    _ops.FAST_TORCH_VIEWS = False
+    try:
+        python = call()
+    finally:
+        _ops.FAST_TORCH_VIEWS = True
+    return fast, python
+
+
 def _view_fields(v):
     return (v.present, v.ndim, v.shape, v.strides, v.dtype, repr(v), v.data)
 
@@ -137,25 +164,7 @@ def test_fast_torch_views_equal_python_views(scheme, device):
         assert _view_fields(va) == _view_fields(vb)
     assert a.hidden.strides == [1, 5] and a.out.strides == [512, 2] and a.weights.b13.strides == [256, 0]
     # The same call on either path: the same bytes; the call took the one-call views.
-    taken = []
-    fast_fn = _ops._expert_args_torch
-
-    def counting(*args_, **kw_):
-        got = fast_fn(*args_, **kw_)
-        taken.append(got is not None)
-        return got
-
-    _ops._expert_args_torch = counting
-    try:
-        fast_out = run_fe(d)
-    finally:
-        _ops._expert_args_torch = fast_fn
-    assert taken == [True]
-    _ops.FAST_TORCH_VIEWS = False
-    try:
-        python_out = run_fe(d)
-    finally:
-        _ops.FAST_TORCH_VIEWS = True
+    fast_out, python_out = _on_both_view_paths(lambda: run_fe(d))
     assert torch.equal(fast_out, python_out)
 
 
@@ -170,30 +179,12 @@ def test_fused_moe_fast_views_same_bytes(device):
     wts = torch.empty(7, 2, dtype=torch.float32, device=device)
 
     def call():
-        return _ops.fused_moe_impl(d["hidden"], d["logits"], d["w1"], d["w2"], 2, w1_bias=d["w1_bias"],
-                                   w2_bias=d["w2_bias"], topk_ids=ids, topk_weights=wts)
+        out = _ops.fused_moe_impl(d["hidden"], d["logits"], d["w1"], d["w2"], 2, w1_bias=d["w1_bias"],
+                                  w2_bias=d["w2_bias"], topk_ids=ids, topk_weights=wts)[0]
+        return out.clone(), ids.clone(), wts.clone()
 
-    taken = []
-    fast_fn = _ops._expert_args_torch
-
-    def counting(*args_, **kw_):
-        got = fast_fn(*args_, **kw_)
-        taken.append(got is not None)
-        return got
-
-    _ops._expert_args_torch = counting
-    try:
-        fast_out = call()[0].clone()
-        fast_ids, fast_wts = ids.clone(), wts.clone()
-    finally:
-        _ops._expert_args_torch = fast_fn
-    assert taken == [True]
-    _ops.FAST_TORCH_VIEWS = False
-    try:
-        python_out = call()[0]
-    finally:
-        _ops.FAST_TORCH_VIEWS = True
-    assert torch.equal(fast_out, python_out) and torch.equal(fast_ids, ids) and torch.equal(fast_wts, wts)
+    fast, python = _on_both_view_paths(call)
+    assert all(torch.equal(f, p) for f, p in zip(fast, python))
 
 
 def test_fast_path_declines_what_python_raises():
