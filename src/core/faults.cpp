@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "env.hpp"
 #include "moekit/error.hpp"
 #include "moekit/faults.hpp"
 
@@ -114,7 +115,7 @@ void check_faults(void* stream) {
 
 bool debug_faults_enabled(const Options& options) noexcept {
   if (options.debug_faults) return true;
-  const char* v = std::getenv("MOEKIT_DEBUG_FAULTS");
+  const char* v = detail::env_value(detail::EnvVar::kDebugFaults);
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 

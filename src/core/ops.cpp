@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "env.hpp"
 #include "moekit/error.hpp"
 #include "moekit/ops.hpp"
 
@@ -87,8 +88,17 @@ void run(const MoeCall& call, Backend backend) {
 }  // namespace
 }  // namespace detail
 
-MoeProblem describe(const FusedExpertsArgs& args) { return detail::resolve(args, Options{}).problem; }
-MoeProblem describe(const FusedMoeArgs& args) { return detail::resolve(args, Options{}).problem; }
+// Each entry below that reads MOEKIT_* switches (validation: MOEKIT_PATH, MOEKIT_DEBUG_FAULTS; the
+// router and the launchers: the rest) opens an EnvScope first: one scan of the environment for
+// all of them instead of a getenv each (env.hpp says what that saves). route reads none.
+MoeProblem describe(const FusedExpertsArgs& args) {
+  const detail::EnvScope env;
+  return detail::resolve(args, Options{}).problem;
+}
+MoeProblem describe(const FusedMoeArgs& args) {
+  const detail::EnvScope env;
+  return detail::resolve(args, Options{}).problem;
+}
 
 std::size_t workspace_size(const MoeProblem& problem, Backend backend) {
   if (backend == Backend::kCpu) return 0;
@@ -112,17 +122,21 @@ void route(const RouteArgs& args, const Options& options) {
 }
 
 void fused_experts(const FusedExpertsArgs& args, const Options& options) {
+  const detail::EnvScope env;
   detail::MoeCall call = detail::resolve(args, options);
   detail::run(call, detail::pick_backend(options.backend, args.hidden.device));
 }
 
 void fused_moe(const FusedMoeArgs& args, const Options& options) {
+  const detail::EnvScope env;
   detail::MoeCall call = detail::resolve(args, options);
   detail::run(call, detail::pick_backend(options.backend, args.experts.hidden.device));
 }
 
 std::string describe_dispatch(const MoeProblem& problem, const Options& options, std::string* why) {
-  const char* forced = options.path != nullptr && options.path[0] != '\0' ? options.path : std::getenv("MOEKIT_PATH");
+  const detail::EnvScope env;
+  const char* forced = options.path != nullptr && options.path[0] != '\0' ? options.path
+                                                                          : detail::env_value(detail::EnvVar::kPath);
   if (forced != nullptr && forced[0] == '\0') forced = nullptr;
   const detail::CudaBackendV1* cuda = detail::cuda_backend();
   bool on_cuda = options.backend == Backend::kCuda;

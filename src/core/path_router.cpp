@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "env.hpp"
 #include "moekit/error.hpp"
 
 namespace moekit::detail {
@@ -457,17 +458,17 @@ bool may_take_decode(const char* forced) {
 }
 
 bool gemv_in_auto_enabled() noexcept {
-  const char* v = std::getenv("MOEKIT_GEMV");
+  const char* v = env_value(EnvVar::kGemv);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 bool gemv_mma_in_auto_enabled() noexcept {
-  const char* v = std::getenv("MOEKIT_GEMV_MMA");
+  const char* v = env_value(EnvVar::kGemvMma);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 std::optional<GemvKernel> gemv_kernel_override() {
-  const char* v = std::getenv("MOEKIT_GEMV_KERNEL");
+  const char* v = env_value(EnvVar::kGemvKernel);
   if (v == nullptr || v[0] == '\0') return std::nullopt;
   if (std::strcmp(v, "cuda") == 0) return GemvKernel::kCuda;
   if (std::strcmp(v, "mma") == 0) return GemvKernel::kMma;
@@ -476,7 +477,7 @@ std::optional<GemvKernel> gemv_kernel_override() {
 }
 
 std::optional<GemmImpl> gemm2_impl_override() {
-  const char* v = std::getenv("MOEKIT_GEMM2_PATH");
+  const char* v = env_value(EnvVar::kGemm2Path);
   if (v == nullptr || v[0] == '\0') return std::nullopt;
   if (std::strcmp(v, "mma") == 0) return GemmImpl::kMma;
   if (std::strcmp(v, "swapab") == 0) return GemmImpl::kSwapab;
@@ -486,7 +487,7 @@ std::optional<GemmImpl> gemm2_impl_override() {
 }
 
 std::optional<int> swapab_split_override() {
-  const char* v = std::getenv("MOEKIT_SWAPAB_SPLIT");
+  const char* v = env_value(EnvVar::kSwapabSplit);
   if (v == nullptr || v[0] == '\0') return std::nullopt;
   for (int s : {1, 2, 4, 8})
     if (std::strcmp(v, std::to_string(s).c_str()) == 0) return s;
@@ -495,12 +496,12 @@ std::optional<int> swapab_split_override() {
 }
 
 bool decode_in_auto_enabled() noexcept {
-  const char* v = std::getenv("MOEKIT_DECODE");
+  const char* v = env_value(EnvVar::kDecode);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 bool log_dispatch_enabled() noexcept {
-  const char* v = std::getenv("MOEKIT_LOG_DISPATCH");
+  const char* v = env_value(EnvVar::kLogDispatch);
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "env.hpp"
 #include "moekit/error.hpp"
 #include "moekit/rope_quant.hpp"
 
@@ -172,6 +173,7 @@ InvRopeQuantCall resolve_inv_rope(const InvRopeFp8QuantArgs& a, const Options& o
 }  // namespace detail
 
 void inv_rope_fp8_quant(const InvRopeFp8QuantArgs& args, const Options& options) {
+  const detail::EnvScope env;  // MOEKIT_ROPE_KERNEL, MOEKIT_ROPE_QUANT_ROWS: one scan (env.hpp)
   Backend b = Backend::kAuto;
   const detail::InvRopeQuantCall call = detail::resolve_inv_rope(args, options, &b);
   if (b == Backend::kCpu) {

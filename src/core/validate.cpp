@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "env.hpp"
 #include "moekit/error.hpp"
 #include "moekit/faults.hpp"
 #include "moekit/ops.hpp"
@@ -276,7 +277,7 @@ void check_options(const Options& o) {
 
 const char* forced_path(const Options& o) {
   if (o.path != nullptr && o.path[0] != '\0') return o.path;
-  const char* env = std::getenv("MOEKIT_PATH");
+  const char* env = env_value(EnvVar::kPath);
   return env != nullptr && env[0] != '\0' ? env : nullptr;
 }
 

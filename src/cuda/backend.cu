@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/env.hpp"
 #include "core/path_router.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
@@ -168,7 +169,7 @@ const float* routed_weights(const detail::MoeCall& call, const WorkspaceLayout& 
 // (RoutingParams::absmax_ctas): on unless MOEKIT_ROUTING_ABSMAX is "0" (the separate absmax
 // launch, for A/Bs and the test that compares the two bit for bit); read at every call.
 bool routing_absmax_enabled() {
-  const char* v = std::getenv("MOEKIT_ROUTING_ABSMAX");
+  const char* v = detail::env_value(detail::EnvVar::kRoutingAbsmax);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
@@ -177,7 +178,7 @@ bool routing_absmax_enabled() {
 // hidden: on unless MOEKIT_ROUTING_QUANT is "0" (the one-CTA quantization launch after routing,
 // for A/Bs and the test that compares the two bit for bit); read at every call.
 bool routing_quant_enabled() {
-  const char* v = std::getenv("MOEKIT_ROUTING_QUANT");
+  const char* v = detail::env_value(detail::EnvVar::kRoutingQuant);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
@@ -190,7 +191,7 @@ bool routing_quant_enabled() {
 // process).
 bool fused_h_absmax(const detail::MoeCall& call) {
   if (call.problem.scheme != Scheme::kFp8PerTensor || call.a2_scale != nullptr) return false;
-  const char* v = std::getenv("MOEKIT_FUSED_H_ABSMAX");
+  const char* v = detail::env_value(detail::EnvVar::kFusedHAbsmax);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
@@ -273,7 +274,7 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
 // fp32 everywhere (read at every call, like MOEKIT_PDL, so a benchmark can A/B it in one process).
 DType y_dtype(const MoeProblem& p, const detail::DispatchPlan& plan) {
   if (plan.gemm[1].impl != detail::GemmImpl::kTokmajor) return DType::kFp32;
-  const char* v = std::getenv("MOEKIT_Y_FP32");
+  const char* v = detail::env_value(detail::EnvVar::kYFp32);
   if (v != nullptr && std::strcmp(v, "0") != 0) return DType::kFp32;
   return p.act_dtype;
 }

@@ -7,15 +7,16 @@
 
 namespace moekit::testing {
 
-// Sets an environment variable for a scope and restores what was there before, even when the
-// scope is left by an exception.
+// Sets an environment variable for a scope (value null: unsets it) and restores what was there
+// before, even when the scope is left by an exception.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    ::setenv(name, value, 1);
+    if (value != nullptr) ::setenv(name, value, 1);
+    else ::unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);

@@ -4,7 +4,9 @@
 // CUDA runtime primitives they are made of, each alone, on the host wall clock, median of --iters
 // calls after a warm-up, the stream drained every 8 calls outside the timed regions (as
 // moekit-bench's host time: a full launch queue would time the GPU instead):
-//   - primitives: a getenv miss (with the process's environment, and with 150 more variables set),
+//   - primitives: a getenv miss and the one scan of the environment that replaces a call's getenvs
+//     of its MOEKIT_* switches (core/env.hpp's EnvScope), with the process's environment and with
+//     150 more variables set;
 //     cudaGetDevice, and an empty kernel's launch: <<<>>>, cudaLaunchKernelEx with no attribute,
 //     with the PDL attribute, in clusters of 2 / 4 / 8, with the decode kernel's parameter size
 //     (sizeof DecodeParams) and its 210 KB of dynamic shared memory;
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/env.hpp"
 #include "cuda/common/pdl.cuh"
 #include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/decode/params.hpp"
@@ -211,6 +214,18 @@ void call_cases(const std::string& preset_name, int tp, moekit::Scheme scheme, s
   HC_CHECK(cudaStreamSynchronize(s));
 }
 
+// A getenv miss, and the scan of the environment for every MOEKIT_* switch that a call's EnvScope
+// makes once instead of a getenv per switch (core/env.hpp), with `n` variables set.
+void env_cases(int n, int iters, cudaStream_t s) {
+  const std::string vars = " (" + std::to_string(n) + " variables)";
+  record("getenv miss" + vars,
+         host_us([] { if (std::getenv("MOEKIT_HOST_COST_UNSET") != nullptr) std::abort(); }, iters, s, false));
+  record("MOEKIT_* switch scan, one per call" + vars, host_us([] {
+           const moekit::detail::EnvScope scope;
+           if (moekit::detail::env_value(moekit::detail::EnvVar::kPath) == reinterpret_cast<const char*>(1)) std::abort();
+         }, iters, s, false));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,8 +260,7 @@ int main(int argc, char** argv) {
               bi.dirty, bi.source, env_n);
 
   std::printf("primitives\n");
-  record("getenv miss (" + std::to_string(env_n) + " variables)",
-         host_us([] { if (std::getenv("MOEKIT_HOST_COST_UNSET") != nullptr) std::abort(); }, iters, s, false));
+  env_cases(env_n, iters, s);
   int dev = 0;
   record("cudaGetDevice", host_us([&] { HC_CHECK(cudaGetDevice(&dev)); }, iters, s, false));
   record("cudaGetLastError", host_us([] { (void)cudaGetLastError(); }, iters, s, false));
@@ -257,10 +271,9 @@ int main(int argc, char** argv) {
   for (const std::string& sc : schemes)
     for (std::int64_t M : tokens) call_cases(preset, tp, moekit::parse_scheme(sc), M, s, iters);
 
-  // The same getenv with 150 more variables (a serving process's environment is often that size).
+  // The same two with 150 more variables (a serving process's environment is often that size).
   for (int i = 0; i < 150; ++i) setenv(("HOST_COST_PAD_VARIABLE_" + std::to_string(i)).c_str(), "some value of a typical length", 1);
-  record("getenv miss (" + std::to_string(env_n + 150) + " variables)",
-         host_us([] { if (std::getenv("MOEKIT_HOST_COST_UNSET") != nullptr) std::abort(); }, iters, s, false));
+  env_cases(env_n + 150, iters, s);
   if (!schemes.empty() && !tokens.empty())
     call_cases(preset, tp, moekit::parse_scheme(schemes[0]), tokens[0], s, iters);
 

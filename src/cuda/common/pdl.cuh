@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.hpp"
 #include "cuda/common/check.cuh"
 
 namespace moekit::cuda {
@@ -59,7 +60,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif  // __CUDACC__
 
 // Whether run_moe launches its kernels after the first with PDL: true unless MOEKIT_PDL is "0".
-// Read at every call (one getenv), so setenv between calls takes effect at the next call.
+// Read at every call (the call's MOEKIT_* snapshot, core/env.hpp), so setenv between calls takes
+// effect at the next call.
 // PDL is used for calls of at most this many tokens whose GEMMs do not run on the token-major
 // path (backend.cu). Measured on the H200 in one run, PDL off vs on, every preset, TP 1 and 8,
 // bf16 and fp8, M = 1..1024, twice each (bench/results/...-8924ce2-h200-pdl-{off,on}-{1,2}.json;
@@ -70,7 +72,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 inline constexpr long long kPdlMaxTokens = 64;
 
 inline bool pdl_enabled() {
-  const char* v = std::getenv("MOEKIT_PDL");
+  const char* v = moekit::detail::env_value(moekit::detail::EnvVar::kPdl);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 

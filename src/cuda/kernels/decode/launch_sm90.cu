@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
 #include "cuda/common/faults.cuh"
@@ -237,7 +238,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
   // MOEKIT_DECODE_CLUSTER=1|2|4|8 forces the cluster size where it fits (A/Bs of the cost model in
   // one process; read at every launch); anything else leaves the model's choice.
   int force = 0;
-  if (const char* v = std::getenv("MOEKIT_DECODE_CLUSTER")) {
+  if (const char* v = detail::env_value(detail::EnvVar::kDecodeCluster)) {
     const int c = std::atoi(v);
     if (c == 1 || c == 2 || c == 4 || c == 8) force = c;
   }
@@ -305,7 +306,7 @@ void run_decode_sm90(const detail::MoeCall& call, double touched) {
 
   // MOEKIT_DECODE_WIDE=1 launches the instantiation that holds every token width instead of the
   // one of the tiling's max_tokens (A/Bs of the narrow kernels; read at every launch).
-  const char* wide_env = std::getenv("MOEKIT_DECODE_WIDE");
+  const char* wide_env = detail::env_value(detail::EnvVar::kDecodeWide);
   const bool wide = wide_env != nullptr && wide_env[0] == '1';
   const bool f16 = p.act_dtype == DType::kFp16;
   last_cluster = T.cluster;

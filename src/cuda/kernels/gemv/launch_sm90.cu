@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
 #include "cuda/common/faults.cuh"
@@ -230,7 +231,7 @@ KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast) {
 // MOEKIT_GEMV_ONE_ROUND=0 (read at every call; A/Bs and the bitwise test) keeps every call on the
 // plain CUDA-core kernel; unset or 1: gemv_fast_gemm2 decides. Any other value is an error.
 bool gemv_one_round_enabled() {
-  const char* v = std::getenv("MOEKIT_GEMV_ONE_ROUND");
+  const char* v = detail::env_value(detail::EnvVar::kGemvOneRound);
   if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return true;
   if (std::strcmp(v, "0") == 0) return false;
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_ONE_ROUND = '") + v + "', expected 0 or 1");

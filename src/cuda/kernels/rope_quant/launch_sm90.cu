@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/kernels/rope_quant/config.hpp"
 #include "cuda/kernels/rope_quant/params.hpp"
@@ -109,9 +110,9 @@ thread_local const char* g_last_kernel = "";
 const char* inv_rope_quant_last_kernel() { return g_last_kernel; }
 
 RopeQuantKernel inv_rope_quant_kernel_choice() {
-  const char* v = std::getenv("MOEKIT_ROPE_KERNEL");
+  const char* v = detail::env_value(detail::EnvVar::kRopeKernel);
   if (v == nullptr || v[0] == '\0') {
-    const char* rows = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
+    const char* rows = detail::env_value(detail::EnvVar::kRopeQuantRows);
     if (rows == nullptr || rows[0] == '\0') return RopeQuantKernel::kAuto;
     const int n = inv_rope_quant_rows_per_warp();
     return n == 2 ? RopeQuantKernel::kReg : n == 8 ? RopeQuantKernel::kPipe8 : RopeQuantKernel::kPipe4;
@@ -128,7 +129,7 @@ RopeQuantKernel inv_rope_quant_kernel_choice() {
 }
 
 int inv_rope_quant_rows_per_warp() {
-  const char* v = std::getenv("MOEKIT_ROPE_QUANT_ROWS");
+  const char* v = detail::env_value(detail::EnvVar::kRopeQuantRows);
   if (v == nullptr || v[0] == '\0' || std::strcmp(v, "4") == 0) return 4;
   if (std::strcmp(v, "2") == 0) return 2;
   if (std::strcmp(v, "8") == 0) return 8;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/swapab/config.hpp"
 #include "cuda/kernels/swapab/params.hpp"
@@ -37,7 +38,7 @@ std::int64_t max_items(const GroupedGemmParams& p, int tiles_per_item = 1) {
 // MOEKIT_SWAPAB_KBLOCKS=1 keeps every launch on stages of one 128-byte K block (A/Bs, the test
 // that compares the two bit for bit); read at every launch.
 bool wide_stages_enabled() {
-  const char* v = std::getenv("MOEKIT_SWAPAB_KBLOCKS");
+  const char* v = detail::env_value(detail::EnvVar::kSwapabKblocks);
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
@@ -49,7 +50,7 @@ bool wide_stages_enabled() {
 // MOEKIT_SWAPAB_GEMM2_CTAS=1 or 2 forces one or two (A/Bs, tests); read at every launch.
 constexpr int kTwoCtasMaxKStages = 64;
 bool gemm2_two_ctas(int num_k_stages) {
-  const char* v = std::getenv("MOEKIT_SWAPAB_GEMM2_CTAS");
+  const char* v = detail::env_value(detail::EnvVar::kSwapabGemm2Ctas);
   if (v != nullptr && std::strcmp(v, "1") == 0) return false;
   if (v != nullptr && std::strcmp(v, "2") == 0) return true;
   return num_k_stages <= kTwoCtasMaxKStages;

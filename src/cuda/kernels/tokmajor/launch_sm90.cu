@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
@@ -54,7 +55,7 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
   const bool allowed = !gate_up_of(p) && !block128_of(p) && kp.cluster == 1 && kp.tile_counter != nullptr &&
                        kp.num_k_stages < kp.smem.stages;
   if (!allowed) return false;
-  const char* v = std::getenv("MOEKIT_TOKMAJOR_PINGPONG");
+  const char* v = detail::env_value(detail::EnvVar::kTokmajorPingpong);
   if (v != nullptr && v[0] != '\0') {
     if (std::strcmp(v, "0") == 0) return false;
     if (std::strcmp(v, "1") == 0) return true;
@@ -118,7 +119,7 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
 }
 
 int tokmajor_default_cluster() {
-  const char* v = std::getenv("MOEKIT_TOKMAJOR_CLUSTER");
+  const char* v = detail::env_value(detail::EnvVar::kTokmajorCluster);
   if (v == nullptr || v[0] == '\0') return tokmajor::kDefaultCluster;
   if (std::strcmp(v, "1") == 0) return 1;
   if (std::strcmp(v, "2") == 0) return 2;
@@ -126,7 +127,7 @@ int tokmajor_default_cluster() {
 }
 
 bool tokmajor_dynamic_schedule() {
-  const char* v = std::getenv("MOEKIT_TOKMAJOR_SCHEDULE");
+  const char* v = detail::env_value(detail::EnvVar::kTokmajorSchedule);
   if (v == nullptr || v[0] == '\0' || std::strcmp(v, "dynamic") == 0) return true;
   if (std::strcmp(v, "static") == 0) return false;
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_SCHEDULE = '") + v + "', expected dynamic or static");
