@@ -45,7 +45,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kDecodeCluster, "MOEKIT_DECODE_CLUSTER"},
       {EnvVar::kDecodeWide, "MOEKIT_DECODE_WIDE"},
       {EnvVar::kGemvOneRound, "MOEKIT_GEMV_ONE_ROUND"},
-      {EnvVar::kGemvRing, "MOEKIT_GEMV_RING"},
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},

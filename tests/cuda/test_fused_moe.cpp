@@ -861,55 +861,6 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
-TEST(Sm90Dispatch, GemvRingBitwiseEqualToRegisterRounds) {
-  SKIP_WITHOUT_SM90();
-  // MOEKIT_GEMV_RING=1 runs the tensor-core GEMV kernel's GEMM1 through its lane-private cp.async
-  // ring (one k-block a round, 3-4 rounds in flight) instead of the register rounds (two k-blocks,
-  // one round in flight): the same mmas in the same order, so the same bits. Shapes: many k-blocks a
-  // warp (K = 4096), a K whose last k-block is partial (1040 bf16: 130 chunks, 2-3 k-blocks a
-  // warp), N past a 16-column task (40 bf16: rows past N zero-filled), fp8 per tensor, an expert
-  // with more than 16 tokens (two passes: all slots on 2 experts), M = 1; against the reference
-  // too. A bad value is an error.
-  struct Variant {
-    Scheme scheme;
-    std::int64_t E, k, K, N, M;
-  };
-  const Variant variants[] = {
-      {Scheme::kBf16, 16, 4, 4096, 96, 5},     {Scheme::kFp8PerTensor, 16, 4, 4096, 96, 5},
-      {Scheme::kBf16, 8, 2, 1040, 40, 3},      {Scheme::kFp8PerTensor, 8, 2, 2048, 128, 1},
-      {Scheme::kBf16, 2, 2, 2048, 64, 24},     {Scheme::kFp8PerTensor, 2, 2, 2048, 64, 24},
-  };
-  for (const Variant& v : variants) {
-    CaseSpec s = small_spec(v.scheme);
-    s.E = v.E;
-    s.k = v.k;
-    s.K = v.K;
-    s.N = v.N;
-    s.M = v.M;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    const std::vector<std::uint16_t> a = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-    EXPECT_FALSE(cuda::gemv_last_ring()) << s.name();
-    ScopedEnv ring("MOEKIT_GEMV_RING", "1");
-    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(cuda::gemv_last_ring()) << s.name() << ": the ring kernel did not run";
-    EXPECT_TRUE(a == b) << s.name() << " M = " << v.M << ": the ring differs from the register rounds";
-    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(b == b2) << s.name() << ": the ring kernel is not bitwise reproducible";
-    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, v.scheme, "gemv ring"))
-        << s.name();
-  }
-  MoeCase c = make_case(small_spec(Scheme::kBf16));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-  ScopedEnv bad("MOEKIT_GEMV_RING", "yes");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_RING"), std::string::npos) << what;
-}
-
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

@@ -50,12 +50,7 @@ namespace moekit::cuda::gemv {
 // branches in one kernel, the fp8_per_tensor points on it measured 2-5 % slower (same-run grid at
 // 466afab against 306a423, before either existed), so launch_sm90.cu takes the plain kernel
 // wherever it can run the call.
-//
-// kRing: GEMM1's weight rounds land in a lane-private cp.async ring in shared memory (p.smem.ring_*)
-// instead of a second set of registers, so a warp keeps ring_slots - 1 k-blocks in flight
-// (3-4: 6-8 KB a warp) where the register rounds keep one round of two (4 KB) and take 64
-// registers for it (docs/gemv.md "GEMM1's ring"). The same mma order: bitwise the plain kernel.
-template <Operand kOp, bool kGeneral = false, bool kRing = false>
+template <Operand kOp, bool kGeneral = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -84,92 +79,6 @@ struct GemvMma {
     const uint2 x = sm90::ld_stream_8(a);
     const uint2 y = last ? make_uint2(0u, 0u) : sm90::ld_stream_8(a + 8);
     return make_uint4(x.x, x.y, y.x, y.y);
-  }
-
-  // GEMM1 through the ring (kRing). The CTA's rounds in order are its units (task q, pass t0) x
-  // this warp's k-blocks kw0..kw1-1, one k-block (the lane's 16 bytes of gate rows g, g + 8 and up
-  // rows g, g + 8) a round; round s lands in slot s % S of the warp's ring, chunk x of lane l at
-  // ((slot * 4 + x) * 32 + l) * 16 (a warp's 16-byte loads of one chunk hit 32 consecutive 16-byte
-  // words: no bank conflict). Every slot is written and read by the same lane, so cp.async's
-  // wait_group orders them (no barrier). Round s + S - 1 is issued into slot (s - 1) % S right after
-  // round s is read: that slot's registers went into round s - 1's mmas, already issued. Each round
-  // commits one group (empty past the CTA's last round), so "round s landed" is wait_group S - 2.
-  template <class StartPass, class FinishPass, class TaskRows>
-  static __device__ __forceinline__ void gemm1_ring(const GemvParams& p, std::uint8_t* smem, std::int64_t q0,
-                                                    std::int64_t q1, int NB1, int kw0, int kw1, int cpr, const int* ue,
-                                                    const int* uoff, StartPass& start_pass, FinishPass& finish_pass,
-                                                    TaskRows& task_rows) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
-    constexpr int kTok = 8 * kTg;
-    const int S = p.smem.ring_slots;  // 4 or 5 (launch_sm90.cu mma_smem_layout)
-    const int R = kw1 - kw0;          // rounds a unit takes this warp (0: none)
-    const std::uint32_t ring = sm90::smem_addr(smem + p.smem.ring_off) +
-                               static_cast<std::uint32_t>(warp * S * 4 * 32 * 16 + lane * 16);
-    // The issue cursor: unit (iq, it0), round ir.
-    std::int64_t iq = q0;
-    int it0 = 0, ir = 0;
-    auto advance = [&]() {
-      if (++ir < R) return;
-      ir = 0;
-      const int u = static_cast<int>(iq / NB1);
-      if (it0 + kTok < uoff[u + 1] - uoff[u]) {
-        it0 += kTok;
-      } else {
-        it0 = 0;
-        ++iq;
-      }
-    };
-    auto issue = [&](int slot) {
-      if (iq < q1 && R > 0) {
-        const std::uint8_t* rp[4];
-        bool vlo, vhi;
-        task_rows(iq, rp, vlo, vhi);
-        const int ch = (kw0 + ir) * 4 + c;
-        const bool ok = ch < cpr;
-        const std::int64_t off = ok ? static_cast<std::int64_t>(ch) * 16 : 0;
-        const std::uint32_t dst = ring + static_cast<std::uint32_t>(slot * 4 * 32 * 16);
-        sm90::cp_async_16_zfill(dst, rp[0] + off, ok && vlo ? 16 : 0);
-        sm90::cp_async_16_zfill(dst + 1 * 32 * 16, rp[1] + off, ok && vhi ? 16 : 0);
-        sm90::cp_async_16_zfill(dst + 2 * 32 * 16, rp[2] + off, ok && vlo ? 16 : 0);
-        sm90::cp_async_16_zfill(dst + 3 * 32 * 16, rp[3] + off, ok && vhi ? 16 : 0);
-        advance();
-      }
-      sm90::cp_async_commit();
-    };
-    for (int i = 0; i + 1 < S; ++i) issue(i);
-    int slot = 0;
-    for (std::int64_t q = q0; q < q1; ++q) {
-      const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-      const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      for (int t0 = 0; t0 < T; t0 += kTok) {
-        const int nt = min(kTok, T - t0);
-        const std::uint8_t* xrow[kTg];
-        bool xv[kTg];
-        float acc[2][kTg][4];
-        start_pass(b, T, t0, xrow, xv, acc);
-        for (int r = 0; r < R; ++r) {
-          if (S == 5) sm90::cp_async_wait<3>();
-          else sm90::cp_async_wait<2>();
-          const std::uint8_t* src = smem + p.smem.ring_off + (warp * S + slot) * 4 * 32 * 16 + lane * 16;
-          uint4 a[4];
-#pragma unroll
-          for (int x = 0; x < 4; ++x) a[x] = *reinterpret_cast<const uint4*>(src + x * 32 * 16);
-          issue(slot == 0 ? S - 1 : slot - 1);
-          slot = slot + 1 == S ? 0 : slot + 1;
-          const int ch = (kw0 + r) * 4 + c;
-          const bool ok = ch < cpr;
-#pragma unroll
-          for (int gi = 0; gi < kTg; ++gi) {
-            if (8 * gi >= nt) continue;
-            const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
-            mma_block(acc[0][gi], a[0], a[1], bx);
-            mma_block(acc[1][gi], a[2], a[3], bx);
-          }
-        }
-        finish_pass(acc, e, cb, b, t0, nt);
-      }
-    }
-    sm90::cp_async_wait_all_groups();
   }
 
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
@@ -349,9 +258,6 @@ struct GemvMma {
         a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
       }
     };
-    if constexpr (kRing) {
-      gemm1_ring(p, smem, q0, q1, NB1, kw0, kw1, cpr, ue, uoff, start_pass, finish_pass, task_rows);
-    } else {
     uint4 cur[kRound1][4], nxt[kRound1][4];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; ++q) {
@@ -393,7 +299,6 @@ struct GemvMma {
         finish_pass(acc, e, cb, b, t0, nt);
       }
     }
-    }  // !kRing
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
@@ -594,15 +499,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_general_sm90_kernel(cons
 #endif
 }
 
-// The ring kernel (GemvMma<kOp, false, true>): GEMM1's rounds through shared memory.
-template <Operand kOp>
-__global__ void __launch_bounds__(kThreads, 1) gemv_mma_ring_sm90_kernel(const __grid_constant__ GemvParams p) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  extern __shared__ __align__(16) std::uint8_t smem_raw[];
-  GemvMma<kOp, false, true>::run(p, smem_raw);
-#endif
-}
-
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -625,17 +521,6 @@ int gemv_mma_general_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_general_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_general_sm90_kernel<kOp>, p, grid, stream);
-}
-
-template <Operand kOp>
-int gemv_mma_ring_max_coresident_ctas(int device) {
-  static std::atomic<int> cached[64];
-  return coresident_ctas(&gemv_mma_ring_sm90_kernel<kOp>, device, cached);
-}
-
-template <Operand kOp>
-void launch_gemv_mma_ring_sm90(const GemvParams& p, int grid, void* stream) {
-  launch_cooperative(&gemv_mma_ring_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -106,9 +106,7 @@ int mma_pitch(std::int64_t bytes) {
 
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
 // GEMM2 pass).
-// `ring`: also GEMM1's lane-private ring (the ring kernel) past the partial sums, in as many
-// slots as fit up to kRingMaxSlots (ring_slots stays 0 below kRingMinSlots).
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool ring = false) {
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -140,18 +138,6 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool ring = false)
   if (L.cb_pass < 1 || part > avail) return gv::SmemLayout{};
   L.work_off = take(std::max(part, per_block * L.cb_pass));
   L.bytes = static_cast<int>(at);
-  if (ring) {
-    // GEMM2 takes the work region after the grid barrier, GEMM1 only its first `part` bytes: the
-    // ring lies past them and may overlap GEMM2's slot outputs.
-    const std::int64_t ring_off = L.work_off + part;
-    const std::int64_t per_slot = std::int64_t{gv::kWarps} * gv::kRingSlotBytes;
-    const std::int64_t slots = std::min<std::int64_t>(gv::kRingMaxSlots, (gv::kMmaSmemBytes - ring_off) / per_slot);
-    if (slots >= gv::kRingMinSlots) {
-      L.ring_off = static_cast<int>(ring_off);
-      L.ring_slots = static_cast<int>(slots);
-      L.bytes = static_cast<int>(std::max<std::int64_t>(at, ring_off + slots * per_slot));
-    }
-  }
   return L;
 }
 
@@ -209,19 +195,6 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
-// Whether the thread's last tensor-core GEMV launch took GEMM1's ring (gemv_last_ring).
-thread_local bool last_gemv_ring = false;
-
-// MOEKIT_GEMV_RING (read at every call): "1" runs the tensor-core kernel's GEMM1 through its
-// lane-private cp.async ring wherever one fits (the plain e4m3 / bf16 / fp16 kernel, 4+ slots of
-// shared memory), "0" or unset keeps the register rounds. Any other value is an error.
-bool gemv_ring_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kGemvRing);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
-  if (std::strcmp(v, "1") == 0) return true;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_RING = '") + v + "', expected 0 or 1");
-}
-
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -236,29 +209,23 @@ struct KernelFns {
 // (`general`: fp8_per_channel, w2 rows of N % 16 == 8 bytes) or its plain one (kernel_mma_sm90.cuh
 // says why); the CUDA-core kernel with GEMM2's one-round form (`fast`) or without.
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool ring = false) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast) {
   if (kind == detail::GemvKernel::kMma) {
     if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
       if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
     }
-    if (ring) return {&gv::gemv_mma_ring_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_ring_sm90<kOp>};
     return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
   if (fast) return {&gv::gemv_fast_max_coresident_ctas<kOp>, &gv::launch_gemv_fast_sm90<kOp>};
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
 }
 
-bool general_e4m3(const MoeProblem& p) {
-  return p.scheme != Scheme::kBf16 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
-}
-
-KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bool ring = false) {
+KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast) {
   const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
-  const bool general = general_e4m3(p);
+  const bool general = fp8 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
   if (fp8)
-    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, ring)
-               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, ring);
-  return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast, ring) : kernel_fns<gv::Operand::kBf16>(kind, false, fast, ring);
+    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast) : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast);
+  return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast) : kernel_fns<gv::Operand::kBf16>(kind, false, fast);
 }
 
 // MOEKIT_GEMV_ONE_ROUND=0 (read at every call; A/Bs and the bitwise test) keeps every call on the
@@ -340,7 +307,6 @@ const char* gemv_last_kernel() {
 }
 
 bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
-bool gemv_last_ring() { return last_gemv_ring; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -364,7 +330,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
-  const bool ring_wanted = gemv_ring_enabled();     // the same
   KernelFns fns = kernel_fns(kind, p, false);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
@@ -425,21 +390,8 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
-  // GEMM1's ring (MOEKIT_GEMV_RING=1): the plain tensor-core kernel's operands, where 4+ slots fit;
-  // the ring kernel's co-residency is the plain one's (one CTA an SM, the same opt-in maximum).
-  bool ring = false;
-  if (kind == detail::GemvKernel::kMma && !general_e4m3(p) && ring_wanted) {
-    const gv::SmemLayout R = mma_smem_layout(p, grid, true);
-    const KernelFns f = kernel_fns(kind, p, false, true);
-    if (R.ring_slots > 0 && f.coresident(dev) >= grid) {
-      kp.smem = R;
-      fns = f;
-      ring = true;
-    }
-  }
   last_gemv_kernel = kind;
   last_gemm2_fast = fast;
-  last_gemv_ring = ring;
   fns.launch(kp, grid, call.stream);
 }
 

@@ -53,18 +53,7 @@ struct SmemLayout {
   int x_pitch = 0;     // bytes a staged token row takes (64 mod 128: conflict-free fragment loads)
   int h_pitch = 0;     // bytes a staged h row takes (same rule)
   int cb_pass = 0;     // 16-column output blocks a GEMM2 pass covers
-  // The ring kernel only (gemv_mma_ring_sm90_kernel): GEMM1's lane-private cp.async ring, kWarps x
-  // ring_slots x kRingSlotBytes from ring_off (past GEMM1's partial sums in the work region, which
-  // GEMM2 reuses after the grid barrier); ring_slots 0: no ring fits.
-  int ring_off = 0;
-  int ring_slots = 0;
 };
-
-// The ring: a slot is one 64-byte k-block of a GEMM1 task's 4 rows (gate g, g + 8, up g, g + 8)
-// for the warp's 32 lanes; 4 or 5 slots a warp (3 or 4 k-blocks in flight).
-inline constexpr int kRingSlotBytes = 4 * 32 * 16;
-inline constexpr int kRingMinSlots = 4;
-inline constexpr int kRingMaxSlots = 5;
 
 struct GemvParams {
   const void* hidden;               // [M, K] activation dtype
@@ -127,12 +116,6 @@ template <Operand kOp>
 void launch_gemv_mma_general_sm90(const GemvParams& p, int grid, void* stream);
 template <Operand kOp>
 int gemv_mma_general_max_coresident_ctas(int device);
-
-// The ring instantiation (GEMM1 through a lane-private cp.async ring), same contract.
-template <Operand kOp>
-void launch_gemv_mma_ring_sm90(const GemvParams& p, int grid, void* stream);
-template <Operand kOp>
-int gemv_mma_ring_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.

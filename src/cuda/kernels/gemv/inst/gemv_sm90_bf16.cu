@@ -12,13 +12,10 @@ template void launch_gemv_fast_sm90<Operand::kBf16>(const GemvParams&, int, void
 template int gemv_fast_max_coresident_ctas<Operand::kBf16>(int);
 template void launch_gemv_mma_sm90<Operand::kBf16>(const GemvParams&, int, void*);
 template int gemv_mma_max_coresident_ctas<Operand::kBf16>(int);
-template void launch_gemv_mma_ring_sm90<Operand::kBf16>(const GemvParams&, int, void*);
-template int gemv_mma_ring_max_coresident_ctas<Operand::kBf16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(gemv_sm90_kernel<Operand::kBf16>);
 MOEKIT_REGISTER_KERNEL(gemv_fast_sm90_kernel<Operand::kBf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_sm90_kernel<Operand::kBf16>);
-MOEKIT_REGISTER_KERNEL(gemv_mma_ring_sm90_kernel<Operand::kBf16>);
 
 }  // namespace moekit::cuda::gemv

@@ -12,8 +12,6 @@ template void launch_gemv_fast_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, 
 template int gemv_fast_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 template void launch_gemv_mma_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, void*);
 template int gemv_mma_max_coresident_ctas<Operand::kE4m3Bf16>(int);
-template void launch_gemv_mma_ring_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, void*);
-template int gemv_mma_ring_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 template void launch_gemv_mma_general_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, void*);
 template int gemv_mma_general_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 
@@ -21,7 +19,6 @@ template int gemv_mma_general_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 MOEKIT_REGISTER_KERNEL(gemv_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_fast_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_sm90_kernel<Operand::kE4m3Bf16>);
-MOEKIT_REGISTER_KERNEL(gemv_mma_ring_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_general_sm90_kernel<Operand::kE4m3Bf16>);
 
 }  // namespace moekit::cuda::gemv
