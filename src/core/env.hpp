@@ -37,6 +37,7 @@ enum class EnvVar : int {
   kDecodeCluster,      // MOEKIT_DECODE_CLUSTER (cuda/kernels/decode/launch_sm90.cu)
   kDecodeWide,         // MOEKIT_DECODE_WIDE
   kGemvOneRound,       // MOEKIT_GEMV_ONE_ROUND (cuda/kernels/gemv/launch_sm90.cu)
+  kGemvWide,           // MOEKIT_GEMV_WIDE
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)

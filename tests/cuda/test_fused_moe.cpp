@@ -861,6 +861,66 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
+TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_GEMV_WIDE=1 runs fp8 calls of the tensor-core GEMV kernel with GEMM1 tasks of 32
+  // columns (rounds of one k-block, 8 tokens a pass) instead of 16 (rounds of two, 16 tokens): the
+  // same mmas a column in the same order, so the same bits. Shapes: K = 4096 (four k-blocks a
+  // warp), a K whose last k-block is partial (1040: 65 chunks), N not a multiple of 32 (48, 96: the
+  // last task's second tile past N), 24 tokens an expert (three passes of 8), M = 1, fp16
+  // activations; against the reference too. bf16 ignores the switch; a bad value is an error.
+  struct Variant {
+    DType act;
+    std::int64_t E, k, K, N, M;
+  };
+  const Variant variants[] = {
+      {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 2048, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
+      {DType::kBf16, 2, 2, 2048, 64, 24}, {DType::kFp16, 16, 4, 2048, 96, 8},
+  };
+  for (const Variant& v : variants) {
+    CaseSpec s = small_spec(Scheme::kFp8PerTensor);
+    s.act_dtype = v.act;
+    s.E = v.E;
+    s.k = v.k;
+    s.K = v.K;
+    s.N = v.N;
+    s.M = v.M;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    std::vector<std::uint16_t> a;
+    {
+      ScopedEnv off("MOEKIT_GEMV_WIDE", "0");
+      a = d.run(v.M, Mode::kFusedExperts, "gemv");
+      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
+      EXPECT_FALSE(cuda::gemv_last_wide()) << s.name();
+    }
+    ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
+    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(cuda::gemv_last_wide()) << s.name() << ": the wide kernel did not run";
+    EXPECT_TRUE(a == b) << s.name() << ": 32-column tasks differ from 16-column ones";
+    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(b == b2) << s.name() << ": the wide kernel is not bitwise reproducible";
+    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv wide"))
+        << s.name();
+  }
+  {
+    MoeCase c = make_case(small_spec(Scheme::kBf16));
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
+    d.run(2, Mode::kFusedExperts, "gemv");
+    EXPECT_FALSE(cuda::gemv_last_wide()) << "bf16 has no wide form";
+  }
+  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
+  DeviceCase d(c);
+  std::string what;
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  ScopedEnv bad("MOEKIT_GEMV_WIDE", "yes");
+  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+  EXPECT_NE(what.find("MOEKIT_GEMV_WIDE"), std::string::npos) << what;
+}
+
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

@@ -50,7 +50,13 @@ namespace moekit::cuda::gemv {
 // branches in one kernel, the fp8_per_tensor points on it measured 2-5 % slower (same-run grid at
 // 466afab against 306a423, before either existed), so launch_sm90.cu takes the plain kernel
 // wherever it can run the call.
-template <Operand kOp, bool kGeneral = false>
+//
+// kWide: GEMM1 tasks of 32 columns (two 16-row tiles of gate and of up rows) in rounds of one
+// k-block, with 8 tokens a pass: the same registers (8 loads of 16 bytes a lane a round, 16
+// accumulators) and the same mmas a column in the same order as the plain kernel (bitwise equal),
+// but a task carries twice the bytes to each per-task barrier and reduction. Where fp8's tasks of
+// 16 columns are two rounds a warp (K = 4096), those weigh twice per byte: docs/gemv.md.
+template <Operand kOp, bool kGeneral = false, bool kWide = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -59,8 +65,9 @@ struct GemvMma {
   static constexpr ::moekit::cuda::Operand kMma =
       kFp8 ? ::moekit::cuda::Operand::kE4m3
            : (std::is_same<W, __half>::value ? ::moekit::cuda::Operand::kF16 : ::moekit::cuda::Operand::kBf16);
-  static constexpr int kTg = kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
-  static constexpr int kRound1 = 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
+  static constexpr int kTg = kWide ? 1 : kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
+  static constexpr int kTiles = kWide ? 2 : 1;             // 16-column tiles of a GEMM1 task
+  static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
   static constexpr int kRound2 = 4;            // GEMM2: the same
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -118,7 +125,7 @@ struct GemvMma {
     // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
     const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
-    const int NB1 = static_cast<int>((N + 15) / 16);  // GEMM1 tasks of an expert (16 columns each)
+    const int NB1 = static_cast<int>((N + 16 * kTiles - 1) / (16 * kTiles));  // GEMM1 tasks of an expert
     constexpr int kTok = 8 * kTg;                     // tokens of one GEMM1 pass
 
     if (warp == 0) {
@@ -164,12 +171,12 @@ struct GemvMma {
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
-    float* part = work;  // [kWarps][2][16][kTok]
+    float* part = work;  // [kWarps][2 kTiles][16][kTok] (the same bytes in both forms)
     float hmax = 0.0f;
     // A pass's start: the staged rows of its tokens (t0 + 8 i + g of the expert's T, from entry b
     // of sorted) as this lane's B rows, and zero accumulators.
     auto start_pass = [&](int b, int T, int t0, const std::uint8_t* (&xrow)[kTg], bool (&xv)[kTg],
-                          float (&acc)[2][kTg][4]) {
+                          float (&acc)[2 * kTiles][kTg][4]) {
 #pragma unroll
       for (int i = 0; i < kTg; ++i) {
         const int tt = t0 + 8 * i + g;
@@ -177,7 +184,7 @@ struct GemvMma {
         xrow[i] = region + static_cast<std::int64_t>(xv[i] ? sorted[b + tt] / k : 0) * px;
       }
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+      for (int t = 0; t < 2 * kTiles; ++t)
 #pragma unroll
         for (int i = 0; i < kTg; ++i)
 #pragma unroll
@@ -185,27 +192,28 @@ struct GemvMma {
     };
     // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
     // and the activation, one (column, token) a thread; h to the workspace.
-    auto finish_pass = [&](const float (&acc)[2][kTg][4], int e, int cb, int b, int t0, int nt) {
-      // The warp's partial sums: part[warp][gate / up][row][token].
+    auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt) {
+      // The warp's partial sums: part[warp][tile * 2 + gate / up][row][token].
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+      for (int t = 0; t < 2 * kTiles; ++t)
 #pragma unroll
         for (int i = 0; i < kTg; ++i) {
-          float* pt = part + ((warp * 2 + t) * 16) * kTok + 8 * i + 2 * c;
+          float* pt = part + ((warp * 2 * kTiles + t) * 16) * kTok + 8 * i + 2 * c;
           *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
       __syncthreads();
       const float ws = kFp8 && !per_channel ? xscale * p.w13_scale[e] : 1.0f;
-      for (int o = tid; o < 16 * nt; o += kThreads) {
-        const int col = o & 15, tok = o >> 4;
-        const int cc = cb * 16 + col;
+      for (int o = tid; o < 16 * kTiles * nt; o += kThreads) {
+        const int col = o % (16 * kTiles), tok = o / (16 * kTiles);
+        const int cc = cb * 16 * kTiles + col;
         if (cc >= N) continue;
+        const int tr = (col >> 4) * 2, row = col & 15;  // the column's tile (gate plane), its row
         float gv = 0.0f, uv = 0.0f;
 #pragma unroll 4
         for (int w = 0; w < kWarps; ++w) {
-          gv += part[((w * 2 + 0) * 16 + col) * kTok + tok];
-          uv += part[((w * 2 + 1) * 16 + col) * kTok + tok];
+          gv += part[((w * 2 * kTiles + tr + 0) * 16 + row) * kTok + tok];
+          uv += part[((w * 2 * kTiles + tr + 1) * 16 + row) * kTok + tok];
         }
         const int slot = sorted[b + t0 + tok];
         if (kFp8 && per_channel) {  // the token's scale, then each output channel's weight scale
@@ -231,20 +239,25 @@ struct GemvMma {
     // unit's end) are issued before the mmas of the current one, so they are in flight through the
     // unit's partial-sum barrier and reduction: the SM's stream does not stop between tasks.
     const int R1 = (kw1 - kw0 + kRound1 - 1) / kRound1;  // rounds a unit takes this warp (0: none)
-    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4], bool& vlo, bool& vhi) {
+    // Tile j of task q: gate rows g, g + 8 and up rows g, g + 8 of its 16 columns (rp[4 j + 0..3]).
+    auto task_rows = [&](std::int64_t q, const std::uint8_t* (&rp)[4 * kTiles], bool (&vlo)[kTiles],
+                         bool (&vhi)[kTiles]) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
-      const int rlo = cb * 16 + g, rhi = rlo + 8;
-      vlo = rlo < N;
-      vhi = rhi < N;
       const std::uint8_t* ebase = w13 + static_cast<std::int64_t>(ue[u]) * 2 * N * row_bytes;
-      rp[0] = ebase + (vlo ? rlo : 0) * row_bytes;  // gate rows g, g + 8, up rows g, g + 8
-      rp[1] = ebase + (vhi ? rhi : 0) * row_bytes;
-      rp[2] = rp[0] + N * row_bytes;
-      rp[3] = rp[1] + N * row_bytes;
+#pragma unroll
+      for (int jt = 0; jt < kTiles; ++jt) {
+        const int rlo = (cb * kTiles + jt) * 16 + g, rhi = rlo + 8;
+        vlo[jt] = rlo < N;
+        vhi[jt] = rhi < N;
+        rp[4 * jt + 0] = ebase + (vlo[jt] ? rlo : 0) * row_bytes;
+        rp[4 * jt + 1] = ebase + (vhi[jt] ? rhi : 0) * row_bytes;
+        rp[4 * jt + 2] = rp[4 * jt + 0] + N * row_bytes;
+        rp[4 * jt + 3] = rp[4 * jt + 1] + N * row_bytes;
+      }
     };
-    auto issue1 = [&](uint4 (&a)[kRound1][4], std::int64_t q, int r) {
-      const std::uint8_t* rp[4];
-      bool vlo, vhi;
+    auto issue1 = [&](uint4 (&a)[kRound1][4 * kTiles], std::int64_t q, int r) {
+      const std::uint8_t* rp[4 * kTiles];
+      bool vlo[kTiles], vhi[kTiles];
       task_rows(q, rp, vlo, vhi);
 #pragma unroll
       for (int i = 0; i < kRound1; ++i) {
@@ -252,13 +265,16 @@ struct GemvMma {
         const int ch = kbi * 4 + c;
         const bool ok = kbi < kw1 && ch < cpr;
         const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        a[i][0] = ok && vlo ? sm90::ld_stream_16(rp[0] + off) : zero4();
-        a[i][1] = ok && vhi ? sm90::ld_stream_16(rp[1] + off) : zero4();
-        a[i][2] = ok && vlo ? sm90::ld_stream_16(rp[2] + off) : zero4();
-        a[i][3] = ok && vhi ? sm90::ld_stream_16(rp[3] + off) : zero4();
+#pragma unroll
+        for (int jt = 0; jt < kTiles; ++jt) {
+          a[i][4 * jt + 0] = ok && vlo[jt] ? sm90::ld_stream_16(rp[4 * jt + 0] + off) : zero4();
+          a[i][4 * jt + 1] = ok && vhi[jt] ? sm90::ld_stream_16(rp[4 * jt + 1] + off) : zero4();
+          a[i][4 * jt + 2] = ok && vlo[jt] ? sm90::ld_stream_16(rp[4 * jt + 2] + off) : zero4();
+          a[i][4 * jt + 3] = ok && vhi[jt] ? sm90::ld_stream_16(rp[4 * jt + 3] + off) : zero4();
+        }
       }
     };
-    uint4 cur[kRound1][4], nxt[kRound1][4];
+    uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
@@ -267,7 +283,7 @@ struct GemvMma {
         const int nt = min(kTok, T - t0);
         const std::uint8_t* xrow[kTg];
         bool xv[kTg];
-        float acc[2][kTg][4];
+        float acc[2 * kTiles][kTg][4];
         start_pass(b, T, t0, xrow, xv, acc);
         for (int r = 0; r < R1; ++r) {
           // The next round: this unit's, else the next pass's or the next task's first.
@@ -287,14 +303,17 @@ struct GemvMma {
             for (int gi = 0; gi < kTg; ++gi) {
               if (8 * gi >= nt) continue;
               const uint4 bx = ok && xv[gi] ? *reinterpret_cast<const uint4*>(xrow[gi] + ch * 16) : zero4();
-              mma_block(acc[0][gi], cur[i][0], cur[i][1], bx);
-              mma_block(acc[1][gi], cur[i][2], cur[i][3], bx);
+#pragma unroll
+              for (int jt = 0; jt < kTiles; ++jt) {
+                mma_block(acc[2 * jt + 0][gi], cur[i][4 * jt + 0], cur[i][4 * jt + 1], bx);
+                mma_block(acc[2 * jt + 1][gi], cur[i][4 * jt + 2], cur[i][4 * jt + 3], bx);
+              }
             }
           }
 #pragma unroll
           for (int i = 0; i < kRound1; ++i)
 #pragma unroll
-            for (int x = 0; x < 4; ++x) cur[i][x] = nxt[i][x];
+            for (int x = 0; x < 4 * kTiles; ++x) cur[i][x] = nxt[i][x];
         }
         finish_pass(acc, e, cb, b, t0, nt);
       }
@@ -499,6 +518,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_general_sm90_kernel(cons
 #endif
 }
 
+// The wide e4m3 kernel (GemvMma<kOp, false, true>): GEMM1 tasks of 32 columns.
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_mma_wide_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp, false, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -521,6 +549,17 @@ int gemv_mma_general_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_general_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_general_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_mma_wide_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_mma_wide_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_mma_wide_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_mma_wide_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -195,6 +195,19 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
+// Whether the thread's last tensor-core GEMV launch ran GEMM1 in tasks of 32 columns (gemv_last_wide).
+thread_local bool last_gemv_wide = false;
+
+// MOEKIT_GEMV_WIDE (read at every call): "1" runs fp8 calls on the tensor-core kernel's plain
+// e4m3 form with GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel), "0" or unset keeps tasks
+// of 16. Any other value is an error.
+bool gemv_wide_enabled() {
+  const char* v = detail::env_value(detail::EnvVar::kGemvWide);
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_WIDE = '") + v + "', expected 0 or 1");
+}
+
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -209,10 +222,11 @@ struct KernelFns {
 // (`general`: fp8_per_channel, w2 rows of N % 16 == 8 bytes) or its plain one (kernel_mma_sm90.cuh
 // says why); the CUDA-core kernel with GEMM2's one-round form (`fast`) or without.
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool wide = false) {
   if (kind == detail::GemvKernel::kMma) {
     if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
       if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
+      if (wide) return {&gv::gemv_mma_wide_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_wide_sm90<kOp>};
     }
     return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
@@ -220,11 +234,17 @@ KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast) {
   return {&gv::gemv_max_coresident_ctas<kOp>, &gv::launch_gemv_sm90<kOp>};
 }
 
-KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast) {
+bool general_e4m3(const MoeProblem& p) {
+  return p.scheme != Scheme::kBf16 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
+}
+
+// `wide`: the plain e4m3 kernel's 32-column GEMM1 tasks (fp8, not general; ignored otherwise).
+KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bool wide = false) {
   const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
-  const bool general = fp8 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
+  const bool general = general_e4m3(p);
   if (fp8)
-    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast) : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast);
+    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, wide)
+               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, wide);
   return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast) : kernel_fns<gv::Operand::kBf16>(kind, false, fast);
 }
 
@@ -307,6 +327,7 @@ const char* gemv_last_kernel() {
 }
 
 bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
+bool gemv_last_wide() { return last_gemv_wide; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -330,7 +351,9 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
-  KernelFns fns = kernel_fns(kind, p, false);
+  const bool wide_on = gemv_wide_enabled();         // the same
+  const bool wide = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && wide_on;
+  KernelFns fns = kernel_fns(kind, p, false, wide);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
@@ -392,6 +415,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
   last_gemv_kernel = kind;
   last_gemm2_fast = fast;
+  last_gemv_wide = wide;
   fns.launch(kp, grid, call.stream);
 }
 

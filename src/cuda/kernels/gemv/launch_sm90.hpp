@@ -45,6 +45,10 @@ const char* gemv_last_kernel();
 /// (gemv_fast_sm90_kernel; gemv_fast_gemm2 in launch_sm90.cu says where). Tests.
 bool gemv_last_gemm2_fast();
 
+/// Whether the thread's last run_gemv_sm90 ran the tensor-core kernel's GEMM1 in tasks of 32
+/// columns (gemv_mma_wide_sm90_kernel; MOEKIT_GEMV_WIDE=1 on fp8 calls of the plain kernel). Tests.
+bool gemv_last_wide();
+
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
 /// device_buffer[blockIdx.x * gemv::kPhaseWords + word] for the first max_ctas CTAs. Null turns
