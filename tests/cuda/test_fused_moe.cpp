@@ -866,8 +866,9 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   // MOEKIT_GEMV_WIDE=1 runs fp8 calls of the tensor-core GEMV kernel with GEMM1 tasks of 32
   // columns (rounds of one k-block, 8 tokens a pass) instead of 16 (rounds of two, 16 tokens): the
   // same mmas a column in the same order, so the same bits. Shapes: K = 4096 (four k-blocks a
-  // warp), a K whose last k-block is partial (1040: 65 chunks), N not a multiple of 32 (48, 96: the
-  // last task's second tile past N), 24 tokens an expert (three passes of 8), M = 1, fp16
+  // warp), a K whose last k-block is partial (1040: 65 chunks, warps of an odd k-block count, where
+  // the 16-column form's last round multiplies zeros), N not a multiple of 32 (48: the last task's
+  // second tile past N), 24 tokens an expert (three passes of 8 against 16 + 8), M = 1, fp16
   // activations; against the reference too. bf16 ignores the switch; a bad value is an error.
   struct Variant {
     DType act;
@@ -910,6 +911,7 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
     ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
     d.run(2, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
     EXPECT_FALSE(cuda::gemv_last_wide()) << "bf16 has no wide form";
   }
   MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));

@@ -15,8 +15,10 @@
 //   0. routing and token rows as the CUDA-core kernel (prologue.cuh; rows at a padded pitch: 64 mod 128 bytes,
 //      so a quarter warp's fragment loads of two rows hit different banks); GEMM2's slot groups
 //      (an expert's slots, 8 at a time) listed once;
-//   1. GEMM1: tasks (touched expert, 16 columns) split evenly over the CTAs; a CTA's 16 warps
-//      split a task's K, each keeps the gate and up accumulators of 8 x kMmaTokenGroups tokens,
+//   1. GEMM1: tasks (touched expert, 16 columns; 32 in the wide fp8 form) split evenly over the
+//      CTAs; a CTA's 16 warps split a task's K, each keeps the gate and up accumulators of
+//      8 x kMmaTokenGroups tokens (8 in the wide form, so an expert of 9-16 tokens reads its
+//      weights twice there, the second time mostly from L2),
 //      adds them to shared memory; then the CTA sums the warps in order and applies the fp8
 //      scales, router weight (on input), bias and activation: h to the workspace (bf16 / fp16:
 //      rounded to the activation dtype; fp8: fp32 and the CTA's absmax);
@@ -68,6 +70,9 @@ struct GemvMma {
   static constexpr int kTg = kWide ? 1 : kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kTiles = kWide ? 2 : 1;             // 16-column tiles of a GEMM1 task
   static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
+  // GEMM1's partial sums, [kWarps][2 kTiles][16][8 kTg] floats, fit the bytes the host sizes for
+  // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
+  static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
   static constexpr int kRound2 = 4;            // GEMM2: the same
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -165,7 +170,7 @@ struct GemvMma {
     __syncthreads();  // token rows staged, slots placed, slot groups listed
     stamp(kPhaseRouted);
 
-    // ---- 1. GEMM1: this CTA's tasks (expert, 16 columns), the warps splitting K ----
+    // ---- 1. GEMM1: this CTA's tasks (expert, 16 kTiles columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
     const int nkb = (cpr + 3) / 4;  // 64-byte k-blocks of a w13 row
     const int kw0 = nkb * warp / kWarps, kw1 = nkb * (warp + 1) / kWarps;
