@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "moekit/error.hpp"
+
 extern char** environ;
 
 namespace moekit::detail {
@@ -106,6 +108,14 @@ const char* env_name(EnvVar var) noexcept { return kEnvVarNames[static_cast<int>
 const char* env_value(EnvVar var) noexcept {
   const int i = static_cast<int>(var);
   return t_env.depth > 0 ? t_env.values[i] : std::getenv(kEnvVarNames[i]);
+}
+
+bool env_switch(EnvVar var, bool unset) {
+  const char* v = env_value(var);
+  if (v == nullptr || v[0] == '\0') return unset;
+  if (std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  throw Error(Status::kInvalidArgument, std::string(env_name(var)) + " = '" + v + "', expected 0 or 1");
 }
 
 EnvScope::EnvScope() noexcept {

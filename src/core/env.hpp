@@ -57,6 +57,10 @@ const char* env_name(EnvVar var) noexcept;
 /// std::getenv outside one. The pointer is the environment's own string, as getenv's is.
 const char* env_value(EnvVar var) noexcept;
 
+/// A 0 / 1 switch: `unset` when the variable is unset or empty, false for "0", true for "1"; any
+/// other value throws Error(kInvalidArgument) "NAME = 'value', expected 0 or 1".
+bool env_switch(EnvVar var, bool unset);
+
 /// Scans the environment once (the outermost scope of a thread only) and makes the snapshot
 /// current for env_value() on this thread until it ends. A scope opened inside another keeps the
 /// outer one's snapshot: a call's switches are read once, at its outermost entry. Setting a

@@ -206,6 +206,38 @@ TEST(CpuEnv, ScopeIsPerThread) {
 // Through the public API: MOEKIT_DEBUG_FAULTS makes a call with a bad id throw on the CPU backend;
 // switched between two calls, the second call follows it, and each call's scope ends with it
 // (returning or throwing).
+TEST(CpuEnv, SwitchTakesZeroOneOrItsDefault) {
+  // env_switch: unset or empty -> the default, "0" / "1" -> false / true, anything else an error
+  // naming the variable and the value.
+  for (bool unset : {false, true}) {
+    {
+      ScopedEnv v("MOEKIT_GEMV_WIDE", nullptr);
+      EXPECT_EQ(detail::env_switch(EnvVar::kGemvWide, unset), unset);
+    }
+    {
+      ScopedEnv v("MOEKIT_GEMV_WIDE", "");
+      EXPECT_EQ(detail::env_switch(EnvVar::kGemvWide, unset), unset);
+    }
+    {
+      ScopedEnv v("MOEKIT_GEMV_WIDE", "0");
+      EXPECT_FALSE(detail::env_switch(EnvVar::kGemvWide, unset));
+    }
+    {
+      ScopedEnv v("MOEKIT_GEMV_WIDE", "1");
+      const EnvScope scope;  // the snapshot gives the same answer
+      EXPECT_TRUE(detail::env_switch(EnvVar::kGemvWide, unset));
+    }
+  }
+  ScopedEnv bad("MOEKIT_GEMV_ONE_ROUND", "yes");
+  try {
+    detail::env_switch(EnvVar::kGemvOneRound, true);
+    ADD_FAILURE() << "a value other than 0 or 1 must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_GEMV_ONE_ROUND = 'yes'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CpuEnv, PublicCallsSeeASwitchSetBetweenThem) {
   CaseSpec s;
   s.M = 3;

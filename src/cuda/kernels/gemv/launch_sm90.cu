@@ -201,12 +201,7 @@ thread_local bool last_gemv_wide = false;
 // MOEKIT_GEMV_WIDE (read at every call): "1" runs fp8 calls on the tensor-core kernel's plain
 // e4m3 form with GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel), "0" or unset keeps tasks
 // of 16. Any other value is an error.
-bool gemv_wide_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kGemvWide);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
-  if (std::strcmp(v, "1") == 0) return true;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_WIDE = '") + v + "', expected 0 or 1");
-}
+bool gemv_wide_enabled() { return detail::env_switch(detail::EnvVar::kGemvWide, false); }
 
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
@@ -250,12 +245,7 @@ KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bo
 
 // MOEKIT_GEMV_ONE_ROUND=0 (read at every call; A/Bs and the bitwise test) keeps every call on the
 // plain CUDA-core kernel; unset or 1: gemv_fast_gemm2 decides. Any other value is an error.
-bool gemv_one_round_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kGemvOneRound);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return true;
-  if (std::strcmp(v, "0") == 0) return false;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_ONE_ROUND = '") + v + "', expected 0 or 1");
-}
+bool gemv_one_round_enabled() { return detail::env_switch(detail::EnvVar::kGemvOneRound, true); }
 
 // Where the CUDA-core kernel runs GEMM2 in its one-round form: a task's k x N chunks within one
 // round of loads (gv::one_round_chunks_per_lane) and at least gv::kOneRoundMinColumns output
