@@ -167,7 +167,11 @@ struct GemvMma {
     } else {
       sm90::cp_async_wait_all_groups();
     }
-    __syncthreads();  // token rows staged, slots placed, slot groups listed
+    if (tid == 0) {  // GEMM1's unit counters (finish_pass); scratch[0, kWarps + 2) is taken
+      reinterpret_cast<std::uint32_t*>(scratch)[kWarps + 2] = 0u;
+      reinterpret_cast<std::uint32_t*>(scratch)[kWarps + 3] = 0u;
+    }
+    __syncthreads();  // token rows staged, slots placed, slot groups listed, counters zero
     stamp(kPhaseRouted);
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 kTiles columns), the warps splitting K ----
@@ -195,9 +199,17 @@ struct GemvMma {
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
     };
-    // A pass's end: the warp's partial sums to shared memory, then the warps' sums in warp order
-    // and the activation, one (column, token) a thread; h to the workspace.
-    auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt) {
+    // A unit's end (unit n of the CTA, counted from 0): the warp's partial sums to shared memory
+    // once unit n - 1's are summed (`reduced` >= n), then it counts itself in (`arrived`) and goes on
+    // to its next unit. Warp n % kWarps alone waits for the other warps' sums (`arrived` >= kWarps
+    // (n + 1)), adds them in warp order and applies the activation, one (token, column) a lane (h to
+    // the workspace), and sets `reduced` = n + 1. No CTA barrier: a warp runs up to a unit ahead
+    // of the slowest one, and the sums cost one warp a unit instead of stopping all sixteen.
+    std::uint32_t* arrived = reinterpret_cast<std::uint32_t*>(scratch) + kWarps + 2;
+    std::uint32_t* reduced = arrived + 1;
+    auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt,
+                           std::uint32_t n) {
+      sm90::warp_wait_at_least(reduced, n);  // part free: unit n - 1 summed
       // The warp's partial sums: part[warp][tile * 2 + gate / up][row][token].
 #pragma unroll
       for (int t = 0; t < 2 * kTiles; ++t)
@@ -207,10 +219,15 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
-      __syncthreads();
+      __syncwarp();
+      if (lane == 0) sm90::red_release_add_cta_shared(arrived, 1u);
+      if (static_cast<std::uint32_t>(warp) != n % kWarps) return;
+      sm90::warp_wait_at_least(arrived, kWarps * (n + 1));  // every warp's sums of unit n
       const float ws = kFp8 && !per_channel ? xscale * p.w13_scale[e] : 1.0f;
-      for (int o = tid; o < 16 * kTiles * nt; o += kThreads) {
-        const int col = o % (16 * kTiles), tok = o / (16 * kTiles);
+      // Tokens fastest: a lane's 16 loads of a column hit the rows of part 2-way at worst (8
+      // tokens), where columns fastest would be 16-way; the order of each sum is unchanged.
+      for (int o = lane; o < 16 * kTiles * nt; o += 32) {
+        const int tok = o % nt, col = o / nt;
         const int cc = cb * 16 * kTiles + col;
         if (cc >= N) continue;
         const int tr = (col >> 4) * 2, row = col & 15;  // the column's tile (gate plane), its row
@@ -237,7 +254,8 @@ struct GemvMma {
           reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
         }
       }
-      __syncthreads();  // part free again
+      __syncwarp();
+      if (lane == 0) sm90::st_release_cta_shared(reduced, n + 1);  // part free again
     };
     // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
     // k-blocks over its K range. The loads of the next round (the next unit's first one at a
@@ -281,6 +299,7 @@ struct GemvMma {
     };
     uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
+    std::uint32_t unit = 0;  // the CTA's units in order, the same count in every warp
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
@@ -320,7 +339,7 @@ struct GemvMma {
 #pragma unroll
             for (int x = 0; x < 4 * kTiles; ++x) cur[i][x] = nxt[i][x];
         }
-        finish_pass(acc, e, cb, b, t0, nt);
+        finish_pass(acc, e, cb, b, t0, nt, unit++);
       }
     }
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
