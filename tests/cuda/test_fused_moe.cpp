@@ -869,7 +869,9 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   // warp), a K whose last k-block is partial (1040: 65 chunks, warps of an odd k-block count, where
   // the 16-column form's last round multiplies zeros), N not a multiple of 32 (48: the last task's
   // second tile past N), 24 tokens an expert (three passes of 8 against 16 + 8), M = 1, fp16
-  // activations; against the reference too. bf16 ignores the switch; a bad value is an error.
+  // activations; against the reference too. Unset, the rule takes the wide form at K <= 2048 and
+  // M >= 4 (here: the K = 2048, M = 24 and fp16 M = 8 shapes). bf16 ignores the switch; a bad
+  // value is an error.
   struct Variant {
     DType act;
     std::int64_t E, k, K, N, M;
@@ -895,6 +897,13 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
       a = d.run(v.M, Mode::kFusedExperts, "gemv");
       EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
       EXPECT_FALSE(cuda::gemv_last_wide()) << s.name();
+    }
+    {
+      // Unset, the rule: 32-column tasks where w13 rows are at most 2048 bytes and M >= 4.
+      ScopedEnv unset("MOEKIT_GEMV_WIDE", nullptr);
+      const std::vector<std::uint16_t> r = d.run(v.M, Mode::kFusedExperts, "gemv");
+      EXPECT_EQ(cuda::gemv_last_wide(), v.K <= 2048 && v.M >= 4) << s.name() << ": the default rule";
+      EXPECT_TRUE(r == a) << s.name() << ": the default form differs from 16-column tasks";
     }
     ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
     const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");

@@ -183,28 +183,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-// ---- cta-scope counters in shared memory (hand-offs between the warps of a CTA) ----
-// One lane of a warp publishes with the release after a __syncwarp (the warp's earlier shared
-// stores are ordered before it); a waiter's lane spins on the acquire load, then __syncwarp.
-__device__ __forceinline__ std::uint32_t ld_acquire_cta_shared(const std::uint32_t* p) {
-  std::uint32_t v;
-  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_cta_shared(std::uint32_t* p, std::uint32_t v) {
-  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
-}
-__device__ __forceinline__ void red_release_add_cta_shared(std::uint32_t* p, std::uint32_t v) {
-  asm volatile("red.release.cta.shared::cta.add.u32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
-}
-// Spin (lane 0 of the calling warp) until *p >= v, then the whole warp goes on.
-__device__ __forceinline__ void warp_wait_at_least(const std::uint32_t* p, std::uint32_t v) {
-  if ((threadIdx.x & 31) == 0) {
-    while (ld_acquire_cta_shared(p) < v) __nanosleep(32);
-  }
-  __syncwarp();
-}
-
 // ---- gpu-scope counters in global memory (grid-wide producer / consumer hand-offs) ----
 __device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {
   std::uint32_t v;

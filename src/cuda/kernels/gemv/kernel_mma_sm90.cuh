@@ -70,6 +70,7 @@ struct GemvMma {
   static constexpr int kTg = kWide ? 1 : kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kTiles = kWide ? 2 : 1;             // 16-column tiles of a GEMM1 task
   static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
+  static constexpr bool kDecoupled = !kFp8;                 // GEMM1's units without CTA barriers (finish_pass)
   // GEMM1's partial sums, [kWarps][2 kTiles][16][8 kTg] floats, fit the bytes the host sizes for
   // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
   static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
@@ -167,11 +168,11 @@ struct GemvMma {
     } else {
       sm90::cp_async_wait_all_groups();
     }
-    if (tid == 0) {  // GEMM1's unit counters (finish_pass); scratch[0, kWarps + 2) is taken
-      reinterpret_cast<std::uint32_t*>(scratch)[kWarps + 2] = 0u;
-      reinterpret_cast<std::uint32_t*>(scratch)[kWarps + 3] = 0u;
+    if (kDecoupled && tid == 0) {  // GEMM1's unit barriers (finish_pass); scratch[0, kWarps + 2) is taken
+      sm90::mbar_init(sm90::smem_addr(scratch + kWarps + 2), kThreads);  // filled: every lane a unit
+      sm90::mbar_init(sm90::smem_addr(scratch + kWarps + 4), 32);        // freed: the reducing warp
     }
-    __syncthreads();  // token rows staged, slots placed, slot groups listed, counters zero
+    __syncthreads();  // token rows staged, slots placed, slot groups listed, unit barriers set
     stamp(kPhaseRouted);
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 kTiles columns), the warps splitting K ----
@@ -199,17 +200,24 @@ struct GemvMma {
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[t][i][r] = 0.0f;
     };
-    // A unit's end (unit n of the CTA, counted from 0): the warp's partial sums to shared memory
-    // once unit n - 1's are summed (`reduced` >= n), then it counts itself in (`arrived`) and goes on
-    // to its next unit. Warp n % kWarps alone waits for the other warps' sums (`arrived` >= kWarps
-    // (n + 1)), adds them in warp order and applies the activation, one (token, column) a lane (h to
-    // the workspace), and sets `reduced` = n + 1. No CTA barrier: a warp runs up to a unit ahead
-    // of the slowest one, and the sums cost one warp a unit instead of stopping all sixteen.
-    std::uint32_t* arrived = reinterpret_cast<std::uint32_t*>(scratch) + kWarps + 2;
-    std::uint32_t* reduced = arrived + 1;
+    // A unit's end (unit n of the CTA, counted from 0): the warps' partial sums to shared memory,
+    // then their sum in warp order and the activation, one (token, column) a thread: h to the
+    // workspace. Two forms:
+    //   kDecoupled (bf16 / fp16): no CTA barrier. A warp writes its sums once unit n - 1's are
+    //     summed (mbarrier `freed`, one phase a unit) and counts itself in (mbarrier `filled`,
+    //     every lane arrives) and goes on to its next unit; warp n % kWarps alone waits for unit
+    //     n's sums, reduces them over its lanes and arrives on `freed`. A warp runs up to a unit
+    //     ahead of the slowest one, and the sums cost one warp instead of stopping all sixteen;
+    //   else (e4m3): a CTA barrier before the sums and one after, the sums over all threads. With
+    //     fp8's shorter units (half the rounds a warp) the decoupled form measured 0.95-0.96x at
+    //     qwen3-30b TP8 (docs/gemv.md, session 31).
+    // Tokens fastest over the threads: a thread's 16 loads of a column hit part's rows 2-way at
+    // worst (8 tokens), where columns fastest were 16-way; the order of each sum is the same.
+    const std::uint32_t filled = sm90::smem_addr(reinterpret_cast<std::uint64_t*>(scratch + kWarps + 2));
+    const std::uint32_t freed = filled + 8;
     auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt,
                            std::uint32_t n) {
-      sm90::warp_wait_at_least(reduced, n);  // part free: unit n - 1 summed
+      if constexpr (kDecoupled) sm90::mbar_wait(freed, (n - 1u) & 1u);  // part free (unit 0: at once)
       // The warp's partial sums: part[warp][tile * 2 + gate / up][row][token].
 #pragma unroll
       for (int t = 0; t < 2 * kTiles; ++t)
@@ -219,14 +227,18 @@ struct GemvMma {
           *reinterpret_cast<float2*>(pt + g * kTok) = make_float2(acc[t][i][0], acc[t][i][1]);
           *reinterpret_cast<float2*>(pt + (g + 8) * kTok) = make_float2(acc[t][i][2], acc[t][i][3]);
         }
-      __syncwarp();
-      if (lane == 0) sm90::red_release_add_cta_shared(arrived, 1u);
-      if (static_cast<std::uint32_t>(warp) != n % kWarps) return;
-      sm90::warp_wait_at_least(arrived, kWarps * (n + 1));  // every warp's sums of unit n
+      int first = tid, stride = kThreads;
+      if constexpr (kDecoupled) {
+        sm90::mbar_arrive(filled);
+        if (static_cast<std::uint32_t>(warp) != n % kWarps) return;
+        sm90::mbar_wait(filled, n & 1u);  // every warp's sums of unit n
+        first = lane;
+        stride = 32;
+      } else {
+        __syncthreads();
+      }
       const float ws = kFp8 && !per_channel ? xscale * p.w13_scale[e] : 1.0f;
-      // Tokens fastest: a lane's 16 loads of a column hit the rows of part 2-way at worst (8
-      // tokens), where columns fastest would be 16-way; the order of each sum is unchanged.
-      for (int o = lane; o < 16 * kTiles * nt; o += 32) {
+      for (int o = first; o < 16 * kTiles * nt; o += stride) {
         const int tok = o % nt, col = o / nt;
         const int cc = cb * 16 * kTiles + col;
         if (cc >= N) continue;
@@ -254,8 +266,11 @@ struct GemvMma {
           reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
         }
       }
-      __syncwarp();
-      if (lane == 0) sm90::st_release_cta_shared(reduced, n + 1);  // part free again
+      if constexpr (kDecoupled) {
+        sm90::mbar_arrive(freed);  // part free again
+      } else {
+        __syncthreads();
+      }
     };
     // The CTA's units are (task q, pass t0) in order; a unit is this warp's rounds of kRound1
     // k-blocks over its K range. The loads of the next round (the next unit's first one at a

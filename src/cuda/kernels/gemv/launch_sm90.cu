@@ -198,10 +198,19 @@ std::atomic<int> g_phase_ctas{0};
 // Whether the thread's last tensor-core GEMV launch ran GEMM1 in tasks of 32 columns (gemv_last_wide).
 thread_local bool last_gemv_wide = false;
 
-// MOEKIT_GEMV_WIDE (read at every call): "1" runs fp8 calls on the tensor-core kernel's plain
-// e4m3 form with GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel), "0" or unset keeps tasks
-// of 16. Any other value is an error.
-bool gemv_wide_enabled() { return detail::env_switch(detail::EnvVar::kGemvWide, false); }
+// GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel) for an fp8 call on the tensor-core
+// kernel's plain e4m3 form: where w13 rows are at most 2048 bytes (a 16-column task is then one
+// round of two k-blocks a warp, so its per-task sums weigh on every round) and M >= 4. Measured
+// twice, same-run (docs/gemv.md, session 31): qwen3-30b TP8 (K = 2048) M = 4, 8, 16 1.04-1.13x,
+// M = 2 0.97-0.98x; at K = 4096 and 7168 (qwen3-235b, mixtral, deepseek-v3 TP8) 0.94-1.07x, most
+// points lower (half the tasks a CTA: the grid's last CTAs carry a larger share).
+// MOEKIT_GEMV_WIDE (read at every call): "1" takes the wide form for every such fp8 call, "0"
+// never; unset, the rule. Any other value is an error.
+bool gemv_wide(const MoeProblem& p) {
+  const char* v = detail::env_value(detail::EnvVar::kGemvWide);
+  if (v != nullptr && v[0] != '\0') return detail::env_switch(detail::EnvVar::kGemvWide, false);
+  return p.hidden_size <= 2048 && p.num_tokens >= 4;
+}
 
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
@@ -341,7 +350,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool ok = kind == detail::GemvKernel::kMma ? can_implement_mma_kernel(p, &why) : can_implement_cuda_kernel(p, &why);
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
-  const bool wide_on = gemv_wide_enabled();         // the same
+  const bool wide_on = gemv_wide(p);                // the same
   const bool wide = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && wide_on;
   KernelFns fns = kernel_fns(kind, p, false, wide);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
