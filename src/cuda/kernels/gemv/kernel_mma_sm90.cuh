@@ -19,9 +19,11 @@
 //      CTAs; a CTA's 16 warps split a task's K, each keeps the gate and up accumulators of
 //      8 x kMmaTokenGroups tokens (8 in the wide form, so an expert of 9-16 tokens reads its
 //      weights twice there, the second time mostly from L2),
-//      adds them to shared memory; then the CTA sums the warps in order and applies the fp8
-//      scales, router weight (on input), bias and activation: h to the workspace (bf16 / fp16:
-//      rounded to the activation dtype; fp8: fp32 and the CTA's absmax);
+//      adds them to shared memory; then the warps' sums in warp order, the fp8 scales, router
+//      weight (on input), bias and activation: h to the workspace (bf16 / fp16: rounded to the
+//      activation dtype; fp8: fp32 and the CTA's absmax). bf16 / fp16: one warp a unit sums it
+//      behind two mbarriers while the others go on; e4m3: the whole CTA between two barriers
+//      (finish_pass says why);
 //   2. the grid barrier;
 //   3. GEMM2: CTA j owns 16-column blocks [CB j / G, CB (j + 1) / G) of the output. It stages
 //      every slot's h (activation dtype, or e4m3 with the intermediate scale), and runs a warp
