@@ -72,7 +72,7 @@ struct GemvMma {
   static constexpr int kTg = kWide ? 1 : kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kTiles = kWide ? 2 : 1;             // 16-column tiles of a GEMM1 task
   static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
-  static constexpr bool kDecoupled = true;                  // GEMM1's units without CTA barriers (finish_pass; e4m3 on trial)
+  static constexpr bool kDecoupled = !kFp8;                 // GEMM1's units without CTA barriers (finish_pass)
   // GEMM1's partial sums, [kWarps][2 kTiles][16][8 kTg] floats, fit the bytes the host sizes for
   // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
   static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
