@@ -38,6 +38,7 @@ enum class EnvVar : int {
   kDecodeWide,         // MOEKIT_DECODE_WIDE
   kGemvOneRound,       // MOEKIT_GEMV_ONE_ROUND (cuda/kernels/gemv/launch_sm90.cu)
   kGemvWide,           // MOEKIT_GEMV_WIDE
+  kGemvFp8Decoupled,   // MOEKIT_GEMV_FP8_DECOUPLED
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)

@@ -932,6 +932,81 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   EXPECT_NE(what.find("MOEKIT_GEMV_WIDE"), std::string::npos) << what;
 }
 
+TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_GEMV_FP8_DECOUPLED=1 runs fp8 calls of the tensor-core GEMV kernel's plain e4m3 form
+  // with GEMM1's units on two mbarriers (one warp sums a unit while the others go on) instead of
+  // two CTA barriers a unit: the same sums in the same order, so the same bits. Shapes: K = 4096,
+  // a partial last k-block (K = 1040), 24 tokens an expert (two passes), M = 1, fp16 activations,
+  // and 64 experts x 32 tasks (about 16 units a CTA: the reducing warp goes round all 16 warps and
+  // both barriers turn many phases); against the reference too. The wide form (K <= 2048 and
+  // M >= 4 by default) and bf16 ignore the switch; a bad value is an error.
+  struct Variant {
+    DType act;
+    std::int64_t E, k, K, N, M;
+  };
+  const Variant variants[] = {
+      {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
+      {DType::kBf16, 2, 2, 4096, 64, 24}, {DType::kFp16, 16, 4, 4096, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
+  };
+  ScopedEnv wide_off("MOEKIT_GEMV_WIDE", "0");
+  for (const Variant& v : variants) {
+    CaseSpec s = small_spec(Scheme::kFp8PerTensor);
+    s.act_dtype = v.act;
+    s.E = v.E;
+    s.k = v.k;
+    s.K = v.K;
+    s.N = v.N;
+    s.M = v.M;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    std::vector<std::uint16_t> a;
+    {
+      ScopedEnv off("MOEKIT_GEMV_FP8_DECOUPLED", nullptr);
+      a = d.run(v.M, Mode::kFusedExperts, "gemv");
+      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
+      EXPECT_FALSE(cuda::gemv_last_decoupled()) << s.name() << ": unset keeps the CTA barriers";
+    }
+    ScopedEnv on("MOEKIT_GEMV_FP8_DECOUPLED", "1");
+    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(cuda::gemv_last_decoupled()) << s.name() << ": the decoupled kernel did not run";
+    EXPECT_TRUE(a == b) << s.name() << ": GEMM1 units on mbarriers differ from units on CTA barriers";
+    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(b == b2) << s.name() << ": the decoupled kernel is not bitwise reproducible";
+    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv decoupled"))
+        << s.name();
+  }
+  {
+    CaseSpec s = small_spec(Scheme::kFp8PerTensor);
+    s.K = 2048;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
+    ScopedEnv on("MOEKIT_GEMV_FP8_DECOUPLED", "1");
+    d.run(4, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(cuda::gemv_last_wide());
+    EXPECT_FALSE(cuda::gemv_last_decoupled()) << "the wide form keeps its barriers";
+  }
+  {
+    MoeCase c = make_case(small_spec(Scheme::kBf16));
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    ScopedEnv on("MOEKIT_GEMV_FP8_DECOUPLED", "1");
+    d.run(2, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
+    EXPECT_FALSE(cuda::gemv_last_decoupled()) << "bf16 has one form (always on mbarriers)";
+  }
+  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
+  DeviceCase d(c);
+  std::string what;
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  ScopedEnv bad("MOEKIT_GEMV_FP8_DECOUPLED", "yes");
+  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+  EXPECT_NE(what.find("MOEKIT_GEMV_FP8_DECOUPLED"), std::string::npos) << what;
+}
+
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

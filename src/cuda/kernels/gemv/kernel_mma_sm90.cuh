@@ -60,7 +60,13 @@ namespace moekit::cuda::gemv {
 // accumulators) and the same mmas a column in the same order as the plain kernel (bitwise equal),
 // but a task carries twice the bytes to each per-task barrier and reduction. Where fp8's tasks of
 // 16 columns are two rounds a warp (K = 4096), those weigh twice per byte: docs/gemv.md.
-template <Operand kOp, bool kGeneral = false, bool kWide = false>
+//
+// kE4m3Decoupled: the plain e4m3 form with GEMM1's units on the mbarriers of the bf16 / fp16 forms
+// (finish_pass) instead of two CTA barriers a unit; the same sums in the same order (bitwise
+// equal). Measured as the only e4m3 form (05d3c32 against 5b54c61, docs/gemv.md session 31):
+// 1.02-1.085x at K >= 4096, M = 2..8, 0.97-0.99x at M = 1 and at K = 2048; its own kernel
+// (MOEKIT_GEMV_FP8_DECOUPLED=1) until a rule is measured.
+template <Operand kOp, bool kGeneral = false, bool kWide = false, bool kE4m3Decoupled = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -72,7 +78,8 @@ struct GemvMma {
   static constexpr int kTg = kWide ? 1 : kMmaTokenGroups;  // token groups of 8 a GEMM1 pass carries
   static constexpr int kTiles = kWide ? 2 : 1;             // 16-column tiles of a GEMM1 task
   static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
-  static constexpr bool kDecoupled = !kFp8;                 // GEMM1's units without CTA barriers (finish_pass)
+  static constexpr bool kDecoupled = !kFp8 || kE4m3Decoupled;  // GEMM1's units without CTA barriers (finish_pass)
+  static_assert(!kE4m3Decoupled || (kFp8 && !kGeneral && !kWide), "the decoupled e4m3 form is the plain one");
   // GEMM1's partial sums, [kWarps][2 kTiles][16][8 kTg] floats, fit the bytes the host sizes for
   // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
   static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
@@ -568,6 +575,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_wide_sm90_kernel(const _
 #endif
 }
 
+// The plain e4m3 kernel with GEMM1's units on mbarriers (GemvMma<kOp, false, false, true>).
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_mma_decoupled_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp, false, false, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -601,6 +617,17 @@ int gemv_mma_wide_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_wide_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_wide_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_mma_decoupled_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_mma_decoupled_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_mma_decoupled_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_mma_decoupled_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

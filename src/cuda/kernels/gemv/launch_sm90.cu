@@ -195,8 +195,10 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 // Phase timer buffer (set_gemv_phase_buffer; null = off).
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
-// Whether the thread's last tensor-core GEMV launch ran GEMM1 in tasks of 32 columns (gemv_last_wide).
+// Whether the thread's last tensor-core GEMV launch ran GEMM1 in tasks of 32 columns (gemv_last_wide),
+// on its decoupled e4m3 form (gemv_last_decoupled).
 thread_local bool last_gemv_wide = false;
+thread_local bool last_gemv_decoupled = false;
 
 // GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel) for an fp8 call on the tensor-core
 // kernel's plain e4m3 form: where w13 rows are at most 2048 bytes (a 16-column task is then one
@@ -212,6 +214,13 @@ bool gemv_wide(const MoeProblem& p) {
   return p.hidden_size <= 2048 && p.num_tokens >= 4;
 }
 
+// MOEKIT_GEMV_FP8_DECOUPLED=1 (read at every call) runs fp8 calls of the tensor-core kernel's plain
+// e4m3 form (not the wide one) with GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel);
+// "0" or unset keeps its CTA barriers, until a same-run A/B of this kernel gives the rule
+// (kernel_mma_sm90.cuh: 1.02-1.085x at K >= 4096, M = 2..8 as the only e4m3 form). Any other
+// value is an error.
+bool gemv_fp8_decoupled_enabled() { return detail::env_switch(detail::EnvVar::kGemvFp8Decoupled, false); }
+
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -226,11 +235,13 @@ struct KernelFns {
 // (`general`: fp8_per_channel, w2 rows of N % 16 == 8 bytes) or its plain one (kernel_mma_sm90.cuh
 // says why); the CUDA-core kernel with GEMM2's one-round form (`fast`) or without.
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool wide = false) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool wide = false, bool decoupled = false) {
   if (kind == detail::GemvKernel::kMma) {
     if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
       if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
       if (wide) return {&gv::gemv_mma_wide_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_wide_sm90<kOp>};
+      if (decoupled)
+        return {&gv::gemv_mma_decoupled_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_decoupled_sm90<kOp>};
     }
     return {&gv::gemv_mma_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_sm90<kOp>};
   }
@@ -242,13 +253,15 @@ bool general_e4m3(const MoeProblem& p) {
   return p.scheme != Scheme::kBf16 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
 }
 
-// `wide`: the plain e4m3 kernel's 32-column GEMM1 tasks (fp8, not general; ignored otherwise).
-KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bool wide = false) {
+// `wide`: the plain e4m3 kernel's 32-column GEMM1 tasks; else `decoupled`: its GEMM1 units on
+// mbarriers (fp8, not general; both ignored otherwise).
+KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bool wide = false,
+                     bool decoupled = false) {
   const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
   const bool general = general_e4m3(p);
   if (fp8)
-    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, wide)
-               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, wide);
+    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, wide, decoupled)
+               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, wide, decoupled);
   return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast) : kernel_fns<gv::Operand::kBf16>(kind, false, fast);
 }
 
@@ -327,6 +340,7 @@ const char* gemv_last_kernel() {
 
 bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
 bool gemv_last_wide() { return last_gemv_wide; }
+bool gemv_last_decoupled() { return last_gemv_decoupled; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -352,7 +366,9 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   const bool wide_on = gemv_wide(p);                // the same
   const bool wide = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && wide_on;
-  KernelFns fns = kernel_fns(kind, p, false, wide);
+  const bool decoupled_on = gemv_fp8_decoupled_enabled();  // the same
+  const bool decoupled = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && !wide && decoupled_on;
+  KernelFns fns = kernel_fns(kind, p, false, wide, decoupled);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
@@ -415,6 +431,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   last_gemv_kernel = kind;
   last_gemm2_fast = fast;
   last_gemv_wide = wide;
+  last_gemv_decoupled = decoupled;
   fns.launch(kp, grid, call.stream);
 }
 

@@ -49,6 +49,10 @@ bool gemv_last_gemm2_fast();
 /// columns (gemv_mma_wide_sm90_kernel; MOEKIT_GEMV_WIDE=1 on fp8 calls of the plain kernel). Tests.
 bool gemv_last_wide();
 
+/// Whether the thread's last run_gemv_sm90 ran the tensor-core kernel's plain e4m3 form with
+/// GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel; MOEKIT_GEMV_FP8_DECOUPLED=1). Tests.
+bool gemv_last_decoupled();
+
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
 /// device_buffer[blockIdx.x * gemv::kPhaseWords + word] for the first max_ctas CTAs. Null turns

@@ -122,6 +122,11 @@ template <Operand kOp>
 void launch_gemv_mma_wide_sm90(const GemvParams& p, int grid, void* stream);
 template <Operand kOp>
 int gemv_mma_wide_max_coresident_ctas(int device);
+// Its decoupled e4m3 instantiation (GEMM1's units on mbarriers; plain e4m3 only), same contract.
+template <Operand kOp>
+void launch_gemv_mma_decoupled_sm90(const GemvParams& p, int grid, void* stream);
+template <Operand kOp>
+int gemv_mma_decoupled_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.
