@@ -220,8 +220,10 @@ struct GemvMma {
     //   else (e4m3): a CTA barrier before the sums and one after, the sums over all threads. With
     //     fp8's shorter units (half the rounds a warp) the decoupled form measured 0.95-0.96x at
     //     qwen3-30b TP8 (docs/gemv.md, session 31).
-    // Tokens fastest over the threads: a thread's 16 loads of a column hit part's rows 2-way at
-    // worst (8 tokens), where columns fastest were 16-way; the order of each sum is the same.
+    // Tokens fastest over the threads: a warp's load of part hits its banks 1-2-way from 8 tokens
+    // a unit (4 in the wide form), where columns fastest were 8-way; at 1-2 tokens still 8-way.
+    // The order of each sum is the same.
+    static_assert((kWarps + 2) % 2 == 0 && kWarps + 6 <= 64, "the unit mbarriers: 8-byte aligned, inside scratch's 64 words");
     const std::uint32_t filled = sm90::smem_addr(reinterpret_cast<std::uint64_t*>(scratch + kWarps + 2));
     const std::uint32_t freed = filled + 8;
     auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt,
@@ -323,7 +325,9 @@ struct GemvMma {
     };
     uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
-    std::uint32_t unit = 0;  // the CTA's units in order, the same count in every warp
+    // The CTA's units in order: every thread runs finish_pass for every unit (the mbarriers count
+    // each thread's arrival once a unit), so nothing in this loop may skip a unit in some warps.
+    std::uint32_t unit = 0;
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
@@ -368,6 +372,7 @@ struct GemvMma {
     }
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
+    if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
