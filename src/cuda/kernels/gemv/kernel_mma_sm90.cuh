@@ -212,14 +212,14 @@ struct GemvMma {
     // A unit's end (unit n of the CTA, counted from 0): the warps' partial sums to shared memory,
     // then their sum in warp order and the activation, one (token, column) a thread: h to the
     // workspace. Two forms:
-    //   kDecoupled (bf16 / fp16): no CTA barrier. A warp writes its sums once unit n - 1's are
+    //   kDecoupled (bf16 / fp16; e4m3 in its decoupled kernel): no CTA barrier. A warp writes its sums once unit n - 1's are
     //     summed (mbarrier `freed`, one phase a unit) and counts itself in (mbarrier `filled`,
     //     every lane arrives) and goes on to its next unit; warp n % kWarps alone waits for unit
     //     n's sums, reduces them over its lanes and arrives on `freed`. A warp runs up to a unit
     //     ahead of the slowest one, and the sums cost one warp instead of stopping all sixteen;
-    //   else (e4m3): a CTA barrier before the sums and one after, the sums over all threads. With
-    //     fp8's shorter units (half the rounds a warp) the decoupled form measured 0.95-0.96x at
-    //     qwen3-30b TP8 (docs/gemv.md, session 31).
+    //   else (the plain, wide and general e4m3 kernels): a CTA barrier before the sums and one
+    //     after, the sums over all threads. With fp8's shorter units (half the rounds a warp) the
+    //     decoupled form measured 0.97-0.99x at M = 1 and at qwen3-30b TP8 (docs/gemv.md, session 31).
     // Tokens fastest over the threads: a warp's load of part hits its banks 1-2-way from 8 tokens
     // a unit (4 in the wide form), where columns fastest were 8-way; at 1-2 tokens still 8-way.
     // The order of each sum is the same.
