@@ -861,6 +861,49 @@ TEST(Sm90Dispatch, GemvGemm2OneRoundFormMatchesReference) {
   EXPECT_NE(what.find("MOEKIT_GEMV_ONE_ROUND"), std::string::npos) << what;
 }
 
+// The fp8 GEMV kernel forms behind a 0 / 1 switch (MOEKIT_GEMV_WIDE, MOEKIT_GEMV_FP8_DECOUPLED):
+// one shape of their tests, the small fp8_per_tensor case at these sizes.
+struct GemvFormShape {
+  DType act;
+  std::int64_t E, k, K, N, M;
+};
+
+CaseSpec gemv_form_spec(const GemvFormShape& v) {
+  CaseSpec s = small_spec(Scheme::kFp8PerTensor);
+  s.act_dtype = v.act;
+  s.E = v.E;
+  s.k = v.k;
+  s.K = v.K;
+  s.N = v.N;
+  s.M = v.M;
+  return s;
+}
+
+// With `var` = "1": the form ran (`ran`), gives `a`'s bits (the other form's output), again on a
+// second call, and matches the reference.
+void expect_gemv_form(MoeCase& c, DeviceCase& d, const std::vector<std::uint16_t>& a, const char* var,
+                      bool (*ran)(), const char* form) {
+  const CaseSpec& s = c.spec;
+  ScopedEnv on(var, "1");
+  const std::vector<std::uint16_t> b = d.run(s.M, Mode::kFusedExperts, "gemv");
+  EXPECT_TRUE(ran()) << s.name() << ": the " << form << " kernel did not run";
+  EXPECT_TRUE(a == b) << s.name() << ": the " << form << " form differs from the other one";
+  const std::vector<std::uint16_t> b2 = d.run(s.M, Mode::kFusedExperts, "gemv");
+  EXPECT_TRUE(b == b2) << s.name() << ": the " << form << " kernel is not bitwise reproducible";
+  EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, s.M), s.K, s.scheme, form)) << s.name();
+}
+
+// Any value of `var` but 0 / 1 is an error naming it.
+void expect_bad_gemv_switch(const char* var) {
+  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
+  DeviceCase d(c);
+  std::string what;
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  ScopedEnv bad(var, "yes");
+  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
+  EXPECT_NE(what.find(var), std::string::npos) << what;
+}
+
 TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_GEMV_WIDE=1 runs fp8 calls of the tensor-core GEMV kernel with GEMM1 tasks of 32
@@ -872,22 +915,12 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   // activations; against the reference too. Unset, the rule takes the wide form at K <= 2048 and
   // M >= 4 (here: the K = 2048, M = 24 and fp16 M = 8 shapes). bf16 ignores the switch; a bad
   // value is an error.
-  struct Variant {
-    DType act;
-    std::int64_t E, k, K, N, M;
-  };
-  const Variant variants[] = {
+  const GemvFormShape shapes[] = {
       {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 2048, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
       {DType::kBf16, 2, 2, 2048, 64, 24}, {DType::kFp16, 16, 4, 2048, 96, 8},
   };
-  for (const Variant& v : variants) {
-    CaseSpec s = small_spec(Scheme::kFp8PerTensor);
-    s.act_dtype = v.act;
-    s.E = v.E;
-    s.k = v.k;
-    s.K = v.K;
-    s.N = v.N;
-    s.M = v.M;
+  for (const GemvFormShape& v : shapes) {
+    const CaseSpec s = gemv_form_spec(v);
     MoeCase c = make_case(s);
     DeviceCase d(c);
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
@@ -905,14 +938,7 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
       EXPECT_EQ(cuda::gemv_last_wide(), v.K <= 2048 && v.M >= 4) << s.name() << ": the default rule";
       EXPECT_TRUE(r == a) << s.name() << ": the default form differs from 16-column tasks";
     }
-    ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
-    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(cuda::gemv_last_wide()) << s.name() << ": the wide kernel did not run";
-    EXPECT_TRUE(a == b) << s.name() << ": 32-column tasks differ from 16-column ones";
-    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(b == b2) << s.name() << ": the wide kernel is not bitwise reproducible";
-    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv wide"))
-        << s.name();
+    expect_gemv_form(c, d, a, "MOEKIT_GEMV_WIDE", &cuda::gemv_last_wide, "gemv wide");
   }
   {
     MoeCase c = make_case(small_spec(Scheme::kBf16));
@@ -923,13 +949,7 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
     EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
     EXPECT_FALSE(cuda::gemv_last_wide()) << "bf16 has no wide form";
   }
-  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-  ScopedEnv bad("MOEKIT_GEMV_WIDE", "yes");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_WIDE"), std::string::npos) << what;
+  expect_bad_gemv_switch("MOEKIT_GEMV_WIDE");
 }
 
 TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
@@ -941,23 +961,13 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
   // and 64 experts x 32 tasks (about 16 units a CTA: the reducing warp goes round all 16 warps and
   // both barriers turn many phases); against the reference too. The wide form (K <= 2048 and
   // M >= 4 by default) and bf16 ignore the switch; a bad value is an error.
-  struct Variant {
-    DType act;
-    std::int64_t E, k, K, N, M;
-  };
-  const Variant variants[] = {
+  const GemvFormShape shapes[] = {
       {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
       {DType::kBf16, 2, 2, 4096, 64, 24}, {DType::kFp16, 16, 4, 4096, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
   };
   ScopedEnv wide_off("MOEKIT_GEMV_WIDE", "0");
-  for (const Variant& v : variants) {
-    CaseSpec s = small_spec(Scheme::kFp8PerTensor);
-    s.act_dtype = v.act;
-    s.E = v.E;
-    s.k = v.k;
-    s.K = v.K;
-    s.N = v.N;
-    s.M = v.M;
+  for (const GemvFormShape& v : shapes) {
+    const CaseSpec s = gemv_form_spec(v);
     MoeCase c = make_case(s);
     DeviceCase d(c);
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
@@ -968,14 +978,7 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
       EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
       EXPECT_FALSE(cuda::gemv_last_decoupled()) << s.name() << ": unset keeps the CTA barriers";
     }
-    ScopedEnv on("MOEKIT_GEMV_FP8_DECOUPLED", "1");
-    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(cuda::gemv_last_decoupled()) << s.name() << ": the decoupled kernel did not run";
-    EXPECT_TRUE(a == b) << s.name() << ": GEMM1 units on mbarriers differ from units on CTA barriers";
-    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
-    EXPECT_TRUE(b == b2) << s.name() << ": the decoupled kernel is not bitwise reproducible";
-    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv decoupled"))
-        << s.name();
+    expect_gemv_form(c, d, a, "MOEKIT_GEMV_FP8_DECOUPLED", &cuda::gemv_last_decoupled, "gemv decoupled");
   }
   {
     CaseSpec s = small_spec(Scheme::kFp8PerTensor);
@@ -998,13 +1001,7 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
     EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
     EXPECT_FALSE(cuda::gemv_last_decoupled()) << "bf16 has one form (always on mbarriers)";
   }
-  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-  ScopedEnv bad("MOEKIT_GEMV_FP8_DECOUPLED", "yes");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_FP8_DECOUPLED"), std::string::npos) << what;
+  expect_bad_gemv_switch("MOEKIT_GEMV_FP8_DECOUPLED");
 }
 
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {

@@ -209,9 +209,7 @@ thread_local bool last_gemv_decoupled = false;
 // MOEKIT_GEMV_WIDE (read at every call): "1" takes the wide form for every such fp8 call, "0"
 // never; unset, the rule. Any other value is an error.
 bool gemv_wide(const MoeProblem& p) {
-  const char* v = detail::env_value(detail::EnvVar::kGemvWide);
-  if (v != nullptr && v[0] != '\0') return detail::env_switch(detail::EnvVar::kGemvWide, false);
-  return p.hidden_size <= 2048 && p.num_tokens >= 4;
+  return detail::env_switch(detail::EnvVar::kGemvWide, p.hidden_size <= 2048 && p.num_tokens >= 4);
 }
 
 // MOEKIT_GEMV_FP8_DECOUPLED=1 (read at every call) runs fp8 calls of the tensor-core kernel's plain
@@ -365,9 +363,11 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   const bool wide_on = gemv_wide(p);                // the same
-  const bool wide = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && wide_on;
   const bool decoupled_on = gemv_fp8_decoupled_enabled();  // the same
-  const bool decoupled = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p) && !wide && decoupled_on;
+  // The switches choose among the plain e4m3 kernel's forms; the wide one keeps its barriers.
+  const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
+  const bool wide = plain_e4m3 && wide_on;
+  const bool decoupled = plain_e4m3 && !wide && decoupled_on;
   KernelFns fns = kernel_fns(kind, p, false, wide, decoupled);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
