@@ -959,8 +959,9 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
   // two CTA barriers a unit: the same sums in the same order, so the same bits. Shapes: K = 4096,
   // a partial last k-block (K = 1040), 24 tokens an expert (two passes), M = 1, fp16 activations,
   // and 64 experts x 32 tasks (about 16 units a CTA: the reducing warp goes round all 16 warps and
-  // both barriers turn many phases); against the reference too. The wide form (K <= 2048 and
-  // M >= 4 by default) and bf16 ignore the switch; a bad value is an error.
+  // both barriers turn many phases); against the reference too. Unset, the rule takes the
+  // decoupled form at K >= 4096 and M = 2..8 (here: the M = 5 and fp16 M = 8 shapes). The wide form
+  // (K <= 2048 and M >= 4 by default) and bf16 ignore the switch; a bad value is an error.
   const GemvFormShape shapes[] = {
       {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
       {DType::kBf16, 2, 2, 4096, 64, 24}, {DType::kFp16, 16, 4, 4096, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
@@ -973,10 +974,17 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
     std::vector<std::uint16_t> a;
     {
-      ScopedEnv off("MOEKIT_GEMV_FP8_DECOUPLED", nullptr);
+      ScopedEnv off("MOEKIT_GEMV_FP8_DECOUPLED", "0");
       a = d.run(v.M, Mode::kFusedExperts, "gemv");
       EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-      EXPECT_FALSE(cuda::gemv_last_decoupled()) << s.name() << ": unset keeps the CTA barriers";
+      EXPECT_FALSE(cuda::gemv_last_decoupled()) << s.name() << ": 0 keeps the CTA barriers";
+    }
+    {
+      // Unset, the rule: mbarrier units where w13 rows are at least 4096 bytes and M = 2..8.
+      ScopedEnv unset("MOEKIT_GEMV_FP8_DECOUPLED", nullptr);
+      const std::vector<std::uint16_t> r = d.run(v.M, Mode::kFusedExperts, "gemv");
+      EXPECT_EQ(cuda::gemv_last_decoupled(), v.K >= 4096 && v.M >= 2 && v.M <= 8) << s.name() << ": the default rule";
+      EXPECT_TRUE(r == a) << s.name() << ": the default form differs from the barrier units";
     }
     expect_gemv_form(c, d, a, "MOEKIT_GEMV_FP8_DECOUPLED", &cuda::gemv_last_decoupled, "gemv decoupled");
   }

@@ -212,12 +212,19 @@ bool gemv_wide(const MoeProblem& p) {
   return detail::env_switch(detail::EnvVar::kGemvWide, p.hidden_size <= 2048 && p.num_tokens >= 4);
 }
 
-// MOEKIT_GEMV_FP8_DECOUPLED=1 (read at every call) runs fp8 calls of the tensor-core kernel's plain
-// e4m3 form (not the wide one) with GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel);
-// "0" or unset keeps its CTA barriers, until a same-run A/B of this kernel gives the rule
-// (kernel_mma_sm90.cuh: 1.02-1.085x at K >= 4096, M = 2..8 as the only e4m3 form). Any other
-// value is an error.
-bool gemv_fp8_decoupled_enabled() { return detail::env_switch(detail::EnvVar::kGemvFp8Decoupled, false); }
+// GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel: one warp sums a unit while the
+// others stream on) for an fp8 call on the tensor-core kernel's plain e4m3 form (not the wide
+// one): where w13 rows are at least 4096 bytes and M = 2..8. Same-run A/B on the H200 (session
+// 32, docs/gemv.md, TP8 fp8 M = 1..16, every preset): mixtral M = 2, 4 1.095 / 1.110x,
+// qwen3-235b M = 4, 8 1.066 / 1.044x, deepseek-v3 M = 2, 4 1.035 / 1.059x, the other M = 2..8
+// points at K >= 4096 0.997-1.014x; M = 1 0.978-0.985x at qwen3-235b and deepseek-v3 (mixtral
+// 1.023x), qwen3-30b (K = 2048) 0.98-1.02x, M = 16 1.00x. Elsewhere the CTA barriers a unit.
+// MOEKIT_GEMV_FP8_DECOUPLED (read at every call): "1" takes the decoupled form for every such
+// fp8 call, "0" never; unset, the rule. Any other value is an error.
+bool gemv_fp8_decoupled(const MoeProblem& p) {
+  return detail::env_switch(detail::EnvVar::kGemvFp8Decoupled,
+                            p.hidden_size >= 4096 && p.num_tokens >= 2 && p.num_tokens <= 8);
+}
 
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
@@ -363,7 +370,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   if (!ok) throw Error(Status::kNotSupported, why);
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   const bool wide_on = gemv_wide(p);                // the same
-  const bool decoupled_on = gemv_fp8_decoupled_enabled();  // the same
+  const bool decoupled_on = gemv_fp8_decoupled(p);    // the same
   // The switches choose among the plain e4m3 kernel's forms; the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
   const bool wide = plain_e4m3 && wide_on;

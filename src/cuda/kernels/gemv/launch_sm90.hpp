@@ -50,7 +50,7 @@ bool gemv_last_gemm2_fast();
 bool gemv_last_wide();
 
 /// Whether the thread's last run_gemv_sm90 ran the tensor-core kernel's plain e4m3 form with
-/// GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel; MOEKIT_GEMV_FP8_DECOUPLED=1). Tests.
+/// GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel: its rule, MOEKIT_GEMV_FP8_DECOUPLED). Tests.
 bool gemv_last_decoupled();
 
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
