@@ -44,6 +44,7 @@ enum class EnvVar : int {
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)
   kTokmajorCluster,    // MOEKIT_TOKMAJOR_CLUSTER
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE
+  kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -52,6 +52,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},
       {EnvVar::kTokmajorCluster, "MOEKIT_TOKMAJOR_CLUSTER"},
       {EnvVar::kTokmajorSchedule, "MOEKIT_TOKMAJOR_SCHEDULE"},
+      {EnvVar::kTokmajorTake, "MOEKIT_TOKMAJOR_TAKE"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

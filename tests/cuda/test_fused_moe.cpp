@@ -1066,6 +1066,23 @@ TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   EXPECT_EQ(run_status(d, 17, "tokmajor"), Status::kSuccess);
 }
 
+TEST(Sm90Dispatch, TokmajorTakeSwitchIsChecked) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_TOKMAJOR_TAKE: 1..8 units an atomic of the dynamic schedule's lookahead; anything else
+  // fails the call before anything is enqueued. That every value gives the same bits is
+  // Sm90TokMajorGemm.UnitsPerTakeMatchOneUnitBitwise.
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  for (const char* v : {"0", "9", "2x", "-1", "12"}) {
+    std::string what;
+    ScopedEnv env("MOEKIT_TOKMAJOR_TAKE", v);
+    EXPECT_EQ(run_status(d, 17, "tokmajor", &what), Status::kInvalidArgument) << v;
+    EXPECT_NE(what.find("MOEKIT_TOKMAJOR_TAKE"), std::string::npos) << v << ": " << what;
+  }
+  ScopedEnv env("MOEKIT_TOKMAJOR_TAKE", "8");
+  EXPECT_EQ(run_status(d, 17, "tokmajor"), Status::kSuccess);
+}
+
 TEST(Sm90Dispatch, LogLinePerCall) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(small_spec(Scheme::kBf16));

@@ -441,6 +441,57 @@ TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
   }
 }
 
+TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_TOKMAJOR_TAKE = n: the dynamic schedule's atomic takes n consecutive units where the
+  // producer looks a unit ahead (K-short tiles). Which CTA runs a unit changes, never what it
+  // computes: against one unit an atomic, bit for bit, with the ping-pong consumers and without,
+  // takes that divide the units or not (3), and more than a CTA gets (8: takes past the end).
+  std::vector<Case> cases;
+  Case c = gemm2(Scheme::kBf16, 96, 2048);  // qwen3-30b TP8's GEMM2: 2 stages of bf16
+  c.rows.assign(129, 0);
+  for (int e = 0; e < 129; ++e) c.rows[e] = (e * 37) % 70;
+  c.top_k = 8;
+  c.out_dtype = DType::kBf16;
+  c.weights = 2;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 96, 2048);  // 1 stage
+  c.rows = {1, 64, 65, 0, 129, 300, 63};
+  c.seed = 31;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 256, 7168);  // deepseek-v3 TP8: 2 stages, 28 column tiles
+  c.rows = {3, 0, 70, 1};
+  c.seed = 32;
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 192, 262);  // 3 stages, an n_out tail, bias
+  c.rows = {1, 130, 65, 0, 7};
+  c.bias = true;
+  c.bias_dtype = DType::kBf16;
+  c.seed = 33;
+  cases.push_back(c);
+  for (Case& k : cases) {
+    SCOPED_TRACE(k.describe());
+    k.cluster = 1;
+    k.dynamic = true;
+    for (const char* pp : {"0", "1"}) {
+      moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", pp);
+      std::vector<float> one;
+      {
+        moekit::testing::ScopedEnv take("MOEKIT_TOKMAJOR_TAKE", "1");
+        run_case(k, &one);
+      }
+      for (const char* n : {"2", "3", "8"}) {
+        moekit::testing::ScopedEnv take("MOEKIT_TOKMAJOR_TAKE", n);
+        std::vector<float> got;
+        run_case(k, &got);
+        ASSERT_EQ(one.size(), got.size());
+        EXPECT_EQ(0, std::memcmp(one.data(), got.data(), one.size() * sizeof(float)))
+            << "ping-pong " << pp << ", take " << n;
+      }
+    }
+  }
+}
+
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
   // gpt-oss at TP8: fp8 w2 rows of N = 360 bytes are not a multiple of 16 (TMA stride rule).
   GroupedGemmParams p;

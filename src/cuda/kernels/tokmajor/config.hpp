@@ -32,6 +32,8 @@ inline constexpr int kProducerBarrier = 1;
 // The dynamic schedule takes the next unit one tile ahead when a tile has at most this many
 // K stages (kernel_sm90.cuh, produce()).
 inline constexpr int kLookaheadMaxStages = 8;
+// ... and takes up to this many consecutive units an atomic (KernelParams::units_per_take).
+inline constexpr int kMaxUnitsPerTake = 8;
 // setmaxnreg: 128 x 64 + 256 x 216 = 63488 <= 65536 registers of the SM. The producer keeps 8
 // gathered row indices, the tile and the pipeline state live (56 spilled a register with
 // block128); the consumers use ~172 (128 accumulators + addresses + epilogue values).

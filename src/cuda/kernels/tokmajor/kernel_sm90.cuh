@@ -175,13 +175,19 @@ struct TokMajor {
     // there the wait is a small part of a tile, and taking units ahead lets the CTAs on one
     // weight tile start it apart (mixtral-8x7b M = 512..1024 lost 3-4 %, H200, 2026-12-01).
     const bool lookahead = dynamic && p.num_k_stages <= kLookaheadMaxStages;
+    // With the lookahead, each atomic takes `take` consecutive units (KernelParams::units_per_take):
+    // the producer then waits on the counter's round trip once every `take` units instead of at
+    // every unit (K-short GEMM2: a unit of 1-2 stages issues in well under that round trip).
+    const int take = lookahead ? p.units_per_take : 1;
+    int taken = 0;  // units of the current take already handed out (thread 0)
+    int base = 0;   // the current take's first unit (thread 0)
     // Ping-pong (GEMM2, K-short): units of 64 rows; unit `seq` (this CTA's count of units taken)
     // is warpgroup seq % 2's, so its rows go to that warpgroup's half of the A tile.
     constexpr bool pp = kPingPong;
     constexpr int bm = pp ? kPingPongBlockM : kBlockM;
     int seq = 0;
     int ahead = 0;
-    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
     // Phase timer (tests only): thread 0's first unit found and its row indices landed, its last
     // issue done. (A stamp around the K loop's waits slowed the kernel by up to 20 %: %globaltimer
     // reads cost ~0.1-0.2 us each there.)
@@ -193,11 +199,15 @@ struct TokMajor {
         // the token tiles of one weight tile (consecutive units) start them together, so the
         // second reads the weights from L2 (under the static schedule the CTAs drift apart over
         // their units and the weights came from DRAM again). The counter only grows: once a unit
-        // is past the end, so is the one taken ahead of it.
+        // is past the end, so is every unit after it (the rest of its take, the take ahead).
         if (t == 0) {
           if (lookahead) {
-            s.tile_w[s.stages] = ahead;
-            ahead = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            if (taken == 0) {
+              base = ahead;
+              ahead = static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
+            }
+            s.tile_w[s.stages] = base + taken;
+            taken = taken + 1 == take ? 0 : taken + 1;
           } else {
             s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
           }

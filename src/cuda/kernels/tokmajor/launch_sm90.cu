@@ -133,6 +133,18 @@ bool tokmajor_dynamic_schedule() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_SCHEDULE = '") + v + "', expected dynamic or static");
 }
 
+// Units the dynamic schedule's atomic takes at once where the producer looks a unit ahead (K-short
+// tiles; kernel_sm90.cuh produce()). MOEKIT_TOKMAJOR_TAKE=1..8 (read at every launch) sets it;
+// unset, 1 (one unit an atomic, as before; session 32's A/B of the switch decides a rule). Any
+// other value is an error.
+int tokmajor_units_per_take() {
+  const char* v = detail::env_value(detail::EnvVar::kTokmajorTake);
+  if (v == nullptr || v[0] == '\0') return 1;
+  if (v[1] == '\0' && v[0] >= '1' && v[0] <= '0' + tokmajor::kMaxUnitsPerTake) return v[0] - '0';
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_TAKE = '") + v + "', expected 1.." +
+                                            std::to_string(tokmajor::kMaxUnitsPerTake));
+}
+
 void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
   g_phase_launches.store(device_buffer != nullptr ? launches : 0, std::memory_order_release);
@@ -177,6 +189,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // static schedule gives it to them without talking).
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
+  kp.units_per_take = tokmajor_units_per_take();
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {

@@ -37,6 +37,12 @@ int tokmajor_default_cluster();
 // moekit::Error(kInvalidArgument) on any other value.
 bool tokmajor_dynamic_schedule();
 
+// Units the dynamic schedule takes with one atomic where its producer looks a unit ahead (tiles of
+// at most tokmajor::kLookaheadMaxStages K stages: the K-short GEMM2s): 1 by default;
+// MOEKIT_TOKMAJOR_TAKE = "1".."8" sets it (the same units, so the same bits, in another order
+// across the CTAs). Throws moekit::Error(kInvalidArgument) on any other value.
+int tokmajor_units_per_take();
+
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
 /// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into
 /// device_buffer[(i * max_ctas + blockIdx.x) * tokmajor::kPhaseWords + word]; later launches stamp

@@ -32,6 +32,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // (PhaseWord order) at this launch's slot of the buffer set_tokmajor_phase_buffer gave.
   std::uint64_t* phases;
   int phase_ctas;
+  // Dynamic schedule with the lookahead (K-short tiles, kernel_sm90.cuh produce()): consecutive
+  // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
+  int units_per_take;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
