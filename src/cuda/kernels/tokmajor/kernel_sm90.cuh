@@ -530,9 +530,13 @@ struct TokMajor {
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
-      // The unit the producer took for the tile that starts at this stage (-1: none left).
+      // The unit the producer took for the tile that starts at this stage (-1: none left), read
+      // by lane 0 (the lane that releases the stage) and broadcast, as consume() does: racecheck
+      // does not carry the other lanes' reads across release()'s __syncwarp to lane 0's arrival
+      // and reported them against the producer's next write of the slot (units taken n an atomic,
+      // which reuse a CTA's slots within the small test cases, made them show).
       sm90::mbar_wait(s.full + 8 * stage, phase);
-      const int w = s.tile_w[stage];
+      const int w = __shfl_sync(0xffffffffu, lane == 0 ? s.tile_w[stage] : 0, 0);
       if (w < 0) break;
       Tile tl;
       if (!find_tile(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl)) break;

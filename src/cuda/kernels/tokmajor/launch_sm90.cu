@@ -64,6 +64,20 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
   return p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts;
 }
 
+// Units an atomic (KernelParams::units_per_take) when MOEKIT_TOKMAJOR_TAKE is unset: 4 for the
+// ping-pong GEMM2 (K-short, decode-sized) with at least 16 units a CTA at most (max_tiles), else 1.
+// Same-run A/B on the H200 (session 32, docs/tokmajor.md; TP8 M = 32..256): take 4 against 1 gave
+// qwen3-235b 1.002-1.029x (fp8 1.021-1.029), deepseek-v3 fp8 1.003-1.031x; qwen3-30b (~8 units a
+// CTA) 0.993-1.027x, mixed with take 2 as well (0.979-1.024), so it keeps 1; and where units are
+// fewer than CTAs (a 4-expert GEMM2 of 64 units on 80 CTAs) take 4 put them all on 16 CTAs and
+// the launch took 2x as long (phase timer).
+constexpr std::int64_t kTakeMinUnitsPerCta = 16;
+constexpr int kTakeUnits = 4;
+
+int take_rule(bool pingpong, std::int64_t max_units, int grid) {
+  return pingpong && max_units >= kTakeMinUnitsPerCta * grid ? kTakeUnits : 1;
+}
+
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "tokmajor_sm90: " + msg;
   return false;
@@ -134,12 +148,11 @@ bool tokmajor_dynamic_schedule() {
 }
 
 // Units the dynamic schedule's atomic takes at once where the producer looks a unit ahead (K-short
-// tiles; kernel_sm90.cuh produce()). MOEKIT_TOKMAJOR_TAKE=1..8 (read at every launch) sets it;
-// unset, 1 (one unit an atomic, as before; session 32's A/B of the switch decides a rule). Any
-// other value is an error.
+// tiles; kernel_sm90.cuh produce()). MOEKIT_TOKMAJOR_TAKE=1..8 (read at every launch) forces it;
+// unset, 0: the launcher's rule (take_rule). Any other value is an error.
 int tokmajor_units_per_take() {
   const char* v = detail::env_value(detail::EnvVar::kTokmajorTake);
-  if (v == nullptr || v[0] == '\0') return 1;
+  if (v == nullptr || v[0] == '\0') return 0;
   if (v[1] == '\0' && v[0] >= '1' && v[0] <= '0' + tokmajor::kMaxUnitsPerTake) return v[0] - '0';
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_TAKE = '") + v + "', expected 1.." +
                                             std::to_string(tokmajor::kMaxUnitsPerTake));
@@ -189,7 +202,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // static schedule gives it to them without talking).
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
-  kp.units_per_take = tokmajor_units_per_take();
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
@@ -206,6 +218,8 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const std::int64_t tiles = max_tiles(p, pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM);
   if (tiles == 0) return;
   const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
+  const int take = tokmajor_units_per_take();
+  kp.units_per_take = take != 0 ? take : take_rule(pingpong, tiles, grid);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.
