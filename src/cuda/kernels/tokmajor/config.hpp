@@ -19,7 +19,11 @@ constexpr int block_n(bool block128) { return block128 ? 128 : 256; }
 inline constexpr int kStageKBytes = 128;
 inline constexpr int kATileBytes = kBlockM * kStageKBytes;  // 16 KB of tokens
 constexpr int b_tile_bytes(bool block128) { return block_n(block128) * kStageKBytes; }  // 32 or 16 KB
-constexpr int stage_bytes(bool block128) { return kATileBytes + b_tile_bytes(block128); }
+// GEMM2's ping-pong units (below) are 64 token rows: their A tile is 8 KB.
+constexpr int a_tile_bytes(bool pingpong) { return pingpong ? kATileBytes / 2 : kATileBytes; }
+constexpr int stage_bytes(bool block128, bool pingpong = false) {
+  return a_tile_bytes(pingpong) + b_tile_bytes(block128);
+}
 // Warpgroup 0 produces (one thread issues TMA of the weight tile, all 128 gather A rows with
 // cp.async), warpgroups 1 and 2 run wgmma on rows [0, 64) and [64, 128) of the tile.
 inline constexpr int kProducerThreads = 128;
@@ -40,8 +44,13 @@ inline constexpr int kMaxUnitsPerTake = 8;
 inline constexpr int kProducerRegs = 64;
 inline constexpr int kConsumerRegs = 216;
 // Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
-// rest holds the barriers, the block128 scales and the expert table.
+// rest holds the barriers, the block128 scales and the expert table. GEMM2's ping-pong (64-row A
+// tiles): 5 x 40 KB = 200 KB where the expert table leaves room (E <= ~450), else 4. The K-short
+// ping-pong GEMM2 waits on its data with its producer waiting on free stages (stall sampling,
+// qwen3-235b TP8 bf16 M = 64: 30 % / 10 % of the samples, session 32): a ring of 1-2 units of
+// 2-3 stages holds too few bytes in flight for the loads' latency.
 constexpr int num_stages(bool block128) { return block128 ? 6 : 4; }
+inline constexpr int kPingPongStages = 5;
 inline constexpr int kSmemLimit = 227 * 1024;
 // The expert table (row offsets and tile prefix) lives in shared memory.
 inline constexpr int kMaxExperts = 1024;
@@ -77,10 +86,10 @@ struct SmemLayout {
   int bytes;          // total, including 1024 bytes of alignment slack
 };
 
-constexpr SmemLayout smem_layout(bool block128, int num_experts) {
+constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong = false, int stages = 0) {
   SmemLayout l{};
-  l.stages = num_stages(block128);
-  l.stage_bytes = stage_bytes(block128);
+  l.stages = stages > 0 ? stages : num_stages(block128);
+  l.stage_bytes = stage_bytes(block128, pingpong);
   l.a_scale_off = l.stages * l.stage_bytes;
   l.b_scale_off = l.a_scale_off + l.stages * kBlockM * 4;
   l.full_bar_off = (l.b_scale_off + l.stages * 2 * 4 + 7) / 8 * 8;
@@ -93,6 +102,16 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts) {
 }
 
 static_assert(smem_layout(false, kMaxExperts).bytes <= kSmemLimit, "N=256 layout exceeds 227 KB");
+static_assert(smem_layout(false, kMaxExperts, true, num_stages(false)).bytes <= kSmemLimit,
+              "ping-pong layout at 4 stages exceeds 227 KB");
+static_assert(smem_layout(false, 128, true, kPingPongStages).bytes <= kSmemLimit,
+              "ping-pong layout at 5 stages exceeds 227 KB for 128 experts");
+
+// GEMM2's ping-pong layout: kPingPongStages stages where they fit with `num_experts`' table, else 4.
+constexpr SmemLayout pingpong_layout(int num_experts) {
+  const SmemLayout five = smem_layout(false, num_experts, true, kPingPongStages);
+  return five.bytes <= kSmemLimit ? five : smem_layout(false, num_experts, true, num_stages(false));
+}
 static_assert(smem_layout(true, kMaxExperts).bytes <= kSmemLimit, "block128 layout exceeds 227 KB");
 
 }  // namespace moekit::cuda::tokmajor

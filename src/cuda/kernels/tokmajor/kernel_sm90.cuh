@@ -54,11 +54,19 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
   return (chunks + cluster - 1) / cluster * num_col_tiles;
 }
 
-// prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units).
+// prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units). kHint (GEMM2's ping-pong
+// instantiations, whose K-short units make the search a visible cost): `hint` is the caller's
+// previous unit's expert (-1 at first), tried before the search, and becomes this unit's. The
+// other instantiations search every time (with the hint live, GEMM1's spilled 8 bytes).
+template <bool kHint>
 __device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
-                                          int bm, Tile& t) {
-  int lo;
-  if (!gemm_common::find_expert(w, prefix, E, lo)) return false;
+                                          int bm, Tile& t, int& hint) {
+  if constexpr (kHint) {
+    if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
+  } else {
+    if (!gemm_common::find_expert(w, prefix, E, hint)) return false;
+  }
+  const int lo = hint;
   const int rows = off[lo + 1] - off[lo];
   const int chunks = (rows + bm - 1) / bm;
   const int groups = (chunks + cluster - 1) / cluster;
@@ -102,7 +110,10 @@ struct TokMajor {
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
   static constexpr int kAcc = kBN / 2;            // fp32 accumulators per consumer thread
-  static constexpr int kStageBytes = stage_bytes(kBlock128);
+  // Ping-pong: a unit's 64 rows are the whole A tile (8 KB), so a stage is 40 KB and the ring
+  // holds 5 (config.hpp, smem_layout); otherwise 128 rows (16 KB) and 48 KB.
+  static constexpr int kATile = a_tile_bytes(kPingPong);
+  static constexpr int kStageBytes = stage_bytes(kBlock128, kPingPong);
   static constexpr std::uint32_t kTmaBytes = b_tile_bytes(kBlock128);
   static constexpr int kElemBytes = kOp == Operand::kE4m3 ? 1 : 2;
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its fp32 stores for
@@ -110,7 +121,7 @@ struct TokMajor {
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && kOp == Operand::kE4m3;
 
   struct Smem {
-    std::uint32_t tiles;  // stage s: A [128 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
+    std::uint32_t tiles;  // stage s: A [128 or 64 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
     float* a_scale;       // [stages][kBlockM]
     float* b_scale;       // [stages][2]
     std::uint32_t full;   // barrier addresses (8 bytes apart)
@@ -148,7 +159,7 @@ struct TokMajor {
   static __device__ __forceinline__ void issue_weights(const KernelParams& p, const Smem& s, int stage, int ks, int e,
                                                        int brow0, int brow1) {
     const std::uint32_t full = s.full + 8 * stage;
-    const std::uint32_t b_dst = s.tiles + stage * kStageBytes + kATileBytes;
+    const std::uint32_t b_dst = s.tiles + stage * kStageBytes + kATile;
     sm90::mbar_arrive_expect_tx(full, kTmaBytes);
     const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
     if (s.cluster == 1) {
@@ -181,11 +192,11 @@ struct TokMajor {
     const int take = lookahead ? p.units_per_take : 1;
     int taken = 0;  // units of the current take already handed out (thread 0)
     int base = 0;   // the current take's first unit (thread 0)
-    // Ping-pong (GEMM2, K-short): units of 64 rows; unit `seq` (this CTA's count of units taken)
-    // is warpgroup seq % 2's, so its rows go to that warpgroup's half of the A tile.
+    // Ping-pong (GEMM2, K-short): units of 64 rows, the stage's whole A tile (rows 0..63: this
+    // thread's first 4 rows); unit k of the CTA's sequence is warpgroup k % 2's.
     constexpr bool pp = kPingPong;
     constexpr int bm = pp ? kPingPongBlockM : kBlockM;
-    int seq = 0;
+    constexpr int kRowsCopied = pp ? 4 : 8;  // tile rows row0 + 16 i, i < kRowsCopied
     int ahead = 0;
     if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
     // Phase timer (tests only): thread 0's first unit found and its row indices landed, its last
@@ -193,6 +204,7 @@ struct TokMajor {
     // reads cost ~0.1-0.2 us each there.)
     std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
     bool first_unit = rec != nullptr;
+    int hint = -1;  // the expert of this thread's previous unit (find_tile; ping-pong only)
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -217,11 +229,11 @@ struct TokMajor {
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
       }
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl)) {
+      if (!find_tile<kPingPong>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl, hint)) {
         if (dynamic) {
           // No more units: one stage with unit -1 and no data tells the consumers. Its full
           // barrier completes on thread 0's arrival and every thread's cp.async arrival.
-          // Ping-pong: a second one for the other warpgroup, at the stage where unit seq + 1
+          // Ping-pong: a second one for the other warpgroup, at the stage where the CTA's next unit
           // would have started (num_k_stages < stages, so that stage's previous fill was a real
           // unit's, released by its warpgroup; the stages skipped between are never waited on).
           for (int end = 0; end < (pp ? 2 : 1); ++end) {
@@ -243,15 +255,12 @@ struct TokMajor {
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
-      // Ping-pong: the unit's rows sit in rows [half, half + 64) of the tile.
-      const int half = pp ? kPingPongBlockM * (seq & 1) : 0;
-      if (pp) ++seq;
-      int arow[8];
+      int arow[kRowsCopied];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int rr = row0 + 16 * i - half;
+      for (int i = 0; i < kRowsCopied; ++i) {
+        const int rr = row0 + 16 * i;
         arow[i] = -1;
-        if ((!pp || rr >= 0) && rr < tl.count) {
+        if (rr < tl.count) {
           const int r = tl.row_begin + rr;
           arow[i] = gemm_common::a_row_of(p, r);
         }
@@ -281,7 +290,7 @@ struct TokMajor {
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < kRowsCopied; ++i) {
           if (arow[i] < 0) continue;
           const int rr = row0 + 16 * i;
           const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
@@ -331,6 +340,7 @@ struct TokMajor {
     // Phase timer (tests only): consumer thread 0's first stage landed and each unit's MMAs done
     // (GEMM1 only: any stamp in GEMM2's unit loop made its consumers spill), its exit.
     const bool timed = ct == 0 && p.phases != nullptr;
+    int hint = -1;  // the expert of this thread's previous unit (find_tile; ping-pong only)
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The unit the producer took for the tile that starts at this stage (-1: none left), read
@@ -343,7 +353,7 @@ struct TokMajor {
         if (w < 0) break;
       }
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl)) break;
+      if (!find_tile<false>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl, hint)) break;
 
       // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
       // their per-row values load now and land during the main loop.
@@ -393,7 +403,7 @@ struct TokMajor {
           sm90::wgmma_fence();
           const std::uint32_t st = s.tiles + stage * kStageBytes;
           const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
-          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATile);
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
           sm90::wgmma_commit();
@@ -419,7 +429,7 @@ struct TokMajor {
           sm90::wgmma_fence();
           const std::uint32_t st = s.tiles + stage * kStageBytes;
           const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
-          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+          const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATile);
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(tmp, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
           sm90::wgmma_commit();
@@ -522,11 +532,12 @@ struct TokMajor {
   // SASS they were measured with (a run-time switch there cost mixtral TP8 2-4 %).
   static __device__ void consume_pingpong(const KernelParams& p, const Smem& s) {
     const int ct = threadIdx.x - kProducerThreads;  // 0..255
-    const int wg = ct >> 7;                         // this warpgroup's half of each A tile
+    const int wg = ct >> 7;                         // units wg, wg + 2, ... of the CTA's sequence
     const int warp = (ct >> 5) & 3, lane = ct & 31;
-    const std::uint32_t a_off = wg * kPingPongBlockM * kStageKBytes;
+    constexpr std::uint32_t a_off = 0;  // every unit's rows are the stage's whole A tile
     const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
     const int S = p.num_k_stages;
+    int hint = -1;  // the expert of this warpgroup's previous unit (find_tile)
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
@@ -539,7 +550,7 @@ struct TokMajor {
       const int w = __shfl_sync(0xffffffffu, lane == 0 ? s.tile_w[stage] : 0, 0);
       if (w < 0) break;
       Tile tl;
-      if (!find_tile(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl)) break;
+      if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint)) break;
 
       // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h).
       int slot[2];
@@ -570,7 +581,7 @@ struct TokMajor {
         sm90::wgmma_fence();
         const std::uint32_t st = s.tiles + stage * kStageBytes;
         const std::uint64_t da = sm90::make_smem_desc_sw128(st + a_off);
-        const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATile);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
         sm90::wgmma_commit();
