@@ -45,7 +45,8 @@ inline constexpr int kProducerRegs = 64;
 inline constexpr int kConsumerRegs = 216;
 // Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
 // rest holds the barriers, the block128 scales and the expert table. GEMM2's ping-pong (64-row A
-// tiles): 5 x 40 KB = 200 KB where the expert table leaves room (E <= ~450), else 4. The K-short
+// tiles): 5 x 40 KB = 200 KB for calls of many units a CTA where the expert table leaves room
+// (E <= ~450), else 4 (launch_sm90.cu). The K-short
 // ping-pong GEMM2 waits on its data with its producer waiting on free stages (stall sampling,
 // qwen3-235b TP8 bf16 M = 64: 30 % / 10 % of the samples, session 32): a ring of 1-2 units of
 // 2-3 stages holds too few bytes in flight for the loads' latency.
@@ -107,10 +108,11 @@ static_assert(smem_layout(false, kMaxExperts, true, num_stages(false)).bytes <= 
 static_assert(smem_layout(false, 128, true, kPingPongStages).bytes <= kSmemLimit,
               "ping-pong layout at 5 stages exceeds 227 KB for 128 experts");
 
-// GEMM2's ping-pong layout: kPingPongStages stages where they fit with `num_experts`' table, else 4.
-constexpr SmemLayout pingpong_layout(int num_experts) {
+// GEMM2's ping-pong layout: with `deep`, kPingPongStages stages where they fit with `num_experts`'
+// table; otherwise (or where they do not fit) 4.
+constexpr SmemLayout pingpong_layout(int num_experts, bool deep) {
   const SmemLayout five = smem_layout(false, num_experts, true, kPingPongStages);
-  return five.bytes <= kSmemLimit ? five : smem_layout(false, num_experts, true, num_stages(false));
+  return deep && five.bytes <= kSmemLimit ? five : smem_layout(false, num_experts, true, num_stages(false));
 }
 static_assert(smem_layout(true, kMaxExperts).bytes <= kSmemLimit, "block128 layout exceeds 227 KB");
 

@@ -74,7 +74,7 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
 constexpr std::int64_t kTakeMinUnitsPerCta = 16;
 constexpr int kTakeUnits = 4;
 
-int take_rule(bool pingpong, std::int64_t max_units, int grid) {
+int take_rule(bool pingpong, std::int64_t max_units, int grid) {  // also picks the ping-pong ring's depth
   return pingpong && max_units >= kTakeMinUnitsPerCta * grid ? kTakeUnits : 1;
 }
 
@@ -204,7 +204,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const bool pingpong = use_pingpong(p, kp);
-  if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts));  // 64-row A tiles, 5 stages
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {
@@ -221,6 +220,11 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
   const int take = tokmajor_units_per_take();
   kp.units_per_take = take != 0 ? take : take_rule(pingpong, tiles, grid);
+  // Ping-pong: 64-row A tiles; 5 stages where units are many a CTA (the take rule's bound), else
+  // 4 as before: a deeper ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about
+  // 8 units a CTA) 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
+  if (pingpong)
+    kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), tiles >= kTakeMinUnitsPerCta * grid);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.
