@@ -34,8 +34,9 @@ struct Case : GemmCase {
 };
 
 // Runs one case on the token-major path: the path must accept it and match the reference. The
-// raw output (as floats) goes to *result when given.
-void run_case(const Case& c, std::vector<float>* result = nullptr) {
+// raw output (as floats) goes to *result when given, the tile counter after the launch to
+// *counter.
+void run_case(const Case& c, std::vector<float>* result = nullptr, std::uint32_t* counter = nullptr) {
   SCOPED_TRACE("tokmajor cluster=" + std::to_string(c.cluster) + " dynamic=" + std::to_string(c.dynamic));
   GemmCase g = c;
   g.tile_counter = c.dynamic;
@@ -49,6 +50,7 @@ void run_case(const Case& c, std::vector<float>* result = nullptr) {
       },
       &run);
   if (result) *result = std::move(run.out);
+  if (counter) *counter = run.counter;
 }
 
 Case gemm1(Scheme s, std::int64_t N, std::int64_t K) {
@@ -447,6 +449,7 @@ TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
   // producer looks a unit ahead (K-short tiles). Which CTA runs a unit changes, never what it
   // computes: against one unit an atomic, bit for bit, with the ping-pong consumers and without,
   // takes that divide the units or not (3), and more than a CTA gets (8: takes past the end).
+  // Every atomic adds n to the counter, so its final value is a multiple of n: the take was used.
   std::vector<Case> cases;
   Case c = gemm2(Scheme::kBf16, 96, 2048);  // qwen3-30b TP8's GEMM2: 2 stages of bf16
   c.rows.assign(129, 0);
@@ -483,7 +486,9 @@ TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
       for (const char* n : {"2", "3", "8"}) {
         moekit::testing::ScopedEnv take("MOEKIT_TOKMAJOR_TAKE", n);
         std::vector<float> got;
-        run_case(k, &got);
+        std::uint32_t counter = 0;
+        run_case(k, &got, &counter);
+        EXPECT_EQ(counter % static_cast<std::uint32_t>(n[0] - '0'), 0u) << "take " << n << ": counter " << counter;
         ASSERT_EQ(one.size(), got.size());
         EXPECT_EQ(0, std::memcmp(one.data(), got.data(), one.size() * sizeof(float)))
             << "ping-pong " << pp << ", take " << n;

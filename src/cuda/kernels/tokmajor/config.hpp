@@ -25,7 +25,8 @@ constexpr int stage_bytes(bool block128, bool pingpong = false) {
   return a_tile_bytes(pingpong) + b_tile_bytes(block128);
 }
 // Warpgroup 0 produces (one thread issues TMA of the weight tile, all 128 gather A rows with
-// cp.async), warpgroups 1 and 2 run wgmma on rows [0, 64) and [64, 128) of the tile.
+// cp.async), warpgroups 1 and 2 run wgmma on rows [0, 64) and [64, 128) of the tile (GEMM2's
+// ping-pong form: each on the whole 64-row tile of its own units).
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
@@ -46,7 +47,7 @@ inline constexpr int kConsumerRegs = 216;
 // Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
 // rest holds the barriers, the block128 scales and the expert table. GEMM2's ping-pong (64-row A
 // tiles): 5 x 40 KB = 200 KB for calls of many units a CTA where the expert table leaves room
-// (E <= ~450), else 4 (launch_sm90.cu). The K-short
+// (E <= 428), else 4 (launch_sm90.cu). The K-short
 // ping-pong GEMM2 waits on its data with its producer waiting on free stages (stall sampling,
 // qwen3-235b TP8 bf16 M = 64: 30 % / 10 % of the samples, session 32): a ring of 1-2 units of
 // 2-3 stages holds too few bytes in flight for the loads' latency.
@@ -75,7 +76,7 @@ inline constexpr int kDefaultCluster = 1;
 // Shared-memory layout in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
 struct SmemLayout {
   int stages;
-  int stage_bytes;    // stage s: A tile at s * stage_bytes, B tile 16 KB later
+  int stage_bytes;    // stage s: A tile at s * stage_bytes, B tile 16 KB later (ping-pong: 8 KB)
   int a_scale_off;    // block128: float [stages][kBlockM] row scales of the stage's K group
   int b_scale_off;    // block128: float [stages][2] weight-block scales (first, second B box)
   int full_bar_off;   // uint64 [stages]
@@ -114,6 +115,12 @@ constexpr SmemLayout pingpong_layout(int num_experts, bool deep) {
   const SmemLayout five = smem_layout(false, num_experts, true, kPingPongStages);
   return deep && five.bytes <= kSmemLimit ? five : smem_layout(false, num_experts, true, num_stages(false));
 }
+// The launcher decides on ping-pong against the default layout's stages (num_k_stages < stages):
+// a ping-pong layout never has fewer, and always fits.
+static_assert(pingpong_layout(kMaxExperts, true).stages >= num_stages(false) &&
+                  pingpong_layout(kMaxExperts, true).bytes <= kSmemLimit &&
+                  pingpong_layout(1, true).stages == kPingPongStages,
+              "ping-pong layouts");
 static_assert(smem_layout(true, kMaxExperts).bytes <= kSmemLimit, "block128 layout exceeds 227 KB");
 
 }  // namespace moekit::cuda::tokmajor

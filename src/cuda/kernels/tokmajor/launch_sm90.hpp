@@ -39,9 +39,10 @@ bool tokmajor_dynamic_schedule();
 
 // Units the dynamic schedule takes with one atomic where its producer looks a unit ahead (tiles of
 // at most tokmajor::kLookaheadMaxStages K stages: the K-short GEMM2s): MOEKIT_TOKMAJOR_TAKE =
-// "1".."8" forces it (the same units, so the same bits, in another order across the CTAs); unset,
-// 0: the launcher's rule (4 for decode-sized ping-pong GEMM2s of >= 16 units a CTA, else 1).
-// Throws moekit::Error(kInvalidArgument) on any other value.
+// "1".."8" forces it (the same units, so the same bits, in another order across the CTAs) and is
+// returned; unset, the return is 0 and the launcher applies its rule (4 for decode-sized ping-pong
+// GEMM2s of >= 16 units a CTA, else 1). Throws moekit::Error(kInvalidArgument) on any other value
+// ("0" included).
 int tokmajor_units_per_take();
 
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
