@@ -499,12 +499,13 @@ void run_moe(const detail::MoeCall& call) {
   // token-major kernel); MOEKIT_PDL=0 turns it off; read here, once per call.
   const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
   const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
-  // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER) and schedule (MOEKIT_TOKMAJOR_SCHEDULE)
-  // are read and checked before anything is enqueued: a bad value fails the call with nothing
-  // launched.
+  // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER), schedule (MOEKIT_TOKMAJOR_SCHEDULE),
+  // units an atomic (MOEKIT_TOKMAJOR_TAKE) and ping-pong switch (MOEKIT_TOKMAJOR_PINGPONG) are read
+  // and checked before anything is enqueued: a bad value fails the call with nothing launched.
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
+  if (tokmajor) (void)tokmajor_pingpong_switch();   // MOEKIT_TOKMAJOR_PINGPONG, checked likewise
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

@@ -1066,6 +1066,25 @@ TEST(Sm90Dispatch, TokmajorScheduleSwitchIsChecked) {
   EXPECT_EQ(run_status(d, 17, "tokmajor"), Status::kSuccess);
 }
 
+TEST(Sm90Dispatch, TokmajorPingpongSwitchIsChecked) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_TOKMAJOR_PINGPONG: 0 or 1; anything else fails the call before anything is enqueued
+  // (until session 32 it threw at GEMM2's launch, after routing and GEMM1 were enqueued). That
+  // both forms give the same bits is Sm90TokMajorGemm.PingPongMatchesTwoWarpgroupUnitsBitwise.
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  for (const char* v : {"2", "on", "-1"}) {
+    std::string what;
+    ScopedEnv env("MOEKIT_TOKMAJOR_PINGPONG", v);
+    EXPECT_EQ(run_status(d, 17, "tokmajor", &what), Status::kInvalidArgument) << v;
+    EXPECT_NE(what.find("MOEKIT_TOKMAJOR_PINGPONG"), std::string::npos) << v << ": " << what;
+  }
+  for (const char* v : {"0", "1"}) {
+    ScopedEnv env("MOEKIT_TOKMAJOR_PINGPONG", v);
+    EXPECT_EQ(run_status(d, 17, "tokmajor"), Status::kSuccess) << v;
+  }
+}
+
 TEST(Sm90Dispatch, TokmajorTakeSwitchIsChecked) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_TAKE: 1..8 units an atomic of the dynamic schedule's lookahead; anything else

@@ -55,12 +55,8 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
   const bool allowed = !gate_up_of(p) && !block128_of(p) && kp.cluster == 1 && kp.tile_counter != nullptr &&
                        kp.num_k_stages < kp.smem.stages;
   if (!allowed) return false;
-  const char* v = detail::env_value(detail::EnvVar::kTokmajorPingpong);
-  if (v != nullptr && v[0] != '\0') {
-    if (std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_PINGPONG = '") + v + "', expected 0 or 1");
-  }
+  const int forced = tokmajor_pingpong_switch();
+  if (forced >= 0) return forced == 1;
   return p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts;
 }
 
@@ -138,6 +134,14 @@ int tokmajor_default_cluster() {
   if (std::strcmp(v, "1") == 0) return 1;
   if (std::strcmp(v, "2") == 0) return 2;
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_CLUSTER = '") + v + "', expected 1 or 2");
+}
+
+int tokmajor_pingpong_switch() {
+  const char* v = detail::env_value(detail::EnvVar::kTokmajorPingpong);
+  if (v == nullptr || v[0] == '\0') return -1;
+  if (std::strcmp(v, "0") == 0) return 0;
+  if (std::strcmp(v, "1") == 0) return 1;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_PINGPONG = '") + v + "', expected 0 or 1");
 }
 
 bool tokmajor_dynamic_schedule() {
