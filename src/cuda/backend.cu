@@ -505,7 +505,7 @@ void run_moe(const detail::MoeCall& call) {
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
-  if (tokmajor) (void)tokmajor_pingpong_switch();   // MOEKIT_TOKMAJOR_PINGPONG, checked likewise
+  if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

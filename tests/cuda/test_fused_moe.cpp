@@ -893,6 +893,30 @@ void expect_gemv_form(MoeCase& c, DeviceCase& d, const std::vector<std::uint16_t
   EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, s.M), s.K, s.scheme, form)) << s.name();
 }
 
+// One shape of a 0 / 1 switch between the plain e4m3 kernel's forms: with `var` = "0" the other
+// form runs, unset the rule (`rule`: whether it takes this form here) gives the same bits, and "1"
+// runs this form (expect_gemv_form).
+void expect_gemv_switch(const GemvFormShape& v, const char* var, bool (*ran)(), bool rule, const char* form) {
+  const CaseSpec s = gemv_form_spec(v);
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  std::vector<std::uint16_t> a;
+  {
+    ScopedEnv off(var, "0");
+    a = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
+    EXPECT_FALSE(ran()) << s.name() << ": " << var << "=0 ran the " << form << " form";
+  }
+  {
+    ScopedEnv unset(var, nullptr);
+    const std::vector<std::uint16_t> r = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_EQ(ran(), rule) << s.name() << ": the default rule";
+    EXPECT_TRUE(r == a) << s.name() << ": the default form differs from the other one";
+  }
+  expect_gemv_form(c, d, a, var, ran, form);
+}
+
 // Any value of `var` but 0 / 1 is an error naming it.
 void expect_bad_gemv_switch(const char* var) {
   MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
@@ -919,27 +943,9 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
       {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 2048, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
       {DType::kBf16, 2, 2, 2048, 64, 24}, {DType::kFp16, 16, 4, 2048, 96, 8},
   };
-  for (const GemvFormShape& v : shapes) {
-    const CaseSpec s = gemv_form_spec(v);
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    std::vector<std::uint16_t> a;
-    {
-      ScopedEnv off("MOEKIT_GEMV_WIDE", "0");
-      a = d.run(v.M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-      EXPECT_FALSE(cuda::gemv_last_wide()) << s.name();
-    }
-    {
-      // Unset, the rule: 32-column tasks where w13 rows are at most 2048 bytes and M >= 4.
-      ScopedEnv unset("MOEKIT_GEMV_WIDE", nullptr);
-      const std::vector<std::uint16_t> r = d.run(v.M, Mode::kFusedExperts, "gemv");
-      EXPECT_EQ(cuda::gemv_last_wide(), v.K <= 2048 && v.M >= 4) << s.name() << ": the default rule";
-      EXPECT_TRUE(r == a) << s.name() << ": the default form differs from 16-column tasks";
-    }
-    expect_gemv_form(c, d, a, "MOEKIT_GEMV_WIDE", &cuda::gemv_last_wide, "gemv wide");
-  }
+  // Unset, the rule: 32-column tasks where w13 rows are at most 2048 bytes and M >= 4.
+  for (const GemvFormShape& v : shapes)
+    expect_gemv_switch(v, "MOEKIT_GEMV_WIDE", &cuda::gemv_last_wide, v.K <= 2048 && v.M >= 4, "gemv wide");
   {
     MoeCase c = make_case(small_spec(Scheme::kBf16));
     DeviceCase d(c);
@@ -967,27 +973,10 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
       {DType::kBf16, 2, 2, 4096, 64, 24}, {DType::kFp16, 16, 4, 4096, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
   };
   ScopedEnv wide_off("MOEKIT_GEMV_WIDE", "0");
-  for (const GemvFormShape& v : shapes) {
-    const CaseSpec s = gemv_form_spec(v);
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    std::vector<std::uint16_t> a;
-    {
-      ScopedEnv off("MOEKIT_GEMV_FP8_DECOUPLED", "0");
-      a = d.run(v.M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-      EXPECT_FALSE(cuda::gemv_last_decoupled()) << s.name() << ": 0 keeps the CTA barriers";
-    }
-    {
-      // Unset, the rule: mbarrier units where w13 rows are at least 4096 bytes and M = 2..8.
-      ScopedEnv unset("MOEKIT_GEMV_FP8_DECOUPLED", nullptr);
-      const std::vector<std::uint16_t> r = d.run(v.M, Mode::kFusedExperts, "gemv");
-      EXPECT_EQ(cuda::gemv_last_decoupled(), v.K >= 4096 && v.M >= 2 && v.M <= 8) << s.name() << ": the default rule";
-      EXPECT_TRUE(r == a) << s.name() << ": the default form differs from the barrier units";
-    }
-    expect_gemv_form(c, d, a, "MOEKIT_GEMV_FP8_DECOUPLED", &cuda::gemv_last_decoupled, "gemv decoupled");
-  }
+  // Unset, the rule: mbarrier units where w13 rows are at least 4096 bytes and M = 2..8.
+  for (const GemvFormShape& v : shapes)
+    expect_gemv_switch(v, "MOEKIT_GEMV_FP8_DECOUPLED", &cuda::gemv_last_decoupled,
+                       v.K >= 4096 && v.M >= 2 && v.M <= 8, "gemv decoupled");
   {
     CaseSpec s = small_spec(Scheme::kFp8PerTensor);
     s.K = 2048;

@@ -386,13 +386,11 @@ TEST(Sm90TokMajorGemm, DynamicScheduleSmall) {
   run_case(c);
 }
 
-TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
-  SKIP_WITHOUT_SM90();
-  // GEMM2's ping-pong consumers (64-row units, one warpgroup each, alternate units) change who
-  // computes a row, never how: forced on and off (MOEKIT_TOKMAJOR_PINGPONG), every case matches
-  // the reference and the two match bit for bit. K-short shapes (1-3 K stages), experts of 0, 1,
-  // 63, 64, 65, 129 and 300 rows (several units an expert, a unit count of either parity), more
-  // units than CTAs, K and n_out tails, bias, per-channel scales, 16-bit y.
+// K-short GEMM2 shapes (1-3 K stages) for the ping-pong and take tests: experts of 0, 1, 63, 64,
+// 65, 129 and 300 rows (several units an expert, a unit count of either parity), more units than
+// CTAs (the first: >= 16 a CTA on 132 SMs, the 5-stage ring and takes of 4 by rule), K and n_out
+// tails, bias, per-channel scales, 16-bit y.
+std::vector<Case> kshort_gemm2_cases() {
   std::vector<Case> cases;
   Case c = gemm2(Scheme::kBf16, 96, 2048);  // qwen3-30b TP8's GEMM2: k_dim 96 (2 stages of bf16)
   c.rows.assign(257, 0);
@@ -423,9 +421,19 @@ TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
   c.weight_on_input = true;
   cases.push_back(c);
   for (Case& k : cases) {
-    SCOPED_TRACE(k.describe());
     k.cluster = 1;
     k.dynamic = true;
+  }
+  return cases;
+}
+
+TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
+  SKIP_WITHOUT_SM90();
+  // GEMM2's ping-pong consumers (64-row units, one warpgroup each, alternate units) change who
+  // computes a row, never how: forced on and off (MOEKIT_TOKMAJOR_PINGPONG), every case matches
+  // the reference and the two match bit for bit (kshort_gemm2_cases).
+  for (const Case& k : kshort_gemm2_cases()) {
+    SCOPED_TRACE(k.describe());
     std::vector<float> two, pp, again;
     {
       moekit::testing::ScopedEnv off("MOEKIT_TOKMAJOR_PINGPONG", "0");
@@ -448,34 +456,11 @@ TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
   // MOEKIT_TOKMAJOR_TAKE = n: the dynamic schedule's atomic takes n consecutive units where the
   // producer looks a unit ahead (K-short tiles). Which CTA runs a unit changes, never what it
   // computes: against one unit an atomic, bit for bit, with the ping-pong consumers and without,
-  // takes that divide the units or not (3), and more than a CTA gets (8: takes past the end).
-  // Every atomic adds n to the counter, so its final value is a multiple of n: the take was used.
-  std::vector<Case> cases;
-  Case c = gemm2(Scheme::kBf16, 96, 2048);  // qwen3-30b TP8's GEMM2: 2 stages of bf16
-  c.rows.assign(129, 0);
-  for (int e = 0; e < 129; ++e) c.rows[e] = (e * 37) % 70;
-  c.top_k = 8;
-  c.out_dtype = DType::kBf16;
-  c.weights = 2;
-  cases.push_back(c);
-  c = gemm2(Scheme::kFp8PerTensor, 96, 2048);  // 1 stage
-  c.rows = {1, 64, 65, 0, 129, 300, 63};
-  c.seed = 31;
-  cases.push_back(c);
-  c = gemm2(Scheme::kFp8PerTensor, 256, 7168);  // deepseek-v3 TP8: 2 stages, 28 column tiles
-  c.rows = {3, 0, 70, 1};
-  c.seed = 32;
-  cases.push_back(c);
-  c = gemm2(Scheme::kBf16, 192, 262);  // 3 stages, an n_out tail, bias
-  c.rows = {1, 130, 65, 0, 7};
-  c.bias = true;
-  c.bias_dtype = DType::kBf16;
-  c.seed = 33;
-  cases.push_back(c);
-  for (Case& k : cases) {
+  // takes that divide the units or not (3), and more than a CTA gets (8: takes past the end), on
+  // kshort_gemm2_cases. Every atomic adds n to the counter, so its final value is a multiple of
+  // n: the take was used.
+  for (const Case& k : kshort_gemm2_cases()) {
     SCOPED_TRACE(k.describe());
-    k.cluster = 1;
-    k.dynamic = true;
     for (const char* pp : {"0", "1"}) {
       moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", pp);
       std::vector<float> one;

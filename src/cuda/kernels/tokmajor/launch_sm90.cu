@@ -55,24 +55,19 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
   const bool allowed = !gate_up_of(p) && !block128_of(p) && kp.cluster == 1 && kp.tile_counter != nullptr &&
                        kp.num_k_stages < kp.smem.stages;
   if (!allowed) return false;
-  const int forced = tokmajor_pingpong_switch();
-  if (forced >= 0) return forced == 1;
-  return p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts;
+  return detail::env_switch(detail::EnvVar::kTokmajorPingpong, p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts);
 }
 
-// Units an atomic (KernelParams::units_per_take) when MOEKIT_TOKMAJOR_TAKE is unset: 4 for the
-// ping-pong GEMM2 (K-short, decode-sized) with at least 16 units a CTA at most (max_tiles), else 1.
+// Ping-pong GEMM2s (K-short, decode-sized) of at least 16 units a CTA at most (max_tiles) take 4
+// units an atomic (KernelParams::units_per_take) when MOEKIT_TOKMAJOR_TAKE is unset, else 1, and
+// run a 5-stage ring (tokmajor::pingpong_layout), else 4.
 // Same-run A/B on the H200 (session 32, docs/tokmajor.md; TP8 M = 32..256): take 4 against 1 gave
 // qwen3-235b 1.002-1.029x (fp8 1.021-1.029), deepseek-v3 fp8 1.003-1.031x; qwen3-30b (~8 units a
 // CTA) 0.993-1.027x, mixed with take 2 as well (0.979-1.024), so it keeps 1; and where units are
 // fewer than CTAs (a 4-expert GEMM2 of 64 units on 80 CTAs) take 4 put them all on 16 CTAs and
 // the launch took 2x as long (phase timer).
-constexpr std::int64_t kTakeMinUnitsPerCta = 16;
+constexpr std::int64_t kManyUnitsPerCta = 16;
 constexpr int kTakeUnits = 4;
-
-int take_rule(bool pingpong, std::int64_t max_units, int grid) {  // also picks the ping-pong ring's depth
-  return pingpong && max_units >= kTakeMinUnitsPerCta * grid ? kTakeUnits : 1;
-}
 
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "tokmajor_sm90: " + msg;
@@ -136,14 +131,6 @@ int tokmajor_default_cluster() {
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_CLUSTER = '") + v + "', expected 1 or 2");
 }
 
-int tokmajor_pingpong_switch() {
-  const char* v = detail::env_value(detail::EnvVar::kTokmajorPingpong);
-  if (v == nullptr || v[0] == '\0') return -1;
-  if (std::strcmp(v, "0") == 0) return 0;
-  if (std::strcmp(v, "1") == 0) return 1;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_PINGPONG = '") + v + "', expected 0 or 1");
-}
-
 bool tokmajor_dynamic_schedule() {
   const char* v = detail::env_value(detail::EnvVar::kTokmajorSchedule);
   if (v == nullptr || v[0] == '\0' || std::strcmp(v, "dynamic") == 0) return true;
@@ -153,7 +140,7 @@ bool tokmajor_dynamic_schedule() {
 
 // Units the dynamic schedule's atomic takes at once where the producer looks a unit ahead (K-short
 // tiles; kernel_sm90.cuh produce()). MOEKIT_TOKMAJOR_TAKE=1..8 (read at every launch) forces it;
-// unset, 0: the launcher's rule (take_rule). Any other value is an error.
+// unset, 0: the launcher's rule (kManyUnitsPerCta). Any other value is an error.
 int tokmajor_units_per_take() {
   const char* v = detail::env_value(detail::EnvVar::kTokmajorTake);
   if (v == nullptr || v[0] == '\0') return 0;
@@ -222,13 +209,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const std::int64_t tiles = max_tiles(p, pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM);
   if (tiles == 0) return;
   const int grid = gemm_common::persistent_grid(tiles, cluster, gemm_common::sm_count_of_current_device());
+  const bool many_units = pingpong && tiles >= kManyUnitsPerCta * grid;
   const int take = tokmajor_units_per_take();
-  kp.units_per_take = take != 0 ? take : take_rule(pingpong, tiles, grid);
-  // Ping-pong: 64-row A tiles; 5 stages where units are many a CTA (the take rule's bound), else
-  // 4 as before: a deeper ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about
-  // 8 units a CTA) 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
-  if (pingpong)
-    kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), tiles >= kTakeMinUnitsPerCta * grid);
+  kp.units_per_take = take != 0 ? take : (many_units ? kTakeUnits : 1);
+  // Ping-pong: 64-row A tiles; 5 stages where units are many a CTA, else 4 as before: a deeper
+  // ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about 8 units a CTA)
+  // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
+  if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.

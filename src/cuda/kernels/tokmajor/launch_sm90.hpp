@@ -45,10 +45,6 @@ bool tokmajor_dynamic_schedule();
 // ("0" included).
 int tokmajor_units_per_take();
 
-// MOEKIT_TOKMAJOR_PINGPONG: -1 unset (the launcher's rule for GEMM2's ping-pong consumers), 0 off,
-// 1 on wherever the kernel allows them. Throws moekit::Error(kInvalidArgument) on any other value.
-int tokmajor_pingpong_switch();
-
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
 /// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into
 /// device_buffer[(i * max_ctas + blockIdx.x) * tokmajor::kPhaseWords + word]; later launches stamp
