@@ -39,6 +39,7 @@ enum class EnvVar : int {
   kGemvOneRound,       // MOEKIT_GEMV_ONE_ROUND (cuda/kernels/gemv/launch_sm90.cu)
   kGemvWide,           // MOEKIT_GEMV_WIDE
   kGemvFp8Decoupled,   // MOEKIT_GEMV_FP8_DECOUPLED
+  kGemvQgmma,          // MOEKIT_GEMV_QGMMA
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)

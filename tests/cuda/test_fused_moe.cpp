@@ -1001,6 +1001,62 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
   expect_bad_gemv_switch("MOEKIT_GEMV_FP8_DECOUPLED");
 }
 
+TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_GEMV_QGMMA=1 runs fp8 calls of the tensor-core GEMV kernel's plain e4m3 form with GEMM1
+  // on wgmma (A = the weights straight from memory in registers, B = every token of the call in
+  // one shared-memory tile): a different sum order from the mma.sync forms, so against the
+  // reference, not their bits. Shapes: K = 4096, a partial last k-block (K = 1040: 17 k-blocks over
+  // four warpgroups, 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a unit's two tasks
+  // of different experts), M = 1, fp16 activations, and 64 experts x 32 tasks at M = 16 (the
+  // tile's every token, many units a CTA); bitwise reproducible. Off unless set; M > 16 keeps
+  // the mma.sync form; bf16 ignores it; a bad value is an error.
+  const GemvFormShape shapes[] = {
+      {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
+      {DType::kFp16, 16, 4, 2048, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
+  };
+  for (const GemvFormShape& v : shapes) {
+    const CaseSpec s = gemv_form_spec(v);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    {
+      ScopedEnv unset("MOEKIT_GEMV_QGMMA", nullptr);
+      d.run(v.M, Mode::kFusedExperts, "gemv");
+      EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
+      EXPECT_FALSE(cuda::gemv_last_qgmma()) << s.name() << ": on by default";
+    }
+    ScopedEnv on("MOEKIT_GEMV_QGMMA", "1");
+    const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(cuda::gemv_last_qgmma()) << s.name() << ": the QGMMA form did not run";
+    const std::vector<std::uint16_t> b2 = d.run(v.M, Mode::kFusedExperts, "gemv");
+    EXPECT_TRUE(b == b2) << s.name() << ": the QGMMA form is not bitwise reproducible";
+    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv qgmma"))
+        << s.name();
+  }
+  {
+    const CaseSpec s = gemv_form_spec({DType::kBf16, 8, 2, 1024, 64, 17});
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    ScopedEnv on("MOEKIT_GEMV_QGMMA", "1");
+    const std::vector<std::uint16_t> b = d.run(17, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
+    EXPECT_FALSE(cuda::gemv_last_qgmma()) << "M = 17 is past the QGMMA form's token tile";
+    EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, 17), s.K, s.scheme, "gemv M = 17"));
+  }
+  {
+    MoeCase c = make_case(small_spec(Scheme::kBf16));
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+    ScopedEnv on("MOEKIT_GEMV_QGMMA", "1");
+    d.run(2, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
+    EXPECT_FALSE(cuda::gemv_last_qgmma()) << "bf16 has no QGMMA form";
+  }
+  expect_bad_gemv_switch("MOEKIT_GEMV_QGMMA");
+}
+
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

@@ -78,6 +78,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"gemv_mma_general_sm90_kernel", 2},  // its general e4m3 instantiation (per channel, 8-byte w2 rows)
       {"gemv_mma_wide_sm90_kernel", 2},   // its plain e4m3 form with GEMM1 tasks of 32 columns
       {"gemv_mma_decoupled_sm90_kernel", 2},  // its plain e4m3 form with GEMM1's units on mbarriers
+      {"gemv_mma_qg_sm90_kernel", 2},     // its plain e4m3 form with GEMM1 on wgmma
   };
   for (const auto& [name, count] : expected) EXPECT_EQ(per_kernel[name], count) << name;
   EXPECT_EQ(per_kernel.size(), expected.size()) << "a kernel family this test does not know: update it";

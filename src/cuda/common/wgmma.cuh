@@ -55,6 +55,35 @@ __device__ __forceinline__ std::uint64_t make_smem_desc_sw128(std::uint32_t smem
   return desc;
 }
 
+// Descriptor of a K-major operand tile without swizzle (the "interleave" layout): a core matrix is
+// 8 rows x 16 bytes stored as 128 contiguous bytes (row r at byte 16 r); `lbo` is the byte
+// distance between core matrices adjacent in K, `sbo` between core matrices adjacent in M / N
+// (PTX ISA "matrix descriptor"); swizzle mode 0. The start address is 16-byte aligned.
+__device__ __forceinline__ std::uint64_t make_smem_desc_interleave(std::uint32_t smem_addr, std::uint32_t lbo,
+                                                                   std::uint32_t sbo) {
+  std::uint64_t desc = 0;
+  desc |= static_cast<std::uint64_t>((smem_addr & 0x3FFFF) >> 4);
+  desc |= static_cast<std::uint64_t>((lbo >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<std::uint64_t>((sbo >> 4) & 0x3FFF) << 32;
+  return desc;
+}
+
+// wgmma.mma_async m64n16k32 e4m3 x e4m3 -> f32 with A from registers and B K-major in shared
+// memory. A's fragment (warp w of the warpgroup holds rows 16 w .. 16 w + 15, lane l: g = l / 4,
+// c = l % 4): a[0] = row g, k 4c .. 4c + 3; a[1] = row g + 8, the same k; a[2], a[3] the same rows
+// at k + 16 (mma.m16n8k32's A layout). Accumulators as Wgmma<.., 16> below. The caller keeps a's
+// registers live (and unchanged) until a wgmma_wait covers the instruction: the compiler sees the
+// asm read them at issue only.
+__device__ __forceinline__ void wgmma_rs_m64n16k32_e4m3(float (&d)[8], const std::uint32_t (&a)[4], std::uint64_t db,
+                                                        int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 // wgmma.mma_async m64nNk16 (bf16/f16) or m64nNk32 (e4m3), A and B K-major from shared memory,
 // fp32 accumulators d[0 .. N/2). scale_d = 0 overwrites d, 1 accumulates.
 // Accumulator layout (warp w of the warpgroup, lane l): d[4j + 2h + c] = D[16w + l/4 + 8h]

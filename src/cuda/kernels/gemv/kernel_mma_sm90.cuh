@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/gemv/kernel_sm90.cuh"
 
 namespace moekit::cuda::gemv {
@@ -66,7 +67,19 @@ namespace moekit::cuda::gemv {
 // equal). Measured as the only e4m3 form (05d3c32 against 5b54c61, docs/gemv.md session 31):
 // 1.02-1.085x at K >= 4096, M = 2..8, 0.97-0.99x at M = 1 and at K = 2048; its own kernel
 // (MOEKIT_GEMV_FP8_DECOUPLED=1) until a rule is measured.
-template <Operand kOp, bool kGeneral = false, bool kWide = false, bool kE4m3Decoupled = false>
+//
+// kQg: the plain e4m3 form with GEMM1 on the warpgroup tensor-core instruction (wgmma, QGMMA)
+// instead of mma.sync: sm_90 runs an e4m3 mma.sync as e4m3 -> f16 unpacks (F2FP, 12 per m16n8k32
+// a lane, both operands, again for every token group) and f16 HMMAs (docs/gemv.md, session 30),
+// where wgmma takes e4m3 natively. The weights still go straight from memory into registers (the
+// A operand of wgmma may be registers, in mma.m16n8k32's A layout per warp: a lane's same two
+// 16-byte loads); B is every token of the call (M <= kQgTokens) staged once as one wgmma tile in
+// the K order of those loads (prologue.cuh, stage_rows_e4m3_qg), so any rows of any expert can
+// share an instruction and no per-expert gather exists. A warpgroup takes a quarter of K; its four
+// warps the four 16-row tiles of two consecutive 16-column tasks (gate, up of task q; gate, up of
+// q + 1); an expert's columns of token t are accumulator column t. The four warpgroups' sums add
+// in warpgroup order: bitwise reproducible, not bitwise equal to the mma.sync forms.
+template <Operand kOp, bool kGeneral = false, bool kWide = false, bool kE4m3Decoupled = false, bool kQg = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
   using ActT = typename OperandTypes<kOp>::Act;
@@ -80,6 +93,8 @@ struct GemvMma {
   static constexpr int kRound1 = kWide ? 1 : 2;            // GEMM1: 64-byte k-blocks of a round (x2 buffers)
   static constexpr bool kDecoupled = !kFp8 || kE4m3Decoupled;  // GEMM1's units without CTA barriers (finish_pass)
   static_assert(!kE4m3Decoupled || (kFp8 && !kGeneral && !kWide), "the decoupled e4m3 form is the plain one");
+  static_assert(!kQg || (kFp8 && !kGeneral && !kWide && !kE4m3Decoupled), "the QGMMA form is the plain e4m3 one");
+  static constexpr int kQgRound = 4;  // QGMMA GEMM1: 64-byte k-blocks of a round (x2 buffers: 16 loads a lane)
   // GEMM1's partial sums, [kWarps][2 kTiles][16][8 kTg] floats, fit the bytes the host sizes for
   // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
   static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
@@ -101,6 +116,131 @@ struct GemvMma {
     const uint2 x = sm90::ld_stream_8(a);
     const uint2 y = last ? make_uint2(0u, 0u) : sm90::ld_stream_8(a + 8);
     return make_uint4(x.x, x.y, y.x, y.y);
+  }
+
+  // The QGMMA GEMM1 (kQg): the CTA's 16-column tasks [q0, q1) two at a time. Warpgroup wg reduces
+  // k-blocks [nkb wg / 4, nkb (wg + 1) / 4) of the unit's 64 rows: warp rs = warp % 4 loads tile rs
+  // (task q + rs / 2, gate rows when rs is even, else up rows; g and g + 8 of its 16, a lane 16
+  // bytes of each at byte 16 c of a k-block) and the warpgroup issues two m64n16k32 per k-block,
+  // A = those registers, B = the staged token tile at the k-block's two steps. The next round's
+  // loads (the next unit's first at a unit's end) go out before this round's instructions. Then
+  // the sums through shared memory, as finish_pass's barrier form: part[warp][16 rows][16 tokens],
+  // a CTA barrier, one (slot, column) a thread adds the four warpgroups' sums in order, applies
+  // the scales, router weight (on input), bias and activation: h (fp32) to the workspace, and
+  // a CTA barrier before the next unit overwrites part.
+  static __device__ void gemm1_qg(const GemvParams& p, std::uint8_t* smem, int U, int NB1, std::int64_t q0,
+                                  std::int64_t q1, float xscale, float& hmax) {
+    const SmemLayout& L = p.smem;
+    const int* sorted = reinterpret_cast<const int*>(smem + L.sorted_off);
+    const int* ue = reinterpret_cast<const int*>(smem + L.ue_off);
+    const int* uoff = reinterpret_cast<const int*>(smem + L.uoff_off);
+    const float* tw = reinterpret_cast<const float*>(smem + L.tw_off);
+    float* part = reinterpret_cast<float*>(smem + L.work_off);
+    const std::uint32_t tile = sm90::smem_addr(smem + L.region_off);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int wg = warp >> 2, rs = warp & 3;
+    const int k = p.top_k;
+    const std::int64_t N = p.inter_size;
+    const std::int64_t row_bytes = p.hidden_size;  // e4m3
+    const int cpr = static_cast<int>(row_bytes / 16);
+    const int nkb = (cpr + 3) / 4;
+    const int kq0 = nkb * wg / 4, kq1 = nkb * (wg + 1) / 4;
+    const int R = (kq1 - kq0 + kQgRound - 1) / kQgRound;  // rounds a unit takes this warpgroup
+    const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
+    // This warp's rows of the unit starting at task q: rows g and g + 8 of tile rs.
+    auto issue = [&](uint4 (&a)[kQgRound][2], std::int64_t q, int r) {
+      const std::int64_t qq = q + (rs >> 1);
+      const bool in = qq < q1;
+      const int u = in ? static_cast<int>(qq / NB1) : 0, cb = in ? static_cast<int>(qq % NB1) : 0;
+      const int r0 = cb * 16 + g;
+      const bool vlo = in && r0 < N, vhi = in && r0 + 8 < N;
+      const std::uint8_t* base = w13 + (static_cast<std::int64_t>(ue[u]) * 2 * N + (rs & 1) * N) * row_bytes;
+      const std::uint8_t* rlo = base + (vlo ? r0 : 0) * row_bytes;
+      const std::uint8_t* rhi = base + (vhi ? r0 + 8 : 0) * row_bytes;
+#pragma unroll
+      for (int i = 0; i < kQgRound; ++i) {
+        const int kb = kq0 + r * kQgRound + i;
+        const int ch = kb * 4 + c;
+        const bool ok = kb < kq1 && ch < cpr;
+        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+        a[i][0] = ok && vlo ? sm90::ld_stream_16(rlo + off) : zero4();
+        a[i][1] = ok && vhi ? sm90::ld_stream_16(rhi + off) : zero4();
+      }
+    };
+    uint4 cur[kQgRound][2], nxt[kQgRound][2];
+    if (q0 < q1 && R > 0) issue(cur, q0, 0);
+    for (std::int64_t q = q0; q < q1; q += 2) {
+      float acc[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+      for (int r = 0; r < R; ++r) {
+        if (r + 1 < R) {
+          issue(nxt, q, r + 1);
+        } else if (q + 2 < q1) {
+          issue(nxt, q + 2, 0);
+        }
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kQgRound; ++i) {
+          // Past the warpgroup's k-blocks (its last round) A is zeros: the instruction reads the
+          // warpgroup's last k-block of the tile and adds zero products (no branch around a wgmma).
+          const int kb = min(kq0 + r * kQgRound + i, kq1 - 1);
+          const std::uint32_t a0[4] = {cur[i][0].x, cur[i][1].x, cur[i][0].y, cur[i][1].y};
+          sm90::wgmma_rs_m64n16k32_e4m3(
+              acc, a0, sm90::make_smem_desc_interleave(tile + (2 * kb) * kQgStepBytes, 128, 256), 1);
+          const std::uint32_t a1[4] = {cur[i][0].z, cur[i][1].z, cur[i][0].w, cur[i][1].w};
+          sm90::wgmma_rs_m64n16k32_e4m3(
+              acc, a1, sm90::make_smem_desc_interleave(tile + (2 * kb + 1) * kQgStepBytes, 128, 256), 1);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        // cur's registers stay cur's until the instructions that read them are done (the wait).
+#pragma unroll
+        for (int i = 0; i < kQgRound; ++i)
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            asm volatile("" : "+r"(cur[i][x].x), "+r"(cur[i][x].y), "+r"(cur[i][x].z), "+r"(cur[i][x].w)::"memory");
+            cur[i][x] = nxt[i][x];
+          }
+      }
+      sm90::fence_regs<8>(acc);
+      // The warp's sums: accumulator d[4 j + 2 h + e] = row g + 8 h of tile rs, token 8 j + 2 c + e.
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(part + (warp * 16 + g + 8 * h) * kQgTokens + 8 * j + 2 * c) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      __syncthreads();
+      // The unit's two tasks: (slot, column) pairs of task q, then of task q + 1, over the threads.
+      const int u0 = static_cast<int>(q / NB1), u1 = q + 1 < q1 ? static_cast<int>((q + 1) / NB1) : u0;
+      const int T0 = uoff[u0 + 1] - uoff[u0];
+      const int T1 = q + 1 < q1 ? uoff[u1 + 1] - uoff[u1] : 0;
+      for (int o = tid; o < 16 * (T0 + T1); o += kThreads) {
+        const int th = o < 16 * T0 ? 0 : 1;
+        const int oo = th == 0 ? o : o - 16 * T0;
+        const int T = th == 0 ? T0 : T1, u = th == 0 ? u0 : u1;
+        const int tok = oo % T, col = oo / T;
+        const std::int64_t qq = q + th;
+        const int cc = static_cast<int>(qq % NB1) * 16 + col;
+        if (cc >= N) continue;
+        const int e = ue[u];
+        const int slot = sorted[uoff[u] + tok];
+        const int tc = slot / k;  // the token: its accumulator column
+        float gv = 0.0f, uv = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          gv += part[((w * 4 + 2 * th) * 16 + col) * kQgTokens + tc];
+          uv += part[((w * 4 + 2 * th + 1) * 16 + col) * kQgTokens + tc];
+        }
+        const float ws = xscale * p.w13_scale[e];
+        const float h = gemm1_finish(p, tw, slot, e, N, cc, gv * ws, uv * ws);
+        p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
+        hmax = numerics::fold_absmax(hmax, h);
+      }
+      __syncthreads();
+    }
   }
 
   static __device__ void run(const GemvParams& p, std::uint8_t* smem) {
@@ -173,6 +313,7 @@ struct GemvMma {
     float* row_scale = coef;
     if constexpr (kFp8) {
       if (per_channel) stage_rows_e4m3_per_row<ActT>(p, region, px, row_scale);
+      else if constexpr (kQg) xscale = stage_rows_e4m3_qg<ActT>(p, region, scratch);
       else xscale = stage_rows_e4m3<ActT>(p, region, px, scratch);
     } else {
       sm90::cp_async_wait_all_groups();
@@ -323,6 +464,9 @@ struct GemvMma {
         }
       }
     };
+    if constexpr (kQg) {
+      gemm1_qg(p, smem, U, NB1, q0, q1, xscale, hmax);
+    } else {
     uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
     // The CTA's units in order: every thread runs finish_pass for every unit (the mbarriers count
@@ -370,6 +514,7 @@ struct GemvMma {
         finish_pass(acc, e, cb, b, t0, nt, unit++);
       }
     }
+    }  // the mma.sync forms
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
@@ -589,6 +734,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_decoupled_sm90_kernel(co
 #endif
 }
 
+// The plain e4m3 kernel with GEMM1 on wgmma (GemvMma<kOp, false, false, false, true>).
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) gemv_mma_qg_sm90_kernel(const __grid_constant__ GemvParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  GemvMma<kOp, false, false, false, true>::run(p, smem_raw);
+#endif
+}
+
 // ---- host side of one instantiation (inst/*.cu) ----
 
 template <Operand kOp>
@@ -633,6 +787,17 @@ int gemv_mma_decoupled_max_coresident_ctas(int device) {
 template <Operand kOp>
 void launch_gemv_mma_decoupled_sm90(const GemvParams& p, int grid, void* stream) {
   launch_cooperative(&gemv_mma_decoupled_sm90_kernel<kOp>, p, grid, stream);
+}
+
+template <Operand kOp>
+int gemv_mma_qg_max_coresident_ctas(int device) {
+  static std::atomic<int> cached[64];
+  return coresident_ctas(&gemv_mma_qg_sm90_kernel<kOp>, device, cached);
+}
+
+template <Operand kOp>
+void launch_gemv_mma_qg_sm90(const GemvParams& p, int grid, void* stream) {
+  launch_cooperative(&gemv_mma_qg_sm90_kernel<kOp>, p, grid, stream);
 }
 
 }  // namespace moekit::cuda::gemv

@@ -104,9 +104,14 @@ int mma_pitch(std::int64_t bytes) {
   return static_cast<int>(x);
 }
 
+// The QGMMA form's token tile (gv::kQgTokens rows, K to whole 64-byte k-blocks) in bytes.
+std::int64_t qg_tile_bytes(const MoeProblem& p) {
+  return std::int64_t{gv::kQgTokens} * ((p.hidden_size + 63) / 64 * 64);
+}
+
 // The layout at `grid` CTAs; bytes = 0 when it does not fit (at least one 16-column block per
-// GEMM2 pass).
-gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
+// GEMM2 pass). `qg`: the region holds the QGMMA form's token tile instead of the padded rows.
+gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid, bool qg = false) {
   gv::SmemLayout L;
   const std::int64_t M = p.num_tokens, P = p.num_tokens * p.top_k;
   const std::int64_t es = elem_bytes(p);
@@ -128,7 +133,7 @@ gv::SmemLayout mma_smem_layout(const MoeProblem& p, int grid) {
   L.gu_off = take(P * 4);
   L.x_pitch = mma_pitch(p.hidden_size * es);
   L.h_pitch = mma_pitch(p.intermediate_size * es);
-  L.region_off = take(std::max(M * L.x_pitch, P * L.h_pitch));
+  L.region_off = take(std::max(qg ? qg_tile_bytes(p) : M * L.x_pitch, P * L.h_pitch));
   const std::int64_t part = std::int64_t{gv::kWarps} * 2 * 16 * 8 * gv::kMmaTokenGroups * 4;
   const std::int64_t cb = (p.hidden_size + 15) / 16;
   const std::int64_t owned = (cb + std::max(grid, 1) - 1) / std::max(grid, 1);
@@ -199,6 +204,7 @@ std::atomic<int> g_phase_ctas{0};
 // on its decoupled e4m3 form (gemv_last_decoupled).
 thread_local bool last_gemv_wide = false;
 thread_local bool last_gemv_decoupled = false;
+thread_local bool last_gemv_qgmma = false;
 
 // GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel) for an fp8 call on the tensor-core
 // kernel's plain e4m3 form: where w13 rows are at most 2048 bytes (a 16-column task is then one
@@ -226,6 +232,15 @@ bool gemv_fp8_decoupled(const MoeProblem& p) {
                             p.hidden_size >= 4096 && p.num_tokens >= 2 && p.num_tokens <= 8);
 }
 
+// GEMM1 on wgmma (gemv_mma_qg_sm90_kernel) for an fp8 call on the tensor-core kernel's plain e4m3
+// form with M <= gv::kQgTokens whose token tile fits shared memory. MOEKIT_GEMV_QGMMA (read at
+// every call): "1" takes it for every such call, "0" never; unset: off (not yet measured on the
+// GPU). Any other value is an error.
+bool gemv_qgmma(const MoeProblem& p) {
+  const bool on = detail::env_switch(detail::EnvVar::kGemvQgmma, false);
+  return on && p.num_tokens <= gv::kQgTokens;
+}
+
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -240,10 +255,12 @@ struct KernelFns {
 // (`general`: fp8_per_channel, w2 rows of N % 16 == 8 bytes) or its plain one (kernel_mma_sm90.cuh
 // says why); the CUDA-core kernel with GEMM2's one-round form (`fast`) or without.
 template <gv::Operand kOp>
-KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool wide = false, bool decoupled = false) {
+KernelFns kernel_fns(detail::GemvKernel kind, bool general, bool fast, bool wide = false, bool decoupled = false,
+                     bool qg = false) {
   if (kind == detail::GemvKernel::kMma) {
     if constexpr (kOp == gv::Operand::kE4m3Bf16 || kOp == gv::Operand::kE4m3F16) {
       if (general) return {&gv::gemv_mma_general_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_general_sm90<kOp>};
+      if (qg) return {&gv::gemv_mma_qg_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_qg_sm90<kOp>};
       if (wide) return {&gv::gemv_mma_wide_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_wide_sm90<kOp>};
       if (decoupled)
         return {&gv::gemv_mma_decoupled_max_coresident_ctas<kOp>, &gv::launch_gemv_mma_decoupled_sm90<kOp>};
@@ -258,15 +275,15 @@ bool general_e4m3(const MoeProblem& p) {
   return p.scheme != Scheme::kBf16 && (p.scheme == Scheme::kFp8PerChannel || p.intermediate_size % 16 != 0);
 }
 
-// `wide`: the plain e4m3 kernel's 32-column GEMM1 tasks; else `decoupled`: its GEMM1 units on
-// mbarriers (fp8, not general; both ignored otherwise).
+// `qg`: the plain e4m3 kernel's GEMM1 on wgmma; else `wide`: its 32-column GEMM1 tasks; else
+// `decoupled`: its GEMM1 units on mbarriers (fp8, not general; all ignored otherwise).
 KernelFns kernel_fns(detail::GemvKernel kind, const MoeProblem& p, bool fast, bool wide = false,
-                     bool decoupled = false) {
+                     bool decoupled = false, bool qg = false) {
   const bool fp8 = p.scheme != Scheme::kBf16, f16 = p.act_dtype == DType::kFp16;
   const bool general = general_e4m3(p);
   if (fp8)
-    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, wide, decoupled)
-               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, wide, decoupled);
+    return f16 ? kernel_fns<gv::Operand::kE4m3F16>(kind, general, fast, wide, decoupled, qg)
+               : kernel_fns<gv::Operand::kE4m3Bf16>(kind, general, fast, wide, decoupled, qg);
   return f16 ? kernel_fns<gv::Operand::kF16>(kind, false, fast) : kernel_fns<gv::Operand::kBf16>(kind, false, fast);
 }
 
@@ -346,6 +363,7 @@ const char* gemv_last_kernel() {
 bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
 bool gemv_last_wide() { return last_gemv_wide; }
 bool gemv_last_decoupled() { return last_gemv_decoupled; }
+bool gemv_last_qgmma() { return last_gemv_qgmma; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -371,11 +389,14 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   const bool wide_on = gemv_wide(p);                // the same
   const bool decoupled_on = gemv_fp8_decoupled(p);    // the same
-  // The switches choose among the plain e4m3 kernel's forms; the wide one keeps its barriers.
+  const bool qg_on = gemv_qgmma(p);                   // the same
+  // The switches choose among the plain e4m3 kernel's forms (QGMMA first, where its token tile
+  // fits); the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
-  const bool wide = plain_e4m3 && wide_on;
-  const bool decoupled = plain_e4m3 && !wide && decoupled_on;
-  KernelFns fns = kernel_fns(kind, p, false, wide, decoupled);
+  const bool qg = plain_e4m3 && qg_on && mma_smem_layout(p, 1, true).bytes > 0;
+  const bool wide = plain_e4m3 && !qg && wide_on;
+  const bool decoupled = plain_e4m3 && !qg && !wide && decoupled_on;
+  KernelFns fns = kernel_fns(kind, p, false, wide, decoupled, qg);
   // One CTA per SM, all co-resident (a cooperative launch fails rather than deadlock).
   const int coresident = fns.coresident(dev);
   int grid = std::min({device_sm_count(dev), coresident, gv::kMaxCtas});
@@ -434,11 +455,12 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
-  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid);
+  kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, qg);
   last_gemv_kernel = kind;
   last_gemm2_fast = fast;
   last_gemv_wide = wide;
   last_gemv_decoupled = decoupled;
+  last_gemv_qgmma = qg;
   fns.launch(kp, grid, call.stream);
 }
 

@@ -52,6 +52,9 @@ bool gemv_last_wide();
 /// Whether the thread's last run_gemv_sm90 ran the tensor-core kernel's plain e4m3 form with
 /// GEMM1's units on mbarriers (gemv_mma_decoupled_sm90_kernel: its rule, MOEKIT_GEMV_FP8_DECOUPLED). Tests.
 bool gemv_last_decoupled();
+/// Whether the thread's last tensor-core GEMV launch ran its e4m3 form with GEMM1 on wgmma
+/// (gemv_mma_qg_sm90_kernel: MOEKIT_GEMV_QGMMA). Tests.
+bool gemv_last_qgmma();
 
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to

@@ -24,6 +24,10 @@ inline constexpr int kRegionBytes = 192 * 1024;
 inline constexpr int kMmaMaxSlots = 1024;
 inline constexpr int kMmaTokenGroups = 2;
 inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a CTA
+// The QGMMA e4m3 form (kernel_mma_sm90.cuh, kQg): its B tile holds every token of the call, so it
+// runs M <= kQgTokens; a 32-byte K step of the tile is kQgStepBytes (prologue.cuh, stage_rows_e4m3_qg).
+inline constexpr int kQgTokens = 16;
+inline constexpr int kQgStepBytes = kQgTokens * 32;
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
 // when k x N * es / 16 <= 32 x that; taken where a CTA owns at least kOneRoundMinColumns output
@@ -127,6 +131,11 @@ template <Operand kOp>
 void launch_gemv_mma_decoupled_sm90(const GemvParams& p, int grid, void* stream);
 template <Operand kOp>
 int gemv_mma_decoupled_max_coresident_ctas(int device);
+// Its QGMMA e4m3 instantiation (GEMM1 on wgmma, M <= kQgTokens; plain e4m3 only), same contract.
+template <Operand kOp>
+void launch_gemv_mma_qg_sm90(const GemvParams& p, int grid, void* stream);
+template <Operand kOp>
+int gemv_mma_qg_max_coresident_ctas(int device);
 
 // CTAs of the GEMV kernel that can be resident at once on `device` (occupancy x SMs at the
 // largest shared-memory size), cached per device; 0 when none can.

@@ -147,26 +147,62 @@ __device__ __forceinline__ uint2 e4m3x8(const uint4& raw, float inv) {
 // as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0). Returns the scale; ends before a CTA
 // barrier the caller places.
 template <class ActT>
+__device__ __forceinline__ float activation_scale(const GemvParams& p, float* scratch) {
+  if (p.a13_scale != nullptr) return p.a13_scale[0];
+  const ActT* x = static_cast<const ActT*>(p.hidden);
+  const int n8 = p.num_tokens * (p.hidden_size / 8);
+  float a = 0.0f;
+  for (int i = threadIdx.x; i < n8; i += kThreads)
+    a = absmax8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), a);
+  return numerics::dynamic_scale(block_absmax(a, scratch));
+}
+
+template <class ActT>
 __device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8_t* region, int pitch, float* scratch) {
   const int tid = threadIdx.x;
   const ActT* x = static_cast<const ActT*>(p.hidden);
   const int c8 = p.hidden_size / 8;  // 8-element chunks of a row
   const int n8 = p.num_tokens * c8;
-  float xscale;
-  if (p.a13_scale != nullptr) {
-    xscale = p.a13_scale[0];
-  } else {
-    float a = 0.0f;
-    for (int i = tid; i < n8; i += kThreads)
-      a = absmax8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), a);
-    xscale = numerics::dynamic_scale(block_absmax(a, scratch));
-  }
+  const float xscale = activation_scale<ActT>(p, scratch);
   const float inv = 1.0f / xscale;
   for (int i = tid; i < n8; i += kThreads) {
     const uint2 q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), inv);
     const int t = i / c8, q8 = i - t * c8;
     *reinterpret_cast<uint2*>(region + static_cast<std::int64_t>(t) * pitch + q8 * 8) = q;
   }
+  return xscale;
+}
+
+// The QGMMA GEMM1's B operand (kernel_mma_sm90.cuh, GemvMma<.., kQg>): all kQgTokens token rows
+// (the call's M <= kQgTokens, zeros past M and past K) as one K-major wgmma tile without swizzle,
+// 32-byte K steps of kQgStepBytes: step j of token t's row at byte j * kQgStepBytes + (t / 8) * 256
+// + (t % 8) * 16 within its two 128-byte core-matrix halves (K bytes 0-15 of the step, then 16-31:
+// LBO 128, SBO 256). The K order inside each 64-byte k-block is the one a lane's 16-byte weight
+// load feeds the instruction (qg_offset): the step s (0, 1) of k-block kb holds, at k-position
+// 4c + j (c = 0..3, j = 0..3), byte 16c + 8s + j of the block and, at 16 + 4c + j, byte
+// 16c + 8s + 4 + j. Returns the activation scale; ends before a CTA barrier the caller places.
+// Byte offset of bytes [8 q8, 8 q8 + 4) (h = 0) or [8 q8 + 4, 8 q8 + 8) (h = 1) of token t's row.
+__device__ __forceinline__ int qg_offset(int t, int q8, int h) {
+  const int kb = q8 >> 3, c = (q8 & 7) >> 1, s = q8 & 1;
+  return (2 * kb + s) * kQgStepBytes + h * 128 + (t >> 3) * 256 + (t & 7) * 16 + c * 4;
+}
+
+template <class ActT>
+__device__ __forceinline__ float stage_rows_e4m3_qg(const GemvParams& p, std::uint8_t* tile, float* scratch) {
+  const ActT* x = static_cast<const ActT*>(p.hidden);
+  const int c8 = p.hidden_size / 8;          // 8-element chunks of a row
+  const int kb8 = (c8 + 7) / 8 * 8;          // the same, to the end of the last 64-byte k-block
+  const float xscale = activation_scale<ActT>(p, scratch);
+  const float inv = 1.0f / xscale;
+  for (int i = threadIdx.x; i < kQgTokens * kb8; i += kThreads) {
+    const int t = i / kb8, q8 = i - t * kb8;
+    uint2 q = make_uint2(0u, 0u);
+    if (t < p.num_tokens && q8 < c8)
+      q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(t) * p.hidden_size + q8 * 8), inv);
+    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(t, q8, 0)) = q.x;
+    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(t, q8, 1)) = q.y;
+  }
+  sm90::fence_proxy_async_shared_cta();  // wgmma reads the tile through the async proxy
   return xscale;
 }
 

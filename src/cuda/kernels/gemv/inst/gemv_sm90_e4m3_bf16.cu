@@ -18,6 +18,8 @@ template void launch_gemv_mma_wide_sm90<Operand::kE4m3Bf16>(const GemvParams&, i
 template int gemv_mma_wide_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 template void launch_gemv_mma_decoupled_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, void*);
 template int gemv_mma_decoupled_max_coresident_ctas<Operand::kE4m3Bf16>(int);
+template void launch_gemv_mma_qg_sm90<Operand::kE4m3Bf16>(const GemvParams&, int, void*);
+template int gemv_mma_qg_max_coresident_ctas<Operand::kE4m3Bf16>(int);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(gemv_sm90_kernel<Operand::kE4m3Bf16>);
@@ -26,5 +28,6 @@ MOEKIT_REGISTER_KERNEL(gemv_mma_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_general_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_wide_sm90_kernel<Operand::kE4m3Bf16>);
 MOEKIT_REGISTER_KERNEL(gemv_mma_decoupled_sm90_kernel<Operand::kE4m3Bf16>);
+MOEKIT_REGISTER_KERNEL(gemv_mma_qg_sm90_kernel<Operand::kE4m3Bf16>);
 
 }  // namespace moekit::cuda::gemv
