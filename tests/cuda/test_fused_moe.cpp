@@ -1006,14 +1006,17 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
   // MOEKIT_GEMV_QGMMA=1 runs fp8 calls of the tensor-core GEMV kernel's plain e4m3 form with GEMM1
   // on wgmma (A = the weights straight from memory in registers, B = every token of the call in
   // one shared-memory tile): a different sum order from the mma.sync forms, so against the
-  // reference, not their bits. Shapes: K = 4096, a partial last k-block (K = 1040: 17 k-blocks over
-  // four warpgroups, 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a unit's two tasks
-  // of different experts), M = 1, fp16 activations, and 64 experts x 32 tasks at M = 16 (the
-  // tile's every token, many units a CTA); bitwise reproducible. Off unless set; M > 16 keeps
-  // the mma.sync form; bf16 ignores it; a bad value is an error.
+  // reference, not their bits. Split units (M <= 8, fewer than two tasks a CTA on a 132-SM grid:
+  // the first four shapes) and paired ones (the last three: many tasks, or M > 8). Shapes: K =
+  // 4096, a partial last k-block (K = 1040: 17 k-blocks, split into halves of 9 and 8, or over four
+  // warpgroups 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a paired unit's two tasks
+  // of different experts), M = 1, fp16 activations, 64 experts x 32 tasks at M = 8 and 16 (many
+  // units a CTA; M = 16 the tile's every token); bitwise reproducible. Off unless set; M > 16
+  // keeps the mma.sync form; bf16 ignores it; a bad value is an error.
   const GemvFormShape shapes[] = {
-      {DType::kBf16, 16, 4, 4096, 96, 5}, {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
-      {DType::kFp16, 16, 4, 2048, 96, 8}, {DType::kBf16, 64, 8, 1024, 512, 16},
+      {DType::kBf16, 16, 4, 4096, 96, 5},    {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
+      {DType::kFp16, 16, 4, 2048, 96, 8},    {DType::kBf16, 64, 8, 1024, 512, 8},
+      {DType::kBf16, 128, 8, 1040, 48, 16}, {DType::kBf16, 64, 8, 1024, 512, 16},
   };
   for (const GemvFormShape& v : shapes) {
     const CaseSpec s = gemv_form_spec(v);
