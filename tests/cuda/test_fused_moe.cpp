@@ -901,6 +901,7 @@ void expect_gemv_switch(const GemvFormShape& v, const char* var, bool (*ran)(), 
   MoeCase c = make_case(s);
   DeviceCase d(c);
   ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  ScopedEnv qg_off("MOEKIT_GEMV_QGMMA", "0");  // the mma.sync forms (the QGMMA one goes first where on)
   std::vector<std::uint16_t> a;
   {
     ScopedEnv off(var, "0");
@@ -1006,13 +1007,13 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
   // MOEKIT_GEMV_QGMMA=1 runs fp8 calls of the tensor-core GEMV kernel's plain e4m3 form with GEMM1
   // on wgmma (A = the weights straight from memory in registers, B = every token of the call in
   // one shared-memory tile): a different sum order from the mma.sync forms, so against the
-  // reference, not their bits. Split units (M <= 8, fewer than two tasks a CTA on a 132-SM grid:
-  // the first four shapes) and paired ones (the last three: many tasks, or M > 8). Shapes: K =
-  // 4096, a partial last k-block (K = 1040: 17 k-blocks, split into halves of 9 and 8, or over four
-  // warpgroups 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a paired unit's two tasks
-  // of different experts), M = 1, fp16 activations, 64 experts x 32 tasks at M = 8 and 16 (many
-  // units a CTA; M = 16 the tile's every token); bitwise reproducible. Off unless set; M > 16
-  // keeps the mma.sync form; bf16 ignores it; a bad value is an error.
+  // reference, not their bits. Shapes: K = 4096, a partial last k-block (K = 1040: 17 k-blocks over
+  // four warpgroups, 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a unit's two tasks
+  // of different experts), M = 1 (a CTA with one task: a unit's second half empty), fp16
+  // activations, 64 experts x 32 tasks at M = 8 and 16 (many units a CTA; M = 16 the tile's every
+  // token); bitwise reproducible. Unset, the rule (gemv_qgmma: at least 6 tasks a CTA by the
+  // bound min(E, M k) x N / 16, on an H200's 132 SMs the two 64-expert shapes); M > 16 keeps the
+  // mma.sync form; bf16 ignores it; a bad value is an error.
   const GemvFormShape shapes[] = {
       {DType::kBf16, 16, 4, 4096, 96, 5},    {DType::kBf16, 8, 2, 4096, 128, 1}, {DType::kBf16, 8, 2, 1040, 48, 3},
       {DType::kFp16, 16, 4, 2048, 96, 8},    {DType::kBf16, 64, 8, 1024, 512, 8},
@@ -1024,10 +1025,18 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
     DeviceCase d(c);
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
     {
-      ScopedEnv unset("MOEKIT_GEMV_QGMMA", nullptr);
+      ScopedEnv off("MOEKIT_GEMV_QGMMA", "0");
       d.run(v.M, Mode::kFusedExperts, "gemv");
       EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << s.name();
-      EXPECT_FALSE(cuda::gemv_last_qgmma()) << s.name() << ": on by default";
+      EXPECT_FALSE(cuda::gemv_last_qgmma()) << s.name() << ": MOEKIT_GEMV_QGMMA=0 ran it";
+    }
+    {
+      ScopedEnv unset("MOEKIT_GEMV_QGMMA", nullptr);
+      d.run(v.M, Mode::kFusedExperts, "gemv");
+      int sms = 0;
+      ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+      const bool rule = std::min<std::int64_t>(v.E, v.M * v.k) * ((v.N + 15) / 16) >= 6 * std::int64_t{sms};
+      EXPECT_EQ(cuda::gemv_last_qgmma(), rule) << s.name() << ": the default rule";
     }
     ScopedEnv on("MOEKIT_GEMV_QGMMA", "1");
     const std::vector<std::uint16_t> b = d.run(v.M, Mode::kFusedExperts, "gemv");

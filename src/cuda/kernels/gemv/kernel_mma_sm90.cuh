@@ -78,7 +78,8 @@ namespace moekit::cuda::gemv {
 // share an instruction and no per-expert gather exists. A warpgroup takes a quarter of K; its four
 // warps the four 16-row tiles of two consecutive 16-column tasks (gate, up of task q; gate, up of
 // q + 1); an expert's columns of token t are accumulator column t. The four warpgroups' sums add
-// in warpgroup order: bitwise reproducible, not bitwise equal to the mma.sync forms.
+// in warpgroup order: bitwise reproducible, not bitwise equal to the mma.sync forms. Taken where a
+// CTA has many tasks (launch_sm90.cu gemv_qgmma): a CTA with one task leaves half its warps idle.
 template <Operand kOp, bool kGeneral = false, bool kWide = false, bool kE4m3Decoupled = false, bool kQg = false>
 struct GemvMma {
   using W = typename OperandTypes<kOp>::W;
@@ -128,19 +129,8 @@ struct GemvMma {
   // a CTA barrier, one (slot, column) a thread adds the four warpgroups' sums in order, applies
   // the scales, router weight (on input), bias and activation: h (fp32) to the workspace, and
   // a CTA barrier before the next unit overwrites part.
-  // Split units (the QGMMA form at M <= 8 with fewer than two tasks a CTA): a unit is one task, its
-  // 64 rows gate and up of the first half of K (warps rs = 0, 1) and of the second (rs = 2, 3),
-  // against tile columns 0..7 (tokens, first half) and 8..15 (the same tokens, second half): both
-  // halves in one instruction, the cross terms unused. A pair of tasks a unit would leave half the
-  // warps of a CTA with one task idle. Returns the half's k-blocks, 0 for paired units.
-  static __device__ __forceinline__ int qg_split(const GemvParams& p, int U, int NB1) {
-    const int nkb = (p.hidden_size / 16 + 3) / 4;
-    const bool split = p.num_tokens <= 8 && static_cast<std::int64_t>(U) * NB1 < 2 * static_cast<std::int64_t>(gridDim.x);
-    return split ? (nkb + 1) / 2 : 0;
-  }
-
   static __device__ void gemm1_qg(const GemvParams& p, std::uint8_t* smem, int U, int NB1, std::int64_t q0,
-                                  std::int64_t q1, int split, float xscale, float& hmax) {
+                                  std::int64_t q1, float xscale, float& hmax) {
     const SmemLayout& L = p.smem;
     const int* sorted = reinterpret_cast<const int*>(smem + L.sorted_off);
     const int* ue = reinterpret_cast<const int*>(smem + L.ue_off);
@@ -155,15 +145,13 @@ struct GemvMma {
     const std::int64_t N = p.inter_size;
     const std::int64_t row_bytes = p.hidden_size;  // e4m3
     const int cpr = static_cast<int>(row_bytes / 16);
-    const int nkb = split > 0 ? split : (cpr + 3) / 4;  // k-blocks the warpgroups split (the tile's)
+    const int nkb = (cpr + 3) / 4;
     const int kq0 = nkb * wg / 4, kq1 = nkb * (wg + 1) / 4;
     const int R = (kq1 - kq0 + kQgRound - 1) / kQgRound;  // rounds a unit takes this warpgroup
-    const int step = split > 0 ? 1 : 2;                   // tasks a unit
-    const int koff = split > 0 ? (rs >> 1) * split : 0;   // this warp's k-blocks past the tile's
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
     // This warp's rows of the unit starting at task q: rows g and g + 8 of tile rs.
     auto issue = [&](uint4 (&a)[kQgRound][2], std::int64_t q, int r) {
-      const std::int64_t qq = split > 0 ? q : q + (rs >> 1);
+      const std::int64_t qq = q + (rs >> 1);
       const bool in = qq < q1;
       const int u = in ? static_cast<int>(qq / NB1) : 0, cb = in ? static_cast<int>(qq % NB1) : 0;
       const int r0 = cb * 16 + g;
@@ -174,7 +162,7 @@ struct GemvMma {
 #pragma unroll
       for (int i = 0; i < kQgRound; ++i) {
         const int kb = kq0 + r * kQgRound + i;
-        const int ch = (kb + koff) * 4 + c;
+        const int ch = kb * 4 + c;
         const bool ok = kb < kq1 && ch < cpr;
         const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
         a[i][0] = ok && vlo ? sm90::ld_stream_16(rlo + off) : zero4();
@@ -183,15 +171,15 @@ struct GemvMma {
     };
     uint4 cur[kQgRound][2], nxt[kQgRound][2];
     if (q0 < q1 && R > 0) issue(cur, q0, 0);
-    for (std::int64_t q = q0; q < q1; q += step) {
+    for (std::int64_t q = q0; q < q1; q += 2) {
       float acc[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
       for (int r = 0; r < R; ++r) {
         if (r + 1 < R) {
           issue(nxt, q, r + 1);
-        } else if (q + step < q1) {
-          issue(nxt, q + step, 0);
+        } else if (q + 2 < q1) {
+          issue(nxt, q + 2, 0);
         }
         sm90::wgmma_fence();
 #pragma unroll
@@ -227,10 +215,9 @@ struct GemvMma {
               make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       __syncthreads();
       // The unit's two tasks: (slot, column) pairs of task q, then of task q + 1, over the threads.
-      const bool two = split == 0 && q + 1 < q1;
-      const int u0 = static_cast<int>(q / NB1), u1 = two ? static_cast<int>((q + 1) / NB1) : u0;
+      const int u0 = static_cast<int>(q / NB1), u1 = q + 1 < q1 ? static_cast<int>((q + 1) / NB1) : u0;
       const int T0 = uoff[u0 + 1] - uoff[u0];
-      const int T1 = two ? uoff[u1 + 1] - uoff[u1] : 0;
+      const int T1 = q + 1 < q1 ? uoff[u1 + 1] - uoff[u1] : 0;
       for (int o = tid; o < 16 * (T0 + T1); o += kThreads) {
         const int th = o < 16 * T0 ? 0 : 1;
         const int oo = th == 0 ? o : o - 16 * T0;
@@ -243,20 +230,10 @@ struct GemvMma {
         const int slot = sorted[uoff[u] + tok];
         const int tc = slot / k;  // the token: its accumulator column
         float gv = 0.0f, uv = 0.0f;
-        if (split > 0) {  // each warpgroup's first half, then its second half (columns 8 + tc)
 #pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            gv += part[((w * 4 + 0) * 16 + col) * kQgTokens + tc];
-            gv += part[((w * 4 + 2) * 16 + col) * kQgTokens + 8 + tc];
-            uv += part[((w * 4 + 1) * 16 + col) * kQgTokens + tc];
-            uv += part[((w * 4 + 3) * 16 + col) * kQgTokens + 8 + tc];
-          }
-        } else {
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            gv += part[((w * 4 + 2 * th) * 16 + col) * kQgTokens + tc];
-            uv += part[((w * 4 + 2 * th + 1) * 16 + col) * kQgTokens + tc];
-          }
+        for (int w = 0; w < 4; ++w) {
+          gv += part[((w * 4 + 2 * th) * 16 + col) * kQgTokens + tc];
+          uv += part[((w * 4 + 2 * th + 1) * 16 + col) * kQgTokens + tc];
         }
         const float ws = xscale * p.w13_scale[e];
         const float h = gemm1_finish(p, tw, slot, e, N, cc, gv * ws, uv * ws);
@@ -337,7 +314,7 @@ struct GemvMma {
     float* row_scale = coef;
     if constexpr (kFp8) {
       if (per_channel) stage_rows_e4m3_per_row<ActT>(p, region, px, row_scale);
-      else if constexpr (kQg) xscale = stage_rows_e4m3_qg<ActT>(p, region, scratch, qg_split(p, U, NB1));
+      else if constexpr (kQg) xscale = stage_rows_e4m3_qg<ActT>(p, region, scratch);
       else xscale = stage_rows_e4m3<ActT>(p, region, px, scratch);
     } else {
       sm90::cp_async_wait_all_groups();
@@ -489,7 +466,7 @@ struct GemvMma {
       }
     };
     if constexpr (kQg) {
-      gemm1_qg(p, smem, U, NB1, q0, q1, qg_split(p, U, NB1), xscale, hmax);
+      gemm1_qg(p, smem, U, NB1, q0, q1, xscale, hmax);
     } else {
     uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);

@@ -233,11 +233,19 @@ bool gemv_fp8_decoupled(const MoeProblem& p) {
 }
 
 // GEMM1 on wgmma (gemv_mma_qg_sm90_kernel) for an fp8 call on the tensor-core kernel's plain e4m3
-// form with M <= gv::kQgTokens whose token tile fits shared memory. MOEKIT_GEMV_QGMMA (read at
-// every call): "1" takes it for every such call, "0" never; unset: off (not yet measured on the
-// GPU). Any other value is an error.
-bool gemv_qgmma(const MoeProblem& p) {
-  const bool on = detail::env_switch(detail::EnvVar::kGemvQgmma, false);
+// form with M <= gv::kQgTokens whose token tile fits shared memory: where the call has at least
+// kQgMinTasksPerCta 16-column tasks a CTA by the bound min(E, M k) x ceil(N / 16) (the touched
+// experts are not known on the host). Two same-run A/Bs on the H200 (session 33, docs/gemv.md,
+// TP8 fp8 M = 1..16, every preset): mixtral M = 8 1.119 / 1.075x, qwen3-235b M = 16 1.139 /
+// 1.096x (6.4 and 8 tasks a CTA); at 1-3 tasks a CTA 0.85-1.05x (M = 1 of deepseek-v3 and
+// qwen3-235b 0.85x: a unit is two tasks, so a CTA with one leaves half its warps idle; one task
+// a unit with both K halves in one instruction measured 0.93-0.94x there and lost to the pairs
+// elsewhere). MOEKIT_GEMV_QGMMA (read at every call): "1" takes it for every such call, "0" never;
+// unset, the rule. Any other value is an error.
+constexpr std::int64_t kQgMinTasksPerCta = 6;
+bool gemv_qgmma(const MoeProblem& p, int sms) {
+  const std::int64_t tasks = std::min(p.num_experts, p.num_tokens * p.top_k) * ((p.intermediate_size + 15) / 16);
+  const bool on = detail::env_switch(detail::EnvVar::kGemvQgmma, tasks >= kQgMinTasksPerCta * sms);
   return on && p.num_tokens <= gv::kQgTokens;
 }
 
@@ -389,7 +397,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool one_round = gemv_one_round_enabled();  // read (and checked) at every call
   const bool wide_on = gemv_wide(p);                // the same
   const bool decoupled_on = gemv_fp8_decoupled(p);    // the same
-  const bool qg_on = gemv_qgmma(p);                   // the same
+  const bool qg_on = gemv_qgmma(p, device_sm_count(dev));  // the same
   // The switches choose among the plain e4m3 kernel's forms (QGMMA first, where its token tile
   // fits); the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);

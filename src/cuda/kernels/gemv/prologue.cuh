@@ -180,9 +180,7 @@ __device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8
 // LBO 128, SBO 256). The K order inside each 64-byte k-block is the one a lane's 16-byte weight
 // load feeds the instruction (qg_offset): the step s (0, 1) of k-block kb holds, at k-position
 // 4c + j (c = 0..3, j = 0..3), byte 16c + 8s + j of the block and, at 16 + 4c + j, byte
-// 16c + 8s + 4 + j. `split` (k-blocks, 0: off): the tile's columns 8..15 hold tokens 0..7 again,
-// `split` k-blocks further on, and the tile spans `split` k-blocks (M <= 8; the kernel's split
-// units). Returns the activation scale; ends before a CTA barrier the caller places.
+// 16c + 8s + 4 + j. Returns the activation scale; ends before a CTA barrier the caller places.
 // Byte offset of bytes [8 q8, 8 q8 + 4) (h = 0) or [8 q8 + 4, 8 q8 + 8) (h = 1) of token t's row.
 __device__ __forceinline__ int qg_offset(int t, int q8, int h) {
   const int kb = q8 >> 3, c = (q8 & 7) >> 1, s = q8 & 1;
@@ -190,22 +188,19 @@ __device__ __forceinline__ int qg_offset(int t, int q8, int h) {
 }
 
 template <class ActT>
-__device__ __forceinline__ float stage_rows_e4m3_qg(const GemvParams& p, std::uint8_t* tile, float* scratch,
-                                                    int split) {
+__device__ __forceinline__ float stage_rows_e4m3_qg(const GemvParams& p, std::uint8_t* tile, float* scratch) {
   const ActT* x = static_cast<const ActT*>(p.hidden);
-  const int c8 = p.hidden_size / 8;                         // 8-element chunks of a row
-  const int kb8 = split > 0 ? split * 8 : (c8 + 7) / 8 * 8;  // the tile's, to the end of its last k-block
+  const int c8 = p.hidden_size / 8;          // 8-element chunks of a row
+  const int kb8 = (c8 + 7) / 8 * 8;          // the same, to the end of the last 64-byte k-block
   const float xscale = activation_scale<ActT>(p, scratch);
   const float inv = 1.0f / xscale;
   for (int i = threadIdx.x; i < kQgTokens * kb8; i += kThreads) {
-    const int col = i / kb8, q8 = i - col * kb8;
-    const int t = split > 0 ? col & 7 : col;
-    const int s8 = split > 0 ? q8 + (col >> 3) * kb8 : q8;  // the token's 8-element chunk
+    const int t = i / kb8, q8 = i - t * kb8;
     uint2 q = make_uint2(0u, 0u);
-    if (t < p.num_tokens && s8 < c8)
-      q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(t) * p.hidden_size + s8 * 8), inv);
-    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(col, q8, 0)) = q.x;
-    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(col, q8, 1)) = q.y;
+    if (t < p.num_tokens && q8 < c8)
+      q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(t) * p.hidden_size + q8 * 8), inv);
+    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(t, q8, 0)) = q.x;
+    *reinterpret_cast<std::uint32_t*>(tile + qg_offset(t, q8, 1)) = q.y;
   }
   sm90::fence_proxy_async_shared_cta();  // wgmma reads the tile through the async proxy
   return xscale;
