@@ -237,7 +237,7 @@ bool gemv_fp8_decoupled(const MoeProblem& p) {
 // kQgMinTasksPerCta 16-column tasks a CTA by the bound min(E, M k) x ceil(N / 16) (the touched
 // experts are not known on the host). Two same-run A/Bs on the H200 (session 33, docs/gemv.md,
 // TP8 fp8 M = 1..16, every preset): mixtral M = 8 1.119 / 1.075x, qwen3-235b M = 16 1.139 /
-// 1.096x (6.4 and 8 tasks a CTA); at 1-3 tasks a CTA 0.85-1.05x (M = 1 of deepseek-v3 and
+// 1.096x (about 6 and 8 tasks a CTA); at 1-3 tasks a CTA 0.85-1.05x (M = 1 of deepseek-v3 and
 // qwen3-235b 0.85x: a unit is two tasks, so a CTA with one leaves half its warps idle; one task
 // a unit with both K halves in one instruction measured 0.93-0.94x there and lost to the pairs
 // elsewhere). MOEKIT_GEMV_QGMMA (read at every call): "1" takes it for every such call, "0" never;
