@@ -169,56 +169,41 @@ struct GemvMma {
         a[i][1] = ok && vhi ? sm90::ld_stream_16(rhi + off) : zero4();
       }
     };
-    // One round: the next round's loads into `nb` (the next unit's first at a unit's end), then this
-    // round's instructions on `a`, a wait for them. Rounds alternate the two buffers (the loop
-    // below, two rounds at a time) instead of copying the next buffer into the current one: a
-    // copy waits for the loads it copies, so only one round would be in flight at that point
-    // (stall sampling at 19d9e83's successor: the copy's MOV 12.6 % of the kernel's samples).
-    float acc[8];
-    auto round = [&](uint4 (&a)[kQgRound][2], uint4 (&nb)[kQgRound][2], std::int64_t q, int r) {
-      if (r + 1 < R) {
-        issue(nb, q, r + 1);
-      } else if (q + 2 < q1) {
-        issue(nb, q + 2, 0);
-      }
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int i = 0; i < kQgRound; ++i) {
-        // Past the warpgroup's k-blocks (its last round) A is zeros: the instruction reads the
-        // warpgroup's last k-block of the tile and adds zero products (no branch around a wgmma).
-        const int kb = min(kq0 + r * kQgRound + i, kq1 - 1);
-        const std::uint32_t a0[4] = {a[i][0].x, a[i][1].x, a[i][0].y, a[i][1].y};
-        sm90::wgmma_rs_m64n16k32_e4m3(
-            acc, a0, sm90::make_smem_desc_interleave(tile + (2 * kb) * kQgStepBytes, 128, 256), 1);
-        const std::uint32_t a1[4] = {a[i][0].z, a[i][1].z, a[i][0].w, a[i][1].w};
-        sm90::wgmma_rs_m64n16k32_e4m3(
-            acc, a1, sm90::make_smem_desc_interleave(tile + (2 * kb + 1) * kQgStepBytes, 128, 256), 1);
-      }
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      // a's registers stay a's until the instructions that read them are done (the wait).
-#pragma unroll
-      for (int i = 0; i < kQgRound; ++i)
-#pragma unroll
-        for (int x = 0; x < 2; ++x)
-          asm volatile("" : "+r"(a[i][x].x), "+r"(a[i][x].y), "+r"(a[i][x].z), "+r"(a[i][x].w)::"memory");
-    };
     uint4 cur[kQgRound][2], nxt[kQgRound][2];
     if (q0 < q1 && R > 0) issue(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; q += 2) {
+      float acc[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-      int r = 0;
-      for (; r + 1 < R; r += 2) {  // an even round count leaves the next unit's first round in cur
-        round(cur, nxt, q, r);
-        round(nxt, cur, q, r + 1);
-      }
-      if (r < R) {  // an odd one leaves it in nxt: one copy a unit
-        round(cur, nxt, q, r);
+      for (int r = 0; r < R; ++r) {
+        if (r + 1 < R) {
+          issue(nxt, q, r + 1);
+        } else if (q + 2 < q1) {
+          issue(nxt, q + 2, 0);
+        }
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kQgRound; ++i) {
+          // Past the warpgroup's k-blocks (its last round) A is zeros: the instruction reads the
+          // warpgroup's last k-block of the tile and adds zero products (no branch around a wgmma).
+          const int kb = min(kq0 + r * kQgRound + i, kq1 - 1);
+          const std::uint32_t a0[4] = {cur[i][0].x, cur[i][1].x, cur[i][0].y, cur[i][1].y};
+          sm90::wgmma_rs_m64n16k32_e4m3(
+              acc, a0, sm90::make_smem_desc_interleave(tile + (2 * kb) * kQgStepBytes, 128, 256), 1);
+          const std::uint32_t a1[4] = {cur[i][0].z, cur[i][1].z, cur[i][0].w, cur[i][1].w};
+          sm90::wgmma_rs_m64n16k32_e4m3(
+              acc, a1, sm90::make_smem_desc_interleave(tile + (2 * kb + 1) * kQgStepBytes, 128, 256), 1);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        // cur's registers stay cur's until the instructions that read them are done (the wait).
 #pragma unroll
         for (int i = 0; i < kQgRound; ++i)
 #pragma unroll
-          for (int x = 0; x < 2; ++x) cur[i][x] = nxt[i][x];
+          for (int x = 0; x < 2; ++x) {
+            asm volatile("" : "+r"(cur[i][x].x), "+r"(cur[i][x].y), "+r"(cur[i][x].z), "+r"(cur[i][x].w)::"memory");
+            cur[i][x] = nxt[i][x];
+          }
       }
       sm90::fence_regs<8>(acc);
       // The warp's sums: accumulator d[4 j + 2 h + e] = row g + 8 h of tile rs, token 8 j + 2 c + e.
