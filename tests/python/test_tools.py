@@ -58,6 +58,35 @@ def test_stall_report_reads_the_ncu_table_and_ranks_the_waits():
     assert "| FMUL | 8 | 800 |" in text and "| STG | 5 | 100 |" in text
 
 
+# The same with ncu's per-reason columns (the SourceCounters section's stall_* and their
+# "(Not Issued)" subsets, which the report leaves out).
+NCU_CSV_REASONS = """"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed","stall_long_sb","stall_wait","stall_barrier","stall_long_sb (Not Issued)"
+"0x00","      MOV R37, R18","60","50","100","57","3","0","50"
+"0x10","      QGMMA.64x16x32.F32.E4M3.E4M3 R24, R32, gdesc[UR16], R24","30","20","100","0","20","10","0"
+"0x20","      BAR.SYNC.DEFER_BLOCKING 0x0","10","10","10","","","10",""
+"""
+
+
+def test_stall_report_names_each_instructions_stall_reasons():
+    sr = load_script("stall_report")
+    rows = sr.load(NCU_CSV_REASONS)
+    assert rows[0][4] == {"long_sb": 57, "wait": 3}  # "(Not Issued)" columns left out, zeros dropped
+    assert rows[2][4] == {"barrier": 10}
+    text = sr.report(rows, top=3)
+    lines = text.splitlines()
+    # Over the kernel: long_sb 57, wait 23, barrier 20 of 100 samples.
+    assert "| long_sb | 57 | 57.0 % |" in text and "| wait | 23 | 23.0 % |" in text and "| barrier | 20 | 20.0 % |" in text
+    top = [line for line in lines if line.startswith("| 0 |")][0]
+    assert top.endswith("| MOV R37, R18 | long_sb 95 %, wait 5 % |")
+    qg = [line for line in lines if line.startswith("| 1 |")][0]
+    assert qg.endswith("| wait 67 %, barrier 33 % |")
+    # Samples no column names (30 at an instruction whose columns add up to 3) are called so.
+    assert sr.main_reasons({"wait": 2, "dispatch": 1}, 30) == "wait 7 %, dispatch 3 %, unnamed 90 %"
+    # Without the columns the "why" cell says so, and there is no reason table.
+    plain = sr.report(sr.load(NCU_CSV), top=1)
+    assert "stall reason" not in plain and plain.splitlines()[4].endswith("| - |")
+
+
 def test_stall_report_says_what_is_missing():
     sr = load_script("stall_report")
     with pytest.raises(ValueError, match="no source-page table"):
