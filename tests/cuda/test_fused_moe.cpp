@@ -1008,8 +1008,9 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
   // on wgmma (A = the weights straight from memory in registers, B = every token of the call in
   // one shared-memory tile): a different sum order from the mma.sync forms, so against the
   // reference, not their bits. Shapes: K = 4096, a partial last k-block (K = 1040: 17 k-blocks over
-  // four warpgroups, 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: a unit's two tasks
-  // of different experts), M = 1 (a CTA with one task: a unit's second half empty), fp16
+  // four warpgroups, 4 / 4 / 4 / 5), N = 48 (three 16-column tasks an expert: with 128 experts at
+  // M = 16, ~300 tasks over the grid, a unit's two tasks of two experts; with 8 experts at M = 3
+  // one task a CTA), M = 1 (a CTA with one task: a unit's second half empty), fp16
   // activations, 64 experts x 32 tasks at M = 8 and 16 (many units a CTA; M = 16 the tile's every
   // token); bitwise reproducible. Unset, the rule (gemv_qgmma: at least 6 tasks a CTA by the
   // bound min(E, M k) x N / 16, on an H200's 132 SMs the two 64-expert shapes); M > 16 keeps the
