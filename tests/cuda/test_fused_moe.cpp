@@ -918,6 +918,17 @@ void expect_gemv_switch(const GemvFormShape& v, const char* var, bool (*ran)(), 
   expect_gemv_form(c, d, a, var, ran, form);
 }
 
+// bf16 has one tensor-core form: with `var` = "1" the mma kernel runs and `ran` stays false (`why`).
+void expect_bf16_ignores_gemv_switch(const char* var, bool (*ran)(), const char* why) {
+  MoeCase c = make_case(small_spec(Scheme::kBf16));
+  DeviceCase d(c);
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
+  ScopedEnv on(var, "1");
+  d.run(2, Mode::kFusedExperts, "gemv");
+  EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << var;
+  EXPECT_FALSE(ran()) << why;
+}
+
 // Any value of `var` but 0 / 1 is an error naming it.
 void expect_bad_gemv_switch(const char* var) {
   MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
@@ -947,15 +958,7 @@ TEST(Sm90Dispatch, GemvWideTasksBitwiseEqualToSixteenColumnTasks) {
   // Unset, the rule: 32-column tasks where w13 rows are at most 2048 bytes and M >= 4.
   for (const GemvFormShape& v : shapes)
     expect_gemv_switch(v, "MOEKIT_GEMV_WIDE", &cuda::gemv_last_wide, v.K <= 2048 && v.M >= 4, "gemv wide");
-  {
-    MoeCase c = make_case(small_spec(Scheme::kBf16));
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    ScopedEnv wide("MOEKIT_GEMV_WIDE", "1");
-    d.run(2, Mode::kFusedExperts, "gemv");
-    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
-    EXPECT_FALSE(cuda::gemv_last_wide()) << "bf16 has no wide form";
-  }
+  expect_bf16_ignores_gemv_switch("MOEKIT_GEMV_WIDE", &cuda::gemv_last_wide, "bf16 has no wide form");
   expect_bad_gemv_switch("MOEKIT_GEMV_WIDE");
 }
 
@@ -990,15 +993,8 @@ TEST(Sm90Dispatch, GemvFp8DecoupledUnitsBitwiseEqualToBarrierUnits) {
     EXPECT_TRUE(cuda::gemv_last_wide());
     EXPECT_FALSE(cuda::gemv_last_decoupled()) << "the wide form keeps its barriers";
   }
-  {
-    MoeCase c = make_case(small_spec(Scheme::kBf16));
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    ScopedEnv on("MOEKIT_GEMV_FP8_DECOUPLED", "1");
-    d.run(2, Mode::kFusedExperts, "gemv");
-    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
-    EXPECT_FALSE(cuda::gemv_last_decoupled()) << "bf16 has one form (always on mbarriers)";
-  }
+  expect_bf16_ignores_gemv_switch("MOEKIT_GEMV_FP8_DECOUPLED", &cuda::gemv_last_decoupled,
+                                  "bf16 has one form (always on mbarriers)");
   expect_bad_gemv_switch("MOEKIT_GEMV_FP8_DECOUPLED");
 }
 
@@ -1058,15 +1054,7 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
     EXPECT_FALSE(cuda::gemv_last_qgmma()) << "M = 17 is past the QGMMA form's token tile";
     EXPECT_TRUE(rows_match(to_float(b, s.act_dtype), reference_rows(c, 0, 17), s.K, s.scheme, "gemv M = 17"));
   }
-  {
-    MoeCase c = make_case(small_spec(Scheme::kBf16));
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", "mma");
-    ScopedEnv on("MOEKIT_GEMV_QGMMA", "1");
-    d.run(2, Mode::kFusedExperts, "gemv");
-    EXPECT_STREQ(cuda::gemv_last_kernel(), "mma");
-    EXPECT_FALSE(cuda::gemv_last_qgmma()) << "bf16 has no QGMMA form";
-  }
+  expect_bf16_ignores_gemv_switch("MOEKIT_GEMV_QGMMA", &cuda::gemv_last_qgmma, "bf16 has no QGMMA form");
   expect_bad_gemv_switch("MOEKIT_GEMV_QGMMA");
 }
 
