@@ -32,7 +32,13 @@
 //     line prefetches of 8 and 24 MB from 128 CTAs, alone, before a whole-grid reader, and beside a
 //     1-CTA kernel of 8 us (the routing launch's stand-in) before it.
 //
-//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch]
+//   - the one-launch decode call's skeleton (--only-skeleton; session 34): ids, GEMM1's bytes, a
+//     grid barrier (cooperative or a counter on a plain launch), h, GEMM2's bytes (after the
+//     barrier, or copied to shared memory before GEMM1), the output; no math: the floor of the
+//     GEMV path's structure at TP8 fp8 M = 1.
+//
+//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | --only-skeleton]
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -113,6 +119,94 @@ __global__ void __launch_bounds__(512) prefetch_kernel(const std::uint8_t* src, 
          i += static_cast<std::int64_t>(nb) * blockDim.x)
       moekit::cuda::sm90::prefetch_l2(src + i * 128);
   }
+}
+
+// The skeleton of a one-launch decode call (--only-skeleton; session 34): what the GEMV path's
+// structure costs with its math taken out. Every CTA loads the call's k expert ids (a DRAM round
+// trip after the flush), streams its share of GEMM1's bytes of those experts (16-byte loads, 8 a
+// thread in flight), writes one partial, crosses the grid (kSync: 0 none (a lower bound, not a
+// valid call), 1 cooperative_groups grid sync, 2 a counter barrier on a plain launch), reads every
+// CTA's partial (h) and streams its share of GEMM2's bytes, then writes its output. kW2Early: the
+// GEMM2 share is copied to shared memory (cp.async) right after the ids, before GEMM1, and read
+// from there after the barrier.
+template <int kSync, bool kW2Early>
+__global__ void __launch_bounds__(512, 1) skeleton_kernel(const int* ids, int k, const uint4* w1, std::int64_t per1,
+                                                          const uint4* w2, std::int64_t per2, float* part,
+                                                          unsigned* counter, float* out) {
+  extern __shared__ uint4 s_w2[];
+  __shared__ int s_ids[64];
+  __shared__ unsigned s_red[16];
+  const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int b = static_cast<int>(blockIdx.x), nb = static_cast<int>(gridDim.x);
+  if (t < k) s_ids[t] = ids[t];
+  __syncthreads();
+  // Expert e's region of a GEMM: [e][nb * per] 16-byte chunks; CTA b reads chunks [b per, b per + per)
+  // of it, the runs of 32 chunks (512 bytes, a warp's loads) going to the k experts in turn.
+  const std::int64_t row1 = static_cast<std::int64_t>(nb) * per1, row2 = static_cast<std::int64_t>(nb) * per2;
+  if (kW2Early) {
+    for (std::int64_t c = t; c < per2; c += nt)
+      moekit::cuda::sm90::cp_async_16_zfill(moekit::cuda::sm90::smem_addr(s_w2 + c),
+                                            w2 + s_ids[(c >> 5) % k] * row2 + b * per2 + c, 16);
+    moekit::cuda::sm90::cp_async_commit();
+  }
+  unsigned x = 0;
+  constexpr int kR = 8;
+  for (std::int64_t c0 = 0; c0 < per1; c0 += static_cast<std::int64_t>(kR) * nt) {
+    uint4 v[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const std::int64_t c = c0 + i * nt + t;
+      v[i] = c < per1 ? moekit::cuda::sm90::ld_stream_16(w1 + s_ids[(c >> 5) % k] * row1 + b * per1 + c)
+                      : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kR; ++i) x ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  }
+  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  if ((t & 31) == 0) s_red[t >> 5] = x;
+  __syncthreads();
+  if (t == 0) {
+    unsigned y = 0;
+    for (int w = 0; w < nt / 32; ++w) y ^= s_red[w];
+    part[b] = static_cast<float>(y & 0xffff);
+  }
+  if (kSync == 1) {
+    cooperative_groups::this_grid().sync();
+  } else if (kSync == 2) {
+    __syncthreads();
+    if (t == 0) {
+      __threadfence();
+      const unsigned old = atomicAdd(counter, 1u);
+      const unsigned target = (old / static_cast<unsigned>(nb) + 1) * static_cast<unsigned>(nb);
+      while (static_cast<int>(moekit::cuda::sm90::ld_acquire_gpu(counter) - target) < 0) {
+      }
+    }
+    __syncthreads();
+  }
+  float h = 0.f;  // every CTA's partial: the h every GEMM2 needs
+  for (int i = t; i < nb; i += nt) h += __ldcg(part + i);
+  unsigned y = __float_as_uint(h);
+  if (kW2Early) {
+    moekit::cuda::sm90::cp_async_wait_all_groups();
+    __syncthreads();
+    for (std::int64_t c = t; c < per2; c += nt) {
+      const uint4 v = s_w2[c];
+      y ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  } else {
+    for (std::int64_t c0 = 0; c0 < per2; c0 += static_cast<std::int64_t>(kR) * nt) {
+      uint4 v[kR];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        const std::int64_t c = c0 + i * nt + t;
+        v[i] = c < per2 ? moekit::cuda::sm90::ld_stream_16(w2 + s_ids[(c >> 5) % k] * row2 + b * per2 + c)
+                        : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kR; ++i) y ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+    }
+  }
+  out[static_cast<std::int64_t>(b) * nt + t] = static_cast<float>(y & 0xff);
 }
 
 // Reads [src, src + 16 * n16) once with 16-byte streaming loads over the whole grid (the weights a
@@ -666,13 +760,15 @@ int main(int argc, char** argv) {
   std::string json;
   bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23) and the decode box streams (24)
   bool only_prefetch = false;  // only the L2 prefetch cases (session 26)
+  bool only_skeleton = false;  // only the one-launch decode skeleton (session 34)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--only-swapab")) only_swapab = true;
     else if (!std::strcmp(argv[i], "--only-prefetch")) only_prefetch = true;
+    else if (!std::strcmp(argv[i], "--only-skeleton")) only_skeleton = true;
     else {
-      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch]\n");
+      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | --only-skeleton]\n");
       return 2;
     }
   }
@@ -733,6 +829,99 @@ int main(int argc, char** argv) {
   };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
+  // The one-launch decode call's skeleton (--only-skeleton; session 34): the GEMV path's structure
+  // (ids, GEMM1's stream, a grid barrier, h, GEMM2's stream, the output) with no math, at the TP8
+  // fp8 M = 1 bytes of three presets (8 experts of 16 distinct), on a CTA of 512 threads a SM.
+  if (only_skeleton) {
+    const int sms = prop.multiProcessorCount, k = 8;
+    int* ids = nullptr;
+    float *part = nullptr, *out = nullptr;
+    unsigned* counter = nullptr;
+    LF_CHECK(cudaMalloc(&ids, 64 * sizeof(int)));
+    LF_CHECK(cudaMalloc(&part, sms * sizeof(float)));
+    LF_CHECK(cudaMalloc(&out, static_cast<std::size_t>(sms) * 512 * sizeof(float)));
+    LF_CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+    LF_CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+    const int h_ids[8] = {3, 11, 0, 7, 14, 5, 9, 12};
+    LF_CHECK(cudaMemcpy(ids, h_ids, sizeof h_ids, cudaMemcpyHostToDevice));
+    struct Shape {
+      const char* name;
+      std::int64_t w13, w2;  // one expert's bytes
+    };
+    const Shape shapes[] = {{"qwen3-30b-a3b TP8 fp8 M=1", 2 * 96 * 2048, 2048 * 96},
+                            {"qwen3-235b-a22b TP8 fp8 M=1", 2 * 192 * 4096, 4096 * 192},
+                            {"deepseek-v3 TP8 fp8 M=1", 2 * 256 * 7168, 7168 * 256}};
+    auto coop_launch = [&](const void* kernel, int grid, std::size_t smem, bool coop, void** args) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(grid);
+      cfg.blockDim = dim3(512);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = T.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeCooperative;
+      attr[0].val.cooperative = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = coop ? 1 : 0;
+      LF_CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
+    };
+    {
+      void* a[] = {&sink};
+      add("empty kernel, 132 CTAs x 512 threads", T.times([&] { coop_launch((const void*)&empty_kernel, sms, 0, false, a); }));
+      add("empty kernel, 132 CTAs x 512 threads, cooperative launch",
+          T.times([&] { coop_launch((const void*)&empty_kernel, sms, 0, true, a); }));
+    }
+    for (const Shape& sh : shapes) {
+      const std::int64_t per1 = (k * sh.w13 / 16 + sms - 1) / sms, per2 = (k * sh.w2 / 16 + sms - 1) / sms;
+      const std::size_t region1 = static_cast<std::size_t>(sms) * per1 * 16, region2 = static_cast<std::size_t>(sms) * per2 * 16;
+      uint4 *w1 = nullptr, *w2 = nullptr;
+      LF_CHECK(cudaMalloc(&w1, 16 * region1));
+      LF_CHECK(cudaMalloc(&w2, 16 * region2));
+      LF_CHECK(cudaMemset(w1, 3, 16 * region1));
+      LF_CHECK(cudaMemset(w2, 5, 16 * region2));
+      const std::size_t early_smem = static_cast<std::size_t>(per2) * 16;
+      struct Variant {
+        const void* kernel;
+        bool coop, early;
+        const char* what;
+      };
+      const Variant variants[] = {
+          {(const void*)&skeleton_kernel<0, false>, false, false, "no barrier (a lower bound, not a valid call)"},
+          {(const void*)&skeleton_kernel<1, false>, true, false, "cooperative launch, grid sync"},
+          {(const void*)&skeleton_kernel<1, true>, true, true, "cooperative launch, grid sync, w2 to smem before GEMM1"},
+          {(const void*)&skeleton_kernel<2, false>, false, false, "plain launch, counter barrier"},
+          {(const void*)&skeleton_kernel<2, true>, false, true, "plain launch, counter barrier, w2 to smem before GEMM1"},
+      };
+      for (const Variant& v : variants) {
+        const std::size_t smem = v.early ? early_smem : 0;
+        if (smem > 227 * 1024) continue;
+        LF_CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        int kk = k;
+        std::int64_t p1 = per1, p2 = per2;
+        const uint4 *c1 = w1, *c2 = w2;
+        const int* ci = ids;
+        void* a[] = {&ci, &kk, &c1, &p1, &c2, &p2, &part, &counter, &out};
+        char name[240];
+        std::snprintf(name, sizeof name, "skeleton %s (%.1f + %.1f MB): %s", sh.name, k * sh.w13 / 1e6, k * sh.w2 / 1e6, v.what);
+        add(name, T.times([&] { coop_launch(v.kernel, sms, smem, v.coop, a); }));
+      }
+      {  // the ids, h and the barrier alone
+        int kk = k;
+        std::int64_t zero = 0;
+        const uint4 *c1 = w1, *c2 = w2;
+        const int* ci = ids;
+        void* a[] = {&ci, &kk, &c1, &zero, &c2, &zero, &part, &counter, &out};
+        if (&sh == &shapes[0]) {
+          add("skeleton with no weight bytes: ids, h, cooperative grid sync",
+              T.times([&] { coop_launch((const void*)&skeleton_kernel<1, false>, sms, 0, true, a); }));
+          add("skeleton with no weight bytes: ids, h, no barrier",
+              T.times([&] { coop_launch((const void*)&skeleton_kernel<0, false>, sms, 0, false, a); }));
+        }
+      }
+      LF_CHECK(cudaFree(w1));
+      LF_CHECK(cudaFree(w2));
+    }
+    return write_json();
+  }
   // The L2 prefetch (--only-prefetch): what a prefetch of B bytes costs on its own (bulk pieces or
   // 128-byte lines, from 128 CTAs), how fast a whole-grid reader then reads them, and the question
   // the chain asks: does prefetching during a 1-CTA kernel of 8 us (the routing launch's stand-in)
