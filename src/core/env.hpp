@@ -40,7 +40,6 @@ enum class EnvVar : int {
   kGemvWide,           // MOEKIT_GEMV_WIDE
   kGemvFp8Decoupled,   // MOEKIT_GEMV_FP8_DECOUPLED
   kGemvQgmma,          // MOEKIT_GEMV_QGMMA
-  kGemvW2Early,        // MOEKIT_GEMV_W2_EARLY
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)

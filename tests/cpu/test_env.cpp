@@ -48,7 +48,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kGemvWide, "MOEKIT_GEMV_WIDE"},
       {EnvVar::kGemvFp8Decoupled, "MOEKIT_GEMV_FP8_DECOUPLED"},
       {EnvVar::kGemvQgmma, "MOEKIT_GEMV_QGMMA"},
-      {EnvVar::kGemvW2Early, "MOEKIT_GEMV_W2_EARLY"},
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},

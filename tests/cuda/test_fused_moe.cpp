@@ -1058,65 +1058,6 @@ TEST(Sm90Dispatch, GemvQgmmaMatchesReference) {
   expect_bad_gemv_switch("MOEKIT_GEMV_QGMMA");
 }
 
-TEST(Sm90Dispatch, GemvW2EarlyBitwiseEqualToLate) {
-  SKIP_WITHOUT_SM90();
-  // MOEKIT_GEMV_W2_EARLY (default on): each warp's first GEMM2 loads go out before the grid barrier
-  // instead of after the staging of h; the same loads, sums and order, so the same bits. Every
-  // kernel and form: the CUDA-core kernel's general loop (K = 2048, N = 96) and one-round form
-  // (K = 4096, N = 128, k = 4), bf16 and fp8; the tensor-core kernel in bf16, its plain e4m3 form
-  // (mma.sync), its QGMMA form, fp8_per_channel and fp8 w2 rows of N % 16 == 8 (N = 360: the
-  // general e4m3 form); M = 1..16, with an expert_map dropping slots; against the reference too.
-  struct Variant {
-    Scheme scheme;
-    const char* kernel;
-    const char* qgmma;
-    std::int64_t E, k, K, N, M;
-    bool expert_map;
-  };
-  const Variant variants[] = {
-      {Scheme::kBf16, "cuda", nullptr, 128, 8, 2048, 96, 1, false},
-      {Scheme::kFp8PerTensor, "cuda", nullptr, 128, 8, 2048, 96, 2, true},
-      {Scheme::kBf16, "cuda", nullptr, 16, 4, 4096, 128, 3, false},
-      {Scheme::kFp8PerTensor, "cuda", nullptr, 16, 4, 4096, 128, 1, false},
-      {Scheme::kBf16, "mma", nullptr, 64, 8, 2048, 96, 8, true},
-      {Scheme::kFp8PerTensor, "mma", "0", 64, 8, 4096, 192, 4, false},
-      {Scheme::kFp8PerTensor, "mma", "1", 128, 8, 1024, 96, 16, false},
-      {Scheme::kFp8PerChannel, "mma", nullptr, 32, 4, 2048, 128, 5, false},
-      {Scheme::kFp8PerTensor, "mma", "0", 32, 4, 2880, 360, 2, false},
-  };
-  for (const Variant& v : variants) {
-    CaseSpec s = small_spec(v.scheme);
-    s.E = v.E;
-    s.k = v.k;
-    s.K = v.K;
-    s.N = v.N;
-    s.M = v.M;
-    s.expert_map = v.expert_map;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
-    ScopedEnv qg("MOEKIT_GEMV_QGMMA", v.qgmma);
-    std::vector<std::uint16_t> late;
-    {
-      ScopedEnv off("MOEKIT_GEMV_W2_EARLY", "0");
-      late = d.run(v.M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-    }
-    const std::vector<std::uint16_t> early = d.run(v.M, Mode::kFusedExperts, "gemv");  // unset: on
-    EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-    if (v.qgmma != nullptr) EXPECT_EQ(cuda::gemv_last_qgmma(), v.qgmma[0] == '1') << s.name();
-    EXPECT_TRUE(early == late) << s.name() << ": GEMM2's early loads changed the output";
-    EXPECT_TRUE(rows_match(to_float(early, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv w2 early"))
-        << s.name();
-  }
-  MoeCase c = make_case(small_spec(Scheme::kBf16));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv bad("MOEKIT_GEMV_W2_EARLY", "yes");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_W2_EARLY"), std::string::npos) << what;
-}
-
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

@@ -527,48 +527,6 @@ struct GemvMma {
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
     stamp(kPhaseGemm1);
 
-    // GEMM2's geometry (step 3 below): 16-byte chunks of an h row and a w2 row, the last one half
-    // (8 bytes) where fp8 rows of N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not
-    // 16-byte multiples; the CTA's column blocks, taken in passes of L.cb_pass.
-    const int cph = static_cast<int>((w2_row + 15) / 16);
-    const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
-    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
-    const int CB = static_cast<int>((K + 15) / 16);
-    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
-    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
-    const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
-    // A warp's tasks (column block, slot group) of a pass at pb are rounds of kRound2 k-blocks of N:
-    // round r of task `task` into a.
-    auto issue2 = [&](uint4 (&a)[kRound2][2], int pb, int task, int r) {
-      const int cbl = task / S, s = task - cbl * S;
-      const int e = ue[gu[s]];
-      const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
-      const bool vlo = rlo < K, vhi = rhi < K;
-      const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
-      const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
-#pragma unroll
-      for (int i = 0; i < kRound2; ++i) {
-        const int ch = (r * kRound2 + i) * 4 + c;
-        const bool ok = ch < cph;
-        const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
-        if (!kFp8 || !half_rows) {
-          a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
-          a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
-        } else {
-          a[i][0] = ok && vlo ? ld_half_rows(alo + off, off + 16 > w2_row) : zero4();
-          a[i][1] = ok && vhi ? ld_half_rows(ahi + off, off + 16 > w2_row) : zero4();
-        }
-      }
-    };
-    // w2 is a weight, not an output of this launch: with p.w2_early the warp's first GEMM2 round
-    // (its first task of the first pass) goes out before the grid barrier, so its DRAM round trip
-    // runs under the barrier, the intermediate scale and the staging of h (docs/gemv.md, session
-    // 34). The same loads, mmas and order as without: bitwise equal.
-    uint4 c2[kRound2][2], n2[kRound2][2];
-    const bool early = p.w2_early != 0 && cb0 < cb1 && warp < min(L.cb_pass, cb1 - cb0) * S;
-    if (early) issue2(c2, cb0, warp, 0);
-
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
@@ -579,6 +537,10 @@ struct GemvMma {
       if (!per_channel) hscale = intermediate_scale(p, dyn2, scratch);
     }
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
+    // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
+    // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
+    const int cph = static_cast<int>((w2_row + 15) / 16);
+    const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
     if (kFp8 && per_channel) {
       // fp8_per_channel: a warp a slot: its row's absmax gives the slot's scale (the reference's
       // per-row intermediate scale), then the row as e4m3, zero past N up to the chunk's end. The
@@ -645,15 +607,43 @@ struct GemvMma {
     __syncthreads();
     stamp(kPhaseStaged);
 
-    float* ys = work;  // [P][cols]: each slot's result, coefficient applied
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
+    const int CB = static_cast<int>((K + 15) / 16);
+    const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
+    const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
+    const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row
+    float* ys = work;                // [P][cols]: each slot's result, coefficient applied
     for (int pb = cb0; pb < cb1; pb += L.cb_pass) {
       const int ncb = min(L.cb_pass, cb1 - pb);
       const int cols = ncb * 16;
       const int tasks = ncb * S;
-      // The next round's w2 loads (the next task's first at a task's end) are issued before this
-      // round's mmas.
+      // A warp's tasks (column block, slot group) are rounds of kRound2 k-blocks of N; the next
+      // round's w2 loads (the next task's first at a task's end) are issued before this round's mmas.
       const int R2 = (nkb2 + kRound2 - 1) / kRound2;
-      if (warp < tasks && !(early && pb == cb0)) issue2(c2, pb, warp, 0);
+      auto issue2 = [&](uint4 (&a)[kRound2][2], int task, int r) {
+        const int cbl = task / S, s = task - cbl * S;
+        const int e = ue[gu[s]];
+        const int rlo = (pb + cbl) * 16 + g, rhi = rlo + 8;
+        const bool vlo = rlo < K, vhi = rhi < K;
+        const std::uint8_t* alo = w2 + (static_cast<std::int64_t>(e) * K + (vlo ? rlo : 0)) * w2_row;
+        const std::uint8_t* ahi = w2 + (static_cast<std::int64_t>(e) * K + (vhi ? rhi : 0)) * w2_row;
+#pragma unroll
+        for (int i = 0; i < kRound2; ++i) {
+          const int ch = (r * kRound2 + i) * 4 + c;
+          const bool ok = ch < cph;
+          const std::int64_t off = static_cast<std::int64_t>(ch) * 16;
+          if (!kFp8 || !half_rows) {
+            a[i][0] = ok && vlo ? sm90::ld_stream_16(alo + off) : zero4();
+            a[i][1] = ok && vhi ? sm90::ld_stream_16(ahi + off) : zero4();
+          } else {
+            a[i][0] = ok && vlo ? ld_half_rows(alo + off, off + 16 > w2_row) : zero4();
+            a[i][1] = ok && vhi ? ld_half_rows(ahi + off, off + 16 > w2_row) : zero4();
+          }
+        }
+      };
+      uint4 c2[kRound2][2], n2[kRound2][2];
+      if (warp < tasks) issue2(c2, warp, 0);
       for (int task = warp; task < tasks; task += kWarps) {
         const int cbl = task / S, s = task - cbl * S;
         const int u = gu[s], first = gfirst[s];
@@ -662,8 +652,8 @@ struct GemvMma {
         const std::uint8_t* brow = region + static_cast<std::int64_t>(bv ? sorted[first + g] : 0) * ph;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int r = 0; r < R2; ++r) {
-          if (r + 1 < R2) issue2(n2, pb, task, r + 1);
-          else if (task + kWarps < tasks) issue2(n2, pb, task + kWarps, 0);
+          if (r + 1 < R2) issue2(n2, task, r + 1);
+          else if (task + kWarps < tasks) issue2(n2, task + kWarps, 0);
 #pragma unroll
           for (int i = 0; i < kRound2; ++i) {
             const int kbi = r * kRound2 + i;

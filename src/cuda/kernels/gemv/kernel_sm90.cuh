@@ -332,48 +332,6 @@ struct Gemv {
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
-    // GEMM2's tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q)
-    // loads, k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight
-    // before the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
-    // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
-    // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
-    // the lanes; lane 0 adds the slots' b2 terms in slot order.
-    const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
-    const int total = k * C2;
-    const int R = r1 - r0;
-    const int tasks = M * R;
-    // A lane's chunk i of a round at chunk `base` of task (t, r): slot t k + idx / C2 of the token,
-    // chunk idx % C2 of its w2 row r; ei the slot's expert, -1 for no chunk.
-    auto w2_slots = [&](int (&ei)[kLoadsAhead], int t, int base) {
-#pragma unroll
-      for (int i = 0; i < kLoadsAhead; ++i) {
-        const int idx = base + i * 32 + lane;
-        ei[i] = idx < total ? slot_e[t * k + idx / C2] : -1;
-      }
-    };
-    auto w2_round = [&](uint4 (&wv)[kLoadsAhead], const int (&ei)[kLoadsAhead], int r, int base) {
-#pragma unroll
-      for (int i = 0; i < kLoadsAhead; ++i) {
-        const int idx = base + i * 32 + lane;
-        const int qq = idx - (idx / C2) * C2;
-        if (ei[i] >= 0)
-          wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
-                                     static_cast<std::int64_t>(qq) * 16);
-      }
-    };
-    // w2 is a weight, not an output of this launch: with p.w2_early the warp's first GEMM2 loads
-    // (its first task's first round) go out before the grid barrier, so their DRAM round trip runs
-    // under the barrier, the intermediate scale and the staging of h instead of after them (the
-    // skeleton of this launch measured 1.3-3.9 us less at TP8 M = 1 so: docs/gemv.md, session 34).
-    // The same loads, sums and order as without: bitwise equal.
-    const bool early = p.w2_early != 0 && warp < tasks;
-    uint4 wv0[kLoadsAhead];
-    if (early) {
-      int ei0[kLoadsAhead];
-      w2_slots(ei0, warp / R, 0);
-      w2_round(wv0, ei0, r0 + warp % R, 0);
-    }
-
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
@@ -410,6 +368,16 @@ struct Gemv {
     __syncthreads();
     stamp(kPhaseStaged);
 
+    // Tasks (token t, owned column r), one warp each: the task's (slot j, 16-byte chunk q) loads,
+    // k x (N * es / 16) of them, are spread over the lanes, kLoadsAhead per lane in flight before
+    // the first FMA (whatever k and N: 2 slots of 224 chunks for mixtral TP8, 8 of 12 for
+    // qwen3-30b TP8). A chunk's dot is scaled by its slot's coefficient (the fp8 scales and the
+    // router weight on output) and added to one accumulator in a fixed order; the butterfly sums
+    // the lanes; lane 0 adds the slots' b2 terms in slot order.
+    const int C2 = static_cast<int>(N * kEs / 16);  // 16-byte chunks of a w2 row
+    const int total = k * C2;
+    const int R = r1 - r0;
+    const int tasks = M * R;
     if constexpr (kFast) {
       static_assert(32 * kAhead <= 256, "sq packs a chunk index below 256");
       if (total > 32 * kAhead) __trap();  // the host never launches it so (gemv_fast_gemm2): loud, not wrong
@@ -435,17 +403,10 @@ struct Gemv {
         for (int i = 0; i < kAhead; ++i)
           if (sq[i] >= 0) wv[i] = sm90::ld_stream_16(ga[i] + r * w2_row);
       };
-      static_assert(kAhead <= kLoadsAhead, "the early round holds a task's loads");
       uint4 cur[kAhead], nxt[kAhead];
       if (warp < tasks) {
         set_token(warp / R);
-        if (early) {
-          // The same chunks: w2_round's chunk i of base 0 is set_token's chunk i (idx = 32 i + lane).
-#pragma unroll
-          for (int i = 0; i < kAhead; ++i) cur[i] = wv0[i];
-        } else {
-          load(cur, r0 + warp % R);
-        }
+        load(cur, r0 + warp % R);
       }
       for (int task = warp; task < tasks; task += kWarps) {
         const int t = task / R, r = r0 + task % R;
@@ -471,16 +432,19 @@ struct Gemv {
       for (int task = warp; task < tasks; task += kWarps) {
         const int t = task / R;
         const int r = r0 + task % R;
+        const int* se = slot_e + t * k;
         float acc = 0.0f;
         for (int base = 0; base < total; base += 32 * kLoadsAhead) {
           uint4 wv[kLoadsAhead];
           int ei[kLoadsAhead];
-          w2_slots(ei, t, base);
-          if (early && task == warp && base == 0) {
 #pragma unroll
-            for (int i = 0; i < kLoadsAhead; ++i) wv[i] = wv0[i];
-          } else {
-            w2_round(wv, ei, r, base);
+          for (int i = 0; i < kLoadsAhead; ++i) {
+            const int idx = base + i * 32 + lane;
+            const int jj = idx / C2, qq = idx - jj * C2;
+            ei[i] = idx < total ? se[jj] : -1;
+            if (ei[i] >= 0)
+              wv[i] = sm90::ld_stream_16(w2 + (static_cast<std::int64_t>(ei[i]) * K + r) * w2_row +
+                                         static_cast<std::int64_t>(qq) * 16);
           }
 #pragma unroll
           for (int i = 0; i < kLoadsAhead; ++i) {

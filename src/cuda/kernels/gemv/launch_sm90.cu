@@ -249,13 +249,6 @@ bool gemv_qgmma(const MoeProblem& p, int sms) {
   return on && p.num_tokens <= gv::kQgTokens;
 }
 
-// GEMM2's first w2 loads before the grid barrier (both kernels, every form: GemvParams::w2_early),
-// so that their DRAM round trip runs under the barrier, the intermediate scale and the staging of
-// h. The same loads and sums: bitwise equal either way. MOEKIT_GEMV_W2_EARLY (read at every call):
-// "0" issues them after the staging, as before session 34; unset or "1", before the barrier. Any
-// other value is an error.
-bool gemv_w2_early() { return detail::env_switch(detail::EnvVar::kGemvW2Early, true); }
-
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -405,7 +398,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool wide_on = gemv_wide(p);                // the same
   const bool decoupled_on = gemv_fp8_decoupled(p);    // the same
   const bool qg_on = gemv_qgmma(p, device_sm_count(dev));  // the same
-  const bool w2_early = gemv_w2_early();                    // the same
   // The switches choose among the plain e4m3 kernel's forms (QGMMA first, where its token tile
   // fits); the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
@@ -469,7 +461,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.act = p.activation;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
-  kp.w2_early = w2_early ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, qg);

@@ -87,7 +87,6 @@ struct GemvParams {
   int weight_on_input;
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
-  int w2_early;                     // GEMM2's first w2 loads before the grid barrier (MOEKIT_GEMV_W2_EARLY)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;
