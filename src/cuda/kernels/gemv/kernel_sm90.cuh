@@ -291,8 +291,11 @@ struct Gemv {
     };
     stamp(kPhaseEntry);
 
-    // ---- 0a. bf16 / fp16: the token rows into shared memory, in flight during the routing ----
+    // ---- 0a. the token rows into shared memory (bf16 / fp16), or hidden's first chunks into
+    // registers (fp8), in flight during the routing ----
+    uint4 hx[kHiddenAhead];
     if constexpr (!kFp8) stage_rows_async(p, region, static_cast<int>(row_bytes));
+    else load_hidden_ahead<ActT>(p, hx);
 
     // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
@@ -307,7 +310,7 @@ struct Gemv {
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
     if constexpr (kFp8) {
-      xscale = stage_rows_e4m3<ActT>(p, region, static_cast<int>(row_bytes), scratch);
+      xscale = stage_rows_e4m3<ActT>(p, region, static_cast<int>(row_bytes), scratch, hx);
     } else {
       sm90::cp_async_wait_all_groups();
     }
@@ -337,17 +340,24 @@ struct Gemv {
     stamp(kPhaseBarrier);
 
     // ---- 3. GEMM2 + combine over this CTA's columns ----
+    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
+    // fp8 with p.h_ahead: a thread's first kHAhead float4 of h are loaded before the intermediate
+    // scale, so the scale's loads and these share one L2 round trip instead of two in a row.
+    float* hs = reinterpret_cast<float*>(region);
+    const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
+    const bool h_ahead = kFp8 && p.h_ahead != 0;
+    float4 hv[kHAhead];
+#pragma unroll
+    for (int a = 0; a < kHAhead; ++a) {
+      const std::int64_t i = tid + static_cast<std::int64_t>(a) * kThreads;
+      if (h_ahead && i < n4 && slot_e[static_cast<int>(i * 4 / N)] >= 0)
+        hv[a] = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
+    }
     float hscale = 1.0f;
     if constexpr (kFp8) hscale = intermediate_scale(p, dyn2, scratch);
-    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
-    float* hs = reinterpret_cast<float*>(region);
     {
       const float inv = 1.0f / hscale;
-      const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
-      for (std::int64_t i = tid; i < n4; i += kThreads) {
-        const int slot = static_cast<int>(i * 4 / N);
-        if (slot_e[slot] < 0) continue;
-        float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
+      auto stage = [&](std::int64_t i, float4 v) {
         if constexpr (kFp8) {
           const float2 fa = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.x * inv, v.y * inv));
           const float2 fb = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.z * inv, v.w * inv));
@@ -357,7 +367,15 @@ struct Gemv {
                           to_float(from_float<ActT>(v.z)), to_float(from_float<ActT>(v.w)));
         }
         reinterpret_cast<float4*>(hs)[i] = v;
+      };
+#pragma unroll
+      for (int a = 0; a < kHAhead; ++a) {
+        const std::int64_t i = tid + static_cast<std::int64_t>(a) * kThreads;
+        if (i < n4 && slot_e[static_cast<int>(i * 4 / N)] >= 0)
+          stage(i, h_ahead ? hv[a] : __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i));
       }
+      for (std::int64_t i = tid + static_cast<std::int64_t>(kHAhead) * kThreads; i < n4; i += kThreads)
+        if (slot_e[static_cast<int>(i * 4 / N)] >= 0) stage(i, __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i));
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
     for (int sl = tid; sl < P; sl += kThreads) {

@@ -27,6 +27,14 @@ inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a
 // The QGMMA e4m3 form (kernel_mma_sm90.cuh, kQg): its B tile holds every token of the call, so it
 // runs M <= kQgTokens; a 32-byte K step of the tile is kQgStepBytes (prologue.cuh, stage_rows_e4m3_qg).
 inline constexpr int kQgTokens = 16;
+// fp8: 16-byte chunks of hidden a thread loads before the routing (prologue.cuh load_hidden_ahead):
+// 4 x 512 threads x 8 elements = hidden's M rows up to 16384 elements (qwen3-30b M <= 8,
+// qwen3-235b / mixtral M <= 4, deepseek-v3 M <= 2, gpt-oss M <= 5).
+inline constexpr int kHiddenAhead = 4;
+// fp8: float4 of h a thread loads before the dynamic intermediate scale (GemvParams::h_ahead):
+// 2 x 512 x 4 = every slot's h up to 4096 values a CTA (M k x N: qwen3-30b TP8 M <= 5,
+// qwen3-235b M <= 2, deepseek-v3 / mixtral M = 1, gpt-oss M <= 2).
+inline constexpr int kHAhead = 2;
 inline constexpr int kQgStepBytes = kQgTokens * 32;
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
@@ -87,6 +95,8 @@ struct GemvParams {
   int weight_on_input;
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
+  int hidden_early;                 // fp8: hidden's first chunks loaded before the routing (MOEKIT_GEMV_HIDDEN_EARLY)
+  int h_ahead;                      // fp8: h's first values loaded before the intermediate scale (MOEKIT_GEMV_H_AHEAD)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

@@ -143,27 +143,47 @@ __device__ __forceinline__ uint2 e4m3x8(const uint4& raw, float inv) {
                     numerics::e4m3x4(make_float4(to_float(v[4]), to_float(v[5]), to_float(v[6]), to_float(v[7])), inv));
 }
 
-// fp8: the activation scale (static, or from the absmax of the whole hidden), then hidden's M rows
-// as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0). Returns the scale; ends before a CTA
-// barrier the caller places.
+// fp8: a thread's first kHiddenAhead 16-byte chunks of hidden's M rows (chunk tid + i kThreads),
+// loaded before the routing (p.hidden_early) so that the dynamic activation scale's pass over
+// hidden does not start its DRAM round trip after the routing's (bf16 / fp16 copy the rows during
+// the routing); zeros past the rows and when off. The loads also bring the lines into the caches
+// the staging pass reads them from.
 template <class ActT>
-__device__ __forceinline__ float activation_scale(const GemvParams& p, float* scratch) {
+__device__ __forceinline__ void load_hidden_ahead(const GemvParams& p, uint4 (&hx)[kHiddenAhead]) {
+  const ActT* x = static_cast<const ActT*>(p.hidden);
+  const int n8 = p.num_tokens * (p.hidden_size / 8);
+#pragma unroll
+  for (int i = 0; i < kHiddenAhead; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    hx[i] = p.hidden_early != 0 && c < n8 ? *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(c) * 8)
+                                          : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// fp8: the activation scale (static, or from the absmax of the whole hidden: the chunks of `hx`,
+// then the rest), then hidden's M rows as e4m3 into `region` at `pitch` bytes a row (K % 16 == 0).
+// Returns the scale; ends before a CTA barrier the caller places.
+template <class ActT>
+__device__ __forceinline__ float activation_scale(const GemvParams& p, float* scratch, const uint4 (&hx)[kHiddenAhead]) {
   if (p.a13_scale != nullptr) return p.a13_scale[0];
   const ActT* x = static_cast<const ActT*>(p.hidden);
   const int n8 = p.num_tokens * (p.hidden_size / 8);
   float a = 0.0f;
-  for (int i = threadIdx.x; i < n8; i += kThreads)
+#pragma unroll
+  for (int i = 0; i < kHiddenAhead; ++i) a = absmax8<ActT>(hx[i], a);  // zeros add nothing
+  for (int i = threadIdx.x + (p.hidden_early != 0 ? kHiddenAhead * kThreads : 0); i < n8; i += kThreads)
     a = absmax8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), a);
   return numerics::dynamic_scale(block_absmax(a, scratch));
 }
 
 template <class ActT>
-__device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8_t* region, int pitch, float* scratch) {
+__device__ __forceinline__ float stage_rows_e4m3(const GemvParams& p, std::uint8_t* region, int pitch, float* scratch,
+                                                 const uint4 (&hx)[kHiddenAhead]) {
   const int tid = threadIdx.x;
   const ActT* x = static_cast<const ActT*>(p.hidden);
   const int c8 = p.hidden_size / 8;  // 8-element chunks of a row
   const int n8 = p.num_tokens * c8;
-  const float xscale = activation_scale<ActT>(p, scratch);
+  const float xscale = activation_scale<ActT>(p, scratch, hx);
   const float inv = 1.0f / xscale;
   for (int i = tid; i < n8; i += kThreads) {
     const uint2 q = e4m3x8<ActT>(*reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(i) * 8), inv);
@@ -188,11 +208,12 @@ __device__ __forceinline__ int qg_offset(int t, int q8, int h) {
 }
 
 template <class ActT>
-__device__ __forceinline__ float stage_rows_e4m3_qg(const GemvParams& p, std::uint8_t* tile, float* scratch) {
+__device__ __forceinline__ float stage_rows_e4m3_qg(const GemvParams& p, std::uint8_t* tile, float* scratch,
+                                                    const uint4 (&hx)[kHiddenAhead]) {
   const ActT* x = static_cast<const ActT*>(p.hidden);
   const int c8 = p.hidden_size / 8;          // 8-element chunks of a row
   const int kb8 = (c8 + 7) / 8 * 8;          // the same, to the end of the last 64-byte k-block
-  const float xscale = activation_scale<ActT>(p, scratch);
+  const float xscale = activation_scale<ActT>(p, scratch, hx);
   const float inv = 1.0f / xscale;
   for (int i = threadIdx.x; i < kQgTokens * kb8; i += kThreads) {
     const int t = i / kb8, q8 = i - t * kb8;
