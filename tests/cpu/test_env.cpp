@@ -49,7 +49,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kGemvFp8Decoupled, "MOEKIT_GEMV_FP8_DECOUPLED"},
       {EnvVar::kGemvQgmma, "MOEKIT_GEMV_QGMMA"},
       {EnvVar::kGemvHiddenEarly, "MOEKIT_GEMV_HIDDEN_EARLY"},
-      {EnvVar::kGemvHAhead, "MOEKIT_GEMV_H_AHEAD"},
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},

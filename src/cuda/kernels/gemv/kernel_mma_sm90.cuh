@@ -535,31 +535,14 @@ struct GemvMma {
     stamp(kPhaseBarrier);
 
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
-    // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
-    // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
-    // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
-    const int cph = static_cast<int>((w2_row + 15) / 16);
-    // fp8_per_tensor with p.h_ahead: a thread's first kHAhead words of the staged rows (4 values
-    // of h each) are loaded before the intermediate scale, so the scale's loads and these share
-    // one L2 round trip instead of two in a row.
-    const int r4 = cph * 4, n4 = P * r4;  // words of the staged rows
-    auto h_word = [&](int i) {  // word i's 4 values of h, or nothing past N / for a dropped slot
-      const int slot = i / r4, q4 = i - slot * r4;
-      return __ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4);
-    };
-    auto h_word_valid = [&](int i) {
-      const int slot = i / r4, q4 = i - slot * r4;
-      return i < n4 && slot_e[slot] >= 0 && q4 * 4 < N;
-    };
-    const bool h_ahead = kFp8 && !per_channel && p.h_ahead != 0;
-    float4 hv[kHAhead];
-#pragma unroll
-    for (int a = 0; a < kHAhead; ++a)
-      if (h_ahead && h_word_valid(tid + a * kThreads)) hv[a] = h_word(tid + a * kThreads);
     float hscale = 1.0f;
     if constexpr (kFp8) {
       if (!per_channel) hscale = intermediate_scale(p, dyn2, scratch);
     }
+    // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
+    // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
+    // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
+    const int cph = static_cast<int>((w2_row + 15) / 16);
     const bool half_rows = kGeneral && kFp8 && (w2_row & 15) != 0;  // plain kernel, bf16 / fp16: 16-byte rows
     if (kFp8 && per_channel) {
       // fp8_per_channel: a warp a slot: its row's absmax gives the slot's scale (the reference's
@@ -595,30 +578,15 @@ struct GemvMma {
       // Word q4 of a staged row: 4 e4m3 of h, or zero past N up to the 16-byte chunk's end (the
       // half chunk's mma then multiplies zeros by zeros).
       const float inv = 1.0f / hscale;
-      auto stage = [&](int i, const float4* v) {  // v: the word's values, null past N
+      const int r4 = cph * 4, n4 = P * r4;
+      for (int i = tid; i < n4; i += kThreads) {
         const int slot = i / r4, q4 = i - slot * r4;
-        *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) =
-            v != nullptr ? numerics::e4m3x4(*v, inv) : 0u;
-      };
-#pragma unroll
-      for (int a = 0; a < kHAhead; ++a) {
-        const int i = tid + a * kThreads;
-        if (i >= n4 || slot_e[i / r4] < 0) continue;
-        if (h_word_valid(i)) {
-          const float4 v = h_ahead ? hv[a] : h_word(i);
-          stage(i, &v);
-        } else {
-          stage(i, nullptr);
+        if (slot_e[slot] < 0) continue;
+        std::uint32_t w = 0u;
+        if (q4 * 4 < N) {
+          w = numerics::e4m3x4(__ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4), inv);
         }
-      }
-      for (int i = tid + kHAhead * kThreads; i < n4; i += kThreads) {
-        if (slot_e[i / r4] < 0) continue;
-        if (h_word_valid(i)) {
-          const float4 v = h_word(i);
-          stage(i, &v);
-        } else {
-          stage(i, nullptr);
-        }
+        *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
       }
     } else {
       const std::uint8_t* hb = reinterpret_cast<const std::uint8_t*>(p.h_buf);

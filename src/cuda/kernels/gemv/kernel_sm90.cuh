@@ -340,24 +340,17 @@ struct Gemv {
     stamp(kPhaseBarrier);
 
     // ---- 3. GEMM2 + combine over this CTA's columns ----
-    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
-    // fp8 with p.h_ahead: a thread's first kHAhead float4 of h are loaded before the intermediate
-    // scale, so the scale's loads and these share one L2 round trip instead of two in a row.
-    float* hs = reinterpret_cast<float*>(region);
-    const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
-    const bool h_ahead = kFp8 && p.h_ahead != 0;
-    float4 hv[kHAhead];
-#pragma unroll
-    for (int a = 0; a < kHAhead; ++a) {
-      const std::int64_t i = tid + static_cast<std::int64_t>(a) * kThreads;
-      if (h_ahead && i < n4 && slot_e[static_cast<int>(i * 4 / N)] >= 0)
-        hv[a] = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
-    }
     float hscale = 1.0f;
     if constexpr (kFp8) hscale = intermediate_scale(p, dyn2, scratch);
+    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
+    float* hs = reinterpret_cast<float*>(region);
     {
       const float inv = 1.0f / hscale;
-      auto stage = [&](std::int64_t i, float4 v) {
+      const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
+      for (std::int64_t i = tid; i < n4; i += kThreads) {
+        const int slot = static_cast<int>(i * 4 / N);
+        if (slot_e[slot] < 0) continue;
+        float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
         if constexpr (kFp8) {
           const float2 fa = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.x * inv, v.y * inv));
           const float2 fb = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.z * inv, v.w * inv));
@@ -367,15 +360,7 @@ struct Gemv {
                           to_float(from_float<ActT>(v.z)), to_float(from_float<ActT>(v.w)));
         }
         reinterpret_cast<float4*>(hs)[i] = v;
-      };
-#pragma unroll
-      for (int a = 0; a < kHAhead; ++a) {
-        const std::int64_t i = tid + static_cast<std::int64_t>(a) * kThreads;
-        if (i < n4 && slot_e[static_cast<int>(i * 4 / N)] >= 0)
-          stage(i, h_ahead ? hv[a] : __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i));
       }
-      for (std::int64_t i = tid + static_cast<std::int64_t>(kHAhead) * kThreads; i < n4; i += kThreads)
-        if (slot_e[static_cast<int>(i * 4 / N)] >= 0) stage(i, __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i));
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
     for (int sl = tid; sl < P; sl += kThreads) {

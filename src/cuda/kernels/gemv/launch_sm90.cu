@@ -256,13 +256,6 @@ bool gemv_qgmma(const MoeProblem& p, int sms) {
 // session 34; unset or "1", before it. Any other value is an error.
 bool gemv_hidden_early() { return detail::env_switch(detail::EnvVar::kGemvHiddenEarly, true); }
 
-// fp8_per_tensor: after the grid barrier, a thread's first values of h loaded before the dynamic
-// intermediate scale (both kernels: GemvParams::h_ahead), so that the scale's loads and these
-// share one L2 round trip. Bitwise equal either way. MOEKIT_GEMV_H_AHEAD (read at every call):
-// "0" loads h after the scale, as before session 34; unset or "1", before it. Any other value is
-// an error.
-bool gemv_h_ahead() { return detail::env_switch(detail::EnvVar::kGemvHAhead, true); }
-
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -413,7 +406,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool decoupled_on = gemv_fp8_decoupled(p);    // the same
   const bool qg_on = gemv_qgmma(p, device_sm_count(dev));  // the same
   const bool hidden_early = gemv_hidden_early();            // the same
-  const bool h_ahead = gemv_h_ahead();                      // the same
   // The switches choose among the plain e4m3 kernel's forms (QGMMA first, where its token tile
   // fits); the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
@@ -478,7 +470,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.hidden_early = hidden_early ? 1 : 0;
-  kp.h_ahead = h_ahead ? 1 : 0;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, qg);

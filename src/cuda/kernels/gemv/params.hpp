@@ -31,10 +31,6 @@ inline constexpr int kQgTokens = 16;
 // 4 x 512 threads x 8 elements = hidden's M rows up to 16384 elements (qwen3-30b M <= 8,
 // qwen3-235b / mixtral M <= 4, deepseek-v3 M <= 2, gpt-oss M <= 5).
 inline constexpr int kHiddenAhead = 4;
-// fp8: float4 of h a thread loads before the dynamic intermediate scale (GemvParams::h_ahead):
-// 2 x 512 x 4 = every slot's h up to 4096 values a CTA (M k x N: qwen3-30b TP8 M <= 5,
-// qwen3-235b M <= 2, deepseek-v3 / mixtral M = 1, gpt-oss M <= 2).
-inline constexpr int kHAhead = 2;
 inline constexpr int kQgStepBytes = kQgTokens * 32;
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
@@ -96,7 +92,6 @@ struct GemvParams {
   int per_channel;                  // fp8_per_channel (the tensor-core kernel only): w13_scale [E, 2N],
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
   int hidden_early;                 // fp8: hidden's first chunks loaded before the routing (MOEKIT_GEMV_HIDDEN_EARLY)
-  int h_ahead;                      // fp8: h's first values loaded before the intermediate scale (MOEKIT_GEMV_H_AHEAD)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;
