@@ -172,10 +172,6 @@ struct GemvMma {
     uint4 cur[kQgRound][2], nxt[kQgRound][2];
     if (q0 < q1 && R > 0) issue(cur, q0, 0);
     for (std::int64_t q = q0; q < q1; q += 2) {
-      // The unit's two experts' weight scales, asked for with its weights: not a round trip after
-      // its rounds.
-      const int u0 = static_cast<int>(q / NB1), u1 = q + 1 < q1 ? static_cast<int>((q + 1) / NB1) : u0;
-      const float w13s0 = p.w13_scale[ue[u0]], w13s1 = p.w13_scale[ue[u1]];
       // acc: a round's sums in the tensor core (its first instruction overwrites them); tot: the
       // rounds added in fp32. Hopper's e4m3 wgmma keeps its accumulator at reduced precision:
       // over 1024 positive products it loses ~4e-3 of the sum, promoted every round (256 of K)
@@ -225,6 +221,7 @@ struct GemvMma {
               make_float2(tot[4 * j + 2 * h], tot[4 * j + 2 * h + 1]);
       __syncthreads();
       // The unit's two tasks: (slot, column) pairs of task q, then of task q + 1, over the threads.
+      const int u0 = static_cast<int>(q / NB1), u1 = q + 1 < q1 ? static_cast<int>((q + 1) / NB1) : u0;
       const int T0 = uoff[u0 + 1] - uoff[u0];
       const int T1 = q + 1 < q1 ? uoff[u1 + 1] - uoff[u1] : 0;
       for (int o = tid; o < 16 * (T0 + T1); o += kThreads) {
@@ -244,7 +241,7 @@ struct GemvMma {
           gv += part[((w * 4 + 2 * th) * 16 + col) * kQgTokens + tc];
           uv += part[((w * 4 + 2 * th + 1) * 16 + col) * kQgTokens + tc];
         }
-        const float ws = xscale * (th == 0 ? w13s0 : w13s1);
+        const float ws = xscale * p.w13_scale[e];
         const float h = gemm1_finish(p, tw, slot, e, N, cc, gv * ws, uv * ws);
         p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
         hmax = numerics::fold_absmax(hmax, h);
@@ -380,7 +377,7 @@ struct GemvMma {
     static_assert((kWarps + 2) % 2 == 0 && kWarps + 6 <= 64, "the unit mbarriers: 8-byte aligned, inside scratch's 64 words");
     const std::uint32_t filled = sm90::smem_addr(reinterpret_cast<std::uint64_t*>(scratch + kWarps + 2));
     const std::uint32_t freed = filled + 8;
-    auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, float w13s, int cb, int b, int t0, int nt,
+    auto finish_pass = [&](const float (&acc)[2 * kTiles][kTg][4], int e, int cb, int b, int t0, int nt,
                            std::uint32_t n) {
       if constexpr (kDecoupled) sm90::mbar_wait(freed, (n - 1u) & 1u);  // part free (unit 0: at once)
       // The warp's partial sums: part[warp][tile * 2 + gate / up][row][token].
@@ -402,7 +399,7 @@ struct GemvMma {
       } else {
         __syncthreads();
       }
-      const float ws = kFp8 && !per_channel ? xscale * w13s : 1.0f;
+      const float ws = kFp8 && !per_channel ? xscale * p.w13_scale[e] : 1.0f;
       for (int o = first; o < 16 * kTiles * nt; o += stride) {
         const int tok = o % nt, col = o / nt;
         const int cc = cb * 16 * kTiles + col;
@@ -488,9 +485,6 @@ struct GemvMma {
     for (std::int64_t q = q0; q < q1; ++q) {
       const int u = static_cast<int>(q / NB1), cb = static_cast<int>(q % NB1);
       const int e = ue[u], b = uoff[u], T = uoff[u + 1] - b;
-      // The expert's weight scale (fp8_per_tensor), asked for with the task's weights: not a round
-      // trip after its rounds.
-      const float w13s = kFp8 && !per_channel ? p.w13_scale[e] : 1.0f;
       for (int t0 = 0; t0 < T; t0 += kTok) {
         const int nt = min(kTok, T - t0);
         const std::uint8_t* xrow[kTg];
@@ -527,7 +521,7 @@ struct GemvMma {
 #pragma unroll
             for (int x = 0; x < 4 * kTiles; ++x) cur[i][x] = nxt[i][x];
         }
-        finish_pass(acc, e, w13s, cb, b, t0, nt, unit++);
+        finish_pass(acc, e, cb, b, t0, nt, unit++);
       }
     }
     }  // the mma.sync forms
@@ -535,15 +529,6 @@ struct GemvMma {
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
     stamp(kPhaseGemm1);
-    // fp8_per_tensor: the slots' w2 scales (GEMM2's coefficients below), asked for before the grid
-    // barrier so that they are not a DRAM round trip after it.
-    constexpr int kSlotsPerThread = (kMmaMaxSlots + kThreads - 1) / kThreads;
-    float w2s[kSlotsPerThread];
-#pragma unroll
-    for (int i = 0; i < kSlotsPerThread; ++i) {
-      const int sl = tid + i * kThreads;
-      w2s[i] = kFp8 && !per_channel && sl < P && slot_e[sl] >= 0 ? p.w2_scale[slot_e[sl]] : 1.0f;
-    }
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
@@ -616,12 +601,9 @@ struct GemvMma {
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in
     // (fp8_per_channel: written with the slot's row above).
-#pragma unroll
-    for (int i = 0; i < kSlotsPerThread; ++i) {
-      const int sl = tid + i * kThreads;
-      if (sl >= P || (kFp8 && per_channel)) continue;
+    for (int sl = tid; sl < P && !(kFp8 && per_channel); sl += kThreads) {
       const int e = slot_e[sl];
-      const float scale = kFp8 && e >= 0 ? hscale * w2s[i] : 1.0f;
+      const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
     }
     if constexpr (!kFp8) sm90::cp_async_wait_all_groups();

@@ -246,14 +246,12 @@ struct Gemv {
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
     const std::uint8_t* wg = w13 + (static_cast<std::int64_t>(e) * 2 * N + c) * row_bytes;
     const std::uint8_t* wu = wg + N * row_bytes;
-    // The expert's weight scale, asked for with the weights: not a round trip after the dots.
-    const float w13s = kFp8 ? p.w13_scale[e] : 1.0f;
     int tok[TB];
 #pragma unroll
     for (int t = 0; t < TB; ++t) tok[t] = t < nt ? sorted[b + t] / p.top_k : 0;
     float g[TB], u[TB];
     pair_dot<TB>(wg, wu, region, row_bytes, tok, nt, static_cast<int>(row_bytes / 16), g, u);
-    const float ws = kFp8 ? xscale * w13s : 1.0f;
+    const float ws = kFp8 ? xscale * p.w13_scale[e] : 1.0f;
 #pragma unroll
     for (int t = 0; t < TB; ++t) {
       if (t >= nt || lane != t) continue;
@@ -336,14 +334,6 @@ struct Gemv {
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
-    // fp8: the slots' w2 scales (GEMM2's coefficients below), asked for before the grid barrier
-    // so that they are not a DRAM round trip after it.
-    float w2s[(kMaxSlots + kThreads - 1) / kThreads];
-#pragma unroll
-    for (int i = 0; i < (kMaxSlots + kThreads - 1) / kThreads; ++i) {
-      const int sl = tid + i * kThreads;
-      w2s[i] = kFp8 && sl < P && slot_e[sl] >= 0 ? p.w2_scale[slot_e[sl]] : 1.0f;
-    }
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
@@ -373,12 +363,9 @@ struct Gemv {
       }
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.
-#pragma unroll
-    for (int i = 0; i < (kMaxSlots + kThreads - 1) / kThreads; ++i) {
-      const int sl = tid + i * kThreads;
-      if (sl >= P) continue;
+    for (int sl = tid; sl < P; sl += kThreads) {
       const int e = slot_e[sl];
-      const float scale = kFp8 && e >= 0 ? hscale * w2s[i] : 1.0f;
+      const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
     }
     __syncthreads();
