@@ -27,11 +27,11 @@ inline constexpr int kMmaSmemBytes = 227 * 1024;  // the H200's opt-in maximum a
 // The QGMMA e4m3 form (kernel_mma_sm90.cuh, kQg): its B tile holds every token of the call, so it
 // runs M <= kQgTokens; a 32-byte K step of the tile is kQgStepBytes (prologue.cuh, stage_rows_e4m3_qg).
 inline constexpr int kQgTokens = 16;
+inline constexpr int kQgStepBytes = kQgTokens * 32;
 // fp8: 16-byte chunks of hidden a thread loads before the routing (prologue.cuh load_hidden_ahead):
 // 4 x 512 threads x 8 elements = hidden's M rows up to 16384 elements (qwen3-30b M <= 8,
 // qwen3-235b / mixtral M <= 4, deepseek-v3 M <= 2, gpt-oss M <= 5).
 inline constexpr int kHiddenAhead = 4;
-inline constexpr int kQgStepBytes = kQgTokens * 32;
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
 // when k x N * es / 16 <= 32 x that; taken where a CTA owns at least kOneRoundMinColumns output
