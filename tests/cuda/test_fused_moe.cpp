@@ -1070,33 +1070,28 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
   // of whole 16-byte chunks past N); against the reference too. A bad value is an error.
   struct Variant {
     Scheme scheme;
-    DType act;
     const char* kernel;
     const char* qgmma;
-    std::int64_t E, k, K, N, M;
+    GemvFormShape shape;
     bool static_scales;
   };
   const Variant variants[] = {
-      {Scheme::kFp8PerTensor, DType::kBf16, "cuda", nullptr, 128, 8, 2048, 96, 1, false},
-      {Scheme::kFp8PerTensor, DType::kBf16, "cuda", nullptr, 16, 4, 4096, 128, 5, false},
-      {Scheme::kFp8PerTensor, DType::kFp16, "cuda", nullptr, 16, 4, 2048, 128, 2, false},
-      {Scheme::kFp8PerTensor, DType::kBf16, "cuda", nullptr, 16, 4, 2048, 128, 2, true},
-      {Scheme::kFp8PerTensor, DType::kBf16, "mma", "0", 64, 8, 4096, 192, 4, false},
-      {Scheme::kFp8PerTensor, DType::kBf16, "mma", "0", 64, 8, 7168, 256, 3, false},
-      {Scheme::kFp8PerTensor, DType::kBf16, "mma", "1", 128, 8, 1024, 96, 16, false},
-      {Scheme::kFp8PerTensor, DType::kFp16, "mma", "1", 128, 8, 2048, 96, 9, false},
-      {Scheme::kFp8PerChannel, DType::kBf16, "mma", nullptr, 32, 4, 2048, 128, 5, false},
-      {Scheme::kFp8PerTensor, DType::kBf16, "mma", "0", 32, 4, 2880, 360, 2, false},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 16, 4, 4096, 128, 5}, false},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 16, 4, 2048, 128, 2}, false},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 16, 4, 2048, 128, 2}, true},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 4096, 192, 4}, false},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 7168, 256, 3}, false},
+      {Scheme::kFp8PerTensor, "mma", "1", {DType::kBf16, 128, 8, 1024, 96, 16}, false},
+      {Scheme::kFp8PerTensor, "mma", "1", {DType::kFp16, 128, 8, 2048, 96, 9}, false},
+      {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false},
   };
   for (const Variant& v : variants) {
-    CaseSpec s = small_spec(v.scheme);
-    s.act_dtype = v.act;
-    s.E = v.E;
-    s.k = v.k;
-    s.K = v.K;
-    s.N = v.N;
-    s.M = v.M;
+    CaseSpec s = gemv_form_spec(v.shape);
+    s.scheme = v.scheme;
     s.static_scales = v.static_scales;
+    const std::int64_t M = v.shape.M;
     MoeCase c = make_case(s);
     DeviceCase d(c);
     ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
@@ -1104,22 +1099,17 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
     std::vector<std::uint16_t> late;
     {
       ScopedEnv off("MOEKIT_GEMV_HIDDEN_EARLY", "0");
-      late = d.run(v.M, Mode::kFusedExperts, "gemv");
+      late = d.run(M, Mode::kFusedExperts, "gemv");
       EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
     }
-    const std::vector<std::uint16_t> early = d.run(v.M, Mode::kFusedExperts, "gemv");  // unset: on
+    const std::vector<std::uint16_t> early = d.run(M, Mode::kFusedExperts, "gemv");  // unset: on
     EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
     if (v.qgmma != nullptr) EXPECT_EQ(cuda::gemv_last_qgmma(), v.qgmma[0] == '1') << s.name();
     EXPECT_TRUE(early == late) << s.name() << ": hidden loaded before the routing changed the output";
-    EXPECT_TRUE(rows_match(to_float(early, s.act_dtype), reference_rows(c, 0, v.M), s.K, s.scheme, "gemv hidden early"))
+    EXPECT_TRUE(rows_match(to_float(early, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "gemv hidden early"))
         << s.name();
   }
-  MoeCase c = make_case(small_spec(Scheme::kFp8PerTensor));
-  DeviceCase d(c);
-  std::string what;
-  ScopedEnv bad("MOEKIT_GEMV_HIDDEN_EARLY", "yes");
-  EXPECT_EQ(run_status(d, 2, "gemv", &what), Status::kInvalidArgument);
-  EXPECT_NE(what.find("MOEKIT_GEMV_HIDDEN_EARLY"), std::string::npos) << what;
+  expect_bad_gemv_switch("MOEKIT_GEMV_HIDDEN_EARLY");
 }
 
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {

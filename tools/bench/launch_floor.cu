@@ -149,19 +149,25 @@ __global__ void __launch_bounds__(512, 1) skeleton_kernel(const int* ids, int k,
                                             w2 + s_ids[(c >> 5) % k] * row2 + b * per2 + c, 16);
     moekit::cuda::sm90::cp_async_commit();
   }
-  unsigned x = 0;
-  constexpr int kR = 8;
-  for (std::int64_t c0 = 0; c0 < per1; c0 += static_cast<std::int64_t>(kR) * nt) {
-    uint4 v[kR];
+  // CTA b's share of a GEMM's region (w, per chunks of each expert's row of nb * per), 8 loads a
+  // thread in flight; the xor of the words keeps the loads live.
+  auto stream_share = [&](const uint4* w, std::int64_t per, std::int64_t row) {
+    constexpr int kR = 8;
+    unsigned x = 0;
+    for (std::int64_t c0 = 0; c0 < per; c0 += static_cast<std::int64_t>(kR) * nt) {
+      uint4 v[kR];
 #pragma unroll
-    for (int i = 0; i < kR; ++i) {
-      const std::int64_t c = c0 + i * nt + t;
-      v[i] = c < per1 ? moekit::cuda::sm90::ld_stream_16(w1 + s_ids[(c >> 5) % k] * row1 + b * per1 + c)
-                      : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < kR; ++i) {
+        const std::int64_t c = c0 + i * nt + t;
+        v[i] = c < per ? moekit::cuda::sm90::ld_stream_16(w + s_ids[(c >> 5) % k] * row + b * per + c)
+                       : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kR; ++i) x ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
     }
-#pragma unroll
-    for (int i = 0; i < kR; ++i) x ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-  }
+    return x;
+  };
+  unsigned x = stream_share(w1, per1, row1);
   for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
   if ((t & 31) == 0) s_red[t >> 5] = x;
   __syncthreads();
@@ -194,17 +200,7 @@ __global__ void __launch_bounds__(512, 1) skeleton_kernel(const int* ids, int k,
       y ^= v.x ^ v.y ^ v.z ^ v.w;
     }
   } else {
-    for (std::int64_t c0 = 0; c0 < per2; c0 += static_cast<std::int64_t>(kR) * nt) {
-      uint4 v[kR];
-#pragma unroll
-      for (int i = 0; i < kR; ++i) {
-        const std::int64_t c = c0 + i * nt + t;
-        v[i] = c < per2 ? moekit::cuda::sm90::ld_stream_16(w2 + s_ids[(c >> 5) % k] * row2 + b * per2 + c)
-                        : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kR; ++i) y ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-    }
+    y ^= stream_share(w2, per2, row2);
   }
   out[static_cast<std::int64_t>(b) * nt + t] = static_cast<float>(y & 0xff);
 }
