@@ -41,30 +41,52 @@ __global__ void fill_bf16(__nv_bfloat16* x, std::int64_t n, std::uint32_t seed, 
 struct Shape {
   const char* name;
   std::int64_t E, k, K, N, M;
+  bool fp8 = false;  // fp8_per_tensor (random e4m3 weights, per-expert scales, dynamic activation scales)
 };
+
+// Random finite e4m3 bytes (no NaN encoding: exponent field at most 14).
+__global__ void fill_e4m3(std::uint8_t* x, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = static_cast<std::uint8_t>((h & 0x80u) | (h & 0x77u));
+  }
+}
 
 void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
 void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::int64_t touched,
                      std::vector<std::uint16_t>& timed, bool flush);
 
-// One call of `s` on `path` (decode or gemv; bf16, random weights and routing) with the phase
-// timer on; prints the per-phase table and checks that the output equals, bit for bit, a call
-// without the timer.
+// One call of `s` on `path` (decode or gemv; bf16, or fp8_per_tensor where s.fp8; random weights
+// and routing) with the phase timer on; prints the per-phase table and checks that the output
+// equals, bit for bit, a call without the timer.
 void phase_table(const Shape& s, const char* path = "decode", bool flush = true) {
   const std::int64_t E = s.E, k = s.k, K = s.K, N = s.N, M = s.M;
+  const std::int64_t wes = s.fp8 ? 1 : 2;  // bytes of a weight
   __nv_bfloat16 *w13 = nullptr, *w2 = nullptr, *hidden = nullptr, *out = nullptr;
   std::int32_t* ids = nullptr;
-  float* wts = nullptr;
+  float *wts = nullptr, *scales = nullptr;  // fp8: w13_scale [E], then w2_scale [E]
   void* ws = nullptr;
   std::uint64_t* phases = nullptr;
-  CUDA_OK(cudaMalloc(&w13, E * 2 * N * K * 2));
-  CUDA_OK(cudaMalloc(&w2, E * K * N * 2));
+  CUDA_OK(cudaMalloc(&w13, E * 2 * N * K * wes));
+  CUDA_OK(cudaMalloc(&w2, E * K * N * wes));
   CUDA_OK(cudaMalloc(&hidden, M * K * 2));
   CUDA_OK(cudaMalloc(&out, M * K * 2));
   CUDA_OK(cudaMalloc(&ids, M * k * 4));
   CUDA_OK(cudaMalloc(&wts, M * k * 4));
-  fill_bf16<<<1024, 256>>>(w13, E * 2 * N * K, 1u, 0.05f);
-  fill_bf16<<<1024, 256>>>(w2, E * K * N, 2u, 0.05f);
+  if (s.fp8) {
+    fill_e4m3<<<1024, 256>>>(reinterpret_cast<std::uint8_t*>(w13), E * 2 * N * K, 1u);
+    fill_e4m3<<<1024, 256>>>(reinterpret_cast<std::uint8_t*>(w2), E * K * N, 2u);
+    const std::vector<float> h_scales(2 * E, 0.01f);
+    CUDA_OK(cudaMalloc(&scales, 2 * E * 4));
+    CUDA_OK(cudaMemcpy(scales, h_scales.data(), 2 * E * 4, cudaMemcpyHostToDevice));
+  } else {
+    fill_bf16<<<1024, 256>>>(w13, E * 2 * N * K, 1u, 0.05f);
+    fill_bf16<<<1024, 256>>>(w2, E * K * N, 2u, 0.05f);
+  }
   fill_bf16<<<256, 256>>>(hidden, M * K, 3u, 1.0f);
   CUDA_OK(cudaGetLastError());
   std::mt19937 rng(7);
@@ -81,8 +103,14 @@ void phase_table(const Shape& s, const char* path = "decode", bool flush = true)
 
   FusedExpertsArgs a;
   a.hidden = TensorView::contiguous(hidden, DType::kBf16, {M, K}, Device::cuda());
-  a.weights.w13 = TensorView::contiguous(w13, DType::kBf16, {E, 2 * N, K}, Device::cuda());
-  a.weights.w2 = TensorView::contiguous(w2, DType::kBf16, {E, K, N}, Device::cuda());
+  const DType wdt = s.fp8 ? DType::kFp8E4m3 : DType::kBf16;
+  a.weights.w13 = TensorView::contiguous(w13, wdt, {E, 2 * N, K}, Device::cuda());
+  a.weights.w2 = TensorView::contiguous(w2, wdt, {E, K, N}, Device::cuda());
+  if (s.fp8) {
+    a.scheme = Scheme::kFp8PerTensor;
+    a.weights.w13_scale = TensorView::contiguous(scales, DType::kFp32, {E}, Device::cuda());
+    a.weights.w2_scale = TensorView::contiguous(scales + E, DType::kFp32, {E}, Device::cuda());
+  }
   a.topk_ids = TensorView::contiguous(ids, DType::kInt32, {M, k}, Device::cuda());
   a.topk_weights = TensorView::contiguous(wts, DType::kFp32, {M, k}, Device::cuda());
   a.out = TensorView::contiguous(out, DType::kBf16, {M, K}, Device::cuda());
@@ -106,7 +134,7 @@ void phase_table(const Shape& s, const char* path = "decode", bool flush = true)
     }
     EXPECT_TRUE(plain == timed) << s.name << ": the phase timer changed the output";
     for (void* p : {static_cast<void*>(w13), static_cast<void*>(w2), static_cast<void*>(hidden), static_cast<void*>(out),
-                    static_cast<void*>(ids), static_cast<void*>(wts), ws})
+                    static_cast<void*>(ids), static_cast<void*>(wts), static_cast<void*>(scales), ws})
       cudaFree(p);
     return;
   }
@@ -148,7 +176,8 @@ void phase_table(const Shape& s, const char* path = "decode", bool flush = true)
     std::printf("[ phases ]   %-10s median %7.2f us  max %7.2f us\n", names[w], v[v.size() / 2], v.back());
   }
   for (void* p : {static_cast<void*>(w13), static_cast<void*>(w2), static_cast<void*>(hidden), static_cast<void*>(out),
-                  static_cast<void*>(ids), static_cast<void*>(wts), ws, static_cast<void*>(phases)})
+                  static_cast<void*>(ids), static_cast<void*>(wts), static_cast<void*>(scales), ws,
+                  static_cast<void*>(phases)})
     cudaFree(p);
 }
 
@@ -324,6 +353,11 @@ TEST(Sm90Gemv, PhaseBreakdown) {
   phase_table({"mixtral-8x7b TP8", 8, 2, 4096, 1792, 4}, "gemv");
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
   phase_table({"qwen3-30b-a3b TP1", 128, 8, 2048, 768, 1}, "gemv");
+  // fp8_per_tensor with dynamic scales (session 34: the one-launch skeleton's shapes,
+  // docs/perf.md): the CUDA-core kernel at qwen3-30b, the tensor-core one at the larger shards.
+  phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 1, true}, "gemv");
+  phase_table({"qwen3-235b-a22b TP8 fp8", 128, 8, 4096, 192, 1, true}, "gemv");
+  phase_table({"deepseek-v3 TP8 fp8", 256, 8, 7168, 256, 1, true}, "gemv");
 }
 
 // The token-major kernel at the TP8 shapes where it runs the call (docs/perf.md "Session 17").
