@@ -26,16 +26,28 @@
 namespace moekit {
 namespace {
 
+// A hash of element i's index and the fill's seed: the fills' random bits.
+__device__ __forceinline__ std::uint32_t fill_hash(std::int64_t i, std::uint32_t seed) {
+  std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
+
 __global__ void fill_bf16(__nv_bfloat16* x, std::int64_t n, std::uint32_t seed, float amp) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+    const float u = static_cast<float>(fill_hash(i, seed) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
     x[i] = __float2bfloat16_rn(amp * (u == 0.0f ? 0.5f : u));
   }
+}
+
+// Random finite e4m3 bytes: the exponent field's lowest bit cleared, so it is at most 14 (no NaN).
+__global__ void fill_e4m3(std::uint8_t* x, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    x[i] = static_cast<std::uint8_t>(fill_hash(i, seed) & 0xf7u);
 }
 
 struct Shape {
@@ -43,18 +55,6 @@ struct Shape {
   std::int64_t E, k, K, N, M;
   bool fp8 = false;  // fp8_per_tensor (random e4m3 weights, per-expert scales, dynamic activation scales)
 };
-
-// Random finite e4m3 bytes (no NaN encoding: exponent field at most 14).
-__global__ void fill_e4m3(std::uint8_t* x, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = static_cast<std::uint8_t>((h & 0x80u) | (h & 0x77u));
-  }
-}
 
 void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
 void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::int64_t touched,
