@@ -1112,6 +1112,72 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
   expect_bad_gemv_switch("MOEKIT_GEMV_HIDDEN_EARLY");
 }
 
+TEST(Sm90Dispatch, GemvWarpRouteAndW2PrefetchBitwiseEqual) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_GEMV_WARP_ROUTE (default on): calls of at most 32 slots are routed by one warp (a slot
+  // a lane) instead of the CTA's per-expert counts and scan; the same tables, so the same bits.
+  // MOEKIT_GEMV_W2_PREFETCH (default 1; 0, 1, after): each CTA's w2 lines asked into L2 before or
+  // after its GEMM1; the same loads, the same bits. Both kernels and every form: the CUDA-core
+  // kernel (bf16, fp8, both GEMM2 forms), the tensor-core kernel (bf16, its mma.sync and QGMMA
+  // e4m3 forms, fp8_per_channel, gpt-oss's N = 360 rows), an expert_map with -1 entries (slots
+  // dropped), every slot of a token on one expert first (k = E = 8, M = 4: 32 slots, the warp's
+  // every lane), odd E, P = 33 (one past the warp: the CTA's routing either way); against the
+  // reference too. Bad values are errors.
+  struct Variant {
+    Scheme scheme;
+    const char* kernel;
+    const char* qgmma;
+    GemvFormShape shape;
+    bool expert_map;
+    RoutingPattern pattern;
+  };
+  const Variant variants[] = {
+      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false, RoutingPattern::kFromLogits},
+      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 64, 8, 7168, 256, 4}, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 2}, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 9, 3, 1024, 64, 11}, false, RoutingPattern::kFromLogits},
+      {Scheme::kBf16, "mma", nullptr, {DType::kBf16, 8, 8, 1024, 128, 4}, false, RoutingPattern::kAllToOne},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 4096, 192, 4}, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "1", {DType::kBf16, 128, 8, 1024, 96, 3}, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 9, 3, 1024, 64, 11}, false, RoutingPattern::kAllToOne},
+  };
+  for (const Variant& v : variants) {
+    CaseSpec s = gemv_form_spec(v.shape);
+    s.scheme = v.scheme;
+    s.expert_map = v.expert_map;
+    s.pattern = v.pattern;
+    const std::int64_t M = v.shape.M;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
+    ScopedEnv qg("MOEKIT_GEMV_QGMMA", v.qgmma);
+    std::vector<std::uint16_t> base;
+    {
+      ScopedEnv route("MOEKIT_GEMV_WARP_ROUTE", "0");
+      ScopedEnv pf("MOEKIT_GEMV_W2_PREFETCH", "0");
+      base = d.run(M, Mode::kFusedExperts, "gemv");
+      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+    }
+    EXPECT_TRUE(rows_match(to_float(base, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "gemv routed by the CTA"))
+        << s.name();
+    for (const char* route : {"0", "1"})
+      for (const char* pf : {"0", "1", "after"}) {
+        ScopedEnv r("MOEKIT_GEMV_WARP_ROUTE", route);
+        ScopedEnv f("MOEKIT_GEMV_W2_PREFETCH", pf);
+        const std::vector<std::uint16_t> got = d.run(M, Mode::kFusedExperts, "gemv");
+        EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+        EXPECT_TRUE(got == base) << s.name() << ": MOEKIT_GEMV_WARP_ROUTE=" << route << " MOEKIT_GEMV_W2_PREFETCH=" << pf
+                                 << " changed the output";
+      }
+    const std::vector<std::uint16_t> dflt = d.run(M, Mode::kFusedExperts, "gemv");  // unset: both on
+    EXPECT_TRUE(dflt == base) << s.name() << ": the defaults changed the output";
+  }
+  expect_bad_gemv_switch("MOEKIT_GEMV_WARP_ROUTE");
+  expect_bad_gemv_switch("MOEKIT_GEMV_W2_PREFETCH");
+}
+
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

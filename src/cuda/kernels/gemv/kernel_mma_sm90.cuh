@@ -287,16 +287,11 @@ struct GemvMma {
     if constexpr (!kFp8) stage_rows_async(p, region, px);
     else load_hidden_ahead<ActT>(p, hx);
 
-    // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
+    // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots;
+    // by warp 0 alone where the call has few slots (route_warp), the other warps going on ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
-    const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
-    const int NB1 = static_cast<int>((N + 16 * kTiles - 1) / (16 * kTiles));  // GEMM1 tasks of an expert
-    constexpr int kTok = 8 * kTg;                     // tokens of one GEMM1 pass
-
-    if (warp == 0) {
-      place_slots(rt, P);
-    } else if (warp == 1) {
-      // GEMM2's slot groups: each touched expert's entries of sorted, 8 at a time.
+    // GEMM2's slot groups: each touched expert's entries of sorted, 8 at a time (one warp).
+    auto list_slot_groups = [&](int U) {
       int run_s = 0;
       for (int u0 = 0; u0 < U; u0 += 32) {
         const int u = u0 + lane;
@@ -314,6 +309,17 @@ struct GemvMma {
         run_s += __shfl_sync(0xffffffffu, s, 31);
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
+    };
+    if (p.warp_route != 0 && P <= kWarpRouteSlots) {
+      if (warp == 0) {
+        route_warp(p, rt, reinterpret_cast<int*>(scratch));
+        __syncwarp();  // the lanes' ue / uoff entries
+        list_slot_groups(reinterpret_cast<const int*>(scratch)[kWarps]);
+      }
+    } else {
+      const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
+      if (warp == 0) place_slots(rt, P);
+      else if (warp == 1) list_slot_groups(U);
     }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
@@ -334,6 +340,19 @@ struct GemvMma {
     }
     __syncthreads();  // token rows staged, slots placed, slot groups listed, unit barriers set
     stamp(kPhaseRouted);
+    const int U = reinterpret_cast<const int*>(scratch)[kWarps];               // touched experts
+    const int NB1 = static_cast<int>((N + 16 * kTiles - 1) / (16 * kTiles));  // GEMM1 tasks of an expert
+    constexpr int kTok = 8 * kTg;                                              // tokens of one GEMM1 pass
+    // GEMM2's 16-column output blocks of this CTA, [cb0, cb1): its w2 rows [16 cb0, min(16 cb1, K))
+    // of every touched expert, asked into L2 here or after GEMM1 (p.w2_prefetch; recomputed there
+    // rather than held across GEMM1's registers).
+    const int CB = static_cast<int>((K + 15) / 16);
+    auto prefetch_w2 = [&]() {
+      const std::int64_t lo = 16 * (static_cast<std::int64_t>(CB) * j / G);
+      const std::int64_t hi = min(16 * (static_cast<std::int64_t>(CB) * (j + 1) / G), K);
+      prefetch_w2_rows(p, ue, reinterpret_cast<const int*>(scratch)[kWarps], lo, hi, w2_row);
+    };
+    if (p.w2_prefetch == kW2PrefetchBeforeGemm1) prefetch_w2();
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 kTiles columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
@@ -525,6 +544,7 @@ struct GemvMma {
       }
     }
     }  // the mma.sync forms
+    if (p.w2_prefetch == kW2PrefetchAfterGemm1) prefetch_w2();
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
@@ -612,7 +632,6 @@ struct GemvMma {
 
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
-    const int CB = static_cast<int>((K + 15) / 16);
     const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
     const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
     const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row

@@ -297,15 +297,15 @@ struct Gemv {
     if constexpr (!kFp8) stage_rows_async(p, region, static_cast<int>(row_bytes));
     else load_hidden_ahead<ActT>(p, hx);
 
-    // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots ----
+    // ---- 0b. routing (prologue.cuh): every slot's local expert, the touched experts, their slots;
+    // by warp 0 alone where the call has few slots (route_warp), the other warps going on ----
     const RouteTables rt{slot_e, sorted, ue, uoff, cnt, tw};
-    const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
-    const std::int64_t Q = static_cast<std::int64_t>(U) * N;  // GEMM1 pairs of the call
-    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
-    const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
-    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-    const std::int64_t w2_row = N * kEs;
-    if (warp == 0) place_slots(rt, P);
+    if (p.warp_route != 0 && P <= kWarpRouteSlots) {
+      if (warp == 0) route_warp(p, rt, reinterpret_cast<int*>(scratch));
+    } else {
+      route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
+      if (warp == 0) place_slots(rt, P);
+    }
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     float xscale = 1.0f;
@@ -316,6 +316,16 @@ struct Gemv {
     }
     __syncthreads();  // token rows staged, slots placed
     stamp(kPhaseRouted);
+    const int U = reinterpret_cast<const int*>(scratch)[kWarps];  // touched experts
+    const std::int64_t Q = static_cast<std::int64_t>(U) * N;      // GEMM1 pairs of the call
+    const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
+    const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
+    const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+    const std::int64_t w2_row = N * kEs;
+    // This CTA's w2 rows [r0, r1) of every touched expert asked into L2 here or after GEMM1
+    // (p.w2_prefetch; U read again there rather than held across GEMM1's registers).
+    auto prefetch_w2 = [&]() { prefetch_w2_rows(p, ue, reinterpret_cast<const int*>(scratch)[kWarps], r0, r1, w2_row); };
+    if (p.w2_prefetch == kW2PrefetchBeforeGemm1) prefetch_w2();
 
     // ---- 1. GEMM1: this CTA's pairs, one warp a pair ----
     float hmax = 0.0f;
@@ -331,6 +341,7 @@ struct Gemv {
         else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
       }
     }
+    if (p.w2_prefetch == kW2PrefetchAfterGemm1) prefetch_w2();
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);

@@ -97,6 +97,54 @@ __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTa
   return scratch_int[kWarps];
 }
 
+// Warp 0 only, P <= kWarpRouteSlots (GemvParams::warp_route): the same tables as route_and_scan
+// and place_slots (slot_e, tw, ue, uoff, sorted; U in scratch_int[kWarps]) built by one warp from
+// registers, lane s holding slot s: no per-expert counts, no scan over E, no CTA barrier (the
+// general route takes three and a warp scan of E / 32 steps: 2.1-3.5 us from entry to routed at
+// TP8 M = 1, E = 128..256). A slot's place in `sorted` is the count of placed slots of smaller
+// experts plus its rank among its expert's slots (slot order); a touched expert's index is the
+// count of touched experts below it. Writes only; the caller's next CTA barrier publishes them.
+__device__ __forceinline__ void route_warp(const GemvParams& p, const RouteTables& r, int* scratch_int) {
+  const int lane = threadIdx.x & 31;
+  const int k = p.top_k, P = p.num_tokens * k, E = p.num_experts;
+  int e = -1;
+  if (lane < P) {
+    const int id = p.topk_ids[lane];
+    r.tw[lane] = p.topk_weights[lane];
+    e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+    if (e < 0 || e >= E) {
+      e = -1;
+      if (blockIdx.x == 0) record_slot_fault(p.faults, lane / k, lane % k, id, p.expert_map, p.num_experts_global, E);
+    }
+    r.slot_e[lane] = e;
+  }
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int rank = __popc(peers & ((1u << lane) - 1u));  // earlier slots of the same expert
+  const unsigned placed = __ballot_sync(0xffffffffu, e >= 0);
+  const unsigned firsts = __ballot_sync(0xffffffffu, e >= 0 && rank == 0);  // one lane a touched expert
+  const int key = e >= 0 ? e : E;  // dropped slots sort after every expert
+  int below = 0, ubelow = 0;       // placed slots / touched experts of smaller experts
+  for (int s = 0; s < P; ++s) {
+    const int ks = __shfl_sync(0xffffffffu, key, s);
+    if (ks < key) {
+      ++below;
+      ubelow += static_cast<int>((firsts >> s) & 1u);
+    }
+  }
+  if (e >= 0) {
+    r.sorted[below + rank] = lane;
+    if (rank == 0) {
+      r.ue[ubelow] = e;
+      r.uoff[ubelow] = below;
+    }
+  }
+  if (lane == 0) {
+    const int U = __popc(firsts);
+    r.uoff[U] = __popc(placed);
+    scratch_int[kWarps] = U;
+  }
+}
+
 // Warp 0 only (after route_and_scan): the stable placement, slots in ascending order 32 at a time,
 // lanes with the same expert taking consecutive places in lane order.
 __device__ __forceinline__ void place_slots(const RouteTables& r, int P) {
@@ -261,6 +309,28 @@ __device__ __forceinline__ float intermediate_scale(const GemvParams& p, bool dy
   float a = 0.0f;
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
   return numerics::dynamic_scale(block_absmax(a, scratch));
+}
+
+// GEMM2's w2 bytes of this CTA (rows [rlo, rhi) of every touched expert ue[0..U), the columns it
+// owns; w2_row bytes a row) asked into L2 line by line (prefetch.global.L2 from every thread; a line prefetch does not
+// hold a register or a scoreboard slot), at most kW2PrefetchLines lines a CTA in expert order:
+// with GemvParams::w2_prefetch, so that GEMM2's rounds after the grid barrier find w2 in L2
+// instead of starting a DRAM round trip each. Session 26's bulk prefetch (cp.async.bulk.prefetch)
+// streamed at 0.22 TB/s and lost; line prefetches land at the HBM rate (moekit-launch-floor
+// --only-prefetch, docs/perf.md session 27).
+__device__ __forceinline__ void prefetch_w2_rows(const GemvParams& p, const int* ue, int U, std::int64_t rlo,
+                                                 std::int64_t rhi, std::int64_t w2_row) {
+  const std::int64_t bytes = (rhi - rlo) * w2_row;
+  if (bytes <= 0) return;
+  const int lines = static_cast<int>((bytes + 127) / 128) + 1;  // lines an expert's range touches, at most
+  const int total = min(U * lines, kW2PrefetchLines);
+  const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int u = i / lines, l = i - u * lines;
+    const std::uint8_t* a = w2 + (static_cast<std::int64_t>(ue[u]) * p.hidden_size + rlo) * w2_row;
+    const std::uintptr_t line = (reinterpret_cast<std::uintptr_t>(a) & ~std::uintptr_t{127}) + static_cast<std::uintptr_t>(l) * 128;
+    if (line < reinterpret_cast<std::uintptr_t>(a + bytes)) sm90::prefetch_l2(reinterpret_cast<const void*>(line));
+  }
 }
 
 // ---- host side ----
