@@ -42,7 +42,6 @@ enum class EnvVar : int {
   kGemvQgmma,          // MOEKIT_GEMV_QGMMA
   kGemvHiddenEarly,    // MOEKIT_GEMV_HIDDEN_EARLY
   kGemvWarpRoute,      // MOEKIT_GEMV_WARP_ROUTE
-  kGemvW2Prefetch,     // MOEKIT_GEMV_W2_PREFETCH
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)

@@ -50,7 +50,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kGemvQgmma, "MOEKIT_GEMV_QGMMA"},
       {EnvVar::kGemvHiddenEarly, "MOEKIT_GEMV_HIDDEN_EARLY"},
       {EnvVar::kGemvWarpRoute, "MOEKIT_GEMV_WARP_ROUTE"},
-      {EnvVar::kGemvW2Prefetch, "MOEKIT_GEMV_W2_PREFETCH"},
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},

@@ -310,17 +310,17 @@ struct GemvMma {
       }
       if (lane == 0) reinterpret_cast<int*>(scratch)[kWarps + 1] = run_s;  // S
     };
-    if (p.warp_route != 0 && P <= kWarpRouteSlots) {
+    const bool by_warp = p.warp_route != 0 && P <= kWarpRouteSlots;
+    if (by_warp) {
       if (warp == 0) {
         route_warp(p, rt, reinterpret_cast<int*>(scratch));
-        __syncwarp();  // the lanes' ue / uoff entries
-        list_slot_groups(reinterpret_cast<const int*>(scratch)[kWarps]);
+        __syncwarp();  // the lanes' ue / uoff entries and U, for the slot groups below
       }
     } else {
-      const int U = route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
+      route_and_scan(p, rt, reinterpret_cast<int*>(scratch));
       if (warp == 0) place_slots(rt, P);
-      else if (warp == 1) list_slot_groups(U);
     }
+    if (warp == (by_warp ? 0 : 1)) list_slot_groups(reinterpret_cast<const int*>(scratch)[kWarps]);
 
     // ---- 0c. fp8: the activation scale, then the token rows as e4m3 ----
     // fp8_per_channel (p.per_channel): a scale per token row instead, kept in `coef` until GEMM2
@@ -343,16 +343,6 @@ struct GemvMma {
     const int U = reinterpret_cast<const int*>(scratch)[kWarps];               // touched experts
     const int NB1 = static_cast<int>((N + 16 * kTiles - 1) / (16 * kTiles));  // GEMM1 tasks of an expert
     constexpr int kTok = 8 * kTg;                                              // tokens of one GEMM1 pass
-    // GEMM2's 16-column output blocks of this CTA, [cb0, cb1): its w2 rows [16 cb0, min(16 cb1, K))
-    // of every touched expert, asked into L2 here or after GEMM1 (p.w2_prefetch; recomputed there
-    // rather than held across GEMM1's registers).
-    const int CB = static_cast<int>((K + 15) / 16);
-    auto prefetch_w2 = [&]() {
-      const std::int64_t lo = 16 * (static_cast<std::int64_t>(CB) * j / G);
-      const std::int64_t hi = min(16 * (static_cast<std::int64_t>(CB) * (j + 1) / G), K);
-      prefetch_w2_rows(p, ue, reinterpret_cast<const int*>(scratch)[kWarps], lo, hi, w2_row);
-    };
-    if (p.w2_prefetch == kW2PrefetchBeforeGemm1) prefetch_w2();
 
     // ---- 1. GEMM1: this CTA's tasks (expert, 16 kTiles columns), the warps splitting K ----
     const std::uint8_t* w13 = static_cast<const std::uint8_t*>(p.w13);
@@ -544,7 +534,6 @@ struct GemvMma {
       }
     }
     }  // the mma.sync forms
-    if (p.w2_prefetch == kW2PrefetchAfterGemm1) prefetch_w2();
     const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
@@ -632,6 +621,7 @@ struct GemvMma {
 
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const int S = reinterpret_cast<const int*>(scratch)[kWarps + 1];
+    const int CB = static_cast<int>((K + 15) / 16);
     const int cb0 = static_cast<int>(static_cast<std::int64_t>(CB) * j / G);
     const int cb1 = static_cast<int>(static_cast<std::int64_t>(CB) * (j + 1) / G);
     const int nkb2 = (cph + 3) / 4;  // 64-byte k-blocks of a w2 row

@@ -322,10 +322,6 @@ struct Gemv {
     const int r0 = static_cast<int>(K * j / G), r1 = static_cast<int>(K * (j + 1) / G);  // owned columns
     const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
     const std::int64_t w2_row = N * kEs;
-    // This CTA's w2 rows [r0, r1) of every touched expert asked into L2 here or after GEMM1
-    // (p.w2_prefetch; U read again there rather than held across GEMM1's registers).
-    auto prefetch_w2 = [&]() { prefetch_w2_rows(p, ue, reinterpret_cast<const int*>(scratch)[kWarps], r0, r1, w2_row); };
-    if (p.w2_prefetch == kW2PrefetchBeforeGemm1) prefetch_w2();
 
     // ---- 1. GEMM1: this CTA's pairs, one warp a pair ----
     float hmax = 0.0f;
@@ -341,7 +337,6 @@ struct Gemv {
         else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
       }
     }
-    if (p.w2_prefetch == kW2PrefetchAfterGemm1) prefetch_w2();
     const bool dyn2 = kFp8 && p.a2_scale == nullptr;
     if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);

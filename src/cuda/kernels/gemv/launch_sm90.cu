@@ -262,18 +262,6 @@ bool gemv_hidden_early() { return detail::env_switch(detail::EnvVar::kGemvHidden
 // on the CTA's routing; unset or "1", the warp's. Any other value is an error.
 bool gemv_warp_route() { return detail::env_switch(detail::EnvVar::kGemvWarpRoute, true); }
 
-// w2's lines of each CTA's GEMM2 asked into L2 (both kernels: GemvParams::w2_prefetch,
-// prologue.cuh prefetch_w2_rows) once the call is routed ("1") or when the CTA's GEMM1 is done
-// ("after"); "0" never. MOEKIT_GEMV_W2_PREFETCH (read at every call); unset: "1". Any other value
-// is an error. The same loads and sums: the same bits.
-int gemv_w2_prefetch() {
-  const char* v = detail::env_value(detail::EnvVar::kGemvW2Prefetch);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "1") == 0) return gv::kW2PrefetchBeforeGemm1;
-  if (std::strcmp(v, "0") == 0) return 0;
-  if (std::strcmp(v, "after") == 0) return gv::kW2PrefetchAfterGemm1;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_GEMV_W2_PREFETCH = '") + v + "', expected 0, 1 or after");
-}
-
 // Which kernel the thread's last run_gemv_sm90 enqueued (gemv_last_kernel).
 thread_local detail::GemvKernel last_gemv_kernel = detail::GemvKernel::kCuda;
 thread_local bool last_gemm2_fast = false;
@@ -425,7 +413,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   const bool qg_on = gemv_qgmma(p, device_sm_count(dev));  // the same
   const bool hidden_early = gemv_hidden_early();            // the same
   const bool warp_route = gemv_warp_route();                // the same
-  const int w2_prefetch = gemv_w2_prefetch();               // the same
   // The switches choose among the plain e4m3 kernel's forms (QGMMA first, where its token tile
   // fits); the wide one keeps its barriers.
   const bool plain_e4m3 = kind == detail::GemvKernel::kMma && fp8 && !general_e4m3(p);
@@ -491,7 +478,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.hidden_early = hidden_early ? 1 : 0;
   kp.warp_route = warp_route ? 1 : 0;
-  kp.w2_prefetch = w2_prefetch;
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, qg);

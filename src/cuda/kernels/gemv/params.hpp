@@ -35,11 +35,6 @@ inline constexpr int kHiddenAhead = 4;
 // Calls of at most this many slots (M k) are routed by one warp (prologue.cuh route_warp) where
 // GemvParams::warp_route is set: a slot a lane.
 inline constexpr int kWarpRouteSlots = 32;
-// GemvParams::w2_prefetch: at most this many 128-byte lines of w2 a CTA asked into L2 (128 KB a
-// CTA, 17 MB over 132 CTAs: a third of the H200's L2).
-inline constexpr int kW2PrefetchLines = 1024;
-inline constexpr int kW2PrefetchBeforeGemm1 = 1;  // w2_prefetch: asked once the call is routed
-inline constexpr int kW2PrefetchAfterGemm1 = 2;   // w2_prefetch: asked when the CTA's GEMM1 is done
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
 // when k x N * es / 16 <= 32 x that; taken where a CTA owns at least kOneRoundMinColumns output
@@ -101,7 +96,6 @@ struct GemvParams {
                                     // w2_scale [E, K], a dynamic scale per token row and per slot's h
   int hidden_early;                 // fp8: hidden's first chunks loaded before the routing (MOEKIT_GEMV_HIDDEN_EARLY)
   int warp_route;                   // M k <= kWarpRouteSlots: one warp routes (MOEKIT_GEMV_WARP_ROUTE)
-  int w2_prefetch;                  // 0, kW2PrefetchBeforeGemm1 or kW2PrefetchAfterGemm1 (MOEKIT_GEMV_W2_PREFETCH)
   // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords %globaltimer stamps
   // (PhaseWord order), written by thread 0.
   std::uint64_t* phases;

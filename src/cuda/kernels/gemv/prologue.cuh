@@ -100,8 +100,9 @@ __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTa
 // Warp 0 only, P <= kWarpRouteSlots (GemvParams::warp_route): the same tables as route_and_scan
 // and place_slots (slot_e, tw, ue, uoff, sorted; U in scratch_int[kWarps]) built by one warp from
 // registers, lane s holding slot s: no per-expert counts, no scan over E, no CTA barrier (the
-// general route takes three and a warp scan of E / 32 steps: 2.1-3.5 us from entry to routed at
-// TP8 M = 1, E = 128..256). A slot's place in `sorted` is the count of placed slots of smaller
+// CTA's routing takes three and a warp scan of E / 32 steps; the phase table at TP8 M = 1 measured
+// entry to routed 1.57 -> 0.90 us at qwen3-30b bf16, E = 128, and 2.46 -> 1.25 at deepseek-v3,
+// E = 256: docs/gemv.md, session 35). A slot's place in `sorted` is the count of placed slots of smaller
 // experts plus its rank among its expert's slots (slot order); a touched expert's index is the
 // count of touched experts below it. Writes only; the caller's next CTA barrier publishes them.
 __device__ __forceinline__ void route_warp(const GemvParams& p, const RouteTables& r, int* scratch_int) {
@@ -309,28 +310,6 @@ __device__ __forceinline__ float intermediate_scale(const GemvParams& p, bool dy
   float a = 0.0f;
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
   return numerics::dynamic_scale(block_absmax(a, scratch));
-}
-
-// GEMM2's w2 bytes of this CTA (rows [rlo, rhi) of every touched expert ue[0..U), the columns it
-// owns; w2_row bytes a row) asked into L2 line by line (prefetch.global.L2 from every thread; a line prefetch does not
-// hold a register or a scoreboard slot), at most kW2PrefetchLines lines a CTA in expert order:
-// with GemvParams::w2_prefetch, so that GEMM2's rounds after the grid barrier find w2 in L2
-// instead of starting a DRAM round trip each. Session 26's bulk prefetch (cp.async.bulk.prefetch)
-// streamed at 0.22 TB/s and lost; line prefetches land at the HBM rate (moekit-launch-floor
-// --only-prefetch, docs/perf.md session 27).
-__device__ __forceinline__ void prefetch_w2_rows(const GemvParams& p, const int* ue, int U, std::int64_t rlo,
-                                                 std::int64_t rhi, std::int64_t w2_row) {
-  const std::int64_t bytes = (rhi - rlo) * w2_row;
-  if (bytes <= 0) return;
-  const int lines = static_cast<int>((bytes + 127) / 128) + 1;  // lines an expert's range touches, at most
-  const int total = min(U * lines, kW2PrefetchLines);
-  const std::uint8_t* w2 = static_cast<const std::uint8_t*>(p.w2);
-  for (int i = threadIdx.x; i < total; i += kThreads) {
-    const int u = i / lines, l = i - u * lines;
-    const std::uint8_t* a = w2 + (static_cast<std::int64_t>(ue[u]) * p.hidden_size + rlo) * w2_row;
-    const std::uintptr_t line = (reinterpret_cast<std::uintptr_t>(a) & ~std::uintptr_t{127}) + static_cast<std::uintptr_t>(l) * 128;
-    if (line < reinterpret_cast<std::uintptr_t>(a + bytes)) sm90::prefetch_l2(reinterpret_cast<const void*>(line));
-  }
 }
 
 // ---- host side ----
