@@ -33,9 +33,8 @@ inline constexpr int kQgStepBytes = kQgTokens * 32;
 // qwen3-235b / mixtral M <= 4, deepseek-v3 M <= 2, gpt-oss M <= 5).
 inline constexpr int kHiddenAhead = 4;
 // Calls of at most this many slots (M k) are routed by one warp (prologue.cuh route_warp) where
-// GemvParams::warp_route is set: two slots a lane.
-inline constexpr int kWarpRouteSlots = 64;
-static_assert(kWarpRouteSlots % 32 == 0, "route_warp: whole warps of slots");
+// GemvParams::warp_route is set: a slot a lane.
+inline constexpr int kWarpRouteSlots = 32;
 // The CUDA-core kernel's GEMM2 one-round form (gemv_fast_sm90_kernel): 16-byte w2 chunks a lane
 // keeps in flight a task (e4m3 chunks hold 16 weights, bf16 / fp16 8), so a task fits one round
 // when k x N * es / 16 <= 32 x that; taken where a CTA owns at least kOneRoundMinColumns output

@@ -99,74 +99,49 @@ __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTa
 
 // Warp 0 only, P <= kWarpRouteSlots (GemvParams::warp_route): the same tables as route_and_scan
 // and place_slots (slot_e, tw, ue, uoff, sorted; U in scratch_int[kWarps]) built by one warp from
-// registers, lane l holding slots l and l + 32: no per-expert counts, no scan over E, no CTA
-// barrier (the CTA's routing takes three and a warp scan of E / 32 steps; the phase table at TP8
-// M = 1 measured entry to routed 1.57 -> 0.90 us at qwen3-30b bf16, E = 128, and 2.46 -> 1.25 at
-// deepseek-v3, E = 256: docs/gemv.md, session 35). A slot's place in `sorted` is the count of
-// placed slots of smaller experts plus the count of earlier slots of its own (slot order); a
-// touched expert's index is the count of touched experts below it (one pass over the slots, one
-// over each expert's first slot). Writes only; the caller's next CTA barrier publishes them.
+// registers, lane s holding slot s: no per-expert counts, no scan over E, no CTA barrier (the
+// CTA's routing takes three and a warp scan of E / 32 steps; the phase table at TP8 M = 1 measured
+// entry to routed 1.57 -> 0.90 us at qwen3-30b bf16, E = 128, and 2.46 -> 1.25 at deepseek-v3,
+// E = 256: docs/gemv.md, session 35). A slot's place in `sorted` is the count of placed slots of smaller
+// experts plus its rank among its expert's slots (slot order); a touched expert's index is the
+// count of touched experts below it. Writes only; the caller's next CTA barrier publishes them.
 __device__ __forceinline__ void route_warp(const GemvParams& p, const RouteTables& r, int* scratch_int) {
-  constexpr int kPer = kWarpRouteSlots / 32;  // slots a lane
   const int lane = threadIdx.x & 31;
   const int k = p.top_k, P = p.num_tokens * k, E = p.num_experts;
-  int key[kPer];  // the slot's local expert, E for a dropped slot or none (after every expert)
-#pragma unroll
-  for (int c = 0; c < kPer; ++c) {
-    const int sl = lane + 32 * c;
-    int e = E;
-    if (sl < P) {
-      const int id = p.topk_ids[sl];
-      r.tw[sl] = p.topk_weights[sl];
-      e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
-      if (e < 0 || e >= E) {
-        if (blockIdx.x == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
-        e = E;
-      }
-      r.slot_e[sl] = e < E ? e : -1;
+  int e = -1;
+  if (lane < P) {
+    const int id = p.topk_ids[lane];
+    r.tw[lane] = p.topk_weights[lane];
+    e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+    if (e < 0 || e >= E) {
+      e = -1;
+      if (blockIdx.x == 0) record_slot_fault(p.faults, lane / k, lane % k, id, p.expert_map, p.num_experts_global, E);
     }
-    key[c] = e;
+    r.slot_e[lane] = e;
   }
-  int below[kPer] = {}, rank[kPer] = {};  // placed slots of smaller experts; earlier slots of the same
-#pragma unroll
-  for (int cs = 0; cs < kPer; ++cs)
-    for (int l = 0; l < 32 && 32 * cs + l < P; ++l) {
-      const int ks = __shfl_sync(0xffffffffu, key[cs], l);
-#pragma unroll
-      for (int c = 0; c < kPer; ++c) {
-        below[c] += ks < key[c] ? 1 : 0;
-        rank[c] += ks == key[c] && 32 * cs + l < lane + 32 * c ? 1 : 0;
-      }
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int rank = __popc(peers & ((1u << lane) - 1u));  // earlier slots of the same expert
+  const unsigned placed = __ballot_sync(0xffffffffu, e >= 0);
+  const unsigned firsts = __ballot_sync(0xffffffffu, e >= 0 && rank == 0);  // one lane a touched expert
+  const int key = e >= 0 ? e : E;  // dropped slots sort after every expert
+  int below = 0, ubelow = 0;       // placed slots / touched experts of smaller experts
+  for (int s = 0; s < P; ++s) {
+    const int ks = __shfl_sync(0xffffffffu, key, s);
+    if (ks < key) {
+      ++below;
+      ubelow += static_cast<int>((firsts >> s) & 1u);
     }
-  unsigned firsts[kPer];  // per 32 slots: the first slot of each touched expert
-  int placed = 0;
-#pragma unroll
-  for (int c = 0; c < kPer; ++c) {
-    firsts[c] = __ballot_sync(0xffffffffu, key[c] < E && rank[c] == 0);
-    placed += __popc(__ballot_sync(0xffffffffu, key[c] < E));
   }
-  int ubelow[kPer] = {};  // touched experts below the slot's
-#pragma unroll
-  for (int cs = 0; cs < kPer; ++cs)
-    for (unsigned m = firsts[cs]; m != 0u; m &= m - 1u) {
-      const int ks = __shfl_sync(0xffffffffu, key[cs], __ffs(m) - 1);
-#pragma unroll
-      for (int c = 0; c < kPer; ++c) ubelow[c] += ks < key[c] ? 1 : 0;
-    }
-#pragma unroll
-  for (int c = 0; c < kPer; ++c) {
-    if (key[c] >= E) continue;
-    r.sorted[below[c] + rank[c]] = lane + 32 * c;
-    if (rank[c] == 0) {
-      r.ue[ubelow[c]] = key[c];
-      r.uoff[ubelow[c]] = below[c];
+  if (e >= 0) {
+    r.sorted[below + rank] = lane;
+    if (rank == 0) {
+      r.ue[ubelow] = e;
+      r.uoff[ubelow] = below;
     }
   }
   if (lane == 0) {
-    int U = 0;
-#pragma unroll
-    for (int c = 0; c < kPer; ++c) U += __popc(firsts[c]);
-    r.uoff[U] = placed;
+    const int U = __popc(firsts);
+    r.uoff[U] = __popc(placed);
     scratch_int[kWarps] = U;
   }
 }
