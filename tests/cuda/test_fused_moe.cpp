@@ -879,6 +879,27 @@ CaseSpec gemv_form_spec(const GemvFormShape& v) {
   return s;
 }
 
+// A switch test's case: its scheme, the GEMV kernel it forces (MOEKIT_GEMV_KERNEL) and QGMMA
+// switch (null: unset), its shape and the case's options.
+struct GemvVariant {
+  Scheme scheme;
+  const char* kernel;
+  const char* qgmma;
+  GemvFormShape shape;
+  bool static_scales = false;
+  bool expert_map = false;
+  RoutingPattern pattern = RoutingPattern::kFromLogits;
+};
+
+CaseSpec gemv_variant_spec(const GemvVariant& v) {
+  CaseSpec s = gemv_form_spec(v.shape);
+  s.scheme = v.scheme;
+  s.static_scales = v.static_scales;
+  s.expert_map = v.expert_map;
+  s.pattern = v.pattern;
+  return s;
+}
+
 // With `var` = "1": the form ran (`ran`), gives `a`'s bits (the other form's output), again on a
 // second call, and matches the reference.
 void expect_gemv_form(MoeCase& c, DeviceCase& d, const std::vector<std::uint16_t>& a, const char* var,
@@ -1068,14 +1089,7 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
   // elements), the tensor-core kernel's plain e4m3 form, its QGMMA form, fp8_per_channel (its
   // per-row scales ignore the chunks), static scales, fp16 activations, gpt-oss's N = 360 (h rows
   // of whole 16-byte chunks past N); against the reference too. A bad value is an error.
-  struct Variant {
-    Scheme scheme;
-    const char* kernel;
-    const char* qgmma;
-    GemvFormShape shape;
-    bool static_scales;
-  };
-  const Variant variants[] = {
+  const GemvVariant variants[] = {
       {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false},
       {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 16, 4, 4096, 128, 5}, false},
       {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 16, 4, 2048, 128, 2}, false},
@@ -1087,10 +1101,8 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
       {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false},
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false},
   };
-  for (const Variant& v : variants) {
-    CaseSpec s = gemv_form_spec(v.shape);
-    s.scheme = v.scheme;
-    s.static_scales = v.static_scales;
+  for (const GemvVariant& v : variants) {
+    const CaseSpec s = gemv_variant_spec(v);
     const std::int64_t M = v.shape.M;
     MoeCase c = make_case(s);
     DeviceCase d(c);
@@ -1122,31 +1134,20 @@ TEST(Sm90Dispatch, GemvWarpRouteBitwiseEqualToCtaRoute) {
   // 32 slots, the warp's every lane), odd E, P = 33 (one past the warp: the CTA's routing either
   // way); against the reference too, and reproducible. A bad value is an error. (Bad ids and map
   // entries under the warp's routing: Sm90Faults, M = 5 x k = 2.)
-  struct Variant {
-    Scheme scheme;
-    const char* kernel;
-    const char* qgmma;
-    GemvFormShape shape;
-    bool expert_map;
-    RoutingPattern pattern;
+  const GemvVariant variants[] = {
+      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 64, 8, 7168, 256, 4}, false, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 2}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 9, 3, 1024, 64, 11}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kBf16, "mma", nullptr, {DType::kBf16, 8, 8, 1024, 128, 4}, false, false, RoutingPattern::kAllToOne},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 4096, 192, 4}, false, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "1", {DType::kBf16, 128, 8, 1024, 96, 3}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false, true, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 9, 3, 1024, 64, 11}, false, false, RoutingPattern::kAllToOne},
   };
-  const Variant variants[] = {
-      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false, RoutingPattern::kFromLogits},
-      {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 64, 8, 7168, 256, 4}, true, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 2}, false, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 9, 3, 1024, 64, 11}, false, RoutingPattern::kFromLogits},
-      {Scheme::kBf16, "mma", nullptr, {DType::kBf16, 8, 8, 1024, 128, 4}, false, RoutingPattern::kAllToOne},
-      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 4096, 192, 4}, true, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "mma", "1", {DType::kBf16, 128, 8, 1024, 96, 3}, false, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, true, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 9, 3, 1024, 64, 11}, false, RoutingPattern::kAllToOne},
-  };
-  for (const Variant& v : variants) {
-    CaseSpec s = gemv_form_spec(v.shape);
-    s.scheme = v.scheme;
-    s.expert_map = v.expert_map;
-    s.pattern = v.pattern;
+  for (const GemvVariant& v : variants) {
+    const CaseSpec s = gemv_variant_spec(v);
     const std::int64_t M = v.shape.M;
     MoeCase c = make_case(s);
     DeviceCase d(c);
