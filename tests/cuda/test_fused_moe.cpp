@@ -900,6 +900,33 @@ CaseSpec gemv_variant_spec(const GemvVariant& v) {
   return s;
 }
 
+// A GEMV switch that must keep the bits (`var`: 0 / 1, default on): the call with var = "0", then
+// with "1" and unset, gives the same output on the forced kernel (and QGMMA form), again on a
+// second call; the output matches the reference.
+void expect_switch_keeps_bits(const GemvVariant& v, const char* var) {
+  const CaseSpec s = gemv_variant_spec(v);
+  const std::int64_t M = v.shape.M;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
+  ScopedEnv qg("MOEKIT_GEMV_QGMMA", v.qgmma);
+  std::vector<std::uint16_t> off;
+  {
+    ScopedEnv zero(var, "0");
+    off = d.run(M, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+  }
+  EXPECT_TRUE(rows_match(to_float(off, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, var)) << s.name();
+  for (const char* on : {"1", static_cast<const char*>(nullptr)}) {  // "1", then unset (the default)
+    ScopedEnv set(var, on);
+    const std::vector<std::uint16_t> got = d.run(M, Mode::kFusedExperts, "gemv");
+    EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+    if (v.qgmma != nullptr) EXPECT_EQ(cuda::gemv_last_qgmma(), v.qgmma[0] == '1') << s.name();
+    EXPECT_TRUE(got == off) << s.name() << ": " << var << "=" << (on ? on : "unset") << " changed the output";
+    EXPECT_TRUE(d.run(M, Mode::kFusedExperts, "gemv") == got) << s.name() << ": not reproducible";
+  }
+}
+
 // With `var` = "1": the form ran (`ran`), gives `a`'s bits (the other form's output), again on a
 // second call, and matches the reference.
 void expect_gemv_form(MoeCase& c, DeviceCase& d, const std::vector<std::uint16_t>& a, const char* var,
@@ -1101,26 +1128,7 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
       {Scheme::kFp8PerChannel, "mma", nullptr, {DType::kBf16, 32, 4, 2048, 128, 5}, false},
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false},
   };
-  for (const GemvVariant& v : variants) {
-    const CaseSpec s = gemv_variant_spec(v);
-    const std::int64_t M = v.shape.M;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
-    ScopedEnv qg("MOEKIT_GEMV_QGMMA", v.qgmma);
-    std::vector<std::uint16_t> late;
-    {
-      ScopedEnv off("MOEKIT_GEMV_HIDDEN_EARLY", "0");
-      late = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-    }
-    const std::vector<std::uint16_t> early = d.run(M, Mode::kFusedExperts, "gemv");  // unset: on
-    EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-    if (v.qgmma != nullptr) EXPECT_EQ(cuda::gemv_last_qgmma(), v.qgmma[0] == '1') << s.name();
-    EXPECT_TRUE(early == late) << s.name() << ": hidden loaded before the routing changed the output";
-    EXPECT_TRUE(rows_match(to_float(early, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "gemv hidden early"))
-        << s.name();
-  }
+  for (const GemvVariant& v : variants) expect_switch_keeps_bits(v, "MOEKIT_GEMV_HIDDEN_EARLY");
   expect_bad_gemv_switch("MOEKIT_GEMV_HIDDEN_EARLY");
 }
 
@@ -1146,30 +1154,7 @@ TEST(Sm90Dispatch, GemvWarpRouteBitwiseEqualToCtaRoute) {
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false, true, RoutingPattern::kFromLogits},
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 9, 3, 1024, 64, 11}, false, false, RoutingPattern::kAllToOne},
   };
-  for (const GemvVariant& v : variants) {
-    const CaseSpec s = gemv_variant_spec(v);
-    const std::int64_t M = v.shape.M;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
-    ScopedEnv qg("MOEKIT_GEMV_QGMMA", v.qgmma);
-    std::vector<std::uint16_t> cta;
-    {
-      ScopedEnv off("MOEKIT_GEMV_WARP_ROUTE", "0");
-      cta = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-    }
-    EXPECT_TRUE(rows_match(to_float(cta, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, "gemv routed by the CTA"))
-        << s.name();
-    for (const char* on : {"1", static_cast<const char*>(nullptr)}) {  // "1", then unset (the default)
-      ScopedEnv route("MOEKIT_GEMV_WARP_ROUTE", on);
-      const std::vector<std::uint16_t> warp = d.run(M, Mode::kFusedExperts, "gemv");
-      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
-      EXPECT_TRUE(warp == cta) << s.name() << ": the warp's routing (MOEKIT_GEMV_WARP_ROUTE=" << (on ? on : "unset")
-                               << ") changed the output";
-      EXPECT_TRUE(d.run(M, Mode::kFusedExperts, "gemv") == warp) << s.name() << ": not reproducible";
-    }
-  }
+  for (const GemvVariant& v : variants) expect_switch_keeps_bits(v, "MOEKIT_GEMV_WARP_ROUTE");
   expect_bad_gemv_switch("MOEKIT_GEMV_WARP_ROUTE");
 }
 
