@@ -14,6 +14,7 @@
 
 #include "common/cuda_test.hpp"
 #include "common/moe_case.hpp"
+#include "common/scoped_env.hpp"
 #include "moekit/moekit.hpp"
 #include "moekit/parallel.hpp"
 
@@ -186,6 +187,48 @@ TEST(Sm90Faults, BadTopkIdIsRecorded) {
         EXPECT_NO_THROW(check_faults(cuda_options())) << label;
       }
     }
+}
+
+// The GEMV path routes calls of at most 32 slots with one warp (MOEKIT_GEMV_WARP_ROUTE, default
+// on) and larger ones with the CTA's counts: both record a bad id and a bad map entry as the other
+// paths do, give the masked output, and give each other's bits. M = 5 x k = 2 (the warp) and,
+// with the switch at 0, the same slots through the CTA's routing.
+TEST(Sm90Faults, GemvRecordsUnderBothRoutings) {
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(spec(true));
+  GpuCase g(c);
+  std::vector<std::vector<std::uint16_t>> outs;
+  for (const char* route : {"1", "0"}) {
+    ScopedEnv r("MOEKIT_GEMV_WARP_ROUTE", route);
+    const std::string label = std::string("gemv, MOEKIT_GEMV_WARP_ROUTE=") + route;
+    std::vector<std::int32_t> ids = c.topk_ids;
+    ids[2 * 2 + 1] = -1;
+    g.set_ids(ids);
+    clear_faults();
+    const auto masked = g.run(g.options("gemv"));
+    EXPECT_FALSE(take_fault(nullptr, cuda_options())) << label;
+    ids[2 * 2 + 1] = 1 << 20;
+    g.set_ids(ids);
+    EXPECT_TRUE(g.run(g.options("gemv")) == masked) << label << ": a bad id changed other slots";
+    Fault f;
+    ASSERT_TRUE(take_fault(&f, cuda_options())) << label;
+    EXPECT_EQ(f.tensor, FaultTensor::kTopkIds) << label;
+    EXPECT_EQ(f.row, 2) << label;
+    EXPECT_EQ(f.slot, 1) << label;
+    EXPECT_EQ(f.value, 1 << 20) << label;
+    g.set_ids(c.topk_ids);
+    const std::int32_t id = c.topk_ids[3 * 2];
+    std::vector<std::int32_t> map = c.expert_map;
+    map[static_cast<std::size_t>(id)] = 12345;
+    g.set_map(map);
+    outs.push_back(g.run(g.options("gemv")));
+    ASSERT_TRUE(take_fault(&f, cuda_options())) << label << ": the bad map entry";
+    EXPECT_EQ(f.tensor, FaultTensor::kExpertMap) << label;
+    EXPECT_EQ(f.value, 12345) << label;
+    EXPECT_EQ(f.expert, id) << label;
+    g.set_map(c.expert_map);
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "the two routings gave different outputs with a bad map entry";
 }
 
 // A bad expert_map entry of an id some slots use: the recorded slot is one of them.

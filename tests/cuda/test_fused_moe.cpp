@@ -902,8 +902,10 @@ CaseSpec gemv_variant_spec(const GemvVariant& v) {
 
 // A GEMV switch that must keep the bits (`var`: 0 / 1, default on): the call with var = "0", then
 // with "1" and unset, gives the same output on the forced kernel (and QGMMA form), again on a
-// second call; the output matches the reference.
-void expect_switch_keeps_bits(const GemvVariant& v, const char* var) {
+// second call; the output matches the reference. With `ran` (the launcher's record of what the
+// switch turns on): off at "0", `on_where_set` at "1" and unset.
+void expect_switch_keeps_bits(const GemvVariant& v, const char* var, bool (*ran)() = nullptr,
+                              bool on_where_set = true) {
   const CaseSpec s = gemv_variant_spec(v);
   const std::int64_t M = v.shape.M;
   MoeCase c = make_case(s);
@@ -915,6 +917,7 @@ void expect_switch_keeps_bits(const GemvVariant& v, const char* var) {
     ScopedEnv zero(var, "0");
     off = d.run(M, Mode::kFusedExperts, "gemv");
     EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+    if (ran != nullptr) EXPECT_FALSE(ran()) << s.name() << ": " << var << "=0 ran it";
   }
   EXPECT_TRUE(rows_match(to_float(off, s.act_dtype), reference_rows(c, 0, M), s.K, s.scheme, var)) << s.name();
   for (const char* on : {"1", static_cast<const char*>(nullptr)}) {  // "1", then unset (the default)
@@ -922,6 +925,7 @@ void expect_switch_keeps_bits(const GemvVariant& v, const char* var) {
     const std::vector<std::uint16_t> got = d.run(M, Mode::kFusedExperts, "gemv");
     EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
     if (v.qgmma != nullptr) EXPECT_EQ(cuda::gemv_last_qgmma(), v.qgmma[0] == '1') << s.name();
+    if (ran != nullptr) EXPECT_EQ(ran(), on_where_set) << s.name() << ": " << var << "=" << (on ? on : "unset");
     EXPECT_TRUE(got == off) << s.name() << ": " << var << "=" << (on ? on : "unset") << " changed the output";
     EXPECT_TRUE(d.run(M, Mode::kFusedExperts, "gemv") == got) << s.name() << ": not reproducible";
   }
@@ -1135,18 +1139,20 @@ TEST(Sm90Dispatch, GemvHiddenEarlyBitwiseEqualToLate) {
 TEST(Sm90Dispatch, GemvWarpRouteBitwiseEqualToCtaRoute) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_GEMV_WARP_ROUTE (default on): calls of at most 32 slots are routed by one warp (a slot
-  // a lane) instead of the CTA's per-expert counts and scan; the same tables, so the same bits.
-  // Both kernels and every form: the CUDA-core kernel (bf16, fp8), the tensor-core kernel (bf16,
-  // its mma.sync and QGMMA e4m3 forms, fp8_per_channel, gpt-oss's N = 360 rows), an expert_map
-  // with -1 entries (slots dropped), every slot of a token on one expert first (k = E = 8, M = 4:
-  // 32 slots, the warp's every lane), odd E, P = 33 (one past the warp: the CTA's routing either
-  // way); against the reference too, and reproducible. A bad value is an error. (Bad ids and map
-  // entries under the warp's routing: Sm90Faults, M = 5 x k = 2.)
+  // a lane) instead of the CTA's per-expert counts and scan; the same tables, so the same bits
+  // (the output's bits: tables that differ only where no sum sees it would pass too). Both kernels
+  // and every form: the CUDA-core kernel (bf16, fp8), the tensor-core kernel (bf16, its mma.sync
+  // and QGMMA e4m3 forms, fp8_per_channel, gpt-oss's N = 360 rows), an expert_map with -1 entries
+  // (slots dropped), every token's first slot on one expert (kAllToOne; k = E = 8, M = 4: 32
+  // slots, every expert touched, the warp's every lane), odd E (E = 9, P = 30), P = 33 (one past
+  // the warp: the CTA's routing either way, and the launcher says so); against the reference
+  // too, and reproducible. A bad value is an error. (Bad ids and map entries under both routings:
+  // Sm90Faults, M = 5 x k = 2.)
   const GemvVariant variants[] = {
       {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 1}, false, false, RoutingPattern::kFromLogits},
       {Scheme::kBf16, "cuda", nullptr, {DType::kBf16, 64, 8, 7168, 256, 4}, false, true, RoutingPattern::kFromLogits},
       {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kBf16, 128, 8, 2048, 96, 2}, false, false, RoutingPattern::kFromLogits},
-      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 9, 3, 1024, 64, 11}, false, false, RoutingPattern::kFromLogits},
+      {Scheme::kFp8PerTensor, "cuda", nullptr, {DType::kFp16, 9, 3, 1024, 64, 10}, false, false, RoutingPattern::kFromLogits},
       {Scheme::kBf16, "mma", nullptr, {DType::kBf16, 8, 8, 1024, 128, 4}, false, false, RoutingPattern::kAllToOne},
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 64, 8, 4096, 192, 4}, false, true, RoutingPattern::kFromLogits},
       {Scheme::kFp8PerTensor, "mma", "1", {DType::kBf16, 128, 8, 1024, 96, 3}, false, false, RoutingPattern::kFromLogits},
@@ -1154,7 +1160,8 @@ TEST(Sm90Dispatch, GemvWarpRouteBitwiseEqualToCtaRoute) {
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 32, 4, 2880, 360, 2}, false, true, RoutingPattern::kFromLogits},
       {Scheme::kFp8PerTensor, "mma", "0", {DType::kBf16, 9, 3, 1024, 64, 11}, false, false, RoutingPattern::kAllToOne},
   };
-  for (const GemvVariant& v : variants) expect_switch_keeps_bits(v, "MOEKIT_GEMV_WARP_ROUTE");
+  for (const GemvVariant& v : variants)
+    expect_switch_keeps_bits(v, "MOEKIT_GEMV_WARP_ROUTE", &cuda::gemv_last_warp_route, v.shape.M * v.shape.k <= 32);
   expect_bad_gemv_switch("MOEKIT_GEMV_WARP_ROUTE");
 }
 

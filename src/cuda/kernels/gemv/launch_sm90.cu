@@ -205,6 +205,7 @@ std::atomic<int> g_phase_ctas{0};
 thread_local bool last_gemv_wide = false;
 thread_local bool last_gemv_decoupled = false;
 thread_local bool last_gemv_qgmma = false;
+thread_local bool last_gemv_warp_route = false;  // gemv_last_warp_route
 
 // GEMM1 tasks of 32 columns (gemv_mma_wide_sm90_kernel) for an fp8 call on the tensor-core
 // kernel's plain e4m3 form: where w13 rows are at most 2048 bytes (a 16-column task is then one
@@ -385,6 +386,7 @@ bool gemv_last_gemm2_fast() { return last_gemm2_fast; }
 bool gemv_last_wide() { return last_gemv_wide; }
 bool gemv_last_decoupled() { return last_gemv_decoupled; }
 bool gemv_last_qgmma() { return last_gemv_qgmma; }
+bool gemv_last_warp_route() { return last_gemv_warp_route; }
 
 void set_gemv_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
@@ -477,7 +479,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.per_channel = p.scheme == Scheme::kFp8PerChannel ? 1 : 0;
   kp.hidden_early = hidden_early ? 1 : 0;
-  kp.warp_route = warp_route ? 1 : 0;
+  kp.warp_route = warp_route && p.num_tokens * p.top_k <= gv::kWarpRouteSlots ? 1 : 0;  // the kernels check P too
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_acquire) : 0;
   kp.smem = kind == detail::GemvKernel::kCuda ? smem_layout(p) : mma_smem_layout(p, grid, qg);
@@ -486,6 +488,7 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   last_gemv_wide = wide;
   last_gemv_decoupled = decoupled;
   last_gemv_qgmma = qg;
+  last_gemv_warp_route = kp.warp_route != 0;
   fns.launch(kp, grid, call.stream);
 }
 

@@ -55,6 +55,9 @@ bool gemv_last_decoupled();
 /// Whether the thread's last tensor-core GEMV launch ran its e4m3 form with GEMM1 on wgmma
 /// (gemv_mma_qg_sm90_kernel: MOEKIT_GEMV_QGMMA). Tests.
 bool gemv_last_qgmma();
+/// Whether the thread's last GEMV launch routed the call with one warp (prologue.cuh route_warp:
+/// at most gemv::kWarpRouteSlots slots, MOEKIT_GEMV_WARP_ROUTE unset or 1). Tests.
+bool gemv_last_warp_route();
 
 /// Tests only (not synchronized with launches in flight): later GEMV launches write their
 /// per-CTA phase stamps (%globaltimer ns, gemv::PhaseWord order, kernels/gemv/params.hpp) to
