@@ -40,6 +40,16 @@ struct RouteTables {
   float* tw;    // [P]: the slots' router weights
 };
 
+// Slot `sl`'s local expert from its id (expert_map), or -1: dropped (-1 id or map entry), or a bad
+// id or map entry, which CTA 0 records (every CTA sees the same). Both routings call it.
+__device__ __forceinline__ int local_expert(const GemvParams& p, int sl, int id) {
+  const int E = p.num_experts;
+  const int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
+  if (e >= 0 && e < E) return e;
+  if (blockIdx.x == 0) record_slot_fault(p.faults, sl / p.top_k, sl % p.top_k, id, p.expert_map, p.num_experts_global, E);
+  return -1;
+}
+
 // Every slot's local expert (expert_map; a bad id or map entry is dropped and recorded by CTA 0,
 // every CTA sees the same), the per-expert counts, then warp 0's scan: the touched experts in
 // ascending order (ue, uoff) and each expert's first place (cnt). Returns U, the touched experts,
@@ -47,7 +57,7 @@ struct RouteTables {
 // before the counts are zeroed. scratch_int[kWarps] holds U.
 __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTables& r, int* scratch_int) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int k = p.top_k, P = p.num_tokens * k, E = p.num_experts;
+  const int P = p.num_tokens * p.top_k, E = p.num_experts;
   const int id0 = tid < P ? p.topk_ids[tid] : -1;
   const float w0 = tid < P ? p.topk_weights[tid] : 0.0f;
   for (int i = tid; i < E; i += kThreads) r.cnt[i] = 0;
@@ -55,11 +65,7 @@ __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTa
   for (int sl = tid; sl < P; sl += kThreads) {
     const int id = sl == tid ? id0 : p.topk_ids[sl];
     r.tw[sl] = sl == tid ? w0 : p.topk_weights[sl];
-    int e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
-    if (e < 0 || e >= E) {
-      e = -1;
-      if (blockIdx.x == 0) record_slot_fault(p.faults, sl / k, sl % k, id, p.expert_map, p.num_experts_global, E);
-    }
+    const int e = local_expert(p, sl, id);
     r.slot_e[sl] = e;
     if (e >= 0) atomicAdd(r.cnt + e, 1);
   }
@@ -107,16 +113,11 @@ __device__ __forceinline__ int route_and_scan(const GemvParams& p, const RouteTa
 // count of touched experts below it. Writes only; the caller's next CTA barrier publishes them.
 __device__ __forceinline__ void route_warp(const GemvParams& p, const RouteTables& r, int* scratch_int) {
   const int lane = threadIdx.x & 31;
-  const int k = p.top_k, P = p.num_tokens * k, E = p.num_experts;
+  const int P = p.num_tokens * p.top_k, E = p.num_experts;
   int e = -1;
   if (lane < P) {
-    const int id = p.topk_ids[lane];
     r.tw[lane] = p.topk_weights[lane];
-    e = id >= 0 && id < p.num_experts_global ? (p.expert_map != nullptr ? p.expert_map[id] : id) : -1;
-    if (e < 0 || e >= E) {
-      e = -1;
-      if (blockIdx.x == 0) record_slot_fault(p.faults, lane / k, lane % k, id, p.expert_map, p.num_experts_global, E);
-    }
+    e = local_expert(p, lane, p.topk_ids[lane]);
     r.slot_e[lane] = e;
   }
   const unsigned peers = __match_any_sync(0xffffffffu, e);
