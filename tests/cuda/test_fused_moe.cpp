@@ -1165,6 +1165,55 @@ TEST(Sm90Dispatch, GemvWarpRouteBitwiseEqualToCtaRoute) {
   expect_bad_gemv_switch("MOEKIT_GEMV_WARP_ROUTE");
 }
 
+TEST(Sm90Dispatch, GemvFp8IntermediateScaleFromEveryH) {
+  SKIP_WITHOUT_SM90();
+  // fp8_per_tensor's dynamic intermediate scale is the absmax of every h of the call. Each GEMV
+  // CTA takes it from the h it stages after the grid barrier (all of the call's: no grid-wide
+  // reduction); the tensor-core kernel holds a thread's words in registers between the absmax and
+  // the quantization up to 4096 words a CTA (P x ceil(N / 16) x 4) and reads them twice from L2
+  // past that. One token's hidden row here is 16x the others', so its h (about 256x: the
+  // activation is about quadratic) holds the absmax, and only the CTAs whose GEMM1 pairs it
+  // reached wrote it: a CTA whose staging missed it would take a scale ~256x too small and
+  // saturate that token's e4m3 h at 448, far outside the tolerance. Against the reference, both
+  // kernels, the big token first or last; reproducible.
+  struct Case {
+    const char* kernel;
+    GemvFormShape shape;
+    bool held;  // the tensor-core kernel: h words held in registers
+  };
+  const Case cases[] = {
+      {"cuda", {DType::kBf16, 64, 8, 2048, 96, 4}, false},
+      {"cuda", {DType::kFp16, 32, 8, 1024, 256, 8}, false},
+      {"mma", {DType::kBf16, 128, 8, 2048, 96, 8}, true},     // 64 slots x 24 words
+      {"mma", {DType::kBf16, 32, 4, 2880, 360, 4}, true},     // N = 360: the half last chunk
+      {"mma", {DType::kBf16, 64, 8, 1024, 512, 16}, false},   // 128 slots x 128 words
+      {"mma", {DType::kFp16, 16, 2, 4096, 1792, 5}, false},   // mixtral-like rows, 10 slots x 448
+  };
+  for (const Case& v : cases) {
+    const std::int64_t words = v.shape.M * v.shape.k * ((v.shape.N + 15) / 16) * 4;
+    if (std::string(v.kernel) == "mma") {
+      ASSERT_EQ(v.held, words <= 4096) << "case table: " << words << " words";
+    }
+    for (int big : {0, static_cast<int>(v.shape.M) - 1}) {
+      const CaseSpec s = gemv_form_spec(v.shape);
+      MoeCase c = make_case(s);
+      for (std::int64_t i = 0; i < s.K; ++i) {
+        std::uint16_t& b = c.hidden[static_cast<std::size_t>(big * s.K + i)];
+        b = s.act_dtype == DType::kFp16 ? float_to_fp16(16.0f * fp16_to_float(b))
+                                        : float_to_bf16(16.0f * bf16_to_float(b));
+      }
+      DeviceCase d(c);
+      ScopedEnv kernel("MOEKIT_GEMV_KERNEL", v.kernel);
+      const std::vector<std::uint16_t> a = d.run(v.shape.M, Mode::kFusedExperts, "gemv");
+      EXPECT_STREQ(cuda::gemv_last_kernel(), v.kernel) << s.name();
+      EXPECT_TRUE(rows_match(to_float(a, s.act_dtype), reference_rows(c, 0, v.shape.M), s.K, s.scheme,
+                             std::string("gemv ") + v.kernel + ", token " + std::to_string(big) + " 16x"))
+          << s.name();
+      EXPECT_TRUE(d.run(v.shape.M, Mode::kFusedExperts, "gemv") == a) << s.name() << ": not reproducible";
+    }
+  }
+}
+
 TEST(Sm90Dispatch, FusedDeclinesRowsPastItsSplits) {
   SKIP_WITHOUT_SM90();
   // The fused single launch reduces a GEMM in at most fm::kMaxSplit ranges of the token buffer

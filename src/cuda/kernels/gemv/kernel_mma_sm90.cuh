@@ -21,12 +21,14 @@
 //      weights twice there, the second time mostly from L2),
 //      adds them to shared memory; then the warps' sums in warp order, the fp8 scales, router
 //      weight (on input), bias and activation: h to the workspace (bf16 / fp16: rounded to the
-//      activation dtype; fp8: fp32 and the CTA's absmax). bf16 / fp16: one warp a unit sums it
+//      activation dtype; fp8: fp32). bf16 / fp16: one warp a unit sums it
 //      behind two mbarriers while the others go on; e4m3: the whole CTA between two barriers
 //      (finish_pass says why);
 //   2. the grid barrier;
 //   3. GEMM2: CTA j owns 16-column blocks [CB j / G, CB (j + 1) / G) of the output. It stages
-//      every slot's h (activation dtype, or e4m3 with the intermediate scale), and runs a warp
+//      every slot's h (activation dtype, or e4m3 with the intermediate scale: static, per slot
+//      for fp8_per_channel, or the absmax of every h, which each CTA folds from the h it stages:
+//      no grid-wide reduction), and runs a warp
 //      per (column block, slot group): the w2 tile's N in 64-byte k-blocks, each slot's result
 //      times its coefficient into the slot outputs in shared memory; then each (token, column)
 //      sums its k slots in slot order, adds the b2 terms, rounds once. fp8 w2 rows of N % 16 == 8
@@ -100,6 +102,10 @@ struct GemvMma {
   // them (launch_sm90.cu mma_smem_layout: kWarps x 2 x 16 x 8 kMmaTokenGroups floats).
   static_assert(2 * kTiles * kTg <= 2 * kMmaTokenGroups, "GEMM1's partial sums outgrow their shared memory");
   static constexpr int kRound2 = 4;            // GEMM2: the same
+  // fp8 staging with the dynamic intermediate scale: h words a thread holds in registers between
+  // the absmax and the quantization (4096 words a CTA: qwen3-30b TP8 to M = 16, deepseek-v3 to
+  // M = 8); more are read twice from L2.
+  static constexpr int kHoldH = 8;
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
   static __device__ __forceinline__ void mma_block(float (&d)[4], const uint4& lo, const uint4& hi, const uint4& b) {
@@ -130,7 +136,7 @@ struct GemvMma {
   // the scales, router weight (on input), bias and activation: h (fp32) to the workspace, and
   // a CTA barrier before the next unit overwrites part.
   static __device__ void gemm1_qg(const GemvParams& p, std::uint8_t* smem, int U, int NB1, std::int64_t q0,
-                                  std::int64_t q1, float xscale, float& hmax) {
+                                  std::int64_t q1, float xscale) {
     const SmemLayout& L = p.smem;
     const int* sorted = reinterpret_cast<const int*>(smem + L.sorted_off);
     const int* ue = reinterpret_cast<const int*>(smem + L.ue_off);
@@ -244,7 +250,6 @@ struct GemvMma {
         const float ws = xscale * p.w13_scale[e];
         const float h = gemm1_finish(p, tw, slot, e, N, cc, gv * ws, uv * ws);
         p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
-        hmax = numerics::fold_absmax(hmax, h);
       }
       __syncthreads();
     }
@@ -351,7 +356,6 @@ struct GemvMma {
     const std::int64_t Q = static_cast<std::int64_t>(U) * NB1;
     const std::int64_t q0 = Q * j / G, q1 = Q * (j + 1) / G;
     float* part = work;  // [kWarps][2 kTiles][16][kTok] (the same bytes in both forms)
-    float hmax = 0.0f;
     // A pass's start: the staged rows of its tokens (t0 + 8 i + g of the expert's T, from entry b
     // of sorted) as this lane's B rows, and zero accumulators.
     auto start_pass = [&](int b, int T, int t0, const std::uint8_t* (&xrow)[kTg], bool (&xv)[kTg],
@@ -432,7 +436,6 @@ struct GemvMma {
         const float h = gemm1_finish(p, tw, slot, e, N, cc, gv, uv);
         if constexpr (kFp8) {
           p.h_buf[static_cast<std::int64_t>(slot) * N + cc] = h;
-          hmax = numerics::fold_absmax(hmax, h);
         } else {
           reinterpret_cast<ActT*>(p.h_buf)[static_cast<std::int64_t>(slot) * N + cc] = from_float<ActT>(h);
         }
@@ -484,7 +487,7 @@ struct GemvMma {
       }
     };
     if constexpr (kQg) {
-      gemm1_qg(p, smem, U, NB1, q0, q1, xscale, hmax);
+      gemm1_qg(p, smem, U, NB1, q0, q1, xscale);
     } else {
     uint4 cur[kRound1][4 * kTiles], nxt[kRound1][4 * kTiles];
     if (q0 < q1 && R1 > 0) issue1(cur, q0, 0);
@@ -534,8 +537,6 @@ struct GemvMma {
       }
     }
     }  // the mma.sync forms
-    const bool dyn2 = kFp8 && !per_channel && p.a2_scale == nullptr;  // per_channel: a scale per slot
-    if (dyn2) publish_h_absmax(p, hmax, scratch);
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
     stamp(kPhaseGemm1);
 
@@ -544,10 +545,7 @@ struct GemvMma {
     stamp(kPhaseBarrier);
 
     // ---- 3. GEMM2 + combine over this CTA's column blocks ----
-    float hscale = 1.0f;
-    if constexpr (kFp8) {
-      if (!per_channel) hscale = intermediate_scale(p, dyn2, scratch);
-    }
+    float hscale = 1.0f;  // fp8_per_tensor's intermediate scale (static or dynamic, below)
     // Every placed slot's h as GEMM2's B operand into the region (the token rows are done).
     // 16-byte chunks of an h row and a w2 row, the last one half (8 bytes) where fp8 rows of
     // N % 16 == 8 (gpt-oss at TP8: N = 360) are 8-byte but not 16-byte multiples.
@@ -585,17 +583,58 @@ struct GemvMma {
       }
     } else if constexpr (kFp8) {
       // Word q4 of a staged row: 4 e4m3 of h, or zero past N up to the 16-byte chunk's end (the
-      // half chunk's mma then multiplies zeros by zeros).
-      const float inv = 1.0f / hscale;
+      // half chunk's mma then multiplies zeros by zeros). The dynamic scale is the absmax of every
+      // h of the call: every CTA stages all of them, so it folds them as they arrive (in registers
+      // where a thread has at most kHoldH words, else read twice from L2), reduces over the CTA
+      // and then quantizes: the same max (order-free) as a grid-wide reduction, without one more
+      // round trip after the barrier.
       const int r4 = cph * 4, n4 = P * r4;
-      for (int i = tid; i < n4; i += kThreads) {
-        const int slot = i / r4, q4 = i - slot * r4;
-        if (slot_e[slot] < 0) continue;
-        std::uint32_t w = 0u;
-        if (q4 * 4 < N) {
-          w = numerics::e4m3x4(__ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + q4), inv);
+      auto word_ok = [&](int i) {  // word i holds h: a placed slot, before N
+        const int slot = i / r4;
+        return i < n4 && slot_e[slot] >= 0 && (i - slot * r4) * 4 < N;
+      };
+      auto h4 = [&](int i) {
+        const int slot = i / r4;
+        return __ldcg(reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(slot) * N) + (i - slot * r4));
+      };
+      auto put = [&](int i, std::uint32_t w) {
+        const int slot = i / r4;
+        if (slot_e[slot] >= 0)
+          *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + (i - slot * r4) * 4) = w;
+      };
+      const bool dynamic = p.a2_scale == nullptr;
+      if (dynamic && n4 <= kHoldH * kThreads) {
+        float4 held[kHoldH];
+        float a = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kHoldH; ++c) {
+          const int i = tid + c * kThreads;
+          held[c] = word_ok(i) ? h4(i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].x), held[c].y);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].z), held[c].w);
         }
-        *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + q4 * 4) = w;
+        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+        const float inv = 1.0f / hscale;
+#pragma unroll
+        for (int c = 0; c < kHoldH; ++c) {
+          const int i = tid + c * kThreads;
+          if (i < n4) put(i, word_ok(i) ? numerics::e4m3x4(held[c], inv) : 0u);
+        }
+      } else {
+        if (dynamic) {
+          float a = 0.0f;
+          for (int i = tid; i < n4; i += kThreads) {
+            if (!word_ok(i)) continue;
+            const float4 v = h4(i);
+            a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
+            a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+          }
+          hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+        } else {
+          hscale = p.a2_scale[0];
+        }
+        const float inv = 1.0f / hscale;
+        for (int i = tid; i < n4; i += kThreads) put(i, word_ok(i) ? numerics::e4m3x4(h4(i), inv) : 0u);
       }
     } else {
       const std::uint8_t* hb = reinterpret_cast<const std::uint8_t*>(p.h_buf);

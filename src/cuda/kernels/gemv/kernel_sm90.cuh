@@ -9,11 +9,12 @@
 //      a warp takes a pair, streams its gate row and its up row once and dots them with every
 //      token the expert has (16-byte loads, fp32 FMAs in a fixed order, a butterfly sum), then
 //      applies the router weight (on input), the bias and the activation and writes h[slot][col]
-//      (fp32) to the workspace. fp8: each CTA's absmax of h to the workspace;
+//      (fp32) to the workspace;
 //   2. one grid-wide barrier (cooperative_groups; the launch is cooperative): every h exists;
 //   3. GEMM2 + combine: CTA j owns the output columns [K*j/G, K*(j+1)/G) of every token. It
 //      stages every slot's h in shared memory, rounded to the activation dtype (or quantized to
-//      e4m3 with the static scale or the one from the CTAs' absmaxes), and runs a warp per
+//      e4m3 with the static scale or the absmax of every h, which each CTA takes from the h it
+//      stages: no grid-wide reduction), and runs a warp per
 //      (token, owned column): the k slots' w2 row chunks spread over the lanes, each chunk's dot
 //      times its slot's coefficient (fp8 scales, router weight on output) into one fp32
 //      accumulator, a butterfly sum, the slots' b2 terms in slot order, rounded once into `out`.
@@ -238,8 +239,7 @@ struct Gemv {
   // h: fp8 dequantization, router weight on input, bias, activation; h to the workspace.
   template <int TB>
   static __device__ __forceinline__ void pair(const GemvParams& p, const std::uint8_t* region, const int* sorted,
-                                              const float* tw, int e, int c, int b, int nt, float xscale,
-                                              float& hmax) {
+                                              const float* tw, int e, int c, int b, int nt, float xscale) {
     const int lane = threadIdx.x & 31;
     const std::int64_t K = p.hidden_size, N = p.inter_size;
     const std::int64_t row_bytes = K * kEs;
@@ -263,7 +263,6 @@ struct Gemv {
       }
       const float h = gemm1_finish(p, tw, slot, e, N, c, gv, uv);
       p.h_buf[static_cast<std::int64_t>(slot) * N + c] = h;
-      hmax = numerics::fold_absmax(hmax, h);
     }
   }
 
@@ -324,7 +323,6 @@ struct Gemv {
     const std::int64_t w2_row = N * kEs;
 
     // ---- 1. GEMM1: this CTA's pairs, one warp a pair ----
-    float hmax = 0.0f;
     for (std::int64_t q = q0 + warp; q < q1; q += kWarps) {
       const int u = static_cast<int>(q / N);
       const int c = static_cast<int>(q % N);
@@ -332,13 +330,11 @@ struct Gemv {
       const int b = uoff[u], T = uoff[u + 1] - b;
       for (int t0 = 0; t0 < T; t0 += kTokGroup) {
         const int nt = min(kTokGroup, T - t0);
-        if (nt == 1) pair<1>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
-        else if (nt == 2) pair<2>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
-        else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale, hmax);
+        if (nt == 1) pair<1>(p, region, sorted, tw, e, c, b + t0, nt, xscale);
+        else if (nt == 2) pair<2>(p, region, sorted, tw, e, c, b + t0, nt, xscale);
+        else pair<4>(p, region, sorted, tw, e, c, b + t0, nt, xscale);
       }
     }
-    const bool dyn2 = kFp8 && p.a2_scale == nullptr;
-    if (dyn2) publish_h_absmax(p, hmax, scratch);
     stamp(kPhaseGemm1);
 
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
@@ -346,26 +342,49 @@ struct Gemv {
     stamp(kPhaseBarrier);
 
     // ---- 3. GEMM2 + combine over this CTA's columns ----
-    float hscale = 1.0f;
-    if constexpr (kFp8) hscale = intermediate_scale(p, dyn2, scratch);
-    // Every slot's h, as GEMM2 takes it, into the region (the token rows are no longer read).
+    // Every placed slot's h, as GEMM2 takes it, into the region (the token rows are no longer
+    // read): rounded to the activation dtype, or fp8 through e4m3 with the static scale or the
+    // dynamic one. The dynamic scale is the absmax of every h of the call: every CTA stages all of
+    // them here anyway, so it folds them as they arrive (raw into the region), reduces over the CTA
+    // and quantizes its own words in place; the same max (order-free) as a grid-wide reduction
+    // would give, without one more round trip after the barrier.
     float* hs = reinterpret_cast<float*>(region);
-    {
-      const float inv = 1.0f / hscale;
-      const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
-      for (std::int64_t i = tid; i < n4; i += kThreads) {
-        const int slot = static_cast<int>(i * 4 / N);
-        if (slot_e[slot] < 0) continue;
-        float4 v = __ldcg(reinterpret_cast<const float4*>(p.h_buf) + i);
-        if constexpr (kFp8) {
-          const float2 fa = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.x * inv, v.y * inv));
-          const float2 fb = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.z * inv, v.w * inv));
-          v = make_float4(fa.x, fa.y, fb.x, fb.y);
-        } else {
-          v = make_float4(to_float(from_float<ActT>(v.x)), to_float(from_float<ActT>(v.y)),
-                          to_float(from_float<ActT>(v.z)), to_float(from_float<ActT>(v.w)));
+    float4* hs4 = reinterpret_cast<float4*>(hs);
+    const float4* hb4 = reinterpret_cast<const float4*>(p.h_buf);
+    const std::int64_t n4 = static_cast<std::int64_t>(P) * N / 4;  // N % 8 == 0
+    auto placed = [&](std::int64_t i) { return slot_e[static_cast<int>(i * 4 / N)] >= 0; };
+    float hscale = 1.0f;
+    if constexpr (kFp8) {
+      auto to_e4m3 = [](float4 v, float inv) {
+        const float2 fa = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.x * inv, v.y * inv));
+        const float2 fb = numerics::e4m3x2_to_float2(numerics::e4m3x2(v.z * inv, v.w * inv));
+        return make_float4(fa.x, fa.y, fb.x, fb.y);
+      };
+      if (p.a2_scale != nullptr) {
+        hscale = p.a2_scale[0];
+        const float inv = 1.0f / hscale;
+        for (std::int64_t i = tid; i < n4; i += kThreads)
+          if (placed(i)) hs4[i] = to_e4m3(__ldcg(hb4 + i), inv);
+      } else {
+        float a = 0.0f;
+        for (std::int64_t i = tid; i < n4; i += kThreads) {
+          if (!placed(i)) continue;
+          const float4 v = __ldcg(hb4 + i);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
+          a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+          hs4[i] = v;
         }
-        reinterpret_cast<float4*>(hs)[i] = v;
+        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+        const float inv = 1.0f / hscale;
+        for (std::int64_t i = tid; i < n4; i += kThreads)  // this thread's own words: no barrier
+          if (placed(i)) hs4[i] = to_e4m3(hs4[i], inv);
+      }
+    } else {
+      for (std::int64_t i = tid; i < n4; i += kThreads) {
+        if (!placed(i)) continue;
+        const float4 v = __ldcg(hb4 + i);
+        hs4[i] = make_float4(to_float(from_float<ActT>(v.x)), to_float(from_float<ActT>(v.y)),
+                             to_float(from_float<ActT>(v.z)), to_float(from_float<ActT>(v.w)));
       }
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in.

@@ -34,7 +34,6 @@ struct GemvLayout {
   std::size_t topk_ids = 0;      // int32 [P] (fused_moe without caller buffers)
   std::size_t topk_weights = 0;  // fp32 [P]
   std::size_t h_buf = 0;         // fp32 [P, N]
-  std::size_t h_amax = 0;        // fp32 [kMaxCtas]
   std::size_t total = 0;
 };
 
@@ -51,7 +50,6 @@ GemvLayout gemv_layout(const MoeProblem& p) {
   l.topk_ids = take(p.with_routing ? P * 4 : 0);
   l.topk_weights = take(p.with_routing ? P * 4 : 0);
   l.h_buf = take(P * static_cast<std::size_t>(p.intermediate_size) * 4);
-  l.h_amax = take(static_cast<std::size_t>(gv::kMaxCtas) * 4);
   l.total = at;
   return l;
 }
@@ -466,7 +464,6 @@ void run_gemv_sm90(const detail::MoeCall& call, detail::GemvKernel kind) {
   kp.b13 = p.has_bias13 ? call.b13 : nullptr;
   kp.b2 = p.has_bias2 ? call.b2 : nullptr;
   kp.h_buf = reinterpret_cast<float*>(ws + L.h_buf);
-  kp.h_amax = reinterpret_cast<float*>(ws + L.h_amax);
   kp.faults = device_fault_record(dev);
   kp.num_tokens = static_cast<int>(p.num_tokens);
   kp.top_k = static_cast<int>(p.top_k);

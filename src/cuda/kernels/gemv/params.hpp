@@ -17,7 +17,7 @@ inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxSlots = 256;
 inline constexpr int kMaxExperts = 1024;
 inline constexpr int kMaxTopK = 64;
-inline constexpr int kMaxCtas = 1024;  // the fp8 intermediate absmax slots in the workspace
+inline constexpr int kMaxCtas = 1024;  // the most CTAs a launch takes (its grid is at most the SMs)
 inline constexpr int kRegionBytes = 192 * 1024;
 // The tensor-core variant (kernel_mma_sm90.cuh): more slots (its GEMM2 keeps one fp32 per slot
 // and owned column in shared memory), token groups of 8 per mma, kMmaTokenGroups per GEMM1 pass.
@@ -81,7 +81,6 @@ struct GemvParams {
   const void* b13;                  // [E, 2N] or null
   const void* b2;                   // [E, K] or null
   float* h_buf;                     // workspace: h [M * k, N] fp32 (rows of local slots)
-  float* h_amax;                    // workspace: [gridDim.x] absmax of each CTA's h (fp8, dynamic)
   FaultRecord* faults;              // the device's fault record, or null
   int num_tokens;                   // M
   int top_k;                        // k

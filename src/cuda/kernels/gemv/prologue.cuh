@@ -298,21 +298,6 @@ __device__ __forceinline__ void stage_rows_e4m3_per_row(const GemvParams& p, std
   }
 }
 
-// fp8_per_tensor's dynamic intermediate scale (the absmax of every slot's h) across the grid:
-// before the grid barrier each CTA's absmax of the h it wrote goes to the workspace...
-__device__ __forceinline__ void publish_h_absmax(const GemvParams& p, float hmax, float* scratch) {
-  hmax = block_absmax(hmax, scratch);
-  if (threadIdx.x == 0) p.h_amax[blockIdx.x] = hmax;
-}
-
-// ...and after it every CTA takes the scale from all of them (`dynamic`), else the static one.
-__device__ __forceinline__ float intermediate_scale(const GemvParams& p, bool dynamic, float* scratch) {
-  if (!dynamic) return p.a2_scale[0];
-  float a = 0.0f;
-  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) a = fmaxf(a, __ldcg(p.h_amax + i));
-  return numerics::dynamic_scale(block_absmax(a, scratch));
-}
-
 // ---- host side ----
 
 // CTAs of `kernel` that can be resident at once on `device` (occupancy x SMs at the opt-in
