@@ -540,16 +540,6 @@ struct GemvMma {
     if (kDecoupled && p.phases != nullptr) __syncthreads();  // the phase timer: the last unit summed too
     stamp(kPhaseGemm1);
 
-    // fp8: the w2 scale of this thread's first coefficient slot (below), asked for before the
-    // barrier: after it, its DRAM round trip would come in series behind the staging's. Thread 0
-    // runs the barrier's fence, which waits for its own loads, so warp 0 takes slots
-    // kThreads - 32 .. kThreads - 1 (none while P <= kThreads - 32) and warps 1.. the first ones.
-    const int cslot = (tid + kThreads - 32) % kThreads;
-    float w2s = 1.0f;
-    if constexpr (kFp8) {
-      if (cslot < P && !per_channel && slot_e[cslot] >= 0) w2s = p.w2_scale[slot_e[cslot]];
-    }
-
     // ---- 2. every h of the call exists (the launch is cooperative: its own barrier) ----
     cg::this_grid().sync();
     stamp(kPhaseBarrier);
@@ -659,9 +649,9 @@ struct GemvMma {
     }
     // Each slot's GEMM2 coefficient: the fp8 scales, and the router weight unless it went in
     // (fp8_per_channel: written with the slot's row above).
-    for (int sl = cslot; sl < P && !(kFp8 && per_channel); sl += kThreads) {
+    for (int sl = tid; sl < P && !(kFp8 && per_channel); sl += kThreads) {
       const int e = slot_e[sl];
-      const float scale = kFp8 && e >= 0 ? hscale * (sl == cslot ? w2s : p.w2_scale[e]) : 1.0f;
+      const float scale = kFp8 && e >= 0 ? hscale * p.w2_scale[e] : 1.0f;
       coef[sl] = e < 0 ? 0.0f : (p.weight_on_input ? scale : scale * tw[sl]);
     }
     if constexpr (!kFp8) sm90::cp_async_wait_all_groups();
