@@ -609,7 +609,6 @@ struct GemvMma {
 #pragma unroll
         for (int c = 0; c < kHoldH; ++c) {
           const int i = tid + c * kThreads;
-          if (i >= n4) break;  // no dead words' index arithmetic at small P (M = 1: one word a thread)
           held[c] = word_ok(i) ? h4(i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].x), held[c].y);
           a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].z), held[c].w);
@@ -619,8 +618,7 @@ struct GemvMma {
 #pragma unroll
         for (int c = 0; c < kHoldH; ++c) {
           const int i = tid + c * kThreads;
-          if (i >= n4) break;
-          put(i, word_ok(i) ? numerics::e4m3x4(held[c], inv) : 0u);
+          if (i < n4) put(i, word_ok(i) ? numerics::e4m3x4(held[c], inv) : 0u);
         }
       } else {
         if (dynamic) {
