@@ -603,7 +603,15 @@ struct GemvMma {
           *reinterpret_cast<std::uint32_t*>(region + static_cast<std::int64_t>(slot) * ph + (i - slot * r4) * 4) = w;
       };
       const bool dynamic = p.a2_scale == nullptr;
-      if (dynamic && n4 <= kHoldH * kThreads) {
+      if (dynamic && n4 <= kThreads) {
+        // At most one word a thread (M = 1 on the TP8 shards): no held loop's dead blocks.
+        const bool ok = word_ok(tid);
+        const float4 v = ok ? h4(tid) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float a = numerics::fold_absmax(numerics::fold_absmax(0.0f, v.x), v.y);
+        a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+        if (tid < n4) put(tid, ok ? numerics::e4m3x4(v, 1.0f / hscale) : 0u);
+      } else if (dynamic && n4 <= kHoldH * kThreads) {
         float4 held[kHoldH];
         float a = 0.0f;
 #pragma unroll
