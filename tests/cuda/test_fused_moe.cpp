@@ -1170,8 +1170,8 @@ TEST(Sm90Dispatch, GemvFp8IntermediateScaleFromEveryH) {
   // fp8_per_tensor's dynamic intermediate scale is the absmax of every h of the call. Each GEMV
   // CTA takes it from the h it stages after the grid barrier (all of the call's: no grid-wide
   // reduction); the tensor-core kernel holds a thread's words in registers between the absmax and
-  // the quantization up to 4096 words a CTA (P x ceil(N / 16) x 4) and reads them twice from L2
-  // past that. One token's hidden row here is 16x the others', so its h (about 256x: the
+  // the quantization up to 4096 words a CTA (P x ceil(N / 16) x 4), one word a thread in a form
+  // of its own up to 512 (M = 1 on the TP8 shards), and reads them twice from L2 past that. One token's hidden row here is 16x the others', so its h (about 256x: the
   // activation is about quadratic) holds the absmax, and only the CTAs whose GEMM1 pairs it
   // reached wrote it: a CTA whose staging missed it would take a scale ~256x too small and
   // saturate that token's e4m3 h at 448, far outside the tolerance. Against the reference, both
@@ -1184,6 +1184,7 @@ TEST(Sm90Dispatch, GemvFp8IntermediateScaleFromEveryH) {
   const Case cases[] = {
       {"cuda", {DType::kBf16, 64, 8, 2048, 96, 4}, false},
       {"cuda", {DType::kFp16, 32, 8, 1024, 256, 8}, false},
+      {"mma", {DType::kBf16, 64, 8, 7168, 256, 1}, true},     // 8 slots x 64 words: one a thread
       {"mma", {DType::kBf16, 128, 8, 2048, 96, 8}, true},     // 64 slots x 24 words
       {"mma", {DType::kBf16, 32, 4, 2880, 360, 4}, true},     // N = 360: the half last chunk
       {"mma", {DType::kBf16, 64, 8, 1024, 512, 16}, false},   // 128 slots x 128 words

@@ -104,7 +104,8 @@ struct GemvMma {
   static constexpr int kRound2 = 4;            // GEMM2: the same
   // fp8 staging with the dynamic intermediate scale: h words a thread holds in registers between
   // the absmax and the quantization (4096 words a CTA: qwen3-30b TP8 to M = 16, deepseek-v3 to
-  // M = 8); more are read twice from L2.
+  // M = 8; at most one a thread, M = 1 on the TP8 shards, in a one-word form of its own); more
+  // are read twice from L2.
   static constexpr int kHoldH = 8;
   // Two m16n8 k-steps of a 64-byte k-block: lo / hi the lane's 16 bytes of rows g and g + 8, b
   // the lane's 16 bytes of column g of B.
@@ -585,7 +586,7 @@ struct GemvMma {
       // Word q4 of a staged row: 4 e4m3 of h, or zero past N up to the 16-byte chunk's end (the
       // half chunk's mma then multiplies zeros by zeros). The dynamic scale is the absmax of every
       // h of the call: every CTA stages all of them, so it folds them as they arrive (in registers
-      // where a thread has at most kHoldH words, else read twice from L2), reduces over the CTA
+      // where a thread has one word, or at most kHoldH, else read twice from L2), reduces over the CTA
       // and then quantizes: the same max (order-free) as a grid-wide reduction, without one more
       // round trip after the barrier.
       const int r4 = cph * 4, n4 = P * r4;
