@@ -21,6 +21,11 @@ __device__ __forceinline__ float dynamic_scale(float absmax) { return fmaxf(absm
 // same values with it, so they agree bit for bit.
 __device__ __forceinline__ float fold_absmax(float amax, float x) { return fmaxf(amax, fabsf(x)); }
 
+// Four values folded in, x then y then z then w.
+__device__ __forceinline__ float fold_absmax4(float amax, const float4& v) {
+  return fold_absmax(fold_absmax(fold_absmax(fold_absmax(amax, v.x), v.y), v.z), v.w);
+}
+
 // A warp's absmaxes (every lane calls it, lanes converged) into a per-tensor word of float bits
 // that was zeroed before the chain: non-negative, NaN-free floats order like their bits, and a max
 // is order-free, so the word ends the same whichever warps fold in and in what order.

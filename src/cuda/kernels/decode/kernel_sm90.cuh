@@ -602,8 +602,7 @@ struct Decode {
           const float4* hrow = reinterpret_cast<const float4*>(p.h_buf + static_cast<std::int64_t>(s.sorted[it.row_begin + row]) * N);
           for (int q4 = lane; q4 * 4 < N; q4 += 32) {
             const float4 v = __ldcg(hrow + q4);
-            a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
-            a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+            a = numerics::fold_absmax4(a, v);
           }
         }
         a = warp_max(a);

@@ -568,8 +568,7 @@ struct GemvMma {
         float a = 0.0f;
         for (int q4 = lane; q4 * 4 < N; q4 += 32) {
           const float4 v = __ldcg(hrow + q4);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+          a = numerics::fold_absmax4(a, v);
         }
         const float s2 = numerics::dynamic_scale(warp_max(a));
         const float inv = 1.0f / s2;
@@ -608,9 +607,7 @@ struct GemvMma {
         // At most one word a thread (M = 1 on the TP8 shards): no held loop's dead blocks.
         const bool ok = word_ok(tid);
         const float4 v = ok ? h4(tid) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float a = numerics::fold_absmax(numerics::fold_absmax(0.0f, v.x), v.y);
-        a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
-        hscale = numerics::dynamic_scale(block_absmax(a, scratch));
+        hscale = numerics::dynamic_scale(block_absmax(numerics::fold_absmax4(0.0f, v), scratch));
         if (tid < n4) put(tid, ok ? numerics::e4m3x4(v, 1.0f / hscale) : 0u);
       } else if (dynamic && n4 <= kHoldH * kThreads) {
         float4 held[kHoldH];
@@ -619,8 +616,7 @@ struct GemvMma {
         for (int c = 0; c < kHoldH; ++c) {
           const int i = tid + c * kThreads;
           held[c] = word_ok(i) ? h4(i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].x), held[c].y);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, held[c].z), held[c].w);
+          a = numerics::fold_absmax4(a, held[c]);
         }
         hscale = numerics::dynamic_scale(block_absmax(a, scratch));
         const float inv = 1.0f / hscale;
@@ -635,8 +631,7 @@ struct GemvMma {
           for (int i = tid; i < n4; i += kThreads) {
             if (!word_ok(i)) continue;
             const float4 v = h4(i);
-            a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
-            a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+            a = numerics::fold_absmax4(a, v);
           }
           hscale = numerics::dynamic_scale(block_absmax(a, scratch));
         } else {

@@ -370,8 +370,7 @@ struct Gemv {
         for (std::int64_t i = tid; i < n4; i += kThreads) {
           if (!placed(i)) continue;
           const float4 v = __ldcg(hb4 + i);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, v.x), v.y);
-          a = numerics::fold_absmax(numerics::fold_absmax(a, v.z), v.w);
+          a = numerics::fold_absmax4(a, v);
           hs4[i] = v;
         }
         hscale = numerics::dynamic_scale(block_absmax(a, scratch));
