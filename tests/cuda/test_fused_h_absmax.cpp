@@ -21,7 +21,6 @@
 #include "common/cuda_test.hpp"
 #include "common/device_case.hpp"
 #include "common/moe_case.hpp"
-#include "cuda/kernels/routing/launch_sm90.hpp"  // routing_last_quant_ctas
 #include "moekit/moekit.hpp"
 
 namespace moekit::testing {
@@ -153,33 +152,6 @@ TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
   s.activation.kind = Activation::kSwigluOai;
   s.seed = 44;
   check(s);
-}
-
-// The routing launch hosts as many quantization CTAs as routing_quant_ctas() says (so the test
-// above compares the forms it names), and none with MOEKIT_ROUTING_QUANT=0: K = 512, M = 37 -> 3;
-// K = 768, M = 300 -> 8; K = 256, M = 1 -> 1; K = 2048, M = 37 (75776 elements beside the
-// 256-thread CTA) -> 0.
-TEST(Sm90RoutingQuant, HostsTheNamedCtas) {
-  SKIP_WITHOUT_SM90();
-  struct Want {
-    std::int64_t K, M;
-    int ctas;
-  };
-  for (const Want w : {Want{512, 37, 3}, Want{768, 300, 8}, Want{256, 1, 1}, Want{2048, 37, 0}}) {
-    const MoeCase c = make_case(fp8_dynamic_spec(8, 2, w.K, 208));
-    DeviceCase d(c);
-    SCOPED_TRACE("K=" + std::to_string(w.K) + " M=" + std::to_string(w.M));
-    {
-      ScopedEnv on("MOEKIT_ROUTING_QUANT", "1");
-      (void)d.run(w.M, CallMode::kFusedExperts, "tokmajor");
-      EXPECT_EQ(cuda::routing_last_quant_ctas(), w.ctas);
-    }
-    {
-      ScopedEnv off("MOEKIT_ROUTING_QUANT", "0");
-      (void)d.run(w.M, CallMode::kFusedExperts, "tokmajor");
-      EXPECT_EQ(cuda::routing_last_quant_ctas(), 0);
-    }
-  }
 }
 
 }  // namespace

@@ -69,12 +69,6 @@ int routing_absmax_ctas(const RoutingParams& p, int device) {
   return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
 }
 
-namespace {
-thread_local int last_quant_ctas = 0;
-}  // namespace
-
-int routing_last_quant_ctas() { return last_quant_ctas; }
-
 int routing_quant_ctas(const RoutingParams& p) {
   const auto addr = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); };
   if (p.absmax_x == nullptr || p.quant_q == nullptr || p.quant_scale == nullptr || p.absmax_elems <= 0 ||
@@ -113,7 +107,6 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
       static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
   const std::int64_t P = p.num_tokens * p.top_k;
   const bool multi = multi_cta_permutation(p);
-  last_quant_ctas = 0;
   // The absmax CTAs ride on the one-CTA permutation's single launch only (routing_absmax_ctas()).
   if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !one_launch_permutation(p)))
     throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
@@ -198,7 +191,6 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   // (RoutingParams::absmax_ctas) or those that quantize it (quant_ctas); a route-only launch has
   // none.
   launch(p, p.permute ? 1 + p.absmax_ctas + p.quant_ctas : route_grid, false);
-  last_quant_ctas = p.quant_ctas;
 }
 
 RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {

@@ -34,10 +34,6 @@ int routing_absmax_ctas(const RoutingParams& params, int device);
 /// kQuantElemsPerThread elements a thread of its share. Host only, no sync.
 int routing_quant_ctas(const RoutingParams& params);
 
-/// The quantization CTAs (RoutingParams::quant_ctas) of the calling thread's last routing launch
-/// (0: none, or not the one-CTA permutation's launch). For the tests that check a form ran.
-int routing_last_quant_ctas();
-
 /// The route-only parameters of a fused_moe call (problem.with_routing): router_logits (and the
 /// correction bias) to topk ids / weights in ids_out / wts_out, nothing permuted. What the
 /// single-launch paths (decode, GEMV) launch before their kernel.
