@@ -173,9 +173,9 @@ bool routing_absmax_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// Whether the routing launch may quantize hidden itself on CTAs of its own for a dynamic
-// per-tensor scale (RoutingParams::quant_ctas), so that the chain has no quantization launch for
-// hidden: on unless MOEKIT_ROUTING_QUANT is "0" (the quantization launch after routing,
+// Whether the routing launch may quantize a small hidden itself on an extra CTA for a dynamic
+// per-tensor scale (RoutingParams::quant_cta), so that the chain has no quantization launch for
+// hidden: on unless MOEKIT_ROUTING_QUANT is "0" (the one-CTA quantization launch after routing,
 // for A/Bs and the test that compares the two bit for bit); read at every call.
 bool routing_quant_enabled() {
   const char* v = detail::env_value(detail::EnvVar::kRoutingQuant);
@@ -542,34 +542,36 @@ void run_moe(const detail::MoeCall& call) {
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   rp.faults = faults;
-  // fp8_per_tensor with a dynamic activation scale: the routing launch quantizes hidden on CTAs of
-  // its own (RoutingParams::quant_ctas; each takes the whole absmax itself, so none waits for
-  // another) wherever it can host them (routing_quant_ctas: up to a few rounds of loads a thread),
-  // concurrently with the routing, and step 2 has no launch. Past that size it takes hidden's
-  // absmax on CTAs of its own (RoutingParams::absmax_ctas), so that quant(hidden) is one launch
-  // instead of an absmax launch and a quant launch.
-  if (fp8 && p.scheme == Scheme::kFp8PerTensor && call.a13_scale == nullptr) {
+  // fp8_per_tensor with a dynamic activation scale past the one-CTA quantization's size: the
+  // routing launch takes hidden's absmax on CTAs of its own (RoutingParams::absmax_ctas), so that
+  // quant(hidden) is one launch instead of an absmax launch and a quant launch.
+  if (fp8 && p.scheme == Scheme::kFp8PerTensor && call.a13_scale == nullptr &&
+      M * K > quant::kSmallTensorMaxElems && routing_absmax_enabled()) {
+    rp.absmax_x = call.hidden;
+    rp.absmax_x_dtype = p.act_dtype;
+    rp.absmax_elems = M * K;
+    rp.absmax_partials = slice<float>(ws, L.absmax_partials);
+    rp.absmax_ctas = routing_absmax_ctas(rp, call.device);
+  }
+  // The same with a small hidden (decode): the routing launch's extra CTA quantizes all of it
+  // (absmax, scale, e4m3 rows), concurrently with the routing, and step 2 has no launch.
+  if (fp8 && p.scheme == Scheme::kFp8PerTensor && call.a13_scale == nullptr &&
+      M * K <= quant::kSmallTensorMaxElems && routing_quant_enabled()) {
     RoutingParams q = rp;
     q.absmax_x = call.hidden;
     q.absmax_x_dtype = p.act_dtype;
     q.absmax_elems = M * K;
     q.quant_q = slice<std::uint8_t>(ws, L.a_q);
     q.quant_scale = slice<float>(ws, L.a_scale);
-    q.quant_ctas = routing_quant_enabled() ? routing_quant_ctas(q) : 0;
-    if (q.quant_ctas > 0) {
+    if (routing_hosts_quant(q)) {
+      q.quant_cta = true;
       rp = q;
-    } else if (M * K > quant::kSmallTensorMaxElems && routing_absmax_enabled()) {
-      rp.absmax_x = call.hidden;
-      rp.absmax_x_dtype = p.act_dtype;
-      rp.absmax_elems = M * K;
-      rp.absmax_partials = slice<float>(ws, L.absmax_partials);
-      rp.absmax_ctas = routing_absmax_ctas(rp, call.device);
     }
   }
   launch_routing_sm90(rp, stream, pdl);
 
   // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did.
-  if (fp8 && rp.quant_ctas == 0) {
+  if (fp8 && !rp.quant_cta) {
     QuantParams qp;
     qp.scheme = p.scheme;
     qp.x = call.hidden;

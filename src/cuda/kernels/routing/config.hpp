@@ -23,13 +23,6 @@ inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 1024;
 // kAbsmaxElemsPerCta elements.
 inline constexpr int kMaxAbsmaxCtas = 256;
 inline constexpr std::int64_t kAbsmaxElemsPerCta = 8192;
-// The routing launch's quantization CTAs (RoutingParams::quant_ctas, routing_quant_ctas()): each
-// reads all of hidden for its absmax (8 16-byte loads a thread in flight a round), so hidden may
-// take at most kQuantMaxRounds such rounds of the launch's CTA shape (256 threads: 64 K elements;
-// 1024: 256 K), about as long as the routing CTA beside them at those sizes; each CTA then
-// quantizes at most kQuantElemsPerThread elements a thread (one round of 4-element vectors).
-inline constexpr std::int64_t kQuantMaxRounds = 4;
-inline constexpr std::int64_t kQuantElemsPerThread = 32;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
 inline constexpr std::int64_t kPermuteMaxCountWords = 32768;

@@ -19,7 +19,7 @@
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/warp.cuh"
-#include "cuda/kernels/quant/one_cta.cuh"  // quantize_tensor_part
+#include "cuda/kernels/quant/one_cta.cuh"  // quantize_tensor_one_cta
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "cuda/numerics/quant.cuh"  // fold_absmax, block_absmax
@@ -202,18 +202,17 @@ __device__ void hidden_absmax_partial(const RoutingParams& p, int b) {
   numerics::block_absmax<kNumThreads>(amax, [&](float a) { p.absmax_partials[b] = a; });
 }
 
-// Quantization CTA `part` of a routing launch's quant_ctas (RoutingParams::quant_ctas): the absmax
-// of all of hidden, then its share of the e4m3 values, as the quantization launch would give them
-// (the same scale and bytes).
+// The quantization CTA of a routing launch (RoutingParams::quant_cta): all of hidden, as the
+// one-CTA quantization launch does it (the same scale and bytes; 4 elements a load).
 template <int kNumThreads>
-__device__ void quantize_hidden(const RoutingParams& p, int part) {
+__device__ void quantize_hidden(const RoutingParams& p) {
   const std::int64_t n_vec = p.absmax_elems / 4;
   if (p.absmax_x_dtype == DType::kBf16)
-    quant::quantize_tensor_part<__nv_bfloat16, kNumThreads>(static_cast<const __nv_bfloat16*>(p.absmax_x), n_vec,
-                                                            p.quant_q, p.quant_scale, part, p.quant_ctas);
+    quant::quantize_tensor_one_cta<__nv_bfloat16, 4, kNumThreads>(static_cast<const __nv_bfloat16*>(p.absmax_x), n_vec,
+                                                                   p.quant_q, p.quant_scale);
   else
-    quant::quantize_tensor_part<__half, kNumThreads>(static_cast<const __half*>(p.absmax_x), n_vec, p.quant_q,
-                                                     p.quant_scale, part, p.quant_ctas);
+    quant::quantize_tensor_one_cta<__half, 4, kNumThreads>(static_cast<const __half*>(p.absmax_x), n_vec, p.quant_q,
+                                                            p.quant_scale);
 }
 
 template <class TLogit, int kNumThreads>
@@ -228,11 +227,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   pdl_wait();
   if (p.pdl_trigger) pdl_launch_dependents();
   // The last absmax_ctas CTAs take hidden's absmax (fp8_per_tensor, dynamic scale) and nothing
-  // else; or the last quant_ctas CTAs quantize hidden (each its share).
-  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas - p.quant_ctas;
+  // else; or the last CTA quantizes all of a small hidden (quant_cta).
+  const int routing_ctas = static_cast<int>(gridDim.x) - p.absmax_ctas - (p.quant_cta ? 1 : 0);
   if (static_cast<int>(blockIdx.x) >= routing_ctas) {
-    if (p.quant_ctas > 0)
-      quantize_hidden<kNumThreads>(p, static_cast<int>(blockIdx.x) - routing_ctas);
+    if (p.quant_cta)
+      quantize_hidden<kNumThreads>(p);
     else
       hidden_absmax_partial<kNumThreads>(p, static_cast<int>(blockIdx.x) - routing_ctas);
     return;

@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
+#include "cuda/kernels/quant/config.hpp"  // kSmallTensorMaxElems
 #include "cuda/kernels/routing/config.hpp"
 #include "cuda/kernels/routing/params.hpp"
 #include "moekit/error.hpp"
@@ -52,13 +53,6 @@ bool one_launch_permutation(const RoutingParams& p) {
   return p.permute && !multi_cta_permutation(p) && !(p.route && p.num_tokens > kFusedRouteMaxTokens);
 }
 
-// The CTA shape of the one-CTA permutation's launch: the 8-warp CTA for the few slots of a
-// decode-sized call (and few tokens to route), else the 32-warp one.
-int one_cta_threads(const RoutingParams& p) {
-  const bool small = p.permute && p.num_tokens * p.top_k <= kSmallThreads && (!p.route || p.num_tokens <= kSmallMaxRouteTokens);
-  return small ? kSmallThreads : kThreads;
-}
-
 }  // namespace
 
 int routing_absmax_ctas(const RoutingParams& p, int device) {
@@ -69,16 +63,12 @@ int routing_absmax_ctas(const RoutingParams& p, int device) {
   return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
 }
 
-int routing_quant_ctas(const RoutingParams& p) {
+bool routing_hosts_quant(const RoutingParams& p) {
   const auto addr = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); };
-  if (p.absmax_x == nullptr || p.quant_q == nullptr || p.quant_scale == nullptr || p.absmax_elems <= 0 ||
-      p.absmax_elems % 4 != 0 || (p.absmax_x_dtype != DType::kBf16 && p.absmax_x_dtype != DType::kFp16) ||
-      addr(p.absmax_x) % 8 != 0 || addr(p.quant_q) % 4 != 0 || p.num_tokens <= 0 || !one_launch_permutation(p))
-    return 0;
-  const std::int64_t threads = one_cta_threads(p);
-  if (p.absmax_elems > threads * 64 * kQuantMaxRounds) return 0;  // 64 elements: 8 16-byte loads
-  const std::int64_t per_cta = threads * kQuantElemsPerThread;
-  return static_cast<int>((p.absmax_elems + per_cta - 1) / per_cta);
+  return p.absmax_x != nullptr && p.quant_q != nullptr && p.quant_scale != nullptr && p.absmax_elems > 0 &&
+         p.absmax_elems <= quant::kSmallTensorMaxElems && p.absmax_elems % 4 == 0 &&
+         (p.absmax_x_dtype == DType::kBf16 || p.absmax_x_dtype == DType::kFp16) && addr(p.absmax_x) % 8 == 0 &&
+         addr(p.quant_q) % 4 == 0 && p.num_tokens > 0 && one_launch_permutation(p);
 }
 
 void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
@@ -111,9 +101,8 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !one_launch_permutation(p)))
     throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
                                        " for this launch (routing_absmax_ctas() says how many it hosts)");
-  if (p.quant_ctas != 0 && (p.absmax_ctas > 0 || p.quant_ctas != routing_quant_ctas(p)))
-    throw Error(Status::kInternal, "routing: quant_ctas " + std::to_string(p.quant_ctas) +
-                                       " for this launch (routing_quant_ctas() says how many it hosts)");
+  if (p.quant_cta && (p.absmax_ctas > 0 || !routing_hosts_quant(p)))
+    throw Error(Status::kInternal, "routing: quant_cta set for a launch that cannot host it (routing_hosts_quant())");
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
@@ -162,7 +151,8 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     // GEMM1); a route-only call (moekit::route) ends with this kernel.
     q.pdl_trigger = p.permute;
     // The one-CTA permutation of few slots (decode) runs on the 8-warp CTA.
-    const bool small = one_cta_threads(q) == kSmallThreads;
+    const bool small = q.permute && q.num_tokens * q.top_k <= kSmallThreads &&
+                       (!q.route || q.num_tokens <= kSmallMaxRouteTokens);
     const int warps = small ? kSmallThreads / 32 : kWarps;
     const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
     const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
@@ -188,9 +178,9 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     return;
   }
   // The one-CTA permutation (routing in the same CTA), plus the CTAs that take hidden's absmax
-  // (RoutingParams::absmax_ctas) or those that quantize it (quant_ctas); a route-only launch has
-  // none.
-  launch(p, p.permute ? 1 + p.absmax_ctas + p.quant_ctas : route_grid, false);
+  // (RoutingParams::absmax_ctas) or the one that quantizes it (quant_cta); a route-only launch
+  // has none.
+  launch(p, p.permute ? 1 + p.absmax_ctas + (p.quant_cta ? 1 : 0) : route_grid, false);
 }
 
 RoutingParams route_only_params(const detail::MoeCall& call, std::int32_t* ids_out, float* wts_out) {

@@ -26,13 +26,12 @@ void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = f
 /// more than 512 tokens), else 1..min(SMs - 1, kMaxAbsmaxCtas). Host only, no sync.
 int routing_absmax_ctas(const RoutingParams& params, int device);
 
-/// How many CTAs launch_routing_sm90 adds to quantize all of hidden (RoutingParams::quant_ctas;
-/// absmax_x, absmax_elems, quant_q, quant_scale set), 0 where it cannot: the call's routing is the
-/// one-CTA permutation's single launch, hidden is bf16 or fp16, a multiple of 4 elements, 8-byte
-/// aligned, quant_q 4-byte aligned, and at most kQuantMaxRounds rounds of 16-byte loads a thread
-/// of the launch's CTA shape (each of these CTAs reads all of it); then one CTA per
-/// kQuantElemsPerThread elements a thread of its share. Host only, no sync.
-int routing_quant_ctas(const RoutingParams& params);
+/// Whether launch_routing_sm90 can host the quantization of all of hidden on an extra CTA
+/// (RoutingParams::quant_cta; absmax_x, absmax_elems, quant_q, quant_scale set): the call's
+/// routing is the one-CTA permutation's single launch, hidden is bf16 or fp16 with at most
+/// quant::kSmallTensorMaxElems elements, a multiple of 4, 8-byte aligned, and quant_q 4-byte
+/// aligned. Host only, no sync.
+bool routing_hosts_quant(const RoutingParams& params);
 
 /// The route-only parameters of a fused_moe call (problem.with_routing): router_logits (and the
 /// correction bias) to topk ids / weights in ids_out / wts_out, nothing permuted. What the

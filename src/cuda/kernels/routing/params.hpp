@@ -82,15 +82,14 @@ struct RoutingParams {
   float* absmax_partials = nullptr;
   int absmax_ctas = 0;
 
-  // fp8_per_tensor with a dynamic activation scale on a hidden of at most a few rounds of loads a
-  // thread (routing_quant_ctas(); backend.cu): the launch of the one-CTA permutation quantizes all
-  // of hidden on quant_ctas extra CTAs, its last (0 = none), so the chain has no quantization
-  // launch of its own. Each takes the absmax of the whole hidden itself, so none waits for another
-  // (quant/one_cta.cuh quantize_tensor_part: the one-CTA quantization's scale and bytes), and
-  // quantizes its share. It reads absmax_x ([absmax_elems], bf16 or fp16, 8-byte aligned,
-  // absmax_elems % 4 == 0) and writes quant_q ([absmax_elems] e4m3, 4-byte aligned) and
-  // quant_scale[0]. Excludes absmax_ctas.
-  int quant_ctas = 0;
+  // fp8_per_tensor with a dynamic activation scale on a small hidden (absmax_elems <=
+  // quant::kSmallTensorMaxElems; backend.cu): the launch of the one-CTA permutation quantizes all
+  // of hidden on one extra CTA, its last (quant_cta; routing_hosts_quant() says when it can), as
+  // the one-CTA quantization launch would (quant/one_cta.cuh: the same scale and bytes), so the
+  // chain has no quantization launch of its own. It reads absmax_x ([absmax_elems], bf16 or fp16,
+  // 8-byte aligned, absmax_elems % 4 == 0) and writes quant_q ([absmax_elems] e4m3, 4-byte
+  // aligned) and quant_scale[0]. Excludes absmax_ctas.
+  bool quant_cta = false;
   std::uint8_t* quant_q = nullptr;
   float* quant_scale = nullptr;
 };
