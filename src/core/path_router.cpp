@@ -130,8 +130,12 @@ bool gemv_mma_rule(const MoeProblem& p) {
   if (p.scheme == Scheme::kFp8Block128) return false;
   const double M = static_cast<double>(p.num_tokens);
   const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
-  if (elems > t.gemv_mma_max_expert_elems || M > t.gemv_mma_max_tokens) return false;
   const bool shard = p.intermediate_size < t.gemv_mma_max_n;
+  const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
+  // fp8_per_tensor on the smallest shard experts (qwen3-30b TP8) past gemv_mma_max_tokens.
+  const double max_tokens =
+      per_tensor && shard && elems < t.gemv_mma_fp8_small_elems ? t.gemv_mma_fp8_tiny_max_tokens : t.gemv_mma_max_tokens;
+  if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's small experts included (the
   // CUDA-core kernel does not run it). Same-run A/B at 0abf3fb against the previous auto choice
   // (Swap-AB, token-major or fused), check on: 1.10-2.16x on qwen3-30b, qwen3-235b, deepseek-v3
@@ -139,11 +143,10 @@ bool gemv_mma_rule(const MoeProblem& p) {
   if (p.scheme == Scheme::kFp8PerChannel) return shard;
   const bool few = p.num_experts <= t.gemv_mma_few_experts && M <= t.gemv_mma_few_experts_max_tokens;
   if (!shard && !few) return false;
+  // fp8_per_tensor on the largest shard experts (deepseek-v3 TP8): its own bound, not the wide one.
+  if (per_tensor && shard && elems >= t.gemv_mma_fp8_large_elems) return M <= t.gemv_mma_fp8_large_max_tokens;
   if (shard && elems >= t.gemv_mma_wide_elems && M > t.gemv_mma_wide_max_tokens) return false;
-  if (p.scheme != Scheme::kBf16) {
-    if (shard && elems >= t.gemv_mma_fp8_large_elems && M > t.gemv_mma_fp8_large_max_tokens) return false;
-    return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);
-  }
+  if (p.scheme != Scheme::kBf16) return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);
   return shard ? M > t.gemv_mma_min_tokens_bf16 : M >= t.gemv_mma_min_tokens_bf16;
 }
 
@@ -344,9 +347,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // above, mma between them only for tiny bf16 shards. A GEMM Swap-AB declines runs token-major.
   if (in.tokmajor_ok[0] && in.tokmajor_ok[1] && !p.has_bias13 && !p.has_bias2) {
     const bool tiny = N < t.tiny_n;
-    const double swapab_slots =
-        tiny ? t.tiny_n_swapab_max_slots : (fp8 ? t.early_swapab_max_slots : t.early_swapab_max_slots_bf16);
-    const bool fp8_mid = fp8 && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&
+    // fp8_per_tensor on few experts (mixtral): its own Swap-AB bound and not the TP1-sized clause.
+    const bool few = p.scheme == Scheme::kFp8PerTensor && p.num_experts <= t.early_swapab_few_experts;
+    const double swapab_slots = tiny  ? t.tiny_n_swapab_max_slots
+                                : few ? t.early_swapab_max_slots_fp8_few_experts
+                                : fp8 ? t.early_swapab_max_slots
+                                      : t.early_swapab_max_slots_bf16;
+    const bool fp8_mid = fp8 && !few && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&
                          tpe <= t.early_swapab_fp8_max_tokens_per_expert;
     const bool block128 = p.scheme == Scheme::kFp8Block128 &&
                           (N < t.mid_n ? plan.local_slots <= t.block128_swapab_max_slots

@@ -115,6 +115,13 @@ struct RouterTable {
   // TP1 M = 4 660.6 against 683.0; fp8 keeps 32 (qwen3-30b TP1 M = 4 Swap-AB 74.1 against
   // token-major 81.9, mixtral TP8 / TP1 M = 16 within 1.3 %).
   double early_swapab_max_slots_bf16 = 16.0;
+  // fp8_per_tensor on at most early_swapab_few_experts experts (mixtral) leaves Swap-AB past 16
+  // slots, and the TP1-sized clause below (fp8_mid) does not take it (session 37, same-run sweep of
+  // the paths forced, two passes, check on; bench/results/2026-12-03-4b50020-h200-router-sweep*):
+  // token-major at mixtral TP8 M = 9, 12, 16 70.1 / 74.7 / 74.5 µs against Swap-AB's 73.8 / 78.3 /
+  // 78.8, TP1 M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9.
+  std::int64_t early_swapab_few_experts = 16;
+  double early_swapab_max_slots_fp8_few_experts = 16.0;
   // fp8 on TP1-sized experts (N >= mid_n) of a hidden size up to early_swapab_fp8_max_k keeps
   // Swap-AB past those slots while the tokens per expert stay at most this many (session 22, with
   // Swap-AB's wide stages: forced sweep at 4f59b65, H200, bench/results/2026-12-02-4f59b65-h200-paths.json:
@@ -250,11 +257,19 @@ struct RouterTable {
   // gemv against auto's chain at 0abf3fb (bench/results/2026-12-01-0abf3fb-h200-gemv-per-channel-ab*,
   // check on) 1.10-2.16x on the shards at M <= 8 and 1.00-2.16x at 16, mixtral 0.86-0.98x.
   // fp8_per_tensor on shard experts of at least gemv_mma_fp8_large_elems weights (deepseek-v3
-  // TP8, N x K = 1.8 M) only up to gemv_mma_fp8_large_max_tokens: since token-major GEMM2's
-  // ping-pong consumers (session 19) token-major beats it at M = 8 and 16 (115.7 vs 126.5 µs,
-  // 164.1 vs 177.5; same-run sweep, check on, bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json;
-  // M = 4 not measured against it, so it stays). qwen3-235b TP8 (0.8 M) keeps it: 63.6 / 97.2
-  // against token-major's 73.1 / 104.1 at M = 8 / 16.
+  // TP8, N x K = 1.8 M) up to gemv_mma_fp8_large_max_tokens, ahead of the wide clause below. It was
+  // 4 from session 19 (token-major's ping-pong GEMM2 won M = 8, 16 then: 115.7 vs 126.5 µs, 164.1 vs
+  // 177.5, bench/results/2026-12-02-a6fb45b-h200-pingpong-paths.json); since the kernel's sessions
+  // 20-36 it wins again (session 37, same-run sweep, two passes, check on;
+  // bench/results/2026-12-03-{49a6c3c-h200-paths-tp8,4b50020-h200-router-sweep}*): M = 5, 6, 12, 16
+  // 89.9 / 94.2 / 146.9 / 158.6 µs against token-major's 91.6 / 99.4 / 164.6 / 167.3; M = 8 118.4
+  // against 116.8 (1.4 % lost, kept for the simpler rule). qwen3-235b TP8 (0.8 M) keeps it: 63.6 /
+  // 97.2 against token-major's 73.1 / 104.1 at M = 8 / 16 (session 19); 88.9 against 107.6 at 16
+  // (session 37).
+  // fp8_per_tensor on shard experts below gemv_mma_fp8_small_elems weights (qwen3-30b TP8, N = 96)
+  // up to gemv_mma_fp8_tiny_max_tokens (past gemv_mma_max_tokens): the same session-37 sweep had
+  // it at M = 20, 24, 32 47.1 / 51.6 / 57.8 µs against token-major's 54.7 / 56.7 / 58.6, and
+  // behind from 40 (62.8 against 58.8; 48: 77.3 against 59.6).
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
   std::int64_t gemv_mma_few_experts = 16;
@@ -264,7 +279,8 @@ struct RouterTable {
   double gemv_mma_fp8_small_m = 1.0;
   double gemv_mma_fp8_small_elems = 524288.0;
   double gemv_mma_fp8_large_elems = 1572864.0;
-  double gemv_mma_fp8_large_max_tokens = 4.0;
+  double gemv_mma_fp8_large_max_tokens = 16.0;
+  double gemv_mma_fp8_tiny_max_tokens = 32.0;
   // Shard experts of at least gemv_mma_wide_elems weights (gpt-oss TP8, N x K = 1.04 M; deepseek-v3
   // TP8, 1.8 M), both schemes: only up to gemv_mma_wide_max_tokens. Session 26's sweep (above,
   // mid_n_*): at gpt-oss TP8 M = 16 Swap-AB took 92.1 us against gemv(mma)'s 108.0 (fp8) and 124.4

@@ -345,8 +345,9 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 1, bf));  // TP1
   EXPECT_EQ(mma("deepseek-v3", 1, 8, f8), on);
   EXPECT_EQ(mma("deepseek-v3", 4, 8, f8), on);
-  EXPECT_FALSE(mma("deepseek-v3", 8, 8, f8));   // token-major (ping-pong GEMM2) from 8 tokens
-  EXPECT_FALSE(mma("deepseek-v3", 16, 8, f8));
+  EXPECT_EQ(mma("deepseek-v3", 8, 8, f8), on);  // up to 16 tokens again since session 37
+  EXPECT_EQ(mma("deepseek-v3", 16, 8, f8), on);
+  EXPECT_FALSE(mma("deepseek-v3", 17, 8, f8));
   EXPECT_EQ(mma("deepseek-v3", 8, 8, bf), on);  // bf16 keeps it
   EXPECT_EQ(mma("gpt-oss-120b", 8, 8, f8), on);
   EXPECT_FALSE(mma("gpt-oss-120b", 16, 8, f8));  // Swap-AB past 8 tokens on experts of >= 1 M weights (session 26)
@@ -357,6 +358,9 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, f8));  // the CUDA-core kernel's
   EXPECT_EQ(mma("qwen3-30b-a3b", 2, 8, f8), on);  // since session 20 (86c683c's sweep)
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
+  EXPECT_EQ(mma("qwen3-30b-a3b", 32, 8, f8), on);  // the smallest shard experts up to 32 tokens (session 37)
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 33, 8, f8));
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 17, 8, f8));  // not past 16 on larger experts
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's from M = 1; not mixtral, not TP1.
   const Scheme pc = Scheme::kFp8PerChannel;
@@ -617,7 +621,8 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
 
 TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   // Where token-major runs both GEMMs (RouterTable, measured at cda930d, bf16 retuned at 86c683c):
-  // Swap-AB up to 32 local slots in fp8 and 16 in bf16, token-major above; tiny bf16 shards
+  // Swap-AB up to 32 local slots in fp8 (16 on mixtral's few experts) and 16 in bf16, token-major
+  // above; tiny bf16 shards
   // (N < 128) take Swap-AB up to 64 slots and mma up to 3 tokens/expert in between.
   detail::RouterInputs in;
   in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
@@ -631,7 +636,14 @@ TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   EXPECT_EQ(plan("deepseek-v3", 8, 1).describe(), tokmajor);    // 64 slots
   EXPECT_EQ(plan("mixtral-8x7b", 8, 1).describe(), swapab);     // k = 2: 16 slots
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), tokmajor);  // 32 slots, bf16
-  EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), swapab);
+  // fp8_per_tensor on few experts (mixtral): Swap-AB to 16 slots, then token-major (session 37),
+  // also where the tokens per expert are few enough for the TP1-sized clause (M = 9: 2.25).
+  EXPECT_EQ(plan("mixtral-8x7b", 8, 1, Scheme::kFp8PerTensor).describe(), swapab);
+  EXPECT_EQ(plan("mixtral-8x7b", 9, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 9, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 16, 8, Scheme::kFp8Block128).describe(), swapab);  // per tensor only
   EXPECT_EQ(plan("mixtral-8x7b", 32, 1).describe(), tokmajor);
   EXPECT_EQ(plan("qwen3-235b-a22b", 8, 8).describe(), tokmajor);  // N = 192 is not tiny
   EXPECT_EQ(plan("deepseek-v3", 256, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
