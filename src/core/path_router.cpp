@@ -132,9 +132,11 @@ bool gemv_mma_rule(const MoeProblem& p) {
   const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
   const bool shard = p.intermediate_size < t.gemv_mma_max_n;
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
-  // fp8_per_tensor on the smallest shard experts (qwen3-30b TP8) past gemv_mma_max_tokens.
-  const double max_tokens =
-      per_tensor && shard && elems < t.gemv_mma_fp8_small_elems ? t.gemv_mma_fp8_tiny_max_tokens : t.gemv_mma_max_tokens;
+  // fp8_per_tensor and bf16 on the smallest shard experts (qwen3-30b TP8) past gemv_mma_max_tokens.
+  const bool tiny = shard && elems < t.gemv_mma_fp8_small_elems;
+  const double max_tokens = tiny && per_tensor                 ? t.gemv_mma_fp8_tiny_max_tokens
+                            : tiny && p.scheme == Scheme::kBf16 ? t.gemv_mma_bf16_tiny_max_tokens
+                                                                : t.gemv_mma_max_tokens;
   if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's small experts included (the
   // CUDA-core kernel does not run it). Same-run A/B at 0abf3fb against the previous auto choice

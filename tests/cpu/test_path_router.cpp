@@ -341,7 +341,10 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("mixtral-8x7b", 4, 8, bf), on);
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, bf));  // ties: left to the chain (token-major since session 20)
   EXPECT_FALSE(mma("qwen3-30b-a3b", 4, 8, bf));  // the CUDA-core kernel's
+  EXPECT_EQ(mma("qwen3-30b-a3b", 20, 8, bf), on);  // the smallest shard experts up to 20 tokens (session 37)
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 21, 8, bf));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, bf));
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 17, 8, bf));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 1, bf));  // TP1
   EXPECT_EQ(mma("deepseek-v3", 1, 8, f8), on);
   EXPECT_EQ(mma("deepseek-v3", 4, 8, f8), on);
