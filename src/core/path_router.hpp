@@ -283,7 +283,7 @@ struct RouterTable {
   double gemv_mma_fp8_tiny_max_tokens = 32.0;
   // bf16 on the same smallest shard experts (qwen3-30b TP8) up to gemv_mma_bf16_tiny_max_tokens,
   // ahead of decode: session 37's bf16 sweep (two passes, check on;
-  // bench/results/2026-12-03-7a04552-h200-router-sweep-bf16-*) had it at M = 17, 20 47.0 / 52.1 µs
+  // bench/results/2026-12-04-7a04552-h200-router-sweep-bf16-*) had it at M = 17, 20 47.0 / 52.1 µs
   // against decode's 50.4 / 54.5 and level at 24 (58.1 against 57.4).
   double gemv_mma_bf16_tiny_max_tokens = 20.0;
   // Shard experts of at least gemv_mma_wide_elems weights (gpt-oss TP8, N x K = 1.04 M; deepseek-v3
