@@ -132,10 +132,13 @@ bool gemv_mma_rule(const MoeProblem& p) {
   const double elems = static_cast<double>(p.intermediate_size) * static_cast<double>(p.hidden_size);
   const bool shard = p.intermediate_size < t.gemv_mma_max_n;
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
-  // fp8_per_tensor and bf16 on the smallest shard experts (qwen3-30b TP8) past gemv_mma_max_tokens.
+  // fp8_per_tensor and bf16 on the smallest shard experts (qwen3-30b TP8), and fp8_per_tensor on
+  // the next ones (qwen3-235b TP8), past gemv_mma_max_tokens.
   const bool tiny = shard && elems < t.gemv_mma_fp8_small_elems;
+  const bool mid = shard && !tiny && elems < t.gemv_mma_wide_elems;
   const double max_tokens = tiny && per_tensor                 ? t.gemv_mma_fp8_tiny_max_tokens
                             : tiny && p.scheme == Scheme::kBf16 ? t.gemv_mma_bf16_tiny_max_tokens
+                            : mid && per_tensor                 ? t.gemv_mma_fp8_mid_max_tokens
                                                                 : t.gemv_mma_max_tokens;
   if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's small experts included (the
@@ -143,7 +146,8 @@ bool gemv_mma_rule(const MoeProblem& p) {
   // (Swap-AB, token-major or fused), check on: 1.10-2.16x on qwen3-30b, qwen3-235b, deepseek-v3
   // and gpt-oss at M <= 8 and 1.00-2.16x at 16; mixtral TP8 (not a shard) 0.86-0.98x, left out.
   if (p.scheme == Scheme::kFp8PerChannel) return shard;
-  const bool few = p.num_experts <= t.gemv_mma_few_experts && M <= t.gemv_mma_few_experts_max_tokens;
+  const bool few = p.num_experts <= t.gemv_mma_few_experts &&
+                   M <= (per_tensor ? t.gemv_mma_few_experts_max_tokens_fp8 : t.gemv_mma_few_experts_max_tokens);
   if (!shard && !few) return false;
   // fp8_per_tensor on the largest shard experts (deepseek-v3 TP8): its own bound, not the wide one.
   if (per_tensor && shard && elems >= t.gemv_mma_fp8_large_elems) return M <= t.gemv_mma_fp8_large_max_tokens;

@@ -274,6 +274,11 @@ struct RouterTable {
   std::int64_t gemv_mma_max_n = 512;
   std::int64_t gemv_mma_few_experts = 16;
   double gemv_mma_few_experts_max_tokens = 8.0;
+  // fp8_per_tensor on the few experts (mixtral TP8): one token more, from session 37's two sweeps
+  // (gemv(mma) at M = 9 68.2 and 67.5 µs against token-major's 70.1 and 70.8; at M = 10 78.1
+  // against 74.6; bench/results/2026-12-03-4b50020-h200-router-sweep-mixtral-*,
+  // 2026-12-04-0d13d58-h200-router-sweep-fp8-*).
+  double gemv_mma_few_experts_max_tokens_fp8 = 9.0;
   double gemv_mma_min_tokens_bf16 = 4.0;
   double gemv_mma_max_tokens = 16.0;
   double gemv_mma_fp8_small_m = 1.0;
@@ -286,6 +291,12 @@ struct RouterTable {
   // bench/results/2026-12-04-7a04552-h200-router-sweep-bf16-*) had it at M = 17, 20 47.0 / 52.1 µs
   // against decode's 50.4 / 54.5 and level at 24 (58.1 against 57.4).
   double gemv_mma_bf16_tiny_max_tokens = 20.0;
+  // fp8_per_tensor on shard experts from gemv_mma_fp8_small_elems to gemv_mma_wide_elems weights
+  // (qwen3-235b TP8, N x K = 0.8 M) up to gemv_mma_fp8_mid_max_tokens: session 37's last sweep (one
+  // pass, check on; bench/results/2026-12-04-0d13d58-h200-router-sweep-fp8-*) had it at M = 17 / 18
+  // / 20 95.2 / 104.4 / 107.5 µs against token-major's 106.0 / 109.1 / 110.4; at M = 32 it loses
+  // (140.4 against 119.5, the 49a6c3c sweep).
+  double gemv_mma_fp8_mid_max_tokens = 20.0;
   // Shard experts of at least gemv_mma_wide_elems weights (gpt-oss TP8, N x K = 1.04 M; deepseek-v3
   // TP8, 1.8 M), both schemes: only up to gemv_mma_wide_max_tokens. Session 26's sweep (above,
   // mid_n_*): at gpt-oss TP8 M = 16 Swap-AB took 92.1 us against gemv(mma)'s 108.0 (fp8) and 124.4

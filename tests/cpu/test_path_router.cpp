@@ -363,7 +363,12 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
   EXPECT_EQ(mma("qwen3-30b-a3b", 32, 8, f8), on);  // the smallest shard experts up to 32 tokens (session 37)
   EXPECT_FALSE(mma("qwen3-30b-a3b", 33, 8, f8));
-  EXPECT_FALSE(mma("qwen3-235b-a22b", 17, 8, f8));  // not past 16 on larger experts
+  EXPECT_EQ(mma("qwen3-235b-a22b", 20, 8, f8), on);  // the next shard experts up to 20 tokens (session 37)
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 21, 8, f8));
+  EXPECT_FALSE(mma("gpt-oss-120b", 9, 8, f8));        // >= 1 M weights: not past 8 (the wide clause)
+  EXPECT_EQ(mma("mixtral-8x7b", 9, 8, f8), on);       // few experts: 9 tokens in fp8_per_tensor
+  EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, f8));
+  EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, bf));
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
   // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's from M = 1; not mixtral, not TP1.
   const Scheme pc = Scheme::kFp8PerChannel;
