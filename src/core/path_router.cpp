@@ -134,7 +134,7 @@ bool gemv_mma_rule(const MoeProblem& p) {
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
   // fp8_per_tensor and bf16 on the smallest shard experts (qwen3-30b TP8), and fp8_per_tensor on
   // the next ones (qwen3-235b TP8), past gemv_mma_max_tokens.
-  const bool tiny = shard && elems < t.gemv_mma_fp8_small_elems;
+  const bool tiny = shard && elems < t.gemv_mma_tiny_elems;
   const bool mid = shard && !tiny && elems < t.gemv_mma_wide_elems;
   const double max_tokens = tiny && per_tensor                 ? t.gemv_mma_fp8_tiny_max_tokens
                             : tiny && p.scheme == Scheme::kBf16 ? t.gemv_mma_bf16_tiny_max_tokens
@@ -146,13 +146,13 @@ bool gemv_mma_rule(const MoeProblem& p) {
   // (Swap-AB, token-major or fused), check on: 1.10-2.16x on qwen3-30b, qwen3-235b, deepseek-v3
   // and gpt-oss at M <= 8 and 1.00-2.16x at 16; mixtral TP8 (not a shard) 0.86-0.98x, left out.
   if (p.scheme == Scheme::kFp8PerChannel) return shard;
-  const bool few = p.num_experts <= t.gemv_mma_few_experts &&
+  const bool few = p.num_experts <= t.few_experts &&
                    M <= (per_tensor ? t.gemv_mma_few_experts_max_tokens_fp8 : t.gemv_mma_few_experts_max_tokens);
   if (!shard && !few) return false;
   // fp8_per_tensor on the largest shard experts (deepseek-v3 TP8): its own bound, not the wide one.
   if (per_tensor && shard && elems >= t.gemv_mma_fp8_large_elems) return M <= t.gemv_mma_fp8_large_max_tokens;
   if (shard && elems >= t.gemv_mma_wide_elems && M > t.gemv_mma_wide_max_tokens) return false;
-  if (p.scheme != Scheme::kBf16) return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_fp8_small_elems);
+  if (p.scheme != Scheme::kBf16) return !(M <= t.gemv_mma_fp8_small_m && elems < t.gemv_mma_tiny_elems);
   return shard ? M > t.gemv_mma_min_tokens_bf16 : M >= t.gemv_mma_min_tokens_bf16;
 }
 
@@ -354,7 +354,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (in.tokmajor_ok[0] && in.tokmajor_ok[1] && !p.has_bias13 && !p.has_bias2) {
     const bool tiny = N < t.tiny_n;
     // fp8_per_tensor on few experts (mixtral): its own Swap-AB bound and not the TP1-sized clause.
-    const bool few = p.scheme == Scheme::kFp8PerTensor && p.num_experts <= t.early_swapab_few_experts;
+    const bool few = p.scheme == Scheme::kFp8PerTensor && p.num_experts <= t.few_experts;
     const double swapab_slots = tiny  ? t.tiny_n_swapab_max_slots
                                 : few ? t.early_swapab_max_slots_fp8_few_experts
                                 : fp8 ? t.early_swapab_max_slots

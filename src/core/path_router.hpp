@@ -115,12 +115,14 @@ struct RouterTable {
   // TP1 M = 4 660.6 against 683.0; fp8 keeps 32 (qwen3-30b TP1 M = 4 Swap-AB 74.1 against
   // token-major 81.9, mixtral TP8 / TP1 M = 16 within 1.3 %).
   double early_swapab_max_slots_bf16 = 16.0;
-  // fp8_per_tensor on at most early_swapab_few_experts experts (mixtral) leaves Swap-AB past 16
-  // slots, and the TP1-sized clause below (fp8_mid) does not take it (session 37, same-run sweep of
+  // Calls on at most few_experts experts (mixtral's 8) have bounds of their own here and in the
+  // GEMV tensor-core rule (gemv_mma_few_experts_max_tokens*).
+  std::int64_t few_experts = 16;
+  // fp8_per_tensor on few experts (mixtral) leaves Swap-AB past 16 slots, and the TP1-sized clause
+  // below (fp8_mid) does not take it (session 37, same-run sweep of
   // the paths forced, two passes, check on; bench/results/2026-12-03-4b50020-h200-router-sweep*):
   // token-major at mixtral TP8 M = 9, 12, 16 70.1 / 74.7 / 74.5 µs against Swap-AB's 73.8 / 78.3 /
   // 78.8, TP1 M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9.
-  std::int64_t early_swapab_few_experts = 16;
   double early_swapab_max_slots_fp8_few_experts = 16.0;
   // fp8 on TP1-sized experts (N >= mid_n) of a hidden size up to early_swapab_fp8_max_k keeps
   // Swap-AB past those slots while the tokens per expert stay at most this many (session 22, with
@@ -240,11 +242,11 @@ struct RouterTable {
   // The GEMV path's tensor-core kernel (kernels/gemv/kernel_mma_sm90.cuh), when it can run the call
   // (RouterInputs::gemv_mma_ok), ahead of the rule above: on expert matrices of at most
   // gemv_mma_max_expert_elems (N x K) weights with N < gemv_mma_max_n, or any such N on at most
-  // gemv_mma_few_experts experts up to gemv_mma_few_experts_max_tokens tokens (mixtral TP8);
+  // few_experts experts up to gemv_mma_few_experts_max_tokens tokens (mixtral TP8);
   // bf16 above gemv_mma_min_tokens_bf16 tokens (from it on the few experts) up to
   // gemv_mma_max_tokens, fp8 up to
   // gemv_mma_max_tokens but not at M <= gemv_mma_fp8_small_m on experts below
-  // gemv_mma_fp8_small_elems weights (qwen3-30b TP8 M = 1: the CUDA-core kernel, 16.2-16.4 µs
+  // gemv_mma_tiny_elems weights (qwen3-30b TP8 M = 1: the CUDA-core kernel, 16.2-16.4 µs
   // against 17.2; at M = 2 the tensor-core kernel since session 20, 18.4 against 20.0-20.2, same-run
   // sweep at 86c683c, check on; it had lost there at df51b2f, before its e4m3 split). From the
   // same-run-comparable sweeps of the kernel forced (H200, 2026-12-01, every preset, TP 1 and 8,
@@ -266,13 +268,12 @@ struct RouterTable {
   // against 116.8 (1.4 % lost, kept for the simpler rule). qwen3-235b TP8 (0.8 M) keeps it: 63.6 /
   // 97.2 against token-major's 73.1 / 104.1 at M = 8 / 16 (session 19); 88.9 against 107.6 at 16
   // (session 37).
-  // fp8_per_tensor on shard experts below gemv_mma_fp8_small_elems weights (qwen3-30b TP8, N = 96)
+  // fp8_per_tensor on shard experts below gemv_mma_tiny_elems weights (qwen3-30b TP8, N = 96)
   // up to gemv_mma_fp8_tiny_max_tokens (past gemv_mma_max_tokens): the same session-37 sweep had
   // it at M = 20, 24, 32 47.1 / 51.6 / 57.8 µs against token-major's 54.7 / 56.7 / 58.6, and
   // behind from 40 (62.8 against 58.8; 48: 77.3 against 59.6).
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
-  std::int64_t gemv_mma_few_experts = 16;
   double gemv_mma_few_experts_max_tokens = 8.0;
   // fp8_per_tensor on the few experts (mixtral TP8): one token more, from session 37's two sweeps
   // (gemv(mma) at M = 9 68.2 and 67.5 µs against token-major's 70.1 and 70.8; at M = 10 78.1
@@ -282,7 +283,7 @@ struct RouterTable {
   double gemv_mma_min_tokens_bf16 = 4.0;
   double gemv_mma_max_tokens = 16.0;
   double gemv_mma_fp8_small_m = 1.0;
-  double gemv_mma_fp8_small_elems = 524288.0;
+  double gemv_mma_tiny_elems = 524288.0;
   double gemv_mma_fp8_large_elems = 1572864.0;
   double gemv_mma_fp8_large_max_tokens = 16.0;
   double gemv_mma_fp8_tiny_max_tokens = 32.0;
@@ -291,7 +292,7 @@ struct RouterTable {
   // bench/results/2026-12-04-7a04552-h200-router-sweep-bf16-*) had it at M = 17, 20 47.0 / 52.1 µs
   // against decode's 50.4 / 54.5 and level at 24 (58.1 against 57.4).
   double gemv_mma_bf16_tiny_max_tokens = 20.0;
-  // fp8_per_tensor on shard experts from gemv_mma_fp8_small_elems to gemv_mma_wide_elems weights
+  // fp8_per_tensor on shard experts from gemv_mma_tiny_elems to gemv_mma_wide_elems weights
   // (qwen3-235b TP8, N x K = 0.8 M) up to gemv_mma_fp8_mid_max_tokens: session 37's last sweep (one
   // pass, check on; bench/results/2026-12-04-0d13d58-h200-router-sweep-fp8-*) had it at M = 17 / 18
   // / 20 95.2 / 104.4 / 107.5 µs against token-major's 106.0 / 109.1 / 110.4; at M = 32 it loses

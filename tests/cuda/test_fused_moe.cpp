@@ -1171,8 +1171,9 @@ TEST(Sm90Dispatch, GemvFp8IntermediateScaleFromEveryH) {
   // CTA takes it from the h it stages after the grid barrier (all of the call's: no grid-wide
   // reduction); the tensor-core kernel holds a thread's words in registers between the absmax and
   // the quantization up to 4096 words a CTA (P x ceil(N / 16) x 4), one word a thread in a form
-  // of its own up to 512 (M = 1 on the TP8 shards), and reads them twice from L2 past that. One token's hidden row here is 16x the others', so its h (about 256x: the
-  // activation is about quadratic) holds the absmax, and only the CTAs whose GEMM1 pairs it
+  // of its own up to 512 (M = 1 on the TP8 shards), and reads them twice from L2 past that. One
+  // token's hidden row here is 16x the others', so its h (about 256x: the activation is about
+  // quadratic) holds the absmax, and only the CTAs whose GEMM1 pairs it
   // reached wrote it: a CTA whose staging missed it would take a scale ~256x too small and
   // saturate that token's e4m3 h at 448, far outside the tolerance. Against the reference, both
   // kernels, the big token first or last; reproducible.
