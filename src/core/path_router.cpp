@@ -136,19 +136,25 @@ bool gemv_mma_rule(const MoeProblem& p) {
   // the next ones (qwen3-235b TP8), past gemv_mma_max_tokens.
   const bool tiny = shard && elems < t.gemv_mma_tiny_elems;
   const bool mid = shard && !tiny && elems < t.gemv_mma_wide_elems;
+  // fp8_per_tensor on TP1-sized experts (not the few-experts clause below): one token, a few on
+  // the smallest ones (RouterTable::gemv_mma_tp1_fp8_*).
+  if (per_tensor && !shard && p.num_experts > t.few_experts)
+    return elems <= t.gemv_mma_tp1_fp8_small_elems ? M <= t.gemv_mma_tp1_fp8_small_max_tokens
+                                                    : elems <= t.gemv_mma_tp1_fp8_max_elems && M <= 1;
   const double max_tokens = tiny && per_tensor                 ? t.gemv_mma_fp8_tiny_max_tokens
                             : tiny && p.scheme == Scheme::kBf16 ? t.gemv_mma_bf16_tiny_max_tokens
                             : mid && per_tensor                 ? t.gemv_mma_fp8_mid_max_tokens
                                                                 : t.gemv_mma_max_tokens;
   if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
-  // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's small experts included (the
-  // CUDA-core kernel does not run it). Same-run A/B at 0abf3fb against the previous auto choice
-  // (Swap-AB, token-major or fused), check on: 1.10-2.16x on qwen3-30b, qwen3-235b, deepseek-v3
-  // and gpt-oss at M <= 8 and 1.00-2.16x at 16; mixtral TP8 (not a shard) 0.86-0.98x, left out.
-  if (p.scheme == Scheme::kFp8PerChannel) return shard;
+  // fp8 (per tensor and per channel; the CUDA-core kernel does not run per channel) on the few
+  // experts one token further than bf16.
   const bool few = p.num_experts <= t.few_experts &&
-                   M <= (per_tensor ? t.gemv_mma_few_experts_max_tokens_fp8 : t.gemv_mma_few_experts_max_tokens);
+                   M <= (p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
+                                                   : t.gemv_mma_few_experts_max_tokens);
   if (!shard && !few) return false;
+  // fp8_per_channel: the TP8 shards up to 16 tokens but the wide ones up to 8, qwen3-30b's small
+  // experts included, and the few experts (mixtral TP8; RouterTable).
+  if (p.scheme == Scheme::kFp8PerChannel) return !shard || elems < t.gemv_mma_wide_elems || M <= t.gemv_mma_wide_max_tokens;
   // fp8_per_tensor on the largest shard experts (deepseek-v3 TP8): its own bound, not the wide one.
   if (per_tensor && shard && elems >= t.gemv_mma_fp8_large_elems) return M <= t.gemv_mma_fp8_large_max_tokens;
   if (shard && elems >= t.gemv_mma_wide_elems && M > t.gemv_mma_wide_max_tokens) return false;
@@ -353,10 +359,11 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // above, mma between them only for tiny bf16 shards. A GEMM Swap-AB declines runs token-major.
   if (in.tokmajor_ok[0] && in.tokmajor_ok[1] && !p.has_bias13 && !p.has_bias2) {
     const bool tiny = N < t.tiny_n;
-    // fp8_per_tensor on few experts (mixtral): its own Swap-AB bound and not the TP1-sized clause.
-    const bool few = p.scheme == Scheme::kFp8PerTensor && p.num_experts <= t.few_experts;
+    // bf16 and fp8_per_tensor on few experts (mixtral): their own Swap-AB bound and not the
+    // TP1-sized clause.
+    const bool few = (p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kBf16) && p.num_experts <= t.few_experts;
     const double swapab_slots = tiny  ? t.tiny_n_swapab_max_slots
-                                : few ? t.early_swapab_max_slots_fp8_few_experts
+                                : few ? t.early_swapab_max_slots_few_experts
                                 : fp8 ? t.early_swapab_max_slots
                                       : t.early_swapab_max_slots_bf16;
     const bool fp8_mid = fp8 && !few && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&
@@ -364,9 +371,14 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     const bool block128 = p.scheme == Scheme::kFp8Block128 &&
                           (N < t.mid_n ? plan.local_slots <= t.block128_swapab_max_slots
                                        : tpe <= t.block128_swapab_max_tokens_per_expert);
-    if (plan.local_slots <= swapab_slots || fp8_mid || block128) {
+    // fp8_per_channel on the TP8 shards: Swap-AB longer (RouterTable::channel_swapab_max_slots).
+    const bool channel = p.scheme == Scheme::kFp8PerChannel && !tiny && N < t.mid_n &&
+                         plan.local_slots <= t.channel_swapab_max_slots;
+    if (plan.local_slots <= swapab_slots || fp8_mid || block128 || channel) {
       if (why) {
-        if (block128)
+        if (channel && plan.local_slots > swapab_slots)
+          why << ", fp8_per_channel, N=" << N << " < " << t.mid_n << ", slots <= " << fmt(t.channel_swapab_max_slots);
+        else if (block128)
           why << ", fp8_block128, "
               << (N < t.mid_n ? "N=" + std::to_string(N) + " < " + std::to_string(t.mid_n) + ", slots <= " + fmt(t.block128_swapab_max_slots)
                               : "tokens/expert <= " + fmt(t.block128_swapab_max_tokens_per_expert));

@@ -118,12 +118,24 @@ struct RouterTable {
   // Calls on at most few_experts experts (mixtral's 8) have bounds of their own here and in the
   // GEMV tensor-core rule (gemv_mma_few_experts_max_tokens*).
   std::int64_t few_experts = 16;
-  // fp8_per_tensor on few experts (mixtral) leaves Swap-AB past 16 slots, and the TP1-sized clause
-  // below (fp8_mid) does not take it (session 37, same-run sweep of
-  // the paths forced, two passes, check on; bench/results/2026-12-03-4b50020-h200-router-sweep*):
-  // token-major at mixtral TP8 M = 9, 12, 16 70.1 / 74.7 / 74.5 µs against Swap-AB's 73.8 / 78.3 /
-  // 78.8, TP1 M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9.
-  double early_swapab_max_slots_fp8_few_experts = 16.0;
+  // bf16 and fp8_per_tensor on few experts (mixtral) leave Swap-AB past 8 slots, and the TP1-sized
+  // clause below (fp8_mid) does not take them. fp8 from session 37 (same-run sweep of the paths
+  // forced, two passes, check on; bench/results/2026-12-03-4b50020-h200-router-sweep*): token-major
+  // at mixtral TP8 M = 9, 12, 16 70.1 / 74.7 / 74.5 µs against Swap-AB's 73.8 / 78.3 / 78.8, TP1
+  // M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9. From 16 down to 8 slots
+  // (both schemes) in session 39 (TP1 forced sweep at 9666b2d, check on; bench/results/
+  // 2026-12-04-9666b2d-h200-paths-tp1.{json,md}): M = 8 token-major 608.1 against Swap-AB's 636.8 (bf16),
+  // 330.5 against 337.8 (fp8); M = 4 stays on Swap-AB (536.0 against 558.4 bf16, 284.8 against
+  // 305.9 fp8). At TP8 the GEMV rules take mixtral up to M = 8 / 9 first.
+  double early_swapab_max_slots_few_experts = 8.0;
+  // fp8_per_channel on the TP8 shards (tiny_n <= N < mid_n: deepseek-v3, qwen3-235b) keeps
+  // Swap-AB up to this many slots: its token-major GEMMs stream slower than per tensor's (session
+  // 39, TP8 forced sweep at 9666b2d, check on;
+  // bench/results/2026-12-04-9666b2d-h200-paths-tp8-channel.{json,md}):
+  // deepseek-v3 M = 16 / 32 / 64 Swap-AB 181.5 / 233.5 / 293.4 µs against token-major's 218.4 /
+  // 256.2 / 298.2; qwen3-235b M = 32 / 64 146.5 / 167.1 against 166.9 / 171.3; at M = 128 (1024
+  // slots) token-major leads (352.9 against 354.8; 176.3 against 178.9).
+  double channel_swapab_max_slots = 512.0;
   // fp8 on TP1-sized experts (N >= mid_n) of a hidden size up to early_swapab_fp8_max_k keeps
   // Swap-AB past those slots while the tokens per expert stay at most this many (session 22, with
   // Swap-AB's wide stages: forced sweep at 4f59b65, H200, bench/results/2026-12-02-4f59b65-h200-paths.json:
@@ -255,9 +267,14 @@ struct RouterTable {
   // mixtral M = 4, 8; deepseek-v3 ties), fp8 M = 1..16 (deepseek-v3, qwen3-235b, mixtral M <= 8, qwen3-30b
   // from M = 2), and loses at TP1 (0.71-0.99 but qwen3-235b fp8 M = 1) and from M = 32.
   // fp8_per_channel (only this kernel runs it on the GEMV path): the shards (N < gemv_mma_max_n)
-  // up to gemv_mma_max_tokens, qwen3-30b at M = 1, 2 included, not the few-experts clause: forced
-  // gemv against auto's chain at 0abf3fb (bench/results/2026-12-01-0abf3fb-h200-gemv-per-channel-ab*,
-  // check on) 1.10-2.16x on the shards at M <= 8 and 1.00-2.16x at 16, mixtral 0.86-0.98x.
+  // up to gemv_mma_max_tokens, qwen3-30b at M = 1, 2 included: forced gemv against auto's chain at
+  // 0abf3fb (bench/results/2026-12-01-0abf3fb-h200-gemv-per-channel-ab*, check on) 1.10-2.16x on
+  // the shards at M <= 8 and 1.00-2.16x at 16, mixtral 0.86-0.98x. Since session 39 (TP8 forced
+  // sweep at 9666b2d, check on; bench/results/2026-12-04-9666b2d-h200-paths-tp8-channel.{json,md}) the wide
+  // clause below bounds it too (M = 16: gpt-oss 120.0 µs against Swap-AB's 96.8, deepseek-v3 202.4
+  // against 181.5) and the few-experts clause takes mixtral TP8 (gemv(mma) at M = 1 / 2 / 4 / 8
+  // 37.9 / 53.9 / 69.8 / 74.4 against decode's 42.4 and Swap-AB's 57.0 / 75.9 / 79.2; at M = 16
+  // 92.5 against 87.9).
   // fp8_per_tensor on shard experts of at least gemv_mma_fp8_large_elems weights (deepseek-v3
   // TP8, N x K = 1.8 M) up to gemv_mma_fp8_large_max_tokens, ahead of the wide clause below. It was
   // 4 from session 19 (token-major's ping-pong GEMM2 won M = 8, 16 then: 115.7 vs 126.5 µs, 164.1 vs
@@ -275,6 +292,18 @@ struct RouterTable {
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
   double gemv_mma_few_experts_max_tokens = 8.0;
+  // fp8_per_tensor on TP1-sized experts (N >= gemv_mma_max_n, more than few_experts experts) of at
+  // most gemv_mma_tp1_fp8_max_elems weights at one token, and up to
+  // gemv_mma_tp1_fp8_small_max_tokens on experts of at most gemv_mma_tp1_fp8_small_elems (qwen3-30b
+  // TP1, N x K = 1.6 M). Session 39's TP1 forced sweep (9666b2d, check on; bench/results/
+  // 2026-12-04-9666b2d-h200-paths-tp1.{json,md}): qwen3-235b M = 1 63.7 µs against Swap-AB's 72.1,
+  // deepseek-v3 (14.7 M) M = 1 113.7 against 120.6, qwen3-30b M = 2 / 4 45.3 / 66.9 against the
+  // CUDA-core kernel's 48.9 and Swap-AB's 72.9, gpt-oss M = 1 level (59.2 against 58.5); behind at
+  // M = 2 on deepseek-v3 (212.1 against 203.6) and at M = 8 on qwen3-30b (101.7 against 96.9);
+  // mixtral (58.7 M) M = 1 141.6 against 115.1.
+  double gemv_mma_tp1_fp8_max_elems = 16777216.0;
+  double gemv_mma_tp1_fp8_small_elems = 2097152.0;
+  double gemv_mma_tp1_fp8_small_max_tokens = 4.0;
   // fp8_per_tensor on the few experts (mixtral TP8): one token more, from session 37's two sweeps
   // (gemv(mma) at M = 9 68.2 and 67.5 µs against token-major's 70.1 and 70.8; at M = 10 78.1
   // against 74.6; bench/results/2026-12-03-4b50020-h200-router-sweep-mixtral-*,

@@ -196,7 +196,8 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   EXPECT_FALSE(choose_paths(mid_more, in).decode);
   EXPECT_FALSE(choose_paths(tp1, in).decode);
   // fp8_per_channel (session 28's sweep): qwen3-30b TP8 (N < 128) from 8 tokens (gemv(mma) keeps
-  // 1..4) up to 512 slots, mixtral TP8 (N < 2048) at 2 slots; not deepseek-v3 / qwen3-235b.
+  // 1..4) up to 512 slots, mixtral TP8 (N < 2048) at 2 slots where gemv(mma) cannot run it (it
+  // takes mixtral first since session 39); not deepseek-v3 / qwen3-235b.
   {
     const Scheme pc = Scheme::kFp8PerChannel;
     detail::RouterInputs ci = in;
@@ -210,8 +211,14 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
     EXPECT_TRUE(plan("deepseek-v3", 1).gemv);
     EXPECT_FALSE(plan("deepseek-v3", 32).decode);
     EXPECT_FALSE(plan("qwen3-235b-a22b", 32).decode);
-    EXPECT_TRUE(plan("mixtral-8x7b", 1).decode);
+    EXPECT_TRUE(plan("mixtral-8x7b", 1).gemv_mma());
     EXPECT_FALSE(plan("mixtral-8x7b", 2).decode);
+    {
+      detail::RouterInputs no_mma = ci;
+      no_mma.gemv_mma_ok = false;
+      EXPECT_TRUE(choose_paths(preset("mixtral-8x7b", 1, 8, pc), no_mma).decode);
+      EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 2, 8, pc), no_mma).decode);
+    }
     EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 1, pc), ci).decode);  // TP1: N = 14336
     EXPECT_FALSE(choose_paths(preset("mixtral-8x7b", 1, 8, Scheme::kFp8PerTensor), ci).decode);  // per channel only
     // More slots than decode's own rule takes (k = 80 at M = 8: 640 > 512): gemv(mma) keeps the
@@ -325,7 +332,8 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
   // N < 512 but qwen3-30b M = 1 (M <= 2 until session 20; fp8_per_channel from M = 1) and
   // deepseek-v3 past 4 tokens,
-  // mixtral TP8 (8 experts) up to 8 tokens (not fp8_per_channel); never at TP1.
+  // mixtral TP8 (8 experts) up to 8 tokens (9 in fp8); at TP1 fp8_per_tensor only, at one token
+  // (a few on the smallest experts) since session 39.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
   const bool on = detail::kRouterTable.gemv_in_auto && detail::kRouterTable.gemv_mma_in_auto;
@@ -369,13 +377,30 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("mixtral-8x7b", 9, 8, f8), on);       // few experts: 9 tokens in fp8_per_tensor
   EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, bf));
-  EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, f8));  // TP1
-  // fp8_per_channel: the TP8 shards up to 16 tokens, qwen3-30b's from M = 1; not mixtral, not TP1.
+  // TP1 fp8_per_tensor (session 39): one token up to deepseek-v3's 14.7 M weights an expert, four
+  // on qwen3-30b's 1.6 M; not mixtral (58.7 M), not bf16.
+  EXPECT_EQ(mma("qwen3-235b-a22b", 1, 1, f8), on);
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 2, 1, f8));
+  EXPECT_EQ(mma("deepseek-v3", 1, 1, f8), on);
+  EXPECT_FALSE(mma("deepseek-v3", 2, 1, f8));
+  EXPECT_EQ(mma("qwen3-30b-a3b", 4, 1, f8), on);
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 5, 1, f8));
+  EXPECT_FALSE(mma("mixtral-8x7b", 1, 1, f8));
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, bf));
+  EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, Scheme::kFp8PerChannel));
+  // fp8_per_channel: the TP8 shards up to 16 tokens but the wide ones (>= 1 M weights) up to 8,
+  // qwen3-30b's from M = 1; mixtral TP8 up to 9 (session 39); not TP1.
   const Scheme pc = Scheme::kFp8PerChannel;
   EXPECT_EQ(mma("qwen3-235b-a22b", 16, 8, pc), on);
   EXPECT_EQ(mma("qwen3-30b-a3b", 1, 8, pc), on);
-  EXPECT_EQ(mma("gpt-oss-120b", 16, 8, pc), on);
-  EXPECT_FALSE(mma("mixtral-8x7b", 1, 8, pc));
+  EXPECT_EQ(mma("gpt-oss-120b", 8, 8, pc), on);
+  EXPECT_FALSE(mma("gpt-oss-120b", 9, 8, pc));
+  EXPECT_EQ(mma("deepseek-v3", 8, 8, pc), on);
+  EXPECT_FALSE(mma("deepseek-v3", 16, 8, pc));
+  EXPECT_EQ(mma("mixtral-8x7b", 1, 8, pc), on);
+  EXPECT_EQ(mma("mixtral-8x7b", 9, 8, pc), on);
+  EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, pc));
+  EXPECT_FALSE(mma("mixtral-8x7b", 1, 1, pc));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, pc));
   EXPECT_FALSE(mma("deepseek-v3", 1, 1, pc));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, Scheme::kFp8Block128));
@@ -629,8 +654,8 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
 
 TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   // Where token-major runs both GEMMs (RouterTable, measured at cda930d, bf16 retuned at 86c683c):
-  // Swap-AB up to 32 local slots in fp8 (16 on mixtral's few experts) and 16 in bf16, token-major
-  // above; tiny bf16 shards
+  // Swap-AB up to 32 local slots in fp8 (8 on mixtral's few experts, both schemes), 512 in
+  // fp8_per_channel on the TP8 shards, and 16 in bf16, token-major above; tiny bf16 shards
   // (N < 128) take Swap-AB up to 64 slots and mma up to 3 tokens/expert in between.
   detail::RouterInputs in;
   in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
@@ -642,11 +667,13 @@ TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   EXPECT_EQ(plan("deepseek-v3", 4, 1).describe(), tokmajor);    // 32 slots, bf16
   EXPECT_EQ(plan("deepseek-v3", 4, 1, Scheme::kFp8PerTensor).describe(), swapab);  // fp8: to 32
   EXPECT_EQ(plan("deepseek-v3", 8, 1).describe(), tokmajor);    // 64 slots
-  EXPECT_EQ(plan("mixtral-8x7b", 8, 1).describe(), swapab);     // k = 2: 16 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 4, 1).describe(), swapab);     // k = 2: 8 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 8, 1).describe(), tokmajor);   // 16 slots on few experts (session 39)
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), tokmajor);  // 32 slots, bf16
-  // fp8_per_tensor on few experts (mixtral): Swap-AB to 16 slots, then token-major (session 37),
-  // also where the tokens per expert are few enough for the TP1-sized clause (M = 9: 2.25).
-  EXPECT_EQ(plan("mixtral-8x7b", 8, 1, Scheme::kFp8PerTensor).describe(), swapab);
+  // fp8_per_tensor on few experts (mixtral): Swap-AB to 8 slots, then token-major (sessions 37, 39),
+  // also where the tokens per expert are few enough for the TP1-sized clause (M = 5: 1.25).
+  EXPECT_EQ(plan("mixtral-8x7b", 4, 1, Scheme::kFp8PerTensor).describe(), swapab);
+  EXPECT_EQ(plan("mixtral-8x7b", 5, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
@@ -662,6 +689,15 @@ TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 32, 8).describe(), "gemm1=mma gemm2=mma");
   EXPECT_EQ(plan("qwen3-30b-a3b", 64, 8).describe(), tokmajor);
   EXPECT_EQ(plan("qwen3-30b-a3b", 16, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  // fp8_per_channel on the TP8 shards from tiny_n to mid_n: Swap-AB up to 512 slots (session 39).
+  const Scheme pc = Scheme::kFp8PerChannel;
+  EXPECT_EQ(plan("deepseek-v3", 16, 8, pc).describe(), swapab);
+  EXPECT_EQ(plan("deepseek-v3", 64, 8, pc).describe(), swapab);
+  EXPECT_EQ(plan("deepseek-v3", 128, 8, pc).describe(), tokmajor);
+  EXPECT_EQ(plan("qwen3-235b-a22b", 32, 8, pc).describe(), swapab);
+  EXPECT_NE(plan("qwen3-235b-a22b", 32, 8, pc).reason.find("fp8_per_channel"), std::string::npos);
+  EXPECT_EQ(plan("qwen3-30b-a3b", 16, 8, pc).describe(), tokmajor);  // tiny: its own bound
+  EXPECT_EQ(plan("deepseek-v3", 8, 1, pc).describe(), tokmajor);     // TP1-sized experts
   // A GEMM Swap-AB declines at decode runs token-major, and the reason says why.
   in.swapab_ok[1] = false;
   in.swapab_why[1] = "rows of 360 bytes";
