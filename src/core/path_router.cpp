@@ -136,9 +136,9 @@ bool gemv_mma_rule(const MoeProblem& p) {
   // the next ones (qwen3-235b TP8), past gemv_mma_max_tokens.
   const bool tiny = shard && elems < t.gemv_mma_tiny_elems;
   const bool mid = shard && !tiny && elems < t.gemv_mma_wide_elems;
-  // fp8_per_tensor on TP1-sized experts (not the few-experts clause below): one token, a few on
-  // the smallest ones (RouterTable::gemv_mma_tp1_fp8_*).
-  if (per_tensor && !shard && p.num_experts > t.few_experts)
+  // fp8_per_tensor on TP1-sized experts without biases (not the few-experts clause below): one
+  // token, a few on the smallest ones (RouterTable::gemv_mma_tp1_fp8_*).
+  if (per_tensor && !shard && p.num_experts > t.few_experts && !p.has_bias13 && !p.has_bias2)
     return elems <= t.gemv_mma_tp1_fp8_small_elems ? M <= t.gemv_mma_tp1_fp8_small_max_tokens
                                                     : elems <= t.gemv_mma_tp1_fp8_max_elems && M <= 1;
   const double max_tokens = tiny && per_tensor                 ? t.gemv_mma_fp8_tiny_max_tokens

@@ -118,16 +118,18 @@ struct RouterTable {
   // Calls on at most few_experts experts (mixtral's 8) have bounds of their own here and in the
   // GEMV tensor-core rule (gemv_mma_few_experts_max_tokens*).
   std::int64_t few_experts = 16;
-  // bf16 and fp8_per_tensor on few experts (mixtral) leave Swap-AB past 8 slots, and the TP1-sized
+  // bf16 and fp8_per_tensor on few experts (mixtral) leave Swap-AB past 10 slots, and the TP1-sized
   // clause below (fp8_mid) does not take them. fp8 from session 37 (same-run sweep of the paths
   // forced, two passes, check on; bench/results/2026-12-03-4b50020-h200-router-sweep*): token-major
   // at mixtral TP8 M = 9, 12, 16 70.1 / 74.7 / 74.5 µs against Swap-AB's 73.8 / 78.3 / 78.8, TP1
-  // M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9. From 16 down to 8 slots
-  // (both schemes) in session 39 (TP1 forced sweep at 9666b2d, check on; bench/results/
-  // 2026-12-04-9666b2d-h200-paths-tp1.{json,md}): M = 8 token-major 608.1 against Swap-AB's 636.8 (bf16),
-  // 330.5 against 337.8 (fp8); M = 4 stays on Swap-AB (536.0 against 558.4 bf16, 284.8 against
-  // 305.9 fp8). At TP8 the GEMV rules take mixtral up to M = 8 / 9 first.
-  double early_swapab_max_slots_few_experts = 8.0;
+  // M = 9, 12, 16 330.9 / 368.2 / 367.1 against 338.3 / 369.3 / 369.9. From 16 down to 10 slots
+  // (both schemes) in session 39 (TP1 forced sweep at 9666b2d and a same-run A/B at 1684afd, three
+  // repeats, check on; bench/results/2026-12-04-9666b2d-h200-paths-tp1.{json,md},
+  // 2026-12-04-1684afd-h200-router-ab.{json,md}): token-major at M = 6 / 8 605.8 / 607.6 µs against
+  // Swap-AB's 633.6 / 635.0 (bf16), 330.7 / 331.1 against 334.2 / 337.9 (fp8); Swap-AB at M = 5 (10
+  // slots) 533.8 against 560.7 (bf16), 285.6 against 310.6 (fp8). At TP8 the GEMV rules take
+  // mixtral up to M = 8 / 9 first.
+  double early_swapab_max_slots_few_experts = 10.0;
   // fp8_per_channel on the TP8 shards (tiny_n <= N < mid_n: deepseek-v3, qwen3-235b) keeps
   // Swap-AB up to this many slots: its token-major GEMMs stream slower than per tensor's (session
   // 39, TP8 forced sweep at 9666b2d, check on;
@@ -300,7 +302,9 @@ struct RouterTable {
   // deepseek-v3 (14.7 M) M = 1 113.7 against 120.6, qwen3-30b M = 2 / 4 45.3 / 66.9 against the
   // CUDA-core kernel's 48.9 and Swap-AB's 72.9, gpt-oss M = 1 level (59.2 against 58.5); behind at
   // M = 2 on deepseek-v3 (212.1 against 203.6) and at M = 8 on qwen3-30b (101.7 against 96.9);
-  // mixtral (58.7 M) M = 1 141.6 against 115.1.
+  // mixtral (58.7 M) M = 1 141.6 against 115.1. The A/B at 1684afd (three repeats, check on;
+  // bench/results/2026-12-04-1684afd-h200-router-ab.{json,md}) had gpt-oss (8.3 M, biases) M = 1
+  // behind (63.1 against Swap-AB's 59.2): experts with biases keep Swap-AB.
   double gemv_mma_tp1_fp8_max_elems = 16777216.0;
   double gemv_mma_tp1_fp8_small_elems = 2097152.0;
   double gemv_mma_tp1_fp8_small_max_tokens = 4.0;

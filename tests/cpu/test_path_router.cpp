@@ -378,7 +378,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, bf));
   // TP1 fp8_per_tensor (session 39): one token up to deepseek-v3's 14.7 M weights an expert, four
-  // on qwen3-30b's 1.6 M; not mixtral (58.7 M), not bf16.
+  // on qwen3-30b's 1.6 M; not mixtral (58.7 M), not gpt-oss (biases), not bf16.
   EXPECT_EQ(mma("qwen3-235b-a22b", 1, 1, f8), on);
   EXPECT_FALSE(mma("qwen3-235b-a22b", 2, 1, f8));
   EXPECT_EQ(mma("deepseek-v3", 1, 1, f8), on);
@@ -386,6 +386,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("qwen3-30b-a3b", 4, 1, f8), on);
   EXPECT_FALSE(mma("qwen3-30b-a3b", 5, 1, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 1, 1, f8));
+  EXPECT_FALSE(mma("gpt-oss-120b", 1, 1, f8));  // experts with biases keep Swap-AB
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, bf));
   EXPECT_FALSE(mma("qwen3-235b-a22b", 1, 1, Scheme::kFp8PerChannel));
   // fp8_per_channel: the TP8 shards up to 16 tokens but the wide ones (>= 1 M weights) up to 8,
@@ -654,7 +655,7 @@ TEST(CpuPathRouter, ShardsUnder512FollowTheirOwnCrossovers) {
 
 TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   // Where token-major runs both GEMMs (RouterTable, measured at cda930d, bf16 retuned at 86c683c):
-  // Swap-AB up to 32 local slots in fp8 (8 on mixtral's few experts, both schemes), 512 in
+  // Swap-AB up to 32 local slots in fp8 (10 on mixtral's few experts, both schemes), 512 in
   // fp8_per_channel on the TP8 shards, and 16 in bf16, token-major above; tiny bf16 shards
   // (N < 128) take Swap-AB up to 64 slots and mma up to 3 tokens/expert in between.
   detail::RouterInputs in;
@@ -667,13 +668,14 @@ TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   EXPECT_EQ(plan("deepseek-v3", 4, 1).describe(), tokmajor);    // 32 slots, bf16
   EXPECT_EQ(plan("deepseek-v3", 4, 1, Scheme::kFp8PerTensor).describe(), swapab);  // fp8: to 32
   EXPECT_EQ(plan("deepseek-v3", 8, 1).describe(), tokmajor);    // 64 slots
-  EXPECT_EQ(plan("mixtral-8x7b", 4, 1).describe(), swapab);     // k = 2: 8 slots
+  EXPECT_EQ(plan("mixtral-8x7b", 5, 1).describe(), swapab);     // k = 2: 10 slots
   EXPECT_EQ(plan("mixtral-8x7b", 8, 1).describe(), tokmajor);   // 16 slots on few experts (session 39)
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1).describe(), tokmajor);  // 32 slots, bf16
-  // fp8_per_tensor on few experts (mixtral): Swap-AB to 8 slots, then token-major (sessions 37, 39),
-  // also where the tokens per expert are few enough for the TP1-sized clause (M = 5: 1.25).
-  EXPECT_EQ(plan("mixtral-8x7b", 4, 1, Scheme::kFp8PerTensor).describe(), swapab);
-  EXPECT_EQ(plan("mixtral-8x7b", 5, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 6, 1).describe(), tokmajor);   // 12 slots
+  // fp8_per_tensor on few experts (mixtral): Swap-AB to 10 slots, then token-major (sessions 37, 39),
+  // also where the tokens per expert are few enough for the TP1-sized clause (M = 6: 1.5).
+  EXPECT_EQ(plan("mixtral-8x7b", 5, 1, Scheme::kFp8PerTensor).describe(), swapab);
+  EXPECT_EQ(plan("mixtral-8x7b", 6, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
