@@ -98,6 +98,7 @@ std::string CaseSpec::name() const {
   if (act_dtype != DType::kBf16) s << " " << dtype_name(act_dtype);
   if (pattern == RoutingPattern::kAllToOne) s << " all_to_one";
   if (pattern == RoutingPattern::kSkewed) s << " skewed";
+  if (pattern == RoutingPattern::kDuplicates) s << " duplicates";
   if (pattern == RoutingPattern::kFromLogits && routing.method != RoutingMethod::kSoftmaxTopk)
     s << " " << routing_method_name(routing.method);
   if (bias) s << " bias";
@@ -207,6 +208,20 @@ MoeCase make_case(const CaseSpec& spec_in) {
         std::swap(pool[j], pool[j + rng.below(half - j)]);
         c.topk_ids[m * s.k + j] = pool[j];
       }
+      random_weights(rng, m);
+    }
+  } else if (s.pattern == RoutingPattern::kDuplicates && s.k >= 2) {
+    // k distinct ids, then on even tokens slot 1 repeats slot 0's expert: both slots go through
+    // that expert, each with its own weight (what vLLM's fused_experts does with such ids).
+    Rng rng(s.seed, kRouting);
+    std::vector<std::int32_t> pool(static_cast<std::size_t>(Eg));
+    for (std::int64_t m = 0; m < s.M; ++m) {
+      for (std::int64_t i = 0; i < Eg; ++i) pool[i] = static_cast<std::int32_t>(i);
+      for (std::int64_t j = 0; j < s.k; ++j) {
+        std::swap(pool[j], pool[j + rng.below(Eg - j)]);
+        c.topk_ids[m * s.k + j] = pool[j];
+      }
+      if (m % 2 == 0) c.topk_ids[m * s.k + 1] = c.topk_ids[m * s.k];
       random_weights(rng, m);
     }
   } else if (s.M > 0) {

@@ -15,6 +15,7 @@ enum class RoutingPattern {
   kFromLogits,  ///< route random logits with spec.routing on the CPU reference (realistic)
   kAllToOne,    ///< every slot of every token goes to expert `hot_expert` and then distinct others
   kSkewed,      ///< half the experts get no tokens
+  kDuplicates,  ///< k >= 2: every other token's first two slots name the same expert (each slot counts)
 };
 
 struct CaseSpec {

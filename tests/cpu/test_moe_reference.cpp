@@ -300,6 +300,20 @@ TEST(CpuMoeReference, EmptyExpertsAndAllTokensOnOneExpert) {
   }
 }
 
+// Two slots of one token on the same expert: each slot contributes with its own weight.
+TEST(CpuMoeReference, DuplicateExpertWithinAToken) {
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = base_spec(scheme, 450);
+    s.M = 9;
+    s.k = 3;
+    s.pattern = RoutingPattern::kDuplicates;
+    MoeCase c = make_case(s);
+    ASSERT_EQ(c.topk_ids[0], c.topk_ids[1]);  // token 0 repeats its expert
+    ASSERT_NE(c.topk_ids[3], c.topk_ids[4]);  // token 1 does not
+    expect_matches_oracle(s);
+  }
+}
+
 TEST(CpuMoeReference, KEqualsE) {
   for (Scheme scheme : kSchemes) {
     CaseSpec s = base_spec(scheme, 500);

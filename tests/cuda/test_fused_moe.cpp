@@ -375,6 +375,18 @@ TEST_P(Sm90FusedMoe, AllTokensOnOneExpert) {
   }
 }
 
+// Two slots of one token on the same expert (every other token): each slot contributes with its
+// own weight, as in the CPU reference, on every path (the decode and GEMV kernels route per CTA).
+TEST_P(Sm90FusedMoe, DuplicateExpertWithinAToken) {
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : kSchemes) {
+    CaseSpec s = small_spec(scheme);
+    s.pattern = RoutingPattern::kDuplicates;
+    MoeCase c = make_case(s);
+    check_case(c, {1, 2, 5, 17, 65}, Mode::kFusedExperts);
+  }
+}
+
 TEST_P(Sm90FusedMoe, ExpertMapWithRemoteExperts) {
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : kSchemes) {
