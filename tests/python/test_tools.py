@@ -169,6 +169,25 @@ def test_path_report_finds_where_auto_loses(tmp_path):
     assert "q TP8 bf16 M=64: auto ran gemm1=swapab gemm2=swapab in 119.0 µs, tokmajor 90.0 µs (1.32x)" in text
     assert "M=4:" not in text  # 2 % slower is within the slack
     assert pr.main([str(sweep), "--auto", str(grid)]) == 0
+    assert "| gemv |" not in text.splitlines()[0]  # only the paths the sweep has get a column
+
+
+def test_path_report_names_the_gemv_kernel_and_drops_failed_checks(tmp_path):
+    pr = load_script("path_report")
+    def row(m, path, us, dispatch="", ok=True):
+        return dict(preset="q", tp=8, scheme="fp8_per_tensor", tokens=m, path=path, us=us, dispatch=dispatch,
+                    check_ran=True, check_passed=ok)
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps(dict(rows=[
+        row(2, "gemv", 20.0, "gemv"), row(2, "gemv", 18.0, "gemv(mma)"), row(2, "decode", 19.0, "decode"),
+        row(2, "swapab", 10.0, "gemm1=swapab gemm2=swapab", ok=False),  # failed its check: not a time
+        row(2, "auto", 20.0, "gemv")])))
+    [r] = pr.rows(pr.load([str(sweep)]), {})
+    assert r[1] == {"gemv": 20.0, "gemv(mma)": 18.0, "decode": 19.0}
+    assert r[2] == "gemv(mma)" and r[5] == pytest.approx(18.0 / 20.0)
+    text = pr.report([r], 0.03)
+    assert text.splitlines()[0].startswith("| preset | TP | scheme | M | decode | gemv | gemv(mma) | fastest")
+    assert "q TP8 fp8_per_tensor M=2: auto ran gemv in 20.0 µs, gemv(mma) 18.0 µs (1.11x)" in text
 
 
 def test_target_report_rates_each_path_against_the_brief_target(tmp_path, capsys, monkeypatch):

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The router's retune table from a moekit-bench path sweep (`--path mma,swapab,tokmajor[,auto]`,
-one or more JSON files of the same GPU and commit): per point every forced path's time, the
+"""The router's retune table from a moekit-bench path sweep (`--path mma,swapab,tokmajor,decode,gemv[,auto]`,
+one or more JSON files of the same GPU and commit; run `--path gemv` once more with
+MOEKIT_GEMV_KERNEL=mma for the tensor-core GEMV kernel: gemv rows are named by their dispatch,
+`gemv` or `gemv(mma)`; rows whose --check failed are left out): per point every forced path's time, the
 fastest, and, when the router's own choice was measured (an `auto` row in --auto files, e.g. a
 grid of the router to judge, else in the sweep files), what auto ran and how far it is from the fastest.
 The summary lists the points where auto is more than --slack slower than the fastest path: the
@@ -13,7 +15,7 @@ import json
 import statistics
 import sys
 
-FORCED = ("mma", "swapab", "tokmajor", "fused")
+FORCED = ("mma", "swapab", "tokmajor", "fused", "decode", "gemv", "gemv(mma)")
 
 
 def point(row):
@@ -28,8 +30,12 @@ def load(paths):
             for r in json.load(f)["rows"]:
                 if r.get("us") is None or r.get("op", "fused_experts") != "fused_experts":
                     continue
+                if r.get("check_ran") and r.get("check_passed") is False:
+                    continue
                 paths_of = table.setdefault(point(r), {})
                 path = r.get("path") or "auto"
+                if path == "gemv" and r.get("dispatch", "").startswith("gemv"):
+                    path = r["dispatch"]  # which GEMV kernel ran it
                 if path not in paths_of or r["us"] < paths_of[path][0]:
                     paths_of[path] = (r["us"], r.get("dispatch", ""))
     return table
@@ -51,10 +57,11 @@ def rows(sweep, auto):
 
 
 def report(table_rows, slack):
-    lines = ["| preset | TP | scheme | M | " + " | ".join(FORCED) + " | fastest | auto | auto ran | fastest / auto |",
-             "|---|---|---|---|" + "---|" * len(FORCED) + "---|---|---|---|"]
+    cols = [p for p in FORCED if any(p in r[1] for r in table_rows)]  # the paths the sweep has
+    lines = ["| preset | TP | scheme | M | " + " | ".join(cols) + " | fastest | auto | auto ran | fastest / auto |",
+             "|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|"]
     for k, forced, best, a_us, a_disp, ratio in table_rows:
-        cells = [f"{forced[p]:.1f}" if p in forced else "-" for p in FORCED]
+        cells = [f"{forced[p]:.1f}" if p in forced else "-" for p in cols]
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + f" | {best} | "
                      + (f"{a_us:.1f} | {a_disp} | {ratio:.3f} |" if a_us else "- | - | - |"))
     judged = [r for r in table_rows if r[5] is not None]
