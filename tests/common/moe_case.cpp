@@ -190,6 +190,16 @@ MoeCase make_case(const CaseSpec& spec_in) {
     for (std::int64_t j = 0; j < s.k; ++j) sum += (c.topk_weights[m * s.k + j] = 0.1f + rng.uniform());
     for (std::int64_t j = 0; j < s.k; ++j) c.topk_weights[m * s.k + j] /= sum;
   };
+  // Token m's k slots: k distinct ids of [0, n) (partial Fisher-Yates).
+  std::vector<std::int32_t> pool;
+  auto distinct_ids = [&](Rng& rng, std::int64_t m, std::int64_t n) {
+    pool.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) pool[i] = static_cast<std::int32_t>(i);
+    for (std::int64_t j = 0; j < s.k; ++j) {
+      std::swap(pool[j], pool[j + rng.below(n - j)]);
+      c.topk_ids[m * s.k + j] = pool[j];
+    }
+  };
   const std::int64_t half = std::max<std::int64_t>(s.k, Eg / 2);
   if (s.pattern == RoutingPattern::kAllToOne) {
     Rng rng(s.seed, kRouting);
@@ -201,26 +211,16 @@ MoeCase make_case(const CaseSpec& spec_in) {
   } else if (s.pattern == RoutingPattern::kSkewed && half < Eg) {
     // Ids drawn from the first half of the experts only: the second half gets no tokens.
     Rng rng(s.seed, kRouting);
-    std::vector<std::int32_t> pool(static_cast<std::size_t>(half));
     for (std::int64_t m = 0; m < s.M; ++m) {
-      for (std::int64_t i = 0; i < half; ++i) pool[i] = static_cast<std::int32_t>(i);
-      for (std::int64_t j = 0; j < s.k; ++j) {  // partial Fisher-Yates: k distinct
-        std::swap(pool[j], pool[j + rng.below(half - j)]);
-        c.topk_ids[m * s.k + j] = pool[j];
-      }
+      distinct_ids(rng, m, half);
       random_weights(rng, m);
     }
   } else if (s.pattern == RoutingPattern::kDuplicates && s.k >= 2) {
     // k distinct ids, then on even tokens slot 1 repeats slot 0's expert: both slots go through
     // that expert, each with its own weight (what vLLM's fused_experts does with such ids).
     Rng rng(s.seed, kRouting);
-    std::vector<std::int32_t> pool(static_cast<std::size_t>(Eg));
     for (std::int64_t m = 0; m < s.M; ++m) {
-      for (std::int64_t i = 0; i < Eg; ++i) pool[i] = static_cast<std::int32_t>(i);
-      for (std::int64_t j = 0; j < s.k; ++j) {
-        std::swap(pool[j], pool[j + rng.below(Eg - j)]);
-        c.topk_ids[m * s.k + j] = pool[j];
-      }
+      distinct_ids(rng, m, Eg);
       if (m % 2 == 0) c.topk_ids[m * s.k + 1] = c.topk_ids[m * s.k];
       random_weights(rng, m);
     }
