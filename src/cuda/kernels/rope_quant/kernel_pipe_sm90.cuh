@@ -66,9 +66,7 @@ __device__ __forceinline__ void quantize_row_pipe(bool packed_ue8m0, const uint4
   std::uint32_t E[2];
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
-    float a = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[m][j]));  // fmaxf: a NaN never wins
+    float a = absmax8(y[m]);  // fmaxf: a NaN never wins
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));  // half-warp = block
     E[m] = scale_exponent(a);

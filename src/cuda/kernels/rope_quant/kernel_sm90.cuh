@@ -33,6 +33,16 @@ __device__ __forceinline__ std::uint32_t scale_exponent(float amax) {
   return (bits >> 23) + ((bits & 0x7fffffu) != 0u ? 1u : 0u);
 }
 
+// max |y[j]| of 8 values as a tree of depth 3 instead of a chain of 8 dependent FMNMX (the
+// chain was the longest latency in a row's math): max is exact and order-free, and fmaxf drops a
+// NaN operand, so the value is the chain's; the one difference, 8 NaNs giving NaN here where a
+// chain seeded with 0 gives 0, meets scale_exponent's floor (1e-10) either way: the same exponent.
+__device__ __forceinline__ float absmax8(const float (&y)[8]) {
+  const float a = fmaxf(fabsf(y[0]), fabsf(y[1])), b = fmaxf(fabsf(y[2]), fabsf(y[3]));
+  const float c = fmaxf(fabsf(y[4]), fabsf(y[5])), d = fmaxf(fabsf(y[6]), fabsf(y[7]));
+  return fmaxf(fmaxf(a, b), fmaxf(c, d));
+}
+
 // y[e], y[o] of one rotated pair: float64 with exact products (bf16 x fp32 fits in 53 bits), one
 // rounding to double, one to fp32; the CPU reference writes the same two lines with std::fma.
 __device__ __forceinline__ void inverse_rotate(float& ye, float& yo, float c, float s) {
@@ -129,9 +139,7 @@ __device__ __forceinline__ void quantize_row(const InvRopeQuantParams& p, const 
       for (int k = 0; k < 4; ++k)
         if (c_last + 2 * k >= nope) inverse_rotate(y[m][2 * k], y[m][2 * k + 1], cs[k], cs[4 + k]);
     }
-    float a = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[m][j]));  // fmaxf: a NaN never wins
+    float a = absmax8(y[m]);  // fmaxf: a NaN never wins
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));  // half-warp = block
     E[m] = scale_exponent(a);
