@@ -37,10 +37,6 @@ struct BulkSmem {
   long long pos[kBulkPosRing][32];               // [ring][producer lane]: lane-private cp.async slots
 };
 
-// A value the compiler must keep as it is (an opaque move): loop invariants stay in registers
-// instead of being recomputed from the parameters in each iteration.
-__device__ __forceinline__ void pin(std::int64_t& v) { asm volatile("mov.b64 %0, %0;" : "+l"(v)); }
-
 // ld.shared of 16 / 8 bytes at a shared-window address.
 __device__ __forceinline__ uint4 lds128(std::uint32_t a) {
   uint4 v;
@@ -73,6 +69,12 @@ __device__ __forceinline__ uint2 quant8(const float (&y)[8], float inv) {
   return make_uint2(canonical_nan_bytes(w[0]), canonical_nan_bytes(w[1]));
 }
 
+__device__ __forceinline__ float absmax8(const float (&y)[8], float a) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(y[j]));  // fmaxf: a NaN never wins
+  return a;
+}
+
 // The cos index of a tail lane's first pair (tail index ti: channels 448 + 4ti ..+4); the pair is
 // rotated iff it is >= 0 (rope_dim <= 64).
 __device__ __forceinline__ int tail_cos_index(int rope_dim, int ti) { return 2 * ti - ((512 - rope_dim) / 2 - 224); }
@@ -80,43 +82,39 @@ __device__ __forceinline__ int tail_cos_index(int rope_dim, int ti) { return 2 *
 // One lane's share of two rows in the consumer layout (below): its main chunks a0, a1 (P0) and c0,
 // c1 (P1) of block b, its 4 tail channels tw with the cos / sin of their pairs (cv, sv; ci: the
 // first pair's cos index, rotated iff >= 0), ok = the row's position lies in the cache, valid =
-// the row exists; qrow = the row's e4m3 bytes, sc = its first scale word (scale layout, below).
-// Rotation, the block absmaxes, scales, e4m3 bytes and the stores. Warp-uniform: every lane of the
-// warp calls it (the shuffles span both rows).
+// the row exists (t, h). Rotation, the block absmaxes, scales, e4m3 bytes and the stores.
+// Warp-uniform: every lane of the warp calls it (the shuffles span both rows).
 __device__ __forceinline__ void quantize_lane(const InvRopeQuantParams& p, const uint4& a0, const uint4& a1,
                                               const uint4& c0, const uint4& c1, const uint2& tw, float2 cv, float2 sv,
-                                              int ci, bool ok, bool valid, std::uint8_t* qrow, std::uint32_t* sc,
-                                              int lane) {
+                                              int ci, bool ok, bool valid, int t, int h, int lane) {
+  constexpr int kD = 512;
   const int jj = lane & 3, b = lane >> 3;
   const int ti = jj + 4 * b;          // tail index: channels 448 + 4ti ..+4
   const int src3 = 24 | (lane & 4);   // the lane of this row's block 3, jj = 0
-  float y0[8], y1[8], y2[8], y3[8];
-  unpack8(a0, y0);
-  unpack8(a1, y1);
-  unpack8(c0, y2);
-  unpack8(c1, y3);
+  // Tail: rotate, absmax over the row's 16 lanes.
   float yt[4] = {bf16_lo(tw.x), bf16_hi(tw.x), bf16_lo(tw.y), bf16_hi(tw.y)};
   if (ci >= 0) {
     inverse_rotate(yt[0], yt[1], cv.x, sv.x);
     inverse_rotate(yt[2], yt[3], cv.y, sv.y);
   }
-  // The absmaxes as short, independent chains: am = this lane's main part of its block (b < 3: P0
-  // and P1; b = 3: P0, channels 384..447), reduced over the block's 4 lanes; at = the tail over
-  // the row's 16 lanes; their shuffles interleave. Block 3 = its lanes' P0 and the tail: every
-  // lane takes am of lane src3 and forms E3 itself. (fmaxf drops NaNs: the same maxima, hence the
-  // same exponents, as one chain per block seeded with 0; absmax8 in kernel_sm90.cuh.)
-  float am = fmaxf(absmax8(y0), absmax8(y1));
-  am = b < 3 ? fmaxf(am, fmaxf(absmax8(y2), absmax8(y3))) : am;
   float at = fmaxf(fmaxf(fabsf(yt[0]), fabsf(yt[1])), fmaxf(fabsf(yt[2]), fabsf(yt[3])));
-  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
   at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 1));
-  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
   at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 2));
-  const float am3 = __shfl_sync(0xffffffffu, am, src3);
   at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 8));
   at = fmaxf(at, __shfl_xor_sync(0xffffffffu, at, 16));
-  const std::uint32_t E3 = scale_exponent(fmaxf(am3, at));
-  const std::uint32_t E = b < 3 ? scale_exponent(am) : E3;
+
+  // Main: absmax over the block's 4 lanes (block 3 adds the tail).
+  float y0[8], y1[8], y2[8], y3[8];
+  unpack8(a0, y0);
+  unpack8(a1, y1);
+  unpack8(c0, y2);
+  unpack8(c1, y3);
+  float am = absmax8(y1, absmax8(y0, 0.0f));
+  am = b < 3 ? absmax8(y3, absmax8(y2, am)) : fmaxf(am, at);
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+  const std::uint32_t E = scale_exponent(am);
+  const std::uint32_t E3 = __shfl_sync(0xffffffffu, E, src3);
 
   const float inv = __uint_as_float((254u - E) << 23), inv3 = __uint_as_float((254u - E3) << 23);  // exact
   const uint2 q0 = quant8(y0, inv), q1 = quant8(y1, inv), q2 = quant8(y2, inv), q3 = quant8(y3, inv);
@@ -130,14 +128,17 @@ __device__ __forceinline__ void quantize_lane(const InvRopeQuantParams& p, const
     e2 = __shfl_sync(0xffffffffu, E, 16 | (lane & 4));
   }
   if (valid) {
+    const int g = h / p.heads_per_group, hh = h - g * p.heads_per_group;
+    std::uint8_t* qrow = p.q + g * p.q_stride_g + static_cast<std::int64_t>(t) * p.q_stride_t + hh * kD;
     const uint4 nan4 = make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu);
     *reinterpret_cast<uint4*>(qrow + 128 * b + 16 * jj) = ok ? make_uint4(q0.x, q0.y, q1.x, q1.y) : nan4;
     if (b < 3) *reinterpret_cast<uint4*>(qrow + 128 * b + 64 + 16 * jj) = ok ? make_uint4(q2.x, q2.y, q3.x, q3.y) : nan4;
     *reinterpret_cast<std::uint32_t*>(qrow + 448 + 4 * ti) = ok ? qt : 0x7f7f7f7fu;
+    std::uint32_t* sc = static_cast<std::uint32_t*>(p.scale) + g * p.s_stride_g + t;
     if (p.packed_ue8m0) {
-      if (b == 0 && jj == 0) *sc = ok ? (E | (e1 << 8) | (e2 << 16) | (E3 << 24)) : 0xffffffffu;
+      if (b == 0 && jj == 0) sc[hh * p.s_stride_b] = ok ? (E | (e1 << 8) | (e2 << 16) | (E3 << 24)) : 0xffffffffu;
     } else if (jj == 0) {
-      sc[b * p.s_stride_b] = ok ? E << 23 : 0x7fffffffu;
+      sc[(hh * 4 + b) * p.s_stride_b] = ok ? E << 23 : 0x7fffffffu;
     }
   }
 }
@@ -258,43 +259,14 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
   const int lr = 2 * warp + rb;
   const int half = p.rope_dim >> 1;
   const int ci = tail_cos_index(p.rope_dim, ti);
-  // Tile k's first row (first + k stride) kR (token tf, head hf) and this warp's row r, with its
-  // token t, group g, head in group hh and output offsets (qo: e4m3 bytes, so: first scale word),
-  // all kept incrementally: the rows advance by step = stride kR a tile, i.e. dq tokens and dr
-  // heads (drg groups and drh heads) with carries, so the loop has no integer division and no
-  // 64-bit index products (two divisions a tile, each ~20 instructions with its reciprocal, and
-  // the offsets' products were a third of the consumer's loop). Unsigned r: it may pass 2^31 - 1
-  // after the last tile. The launcher guarantees hpg divides H.
-  const int hpg = p.heads_per_group, G = H / hpg;
-  const unsigned step = static_cast<unsigned>(stride) * kR;
-  const int dq = static_cast<int>(step / static_cast<unsigned>(H)), dr = static_cast<int>(step % static_cast<unsigned>(H));
-  const int drg = dr / hpg, drh = dr - drg * hpg;
-  const unsigned r0 = static_cast<unsigned>(first) * kR;
-  unsigned r = r0 + lr;
-  int tf = static_cast<int>(r0 / static_cast<unsigned>(H)), hf = static_cast<int>(r0 % static_cast<unsigned>(H));
-  int t = static_cast<int>(r / static_cast<unsigned>(H));
-  int g, hh;
-  {
-    const int h = static_cast<int>(r % static_cast<unsigned>(H));
-    g = h / hpg;
-    hh = h - g * hpg;
-  }
-  const std::int64_t bstride = p.packed_ue8m0 ? p.s_stride_b : 4 * p.s_stride_b;  // scale words a head
-  std::int64_t qo = g * p.q_stride_g + static_cast<std::int64_t>(t) * p.q_stride_t + hh * kD;
-  std::int64_t so = g * p.s_stride_g + t + hh * bstride;
-  std::int64_t q_step = dq * p.q_stride_t + drg * p.q_stride_g + drh * kD;
-  std::int64_t q_carry = p.q_stride_g - static_cast<std::int64_t>(hpg) * kD;  // hh wraps into g + 1
-  std::int64_t q_wrap = p.q_stride_t - G * p.q_stride_g;                       // g wraps into t + 1
-  std::int64_t s_step = dq + drg * p.s_stride_g + drh * bstride;
-  std::int64_t s_carry = p.s_stride_g - hpg * bstride;
-  std::int64_t s_wrap = 1 - G * p.s_stride_g;
-  // Opaque to the compiler, so that it keeps the six in registers (it recomputed their 64-bit
-  // products from the parameters in every iteration otherwise).
-  pin(q_step), pin(q_carry), pin(q_wrap), pin(s_step), pin(s_carry), pin(s_wrap);
   for (int k = 0; k < n; ++k) {
     const int s = k & (kS - 1);
     mbar_wait(smem_addr(&sm.full[s]), (k / kS) & 1);
-    const bool valid = r < static_cast<unsigned>(TH);
+    const int r0 = (first + k * stride) * kR;
+    const int r = r0 + lr;
+    const bool valid = r < TH;
+    const int t = static_cast<int>(static_cast<unsigned>(r) / static_cast<unsigned>(H)), h = r - t * H;
+    const int tf = static_cast<int>(static_cast<unsigned>(r0) / static_cast<unsigned>(H));
     const int jt = min(t - tf, kR - 1);  // the token's slot (clamped for rows past T * H)
     const bool ok = valid && sm.ok[s][jt] != 0;
 
@@ -313,19 +285,7 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&sm.empty[s]));  // release: orders the warp's reads before it
 
-    quantize_lane(p, a0, a1, c0, c1, tw, cv, sv, ci, ok, valid, p.q + qo, static_cast<std::uint32_t*>(p.scale) + so,
-                  lane);
-    r += step;
-    tf += dq;
-    hf += dr;
-    if (hf >= H) { hf -= H; ++tf; }
-    t += dq;
-    g += drg;
-    hh += drh;
-    qo += q_step;
-    so += s_step;
-    if (hh >= hpg) { hh -= hpg; ++g; qo += q_carry; so += s_carry; }
-    if (g >= G) { g -= G; ++t; qo += q_wrap; so += s_wrap; }
+    quantize_lane(p, a0, a1, c0, c1, tw, cv, sv, ci, ok, valid, t, h, lane);
   }
   // Padded token rows [T, Tp) of the scales: CTA 0's consumers, after their rows (off the start).
   if (blockIdx.x == 0) zero_padding_all_heads(p, static_cast<int>(threadIdx.x), kC * 32);
