@@ -70,13 +70,9 @@ __device__ __forceinline__ int token_width(int count) {
 // ---------------------------------------------------------------------------------------------
 // Epilogue helpers.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ void store_out(void* out, int type, std::int64_t i, float v) {
-  switch (type) {
-    case kOutBf16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
-    case kOutF16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
-    default: static_cast<float*>(out)[i] = v; break;
-  }
-}
+__device__ __forceinline__ void store_as(__nv_bfloat16* out, float v) { *out = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_as(__half* out, float v) { *out = __float2half_rn(v); }
+__device__ __forceinline__ void store_as(float* out, float v) { *out = v; }
 
 // ---------------------------------------------------------------------------------------------
 // The kernel.
@@ -297,21 +293,37 @@ struct SwapAb {
     for (int tile = it.tile; tile < it.tile_end; ++tile, ++round) {
       const int buf = round & 1;
       // Per-row values (this thread's tile rows rloc = 16 warp + lane/4 + 8h): independent global
-      // loads, issued first so that their latency hides behind the main loop.
-      float bsc[2][2], bia[2][2];  // [gate/up][h]
+      // loads, issued first so that their latency hides behind the main loop. Only where the call
+      // has them (one uniform test: the code is neither run nor fetched otherwise), all four
+      // issued back to back and the bias dtype dispatched once (load_bias_gather); a switch per
+      // element had a jump table and waited for each load before the next (stall sampling at
+      // gpt-oss TP1 M = 1: the most sampled instructions of the kernel, instruction fetch).
+      float bsc[2][2], bia[2][2];  // [gate/up][h]; index 2g + h below
 #pragma unroll
-      for (int g = 0; g < 2; ++g) {
+      for (int i = 0; i < 4; ++i) {
+        bsc[i >> 1][i & 1] = 1.0f;
+        bia[i >> 1][i & 1] = 0.0f;
+      }
+      if (p.scale_mode == kScalePerChannel || p.bias != nullptr) {
+        std::int64_t idx[4];
+        bool live[4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          bsc[g][h] = 1.0f;
-          bia[g][h] = 0.0f;
-          if (g == 1 && !kGateUp) continue;
+        for (int i = 0; i < 4; ++i) {
+          const int g = i >> 1, h = i & 1;
           const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
-          if (n >= p.n_out) continue;
-          const std::int64_t row = (g == 1 ? p.n_out : 0) + n;
-          const std::int64_t idx = static_cast<std::int64_t>(it.e) * p.rows_b + row;
-          if (p.scale_mode == kScalePerChannel) bsc[g][h] = p.b_scale[idx];
-          if (p.bias) bia[g][h] = numerics::load_bias(p.bias, p.bias_type, idx);
+          live[i] = (g == 0 || kGateUp) && n < p.n_out;
+          idx[i] = static_cast<std::int64_t>(it.e) * p.rows_b + (g == 1 ? p.n_out : 0) + n;
+        }
+        if (p.scale_mode == kScalePerChannel) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (live[i]) bsc[i >> 1][i & 1] = p.b_scale[idx[i]];
+        }
+        if (p.bias != nullptr) {
+          float b[4];
+          numerics::load_bias_gather<4>(p.bias, p.bias_type, idx, live, b);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) bia[i >> 1][i & 1] = b[i];
         }
       }
 
@@ -550,14 +562,26 @@ struct SwapAb {
       const int r_lo = s.rank * rows_owned;
       const std::int64_t n0 = static_cast<std::int64_t>(tile) * kTileRows;
       const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
-      for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
-        const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
-        if (rr >= valid_rows) continue;
-        if (kGateUp) {
-          const float hval = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(p.act, so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.alpha, p.limit);
-          if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, hval);
-          store_out(p.out, p.out_type, static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
-        } else {
+      if (kGateUp) {
+        // The output dtype dispatched once per tile (uniform), not per element: a switch inside
+        // the loop was an indirect branch per store.
+        auto phase2 = [&](auto out) {
+          for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
+            const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
+            if (rr >= valid_rows) continue;
+            const float hval = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(
+                p.act, so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.alpha, p.limit);
+            if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, hval);
+            store_as(out + static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
+          }
+        };
+        if (p.out_type == kOutBf16) phase2(static_cast<__nv_bfloat16*>(p.out));
+        else if (p.out_type == kOutF16) phase2(static_cast<__half*>(p.out));
+        else phase2(static_cast<float*>(p.out));
+      } else {
+        for (int idx = t; idx < it.count * rows_owned; idx += kConsumerThreads) {
+          const int tok = idx / rows_owned, rr = r_lo + idx % rows_owned;
+          if (rr >= valid_rows) continue;
           const int tslot = s.tok_slot[buf * kMaxTokens + tok];
           static_cast<float*>(p.out)[static_cast<std::int64_t>(tslot) * p.n_out + n0 + rr] = so0[tok * kOutStride + rr];
         }
