@@ -63,34 +63,6 @@ __device__ __forceinline__ void load_bias_gather(const void* bias, int type, con
   }
 }
 
-// The loads and the conversion of load_bias_gather apart, for a caller that loads its biases
-// before its main loop and needs them after it: raw[i] = the element's bits (bf16 / fp16 in the
-// low half, fp32 whole; 0 where !live, which every encoding reads as 0.0f), converted by
-// bias_from_raw where they are used, so that no instruction waits for the loads before then
-// (converting right after them stalled Swap-AB's consumers once a tile: stall sampling at
-// gpt-oss TP8 fp8 M = 64, H200, 2026-12-04).
-template <int kN>
-__device__ __forceinline__ void load_bias_raw(const void* bias, int type, const std::int64_t (&idx)[kN],
-                                              const bool (&live)[kN], std::uint32_t (&raw)[kN]) {
-  if (type == kBiasBf16 || type == kBiasF16) {
-    const unsigned short* b = static_cast<const unsigned short*>(bias);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) raw[i] = live[i] ? b[idx[i]] : 0u;
-  } else if (type == kBiasF32) {
-    const std::uint32_t* b = static_cast<const std::uint32_t*>(bias);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) raw[i] = live[i] ? b[idx[i]] : 0u;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) raw[i] = 0u;
-  }
-}
-__device__ __forceinline__ float bias_from_raw(int type, std::uint32_t raw) {
-  return type == kBiasBf16  ? __uint_as_float(raw << 16)
-         : type == kBiasF16 ? __half2float(__ushort_as_half(static_cast<unsigned short>(raw)))
-                            : __uint_as_float(raw);
-}
-
 // The same for columns col(i) = first + (i / kRun) * kStride + i % kRun (runs of kRun
 // consecutive columns kStride apart) of the row starting at element `base`, live where
 // col(i) < limit.

@@ -293,17 +293,17 @@ struct SwapAb {
     for (int tile = it.tile; tile < it.tile_end; ++tile, ++round) {
       const int buf = round & 1;
       // Per-row values (this thread's tile rows rloc = 16 warp + lane/4 + 8h): independent global
-      // loads, issued first so that their latency hides behind the main loop, and used (the
-      // biases converted from their raw bits) only in the epilogue. Only where the call has them
-      // (one uniform test: the code is neither run nor fetched otherwise), all four issued back
-      // to back and the bias dtype dispatched once (load_bias_raw); a switch per element had a
-      // jump table and waited for each load before the next (stall sampling at gpt-oss TP1 M = 1:
-      // the most sampled instructions of the kernel, instruction fetch), and a conversion right
-      // after the loads waited for them before the main loop.
-      float bsc[2][2];             // [gate/up][h]; index 2g + h below
-      std::uint32_t braw[4] = {0u, 0u, 0u, 0u};  // bias bits, index 2g + h (load_bias_raw)
+      // loads, issued first so that their latency hides behind the main loop. Only where the call
+      // has them (one uniform test: the code is neither run nor fetched otherwise), all four
+      // issued back to back and the bias dtype dispatched once (load_bias_gather); a switch per
+      // element had a jump table and waited for each load before the next (stall sampling at
+      // gpt-oss TP1 M = 1: the most sampled instructions of the kernel, instruction fetch).
+      float bsc[2][2], bia[2][2];  // [gate/up][h]; index 2g + h below
 #pragma unroll
-      for (int i = 0; i < 4; ++i) bsc[i >> 1][i & 1] = 1.0f;
+      for (int i = 0; i < 4; ++i) {
+        bsc[i >> 1][i & 1] = 1.0f;
+        bia[i >> 1][i & 1] = 0.0f;
+      }
       if (p.scale_mode == kScalePerChannel || p.bias != nullptr) {
         std::int64_t idx[4];
         bool live[4];
@@ -319,7 +319,12 @@ struct SwapAb {
           for (int i = 0; i < 4; ++i)
             if (live[i]) bsc[i >> 1][i & 1] = p.b_scale[idx[i]];
         }
-        if (p.bias != nullptr) numerics::load_bias_raw<4>(p.bias, p.bias_type, idx, live, braw);
+        if (p.bias != nullptr) {
+          float b[4];
+          numerics::load_bias_gather<4>(p.bias, p.bias_type, idx, live, b);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) bia[i >> 1][i & 1] = b[i];
+        }
       }
 
       if (tile == it.tile) {  // the item's first tile: its token values
@@ -502,11 +507,6 @@ struct SwapAb {
           }
         }
       }
-
-      // The biases from their bits, now that the main loop has covered their loads' latency.
-      float bia[2][2];  // [gate/up][h]
-#pragma unroll
-      for (int i = 0; i < 4; ++i) bia[i >> 1][i & 1] = numerics::bias_from_raw(p.bias_type, braw[i]);
 
       // Publish the token values to the warpgroup (double-buffered by item parity: a warp writes
       // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
