@@ -763,55 +763,6 @@ struct TokMajor {
     }
   }
 
-  // GEMM2's epilogue, the staging of chunk kCh (columns c0 ..+kChunkCols of the tile): each lane
-  // writes its accumulator pairs of the warp's 16 rows to the warp's staging area. The chunk's
-  // bias values of this lane (columns c0 + 8 jj + 2 (lane % 4) + c) are loaded in batches before
-  // any of a batch is used; 0 where absent or past n_out (n_out is even, so a pair is in or out
-  // together). Per-channel scales (fp8_per_channel) as they are used. Two batches of kChunkJ / 2
-  // column pairs (16 values at once spilled a register).
-  template <int kCh, int kOut, bool kColTerms>
-  static __device__ __forceinline__ void stage_scatter_chunk(const KernelParams& p, const float (&acc)[kAcc],
-                                                             const float (&f)[2], const float (&bw)[2], std::int64_t rb,
-                                                             std::int64_t c0, std::uint8_t* stage_w, int lane) {
-    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kChunkCols = kOutStageRowBytes / kEs;
-    constexpr int kChunkJ = kChunkCols / 8;
-    constexpr int kPitch = out_stage_pitch(kEs);
-    constexpr int kHalfJ = kChunkJ / 2;
-    float bi[2 * kHalfJ];
-#pragma unroll
-    for (int jj = 0; jj < kChunkJ; ++jj) {
-      if constexpr (kColTerms) {
-        if (jj % kHalfJ == 0)
-          numerics::load_bias_run<2 * kHalfJ, 2, 8>(p.bias, p.bias != nullptr ? p.bias_type : numerics::kBiasNone, rb,
-                                                    c0 + 8 * jj + 2 * (lane & 3), p.n_out, bi);
-      }
-      const int j = kCh * kChunkJ + jj;
-      const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
-      float bs[2] = {1.0f, 1.0f};
-      if constexpr (kColTerms) {
-        const std::int64_t n0 = c0 + cl;
-        if (n0 < p.n_out && p.scale_mode == kScalePerChannel) {
-          bs[0] = p.b_scale[rb + n0];
-          bs[1] = p.b_scale[rb + n0 + 1];
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v[2];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          v[c] = acc[4 * j + 2 * h + c] * f[h];
-          if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[2 * (jj % kHalfJ) + c] * bw[h];
-        }
-        std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
-        if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-        else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
-        else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v[0], v[1]);
-      }
-    }
-  }
-
   // GEMM2's epilogue through the warp's staging area (config.hpp): per chunk of 128 bytes of
   // columns, each lane writes its accumulator pairs of the warp's 16 rows, then 8 lanes per row
   // copy the row's 128 bytes to y with 16-byte stores. kOut: OutType; kColTerms: per-column
@@ -824,6 +775,7 @@ struct TokMajor {
                                                           std::int64_t rb, int cwarp, int lane) {
     constexpr int kEs = kOut == kOutF32 ? 4 : 2;
     constexpr int kChunkCols = kOutStageRowBytes / kEs;  // 32 fp32 or 64 16-bit columns
+    constexpr int kChunkJ = kChunkCols / 8;               // accumulator column groups per chunk
     constexpr int kPitch = out_stage_pitch(kEs);
     std::uint8_t* stage_w = s.out_stage + cwarp * kOutStageWarpBytes;
     // The copy phase: lane covers rows q * 4 + lane / 8 (q = 0..3) of the warp, 16 bytes at
@@ -845,28 +797,47 @@ struct TokMajor {
       rowp[q] = cslot[q] < 0 ? nullptr
                              : static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(cslot[q]) * p.n_out * kEs;
     const bool whole = p.out_vec16 && nbase + kBN <= p.n_out;  // the usual tile: no bound checks
-    // One rolled loop over the chunks: only the staging of a chunk's accumulators needs their
-    // indices at compile time (a switch over the chunks, stage_scatter_chunk); the copy phase is
-    // one body for all. Unrolled, the six instantiations' epilogues were ~900 instructions each,
-    // and the K-short ping-pong GEMM2 (a unit of 1-2 K stages, then this) waited on instruction
-    // fetch in 21 % of its samples (stall sampling at qwen3-30b TP8 fp8 M = 64, H200,
-    // 2026-12-04; GEMM1's epilogue was rolled the same way in session 17).
-    constexpr int kChunks = kBN / kChunkCols;
-    static_assert(kChunks >= 1 && kChunks <= 8, "stage_scatter_chunk's switch covers 8 chunks");
-#pragma unroll 1
-    for (int ch = 0; ch < kChunks; ++ch) {
+#pragma unroll
+    for (int ch = 0; ch < kBN / kChunkCols; ++ch) {
       const std::int64_t c0 = nbase + ch * kChunkCols;
       if (c0 >= p.n_out) break;
       __syncwarp();  // the previous chunk's copy has read the staging area
-      switch (ch) {
-        case 0: stage_scatter_chunk<0, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 1: if constexpr (kChunks > 1) stage_scatter_chunk<1, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 2: if constexpr (kChunks > 2) stage_scatter_chunk<2, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 3: if constexpr (kChunks > 3) stage_scatter_chunk<3, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 4: if constexpr (kChunks > 4) stage_scatter_chunk<4, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 5: if constexpr (kChunks > 5) stage_scatter_chunk<5, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        case 6: if constexpr (kChunks > 6) stage_scatter_chunk<6, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
-        default: if constexpr (kChunks > 7) stage_scatter_chunk<7, kOut, kColTerms>(p, acc, f, bw, rb, c0, stage_w, lane); break;
+      // The chunk's bias values of this lane (columns c0 + 8 jj + 2 (lane % 4) + c), loaded in
+      // batches before any of a batch is used; 0 where absent or past n_out (n_out is even, so a
+      // pair is in or out together). Per-channel scales (fp8_per_channel) as they are used.
+      // Two batches of kChunkJ / 2 column pairs (16 values at once spilled a register).
+      constexpr int kHalfJ = kChunkJ / 2;
+      float bi[2 * kHalfJ];
+#pragma unroll
+      for (int jj = 0; jj < kChunkJ; ++jj) {
+        if constexpr (kColTerms) {
+          if (jj % kHalfJ == 0)
+            numerics::load_bias_run<2 * kHalfJ, 2, 8>(p.bias, p.bias != nullptr ? p.bias_type : numerics::kBiasNone, rb,
+                                                      c0 + 8 * jj + 2 * (lane & 3), p.n_out, bi);
+        }
+        const int j = ch * kChunkJ + jj;
+        const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
+        float bs[2] = {1.0f, 1.0f};
+        if constexpr (kColTerms) {
+          const std::int64_t n0 = c0 + cl;
+          if (n0 < p.n_out && p.scale_mode == kScalePerChannel) {
+            bs[0] = p.b_scale[rb + n0];
+            bs[1] = p.b_scale[rb + n0 + 1];
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            v[c] = acc[4 * j + 2 * h + c] * f[h];
+            if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[2 * (jj % kHalfJ) + c] * bw[h];
+          }
+          std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
+          if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+          else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
+          else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v[0], v[1]);
+        }
       }
       __syncwarp();
       const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
