@@ -68,6 +68,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"inv_rope_quant_pipe_sm90_kernel", 2},  // rope_quant: the pipelined kernel, 4 and 8 stages
       {"inv_rope_quant_small_sm90_kernel", 1},  // rope_quant: the latency-first kernel
       {"inv_rope_quant_bulk_sm90_kernel", 1},   // rope_quant: the bulk-copy kernel
+      {"inv_rope_quant_half_sm90_kernel", 1},   // rope_quant: the half-warp kernel
       {"decode_sm90_kernel", 64},         // decode: bf16, fp16 (whole); e4m3 with bf16 / fp16 activations
                                           // (whole, up, down, block128, channel, channel up, channel
                                           // down), each at token widths 8, 16, 32, 64

@@ -6,7 +6,7 @@
 // (its row walk carries), rope widths on both sides of the pipelined kernel's 64, strided inputs
 // and outputs, positions 0 and max_pos - 1, zero blocks, NaN / Inf, a position outside the cache
 // (NaN row), CUDA-graph replay, poisoned outputs; every kernel (MOEKIT_ROPE_KERNEL auto, small,
-// bulk, pipe4, pipe8, reg), each checked to have really run where it can run the problem.
+// bulk, pipe4, pipe8, half, reg), each checked to have really run where it can run the problem.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -210,8 +210,9 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
 }
 
 // The kernels of config.hpp by their MOEKIT_ROPE_KERNEL value: auto (by T), the latency-first
-// kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8 stages, the register kernel.
-constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "reg"};
+// kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8 stages, the half-warp kernel, the
+// register kernel.
+constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "half", "reg"};
 
 // The kernel a forced MOEKIT_ROPE_KERNEL value must run on problem p (the launcher hands a problem
 // a kernel cannot run on to the next one: bulk -> pipe4 -> reg), so a silent fallback fails.
@@ -225,7 +226,7 @@ std::string expected_kernel(const Problem& p, const std::string& k) {
                                                         : expected_kernel(p, "pipe4");
   }
   if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "pipe4");
-  if (k == "pipe4" || k == "pipe8") return pipe_ok ? k : "reg";
+  if (k == "pipe4" || k == "pipe8" || k == "half") return pipe_ok ? k : "reg";
   return k;
 }
 
@@ -478,7 +479,7 @@ TEST(Sm90RopeQuant, BadKernelSettingIsAClearError) {
     FAIL() << "no error";
   } catch (const moekit::Error& e) {
     EXPECT_EQ(e.status(), moekit::Status::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_KERNEL is 'fast', expected auto, small, bulk, pipe4, pipe8 or reg"),
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROPE_KERNEL is 'fast', expected auto, small, bulk, pipe4, pipe8, half or reg"),
               std::string::npos)
         << e.what();
   }

@@ -88,7 +88,7 @@ struct Options {
   int iters = 50;
   bool packed = false;
   bool check = false;
-  // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, reg), each timed at every point.
+  // Kernels (MOEKIT_ROPE_KERNEL: auto, small, bulk, pipe4, pipe8, half, reg), each timed at every point.
   std::vector<std::string> kernels{"auto"};
   // --first-calls N: after the sweep, the first eager call at N more never-seen T a shape
   // (kFirstCallTokens, default kernel choice), each against 10 steady calls at its T.
@@ -360,11 +360,12 @@ class Bench {
   std::fprintf(stderr,
                "moekit-bench --op inv_rope_fp8_quant: %s\n"
                "usage: moekit-bench --op inv_rope_fp8_quant [--tokens LIST] [--iters N] [--packed] [--check] "
-               "[--kernels auto,small,bulk,pipe4,pipe8,reg] [--rows 4,8,2] [--first-calls N] [--json PATH]\n"
+               "[--kernels auto,small,bulk,pipe4,pipe8,half,reg] [--rows 4,8,2] [--first-calls N] [--json PATH]\n"
                "  --tokens: comma-separated T values (default 1,2,4,...,16384)\n"
                "  --kernels: the kernels to time at every point (MOEKIT_ROPE_KERNEL; default auto: small at\n"
                "          T <= 64, bulk above; small = latency-first, bulk = bulk-copy pipeline, pipe4 / pipe8 =\n"
-               "          the cp.async pipelined kernel, reg = the register kernel)\n"
+               "          the cp.async pipelined kernel, half = the same with a row a half-warp, reg = the\n"
+               "          register kernel)\n"
                "  --rows: the older spelling (4 = pipe4, 8 = pipe8, 2 = reg)\n"
                "  --first-calls N: after the sweep, the first eager call at N more never-seen T a shape (0..14)\n",
                msg.c_str());
@@ -440,10 +441,10 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
           else if (item == "4") opt.kernels.push_back("pipe4");
           else if (item == "8") opt.kernels.push_back("pipe8");
           else if (!item.empty()) usage("bad --rows value '" + item + "': expected 2, 4 or 8");
-        } else if (item == "auto" || item == "small" || item == "bulk" || item == "pipe4" || item == "pipe8" || item == "reg") {
+        } else if (item == "auto" || item == "small" || item == "bulk" || item == "pipe4" || item == "pipe8" || item == "half" || item == "reg") {
           opt.kernels.push_back(item);
         } else if (!item.empty()) {
-          usage("bad --kernels value '" + item + "': expected auto, small, bulk, pipe4, pipe8 or reg");
+          usage("bad --kernels value '" + item + "': expected auto, small, bulk, pipe4, pipe8, half or reg");
         }
         if (c == std::string::npos) break;
         p = c + 1;

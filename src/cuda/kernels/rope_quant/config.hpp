@@ -54,6 +54,24 @@ using InvRopeQuantPipe4 = InvRopeQuantPipeConfig<8, 4, 4>;
 // start-up share at mid T).
 using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 
+// The half-warp kernel (kernel_half_sm90.cuh): the pipelined kernel's persistent grid and
+// per-lane ring with a row per half-warp, so the per-row work that does not grow with the
+// channels is paid once per two rows (the pipelined kernel is bound by its ~300 instructions a
+// row). 4 warps x 4 stages: a half's ring is 4 x 1 KB of data, 4 x 256 B of cos/sin and 8 x 64 B
+// of positions (5.5 KB), 44 KB of static shared memory a CTA, 4 CTAs per SM (128 registers a
+// thread at most): 32 rows x 3 KB = 96 KB of o in flight per SM, as pipe4. Forced only
+// (MOEKIT_ROPE_KERNEL=half) until measured.
+template <int kWarpsPerCta, int kNumStages, int kMinBlocks>
+struct InvRopeQuantHalfConfig {
+  static constexpr int kHeadDim = 512;
+  static constexpr int kMaxRopeDim = 64;
+  static constexpr int kWarps = kWarpsPerCta;
+  static constexpr int kStages = kNumStages;  // power of two, >= 3
+  static constexpr int kMinBlocksPerSm = kMinBlocks;
+  static_assert(kNumStages >= 3 && (kNumStages & (kNumStages - 1)) == 0, "ring indices use & (kStages - 1)");
+};
+using InvRopeQuantHalf = InvRopeQuantHalfConfig<4, 4, 4>;
+
 // The latency-first kernel (kernel_small_sm90.cuh): one warp per row, one row a warp, 4 warps a
 // CTA (grid = ceil(T * H / 4)), no loop, no shared memory: a call is launch + max(position, row)
 // load + the cos/sin load + the math. Any rope_dim <= 256.

@@ -1,6 +1,6 @@
 // Host launcher of the inv_rope_fp8_quant kernels (launch_sm90.hpp): checks, chooses the kernel
 // (config.hpp: the latency-first kernel, the bulk-copy kernel, the pipelined kernel at 4 and 8
-// stages, the register kernel at 2 rows a warp), sizes its grid and launches one of the explicit
+// stages, the half-warp kernel, the register kernel at 2 rows a warp), sizes its grid and launches one of the explicit
 // instantiations of inst/ (this file includes no kernel body).
 #include "cuda/kernels/rope_quant/launch_sm90.hpp"
 
@@ -72,6 +72,24 @@ int pipe_grid(const InvRopeQuantParams& p, int resident_ctas) {
   return static_cast<int>(blocks);
 }
 
+// The half-warp kernel's grid: a row a half-warp at small T, the resident CTAs at large T, and a
+// half-warp count 2 W that is a multiple of H (each half keeps one head: kernel_half_sm90.cuh);
+// 0 when no such grid fits on the device.
+template <class Cfg>
+int half_resident_ctas(int device) {
+  return resident_ctas<Cfg>(device, [] { return inv_rope_quant_half_ctas_per_sm<Cfg>(); });
+}
+template <class Cfg>
+int half_grid(const InvRopeQuantParams& p, int resident_ctas) {
+  const std::int64_t H = p.num_heads;
+  const std::int64_t halves = 2 * Cfg::kWarps;
+  const std::int64_t multiple = H / std::gcd<std::int64_t>(H, halves);  // CTAs per H halves' worth
+  const std::int64_t needed = (p.num_tokens * H + halves - 1) / halves;
+  std::int64_t blocks = (needed + multiple - 1) / multiple * multiple;
+  if (blocks > resident_ctas) blocks = resident_ctas / multiple * multiple;
+  return static_cast<int>(blocks);
+}
+
 // The latency-first kernel: one warp a row, rows past T * H exit.
 void launch_small(const InvRopeQuantParams& p, void* stream) {
   using Cfg = InvRopeQuantSmall;
@@ -123,9 +141,10 @@ RopeQuantKernel inv_rope_quant_kernel_choice() {
   if (s == "bulk") return RopeQuantKernel::kBulk;
   if (s == "pipe4") return RopeQuantKernel::kPipe4;
   if (s == "pipe8") return RopeQuantKernel::kPipe8;
+  if (s == "half") return RopeQuantKernel::kHalf;
   if (s == "reg") return RopeQuantKernel::kReg;
   throw Error(Status::kInvalidArgument,
-              "MOEKIT_ROPE_KERNEL is '" + s + "', expected auto, small, bulk, pipe4, pipe8 or reg");
+              "MOEKIT_ROPE_KERNEL is '" + s + "', expected auto, small, bulk, pipe4, pipe8, half or reg");
 }
 
 int inv_rope_quant_rows_per_warp() {
@@ -170,10 +189,11 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   // Every persistent kernel's grid (and the bulk kernel's shared-memory attribute) at the first
   // call on a device, so an A/B switching kernels later queries and sets nothing; afterwards
-  // three atomic loads.
+  // four atomic loads.
   const int resident4 = pipe_resident_ctas<InvRopeQuantPipe4>(device);
   const int resident8 = pipe_resident_ctas<InvRopeQuantPipe8>(device);
   const int resident_bulk = bulk_resident_ctas<InvRopeQuantBulk>(device);
+  const int resident_half = half_resident_ctas<InvRopeQuantHalf>(device);
   if (k == RopeQuantKernel::kAuto) {
     const std::int64_t rows = p.num_tokens * p.num_heads;
     k = rows <= kRopeQuantSmallMaxRows ? RopeQuantKernel::kSmall
@@ -200,6 +220,12 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
     if (blocks > 0) {
       g_last_kernel = "pipe8";
       return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe8>(p, blocks, stream);
+    }
+  } else if (k == RopeQuantKernel::kHalf && pipe_fits) {
+    const int blocks = half_grid<InvRopeQuantHalf>(p, resident_half);
+    if (blocks > 0) {
+      g_last_kernel = "half";
+      return run_inv_rope_quant_half_sm90<InvRopeQuantHalf>(p, blocks, stream);
     }
   } else if (k == RopeQuantKernel::kPipe4 && pipe_fits) {
     const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);

@@ -16,15 +16,16 @@ bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim
 /// is inv_rope_quant_kernel_choice()'s (read at every call, for A/Bs in one process): by default
 /// (auto) by rows T x H: the latency-first kernel up to kRopeQuantSmallMaxRows, the bulk kernel up
 /// to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above (config.hpp, measured); a
-/// kernel that cannot run the problem hands it on: bulk -> pipe4 -> reg, pipe4 / pipe8 -> reg
+/// kernel that cannot run the problem hands it on: bulk -> pipe4 -> reg, pipe4 / pipe8 / half -> reg
 /// (small and reg run every problem can_implement accepts).
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream);
 
 /// The kernels of config.hpp: auto (by T), small (InvRopeQuantSmall), bulk (InvRopeQuantBulk),
-/// pipe4 / pipe8 (InvRopeQuantPipe4 / 8), reg (the register kernel InvRopeQuantR2).
-enum class RopeQuantKernel { kAuto, kSmall, kBulk, kPipe4, kPipe8, kReg };
+/// pipe4 / pipe8 (InvRopeQuantPipe4 / 8), half (the half-warp kernel InvRopeQuantHalf, forced
+/// only), reg (the register kernel InvRopeQuantR2).
+enum class RopeQuantKernel { kAuto, kSmall, kBulk, kPipe4, kPipe8, kHalf, kReg };
 
-/// MOEKIT_ROPE_KERNEL (auto, small, bulk, pipe4, pipe8, reg); when it is unset or empty, the older
+/// MOEKIT_ROPE_KERNEL (auto, small, bulk, pipe4, pipe8, half, reg); when it is unset or empty, the older
 /// MOEKIT_ROPE_QUANT_ROWS (4 = pipe4, 8 = pipe8, 2 = reg); both unset: auto. Throws
 /// kInvalidArgument on any other value.
 RopeQuantKernel inv_rope_quant_kernel_choice();
@@ -33,7 +34,7 @@ RopeQuantKernel inv_rope_quant_kernel_choice();
 int inv_rope_quant_rows_per_warp();
 
 /// The name of the kernel that this thread's last launch_inv_rope_quant_sm90 enqueued ("small",
-/// "bulk", "pipe4", "pipe8", "reg"; "" before any launch or after a T = 0 call): tests check that
+/// "bulk", "pipe4", "pipe8", "half", "reg"; "" before any launch or after a T = 0 call): tests check that
 /// a forced kernel really ran.
 const char* inv_rope_quant_last_kernel();
 

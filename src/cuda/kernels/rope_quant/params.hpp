@@ -38,14 +38,19 @@ void run_inv_rope_quant_pipe_sm90(const InvRopeQuantParams& p, int blocks, void*
 // The latency-first kernel (InvRopeQuantSmallConfig): one warp a row.
 template <class Cfg>
 void run_inv_rope_quant_small_sm90(const InvRopeQuantParams& p, unsigned blocks, void* stream);
+// The half-warp kernel (InvRopeQuantHalfConfig): `blocks` persistent CTAs.
+template <class Cfg>
+void run_inv_rope_quant_half_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
 // The bulk kernel (InvRopeQuantBulkConfig): `blocks` persistent CTAs with its dynamic shared memory.
 template <class Cfg>
 void run_inv_rope_quant_bulk_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
-// CTAs of the pipelined / bulk kernel resident on one SM of the current device (after giving it
+// CTAs of the pipelined / bulk / half-warp kernel resident on one SM of the current device (after giving it
 // the largest shared-memory carveout, and the bulk kernel its dynamic shared memory).
 template <class Cfg>
 int inv_rope_quant_pipe_ctas_per_sm();
 template <class Cfg>
 int inv_rope_quant_bulk_ctas_per_sm();
+template <class Cfg>
+int inv_rope_quant_half_ctas_per_sm();
 
 }  // namespace moekit::cuda
