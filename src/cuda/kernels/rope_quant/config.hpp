@@ -58,9 +58,10 @@ using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 // per-lane ring with a row per half-warp, so the per-row work that does not grow with the
 // channels is paid once per two rows (the pipelined kernel is bound by its ~300 instructions a
 // row). 4 warps x 4 stages: a half's ring is 4 x 1 KB of data, 4 x 256 B of cos/sin and 8 x 64 B
-// of positions (5.5 KB), 44 KB of static shared memory a CTA, 4 CTAs per SM (128 registers a
-// thread at most): 32 rows x 3 KB = 96 KB of o in flight per SM, as pipe4. Forced only
-// (MOEKIT_ROPE_KERNEL=half) until measured.
+// of positions (5.5 KB), 44 KB of static shared memory a CTA; __launch_bounds__ asks for at
+// least 4 CTAs an SM (128 registers a thread at most; ptxas uses 79), and the occupancy query that
+// sizes the grid finds room for 5 in 228 KB (pipe4's 48 KB CTAs fit 4): 40 rows x 3 KB = 120 KB
+// of o in flight per SM. Forced only (MOEKIT_ROPE_KERNEL=half) until measured.
 template <int kWarpsPerCta, int kNumStages, int kMinBlocks>
 struct InvRopeQuantHalfConfig {
   static constexpr int kHeadDim = 512;
