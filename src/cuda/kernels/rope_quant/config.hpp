@@ -62,16 +62,8 @@ using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 // least 4 CTAs an SM (128 registers a thread at most; ptxas uses 79), and the occupancy query that
 // sizes the grid finds room for 5 in 228 KB (pipe4's 48 KB CTAs fit 4): 40 rows x 3 KB = 120 KB
 // of o in flight per SM. Forced only (MOEKIT_ROPE_KERNEL=half) until measured.
-template <int kWarpsPerCta, int kNumStages, int kMinBlocks>
-struct InvRopeQuantHalfConfig {
-  static constexpr int kHeadDim = 512;
-  static constexpr int kMaxRopeDim = 64;
-  static constexpr int kWarps = kWarpsPerCta;
-  static constexpr int kStages = kNumStages;  // power of two, >= 3
-  static constexpr int kMinBlocksPerSm = kMinBlocks;
-  static_assert(kNumStages >= 3 && (kNumStages & (kNumStages - 1)) == 0, "ring indices use & (kStages - 1)");
-};
-using InvRopeQuantHalf = InvRopeQuantHalfConfig<4, 4, 4>;
+// Its config is the pipelined kernel's (InvRopeQuantPipeConfig: the same fields).
+using InvRopeQuantHalf = InvRopeQuantPipeConfig<4, 4, 4>;
 
 // The latency-first kernel (kernel_small_sm90.cuh): one warp per row, one row a warp, 4 warps a
 // CTA (grid = ceil(T * H / 4)), no loop, no shared memory: a call is launch + max(position, row)

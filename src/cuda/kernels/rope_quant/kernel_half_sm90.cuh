@@ -1,4 +1,4 @@
-// The half-warp inv_rope_fp8_quant kernel (config.hpp InvRopeQuantHalfConfig): the pipelined
+// The half-warp inv_rope_fp8_quant kernel (config.hpp InvRopeQuantHalf): the pipelined
 // kernel's persistent grid and per-lane cp.async ring (kernel_pipe_sm90.cuh), with a row per
 // half-warp instead of a warp, so that one warp instruction serves two rows. The pipelined kernel
 // issues ~300 SASS instructions a row and is bound by them (Nsight Compute: 0.70 issued a
@@ -193,30 +193,9 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     tc += dt;
   };
 
-  // Prologue (the pipelined kernel's): positions of rows 0..S-2 (group P); the data of rows
-  // 0..S-2 and the positions of rows S-1..2S-3 (G_{-S+1}); wait for P only; cos/sin of rows
-  // 0..S-3 (G_{-S+2}); S-3 empty groups.
-#pragma unroll
-  for (int k = 0; k <= kS - 2; ++k) issue_pos(k);
-  cp_async_commit();
-#pragma unroll
-  for (int k = 0; k <= kS - 2; ++k) issue_data(k);
-#pragma unroll
-  for (int k = kS - 1; k <= 2 * kS - 3; ++k) issue_pos(k);
-  cp_async_commit();
-  cp_async_wait<1>();
-#pragma unroll
-  for (int k = 0; k <= kS - 3; ++k) issue_cs(k);
-  cp_async_commit();
-#pragma unroll
-  for (int k = 0; k < kS - 3; ++k) cp_async_commit();
-
+  ring_prologue<kS>(issue_pos, issue_data, issue_cs);
   for (int j = 0; __any_sync(0xffffffffu, tq < T); ++j) {  // warp-uniform: every shuffle has the whole warp
-    cp_async_wait<kS - 3>();
-    issue_cs(j + kS - 2);
-    issue_data(j + kS - 1);
-    issue_pos(j + 2 * kS - 2);
-    cp_async_commit();
+    ring_step<kS>(j, issue_pos, issue_data, issue_cs);
 
     const int st = j & (kS - 1);
     uint4 x[4];

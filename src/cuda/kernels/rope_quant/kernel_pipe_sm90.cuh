@@ -107,6 +107,39 @@ struct PipeWarpSmem {
   long long pos[2 * kStages][kCsLanes];  // [ring of 2 kStages][lane - 16]: positions[t]
 };
 
+// The ring's group schedule (below), shared with the half-warp kernel (kernel_half_sm90.cuh):
+// issue_pos(j), issue_data(j), issue_cs(j) copy row j's position, data and cos/sin (each a no-op
+// past the row list). ring_prologue fills groups G_{-S+1}..G_{-1}; ring_step(j) waits for row j
+// and commits G_j.
+template <int kS, class Pos, class Data, class Cs>
+__device__ __forceinline__ void ring_prologue(Pos& issue_pos, Data& issue_data, Cs& issue_cs) {
+  // Positions of rows 0..S-2 (group P); the data of rows 0..S-2 and the positions of rows
+  // S-1..2S-3 (G_{-S+1}); wait for P only; cos/sin of rows 0..S-3 (G_{-S+2}); S-3 empty groups
+  // (G_{-S+3}..G_{-1}).
+#pragma unroll
+  for (int k = 0; k <= kS - 2; ++k) issue_pos(k);
+  sm90::cp_async_commit();
+#pragma unroll
+  for (int k = 0; k <= kS - 2; ++k) issue_data(k);
+#pragma unroll
+  for (int k = kS - 1; k <= 2 * kS - 3; ++k) issue_pos(k);
+  sm90::cp_async_commit();
+  sm90::cp_async_wait<1>();
+#pragma unroll
+  for (int k = 0; k <= kS - 3; ++k) issue_cs(k);
+  sm90::cp_async_commit();
+#pragma unroll
+  for (int k = 0; k < kS - 3; ++k) sm90::cp_async_commit();
+}
+template <int kS, class Pos, class Data, class Cs>
+__device__ __forceinline__ void ring_step(int j, Pos& issue_pos, Data& issue_data, Cs& issue_cs) {
+  sm90::cp_async_wait<kS - 3>();
+  issue_cs(j + kS - 2);
+  issue_data(j + kS - 1);
+  issue_pos(j + 2 * kS - 2);
+  sm90::cp_async_commit();
+}
+
 }  // namespace rope_quant
 
 // The ring, for a warp's row sequence j = 0, 1, ... (row r_j = warp_id + j * W): group G_i,
@@ -200,30 +233,9 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
     tc += dt;
   };
 
-  // Prologue: positions of rows 0..S-2 (group P); the data of rows 0..S-2 and the positions of
-  // rows S-1..2S-3 (G_{-S+1}); wait for P only; cos/sin of rows 0..S-3 (G_{-S+2}); S-3 empty
-  // groups (G_{-S+3}..G_{-1}).
-#pragma unroll
-  for (int k = 0; k <= kS - 2; ++k) issue_pos(k);
-  cp_async_commit();
-#pragma unroll
-  for (int k = 0; k <= kS - 2; ++k) issue_data(k);
-#pragma unroll
-  for (int k = kS - 1; k <= 2 * kS - 3; ++k) issue_pos(k);
-  cp_async_commit();
-  cp_async_wait<1>();
-#pragma unroll
-  for (int k = 0; k <= kS - 3; ++k) issue_cs(k);
-  cp_async_commit();
-#pragma unroll
-  for (int k = 0; k < kS - 3; ++k) cp_async_commit();
-
+  ring_prologue<kS>(issue_pos, issue_data, issue_cs);
   for (int j = 0; tq < T; ++j) {  // warp-uniform: every shuffle has the whole warp
-    cp_async_wait<kS - 3>();
-    issue_cs(j + kS - 2);
-    issue_data(j + kS - 1);
-    issue_pos(j + 2 * kS - 2);
-    cp_async_commit();
+    ring_step<kS>(j, issue_pos, issue_data, issue_cs);
 
     const int s = j & (kS - 1);
     uint4 x[2];

@@ -59,35 +59,26 @@ int pipe_resident_ctas(int device) {
   return resident_ctas<Cfg>(device, [] { return inv_rope_quant_pipe_ctas_per_sm<Cfg>(); });
 }
 
-// The pipelined kernel's grid: one row a warp at small T, the resident CTAs at large T, and a
-// warp count W that is a multiple of H (each warp keeps one head: kernel_pipe_sm90.cuh); 0 when
+// A ring kernel's grid (the pipelined kernel: a row a warp; the half-warp kernel: a row a half):
+// one row a row-walker at small T, the resident CTAs at large T, and a walker count that is a
+// multiple of H (each walker keeps one head: kernel_pipe_sm90.cuh, kernel_half_sm90.cuh); 0 when
 // no such grid fits on the device (then the register kernel runs).
-template <class Cfg>
-int pipe_grid(const InvRopeQuantParams& p, int resident_ctas) {
+int ring_grid(const InvRopeQuantParams& p, std::int64_t walkers_per_cta, int resident_ctas) {
   const std::int64_t H = p.num_heads;
-  const std::int64_t multiple = H / std::gcd<std::int64_t>(H, Cfg::kWarps);  // CTAs per H warps' worth
-  const std::int64_t needed = (p.num_tokens * H + Cfg::kWarps - 1) / Cfg::kWarps;
+  const std::int64_t multiple = H / std::gcd<std::int64_t>(H, walkers_per_cta);  // CTAs per H walkers' worth
+  const std::int64_t needed = (p.num_tokens * H + walkers_per_cta - 1) / walkers_per_cta;
   std::int64_t blocks = (needed + multiple - 1) / multiple * multiple;
   if (blocks > resident_ctas) blocks = resident_ctas / multiple * multiple;
   return static_cast<int>(blocks);
 }
 
-// The half-warp kernel's grid: a row a half-warp at small T, the resident CTAs at large T, and a
-// half-warp count 2 W that is a multiple of H (each half keeps one head: kernel_half_sm90.cuh);
-// 0 when no such grid fits on the device.
+// The half-warp kernel's resident CTAs, cached apart from the pipelined kernel's (its config type
+// is an InvRopeQuantPipeConfig too).
+template <class Cfg>
+struct HalfTag {};
 template <class Cfg>
 int half_resident_ctas(int device) {
-  return resident_ctas<Cfg>(device, [] { return inv_rope_quant_half_ctas_per_sm<Cfg>(); });
-}
-template <class Cfg>
-int half_grid(const InvRopeQuantParams& p, int resident_ctas) {
-  const std::int64_t H = p.num_heads;
-  const std::int64_t halves = 2 * Cfg::kWarps;
-  const std::int64_t multiple = H / std::gcd<std::int64_t>(H, halves);  // CTAs per H halves' worth
-  const std::int64_t needed = (p.num_tokens * H + halves - 1) / halves;
-  std::int64_t blocks = (needed + multiple - 1) / multiple * multiple;
-  if (blocks > resident_ctas) blocks = resident_ctas / multiple * multiple;
-  return static_cast<int>(blocks);
+  return resident_ctas<HalfTag<Cfg>>(device, [] { return inv_rope_quant_half_ctas_per_sm<Cfg>(); });
 }
 
 // The latency-first kernel: one warp a row, rows past T * H exit.
@@ -216,19 +207,19 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
   // take the register kernel.
   const bool pipe_fits = p.rope_dim <= InvRopeQuantPipe4::kMaxRopeDim && p.num_tokens <= (std::int64_t{1} << 30);
   if (k == RopeQuantKernel::kPipe8 && pipe_fits) {
-    const int blocks = pipe_grid<InvRopeQuantPipe8>(p, resident8);
+    const int blocks = ring_grid(p, InvRopeQuantPipe8::kWarps, resident8);
     if (blocks > 0) {
       g_last_kernel = "pipe8";
       return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe8>(p, blocks, stream);
     }
   } else if (k == RopeQuantKernel::kHalf && pipe_fits) {
-    const int blocks = half_grid<InvRopeQuantHalf>(p, resident_half);
+    const int blocks = ring_grid(p, 2 * InvRopeQuantHalf::kWarps, resident_half);
     if (blocks > 0) {
       g_last_kernel = "half";
       return run_inv_rope_quant_half_sm90<InvRopeQuantHalf>(p, blocks, stream);
     }
   } else if (k == RopeQuantKernel::kPipe4 && pipe_fits) {
-    const int blocks = pipe_grid<InvRopeQuantPipe4>(p, resident4);
+    const int blocks = ring_grid(p, InvRopeQuantPipe4::kWarps, resident4);
     if (blocks > 0) {
       g_last_kernel = "pipe4";
       return run_inv_rope_quant_pipe_sm90<InvRopeQuantPipe4>(p, blocks, stream);

@@ -38,7 +38,7 @@ void run_inv_rope_quant_pipe_sm90(const InvRopeQuantParams& p, int blocks, void*
 // The latency-first kernel (InvRopeQuantSmallConfig): one warp a row.
 template <class Cfg>
 void run_inv_rope_quant_small_sm90(const InvRopeQuantParams& p, unsigned blocks, void* stream);
-// The half-warp kernel (InvRopeQuantHalfConfig): `blocks` persistent CTAs.
+// The half-warp kernel (config.hpp InvRopeQuantHalf): `blocks` persistent CTAs.
 template <class Cfg>
 void run_inv_rope_quant_half_sm90(const InvRopeQuantParams& p, int blocks, void* stream);
 // The bulk kernel (InvRopeQuantBulkConfig): `blocks` persistent CTAs with its dynamic shared memory.

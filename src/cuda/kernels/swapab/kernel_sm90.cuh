@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
@@ -66,13 +67,6 @@ __device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_
 __device__ __forceinline__ int token_width(int count) {
   return count <= 8 ? 8 : count <= 16 ? 16 : count <= 32 ? 32 : 64;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Epilogue helpers.
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ void store_as(__nv_bfloat16* out, float v) { *out = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_as(__half* out, float v) { *out = __float2half_rn(v); }
-__device__ __forceinline__ void store_as(float* out, float v) { *out = v; }
 
 // ---------------------------------------------------------------------------------------------
 // The kernel.
@@ -572,7 +566,8 @@ struct SwapAb {
             const float hval = numerics::activate<numerics::ActMath::kIeeeRsqrt2>(
                 p.act, so0[tok * kOutStride + rr], so1[tok * kOutStride + rr], p.alpha, p.limit);
             if constexpr (kAbsmax) hmax = numerics::fold_absmax(hmax, hval);
-            store_as(out + static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr, hval);
+            out[static_cast<std::int64_t>(it.row_begin + tok) * p.n_out + n0 + rr] =
+                from_float<std::remove_pointer_t<decltype(out)>>(hval);
           }
         };
         if (p.out_type == kOutBf16) phase2(static_cast<__nv_bfloat16*>(p.out));
