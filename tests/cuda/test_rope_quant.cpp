@@ -215,7 +215,7 @@ void expect_same(const Problem& p, const Result& want, const Result& got, const 
 constexpr const char* kKernels[] = {"auto", "small", "bulk", "pipe4", "pipe8", "half", "reg"};
 
 // The kernel a forced MOEKIT_ROPE_KERNEL value must run on problem p (the launcher hands a problem
-// a kernel cannot run on to the next one: bulk -> pipe4 -> reg), so a silent fallback fails.
+// a kernel cannot run on to the next one: bulk -> half -> reg), so a silent fallback fails.
 std::string expected_kernel(const Problem& p, const std::string& k) {
   const bool pipe_ok = p.rope <= 64;  // the test problems' head counts all fit the pipelined grid
   const bool bulk_ok = p.rope <= 64 && p.rope % 4 == 0;  // the test caches are 16-byte aligned
@@ -223,9 +223,9 @@ std::string expected_kernel(const Problem& p, const std::string& k) {
     const std::int64_t rows = p.T * p.H;
     return rows <= moekit::cuda::kRopeQuantSmallMaxRows ? "small"
            : rows <= moekit::cuda::kRopeQuantBulkMaxRows ? expected_kernel(p, "bulk")
-                                                        : expected_kernel(p, "pipe4");
+                                                        : expected_kernel(p, "half");
   }
-  if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "pipe4");
+  if (k == "bulk") return bulk_ok ? "bulk" : expected_kernel(p, "half");
   if (k == "pipe4" || k == "pipe8" || k == "half") return pipe_ok ? k : "reg";
   return k;
 }

@@ -99,13 +99,16 @@ struct InvRopeQuantBulkConfig {
 using InvRopeQuantBulk = InvRopeQuantBulkConfig<8, 4, 2, 2>;
 
 // The launcher's auto choice by rows (T x H): the latency-first kernel up to kRopeQuantSmallMaxRows,
-// the bulk kernel up to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above.
-// MOEKIT_ROPE_KERNEL=small|bulk|pipe4|... forces one for A/Bs. Measured on the H200 (2026-12-01,
-// moekit-bench --op inv_rope_fp8_quant --kernels small,bulk,pipe4, V4-Flash 8 heads and V4-Pro 16
-// heads at TP8, T = 1..16384): small is fastest up to 4096 rows (Flash T <= 512, Pro T <= 256),
-// bulk from 8192 to 32768-65536 rows (Flash 1024-4096, Pro 512-4096; at 65536 rows bulk and
-// pipe4 are within 1 %), pipe4 at 131072 rows and more (Flash 16384: 65.7 us against bulk 68.6;
-// Pro 8192: 64.8 against 68.7).
+// the bulk kernel up to kRopeQuantBulkMaxRows, the half-warp kernel above (the 4-stage pipelined
+// kernel until session 41). MOEKIT_ROPE_KERNEL=small|bulk|pipe4|half|... forces one for A/Bs.
+// Measured on the H200 (2026-12-01, moekit-bench --op inv_rope_fp8_quant --kernels small,bulk,pipe4,
+// V4-Flash 8 heads and V4-Pro 16 heads at TP8, T = 1..16384): small is fastest up to 4096 rows
+// (Flash T <= 512, Pro T <= 256), bulk from 8192 to 32768-65536 rows (Flash 1024-4096, Pro
+// 512-4096; at 65536 rows bulk and pipe4 are within 1 %), pipe4 at 131072 rows and more. Session
+// 41 (2026-12-04, --kernels auto,half,pipe4,bulk, two runs): half is the fastest at 131072 rows and
+// more (Flash 16384: 57.0 / 58.5 us against pipe4 59.4 / 59.9 and bulk 61.8; Pro 8192: 57.1 / 57.9
+// against 59.2 / 59.5; Pro 16384: 111.7 / 111.7 against 117.1 / 117.3), bulk at 65536 rows (Flash
+// 8192: 29.8 / 30.0 against half 31.3 / 31.4).
 constexpr long long kRopeQuantSmallMaxRows = 4096;
 constexpr long long kRopeQuantBulkMaxRows = 65536;
 

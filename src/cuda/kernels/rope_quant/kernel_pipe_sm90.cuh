@@ -97,8 +97,9 @@ __device__ __forceinline__ void quantize_row_pipe(bool packed_ue8m0, const uint4
 }
 
 // A warp's ring: every slot is written and read by the same lane (each lane copies the bytes it
-// later reads), so cp.async.wait_group alone orders them; no barrier. cos/sin and position slots
-// exist for the block-3 lanes (16..31) only.
+// later reads: issue_data below), so cp.async.wait_group alone orders them; no barrier. (Until
+// session 41 lanes 16..31 read part 1 from other lanes' 16-byte copies: racecheck reported it.)
+// cos/sin and position slots exist for the block-3 lanes (16..31) only.
 template <int kStages>
 struct PipeWarpSmem {
   static constexpr int kCsLanes = 16;
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
   const std::int64_t q_step = static_cast<std::int64_t>(dt) * p.q_stride_t;
   // Cursors of the four streams (data, position, cos/sin, compute), each one row apart in j.
   int td = t0, tp = t0, tc = t0, tq = t0;
-  const char* od = reinterpret_cast<const char*>(p.o + static_cast<std::int64_t>(t0) * p.o_stride_t + h * p.o_stride_h) + 16 * lane;
+  const char* od = reinterpret_cast<const char*>(p.o + static_cast<std::int64_t>(t0) * p.o_stride_t + h * p.o_stride_h);
   const std::int64_t* pp = p.positions + static_cast<std::int64_t>(t0) * p.pos_stride;
   std::uint8_t* qp = p.q + g * p.q_stride_g + static_cast<std::int64_t>(t0) * p.q_stride_t + hh * kD;
   // The lane's scale columns (quantize_row_pipe), at token 0.
@@ -206,10 +207,14 @@ __global__ void __launch_bounds__(Cfg::kWarps * 32, Cfg::kMinBlocksPerSm)
   // group is still committed, so the counting above holds).
   // Predicated copies, no branches (one basic block for the whole issue step); an address whose
   // predicate is off is never dereferenced.
+  // Part 0 as one 16-byte copy, part 1 as the two 8-byte pieces this lane reads (part1_offset:
+  // lanes 16..31 read bytes other lanes' 16-byte copies would have brought), so that every lane
+  // copies exactly what it reads and cp.async.wait_group alone orders its reads.
   auto issue_data = [&](int j) {
-    const std::uint32_t dst = data0 + (j & (kS - 1)) * kDataStage + 16 * lane;
-    cp_async_16_if(td < T, dst, od);
-    cp_async_16_if(td < T, dst + 512, od + 512);
+    const std::uint32_t dst = data0 + (j & (kS - 1)) * kDataStage;
+    cp_async_16_if(td < T, dst + 16 * lane, od + 16 * lane);
+    cp_async_8_if(td < T, dst + off1a, od + off1a);
+    cp_async_8_if(td < T, dst + off1b, od + off1b);
     td += dt;
     od += o_step;
   };

@@ -189,7 +189,7 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
     const std::int64_t rows = p.num_tokens * p.num_heads;
     k = rows <= kRopeQuantSmallMaxRows ? RopeQuantKernel::kSmall
         : rows <= kRopeQuantBulkMaxRows ? RopeQuantKernel::kBulk
-                                        : RopeQuantKernel::kPipe4;
+                                        : RopeQuantKernel::kHalf;
   }
   if (k == RopeQuantKernel::kSmall && p.num_tokens * p.num_heads < (std::int64_t{1} << 31)) {  // 32-bit rows
     g_last_kernel = "small";
@@ -200,7 +200,7 @@ void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void*
       g_last_kernel = "bulk";
       return launch_bulk<InvRopeQuantBulk>(p, resident_bulk, stream);
     }
-    k = RopeQuantKernel::kPipe4;
+    k = RopeQuantKernel::kHalf;
   }
   // The pipelined kernel keeps cos/sin slots for rope_dim <= 64 (DeepSeek-V4) and int token
   // indices; other problems, or a head count whose multiple of warps does not fit on the device,

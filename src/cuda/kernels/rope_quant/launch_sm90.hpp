@@ -15,14 +15,13 @@ bool can_implement_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim
 /// (kNotSupported) when can_implement fails, (kCudaError) when the launch fails. Which kernel runs
 /// is inv_rope_quant_kernel_choice()'s (read at every call, for A/Bs in one process): by default
 /// (auto) by rows T x H: the latency-first kernel up to kRopeQuantSmallMaxRows, the bulk kernel up
-/// to kRopeQuantBulkMaxRows, the 4-stage pipelined kernel above (config.hpp, measured); a
-/// kernel that cannot run the problem hands it on: bulk -> pipe4 -> reg, pipe4 / pipe8 / half -> reg
+/// to kRopeQuantBulkMaxRows, the half-warp kernel above (config.hpp, measured); a
+/// kernel that cannot run the problem hands it on: bulk -> half -> reg, pipe4 / pipe8 / half -> reg
 /// (small and reg run every problem can_implement accepts).
 void launch_inv_rope_quant_sm90(const InvRopeQuantParams& p, int head_dim, void* stream);
 
 /// The kernels of config.hpp: auto (by T), small (InvRopeQuantSmall), bulk (InvRopeQuantBulk),
-/// pipe4 / pipe8 (InvRopeQuantPipe4 / 8), half (the half-warp kernel InvRopeQuantHalf, forced
-/// only), reg (the register kernel InvRopeQuantR2).
+/// pipe4 / pipe8 (InvRopeQuantPipe4 / 8), half (the half-warp kernel InvRopeQuantHalf), reg (the register kernel InvRopeQuantR2).
 enum class RopeQuantKernel { kAuto, kSmall, kBulk, kPipe4, kPipe8, kHalf, kReg };
 
 /// MOEKIT_ROPE_KERNEL (auto, small, bulk, pipe4, pipe8, half, reg); when it is unset or empty, the older
