@@ -31,7 +31,7 @@ template <int kRows, int kStages>
 struct BulkSmem {
   alignas(128) unsigned char x[kStages][kRows * kBulkRowPitch];  // tile row i at i * kBulkRowPitch
   alignas(16) unsigned char cs[kStages][kRows][kBulkCsPitch];     // token slot j = t - first token of the tile
-  int ok[kStages][kRows];                                         // token slot j's position lies in the cache
+  unsigned okmask[kStages];  // bit j: token slot j's position lies in the cache (written by the arriving lane)
   alignas(8) unsigned long long full[kStages];   // 2 arrivals (rows, cos/sin) + their bytes
   unsigned long long empty[kStages];             // one arrival per consumer warp
   long long pos[kBulkPosRing][32];               // [ring][producer lane]: lane-private cp.async slots
@@ -240,10 +240,13 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
       cp_async_wait<kAhead - 1>();  // groups 0..k landed
       const long long pos = lane < ntok ? sm.pos[k & (kBulkPosRing - 1)][lane] : -1;
       const bool ok = lane < ntok && pos >= 0 && pos < p.max_pos;
-      if (lane < kR) sm.ok[s][lane] = ok ? 1 : 0;
       const unsigned okmask = __ballot_sync(0xffffffffu, ok);
-      __syncwarp();  // the ok flags before lane 0's arrival releases them
-      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(okmask) * cs_bytes));
+      // Lane 0 writes the mask and arrives: its own release orders the write (a flag a lane, as
+      // until session 41, needed the warp barrier's cumulativity, which racecheck does not model).
+      if (lane == 0) {
+        sm.okmask[s] = okmask;
+        mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(okmask) * cs_bytes));
+      }
       if (ok && cs_bytes > 0)
         bulk_copy_g2s(smem_addr(&sm.cs[s][lane][0]), p.cos_sin + pos * p.cache_stride, static_cast<std::uint32_t>(cs_bytes), full);
       // 3. The positions of tile k + kAhead (its ring slot was read kBulkPosRing - kAhead tiles ago).
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
     const int t = static_cast<int>(static_cast<unsigned>(r) / static_cast<unsigned>(H)), h = r - t * H;
     const int tf = static_cast<int>(static_cast<unsigned>(r0) / static_cast<unsigned>(H));
     const int jt = min(t - tf, kR - 1);  // the token's slot (clamped for rows past T * H)
-    const bool ok = valid && sm.ok[s][jt] != 0;
+    const bool ok = valid && ((sm.okmask[s] >> jt) & 1u) != 0;
 
     // Everything this lane reads from the stage, then the stage goes back to the producer.
     const std::uint32_t xrow = smem_addr(&sm.x[s][lr * kBulkRowPitch]);
