@@ -109,8 +109,8 @@ TEST(Sm90FusedHAbsmax, BitwiseEqualToTwoPassExpertMapAndBias) {
 
 // Hidden's absmax in the routing launch (MOEKIT_ROUTING_ABSMAX) against the absmax launch. M = 37
 // and 300 at K = 1024 are past the one-CTA quantization's 32 K elements (where the routing launch
-// takes the absmax); with k = 8 and M = 300 (2400 slots) the permutation runs on the grids, which
-// do not host it, so both sides take the absmax launch there.
+// takes the absmax); with k = 8 and M = 300 (2400 slots) the permutation runs on the grids, whose
+// count launch hosts the absmax CTAs (since session 41).
 void check_routing_absmax(const CaseSpec& spec) {
   check_switch_bitwise(spec, "MOEKIT_ROUTING_ABSMAX", "the absmax in the routing launch");
 }

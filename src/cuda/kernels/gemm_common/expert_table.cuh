@@ -41,27 +41,33 @@ __device__ __forceinline__ bool find_expert_from(int w, const int* prefix, int E
 }  // namespace moekit::cuda::gemm_common
 
 // Every thread of the CTA, after load_expert_offsets: warp 0 builds prefix[e] = the work units of
-// the experts before e (prefix[0] = 0, prefix[E] = all units), 32 experts a step, where `units`
-// is the family's count, an expression of `rows` (the expert's rows, >= 0) and of the kernel's
-// variables. The prefix is complete for every thread when it ends.
+// the experts before e (prefix[0] = 0, prefix[E] = all units), where `units` is the family's
+// count, an expression of `rows` (the expert's rows, >= 0) and of the kernel's variables. Lane l
+// owns a contiguous run of ceil(E / 32) experts: it sums their units, one warp scan gives the
+// run's first prefix, and it writes the run's prefixes (the units computed again: no local
+// array). One scan for any E, where a scan per 32 experts (until session 41) put E / 32 shuffle
+// chains in series: ~1 us of the token-major kernels' table phase at E = 256 (the phase timer).
+// The prefix is complete for every thread when it ends.
 // A statement macro, not a function: nvcc compiles it exactly as the same lines written in the
 // kernel, while an inlined function (its locals, its lambda) changes the register numbering of
 // the kernel's PTX and so ptxas's instruction order in the hot loops.
 #define MOEKIT_BUILD_EXPERT_PREFIX(E, off, prefix, rows, units)       \
   if (threadIdx.x < 32) {                                             \
     const int lane_ = threadIdx.x;                                    \
-    int running_ = 0;                                                 \
+    const int per_ = ((E) + 31) / 32;                                 \
+    const int lo_ = min((E), lane_ * per_);                           \
+    const int hi_ = min((E), lo_ + per_);                             \
+    int sum_ = 0;                                                     \
+    for (int e_ = lo_; e_ < hi_; ++e_) {                              \
+      const int rows = max(0, (off)[e_ + 1] - (off)[e_]);             \
+      sum_ += (units);                                                \
+    }                                                                 \
+    int acc_ = ::moekit::cuda::warp_inclusive_sum(sum_, lane_) - sum_; \
     if (lane_ == 0) (prefix)[0] = 0;                                  \
-    for (int e0_ = 0; e0_ < (E); e0_ += 32) {                         \
-      const int e_ = e0_ + lane_;                                     \
-      int n_ = 0;                                                     \
-      if (e_ < (E)) {                                                 \
-        const int rows = max(0, (off)[e_ + 1] - (off)[e_]);           \
-        n_ = (units);                                                 \
-      }                                                               \
-      n_ = ::moekit::cuda::warp_inclusive_sum(n_, lane_);             \
-      if (e_ < (E)) (prefix)[e_ + 1] = running_ + n_;                 \
-      running_ += __shfl_sync(0xffffffffu, n_, 31);                   \
+    for (int e_ = lo_; e_ < hi_; ++e_) {                              \
+      const int rows = max(0, (off)[e_ + 1] - (off)[e_]);             \
+      acc_ += (units);                                                \
+      (prefix)[e_ + 1] = acc_;                                        \
     }                                                                 \
   }                                                                   \
   __syncthreads()

@@ -23,6 +23,11 @@ inline constexpr std::int64_t kPermuteMultiCtaMinSlots = 1024;
 // kAbsmaxElemsPerCta elements.
 inline constexpr int kMaxAbsmaxCtas = 256;
 inline constexpr std::int64_t kAbsmaxElemsPerCta = 8192;
+// The multi-CTA permutation's count launch hosts the absmax CTAs only while each of those that fit
+// beside the count CTAs (SMs - count CTAs) takes at most this many elements (~64 KB of bf16, about
+// a microsecond of one SM's stream); past it (prefill with routing on 100+ count CTAs) the absmax
+// launch's full grid is faster.
+inline constexpr std::int64_t kAbsmaxMaxElemsPerCountLaunchCta = 4 * kAbsmaxElemsPerCta;
 // Bound on count CTAs x E: every scatter CTA reads the whole [count CTAs][E] table from L2
 // (128 KiB, ~1 us of one SM's L2 bandwidth). The launcher keeps count CTAs <= max(1, this / E).
 inline constexpr std::int64_t kPermuteMaxCountWords = 32768;

@@ -250,10 +250,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
   }
 }
 
-// Multi-CTA permutation, launch 1 (num_chunks CTAs): CTA c routes its own tokens when `route`
-// (one warp per token, as routing_sm90_kernel), then counts their slots per local expert into
-// chunk_counts[c][E]. Block 0 zeroes the counter words. Shared memory: the routing rows, then
-// counts[E] in the same bytes.
+// Multi-CTA permutation, launch 1 (num_chunks CTAs, then absmax_ctas): CTA c routes its own
+// tokens when `route` (one warp per token, as routing_sm90_kernel), then counts their slots per
+// local expert into chunk_counts[c][E]. Block 0 zeroes the counter words. The CTAs past
+// num_chunks take hidden's absmax partials, as the one-CTA launch's do (RoutingParams::
+// absmax_ctas). Shared memory: the routing rows, then counts[E] in the same bytes.
 template <class TLogit>
 __global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const __grid_constant__ RoutingParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -261,6 +262,10 @@ __global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const _
   // scatter launch may start right away and waits for this grid to complete.
   pdl_wait();
   if (p.pdl_trigger) pdl_launch_dependents();
+  if (static_cast<int>(blockIdx.x) >= p.num_chunks) {
+    hidden_absmax_partial<kThreads>(p, static_cast<int>(blockIdx.x) - p.num_chunks);
+    return;
+  }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * p.chunk_tokens;
   const std::int64_t m1 = m0 + p.chunk_tokens < p.num_tokens ? m0 + p.chunk_tokens : p.num_tokens;

@@ -53,14 +53,52 @@ bool one_launch_permutation(const RoutingParams& p) {
   return p.permute && !multi_cta_permutation(p) && !(p.route && p.num_tokens > kFusedRouteMaxTokens);
 }
 
+// The multi-CTA permutation's grids: count CTA c owns tokens [c * chunk_tokens, ...) of `chunks`;
+// scatter CTA b owns count chunks [b * per_scatter, ...) of `scatters`.
+struct PermuteGrids {
+  std::int64_t chunks, chunk_tokens, per_scatter, scatters;
+};
+PermuteGrids permute_grids(const RoutingParams& p, int device) {
+  const std::int64_t P = p.num_tokens * p.top_k;
+  const int sms = device_sm_count(device);
+  auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  const std::int64_t route_grid = std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks);
+  // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
+  const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
+  // Scatter CTAs: one wave (<= SM count), each at least one full chunk of kThreads slots (a
+  // chunk's cost is mostly latency: fewer slots would not finish sooner).
+  const std::int64_t scatters_wanted =
+      std::max<std::int64_t>(1, std::min({cdiv(P, kThreads), static_cast<std::int64_t>(std::max(sms, 1)), max_chunks}));
+  // Count CTAs: when routing here, the route-only grid (one token per warp up to
+  // kMaxRouteBlocks CTAs), so that routing is as parallel as in the route-only launch; else one
+  // per scatter CTA. Whole tokens per CTA (routing writes a token's k slots).
+  std::int64_t chunks = p.route ? std::min<std::int64_t>(route_grid, max_chunks) : scatters_wanted;
+  chunks = std::max(chunks, scatters_wanted);
+  PermuteGrids g;
+  g.chunk_tokens = cdiv(p.num_tokens, chunks);
+  g.chunks = cdiv(p.num_tokens, g.chunk_tokens);  // no CTA without tokens
+  g.per_scatter = cdiv(g.chunks, scatters_wanted);
+  g.scatters = cdiv(g.chunks, g.per_scatter);
+  return g;
+}
+
 }  // namespace
 
 int routing_absmax_ctas(const RoutingParams& p, int device) {
   if (p.absmax_x == nullptr || p.absmax_partials == nullptr || p.absmax_elems <= 0) return 0;
-  if (p.num_tokens <= 0 || !one_launch_permutation(p)) return 0;
+  if (p.num_tokens <= 0) return 0;
+  // The launch that hosts them: the one-CTA permutation's single launch beside its CTA, or the
+  // multi-CTA permutation's count launch beside its count CTAs (so that both stay one wave).
+  const bool count_launch = !one_launch_permutation(p);
+  if (count_launch && !multi_cta_permutation(p)) return 0;
+  const std::int64_t busy = count_launch ? permute_grids(p, device).chunks : 1;  // SMs its other CTAs take
   const std::int64_t want = (p.absmax_elems + kAbsmaxElemsPerCta - 1) / kAbsmaxElemsPerCta;
-  const std::int64_t cap = std::min<std::int64_t>(kMaxAbsmaxCtas, device_sm_count(device) - 1);
-  return static_cast<int>(std::max<std::int64_t>(0, std::min(want, cap)));
+  const std::int64_t cap = std::min<std::int64_t>(kMaxAbsmaxCtas, device_sm_count(device) - busy);
+  if (cap <= 0) return 0;
+  // Beside many count CTAs (prefill with routing) the SMs left may be too few for hidden: then
+  // the absmax launch's full grid takes it.
+  if (count_launch && (p.absmax_elems + cap - 1) / cap > kAbsmaxMaxElemsPerCountLaunchCta) return 0;
+  return static_cast<int>(std::min(want, cap));
 }
 
 bool routing_hosts_quant(const RoutingParams& p) {
@@ -95,10 +133,11 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
                                            std::to_string(optin));
   const int route_grid =
       static_cast<int>(std::min<std::int64_t>((p.num_tokens + kWarps - 1) / kWarps, kMaxRouteBlocks));
-  const std::int64_t P = p.num_tokens * p.top_k;
   const bool multi = multi_cta_permutation(p);
-  // The absmax CTAs ride on the one-CTA permutation's single launch only (routing_absmax_ctas()).
-  if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas || (p.absmax_ctas > 0 && !one_launch_permutation(p)))
+  // The absmax CTAs ride on the one-CTA permutation's single launch or on the multi-CTA
+  // permutation's count launch (routing_absmax_ctas()).
+  if (p.absmax_ctas < 0 || p.absmax_ctas > kMaxAbsmaxCtas ||
+      (p.absmax_ctas > 0 && !one_launch_permutation(p) && !multi))
     throw Error(Status::kInternal, "routing: absmax_ctas " + std::to_string(p.absmax_ctas) +
                                        " for this launch (routing_absmax_ctas() says how many it hosts)");
   if (p.quant_cta && (p.absmax_ctas > 0 || !routing_hosts_quant(p)))
@@ -106,38 +145,26 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
   if (multi) {
     if (p.chunk_counts == nullptr)
       throw Error(Status::kInvalidArgument, "the multi-CTA permutation needs chunk_counts (permute_chunk_count_words)");
-    const int sms = device_sm_count(device);
-    auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
-    // Count CTAs x E <= permute_chunk_count_words(E), the table every scatter CTA reads.
-    const std::int64_t max_chunks = std::max<std::int64_t>(1, kPermuteMaxCountWords / std::max(1, p.num_experts));
-    // Scatter CTAs: one wave (<= SM count), each at least one full chunk of kThreads slots (a
-    // chunk's cost is mostly latency: fewer slots would not finish sooner).
-    const std::int64_t scatters_wanted =
-        std::max<std::int64_t>(1, std::min({cdiv(P, kThreads), static_cast<std::int64_t>(std::max(sms, 1)), max_chunks}));
-    // Count CTAs: when routing here, the route-only grid (one token per warp up to
-    // kMaxRouteBlocks CTAs), so that routing is as parallel as in the route-only launch; else one
-    // per scatter CTA. Whole tokens per CTA (routing writes a token's k slots).
-    std::int64_t chunks = p.route ? std::min<std::int64_t>(route_grid, max_chunks) : scatters_wanted;
-    chunks = std::max(chunks, scatters_wanted);
-    const std::int64_t chunk_tokens = cdiv(p.num_tokens, chunks);
-    chunks = cdiv(p.num_tokens, chunk_tokens);  // no CTA without tokens
-    const std::int64_t per_scatter = cdiv(chunks, scatters_wanted);
-    const std::int64_t scatters = cdiv(chunks, per_scatter);
+    const PermuteGrids g = permute_grids(p, device);
+    const std::int64_t chunks = g.chunks, scatters = g.scatters;
 
     RoutingParams q = p;
-    q.chunk_tokens = chunk_tokens;
+    q.chunk_tokens = g.chunk_tokens;
     q.num_chunks = static_cast<int>(chunks);
-    q.chunks_per_scatter = static_cast<int>(per_scatter);
+    q.chunks_per_scatter = static_cast<int>(g.per_scatter);
     q.pdl_trigger = true;  // the scatter launch follows the count launch; quant or GEMM1 the scatter
-    // Launch 1: the call's first, never with the PDL attribute. Routing rows, then counts[E].
+    // Launch 1: the call's first, never with the PDL attribute. Routing rows, then counts[E];
+    // the absmax CTAs after the count CTAs.
     const std::size_t count_smem =
         std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
+    const int count_grid = static_cast<int>(chunks) + p.absmax_ctas;
     if (q.route && q.logits_dtype == DType::kBf16)
-      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, static_cast<int>(chunks), stream, false);
+      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, count_grid, stream, false);
     else
-      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, static_cast<int>(chunks), stream, false);
+      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, count_grid, stream, false);
     // Launch 2: the scatter, the programmatic dependent of the count launch.
     q.route = false;
+    q.absmax_ctas = 0;
     q.zero_words = nullptr;
     q.num_zero_words = 0;
     routing::run_permute_scatter_sm90(q, permute_smem_bytes(q), static_cast<int>(scatters), stream, pdl);

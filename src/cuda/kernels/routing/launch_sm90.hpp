@@ -21,9 +21,10 @@ namespace moekit::cuda {
 void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = false);
 
 /// How many CTAs launch_routing_sm90 adds for hidden's absmax when `params` asks for it
-/// (absmax_x, absmax_elems, absmax_partials set; RoutingParams): 0 unless the call's routing is
-/// the one-CTA permutation's single launch (not the multi-CTA permutation, not the route grid of
-/// more than 512 tokens), else 1..min(SMs - 1, kMaxAbsmaxCtas). Host only, no sync.
+/// (absmax_x, absmax_elems, absmax_partials set; RoutingParams): on the one-CTA permutation's
+/// single launch 1..min(SMs - 1, kMaxAbsmaxCtas), on the multi-CTA permutation's count launch
+/// 1..min(SMs - count CTAs, kMaxAbsmaxCtas) (since session 41), 0 for the route grid of more than
+/// 512 tokens before a one-CTA permutation. Host only, no sync.
 int routing_absmax_ctas(const RoutingParams& params, int device);
 
 /// Whether launch_routing_sm90 can host the quantization of all of hidden on an extra CTA

@@ -71,8 +71,8 @@ struct RoutingParams {
   bool pdl_trigger = false;
 
   // fp8_per_tensor with a dynamic activation scale (backend.cu): the launch of the one-CTA
-  // permutation also takes the absmax of hidden, so that the quantization needs no absmax launch
-  // of its own. Its last absmax_ctas CTAs (routing_absmax_ctas(); 0 = none) each fold a share of
+  // permutation, or the multi-CTA permutation's count launch, also takes the absmax of hidden, so
+  // that the quantization needs no absmax launch of its own. Its last absmax_ctas CTAs (routing_absmax_ctas(); 0 = none) each fold a share of
   // absmax_x ([absmax_elems], bf16 or fp16) with fmaxf from 0 and write it to absmax_partials[b]
   // (every b written, 0 for an empty share); the quantization takes the max of the partials
   // (QuantParams::absmax_partials), the same value as the absmax launch's atomicMax word.

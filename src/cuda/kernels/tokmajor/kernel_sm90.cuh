@@ -192,13 +192,21 @@ struct TokMajor {
     const int take = lookahead ? p.units_per_take : 1;
     int taken = 0;  // units of the current take already handed out (thread 0)
     int base = 0;   // the current take's first unit (thread 0)
+    // Every CTA's first take is static, units [b * take, b * take + take) of CTA b, so that its
+    // first unit does not wait on the counter's round trip to L2 (the phase timer: ~1 us from the
+    // table to the first unit found, the atomic's latency in series with the first weight TMA);
+    // the counter hands out the units after those: gridDim.x * take + its value. The first wave
+    // is the same consecutive units the counter gave, in the same order.
+    const int first_static = static_cast<int>(gridDim.x) * take;
+    bool first_take = true;  // thread 0
     // Ping-pong (GEMM2, K-short): units of 64 rows, the stage's whole A tile (rows 0..63: this
     // thread's first 4 rows); unit k of the CTA's sequence is warpgroup k % 2's.
     constexpr bool pp = kPingPong;
     constexpr int bm = pp ? kPingPongBlockM : kBlockM;
     constexpr int kRowsCopied = pp ? 4 : 8;  // tile rows row0 + 16 i, i < kRowsCopied
     int ahead = 0;
-    if (lookahead && t == 0) ahead = static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
+    if (lookahead && t == 0)
+      ahead = first_static + static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
     // Phase timer (tests only): thread 0's first unit found and its row indices landed, its last
     // issue done. (A stamp around the K loop's waits slowed the kernel by up to 20 %: %globaltimer
     // reads cost ~0.1-0.2 us each there.)
@@ -215,13 +223,20 @@ struct TokMajor {
         if (t == 0) {
           if (lookahead) {
             if (taken == 0) {
-              base = ahead;
-              ahead = static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
+              if (first_take) {
+                base = static_cast<int>(blockIdx.x) * take;  // the take ahead was asked for at the start
+              } else {
+                base = ahead;
+                ahead = first_static + static_cast<int>(atomicAdd(p.tile_counter, static_cast<unsigned>(take)));
+              }
+              first_take = false;
             }
             s.tile_w[s.stages] = base + taken;
             taken = taken + 1 == take ? 0 : taken + 1;
           } else {
-            s.tile_w[s.stages] = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            s.tile_w[s.stages] = first_take ? static_cast<int>(blockIdx.x)
+                                            : first_static + static_cast<int>(atomicAdd(p.tile_counter, 1u));
+            first_take = false;
           }
         }
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
