@@ -71,3 +71,26 @@ __device__ __forceinline__ bool find_expert_from(int w, const int* prefix, int E
     }                                                                 \
   }                                                                   \
   __syncthreads()
+
+// The same table 32 experts a step (a warp scan per step, the carry in series): what every family
+// built until session 41, kept for Swap-AB, whose kernels took 5-6 more registers with the one-scan
+// form (GEMM1 225 -> 230, e4m3) and ran 1-2 % slower at gpt-oss TP8 and TP1 (same-run A/B,
+// bench/results/2026-12-04-cb22b16-h200-*), where E <= 128 gives at most 4 steps.
+#define MOEKIT_BUILD_EXPERT_PREFIX_STEPPED(E, off, prefix, rows, units) \
+  if (threadIdx.x < 32) {                                             \
+    const int lane_ = threadIdx.x;                                    \
+    int running_ = 0;                                                 \
+    if (lane_ == 0) (prefix)[0] = 0;                                  \
+    for (int e0_ = 0; e0_ < (E); e0_ += 32) {                         \
+      const int e_ = e0_ + lane_;                                     \
+      int n_ = 0;                                                     \
+      if (e_ < (E)) {                                                 \
+        const int rows = max(0, (off)[e_ + 1] - (off)[e_]);           \
+        n_ = (units);                                                 \
+      }                                                               \
+      n_ = ::moekit::cuda::warp_inclusive_sum(n_, lane_);             \
+      if (e_ < (E)) (prefix)[e_ + 1] = running_ + n_;                 \
+      running_ += __shfl_sync(0xffffffffu, n_, 31);                   \
+    }                                                                 \
+  }                                                                   \
+  __syncthreads()

@@ -241,8 +241,11 @@ __global__ void __launch_bounds__((Cfg::kConsumerWarps + 1) * 32, Cfg::kMinBlock
       const long long pos = lane < ntok ? sm.pos[k & (kBulkPosRing - 1)][lane] : -1;
       const bool ok = lane < ntok && pos >= 0 && pos < p.max_pos;
       const unsigned okmask = __ballot_sync(0xffffffffu, ok);
-      // Lane 0 writes the mask and arrives: its own release orders the write (a flag a lane, as
-      // until session 41, needed the warp barrier's cumulativity, which racecheck does not model).
+      // Lane 0 writes the mask and arrives: its own release orders the write (one word instead of
+      // a flag a lane, as until session 41). racecheck still reports the consumers' reads of it,
+      // and of the rows, against the producer's next fill of the stage: those reads are ordered
+      // before lane 0's release of the stage by the warp barrier, which racecheck does not carry
+      // to the arrival (the same limit as in tokmajor/kernel_sm90.cuh; docs/rope_quant.md).
       if (lane == 0) {
         sm.okmask[s] = okmask;
         mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(okmask) * cs_bytes));

@@ -676,7 +676,7 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   // Item prefix over experts: items(e) = ceil(rows_e / 64) * ceil(tiles / T). Warp 0, 32
   // experts a step.
   const int tile_groups = (p.num_col_tiles + p.tiles_per_item - 1) / p.tiles_per_item;
-  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, (rows + kMaxTokens - 1) / kMaxTokens * tile_groups);
+  MOEKIT_BUILD_EXPERT_PREFIX_STEPPED(E, s.off, s.prefix, rows, (rows + kMaxTokens - 1) / kMaxTokens * tile_groups);
   // Wide stages (config.hpp) where no expert has more than kWideMaxTokens rows: every CTA decides
   // from the same offsets, so the ranks of a cluster agree on the layout and the K split.
   bool wide = false;
