@@ -497,9 +497,7 @@ struct TokMajor {
         // a bias, per-column terms: x = (acc * ts * bs + bias) * w = acc * (ts * w) * bs + bias * w.
         // The common case (neither) costs one multiply per value; the instantiation is chosen
         // once per tile, so that no per-column branch is left in the unrolled loops.
-        // A warp with none of the tile's rows has nothing to write (as GEMM1's): it skips the
-        // scale, convert and staging work of its 16 rows x kBN columns.
-        if (16 * (ct >> 5) < tl.count) gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+        gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
       }
     }
     // Every consumer thread leaves the loop at the same unit (the schedule is per CTA).
@@ -615,9 +613,7 @@ struct TokMajor {
       release(s, prev, lane);
 
       const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
-      // A warp with none of the unit's rows has nothing to write: at decode-sized calls (qwen3 and
-      // deepseek-v3 TP8: 2-16 rows an expert) that is warps 1..3 of the warpgroup at most units.
-      if (16 * warp < tl.count) gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+      gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
     }
     if (ct == 0) {
       if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
