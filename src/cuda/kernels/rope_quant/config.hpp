@@ -61,7 +61,7 @@ using InvRopeQuantPipe8 = InvRopeQuantPipeConfig<4, 8, 4>;
 // of positions (5.5 KB), 44 KB of static shared memory a CTA; __launch_bounds__ asks for at
 // least 4 CTAs an SM (128 registers a thread at most; ptxas uses 79), and the occupancy query that
 // sizes the grid finds room for 5 in 228 KB (pipe4's 48 KB CTAs fit 4): 40 rows x 3 KB = 120 KB
-// of o in flight per SM. Forced only (MOEKIT_ROPE_KERNEL=half) until measured.
+// of o in flight per SM. auto's kernel above kRopeQuantBulkMaxRows since session 41 (below).
 // Its config is the pipelined kernel's (InvRopeQuantPipeConfig: the same fields).
 using InvRopeQuantHalf = InvRopeQuantPipeConfig<4, 4, 4>;
 
