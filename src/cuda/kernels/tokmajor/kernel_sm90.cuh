@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
@@ -509,6 +510,124 @@ struct TokMajor {
     }
   }
 
+  // ---- GEMM2's fused combine (KernelParams::combine_out; GroupedGemmParams::combine_*) ----
+  // The ping-pong consumers' only (the launcher sets combine_out for them alone: in the 128-row
+  // consumers, register-bound, the same code spilled 16 bytes). A warp's rows of a unit count toward their tokens' column tiles one unit late: the previous
+  // unit's arrivals run right before the next unit's epilogue (its y stores have long landed, so
+  // the fence before the counts waits for nothing) and once after the last unit. The warp whose
+  // count completes a token's tile (combine_live[m] arrivals: one per local slot) sums that
+  // token's k y rows over the tile's 256 columns in j order, as the combine kernel does.
+
+  // Lane r < 16: the token of the warp's tile row r (-1: no row); lanes 16..31: -1.
+  static __device__ __forceinline__ int row_token(const KernelParams& p, const int (&slot)[2], int lane) {
+    const int r = lane & 15;
+    const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
+    const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
+    const int sr = r < 8 ? s0 : s1;
+    return lane < 16 && sr >= 0 ? sr / p.top_k : -1;
+  }
+
+  static __device__ __forceinline__ void combine_arrive(const KernelParams& p, int& pend_m, int& pend_col, int lane) {
+    if (pend_col < 0) return;  // uniform: no unit before this one
+    // Every lane's y stores of the unit (8 lanes store each row) are visible at device scope
+    // before any lane of the warp counts.
+    __threadfence();
+    __syncwarp();
+    bool last = false;
+    if (pend_m >= 0) {
+      const unsigned live = static_cast<unsigned>(__ldg(p.combine_live + pend_m));
+      last = atomicAdd(p.combine_counts + static_cast<std::int64_t>(pend_m) * p.num_col_tiles + pend_col, 1u) + 1u == live;
+    }
+    unsigned todo = __ballot_sync(0xffffffffu, last);
+    if (todo != 0) {
+      // The counts before ours were made after their rows' stores were fenced: read those rows
+      // from L2 (ld.global.cg) only after this fence.
+      __threadfence();
+      __syncwarp();
+      do {
+        const int src = __ffs(static_cast<int>(todo)) - 1;
+        todo &= todo - 1;
+        const int m = __shfl_sync(0xffffffffu, pend_m, src);
+        if (p.out_type == kOutBf16) combine_token<__nv_bfloat16>(p, m, pend_col, lane);
+        else combine_token<__half>(p, m, pend_col, lane);
+      } while (todo != 0);
+    }
+    pend_col = -1;
+  }
+
+  // Consumer warp cw (0..7) of every CTA, before its first unit: the rows of combine_out of the
+  // tokens with no local slot (no unit of theirs will count) are zeros, as the combine kernel
+  // writes them. A warp a token, round-robin over the grid's consumer warps.
+  static __device__ __forceinline__ void combine_zero_rows(const KernelParams& p, int cw, int lane) {
+    if (p.combine_out == nullptr) return;
+    const int warps = static_cast<int>(gridDim.x) * (kConsumerThreads / 32);
+    const std::int64_t vecs = p.n_out / 8;  // 16 bytes of a 16-bit row
+    for (int m = static_cast<int>(blockIdx.x) * (kConsumerThreads / 32) + cw; m < p.combine_tokens; m += warps) {
+      if (__ldg(p.combine_live + m) != 0) continue;  // uniform in the warp
+      uint4* row = reinterpret_cast<uint4*>(static_cast<std::uint8_t*>(p.combine_out) + static_cast<std::int64_t>(m) * p.n_out * 2);
+      for (std::int64_t i = lane; i < vecs; i += 32) row[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+
+  // Row m of combine_out over column tile col: lane l's 8 columns col * kBN + 8 l (kBN = 256),
+  // the token's local slots' y rows added in j order from 0.0f, then rounded once: the combine
+  // kernel's sum (combine/kernel_sm90.cuh), so the same bits. Slots load 8 at a time before
+  // their adds.
+  template <class T>
+  static __device__ void combine_token(const KernelParams& p, int m, int col, int lane) {
+    static_assert(kBN == 8 * 32, "a lane's 16 bytes per row of a 256-column tile");
+    const std::int64_t c = static_cast<std::int64_t>(col) * kBN + 8 * lane;
+    const bool in = c < p.n_out;  // n_out % 8 == 0 (the launcher): a lane's 8 columns are in or out together
+    const int k = p.top_k;
+    const T* y = static_cast<const T*>(p.out);
+    float acc[8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc[t] = 0.0f;
+#pragma unroll 1
+    for (int j0 = 0; j0 < k; j0 += 32) {
+      bool local = false;
+      if (j0 + lane < k) {
+        const int id = __ldg(p.combine_ids + static_cast<std::int64_t>(m) * k + j0 + lane);
+        const int e = id < 0 || id >= p.combine_experts_global ? -1 : (p.combine_map != nullptr ? __ldg(p.combine_map + id) : id);
+        local = e >= 0 && e < p.combine_experts;
+      }
+      unsigned todo = __ballot_sync(0xffffffffu, local);
+#pragma unroll 1
+      while (todo != 0) {
+        int js[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          js[t] = -1;
+          if (todo != 0) {
+            js[t] = j0 + __ffs(static_cast<int>(todo)) - 1;
+            todo &= todo - 1;
+          }
+        }
+        uint4 v[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          v[t] = make_uint4(0u, 0u, 0u, 0u);
+          if (in && js[t] >= 0)
+            v[t] = __ldcg(reinterpret_cast<const uint4*>(y + (static_cast<std::int64_t>(m) * k + js[t]) * p.n_out + c));
+        }
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          if (js[t] < 0) continue;
+          const T* e = reinterpret_cast<const T*>(&v[t]);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[q] += to_float(e[q]);
+        }
+      }
+    }
+    if (in) {
+      T r[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) r[q] = from_float<T>(acc[q]);
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.combine_out) + static_cast<std::int64_t>(m) * p.n_out + c) =
+          *reinterpret_cast<const uint4*>(r);
+    }
+  }
+
   // GEMM2's epilogue: the row factors, then the scatter_epilogue instantiation of the output type
   // and the column terms (uniform per kernel call).
   static __device__ __forceinline__ void gemm2_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
@@ -553,6 +672,8 @@ struct TokMajor {
     const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
     const int S = p.num_k_stages;
     int hint = -1;  // the expert of this warpgroup's previous unit (find_tile)
+    int pend_m = -1, pend_col = -1;  // the fused combine: the previous unit's rows (combine_arrive)
+    combine_zero_rows(p, ct >> 5, lane);
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
@@ -613,8 +734,14 @@ struct TokMajor {
       release(s, prev, lane);
 
       const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
+      if (p.combine_out != nullptr) combine_arrive(p, pend_m, pend_col, lane);
       gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
+      if (p.combine_out != nullptr) {
+        pend_m = row_token(p, slot, lane);
+        pend_col = tl.col;
+      }
     }
+    if (p.combine_out != nullptr) combine_arrive(p, pend_m, pend_col, lane);
     if (ct == 0) {
       if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
     }

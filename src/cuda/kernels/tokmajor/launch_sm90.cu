@@ -123,6 +123,29 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   return true;
 }
 
+const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& p) {
+  if (gate_up_of(p) || block128_of(p)) return "the combine folds into GEMM2's epilogue, not block128's or GEMM1's";
+  if (p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16) return "the fused combine needs a 16-bit y";
+  if (p.n_out % 8 != 0 || !aligned(p.out, 16) || !aligned(p.combine_out, 16))
+    return "the fused combine needs n_out % 8 == 0 and 16-byte aligned y and out rows";
+  if (p.top_k <= 0 || p.combine_ids == nullptr || p.combine_live == nullptr || p.combine_counts == nullptr ||
+      p.combine_tokens <= 0 || p.combine_tokens >= INT32_MAX)
+    return "the fused combine needs topk ids, the live counts, the counters and the token count";
+  if (p.combine_cols != static_cast<int>(ceil_div(p.n_out, out_cols(p))))
+    return "combine_cols must be GEMM2's column tiles";
+  return "";
+}
+
+bool tokmajor_gemm2_pingpong(const GroupedGemmParams& p, int cluster) {
+  if (cluster == 0) cluster = tokmajor_default_cluster();
+  tokmajor::KernelParams kp{};
+  kp.cluster = cluster;
+  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
+  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * element_bytes(p), tokmajor::kStageKBytes));
+  kp.smem = tokmajor::smem_layout(block128_of(p), p.num_experts);
+  return use_pingpong(p, kp);
+}
+
 int tokmajor_default_cluster() {
   const char* v = detail::env_value(detail::EnvVar::kTokmajorCluster);
   if (v == nullptr || v[0] == '\0') return tokmajor::kDefaultCluster;
@@ -194,6 +217,18 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
+  if (p.combine_out != nullptr) {
+    const char* combine_why = tokmajor_fused_combine_unsupported_reason(p);
+    if (combine_why[0] != '\0') throw Error(Status::kInternal, std::string("tokmajor_sm90: ") + combine_why);
+    kp.combine_out = p.combine_out;
+    kp.combine_live = p.combine_live;
+    kp.combine_counts = p.combine_counts;
+    kp.combine_ids = p.combine_ids;
+    kp.combine_map = p.combine_map;
+    kp.combine_experts_global = p.combine_experts_global;
+    kp.combine_experts = p.num_experts;
+    kp.combine_tokens = static_cast<int>(p.combine_tokens);
+  }
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
@@ -216,6 +251,9 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about 8 units a CTA)
   // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
   if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
+  // The fused combine runs in the ping-pong consumers only (kernel_sm90.cuh).
+  if (kp.combine_out != nullptr && !pingpong)
+    throw Error(Status::kInternal, "tokmajor_sm90: combine_out set for a GEMM2 without ping-pong consumers");
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.

@@ -1,0 +1,102 @@
+// The combine folded into token-major GEMM2 (GroupedGemmParams::combine_*; docs/design.md step 6):
+// on the ping-pong consumers (decode-sized, K-short GEMM2) each token's k y rows are summed in j
+// order by the warp whose count completes the token's column tile, as the combine kernel sums
+// them, so the output must be bitwise the combine launch's (MOEKIT_FUSED_COMBINE=0) and every row
+// written (outputs NaN-poisoned first), tokens with no local slot included (zeros). Each case
+// also checks that the fused form really ran (cuda::chain_combine_was_fused), so that the
+// equality cannot hold by both sides taking the launch. Label gpu; skipped without a Hopper GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "common/cuda_test.hpp"
+#include "common/device_case.hpp"
+#include "common/moe_case.hpp"
+#include "common/scoped_env.hpp"
+#include "cuda/kernels/combine/launch_sm90.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit::testing {
+namespace {
+
+constexpr std::uint16_t kPoison = 0xffff;  // DeviceCase::run memsets out to 0xff bytes: a 16-bit NaN
+
+// For both call modes and each M: the token-major path's output with the fused combine off and
+// on, bitwise equal and fully written; the fused form must have run at `want_fused` of the calls
+// at least (the shapes are chosen so that GEMM2 takes the ping-pong consumers).
+void check_fused_combine(const CaseSpec& spec, std::initializer_list<std::int64_t> Ms, int want_fused) {
+  const MoeCase c = make_case(spec);
+  DeviceCase d(c);
+  int fused = 0;
+  for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
+    for (std::int64_t M : Ms) {
+      if (M > spec.M) continue;
+      SCOPED_TRACE(spec.name() + " " + call_mode_name(mode) + " M=" + std::to_string(M));
+      try {
+        std::vector<std::uint16_t> launched, folded;
+        {
+          ScopedEnv off("MOEKIT_FUSED_COMBINE", "0");
+          launched = d.run(M, mode, "tokmajor");
+          ASSERT_FALSE(cuda::chain_combine_was_fused()) << "MOEKIT_FUSED_COMBINE=0 still folded the combine";
+        }
+        {
+          ScopedEnv on("MOEKIT_FUSED_COMBINE", "1");
+          folded = d.run(M, mode, "tokmajor");
+          fused += cuda::chain_combine_was_fused() ? 1 : 0;
+        }
+        ASSERT_EQ(0, std::count(launched.begin(), launched.end(), kPoison)) << "combine launch: out not written";
+        ASSERT_EQ(0, std::count(folded.begin(), folded.end(), kPoison)) << "fused combine: out not written";
+        EXPECT_TRUE(folded == launched) << "the fused combine changed the output";
+      } catch (const Error& e) {
+        ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
+      }
+    }
+  EXPECT_GE(fused, want_fused) << spec.name() << ": the fused combine ran at " << fused << " calls";
+}
+
+CaseSpec spec_of(std::int64_t E, std::int64_t k, std::int64_t K, std::int64_t N, Scheme scheme, std::uint64_t seed) {
+  CaseSpec s;
+  s.M = 200;
+  s.E = E;
+  s.k = k;
+  s.K = K;
+  s.N = N;
+  s.scheme = scheme;
+  s.seed = seed;
+  return s;
+}
+
+// qwen3-30b's TP8 shard shrunk (k = 8, N = 96: one or two K stages in GEMM2), bf16 and fp8 with
+// dynamic scales; K = 1000: a last column tile of 232 columns. M up to 200 (<= 64 rows an expert).
+TEST(Sm90FusedCombine, BitwiseEqualToCombineLaunch) {
+  SKIP_WITHOUT_SM90();
+  check_fused_combine(spec_of(32, 8, 1024, 96, Scheme::kBf16, 51), {1, 3, 37, 64, 200}, 8);
+  check_fused_combine(spec_of(32, 8, 1000, 96, Scheme::kFp8PerTensor, 52), {1, 5, 64, 200}, 6);
+  CaseSpec h = spec_of(32, 8, 512, 96, Scheme::kBf16, 53);
+  h.act_dtype = DType::kFp16;
+  check_fused_combine(h, {2, 37, 128}, 4);
+}
+
+// Half the global experts remote (expert_map -1): tokens with no local slot (k = 2: a quarter of
+// them) must come out as zeros, written by GEMM2 since no slot of theirs counts; with biases and
+// swiglu_oai the epilogue's column terms run too; k = E (every token on every expert).
+TEST(Sm90FusedCombine, ExpertMapBiasAndKEqualsE) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec m = spec_of(16, 2, 512, 64, Scheme::kBf16, 54);
+  m.expert_map = true;
+  check_fused_combine(m, {1, 7, 64, 200}, 4);
+  CaseSpec b = spec_of(16, 4, 768, 96, Scheme::kFp8PerTensor, 55);
+  b.bias = true;
+  b.activation.kind = Activation::kSwigluOai;
+  check_fused_combine(b, {3, 64}, 2);
+  CaseSpec all = spec_of(8, 8, 512, 64, Scheme::kBf16, 56);
+  check_fused_combine(all, {1, 16, 40}, 2);
+}
+
+}  // namespace
+}  // namespace moekit::testing
