@@ -196,13 +196,15 @@ bool fused_h_absmax(const detail::MoeCall& call) {
 }
 
 // Whether the chain may fold the combine into token-major GEMM2 (GroupedGemmParams::combine_*):
-// on unless MOEKIT_FUSED_COMBINE is "0" (the combine launch after GEMM2; the same bits either way:
-// the same sum in the same order). Read at every call, like MOEKIT_PDL, for A/Bs in one process.
+// only with MOEKIT_FUSED_COMBINE=1 until a same-run A/B measures it (session 41 wrote it and ran
+// its bitwise tests on the H200, with no device time left for the A/B); unset or "0": the combine
+// launch after GEMM2. The same bits either way (the same sum in the same order). Read at every
+// call, like MOEKIT_PDL, for A/Bs in one process.
 thread_local bool t_chain_combine_fused = false;
 
 bool fused_combine_enabled() {
   const char* v = detail::env_value(detail::EnvVar::kFusedCombine);
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 // GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
@@ -537,7 +539,7 @@ void run_moe(const detail::MoeCall& call) {
       fuse_combine = true;
       if (detail::log_dispatch_enabled())
         std::fprintf(stderr, "moekit dispatch: the combine runs in GEMM2 (token-major ping-pong consumers; "
-                             "MOEKIT_FUSED_COMBINE=0 launches it)\n");
+                             "MOEKIT_FUSED_COMBINE=1)\n");
     }
   }
 

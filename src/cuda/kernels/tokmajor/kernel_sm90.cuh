@@ -104,9 +104,12 @@ __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
+// kCombine: the ping-pong GEMM2 with the combine folded in (KernelParams::combine_out; its own
+// instantiations, so that the plain ping-pong kernel's code is the one measured without it).
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kCombine = false>
 struct TokMajor {
   static_assert(!kPingPong || (!kGateUp && !kBlock128), "ping-pong consumers are GEMM2's, not block128");
+  static_assert(!kCombine || kPingPong, "the fused combine is the ping-pong consumers'");
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
@@ -511,8 +514,8 @@ struct TokMajor {
   }
 
   // ---- GEMM2's fused combine (KernelParams::combine_out; GroupedGemmParams::combine_*) ----
-  // The ping-pong consumers' only (the launcher sets combine_out for them alone: in the 128-row
-  // consumers, register-bound, the same code spilled 16 bytes). A warp's rows of a unit count toward their tokens' column tiles one unit late: the previous
+  // The kCombine ping-pong instantiations' only (the launcher runs them when combine_out is set;
+  // in the 128-row consumers, register-bound, the same code spilled 16 bytes). A warp's rows of a unit count toward their tokens' column tiles one unit late: the previous
   // unit's arrivals run right before the next unit's epilogue (its y stores have long landed, so
   // the fence before the counts waits for nothing) and once after the last unit. The warp whose
   // count completes a token's tile (combine_live[m] arrivals: one per local slot) sums that
@@ -559,7 +562,6 @@ struct TokMajor {
   // tokens with no local slot (no unit of theirs will count) are zeros, as the combine kernel
   // writes them. A warp a token, round-robin over the grid's consumer warps.
   static __device__ __forceinline__ void combine_zero_rows(const KernelParams& p, int cw, int lane) {
-    if (p.combine_out == nullptr) return;
     const int warps = static_cast<int>(gridDim.x) * (kConsumerThreads / 32);
     const std::int64_t vecs = p.n_out / 8;  // 16 bytes of a 16-bit row
     for (int m = static_cast<int>(blockIdx.x) * (kConsumerThreads / 32) + cw; m < p.combine_tokens; m += warps) {
@@ -673,7 +675,7 @@ struct TokMajor {
     const int S = p.num_k_stages;
     int hint = -1;  // the expert of this warpgroup's previous unit (find_tile)
     int pend_m = -1, pend_col = -1;  // the fused combine: the previous unit's rows (combine_arrive)
-    combine_zero_rows(p, ct >> 5, lane);
+    if constexpr (kCombine) combine_zero_rows(p, ct >> 5, lane);
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
@@ -734,14 +736,14 @@ struct TokMajor {
       release(s, prev, lane);
 
       const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
-      if (p.combine_out != nullptr) combine_arrive(p, pend_m, pend_col, lane);
+      if constexpr (kCombine) combine_arrive(p, pend_m, pend_col, lane);
       gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
-      if (p.combine_out != nullptr) {
+      if constexpr (kCombine) {
         pend_m = row_token(p, slot, lane);
         pend_col = tl.col;
       }
     }
-    if (p.combine_out != nullptr) combine_arrive(p, pend_m, pend_col, lane);
+    if constexpr (kCombine) combine_arrive(p, pend_m, pend_col, lane);
     if (ct == 0) {
       if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
     }
@@ -1017,10 +1019,10 @@ struct TokMajor {
 // counter and hands it to the consumers through the stage it starts at; otherwise cluster c
 // (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ..., every thread walking
 // the same unit list. Launched with cluster dimension S when S > 1.
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kCombine = false>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong>;
+  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong, kCombine>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   // 1024-aligned base by pointer arithmetic on the shared array (not through an integer cast), so
@@ -1071,7 +1073,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
-  pdl_launch_dependents();
+  // With the combine folded in (kCombine) this is the chain's last kernel: it never lets the
+  // caller's next kernel launch early (out is being written to the end).
+  if constexpr (!kCombine) pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
@@ -1100,9 +1104,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 #endif
 }
 
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kCombine>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong>;
+  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong, kCombine>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   int dev = 0;

@@ -136,6 +136,9 @@ const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& p
   return "";
 }
 
+// The launcher's use_pingpong on the fields it reads, set as the launcher sets them (cluster,
+// tile_counter, num_k_stages, smem.stages): the backend asks before it enqueues the chain, since
+// the routing launch prepares the fused combine's counts only when GEMM2 will run it.
 bool tokmajor_gemm2_pingpong(const GroupedGemmParams& p, int cluster) {
   if (cluster == 0) cluster = tokmajor_default_cluster();
   tokmajor::KernelParams kp{};
@@ -229,7 +232,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     kp.combine_experts = p.num_experts;
     kp.combine_tokens = static_cast<int>(p.combine_tokens);
   }
-  const bool pingpong = use_pingpong(p, kp);
+  const bool pingpong = use_pingpong(p, kp);  // the same answer as tokmajor_gemm2_pingpong(p, cluster)
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {
@@ -262,7 +265,8 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     constexpr bool kGateUp = decltype(gate_up_c)::value, kBlock128 = decltype(block128_c)::value;
     if constexpr (!kGateUp && !kBlock128) {
       if (pingpong) {
-        tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
+        if (kp.combine_out != nullptr) tokmajor::run_tokmajor_sm90<kOp, false, false, true, true>(kp, grid, stream, pdl);
+        else tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
         return;
       }
     }

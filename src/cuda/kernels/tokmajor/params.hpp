@@ -70,7 +70,8 @@ enum PhaseWord : int {
 // `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 // kPingPong: GEMM2's ping-pong consumers (kernel_sm90.cuh, consume_pingpong; the launcher picks
 // them for K-short, decode-sized GEMM2 calls; inst/tokmajor_sm90_pingpong.cu).
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
+// kCombine: the ping-pong GEMM2 that also sums each token's k rows (KernelParams::combine_out).
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kCombine = false>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::tokmajor
