@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compare.hpp"
 #include "common/cuda_test.hpp"
 #include "common/device_case.hpp"
 #include "common/moe_case.hpp"
@@ -113,6 +114,51 @@ TEST(Sm90FusedCombine, PerChannelAndWeightOnInput) {
   CaseSpec w = spec_of(16, 1, 512, 64, Scheme::kBf16, 60);
   w.weight_on_input = true;
   check_fused_combine(w, {1, 33});
+}
+
+// Under CUDA-graph capture: the routing launch zeroes the counts at every replay, so two replays
+// of one captured fused call give the eager call's bits, which match the CPU reference. 480
+// tokens at k = 8: the multi-CTA permutation's count launch prepares the counts.
+TEST(Sm90FusedCombine, GraphReplayEqualsEager) {
+  SKIP_WITHOUT_SM90();
+  ScopedEnv on("MOEKIT_FUSED_COMBINE", "1");
+  for (std::int64_t M : {64, 480}) {
+    CaseSpec s = spec_of(64, 8, 512, 64, Scheme::kBf16, 61);
+    s.M = M;
+    const MoeCase c = make_case(s);
+    DeviceCase d(c);
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const std::vector<std::uint16_t> eager = d.run(M, CallMode::kFusedMoe, "tokmajor", stream);
+    ASSERT_TRUE(cuda::chain_combine_was_fused()) << "M=" << M << ": the fused combine did not run";
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    o.path = "tokmajor";
+    d.prepare(M, CallMode::kFusedMoe, o);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      fused_moe(d.moe(M), o);
+    } catch (const Error& e) {
+      cudaStreamEndCapture(stream, &graph);
+      FAIL() << "fused_moe under capture threw: " << e.what();
+    }
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      CUDA_OK(cudaMemsetAsync(d.experts(M).out.data, 0xff, static_cast<std::size_t>(M * s.K) * 2, stream));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      const std::vector<std::uint16_t> replayed = d.fetch(M, stream);
+      EXPECT_TRUE(replayed == eager) << "M=" << M << ": graph replay " << replay << " differs from eager";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    EXPECT_TRUE(rows_match(to_float(eager, s.act_dtype), reference_output(c), s.K, s.scheme, "fused combine, eager"));
+  }
 }
 
 }  // namespace
