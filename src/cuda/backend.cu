@@ -530,7 +530,6 @@ void run_moe(const detail::MoeCall& call) {
     g.combine_tokens = M;
     g.combine_live = slice<std::int32_t>(ws, L.combine_live);
     g.combine_counts = slice<std::uint32_t>(ws, L.combine_counts);
-    g.combine_cols = tokmajor_gemm2_col_tiles(K);
     g.combine_ids = topk_ids;
     g.combine_map = call.expert_map;
     g.combine_experts_global = Eg;
@@ -581,7 +580,7 @@ void run_moe(const detail::MoeCall& call) {
   if (fuse_combine) {
     rp.combine_live = slice<std::int32_t>(ws, L.combine_live);
     rp.combine_counts = slice<std::uint32_t>(ws, L.combine_counts);
-    rp.combine_cols = g2.combine_cols;
+    rp.combine_cols = tokmajor_gemm2_col_tiles(K);  // GEMM2's column tiles: the kernel's count row
   }
   // fp8_per_tensor with a dynamic activation scale past the one-CTA quantization's size: the
   // routing launch takes hidden's absmax on CTAs of its own (RoutingParams::absmax_ctas), so that

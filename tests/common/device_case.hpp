@@ -80,6 +80,44 @@ class DeviceCase {
     return fetch(M, stream, ids, wts);
   }
 
+  // One call captured in a CUDA graph on `stream` (Options::path = `path`) and replayed `replays`
+  // times, out NaN-poisoned before each replay: each replay's out bits. A call that throws under
+  // capture fails the test and gives no replay.
+  std::vector<std::vector<std::uint16_t>> replay_in_graph(std::int64_t M, CallMode mode, const std::string& path,
+                                                          cudaStream_t stream, int replays) {
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    o.path = path.c_str();
+    prepare(M, mode, o);  // poisons out (before the capture) and sizes the workspace
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaSuccess, cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      if (mode == CallMode::kFusedMoe)
+        fused_moe(moe(M), o);
+      else
+        fused_experts(experts(M), o);
+    } catch (const Error& e) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      ADD_FAILURE() << call_mode_name(mode) << " under capture threw: " << e.what();
+      return {};
+    }
+    EXPECT_EQ(cudaSuccess, cudaStreamEndCapture(stream, &graph));
+    EXPECT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<std::vector<std::uint16_t>> outs;
+    for (int r = 0; r < replays; ++r) {
+      EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, static_cast<std::size_t>(M * spec_.K) * 2, stream));
+      EXPECT_EQ(cudaSuccess, cudaGraphLaunch(exec, stream));
+      outs.push_back(fetch(M, stream));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return outs;
+  }
+
   // Poison out (and the routing outputs) and make sure the workspace is big enough.
   void prepare(std::int64_t M, CallMode mode, Options& o) {
     const MoeProblem p = mode == CallMode::kFusedMoe ? describe(moe(M)) : describe(experts(M));

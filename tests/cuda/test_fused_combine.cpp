@@ -131,31 +131,11 @@ TEST(Sm90FusedCombine, GraphReplayEqualsEager) {
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const std::vector<std::uint16_t> eager = d.run(M, CallMode::kFusedMoe, "tokmajor", stream);
     ASSERT_TRUE(cuda::chain_combine_was_fused()) << "M=" << M << ": the fused combine did not run";
-    Options o;
-    o.backend = Backend::kCuda;
-    o.stream = stream;
-    o.path = "tokmajor";
-    d.prepare(M, CallMode::kFusedMoe, o);
-    CUDA_OK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    try {
-      fused_moe(d.moe(M), o);
-    } catch (const Error& e) {
-      cudaStreamEndCapture(stream, &graph);
-      FAIL() << "fused_moe under capture threw: " << e.what();
-    }
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 2; ++replay) {
-      CUDA_OK(cudaMemsetAsync(d.experts(M).out.data, 0xff, static_cast<std::size_t>(M * s.K) * 2, stream));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-      const std::vector<std::uint16_t> replayed = d.fetch(M, stream);
-      EXPECT_TRUE(replayed == eager) << "M=" << M << ": graph replay " << replay << " differs from eager";
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const auto replays = d.replay_in_graph(M, CallMode::kFusedMoe, "tokmajor", stream, 2);
+    ASSERT_EQ(replays.size(), 2u) << "M=" << M;
+    ASSERT_TRUE(cuda::chain_combine_was_fused()) << "M=" << M << ": the captured call did not fold the combine";
+    for (std::size_t replay = 0; replay < replays.size(); ++replay)
+      EXPECT_TRUE(replays[replay] == eager) << "M=" << M << ": graph replay " << replay << " differs from eager";
     cudaStreamDestroy(stream);
     EXPECT_TRUE(rows_match(to_float(eager, s.act_dtype), reference_output(c), s.K, s.scheme, "fused combine, eager"));
   }

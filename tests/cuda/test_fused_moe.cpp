@@ -585,32 +585,10 @@ TEST_P(Sm90FusedMoe, CudaGraphReplayEqualsEager) {
     cudaStream_t stream = nullptr;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const std::vector<std::uint16_t> eager = d.run(s.M, Mode::kFusedMoe, g_path, stream);
-
-    Options o;
-    o.backend = Backend::kCuda;
-    o.stream = stream;
-    o.path = g_path.c_str();
-    d.prepare(s.M, Mode::kFusedMoe, o);  // poisons out (before the capture) and sizes the workspace
-    CUDA_OK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    try {
-      fused_moe(d.moe(s.M), o);
-    } catch (const Error& e) {
-      cudaStreamEndCapture(stream, &graph);
-      FAIL() << "fused_moe under capture threw: " << e.what();
-    }
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 2; ++replay) {
-      CUDA_OK(cudaMemsetAsync(d.experts(s.M).out.data, 0xff, static_cast<std::size_t>(s.M * s.K) * 2, stream));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-      const std::vector<std::uint16_t> replayed = d.fetch(s.M, stream);
-      EXPECT_TRUE(replayed == eager) << scheme_name(scheme) << ": graph replay " << replay << " differs from eager";
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const auto replays = d.replay_in_graph(s.M, Mode::kFusedMoe, g_path, stream, 2);
+    ASSERT_EQ(replays.size(), 2u) << scheme_name(scheme);
+    for (std::size_t replay = 0; replay < replays.size(); ++replay)
+      EXPECT_TRUE(replays[replay] == eager) << scheme_name(scheme) << ": graph replay " << replay << " differs from eager";
     cudaStreamDestroy(stream);
     EXPECT_TRUE(rows_match(to_float(eager, s.act_dtype), reference_output(c), s.K, scheme, "graph case eager"));
   }

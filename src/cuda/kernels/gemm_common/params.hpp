@@ -78,7 +78,7 @@ struct GroupedGemmParams {
 
   // GEMM2 of the token-major kernel only, with a 16-bit out (the act dtype): the combine in the
   // same launch (docs/design.md step 6). When combine_out is set, each warp that stored rows of a
-  // unit adds one to combine_counts[m * combine_cols + column tile] for each of its rows' tokens
+  // unit adds one to combine_counts[m * column tiles + column tile] for each of its rows' tokens
   // m, and the one that brings it to combine_live[m] (the token's local slots) sums the token's k
   // y rows over the tile's columns in j order, as the combine kernel does (the same bits), into
   // row m of combine_out [M, n_out]. The routing launch wrote combine_live, zeroed the counts
@@ -89,7 +89,6 @@ struct GroupedGemmParams {
   std::int64_t combine_tokens = 0;
   const std::int32_t* combine_live = nullptr;
   std::uint32_t* combine_counts = nullptr;
-  int combine_cols = 0;
   const std::int32_t* combine_ids = nullptr;
   const std::int32_t* combine_map = nullptr;
   int combine_experts_global = 0;

@@ -16,6 +16,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
+#include "cuda/kernels/combine/yvec.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
@@ -591,7 +592,7 @@ struct TokMajor {
       if (j0 + lane < k) {
         const int id = __ldg(p.combine_ids + static_cast<std::int64_t>(m) * k + j0 + lane);
         const int e = id < 0 || id >= p.combine_experts_global ? -1 : (p.combine_map != nullptr ? __ldg(p.combine_map + id) : id);
-        local = e >= 0 && e < p.combine_experts;
+        local = e >= 0 && e < p.num_experts;
       }
       unsigned todo = __ballot_sync(0xffffffffu, local);
 #pragma unroll 1
@@ -613,12 +614,8 @@ struct TokMajor {
             v[t] = __ldcg(reinterpret_cast<const uint4*>(y + (static_cast<std::int64_t>(m) * k + js[t]) * p.n_out + c));
         }
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          if (js[t] < 0) continue;
-          const T* e = reinterpret_cast<const T*>(&v[t]);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[q] += to_float(e[q]);
-        }
+        for (int t = 0; t < 8; ++t)
+          if (js[t] >= 0) combine::YVec<T, 8>::add(v[t], acc);  // the combine kernel's add
       }
     }
     if (in) {

@@ -69,6 +69,16 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
 constexpr std::int64_t kManyUnitsPerCta = 16;
 constexpr int kTakeUnits = 4;
 
+// The fields use_pingpong reads, as the launcher sets them: the K stages, the cluster, the dynamic
+// schedule's counter (clusters of 1: a pair of CTAs must take the same unit, which the static
+// schedule gives them without talking) and the shared-memory layout.
+void schedule_fields(tokmajor::KernelParams& kp, const GroupedGemmParams& p, int cluster) {
+  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * element_bytes(p), tokmajor::kStageKBytes));
+  kp.cluster = cluster;
+  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
+  kp.smem = tokmajor::smem_layout(block128_of(p), p.num_experts);
+}
+
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "tokmajor_sm90: " + msg;
   return false;
@@ -131,21 +141,14 @@ const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& p
   if (p.top_k <= 0 || p.combine_ids == nullptr || p.combine_live == nullptr || p.combine_counts == nullptr ||
       p.combine_tokens <= 0 || p.combine_tokens >= INT32_MAX)
     return "the fused combine needs topk ids, the live counts, the counters and the token count";
-  if (p.combine_cols != static_cast<int>(ceil_div(p.n_out, out_cols(p))))
-    return "combine_cols must be GEMM2's column tiles";
   return "";
 }
 
-// The launcher's use_pingpong on the fields it reads, set as the launcher sets them (cluster,
-// tile_counter, num_k_stages, smem.stages): the backend asks before it enqueues the chain, since
-// the routing launch prepares the fused combine's counts only when GEMM2 will run it.
+// The backend asks before it enqueues the chain (the routing launch prepares the fused combine's
+// counts only when GEMM2 will run it): the launcher's own fields (schedule_fields) and decision.
 bool tokmajor_gemm2_pingpong(const GroupedGemmParams& p, int cluster) {
-  if (cluster == 0) cluster = tokmajor_default_cluster();
   tokmajor::KernelParams kp{};
-  kp.cluster = cluster;
-  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
-  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * element_bytes(p), tokmajor::kStageKBytes));
-  kp.smem = tokmajor::smem_layout(block128_of(p), p.num_experts);
+  schedule_fields(kp, p, cluster == 0 ? tokmajor_default_cluster() : cluster);
   return use_pingpong(p, kp);
 }
 
@@ -209,16 +212,11 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
   gemm_common::fill_common_fields(kp, p, rows_b, es);
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
-  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, tokmajor::kStageKBytes));
+  schedule_fields(kp, p, cluster);  // num_k_stages, cluster, tile_counter, smem: what use_pingpong reads
   {
     const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
   }
-  kp.cluster = cluster;
-  // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
-  // static schedule gives it to them without talking).
-  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
-  kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   if (p.combine_out != nullptr) {
     const char* combine_why = tokmajor_fused_combine_unsupported_reason(p);
@@ -229,10 +227,9 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     kp.combine_ids = p.combine_ids;
     kp.combine_map = p.combine_map;
     kp.combine_experts_global = p.combine_experts_global;
-    kp.combine_experts = p.num_experts;
     kp.combine_tokens = static_cast<int>(p.combine_tokens);
   }
-  const bool pingpong = use_pingpong(p, kp);  // the same answer as tokmajor_gemm2_pingpong(p, cluster)
+  const bool pingpong = use_pingpong(p, kp);  // tokmajor_gemm2_pingpong(p, cluster), from the same fields
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/kernels/gemm_common/params.hpp"
+#include "cuda/kernels/tokmajor/config.hpp"  // block_n
 
 namespace moekit::cuda {
 
@@ -14,8 +15,7 @@ namespace moekit::cuda {
 bool can_implement_tokmajor_sm90(const GroupedGemmParams& params, std::string* why);
 
 // "" when GEMM2 can take the combine into its epilogue (GroupedGemmParams::combine_*: GEMM2, not
-// block128, 16-bit y, n_out % 8 == 0, 16-byte aligned y and combine_out, the tile count in
-// combine_cols), otherwise why not. Host only; the launcher refuses the call when it is not "".
+// block128, 16-bit y, n_out % 8 == 0, 16-byte aligned y and combine_out), otherwise why not. Host only; the launcher refuses the call when it is not "".
 const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& params);
 
 // Whether launch_grouped_gemm_tokmajor_sm90(params, stream, cluster) runs GEMM2's ping-pong
@@ -23,8 +23,11 @@ const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& p
 // as the launcher does on a bad value.
 bool tokmajor_gemm2_pingpong(const GroupedGemmParams& params, int cluster);
 
-// GEMM2's column tiles (combine_cols) for n_out columns: ceil(n_out / 256).
-inline int tokmajor_gemm2_col_tiles(std::int64_t n_out) { return static_cast<int>((n_out + 255) / 256); }
+// GEMM2's column tiles for n_out columns (the kernel's num_col_tiles: a row of the fused combine's
+// counts, RoutingParams::combine_cols).
+inline int tokmajor_gemm2_col_tiles(std::int64_t n_out) {
+  return static_cast<int>((n_out + tokmajor::block_n(false) - 1) / tokmajor::block_n(false));
+}
 
 // Launch on `stream` (cudaStream_t). Throws moekit::Error(kNotSupported) when
 // can_implement_tokmajor_sm90 is false, Error(kCudaError) when a CUDA call fails. Does nothing

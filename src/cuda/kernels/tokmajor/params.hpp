@@ -36,14 +36,13 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
   int units_per_take;
   // GEMM2 with a 16-bit out: the combine in this launch (GroupedGemmParams::combine_*; null
-  // combine_out: off). combine_cols = num_col_tiles.
+  // combine_out: off); counts in rows of num_col_tiles, local experts num_experts.
   void* combine_out;
   const std::int32_t* combine_live;
   std::uint32_t* combine_counts;
   const std::int32_t* combine_ids;
   const std::int32_t* combine_map;
   int combine_experts_global;
-  int combine_experts;
   int combine_tokens;
 };
 
