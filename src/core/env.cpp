@@ -28,7 +28,6 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_ROUTING_ABSMAX",
     "MOEKIT_ROUTING_QUANT",
     "MOEKIT_FUSED_H_ABSMAX",
-    "MOEKIT_FUSED_COMBINE",
     "MOEKIT_Y_FP32",
     "MOEKIT_PDL",
     "MOEKIT_DECODE_CLUSTER",

@@ -32,7 +32,6 @@ enum class EnvVar : int {
   kRoutingAbsmax,      // MOEKIT_ROUTING_ABSMAX (cuda/backend.cu, the rest of this block too)
   kRoutingQuant,       // MOEKIT_ROUTING_QUANT
   kFusedHAbsmax,       // MOEKIT_FUSED_H_ABSMAX
-  kFusedCombine,       // MOEKIT_FUSED_COMBINE
   kYFp32,              // MOEKIT_Y_FP32
   kPdl,                // MOEKIT_PDL (cuda/common/pdl.cuh)
   kDecodeCluster,      // MOEKIT_DECODE_CLUSTER (cuda/kernels/decode/launch_sm90.cu)

@@ -195,18 +195,6 @@ bool fused_h_absmax(const detail::MoeCall& call) {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// Whether the chain may fold the combine into token-major GEMM2 (GroupedGemmParams::combine_*):
-// only with MOEKIT_FUSED_COMBINE=1 until a same-run A/B measures it (session 41 wrote it and ran
-// its bitwise tests on the H200, with no device time left for the A/B); unset or "0": the combine
-// launch after GEMM2. The same bits either way (the same sum in the same order). Read at every
-// call, like MOEKIT_PDL, for A/Bs in one process.
-thread_local bool t_chain_combine_fused = false;
-
-bool fused_combine_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kFusedCombine);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 // GEMM1: gathered token rows x w13[e] -> activation -> inter[P, N] in sorted order.
 GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
   const MoeProblem& p = call.problem;
@@ -488,7 +476,6 @@ void run_moe(const detail::MoeCall& call) {
   GroupedGemmParams g1, g2;  // the GEMMs' parameters, made by the router (not on the decode path)
   const detail::DispatchPlan plan = plan_call(call, L, &g1, &g2, true);
   g2.out_dtype = y_dtype(p, plan);  // the token-major kernel accepts either (can_implement_tokmajor_sm90)
-  t_chain_combine_fused = false;
   // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
   if (plan.fused) {
     run_fused_moe_sm90(call, call.workspace);
@@ -519,28 +506,6 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
-  // Step 6 in step 5 (docs/design.md): token-major GEMM2 on its ping-pong consumers (decode-sized,
-  // K-short) with a 16-bit y sums each token's k rows itself, the routing launch counting each
-  // token's local slots and zeroing the counts for it; no combine launch.
-  bool fuse_combine = false;
-  if (plan.gemm[1].impl == detail::GemmImpl::kTokmajor && M <= kFusedCombineMaxTokens && fused_combine_enabled() &&
-      tokmajor_gemm2_pingpong(g2, tokmajor_cluster)) {
-    GroupedGemmParams g = g2;
-    g.combine_out = call.out;
-    g.combine_tokens = M;
-    g.combine_live = slice<std::int32_t>(ws, L.combine_live);
-    g.combine_counts = slice<std::uint32_t>(ws, L.combine_counts);
-    g.combine_ids = topk_ids;
-    g.combine_map = call.expert_map;
-    g.combine_experts_global = Eg;
-    if (tokmajor_fused_combine_unsupported_reason(g)[0] == '\0') {
-      g2 = g;
-      fuse_combine = true;
-      if (detail::log_dispatch_enabled())
-        std::fprintf(stderr, "moekit dispatch: the combine runs in GEMM2 (token-major ping-pong consumers; "
-                             "MOEKIT_FUSED_COMBINE=1)\n");
-    }
-  }
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),
@@ -577,11 +542,6 @@ void run_moe(const detail::MoeCall& call) {
   rp.zero_words = counters;
   rp.num_zero_words = WorkspaceLayout::kNumCounters;
   rp.faults = faults;
-  if (fuse_combine) {
-    rp.combine_live = slice<std::int32_t>(ws, L.combine_live);
-    rp.combine_counts = slice<std::uint32_t>(ws, L.combine_counts);
-    rp.combine_cols = tokmajor_gemm2_col_tiles(K);  // GEMM2's column tiles: the kernel's count row
-  }
   // fp8_per_tensor with a dynamic activation scale past the one-CTA quantization's size: the
   // routing launch takes hidden's absmax on CTAs of its own (RoutingParams::absmax_ctas), so that
   // quant(hidden) is one launch instead of an absmax launch and a quant launch.
@@ -655,9 +615,7 @@ void run_moe(const detail::MoeCall& call) {
   run_gemm(g2, plan.gemm[1], stream, pdl, tokmajor_cluster);
 
   // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
-  // caller's next kernel launch early. (Done in step 5 when fuse_combine.)
-  t_chain_combine_fused = fuse_combine;
-  if (fuse_combine) return;
+  // caller's next kernel launch early.
   CombineParams cp;
   cp.y = slice<void>(ws, L.y);
   cp.y_dtype = g2.out_dtype;
@@ -711,9 +669,6 @@ const detail::CudaBackendV1 kBackend = {&device_ok,         &workspace_size,    
                                         &preload_report,    &take_device_fault};
 
 }  // namespace
-
-bool chain_combine_was_fused() { return t_chain_combine_fused; }
-
 }  // namespace moekit::cuda
 
 extern "C" const moekit::detail::CudaBackendV1* moekit_cuda_backend_v1() { return &moekit::cuda::kBackend; }

@@ -40,15 +40,8 @@ struct WorkspaceLayout {
   std::size_t inter_q = 0;         // e4m3 [P, N] (fp8 schemes)
   std::size_t inter_scale = 0;     // fp32: per tensor [1], per row [P], block128 [P, G(N)]
   std::size_t y = 0;               // [P, K]: GEMM2 output at row m*k+j, fp32 (act dtype when token-major)
-  std::size_t combine_live = 0;    // int32 [M]: the combine fused into token-major GEMM2 (used at
-                                   // M <= kFusedCombineMaxTokens): each token's local slots
-  std::size_t combine_counts = 0;  // uint32 [M, ceil(K / 256)]: its per-token, per-column-tile counts
   std::size_t total = 0;           // bytes; 0 when M == 0 (nothing is launched)
 };
-
-// The chain folds the combine into token-major GEMM2 (ping-pong consumers) up to this many tokens:
-// the decode-sized calls those consumers take.
-inline constexpr std::int64_t kFusedCombineMaxTokens = 512;
 
 inline std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
@@ -92,10 +85,6 @@ inline WorkspaceLayout workspace_layout(const MoeProblem& p) {
   w.inter_q = take(fp8 ? P * N : 0);
   w.inter_scale = take(inter_scale_n * 4);
   w.y = take(P * K * 4);
-  // Reserved at every M (used up to kFusedCombineMaxTokens), so that the size grows with M: a
-  // workspace sized for the largest M serves every smaller one.
-  w.combine_live = take(M * 4);
-  w.combine_counts = take(M * ((K + 255) / 256) * 4);
   w.total = at;
   return w;
 }

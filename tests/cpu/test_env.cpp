@@ -40,7 +40,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kRoutingAbsmax, "MOEKIT_ROUTING_ABSMAX"},
       {EnvVar::kRoutingQuant, "MOEKIT_ROUTING_QUANT"},
       {EnvVar::kFusedHAbsmax, "MOEKIT_FUSED_H_ABSMAX"},
-      {EnvVar::kFusedCombine, "MOEKIT_FUSED_COMBINE"},
       {EnvVar::kYFp32, "MOEKIT_Y_FP32"},
       {EnvVar::kPdl, "MOEKIT_PDL"},
       {EnvVar::kDecodeCluster, "MOEKIT_DECODE_CLUSTER"},

@@ -9,9 +9,4 @@ namespace moekit::cuda {
 /// programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 void launch_combine_sm90(const CombineParams& params, void* stream, bool pdl = false);
 
-/// Whether this thread's last multi-launch chain call (cuda/backend.cu) folded its combine into
-/// token-major GEMM2 instead of launching the combine kernel (tests check that the fused combine
-/// really ran). Defined in backend.cu.
-bool chain_combine_was_fused();
-
 }  // namespace moekit::cuda

@@ -1,6 +1,5 @@
-// The combine's per-slot load and add (YVec), shared by the combine kernel (kernel_sm90.cuh) and
-// the combine folded into token-major GEMM2 (tokmajor/kernel_sm90.cuh, combine_token), so that
-// both sum a token's slots with the same operations: the same bits.
+// The combine's per-slot load and add (YVec): one slot's y values, loaded packed and added to the
+// token's fp32 sum (kernel_sm90.cuh).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -75,23 +75,6 @@ struct GroupedGemmParams {
   // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
   // absmax_ready: quant(h) is then a single launch). Null: off.
   std::uint32_t* out_absmax = nullptr;
-
-  // GEMM2 of the token-major kernel only, with a 16-bit out (the act dtype): the combine in the
-  // same launch (docs/design.md step 6). When combine_out is set, each warp that stored rows of a
-  // unit adds one to combine_counts[m * column tiles + column tile] for each of its rows' tokens
-  // m, and the one that brings it to combine_live[m] (the token's local slots) sums the token's k
-  // y rows over the tile's columns in j order, as the combine kernel does (the same bits), into
-  // row m of combine_out [M, n_out]. The routing launch wrote combine_live, zeroed the counts
-  // (RoutingParams::combine_*); GEMM2 writes zeros to the rows of the tokens with no local slot,
-  // of combine_tokens (M). combine_ids / combine_map (topk_ids, expert_map or null) tell which
-  // slots are local, with combine_experts_global (E_global) and num_experts (E).
-  void* combine_out = nullptr;
-  std::int64_t combine_tokens = 0;
-  const std::int32_t* combine_live = nullptr;
-  std::uint32_t* combine_counts = nullptr;
-  const std::int32_t* combine_ids = nullptr;
-  const std::int32_t* combine_map = nullptr;
-  int combine_experts_global = 0;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.

@@ -70,28 +70,16 @@ __device__ __forceinline__ PermuteSmem permute_smem(unsigned char* smem, int E) 
   return sm;
 }
 
-// counts[e] <- the slots of [s0, s1) whose local expert is e (order-free shared atomics). With
-// the fused combine (p.combine_live; [s0, s1) whole tokens) also each token's local slots into
-// combine_live (global atomics, order-free, after the zeroing below) and its combine counters
-// zeroed. The CTA's threads all call it; it ends with a barrier (which orders this CTA's global
-// zeroing before its atomics, and both before its later reads).
+// counts[e] <- the slots of [s0, s1) whose local expert is e (order-free shared atomics). The
+// CTA's threads all call it; it ends with a barrier.
 template <int kNumThreads>
 __device__ __forceinline__ void count_slots(const RoutingParams& p, std::int64_t s0, std::int64_t s1, int* counts) {
   const int tid = threadIdx.x;
   for (int e = tid; e < p.num_experts; e += kNumThreads) counts[e] = 0;
-  if (p.combine_live != nullptr) {
-    const std::int64_t m0 = s0 / p.top_k, m1 = s1 / p.top_k;
-    for (std::int64_t m = m0 + tid; m < m1; m += kNumThreads) p.combine_live[m] = 0;
-    const std::int64_t w0 = m0 * p.combine_cols, w1 = m1 * p.combine_cols;
-    for (std::int64_t w = w0 + tid; w < w1; w += kNumThreads) p.combine_counts[w] = 0u;
-  }
   __syncthreads();
   for (std::int64_t s = s0 + tid; s < s1; s += kNumThreads) {
     const int e = local_expert(p, s, /*record=*/true);
-    if (e >= 0) {
-      atomicAdd(&counts[e], 1);
-      if (p.combine_live != nullptr) atomicAdd(p.combine_live + s / p.top_k, 1);
-    }
+    if (e >= 0) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
 }

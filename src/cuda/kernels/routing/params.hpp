@@ -92,14 +92,6 @@ struct RoutingParams {
   bool quant_cta = false;
   std::uint8_t* quant_q = nullptr;
   float* quant_scale = nullptr;
-
-  // The combine fused into token-major GEMM2 (GroupedGemmParams::combine_*; backend.cu): the
-  // permutation's counting pass (one-CTA or count launch, for the tokens it counts) writes
-  // combine_live[m] = token m's local slots and zeroes combine_counts[m * combine_cols ..
-  // + combine_cols). Null: off.
-  std::int32_t* combine_live = nullptr;
-  std::uint32_t* combine_counts = nullptr;
-  int combine_cols = 0;
 };
 
 namespace routing {

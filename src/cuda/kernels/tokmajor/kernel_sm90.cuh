@@ -15,8 +15,6 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/convert.cuh"
-#include "cuda/kernels/combine/yvec.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
@@ -105,12 +103,9 @@ __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-// kCombine: the ping-pong GEMM2 with the combine folded in (KernelParams::combine_out; its own
-// instantiations, so that the plain ping-pong kernel's code is the one measured without it).
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kCombine = false>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
 struct TokMajor {
   static_assert(!kPingPong || (!kGateUp && !kBlock128), "ping-pong consumers are GEMM2's, not block128");
-  static_assert(!kCombine || kPingPong, "the fused combine is the ping-pong consumers'");
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
@@ -514,119 +509,6 @@ struct TokMajor {
     }
   }
 
-  // ---- GEMM2's fused combine (KernelParams::combine_out; GroupedGemmParams::combine_*) ----
-  // The kCombine ping-pong instantiations' only (the launcher runs them when combine_out is set;
-  // in the 128-row consumers, register-bound, the same code spilled 16 bytes). A warp's rows of a unit count toward their tokens' column tiles one unit late: the previous
-  // unit's arrivals run right before the next unit's epilogue (its y stores have long landed, so
-  // the fence before the counts waits for nothing) and once after the last unit. The warp whose
-  // count completes a token's tile (combine_live[m] arrivals: one per local slot) sums that
-  // token's k y rows over the tile's 256 columns in j order, as the combine kernel does.
-
-  // Lane r < 16: the token of the warp's tile row r (-1: no row); lanes 16..31: -1.
-  static __device__ __forceinline__ int row_token(const KernelParams& p, const int (&slot)[2], int lane) {
-    const int r = lane & 15;
-    const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
-    const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
-    const int sr = r < 8 ? s0 : s1;
-    return lane < 16 && sr >= 0 ? sr / p.top_k : -1;
-  }
-
-  static __device__ __forceinline__ void combine_arrive(const KernelParams& p, int& pend_m, int& pend_col, int lane) {
-    if (pend_col < 0) return;  // uniform: no unit before this one
-    // Every lane's y stores of the unit (8 lanes store each row) are visible at device scope
-    // before any lane of the warp counts.
-    __threadfence();
-    __syncwarp();
-    bool last = false;
-    if (pend_m >= 0) {
-      const unsigned live = static_cast<unsigned>(__ldg(p.combine_live + pend_m));
-      last = atomicAdd(p.combine_counts + static_cast<std::int64_t>(pend_m) * p.num_col_tiles + pend_col, 1u) + 1u == live;
-    }
-    unsigned todo = __ballot_sync(0xffffffffu, last);
-    if (todo != 0) {
-      // The counts before ours were made after their rows' stores were fenced: read those rows
-      // from L2 (ld.global.cg) only after this fence.
-      __threadfence();
-      __syncwarp();
-      do {
-        const int src = __ffs(static_cast<int>(todo)) - 1;
-        todo &= todo - 1;
-        const int m = __shfl_sync(0xffffffffu, pend_m, src);
-        if (p.out_type == kOutBf16) combine_token<__nv_bfloat16>(p, m, pend_col, lane);
-        else combine_token<__half>(p, m, pend_col, lane);
-      } while (todo != 0);
-    }
-    pend_col = -1;
-  }
-
-  // Consumer warp cw (0..7) of every CTA, before its first unit: the rows of combine_out of the
-  // tokens with no local slot (no unit of theirs will count) are zeros, as the combine kernel
-  // writes them. A warp a token, round-robin over the grid's consumer warps.
-  static __device__ __forceinline__ void combine_zero_rows(const KernelParams& p, int cw, int lane) {
-    const int warps = static_cast<int>(gridDim.x) * (kConsumerThreads / 32);
-    const std::int64_t vecs = p.n_out / 8;  // 16 bytes of a 16-bit row
-    for (int m = static_cast<int>(blockIdx.x) * (kConsumerThreads / 32) + cw; m < p.combine_tokens; m += warps) {
-      if (__ldg(p.combine_live + m) != 0) continue;  // uniform in the warp
-      uint4* row = reinterpret_cast<uint4*>(static_cast<std::uint8_t*>(p.combine_out) + static_cast<std::int64_t>(m) * p.n_out * 2);
-      for (std::int64_t i = lane; i < vecs; i += 32) row[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-
-  // Row m of combine_out over column tile col: lane l's 8 columns col * kBN + 8 l (kBN = 256),
-  // the token's local slots' y rows added in j order from 0.0f, then rounded once: the combine
-  // kernel's sum (combine/kernel_sm90.cuh), so the same bits. Slots load 8 at a time before
-  // their adds.
-  template <class T>
-  static __device__ void combine_token(const KernelParams& p, int m, int col, int lane) {
-    static_assert(kBN == 8 * 32, "a lane's 16 bytes per row of a 256-column tile");
-    const std::int64_t c = static_cast<std::int64_t>(col) * kBN + 8 * lane;
-    const bool in = c < p.n_out;  // n_out % 8 == 0 (the launcher): a lane's 8 columns are in or out together
-    const int k = p.top_k;
-    const T* y = static_cast<const T*>(p.out);
-    float acc[8];
-#pragma unroll
-    for (int t = 0; t < 8; ++t) acc[t] = 0.0f;
-#pragma unroll 1
-    for (int j0 = 0; j0 < k; j0 += 32) {
-      bool local = false;
-      if (j0 + lane < k) {
-        const int id = __ldg(p.combine_ids + static_cast<std::int64_t>(m) * k + j0 + lane);
-        const int e = id < 0 || id >= p.combine_experts_global ? -1 : (p.combine_map != nullptr ? __ldg(p.combine_map + id) : id);
-        local = e >= 0 && e < p.num_experts;
-      }
-      unsigned todo = __ballot_sync(0xffffffffu, local);
-#pragma unroll 1
-      while (todo != 0) {
-        int js[8];
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          js[t] = -1;
-          if (todo != 0) {
-            js[t] = j0 + __ffs(static_cast<int>(todo)) - 1;
-            todo &= todo - 1;
-          }
-        }
-        uint4 v[8];
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          v[t] = make_uint4(0u, 0u, 0u, 0u);
-          if (in && js[t] >= 0)
-            v[t] = __ldcg(reinterpret_cast<const uint4*>(y + (static_cast<std::int64_t>(m) * k + js[t]) * p.n_out + c));
-        }
-#pragma unroll
-        for (int t = 0; t < 8; ++t)
-          if (js[t] >= 0) combine::YVec<T, 8>::add(v[t], acc);  // the combine kernel's add
-      }
-    }
-    if (in) {
-      T r[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) r[q] = from_float<T>(acc[q]);
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.combine_out) + static_cast<std::int64_t>(m) * p.n_out + c) =
-          *reinterpret_cast<const uint4*>(r);
-    }
-  }
-
   // GEMM2's epilogue: the row factors, then the scatter_epilogue instantiation of the output type
   // and the column terms (uniform per kernel call).
   static __device__ __forceinline__ void gemm2_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
@@ -671,8 +553,6 @@ struct TokMajor {
     const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
     const int S = p.num_k_stages;
     int hint = -1;  // the expert of this warpgroup's previous unit (find_tile)
-    int pend_m = -1, pend_col = -1;  // the fused combine: the previous unit's rows (combine_arrive)
-    if constexpr (kCombine) combine_zero_rows(p, ct >> 5, lane);
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
@@ -733,14 +613,8 @@ struct TokMajor {
       release(s, prev, lane);
 
       const std::int64_t rb = static_cast<std::int64_t>(tl.e) * p.rows_b;
-      if constexpr (kCombine) combine_arrive(p, pend_m, pend_col, lane);
       gemm2_epilogue(p, s, tl, acc, slot, tw, ts, scaled, rb, ct >> 5, lane);
-      if constexpr (kCombine) {
-        pend_m = row_token(p, slot, lane);
-        pend_col = tl.col;
-      }
     }
-    if constexpr (kCombine) combine_arrive(p, pend_m, pend_col, lane);
     if (ct == 0) {
       if (std::uint64_t* rec = phase_record(p)) rec[kPhaseExit] = sm90::globaltimer_ns();
     }
@@ -1016,10 +890,10 @@ struct TokMajor {
 // counter and hands it to the consumers through the stage it starts at; otherwise cluster c
 // (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ..., every thread walking
 // the same unit list. Launched with cluster dimension S when S > 1.
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kCombine = false>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong, kCombine>;
+  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   // 1024-aligned base by pointer arithmetic on the shared array (not through an integer cast), so
@@ -1070,9 +944,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // thread waits, then lets the next kernel launch: this grid is one persistent wave, all of it
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
-  // With the combine folded in (kCombine) this is the chain's last kernel: it never lets the
-  // caller's next kernel launch early (out is being written to the end).
-  if constexpr (!kCombine) pdl_launch_dependents();
+  pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
@@ -1101,9 +973,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 #endif
 }
 
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kCombine>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong, kCombine>;
+  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   int dev = 0;

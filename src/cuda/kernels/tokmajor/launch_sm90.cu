@@ -69,16 +69,6 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
 constexpr std::int64_t kManyUnitsPerCta = 16;
 constexpr int kTakeUnits = 4;
 
-// The fields use_pingpong reads, as the launcher sets them: the K stages, the cluster, the dynamic
-// schedule's counter (clusters of 1: a pair of CTAs must take the same unit, which the static
-// schedule gives them without talking) and the shared-memory layout.
-void schedule_fields(tokmajor::KernelParams& kp, const GroupedGemmParams& p, int cluster) {
-  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * element_bytes(p), tokmajor::kStageKBytes));
-  kp.cluster = cluster;
-  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
-  kp.smem = tokmajor::smem_layout(block128_of(p), p.num_experts);
-}
-
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "tokmajor_sm90: " + msg;
   return false;
@@ -131,25 +121,6 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
   if (!device_why.empty()) return fail(why, device_why);
   return true;
-}
-
-const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& p) {
-  if (gate_up_of(p) || block128_of(p)) return "the combine folds into GEMM2's epilogue, not block128's or GEMM1's";
-  if (p.out_dtype != DType::kBf16 && p.out_dtype != DType::kFp16) return "the fused combine needs a 16-bit y";
-  if (p.n_out % 8 != 0 || !aligned(p.out, 16) || !aligned(p.combine_out, 16))
-    return "the fused combine needs n_out % 8 == 0 and 16-byte aligned y and out rows";
-  if (p.top_k <= 0 || p.combine_ids == nullptr || p.combine_live == nullptr || p.combine_counts == nullptr ||
-      p.combine_tokens <= 0 || p.combine_tokens >= INT32_MAX)
-    return "the fused combine needs topk ids, the live counts, the counters and the token count";
-  return "";
-}
-
-// The backend asks before it enqueues the chain (the routing launch prepares the fused combine's
-// counts only when GEMM2 will run it): the launcher's own fields (schedule_fields) and decision.
-bool tokmajor_gemm2_pingpong(const GroupedGemmParams& p, int cluster) {
-  tokmajor::KernelParams kp{};
-  schedule_fields(kp, p, cluster == 0 ? tokmajor_default_cluster() : cluster);
-  return use_pingpong(p, kp);
 }
 
 int tokmajor_default_cluster() {
@@ -212,24 +183,18 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
   gemm_common::fill_common_fields(kp, p, rows_b, es);
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
-  schedule_fields(kp, p, cluster);  // num_k_stages, cluster, tile_counter, smem: what use_pingpong reads
+  kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, tokmajor::kStageKBytes));
   {
     const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
   }
+  kp.cluster = cluster;
+  // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
+  // static schedule gives it to them without talking).
+  kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
+  kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  if (p.combine_out != nullptr) {
-    const char* combine_why = tokmajor_fused_combine_unsupported_reason(p);
-    if (combine_why[0] != '\0') throw Error(Status::kInternal, std::string("tokmajor_sm90: ") + combine_why);
-    kp.combine_out = p.combine_out;
-    kp.combine_live = p.combine_live;
-    kp.combine_counts = p.combine_counts;
-    kp.combine_ids = p.combine_ids;
-    kp.combine_map = p.combine_map;
-    kp.combine_experts_global = p.combine_experts_global;
-    kp.combine_tokens = static_cast<int>(p.combine_tokens);
-  }
-  const bool pingpong = use_pingpong(p, kp);  // tokmajor_gemm2_pingpong(p, cluster), from the same fields
+  const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {
@@ -251,9 +216,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about 8 units a CTA)
   // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
   if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
-  // The fused combine runs in the ping-pong consumers only (kernel_sm90.cuh).
-  if (kp.combine_out != nullptr && !pingpong)
-    throw Error(Status::kInternal, "tokmajor_sm90: combine_out set for a GEMM2 without ping-pong consumers");
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.
@@ -262,8 +224,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     constexpr bool kGateUp = decltype(gate_up_c)::value, kBlock128 = decltype(block128_c)::value;
     if constexpr (!kGateUp && !kBlock128) {
       if (pingpong) {
-        if (kp.combine_out != nullptr) tokmajor::run_tokmajor_sm90<kOp, false, false, true, true>(kp, grid, stream, pdl);
-        else tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
+        tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
         return;
       }
     }

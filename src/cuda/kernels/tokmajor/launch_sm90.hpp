@@ -2,32 +2,15 @@
 // as launch_grouped_gemm, for calls where experts see many tokens (prefill, M >= ~1024).
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "cuda/kernels/gemm_common/params.hpp"
-#include "cuda/kernels/tokmajor/config.hpp"  // block_n
 
 namespace moekit::cuda {
 
 // True when this path can run `params` on the current device; otherwise false with the reason in
 // *why (if given). Never throws.
 bool can_implement_tokmajor_sm90(const GroupedGemmParams& params, std::string* why);
-
-// "" when GEMM2 can take the combine into its epilogue (GroupedGemmParams::combine_*: GEMM2, not
-// block128, 16-bit y, n_out % 8 == 0, 16-byte aligned y and combine_out), otherwise why not. Host only; the launcher refuses the call when it is not "".
-const char* tokmajor_fused_combine_unsupported_reason(const GroupedGemmParams& params);
-
-// Whether launch_grouped_gemm_tokmajor_sm90(params, stream, cluster) runs GEMM2's ping-pong
-// consumers (the only ones that take the fused combine). Reads the token-major switches; throws
-// as the launcher does on a bad value.
-bool tokmajor_gemm2_pingpong(const GroupedGemmParams& params, int cluster);
-
-// GEMM2's column tiles for n_out columns (the kernel's num_col_tiles: a row of the fused combine's
-// counts, RoutingParams::combine_cols).
-inline int tokmajor_gemm2_col_tiles(std::int64_t n_out) {
-  return static_cast<int>((n_out + tokmajor::block_n(false) - 1) / tokmajor::block_n(false));
-}
 
 // Launch on `stream` (cudaStream_t). Throws moekit::Error(kNotSupported) when
 // can_implement_tokmajor_sm90 is false, Error(kCudaError) when a CUDA call fails. Does nothing

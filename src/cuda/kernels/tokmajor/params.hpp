@@ -35,15 +35,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // Dynamic schedule with the lookahead (K-short tiles, kernel_sm90.cuh produce()): consecutive
   // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
   int units_per_take;
-  // GEMM2 with a 16-bit out: the combine in this launch (GroupedGemmParams::combine_*; null
-  // combine_out: off); counts in rows of num_col_tiles, local experts num_experts.
-  void* combine_out;
-  const std::int32_t* combine_live;
-  std::uint32_t* combine_counts;
-  const std::int32_t* combine_ids;
-  const std::int32_t* combine_map;
-  int combine_experts_global;
-  int combine_tokens;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
@@ -69,8 +60,7 @@ enum PhaseWord : int {
 // `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 // kPingPong: GEMM2's ping-pong consumers (kernel_sm90.cuh, consume_pingpong; the launcher picks
 // them for K-short, decode-sized GEMM2 calls; inst/tokmajor_sm90_pingpong.cu).
-// kCombine: the ping-pong GEMM2 that also sums each token's k rows (KernelParams::combine_out).
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kCombine = false>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::tokmajor

@@ -9,17 +9,10 @@ namespace moekit::cuda::tokmajor {
 template void run_tokmajor_sm90<Operand::kBf16, false, false, true>(const KernelParams&, int, void*, bool);
 template void run_tokmajor_sm90<Operand::kF16, false, false, true>(const KernelParams&, int, void*, bool);
 template void run_tokmajor_sm90<Operand::kE4m3, false, false, true>(const KernelParams&, int, void*, bool);
-// With the combine folded in (KernelParams::combine_out, MOEKIT_FUSED_COMBINE=1).
-template void run_tokmajor_sm90<Operand::kBf16, false, false, true, true>(const KernelParams&, int, void*, bool);
-template void run_tokmajor_sm90<Operand::kF16, false, false, true, true>(const KernelParams&, int, void*, bool);
-template void run_tokmajor_sm90<Operand::kE4m3, false, false, true, true>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kBf16, false, false, true>);
 MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kF16, false, false, true>);
 MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kE4m3, false, false, true>);
-MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kBf16, false, false, true, true>);
-MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kF16, false, false, true, true>);
-MOEKIT_REGISTER_KERNEL(tokmajor_sm90_kernel<Operand::kE4m3, false, false, true, true>);
 
 }  // namespace moekit::cuda::tokmajor
