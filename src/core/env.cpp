@@ -44,7 +44,6 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_CLUSTER",
     "MOEKIT_TOKMAJOR_SCHEDULE",
     "MOEKIT_TOKMAJOR_TAKE",
-    "MOEKIT_TOKMAJOR_L2_NEXT_MB",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

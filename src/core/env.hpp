@@ -48,7 +48,6 @@ enum class EnvVar : int {
   kTokmajorCluster,    // MOEKIT_TOKMAJOR_CLUSTER
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE
   kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
-  kTokmajorL2Next,     // MOEKIT_TOKMAJOR_L2_NEXT_MB
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -506,16 +506,6 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
-  // A token-major GEMM1 prefetches the first bytes of the touched experts' w2 into L2 at its end,
-  // while its epilogues and GEMM2's start leave HBM idle (GroupedGemmParams::l2_next; half the L2
-  // by default, MOEKIT_TOKMAJOR_L2_NEXT_MB sets it, checked here like the switches above).
-  if (plan.gemm[0].impl == detail::GemmImpl::kTokmajor) {
-    g1.l2_next_bytes = tokmajor_l2_next_bytes(call.device);
-    if (g1.l2_next_bytes > 0) {
-      g1.l2_next = call.w2;  // [E, K, N], packed
-      g1.l2_next_expert_bytes = g1.l2_next_expert_stride = K * N * (fp8 ? 1 : 2);
-    }
-  }
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

@@ -56,7 +56,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorCluster, "MOEKIT_TOKMAJOR_CLUSTER"},
       {EnvVar::kTokmajorSchedule, "MOEKIT_TOKMAJOR_SCHEDULE"},
       {EnvVar::kTokmajorTake, "MOEKIT_TOKMAJOR_TAKE"},
-      {EnvVar::kTokmajorL2Next, "MOEKIT_TOKMAJOR_L2_NEXT_MB"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

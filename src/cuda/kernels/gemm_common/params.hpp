@@ -75,17 +75,6 @@ struct GroupedGemmParams {
   // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
   // absmax_ready: quant(h) is then a single launch). Null: off.
   std::uint32_t* out_absmax = nullptr;
-
-  // Token-major GEMM1 only (other kernels ignore it; a hint that changes no result): the next
-  // GEMM's weights, whose touched experts' first l2_next_bytes bytes (in expert order, the order
-  // GEMM2 takes its units in) each CTA's producer warps prefetch into L2 once the CTA's own last
-  // stage has landed, so that they stream while the GEMM1 epilogues and GEMM2's start leave HBM
-  // idle. Expert e's bytes are [l2_next + e * l2_next_expert_stride, + l2_next_expert_bytes).
-  // Null or l2_next_bytes == 0: off.
-  const void* l2_next = nullptr;
-  std::int64_t l2_next_expert_stride = 0;
-  std::int64_t l2_next_expert_bytes = 0;
-  std::int64_t l2_next_bytes = 0;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.

@@ -39,9 +39,6 @@ inline constexpr int kProducerBarrier = 1;
 inline constexpr int kLookaheadMaxStages = 8;
 // ... and takes up to this many consecutive units an atomic (KernelParams::units_per_take).
 inline constexpr int kMaxUnitsPerTake = 8;
-// GEMM1's L2 prefetch of the next GEMM's weights (KernelParams::l2_next): a producer warp's piece,
-// one 128-byte line a lane.
-inline constexpr int kL2PieceBytes = 32 * 128;
 // setmaxnreg: 128 x 64 + 256 x 216 = 63488 <= 65536 registers of the SM. The producer keeps 8
 // gathered row indices, the tile and the pipeline state live (56 spilled a register with
 // block128); the consumers use ~172 (128 accumulators + addresses + epilogue values).

@@ -213,8 +213,6 @@ struct TokMajor {
     std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
     bool first_unit = rec != nullptr;
     int hint = -1;  // the expert of this thread's previous unit (find_tile; ping-pong only)
-    [[maybe_unused]] int last_stage = -1;           // GEMM1: the last stage this thread filled with a unit's data
-    [[maybe_unused]] std::uint32_t last_phase = 0;  // ... and its full barrier's phase
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -327,56 +325,11 @@ struct TokMajor {
           }
         }
         sm90::cp_async_mbar_arrive_noinc(full);
-        if constexpr (kGateUp) {  // prefetch_next's wait (GEMM1 only)
-          last_stage = stage;
-          last_phase = phase;
-        }
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
     }
     if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
     sm90::cp_async_wait_all_groups();
-    if constexpr (kGateUp) {
-      // GEMM1: once this CTA's last stage has landed (its stream is done; the consumers still
-      // multiply and run the epilogue), its share of the next GEMM's weights into L2.
-      if (p.l2_next != nullptr && last_stage >= 0) {
-        sm90::mbar_wait(s.full + 8 * last_stage, last_phase);
-        prefetch_next(p, s);
-      }
-    }
-  }
-
-  // GEMM1's L2 prefetch of the next GEMM's weights (KernelParams::l2_next): the touched experts'
-  // bytes in expert order (GEMM2's unit order), the first l2_next_bytes of them, in pieces of
-  // kL2PieceBytes (a line a lane); piece q is producer warp q % (all producer warps)'s, so every
-  // CTA's share spreads over the whole range. Only a hint: no result depends on it.
-  static __device__ void prefetch_next(const KernelParams& p, const Smem& s) {
-    const int lane = threadIdx.x & 31;
-    constexpr int kWarps = kProducerThreads / 32;
-    const std::int64_t per_expert = (p.l2_next_expert_bytes + kL2PieceBytes - 1) / kL2PieceBytes;
-    const std::int64_t pieces = p.l2_next_bytes / kL2PieceBytes;
-    const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarps;
-    const int E = p.num_experts;
-    int e_base = 0, seen = 0;  // experts [0, e_base) scanned, `seen` of them touched
-    for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); q < pieces; q += warps) {
-      const std::int64_t j = q / per_expert;  // the piece's expert, counted among the touched ones
-      int e = -1;
-      while (e_base < E) {  // uniform in the warp: 32 experts a step
-        const int ee = e_base + lane;
-        unsigned touched = __ballot_sync(0xffffffffu, ee < E && s.off[ee + 1] > s.off[ee]);
-        const int c = __popc(touched);
-        if (seen + c > j) {
-          for (int r = static_cast<int>(j - seen); r > 0; --r) touched &= touched - 1;
-          e = e_base + __ffs(static_cast<int>(touched)) - 1;
-          break;
-        }
-        seen += c;
-        e_base += 32;
-      }
-      if (e < 0) break;  // fewer touched experts than the budget
-      const std::int64_t off = (q - j * per_expert) * kL2PieceBytes + lane * 128;
-      if (off < p.l2_next_expert_bytes) sm90::prefetch_l2(p.l2_next + e * p.l2_next_expert_stride + off);
-    }
   }
 
   // ---- consumer warpgroups: wgmma main loop over K, epilogue in registers ----

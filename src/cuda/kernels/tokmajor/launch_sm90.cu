@@ -15,7 +15,6 @@
 #include <string>
 
 #include "core/env.hpp"
-#include "cuda/common/device_attr.cuh"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
@@ -150,16 +149,6 @@ int tokmajor_units_per_take() {
                                             std::to_string(tokmajor::kMaxUnitsPerTake));
 }
 
-std::int64_t tokmajor_l2_next_bytes(int device) {
-  const char* v = detail::env_value(detail::EnvVar::kTokmajorL2Next);
-  if (v == nullptr || v[0] == '\0') return device_attribute<cudaDevAttrL2CacheSize>(device) / 2;
-  char* end = nullptr;
-  const long mb = std::strtol(v, &end, 10);
-  if (*end != '\0' || mb < 0 || mb > 1024)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_L2_NEXT_MB = '") + v + "', expected 0..1024");
-  return static_cast<std::int64_t>(mb) << 20;
-}
-
 void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
   g_phase_launches.store(device_buffer != nullptr ? launches : 0, std::memory_order_release);
@@ -205,12 +194,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  if (gate_up && p.l2_next != nullptr && p.l2_next_bytes > 0 && p.l2_next_expert_bytes > 0) {
-    kp.l2_next = static_cast<const std::uint8_t*>(p.l2_next);
-    kp.l2_next_expert_stride = p.l2_next_expert_stride;
-    kp.l2_next_expert_bytes = p.l2_next_expert_bytes;
-    kp.l2_next_bytes = p.l2_next_bytes;
-  }
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);

@@ -2,7 +2,6 @@
 // as launch_grouped_gemm, for calls where experts see many tokens (prefill, M >= ~1024).
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "cuda/kernels/gemm_common/params.hpp"
@@ -45,11 +44,6 @@ bool tokmajor_dynamic_schedule();
 // GEMM2s of >= 16 units a CTA, else 1). Throws moekit::Error(kInvalidArgument) on any other value
 // ("0" included).
 int tokmajor_units_per_take();
-
-// Bytes of GEMM2's weights a token-major GEMM1 prefetches into L2 at its end
-// (GroupedGemmParams::l2_next): half of `device`'s L2 by default; MOEKIT_TOKMAJOR_L2_NEXT_MB =
-// "0".."1024" sets it in MB ("0": off). Throws moekit::Error(kInvalidArgument) on any other value.
-std::int64_t tokmajor_l2_next_bytes(int device);
 
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
 /// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into

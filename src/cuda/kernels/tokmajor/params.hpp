@@ -35,12 +35,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // Dynamic schedule with the lookahead (K-short tiles, kernel_sm90.cuh produce()): consecutive
   // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
   int units_per_take;
-  // GEMM1 (kGateUp): the next GEMM's weights to prefetch into L2 (GroupedGemmParams::l2_next;
-  // kernel_sm90.cuh, prefetch_next). Null: off.
-  const std::uint8_t* l2_next;
-  std::int64_t l2_next_expert_stride;
-  std::int64_t l2_next_expert_bytes;
-  std::int64_t l2_next_bytes;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
