@@ -32,6 +32,9 @@ inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = kProducerThreads + kConsumerThreads;
 // GEMM2's ping-pong consumers (the kPingPong instantiations): units of 64 token rows, one warpgroup each.
 inline constexpr int kPingPongBlockM = 64;
+// The ping-pong producer stages a unit's row slots and router weights in the stage's row-scale
+// area (SmemLayout::a_scale_off, kBlockM words a stage; only block128 uses it otherwise).
+static_assert(2 * kPingPongBlockM <= kBlockM, "a ping-pong unit's row metadata exceeds a stage's row-scale area");
 // Named barrier of the producer warpgroup (id 0 is __syncthreads'), used by the dynamic schedule.
 inline constexpr int kProducerBarrier = 1;
 // The dynamic schedule takes the next unit one tile ahead when a tile has at most this many

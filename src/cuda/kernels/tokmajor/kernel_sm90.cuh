@@ -312,6 +312,25 @@ struct TokMajor {
           sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
                                   k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
         }
+        if constexpr (kPingPong) {
+          // The unit's per-row epilogue inputs ride with its first stage (s.a_scale, which only
+          // block128 uses otherwise: [stage][0..63] the rows' slots, [stage][64..127] their router
+          // weights; s.b_scale[stage][0..1] the per-tensor scales), so that the consumer warps read
+          // them from shared memory instead of waiting an L2 round trip after their MMAs.
+          if (ks == 0) {
+            if (t < kPingPongBlockM) {
+              const bool live = t < tl.count;
+              const std::int64_t r = tl.row_begin + (live ? t : 0);
+              float* meta = s.a_scale + stage * kBlockM;
+              sm90::cp_async_4_zfill(sm90::smem_addr(meta + t), p.sorted_slots + r, live ? 4 : 0);
+              if (p.sorted_weights != nullptr)
+                sm90::cp_async_4_zfill(sm90::smem_addr(meta + kPingPongBlockM + t), p.sorted_weights + r, live ? 4 : 0);
+            } else if (t < kPingPongBlockM + 2 && p.scale_mode == kScalePerTensor) {
+              const float* src = t == kPingPongBlockM ? p.a_scale : p.b_scale + tl.e;
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - kPingPongBlockM)), src, 4);
+            }
+          }
+        }
         if (kBlock128) {
           // One stage = one 128-wide K group: the row scales and the two weight-block scales.
           if (srow >= 0)
@@ -567,7 +586,9 @@ struct TokMajor {
       Tile tl;
       if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint)) break;
 
-      // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h).
+      // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h): their slots, router
+      // weights and per-tensor scales from the unit's first stage (the producer staged them there).
+      const float* meta = s.a_scale + stage * kBlockM;
       int slot[2];
       float tw[2], ts[2];
 #pragma unroll
@@ -578,10 +599,10 @@ struct TokMajor {
         ts[h] = 1.0f;
         if (rloc < tl.count) {
           const int r = tl.row_begin + rloc;
-          slot[h] = p.sorted_slots[r];
-          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
+          slot[h] = __float_as_int(meta[rloc]);
+          if (p.sorted_weights) tw[h] = meta[kPingPongBlockM + rloc];
           else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
-          if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
+          if (p.scale_mode == kScalePerTensor) ts[h] = s.b_scale[stage * 2] * s.b_scale[stage * 2 + 1];
           else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
         }
       }
