@@ -528,16 +528,6 @@ struct TokMajor {
     }
   }
 
-  // The ping-pong instantiations' epilogue is the rolled form, the others' the unrolled one.
-  template <int kOut, bool kColTerms>
-  static __device__ __forceinline__ void scatter_epilogue_of(const KernelParams& p, const Smem& s, const Tile& tl,
-                                                             const float (&acc)[kAcc], const int (&slot)[2],
-                                                             const float (&f)[2], const float (&bw)[2],
-                                                             std::int64_t rb, int cwarp, int lane) {
-    if constexpr (kPingPong) scatter_epilogue_rolled<kOut, kColTerms>(p, s, tl, acc, slot, f, bw, rb, cwarp, lane);
-    else scatter_epilogue<kOut, kColTerms>(p, s, tl, acc, slot, f, bw, rb, cwarp, lane);
-  }
-
   // GEMM2's epilogue: the row factors, then the scatter_epilogue instantiation of the output type
   // and the column terms (uniform per kernel call).
   static __device__ __forceinline__ void gemm2_epilogue(const KernelParams& p, const Smem& s, const Tile& tl,
@@ -552,14 +542,14 @@ struct TokMajor {
     }
     const bool col_terms = p.bias != nullptr || p.scale_mode == kScalePerChannel;
     if (p.out_type == kOutF32) {
-      if (col_terms) scatter_epilogue_of<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-      else scatter_epilogue_of<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      if (col_terms) scatter_epilogue<kOutF32, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutF32, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
     } else if (p.out_type == kOutBf16) {
-      if (col_terms) scatter_epilogue_of<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-      else scatter_epilogue_of<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      if (col_terms) scatter_epilogue<kOutBf16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutBf16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
     } else {
-      if (col_terms) scatter_epilogue_of<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
-      else scatter_epilogue_of<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      if (col_terms) scatter_epilogue<kOutF16, true>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
+      else scatter_epilogue<kOutF16, false>(p, s, tl, acc, slot, f, bw, rb, cw, lane);
     }
   }
 
@@ -806,152 +796,6 @@ struct TokMajor {
           if (n0 + i < p.n_out)
             store_pair_t<kOut>(p.out, (static_cast<std::int64_t>(tl.row_begin) + rl) * p.n_out + n0 + i, v[i], v[i + 1]);
       }
-    }
-  }
-
-  // GEMM2's epilogue of the ping-pong instantiations (scatter_epilogue_rolled): scatter_epilogue's
-  // work (below) with the chunks as a rolled loop. Only the staging of a chunk's accumulators
-  // (registers named at compile time) is unrolled, behind stage_scatter_chunk_at; the copy phase
-  // is one copy of code. A unit's epilogue runs cold after the L2 flush on every SM and waited on
-  // instruction fetch (no_inst, 24.7 % of the stall samples at qwen3-30b TP8 fp8 M = 256,
-  // docs/perf.md "Session 42"). The other instantiations keep scatter_epilogue's unrolled loop,
-  // the SASS they were measured with; the two repeat each other's lines on purpose, as consume()
-  // and consume_pingpong() do.
-  static constexpr int chunk_cols(int out) { return kOutStageRowBytes / (out == kOutF32 ? 4 : 2); }
-
-  // Chunk kCh's staging: this lane's accumulator pairs of the warp's 16 rows times the row factor
-  // (and the column terms), converted to the output type, into the warp's staging area.
-  template <int kOut, bool kColTerms, int kCh>
-  static __device__ __forceinline__ void stage_scatter_chunk(const KernelParams& p, const float (&acc)[kAcc],
-                                                             const float (&f)[2], const float (&bw)[2],
-                                                             std::int64_t rb, std::int64_t c0, std::uint8_t* stage_w,
-                                                             int lane) {
-    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kChunkJ = chunk_cols(kOut) / 8;  // accumulator column groups per chunk
-    constexpr int kPitch = out_stage_pitch(kEs);
-    // The chunk's bias values of this lane (columns c0 + 8 jj + 2 (lane % 4) + c), loaded in
-    // batches before any of a batch is used; 0 where absent or past n_out (n_out is even, so a
-    // pair is in or out together). Per-channel scales (fp8_per_channel) as they are used.
-    // Two batches of kChunkJ / 2 column pairs (16 values at once spilled a register).
-    constexpr int kHalfJ = kChunkJ / 2;
-    float bi[2 * kHalfJ];
-#pragma unroll
-    for (int jj = 0; jj < kChunkJ; ++jj) {
-      if constexpr (kColTerms) {
-        if (jj % kHalfJ == 0)
-          numerics::load_bias_run<2 * kHalfJ, 2, 8>(p.bias, p.bias != nullptr ? p.bias_type : numerics::kBiasNone, rb,
-                                                    c0 + 8 * jj + 2 * (lane & 3), p.n_out, bi);
-      }
-      const int j = kCh * kChunkJ + jj;
-      const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
-      float bs[2] = {1.0f, 1.0f};
-      if constexpr (kColTerms) {
-        const std::int64_t n0 = c0 + cl;
-        if (n0 < p.n_out && p.scale_mode == kScalePerChannel) {
-          bs[0] = p.b_scale[rb + n0];
-          bs[1] = p.b_scale[rb + n0 + 1];
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v[2];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          v[c] = acc[4 * j + 2 * h + c] * f[h];
-          if constexpr (kColTerms) v[c] = v[c] * bs[c] + bi[2 * (jj % kHalfJ) + c] * bw[h];
-        }
-        std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
-        if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-        else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v[0], v[1]);
-        else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v[0], v[1]);
-      }
-    }
-  }
-  // stage_scatter_chunk of a run-time chunk index (a chain of compares; folded away where the
-  // index is a constant, as in an unrolled loop).
-  template <int kOut, bool kColTerms, int kCh = 0>
-  static __device__ __forceinline__ void stage_scatter_chunk_at(int ch, const KernelParams& p, const float (&acc)[kAcc],
-                                                                const float (&f)[2], const float (&bw)[2],
-                                                                std::int64_t rb, std::int64_t c0,
-                                                                std::uint8_t* stage_w, int lane) {
-    if constexpr (kCh < kBN / chunk_cols(kOut)) {
-      if (ch == kCh) stage_scatter_chunk<kOut, kColTerms, kCh>(p, acc, f, bw, rb, c0, stage_w, lane);
-      else stage_scatter_chunk_at<kOut, kColTerms, kCh + 1>(ch, p, acc, f, bw, rb, c0, stage_w, lane);
-    }
-  }
-
-  // The copy phase of the chunk at column c0: lane covers rows q * 4 + lane / 8 (q = 0..3) of the
-  // warp, 16 bytes at lane % 8 (rowp[q]: its y row, null past the tile's rows).
-  template <int kOut>
-  static __device__ __forceinline__ void copy_scatter_chunk(const KernelParams& p, std::int64_t c0, bool whole,
-                                                            std::uint8_t* const (&rowp)[4], const int (&cslot)[4],
-                                                            const std::uint8_t* stage_w, int lane) {
-    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kPitch = out_stage_pitch(kEs);
-    const int piece = lane & 7;                        // 16-byte piece of a staged row
-    const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
-    if (whole) {
-      // Every piece of every chunk in bounds and 16-byte aligned: one store per row, no checks.
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (rowp[q] != nullptr)
-          *reinterpret_cast<uint4*>(rowp[q] + pc * kEs) =
-              *reinterpret_cast<const uint4*>(stage_w + (q * 4 + (lane >> 3)) * kPitch + piece * 16);
-      return;
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int r = q * 4 + (lane >> 3);
-      if (cslot[q] < 0 || pc >= p.n_out) continue;
-      const std::uint8_t* src = stage_w + r * kPitch + piece * 16;
-      std::uint8_t* dst = rowp[q] + pc * kEs;
-      if (p.out_vec16 && pc + 16 / kEs <= p.n_out) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      } else {
-        // The row's end inside the piece, or rows not 16-byte aligned: 4-byte words (n_out is
-        // even, so a 16-bit pair never straddles the end).
-#pragma unroll
-        for (int b = 0; b < 16; b += 4)
-          if (pc + b / kEs < p.n_out)
-            *reinterpret_cast<std::uint32_t*>(dst + b) = *reinterpret_cast<const std::uint32_t*>(src + b);
-      }
-    }
-  }
-
-  template <int kOut, bool kColTerms>
-  static __device__ __forceinline__ void scatter_epilogue_rolled(const KernelParams& p, const Smem& s, const Tile& tl,
-                                                                 const float (&acc)[kAcc], const int (&slot)[2],
-                                                                 const float (&f)[2], const float (&bw)[2],
-                                                                 std::int64_t rb, int cwarp, int lane) {
-    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kChunkCols = chunk_cols(kOut);  // 32 fp32 or 64 16-bit columns
-    std::uint8_t* stage_w = s.out_stage + cwarp * kOutStageWarpBytes;
-    // The copy phase: lane covers rows q * 4 + lane / 8 (q = 0..3) of the warp, 16 bytes at
-    // lane % 8; the slot of row r is held by lane 4 (r % 8) in slot[r / 8].
-    int cslot[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int r = q * 4 + (lane >> 3);
-      const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
-      const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
-      cslot[q] = r < 8 ? s0 : s1;
-    }
-    const std::int64_t nbase = static_cast<std::int64_t>(tl.col) * kBN;
-    // The y row of each row this lane copies (null past the tile's rows), computed once per tile.
-    std::uint8_t* rowp[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      rowp[q] = cslot[q] < 0 ? nullptr
-                             : static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(cslot[q]) * p.n_out * kEs;
-    const bool whole = p.out_vec16 && nbase + kBN <= p.n_out;  // the usual tile: no bound checks
-#pragma unroll 1
-    for (int ch = 0; ch < kBN / kChunkCols; ++ch) {
-      const std::int64_t c0 = nbase + ch * kChunkCols;
-      if (c0 >= p.n_out) break;
-      __syncwarp();  // the previous chunk's copy has read the staging area
-      stage_scatter_chunk_at<kOut, kColTerms>(ch, p, acc, f, bw, rb, c0, stage_w, lane);
-      __syncwarp();
-      copy_scatter_chunk<kOut>(p, c0, whole, rowp, cslot, stage_w, lane);
     }
   }
 
