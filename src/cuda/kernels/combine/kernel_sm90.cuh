@@ -14,9 +14,29 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/kernels/combine/config.hpp"
 #include "cuda/kernels/combine/params.hpp"
-#include "cuda/kernels/combine/yvec.cuh"
 
 namespace moekit::cuda::combine {
+
+// kVec consecutive y values of one row: one 16-byte load when kVec * the element size is 16 (4
+// fp32 or 8 bf16 / fp16), else one element. The loaded bits stay packed until the add (16-bit
+// y: 4 registers per slot, not 8): fewer registers, more resident threads, more loads in flight.
+template <class TY, int kVec>
+struct YVec {
+  using Raw = std::conditional_t<kVec == 1, TY, uint4>;
+  static_assert(kVec == 1 || kVec * sizeof(TY) == 16, "vector loads are 16 bytes");
+  // Streamed (read once); non-local slots are predicated off by the caller.
+  static __device__ __forceinline__ Raw load(const TY* yr) { return __ldcs(reinterpret_cast<const Raw*>(yr)); }
+  static __device__ __forceinline__ Raw zero() { return Raw{}; }
+  static __device__ __forceinline__ void add(const Raw& r, float (&acc)[kVec]) {
+    if constexpr (kVec == 1) {
+      acc[0] += to_float(r);
+    } else {
+      const TY* e = reinterpret_cast<const TY*>(&r);
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) acc[t] += to_float(e[t]);
+    }
+  }
+};
 
 template <class TOut, class TY, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_sm90_kernel(const __grid_constant__ CombineParams p) {
