@@ -48,6 +48,7 @@ enum class EnvVar : int {
   kTokmajorCluster,    // MOEKIT_TOKMAJOR_CLUSTER
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE
   kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
+  kTokmajorEarly,      // MOEKIT_TOKMAJOR_EARLY
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -500,12 +500,14 @@ void run_moe(const detail::MoeCall& call) {
   const bool tokmajor = plan.gemm[0].impl == detail::GemmImpl::kTokmajor || plan.gemm[1].impl == detail::GemmImpl::kTokmajor;
   const bool pdl = pdl_enabled() && M <= kPdlMaxTokens && !tokmajor;
   // The token-major cluster size (MOEKIT_TOKMAJOR_CLUSTER), schedule (MOEKIT_TOKMAJOR_SCHEDULE),
-  // units an atomic (MOEKIT_TOKMAJOR_TAKE) and ping-pong switch (MOEKIT_TOKMAJOR_PINGPONG) are read
+  // units an atomic (MOEKIT_TOKMAJOR_TAKE), ping-pong and early-weights switches
+  // (MOEKIT_TOKMAJOR_PINGPONG, MOEKIT_TOKMAJOR_EARLY) are read
   // and checked before anything is enqueued: a bad value fails the call with nothing launched.
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
+  if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

@@ -482,6 +482,96 @@ TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
   }
 }
 
+TEST(Sm90TokMajorGemm, EarlyWeightsMatchBitwise) {
+  SKIP_WITHOUT_SM90();
+  // MOEKIT_TOKMAJOR_EARLY = 1: every (expert, column tile)'s first token tile is a head unit, units
+  // 0..E x column tiles - 1, and each CTA issues its first unit's first weight stages at the
+  // kernel's entry, before the expert table. Which CTA runs a unit and in which order change,
+  // never what a unit computes: against it off, bit for bit, with experts without rows (passed
+  // over, or a CTA's first unit: weights loaded, nothing written), experts of several token tiles
+  // (the units after the head units), fewer and more head units than CTAs, every scheme and
+  // epilogue, and the K-short GEMM2s with the ping-pong consumers and takes of 1 and 3 units.
+  std::vector<Case> cases;
+  Case c = gemm1(Scheme::kBf16, 96, 256);  // 257 head units, 1 column tile
+  c.rows.assign(257, 0);
+  for (int e = 0; e < 257; ++e) c.rows[e] = (e * 37) % 150;
+  c.top_k = 8;
+  cases.push_back(c);
+  c = gemm1(Scheme::kFp8PerTensor, 768, 2048);  // 6 column tiles; expert 2 without rows
+  c.rows = {300, 1, 0, 64, 65};
+  c.act = Activation::kSwigluOai;
+  cases.push_back(c);
+  c = gemm1(Scheme::kFp8Block128, 128, 2048);
+  c.rows = kFewRows;
+  cases.push_back(c);
+  c = gemm1(Scheme::kBf16, 96, 256);  // every CTA's first unit an expert without rows
+  c.rows = {0, 0, 0};
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 360, 2880);
+  c.rows = {1, 300, 0, 129, 1000};
+  c.bias = true;
+  c.out_dtype = DType::kBf16;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerChannel, 128, 2880);
+  c.rows = {129, 1000};
+  c.weights = 2;
+  cases.push_back(c);
+  for (Case& k : cases) {
+    k.cluster = 1;
+    k.dynamic = true;
+  }
+  const std::vector<Case> kshort = kshort_gemm2_cases();
+  const std::size_t first_kshort = cases.size();
+  cases.insert(cases.end(), kshort.begin(), kshort.end());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    SCOPED_TRACE(k.describe());
+    // (ping-pong, take): the K-short GEMM2s run three, the others one.
+    const char* configs[3][2] = {{"0", "1"}, {"1", "1"}, {"1", "3"}};
+    for (int j = 0; j < (i < first_kshort ? 1 : 3); ++j) {
+      const char* pp = configs[j][0];
+      const char* take = configs[j][1];
+      moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", pp);
+      moekit::testing::ScopedEnv units("MOEKIT_TOKMAJOR_TAKE", take);
+      std::vector<float> off, early, again;
+      {
+        moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "0");
+        run_case(k, &off);
+      }
+      {
+        moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "1");
+        run_case(k, &early);
+        if (j == 0) run_case(k, &again);  // bitwise run to run
+      }
+      ASSERT_EQ(off.size(), early.size());
+      EXPECT_EQ(0, std::memcmp(off.data(), early.data(), off.size() * sizeof(float)))
+          << "ping-pong " << pp << ", take " << take;
+      if (j == 0) {
+        ASSERT_EQ(early.size(), again.size());
+        EXPECT_EQ(0, std::memcmp(early.data(), again.data(), early.size() * sizeof(float)));
+      }
+    }
+  }
+}
+
+TEST(Sm90TokMajorGemm, EarlyWeightsSmall) {
+  SKIP_WITHOUT_SM90();
+  // Small enough for compute-sanitizer (memcheck, racecheck: the stages issued at the entry and
+  // their rows gathered after the table): both epilogues, an empty expert (CTA 2's first unit), a
+  // tail tile, an expert of two token tiles.
+  moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "1");
+  Case c = gemm1(Scheme::kBf16, 96, 256);
+  c.rows = {1, 129, 0, 64};
+  c.cluster = 1;
+  c.dynamic = true;
+  run_case(c);
+  c = gemm2(Scheme::kBf16, 96, 256);
+  c.rows = {1, 129, 0, 64};
+  c.cluster = 1;
+  c.dynamic = true;
+  run_case(c);
+}
+
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
   // gpt-oss at TP8: fp8 w2 rows of N = 360 bytes are not a multiple of 16 (TMA stride rule).
   GroupedGemmParams p;

@@ -53,6 +53,18 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
   const int chunks = (rows + bm - 1) / bm;
   return (chunks + cluster - 1) / cluster * num_col_tiles;
 }
+// With early weights (head units, cluster 1): the units of an expert after its first token tile's.
+__device__ __forceinline__ int later_units_of(int rows, int num_col_tiles, int bm) {
+  return rows > bm ? ((rows + bm - 1) / bm - 1) * num_col_tiles : 0;
+}
+
+// The first unit a CTA runs under the dynamic schedule: its first take is static, units
+// [b * take, b * take + take) of CTA b (produce()); take > 1 only where the producer looks a unit
+// ahead (K-short tiles).
+__device__ __forceinline__ int first_static_unit(const KernelParams& p) {
+  const bool lookahead = p.num_k_stages <= kLookaheadMaxStages;
+  return static_cast<int>(blockIdx.x) * (lookahead ? p.units_per_take : 1);
+}
 
 // prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units). kHint (GEMM2's ping-pong
 // instantiations, whose K-short units make the search a visible cost): `hint` is the caller's
@@ -60,7 +72,39 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
 // other instantiations search every time (with the hint live, GEMM1's spilled 8 bytes).
 template <bool kHint>
 __device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
-                                          int bm, Tile& t, int& hint) {
+                                          int bm, Tile& t, int& hint, int head_units, int num_col_tiles) {
+  if (head_units > 0) {
+    // Early weights (KernelParams::head_units, cluster 1): units [0, E * column tiles) are each
+    // (expert, column tile)'s first token tile, e = w / column tiles, whatever the expert's rows
+    // (none: count 0), so a CTA knows its first unit's weights before the routing's table; the
+    // prefix counts the token tiles after the first, units head_units.. in the order below.
+    if (w < head_units) {
+      const int e = w / num_col_tiles;
+      const int rows = max(0, off[e + 1] - off[e]);
+      t.e = e;
+      t.col = w - e * num_col_tiles;
+      t.row_begin = off[e];
+      t.count = min(bm, rows);
+      hint = e;
+      return true;
+    }
+    w -= head_units;
+    if constexpr (kHint) {
+      if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
+    } else {
+      if (!gemm_common::find_expert(w, prefix, E, hint)) return false;
+    }
+    const int lo = hint;
+    const int rows = off[lo + 1] - off[lo];
+    const int later = (rows + bm - 1) / bm - 1;  // >= 1: the expert has tail units
+    const int local = w - prefix[lo];
+    const int chunk = 1 + local % later;
+    t.e = lo;
+    t.col = local / later;
+    t.row_begin = off[lo] + chunk * bm;
+    t.count = min(bm, rows - chunk * bm);
+    return true;
+  }
   if constexpr (kHint) {
     if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
   } else {
@@ -171,6 +215,28 @@ struct TokMajor {
     }
   }
 
+  // Early weights (KernelParams::head_units): the K stages of the CTA's first unit whose weight
+  // boxes thread 0 issues at the kernel's entry, before the PDL wait and the expert table (stages
+  // 0.., the ring's first pass); 0 without head units or where the first unit is not a head unit.
+  static __device__ __forceinline__ int early_stages(const KernelParams& p, int stages) {
+    if (p.head_units <= 0 || first_static_unit(p) >= p.head_units) return 0;
+    return min(stages, p.num_k_stages);
+  }
+
+  // Thread 0 at the kernel's entry (barriers initialized): the first early_stages() weight stages
+  // of the CTA's first unit, (expert, column tile) = its head unit, into stages 0.. with the unit
+  // for the consumers in tile_w[0]. produce() then gathers those stages' A rows once the table is
+  // built, and issues the rest.
+  static __device__ __forceinline__ void issue_early_weights(const KernelParams& p, const Smem& s) {
+    const int n = early_stages(p, s.stages);
+    if (n == 0) return;
+    const int w0 = first_static_unit(p);
+    const int e = w0 / p.num_col_tiles, col = w0 - e * p.num_col_tiles;
+    const int brow0 = box_row(p, col, 0), brow1 = box_row(p, col, 1);
+    s.tile_w[0] = w0;
+    for (int ks = 0; ks < n; ++ks) issue_weights(p, s, ks, ks, e, brow0, brow1);
+  }
+
   // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
   static __device__ void produce(const KernelParams& p, const Smem& s) {
     const int t = threadIdx.x;  // 0..127
@@ -213,6 +279,9 @@ struct TokMajor {
     std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;
     bool first_unit = rec != nullptr;
     int hint = -1;  // the expert of this thread's previous unit (find_tile; ping-pong only)
+    // Early weights: stages [0, early) of the first unit were issued at the entry (their empty
+    // barriers were free: the ring's first pass); this producer adds their A rows. 0 after it.
+    int early = early_stages(p, s.stages);
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -244,7 +313,8 @@ struct TokMajor {
         sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
       }
       Tile tl;
-      if (!find_tile<kPingPong>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl, hint)) {
+      if (!find_tile<kPingPong>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl, hint, p.head_units,
+                                      p.num_col_tiles)) {
         if (dynamic) {
           // No more units: one stage with unit -1 and no data tells the consumers. Its full
           // barrier completes on thread 0's arrival and every thread's cp.async arrival.
@@ -266,6 +336,9 @@ struct TokMajor {
         }
         break;
       }
+      // Head units of experts without rows (count 0) are passed over, except one whose weights
+      // the entry already issued (the CTA's first: its consumers wait on those stages).
+      if (p.head_units > 0 && tl.count == 0 && early == 0) continue;
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
@@ -289,15 +362,16 @@ struct TokMajor {
       if (first_unit) {
         // Outside the K loop: once the first unit's gathered row indices have landed (the stamp
         // waits on the first), right before its first weight TMA.
-        rec[kPhaseFirstIssue] = arow[0] < -1 ? 0 : sm90::globaltimer_ns();
+        if (early == 0) rec[kPhaseFirstIssue] = arow[0] < -1 ? 0 : sm90::globaltimer_ns();
         first_unit = false;
       }
 
       for (int ks = 0; ks < p.num_k_stages; ++ks) {
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
-        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        if (t == 0) {
+        const bool issued = ks < early;  // weights and unit already there (issue_early_weights)
+        if (!issued) sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (t == 0 && !issued) {
           // The unit, for the consumers (ordered before them by this thread's arrival below).
           if (dynamic && ks == 0) s.tile_w[stage] = w;
           issue_weights(p, s, stage, ks, tl.e, brow0, brow1);
@@ -346,6 +420,7 @@ struct TokMajor {
         sm90::cp_async_mbar_arrive_noinc(full);
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
+      early = 0;
     }
     if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
     sm90::cp_async_wait_all_groups();
@@ -387,7 +462,8 @@ struct TokMajor {
         if (w < 0) break;
       }
       Tile tl;
-      if (!find_tile<false>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl, hint)) break;
+      if (!find_tile<false>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl, hint, p.head_units,
+                          p.num_col_tiles)) break;
 
       // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
       // their per-row values load now and land during the main loop.
@@ -584,7 +660,8 @@ struct TokMajor {
       const int w = __shfl_sync(0xffffffffu, lane == 0 ? s.tile_w[stage] : 0, 0);
       if (w < 0) break;
       Tile tl;
-      if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint)) break;
+      if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint, p.head_units,
+                          p.num_col_tiles)) break;
 
       // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h): their slots, router
       // weights and per-tensor scales from the unit's first stage (the producer staged them there).
@@ -959,6 +1036,10 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
     }
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
+    // Early weights: the first unit's weights do not depend on the previous kernel (the routing):
+    // they stream during the PDL wait, the table and the first unit's row gather.
+    K::issue_early_weights(p, s);
+    if (rec != nullptr && K::early_stages(p, s.stages) > 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
   }
   // PDL (cuda/common/pdl.cuh): the tensormap prefetch and the barrier init above overlap the
   // previous kernel; the row offsets (routing's) and everything after need it complete. Every
@@ -968,8 +1049,11 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
+  // With head units (early weights) the prefix counts each expert's units after its first token tile's.
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
-                            units_of(rows, p.cluster, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM));
+                            p.head_units > 0
+                                ? later_units_of(rows, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM)
+                                : units_of(rows, p.cluster, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM));
   if (rec != nullptr) rec[kPhaseTable] = sm90::globaltimer_ns();
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();

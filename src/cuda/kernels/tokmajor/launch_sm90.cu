@@ -58,6 +58,23 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
   return detail::env_switch(detail::EnvVar::kTokmajorPingpong, p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts);
 }
 
+// Early weights (KernelParams::head_units) where the kernel allows them (cluster 1, the dynamic
+// schedule) and the call is decode-sized with few experts left without rows: at least
+// kEarlyMinRowsPerExpert rows an expert on average (a head unit of an expert without rows is
+// passed over, but a CTA whose first unit it is loads its weights for nothing: at 4 rows an
+// expert ~2 % of the experts get none), and at most half a token tile (most experts fit one token
+// tile: the later tiles of an expert run after every head unit, so their weights come from DRAM
+// again). MOEKIT_TOKMAJOR_EARLY=0 turns them off, =1 on wherever allowed.
+constexpr std::int64_t kEarlyMinRowsPerExpert = 4;
+
+bool use_early_weights(const GroupedGemmParams& p, const tokmajor::KernelParams& kp, bool pingpong) {
+  if (kp.cluster != 1 || kp.tile_counter == nullptr) return false;
+  const std::int64_t bm = pingpong ? tokmajor::kPingPongBlockM : tokmajor::kBlockM;
+  const bool decode_sized =
+      p.max_rows >= kEarlyMinRowsPerExpert * p.num_experts && 2 * p.max_rows <= bm * p.num_experts;
+  return detail::env_switch(detail::EnvVar::kTokmajorEarly, decode_sized);
+}
+
 // Ping-pong GEMM2s (K-short, decode-sized) of at least 16 units a CTA at most (max_tiles) take 4
 // units an atomic (KernelParams::units_per_take) when MOEKIT_TOKMAJOR_TAKE is unset, else 1, and
 // run a 5-stage ring (tokmajor::pingpong_layout), else 4.
@@ -216,6 +233,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // ring lets a CTA take units earlier, which cost qwen3-30b TP8 fp8 (about 8 units a CTA)
   // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
   if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
+  kp.head_units = use_early_weights(p, kp, pingpong) ? static_cast<int>(p.num_experts) * kp.num_col_tiles : 0;
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.

@@ -35,6 +35,13 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // Dynamic schedule with the lookahead (K-short tiles, kernel_sm90.cuh produce()): consecutive
   // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
   int units_per_take;
+  // Early weights (dynamic schedule, cluster 1; launch_sm90.cu, use_early_weights): E x
+  // num_col_tiles, else 0. Units [0, head_units) are each (expert, column tile)'s first token tile
+  // (w = e * num_col_tiles + column tile, experts without rows included), the units after them
+  // the later token tiles, so that a CTA's first unit, and the weights it loads, is known at the
+  // kernel's entry: its first stages' TMA is issued there, before the PDL wait and the expert
+  // table (kernel_sm90.cuh, issue_early_weights).
+  int head_units;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
