@@ -265,7 +265,9 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
   for (void* p : {static_cast<void*>(phases), flush_buf}) cudaFree(p);
 
   // Points in the order a CTA reaches them (GEMM2's consumers stamp only their exit: a stamp in
-  // its unit loop made them spill); the producer's last issue is printed on its own.
+  // its unit loop made them spill); the producer's last issue is printed on its own. With early
+  // weights (MOEKIT_TOKMAJOR_EARLY) a CTA issues its first weights at the entry, before the table:
+  // the early order, for the CTAs whose first issue came before their table.
   const std::vector<int> points[kLaunches] = {
       {tm::kPhaseEntry, tm::kPhaseTable, tm::kPhaseProducerStart, tm::kPhaseUnitFound, tm::kPhaseFirstIssue,
        tm::kPhaseFirstLanded, tm::kPhaseMmaDone, tm::kPhaseFirstStore, tm::kPhaseEpilogueDone, tm::kPhaseExit},
@@ -275,6 +277,15 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
       {"table", "setmaxnreg", "unit found", "first issue", "first landed", "MMAs done", "first pair", "epilogue",
        "next unit"},
       {"table", "setmaxnreg", "unit found", "first issue", "stream + exit"}};
+  const std::vector<int> early_points[kLaunches] = {
+      {tm::kPhaseEntry, tm::kPhaseFirstIssue, tm::kPhaseTable, tm::kPhaseProducerStart, tm::kPhaseUnitFound,
+       tm::kPhaseFirstLanded, tm::kPhaseMmaDone, tm::kPhaseFirstStore, tm::kPhaseEpilogueDone, tm::kPhaseExit},
+      {tm::kPhaseEntry, tm::kPhaseFirstIssue, tm::kPhaseTable, tm::kPhaseProducerStart, tm::kPhaseUnitFound,
+       tm::kPhaseExit}};
+  const std::vector<const char*> early_names[kLaunches] = {
+      {"early issue", "table", "setmaxnreg", "unit found", "first landed", "MMAs done", "first pair", "epilogue",
+       "next unit"},
+      {"early issue", "table", "setmaxnreg", "unit found", "stream + exit"}};
   const char* gemm[] = {"GEMM1", "GEMM2"};
   const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K * 2), static_cast<double>(touched * s.K * s.N * 2)};
   for (int l = 0; l < kLaunches; ++l) {
@@ -292,7 +303,15 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
       else busy.push_back(r);
     }
     ASSERT_FALSE(busy.empty()) << s.name << " " << gemm[l] << ": no CTA ran a unit";
-    const std::vector<int>& point = points[l];
+    // The order of the first busy CTA; CTAs in the other one (with early weights, those whose
+    // first unit is not a head unit) are left out of the table and counted.
+    const auto is_early = [](const std::uint64_t* r) { return r[tm::kPhaseFirstIssue] < r[tm::kPhaseTable]; };
+    const bool early = is_early(busy.front());
+    const std::size_t all_busy = busy.size();
+    busy.erase(std::remove_if(busy.begin(), busy.end(), [&](const std::uint64_t* r) { return is_early(r) != early; }),
+               busy.end());
+    const std::vector<int>& point = early ? early_points[l] : points[l];
+    const std::vector<const char*>& name = early ? early_names[l] : names[l];
     const int steps = static_cast<int>(point.size()) - 1;
     std::vector<std::vector<double>> dur(steps), reached(steps);
     std::vector<double> entry, last_issue, units, consumer_start;
@@ -302,7 +321,7 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
       last_issue.push_back(static_cast<double>(r[tm::kPhaseLastIssue] - t0) / 1000.0);
       units.push_back(static_cast<double>(r[tm::kPhaseUnits]));
       for (int w = 0; w < steps; ++w) {
-        EXPECT_GE(r[point[w + 1]], r[point[w]]) << s.name << " " << gemm[l] << " " << names[l][w];
+        EXPECT_GE(r[point[w + 1]], r[point[w]]) << s.name << " " << gemm[l] << " " << name[w];
         dur[w].push_back(static_cast<double>(r[point[w + 1]] - r[point[w]]) / 1000.0);
         reached[w].push_back(static_cast<double>(r[point[w + 1]] - t0) / 1000.0);
       }
@@ -315,11 +334,14 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
                 gemm[l], s.name, static_cast<long long>(s.M), ctas, idle, units.front(), units.back(), span,
                 bytes[l] / 1e6, bytes[l] / 1e6 / span, entry.back(), last_issue.back(),
                 consumer_start[consumer_start.size() / 2], flush ? "" : "; L2 not flushed");
+    if (busy.size() != all_busy)
+      std::printf("[ phases ]   (%zu CTAs %s their table left out below)\n", all_busy - busy.size(),
+                  early ? "with their first issue after" : "with early weights issued before");
     for (int w = 0; w < steps; ++w) {
       std::sort(dur[w].begin(), dur[w].end());
       std::sort(reached[w].begin(), reached[w].end());
       std::printf("[ phases ]   %-13s median %7.2f us  max %7.2f us   reached by the last CTA at %7.2f us\n",
-                  names[l][w], dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
+                  name[w], dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
     }
   }
 }

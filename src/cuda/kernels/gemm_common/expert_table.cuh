@@ -42,7 +42,7 @@ __device__ __forceinline__ bool find_expert_from(int w, const int* prefix, int E
 
 // Every thread of the CTA, after load_expert_offsets: warp 0 builds prefix[e] = the work units of
 // the experts before e (prefix[0] = 0, prefix[E] = all units), where `units` is the family's
-// count, an expression of `rows` (the expert's rows, >= 0) and of the kernel's variables. Lane l
+// count, an expression of `rows` (the expert's rows, >= 0), `e_` (the expert) and the kernel's variables. Lane l
 // owns a contiguous run of ceil(E / 32) experts: it sums their units, one warp scan gives the
 // run's first prefix, and it writes the run's prefixes (the units computed again: no local
 // array). One scan for any E, where a scan per 32 experts (until session 41) put E / 32 shuffle

@@ -53,17 +53,25 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
   const int chunks = (rows + bm - 1) / bm;
   return (chunks + cluster - 1) / cluster * num_col_tiles;
 }
-// With early weights (head units, cluster 1): the units of an expert after its first token tile's.
-__device__ __forceinline__ int later_units_of(int rows, int num_col_tiles, int bm) {
-  return rows > bm ? ((rows + bm - 1) / bm - 1) * num_col_tiles : 0;
+// With early weights (head units, cluster 1): the counter's units of an expert, those that are
+// not static head units (find_tile).
+__device__ __forceinline__ int counter_units_of(int e, int rows, int num_col_tiles, int bm, int static_units) {
+  if (rows <= 0) return 0;
+  const int covered = min(num_col_tiles, max(0, static_units - e * num_col_tiles));
+  return (rows + bm - 1) / bm * num_col_tiles - covered;
 }
 
-// The first unit a CTA runs under the dynamic schedule: its first take is static, units
-// [b * take, b * take + take) of CTA b (produce()); take > 1 only where the producer looks a unit
-// ahead (K-short tiles).
+// Units each atomic of the dynamic schedule takes: KernelParams::units_per_take where the producer
+// looks a unit ahead (K-short tiles), else 1. Every CTA's first take is static: units
+// [b * take, b * take + take) of CTA b, gridDim.x * take in all (produce()).
+__device__ __forceinline__ int units_per_take(const KernelParams& p) {
+  return p.num_k_stages <= kLookaheadMaxStages ? p.units_per_take : 1;
+}
 __device__ __forceinline__ int first_static_unit(const KernelParams& p) {
-  const bool lookahead = p.num_k_stages <= kLookaheadMaxStages;
-  return static_cast<int>(blockIdx.x) * (lookahead ? p.units_per_take : 1);
+  return static_cast<int>(blockIdx.x) * units_per_take(p);
+}
+__device__ __forceinline__ int static_units(const KernelParams& p) {
+  return static_cast<int>(gridDim.x) * units_per_take(p);
 }
 
 // prefix[e] = units of experts < e (prefix[0] = 0, prefix[E] = all units). kHint (GEMM2's ping-pong
@@ -72,23 +80,26 @@ __device__ __forceinline__ int first_static_unit(const KernelParams& p) {
 // other instantiations search every time (with the hint live, GEMM1's spilled 8 bytes).
 template <bool kHint>
 __device__ __forceinline__ bool find_tile(int w, const int* off, const int* prefix, int E, int cluster, int rank,
-                                          int bm, Tile& t, int& hint, int head_units, int num_col_tiles) {
+                                          int bm, Tile& t, int& hint, int head_units, int num_col_tiles,
+                                          int static_units) {
   if (head_units > 0) {
-    // Early weights (KernelParams::head_units, cluster 1): units [0, E * column tiles) are each
-    // (expert, column tile)'s first token tile, e = w / column tiles, whatever the expert's rows
-    // (none: count 0), so a CTA knows its first unit's weights before the routing's table; the
-    // prefix counts the token tiles after the first, units head_units.. in the order below.
-    if (w < head_units) {
-      const int e = w / num_col_tiles;
-      const int rows = max(0, off[e + 1] - off[e]);
+    // Early weights (KernelParams::head_units, cluster 1, dynamic schedule). The static first
+    // takes, units w < static_units (gridDim.x x take), are head units: (expert, column tile) =
+    // (w / column tiles, w % column tiles), its first token tile, whatever the expert's rows (none:
+    // count 0), so that a CTA knows its first unit's weights before the routing's table; past
+    // E x column tiles there is no such unit (count 0 too). The counter's units, w - static_units,
+    // are every other unit in the order of the schedule without head units (experts in order, an
+    // expert's column tiles in order, its token tiles inside each), the prefix counting them.
+    if (w < static_units) {
+      const int e = min(w / num_col_tiles, E - 1);
+      const int rows = w < head_units ? max(0, off[e + 1] - off[e]) : 0;
       t.e = e;
       t.col = w - e * num_col_tiles;
       t.row_begin = off[e];
       t.count = min(bm, rows);
-      hint = e;
       return true;
     }
-    w -= head_units;
+    w -= static_units;
     if constexpr (kHint) {
       if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
     } else {
@@ -96,11 +107,22 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
     }
     const int lo = hint;
     const int rows = off[lo + 1] - off[lo];
-    const int later = (rows + bm - 1) / bm - 1;  // >= 1: the expert has tail units
+    const int chunks = (rows + bm - 1) / bm;
+    // The expert's first column tiles whose first token tile was a static unit: only their later
+    // token tiles are here, then every token tile of the other column tiles.
+    const int covered = min(num_col_tiles, max(0, static_units - lo * num_col_tiles));
     const int local = w - prefix[lo];
-    const int chunk = 1 + local % later;
+    int col, chunk;
+    if (local < covered * (chunks - 1)) {
+      col = local / (chunks - 1);
+      chunk = 1 + local % (chunks - 1);
+    } else {
+      const int l2 = local - covered * (chunks - 1);
+      col = covered + l2 / chunks;
+      chunk = l2 % chunks;
+    }
     t.e = lo;
-    t.col = local / later;
+    t.col = col;
     t.row_begin = off[lo] + chunk * bm;
     t.count = min(bm, rows - chunk * bm);
     return true;
@@ -223,6 +245,13 @@ struct TokMajor {
     return min(stages, p.num_k_stages);
   }
 
+  // K stages of a unit: all, except a CTA's first unit whose weights the entry issued and whose
+  // expert has no rows: only those early stages (nothing to compute; a consumer passes them on).
+  // Ping-pong: early = num_k_stages (< stages), so every unit keeps num_k_stages.
+  static __device__ __forceinline__ int unit_stages(const KernelParams& p, const Tile& tl, int early) {
+    return early > 0 && tl.count == 0 ? early : p.num_k_stages;
+  }
+
   // Thread 0 at the kernel's entry (barriers initialized): the first early_stages() weight stages
   // of the CTA's first unit, (expert, column tile) = its head unit, into stages 0.. with the unit
   // for the consumers in tile_w[0]. produce() then gathers those stages' A rows once the table is
@@ -314,7 +343,7 @@ struct TokMajor {
       }
       Tile tl;
       if (!find_tile<kPingPong>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, bm, tl, hint, p.head_units,
-                                      p.num_col_tiles)) {
+                                      p.num_col_tiles, first_static)) {
         if (dynamic) {
           // No more units: one stage with unit -1 and no data tells the consumers. Its full
           // barrier completes on thread 0's arrival and every thread's cp.async arrival.
@@ -336,9 +365,11 @@ struct TokMajor {
         }
         break;
       }
-      // Head units of experts without rows (count 0) are passed over, except one whose weights
-      // the entry already issued (the CTA's first: its consumers wait on those stages).
+      // Static head units without rows (count 0) are passed over, except the CTA's first when the
+      // entry issued its weights: its consumers wait on those stages, and it ends with them
+      // (unit_stages).
       if (p.head_units > 0 && tl.count == 0 && early == 0) continue;
+      const int nks = unit_stages(p, tl, early);
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
@@ -366,7 +397,7 @@ struct TokMajor {
         first_unit = false;
       }
 
-      for (int ks = 0; ks < p.num_k_stages; ++ks) {
+      for (int ks = 0; ks < nks; ++ks) {
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
         const bool issued = ks < early;  // weights and unit already there (issue_early_weights)
@@ -450,6 +481,7 @@ struct TokMajor {
     // (GEMM1 only: any stamp in GEMM2's unit loop made its consumers spill), its exit.
     const bool timed = ct == 0 && p.phases != nullptr;
     int hint = -1;  // the expert of this thread's previous unit (find_tile; ping-pong only)
+    int early = early_stages(p, s.stages);  // the first unit's stages issued at the entry (unit_stages)
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The unit the producer took for the tile that starts at this stage (-1: none left), read
@@ -463,7 +495,7 @@ struct TokMajor {
       }
       Tile tl;
       if (!find_tile<false>(w, s.off, s.prefix, p.num_experts, s.cluster, s.rank, kBlockM, tl, hint, p.head_units,
-                          p.num_col_tiles)) break;
+                          p.num_col_tiles, static_units(p))) break;
 
       // This thread's two tile rows (accumulator rows 16 warp + lane/4 + 8h of its warpgroup);
       // their per-row values load now and land during the main loop.
@@ -496,11 +528,14 @@ struct TokMajor {
           rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
         }
       }
+      const int nks = unit_stages(p, tl, early);
+      early = 0;
       if (64 * wg >= tl.count) {
-        // A tail tile with <= 64 rows (or none: the spare CTA of a cluster): this warpgroup's rows
-        // are all past the expert's end, so it skips the MMAs (the other warpgroup then has the
-        // tensor cores alone) and only passes the stages on; its epilogue writes nothing.
-        for (int ks = 0; ks < p.num_k_stages; ++ks) {
+        // A tail tile with <= 64 rows (or none: the spare CTA of a cluster, a CTA's first head
+        // unit without rows): this warpgroup's rows are all past the expert's end, so it skips
+        // the MMAs (the other warpgroup then has the tensor cores alone) and only passes the
+        // stages on; its epilogue writes nothing.
+        for (int ks = 0; ks < nks; ++ks) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
           release(s, stage, lane);
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
@@ -661,7 +696,7 @@ struct TokMajor {
       if (w < 0) break;
       Tile tl;
       if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint, p.head_units,
-                          p.num_col_tiles)) break;
+                          p.num_col_tiles, static_units(p))) break;
 
       // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h): their slots, router
       // weights and per-tensor scales from the unit's first stage (the producer staged them there).
@@ -1049,11 +1084,12 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
-  // With head units (early weights) the prefix counts each expert's units after its first token tile's.
+  // With head units (early weights) the prefix counts the counter's units (find_tile).
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
-                            p.head_units > 0
-                                ? later_units_of(rows, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM)
-                                : units_of(rows, p.cluster, p.num_col_tiles, kPingPong ? kPingPongBlockM : kBlockM));
+                            p.head_units > 0 ? counter_units_of(e_, rows, p.num_col_tiles,
+                                                                kPingPong ? kPingPongBlockM : kBlockM, static_units(p))
+                                             : units_of(rows, p.cluster, p.num_col_tiles,
+                                                        kPingPong ? kPingPongBlockM : kBlockM));
   if (rec != nullptr) rec[kPhaseTable] = sm90::globaltimer_ns();
   // The peer's barriers must be initialized before any multicast or remote arrival reaches them.
   if (p.cluster > 1) sm90::cluster_sync_all();
