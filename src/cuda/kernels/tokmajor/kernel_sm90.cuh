@@ -113,7 +113,10 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
     const int covered = min(num_col_tiles, max(0, static_units - lo * num_col_tiles));
     const int local = w - prefix[lo];
     int col, chunk;
-    if (local < covered * (chunks - 1)) {
+    if (chunks == 1) {  // decode: one token tile, no division
+      col = covered + local;
+      chunk = 0;
+    } else if (local < covered * (chunks - 1)) {
       col = local / (chunks - 1);
       chunk = 1 + local % (chunks - 1);
     } else {

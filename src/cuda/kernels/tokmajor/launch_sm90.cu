@@ -59,13 +59,16 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
 }
 
 // Early weights (KernelParams::head_units) where the kernel allows them (cluster 1, the dynamic
-// schedule) and the call is decode-sized with few experts left without rows: at least
-// kEarlyMinRowsPerExpert rows an expert on average (a head unit of an expert without rows is
-// passed over, but a CTA whose first unit it is loads its weights for nothing: at 4 rows an
-// expert ~2 % of the experts get none), and at most half a token tile (most experts fit one token
-// tile: the later tiles of an expert run after every head unit, so their weights come from DRAM
-// again). MOEKIT_TOKMAJOR_EARLY=0 turns them off, =1 on wherever allowed.
-constexpr std::int64_t kEarlyMinRowsPerExpert = 4;
+// schedule) and the call is decode-sized: at least kEarlyMinRowsPerExpert rows an expert on
+// average (a CTA whose first head unit's expert has no rows streams its early stages for nothing;
+// the other static head units without rows are passed over, and the counter never hands one out),
+// and at most half a token tile (most experts fit one token tile: an expert's later token tiles
+// are the counter's, apart from its first, so their weights may come from DRAM again).
+// Same-run A/B on the H200 (session 43, docs/perf.md; forced on against off, TP8 M = 16..256,
+// every preset, both schemes): 1.01-1.04x where the token-major GEMMs run from 1 row an expert
+// (deepseek-v3 fp8 M = 32 1.036x, qwen3-30b fp8 M = 64 1.032x), 1.00x at fewer.
+// MOEKIT_TOKMAJOR_EARLY=0 turns them off, =1 on wherever allowed.
+constexpr std::int64_t kEarlyMinRowsPerExpert = 1;
 
 bool use_early_weights(const GroupedGemmParams& p, const tokmajor::KernelParams& kp, bool pingpong) {
   if (kp.cluster != 1 || kp.tile_counter == nullptr) return false;
