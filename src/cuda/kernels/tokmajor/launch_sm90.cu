@@ -64,9 +64,9 @@ bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) 
 // the other static head units without rows are passed over, and the counter never hands one out),
 // and at most half a token tile (most experts fit one token tile: an expert's later token tiles
 // are the counter's, apart from its first, so their weights may come from DRAM again).
-// Same-run A/B on the H200 (session 43, docs/perf.md; forced on against off, TP8 M = 16..256,
-// every preset, both schemes): 1.01-1.04x where the token-major GEMMs run from 1 row an expert
-// (deepseek-v3 fp8 M = 32 1.036x, qwen3-30b fp8 M = 64 1.032x), 1.00x at fewer.
+// Same-run A/B on the H200 (session 43, docs/perf.md; this rule against off, TP8 M = 16..256,
+// every preset, both schemes): fp8 1.020x median (0.997-1.059), bf16 1.006x (1.000-1.029); forced
+// on at fewer rows an expert (deepseek-v3, qwen3-235b M = 16) 0.996-1.007x.
 // MOEKIT_TOKMAJOR_EARLY=0 turns them off, =1 on wherever allowed.
 constexpr std::int64_t kEarlyMinRowsPerExpert = 1;
 
