@@ -324,11 +324,11 @@ TEST(Sm90TokMajorGemm, BitwiseDeterministic) {
   }
 }
 
-TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
-  SKIP_WITHOUT_SM90();
-  // The dynamic schedule changes which CTA runs a unit, never what a unit computes: every scheme
-  // and epilogue matches the reference and the static schedule bit for bit, with token-tile counts
-  // 0..8 per expert, K tails, tail tiles of <= 64 rows and more units than CTAs.
+// The schedule tests' cases (dynamic against static, early weights on against off): every scheme
+// and epilogue, token-tile counts 0..8 per expert, K tails, tail tiles of <= 64 rows, more units
+// than CTAs, experts without rows (expert 2 of the fp8 GEMM1: 6 column tiles, K longer than the
+// ring) and a call with none.
+std::vector<Case> schedule_cases() {
   std::vector<Case> cases;
   Case c = gemm1(Scheme::kBf16, 96, 256);
   c.rows.assign(257, 0);
@@ -340,7 +340,7 @@ TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
   c.bias = true;
   c.out_dtype = DType::kBf16;
   cases.push_back(c);
-  c = gemm1(Scheme::kFp8PerTensor, 768, 2048);
+  c = gemm1(Scheme::kFp8PerTensor, 768, 2048);  // 6 column tiles; expert 2 without rows
   c.rows = {300, 1, 0, 64, 65};
   c.act = Activation::kSwigluOai;
   cases.push_back(c);
@@ -354,6 +354,15 @@ TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
   c = gemm1(Scheme::kBf16, 96, 256);
   c.rows = {0, 0, 0};
   cases.push_back(c);
+  return cases;
+}
+
+TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
+  SKIP_WITHOUT_SM90();
+  // The dynamic schedule changes which CTA runs a unit, never what a unit computes: every scheme
+  // and epilogue matches the reference and the static schedule bit for bit, with token-tile counts
+  // 0..8 per expert, K tails, tail tiles of <= 64 rows and more units than CTAs.
+  std::vector<Case> cases = schedule_cases();
   for (Case& k : cases) {
     SCOPED_TRACE(k.describe());
     std::vector<float> fixed, taken, again;
@@ -370,20 +379,24 @@ TEST(Sm90TokMajorGemm, DynamicScheduleMatchesStaticBitwise) {
   }
 }
 
+// The dynamic schedule on both epilogues at a size compute-sanitizer runs: an empty expert (with
+// early weights, CTA 2's first unit), a tail tile, an expert of two token tiles.
+void run_dynamic_small() {
+  for (bool gate_up : {true, false}) {
+    Case c = gate_up ? gemm1(Scheme::kBf16, 96, 256) : gemm2(Scheme::kBf16, 96, 256);
+    c.rows = {1, 129, 0, 64};
+    c.cluster = 1;
+    c.dynamic = true;
+    run_case(c);
+  }
+}
+
 TEST(Sm90TokMajorGemm, DynamicScheduleSmall) {
   SKIP_WITHOUT_SM90();
   // Small enough for compute-sanitizer (memcheck, racecheck: the unit handed from the producer
-  // to the consumers through shared memory): both epilogues, an empty expert, a tail tile.
-  Case c = gemm1(Scheme::kBf16, 96, 256);
-  c.rows = {1, 129, 0, 64};
-  c.cluster = 1;
-  c.dynamic = true;
-  run_case(c);
-  c = gemm2(Scheme::kBf16, 96, 256);
-  c.rows = {1, 129, 0, 64};
-  c.cluster = 1;
-  c.dynamic = true;
-  run_case(c);
+  // to the consumers through shared memory).
+  moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "0");
+  run_dynamic_small();
 }
 
 // K-short GEMM2 shapes (1-3 K stages) for the ping-pong and take tests: experts of 0, 1, 63, 64,
@@ -492,31 +505,7 @@ TEST(Sm90TokMajorGemm, EarlyWeightsMatchBitwise) {
   // its early stages passed on, nothing written), experts of several token tiles, fewer and more
   // head units than CTAs, K longer than the ring (a CTA's first unit without rows cut short),
   // every scheme and epilogue, and the K-short GEMM2s with the ping-pong consumers and 3 units a take.
-  std::vector<Case> cases;
-  Case c = gemm1(Scheme::kBf16, 96, 256);  // 257 head units, 1 column tile
-  c.rows.assign(257, 0);
-  for (int e = 0; e < 257; ++e) c.rows[e] = (e * 37) % 150;
-  c.top_k = 8;
-  cases.push_back(c);
-  c = gemm1(Scheme::kFp8PerTensor, 768, 2048);  // 6 column tiles; expert 2 without rows
-  c.rows = {300, 1, 0, 64, 65};
-  c.act = Activation::kSwigluOai;
-  cases.push_back(c);
-  c = gemm1(Scheme::kFp8Block128, 128, 2048);
-  c.rows = kFewRows;
-  cases.push_back(c);
-  c = gemm1(Scheme::kBf16, 96, 256);  // every CTA's first unit an expert without rows
-  c.rows = {0, 0, 0};
-  cases.push_back(c);
-  c = gemm2(Scheme::kBf16, 360, 2880);
-  c.rows = {1, 300, 0, 129, 1000};
-  c.bias = true;
-  c.out_dtype = DType::kBf16;
-  cases.push_back(c);
-  c = gemm2(Scheme::kFp8PerChannel, 128, 2880);
-  c.rows = {129, 1000};
-  c.weights = 2;
-  cases.push_back(c);
+  std::vector<Case> cases = schedule_cases();
   for (Case& k : cases) {
     k.cluster = 1;
     k.dynamic = true;
@@ -557,20 +546,10 @@ TEST(Sm90TokMajorGemm, EarlyWeightsMatchBitwise) {
 
 TEST(Sm90TokMajorGemm, EarlyWeightsSmall) {
   SKIP_WITHOUT_SM90();
-  // Small enough for compute-sanitizer (memcheck, racecheck: the stages issued at the entry and
-  // their rows gathered after the table): both epilogues, an empty expert (CTA 2's first unit), a
-  // tail tile, an expert of two token tiles.
+  // DynamicScheduleSmall with early weights, for compute-sanitizer (memcheck, racecheck: the
+  // stages issued at the entry and their rows gathered after the table).
   moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "1");
-  Case c = gemm1(Scheme::kBf16, 96, 256);
-  c.rows = {1, 129, 0, 64};
-  c.cluster = 1;
-  c.dynamic = true;
-  run_case(c);
-  c = gemm2(Scheme::kBf16, 96, 256);
-  c.rows = {1, 129, 0, 64};
-  c.cluster = 1;
-  c.dynamic = true;
-  run_case(c);
+  run_dynamic_small();
 }
 
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
