@@ -36,11 +36,12 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // units each atomic on tile_counter takes, 1..kMaxUnitsPerTake (launch_sm90.cu, units_per_take).
   int units_per_take;
   // Early weights (dynamic schedule, cluster 1; launch_sm90.cu, use_early_weights): E x
-  // num_col_tiles, else 0. Units [0, head_units) are each (expert, column tile)'s first token tile
-  // (w = e * num_col_tiles + column tile, experts without rows included), the units after them
-  // the later token tiles, so that a CTA's first unit, and the weights it loads, is known at the
-  // kernel's entry: its first stages' TMA is issued there, before the PDL wait and the expert
-  // table (kernel_sm90.cuh, issue_early_weights).
+  // num_col_tiles, else 0. The static first takes' units w are head units, (expert, column tile) =
+  // divmod(w, num_col_tiles) and its first token tile (experts without rows included; none past
+  // head_units), so that a CTA's first unit, and the weights it loads, is known at the kernel's
+  // entry: its first stages' TMA is issued there, before the PDL wait and the expert table. The
+  // counter hands out every other unit in the order without head units (kernel_sm90.cuh,
+  // find_tile, issue_early_weights).
   int head_units;
 };
 
@@ -49,7 +50,8 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
 enum PhaseWord : int {
   kPhaseEntry = 0,     // thread 0 at the kernel's entry
   kPhaseTable,         // thread 0 once the expert table is built (after the PDL wait)
-  kPhaseFirstIssue,    // producer thread 0 once its first unit's row indices landed (before its first TMA)
+  kPhaseFirstIssue,    // producer thread 0 once its first unit's row indices landed (before its first TMA);
+                       // with early weights, thread 0 at the entry once it issued them (before kPhaseTable)
   kPhaseLastIssue,     // producer thread 0 after its last stage's loads (its loop's end)
   kPhaseFirstLanded,   // consumer thread 0 when its first stage has landed
   kPhaseMmaDone,       // consumer thread 0 when the last unit's MMAs are done (before its epilogue)
