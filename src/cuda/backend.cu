@@ -510,22 +510,6 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
-  // quant(h) in GEMM2's producer (GroupedGemmParams::a_absmax): where GEMM2 runs the token-major
-  // kernel's e4m3 ping-pong form (K-short, decode-sized) after a GEMM1 whose epilogue completes the
-  // intermediate's absmax word, GEMM2 reads the fp32 intermediate and quantizes each row as it
-  // gathers it, the quant launch's bytes and scale bit for bit, and step 4 launches nothing (a
-  // short launch costs ~2 us of a token-major chain; docs/perf.md, session 41).
-  // MOEKIT_GEMM2_QUANT_H=0 keeps the quant(h) launch (A/Bs and the bitwise test); read and checked
-  // at every call, before anything is enqueued.
-  const bool quant_h_in_gemm2 = detail::env_switch(detail::EnvVar::kGemm2QuantH, true) && g1.out_absmax != nullptr &&
-                                plan.gemm[1].impl == detail::GemmImpl::kTokmajor &&
-                                tokmajor_gemm2_quantizes_a(g2, tokmajor_cluster);
-  if (quant_h_in_gemm2) {
-    g2.a = slice<float>(ws, L.inter);
-    g2.a_absmax = counters + WorkspaceLayout::kAbsmaxInter;
-    if (detail::log_dispatch_enabled())
-      std::fprintf(stderr, "moekit: quant(h) in GEMM2's producer (token-major ping-pong; MOEKIT_GEMM2_QUANT_H=0: its own launch)\n");
-  }
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),
   // not to the workspace: it outlives the call and is cleared only by moekit::take_fault.
   FaultRecord* faults = device_fault_record(call.device);
@@ -612,9 +596,8 @@ void run_moe(const detail::MoeCall& call) {
 
   // 4. Quantize the intermediate's live rows (offsets[E] of them) (fp8 schemes). With a dynamic
   // per-tensor scale GEMM1 has already folded them into the absmax word (g1.out_absmax): one
-  // launch, which reads the word after its pdl_wait, i.e. once GEMM1 has completed; none where
-  // GEMM2's producer quantizes the rows it gathers (quant_h_in_gemm2).
-  if (fp8 && !quant_h_in_gemm2) {
+  // launch, which reads the word after its pdl_wait, i.e. once GEMM1 has completed.
+  if (fp8) {
     QuantParams qp;
     qp.scheme = p.scheme;
     qp.x = slice<float>(ws, L.inter);

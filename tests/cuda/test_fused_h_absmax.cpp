@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -146,94 +145,6 @@ TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
   s.activation.kind = Activation::kSwigluOai;
   s.seed = 44;
   check(s);
-}
-
-// quant(h) in GEMM2's producer (MOEKIT_GEMM2_QUANT_H; GroupedGemmParams::a_absmax) against the
-// quant(h) launch. Where GEMM2 runs token-major's e4m3 ping-pong form (K-short: N < 4 x 128;
-// decode-sized: M*k <= 64 E) the producer quantizes the fp32 intermediate as it gathers it: the
-// output must be bitwise the launch's, and MOEKIT_LOG_DISPATCH must name the fold there and only
-// there (Swap-AB's GEMM2 and the other token-major forms keep the launch).
-void check_gemm2_quant_h(const CaseSpec& spec, std::initializer_list<std::int64_t> Ms,
-                         std::initializer_list<const char*> paths = {"tokmajor", "swapab"},
-                         std::initializer_list<CallMode> modes = {CallMode::kFusedExperts, CallMode::kFusedMoe}) {
-  const MoeCase c = make_case(spec);
-  DeviceCase d(c);
-  const char* const marker = "quant(h) in GEMM2's producer";
-  for (const char* path : paths)
-    for (CallMode mode : modes)
-      for (std::int64_t M : Ms) {
-        SCOPED_TRACE(spec.name() + " path=" + path + " " + call_mode_name(mode) + " M=" + std::to_string(M));
-        const bool pingpong = (spec.N + 127) / 128 < 4 && M * spec.k <= 64 * spec.E;
-        const bool expect_fold = std::string(path) == "tokmajor" && pingpong;
-        try {
-          std::vector<std::uint16_t> launch, folded;
-          {
-            ScopedEnv off("MOEKIT_GEMM2_QUANT_H", "0");
-            launch = d.run(M, mode, path);
-          }
-          std::string log;
-          {
-            ScopedEnv on("MOEKIT_GEMM2_QUANT_H", "1");
-            ScopedEnv print("MOEKIT_LOG_DISPATCH", "1");
-            ::testing::internal::CaptureStderr();
-            try {
-              folded = d.run(M, mode, path);
-            } catch (...) {
-              ::testing::internal::GetCapturedStderr();
-              throw;
-            }
-            log = ::testing::internal::GetCapturedStderr();
-          }
-          ASSERT_EQ(0, std::count(launch.begin(), launch.end(), kPoison)) << "quant(h) launch: out not written";
-          EXPECT_EQ(expect_fold, log.find(marker) != std::string::npos) << log;
-          EXPECT_TRUE(folded == launch) << "quant(h) in GEMM2's producer changed the output";
-        } catch (const Error& e) {
-          ADD_FAILURE() << status_name(e.status()) << ": " << e.what();
-        }
-      }
-}
-
-// qwen3-30b's GEMM2 shape shrunk (N = 96: one K stage, 32 K values of zeros past N) and N = 208
-// (two stages, the second's last 48 values past N); M = 300 at k = 8 is past the ping-pong's 64 rows
-// an expert (no fold), M = 256 at k = 2 folds.
-TEST(Sm90Gemm2QuantH, BitwiseEqualToQuantLaunch) {
-  SKIP_WITHOUT_SM90();
-  check_gemm2_quant_h(fp8_dynamic_spec(32, 8, 1024, 96), {1, 37, 256, 300});
-  check_gemm2_quant_h(fp8_dynamic_spec(8, 2, 256, 208), {1, 37, 256});
-}
-
-// One folded call of each kind for compute-sanitizer's memcheck and racecheck (gpu_check.sh's
-// filters): two K stages, a hot expert (37 rows in one unit, up to three rows a producer thread).
-TEST(Sm90Gemm2QuantH, SmallForSanitizers) {
-  SKIP_WITHOUT_SM90();
-  CaseSpec s = fp8_dynamic_spec(8, 2, 256, 208);
-  s.pattern = RoutingPattern::kAllToOne;
-  s.seed = 47;
-  check_gemm2_quant_h(s, {37}, {"tokmajor"}, {CallMode::kFusedExperts});
-}
-
-// N = 384: three K stages a unit; N = 512: four, not K-short (the launch stays). All slots of every
-// token on one expert first (kAllToOne): 37 and 64 rows in one unit, so a producer thread quantizes
-// up to four rows of a stage. With an expert_map, a bias and swiglu_oai (gpt-oss's epilogue terms).
-TEST(Sm90Gemm2QuantH, BitwiseEqualStagesRowsMapAndBias) {
-  SKIP_WITHOUT_SM90();
-  check_gemm2_quant_h(fp8_dynamic_spec(8, 2, 256, 384), {5, 64});
-  check_gemm2_quant_h(fp8_dynamic_spec(8, 2, 256, 512), {5});
-  CaseSpec s = fp8_dynamic_spec(16, 4, 512, 96);
-  s.pattern = RoutingPattern::kAllToOne;
-  s.hot_expert = 3;
-  check_gemm2_quant_h(s, {37, 64});
-  s = fp8_dynamic_spec(8, 2, 256, 208);
-  s.expert_map = true;
-  s.bias = true;
-  s.activation.kind = Activation::kSwigluOai;
-  s.seed = 45;
-  check_gemm2_quant_h(s, {1, 37});
-  s = fp8_dynamic_spec(8, 2, 256, 208);
-  s.weight_on_input = true;
-  s.k = 1;
-  s.seed = 46;
-  check_gemm2_quant_h(s, {17});
 }
 
 }  // namespace

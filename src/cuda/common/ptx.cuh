@@ -84,12 +84,6 @@ __device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32
   } while (!done);
 }
 
-// A 16-byte store to shared memory at a shared-window address (smem_addr).
-__device__ __forceinline__ void st_shared_v4(std::uint32_t addr, const uint4& v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }

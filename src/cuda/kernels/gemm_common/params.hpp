@@ -75,15 +75,6 @@ struct GroupedGemmParams {
   // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
   // absmax_ready: quant(h) is then a single launch). Null: off.
   std::uint32_t* out_absmax = nullptr;
-
-  // GEMM2 of fp8_per_tensor, in the token-major kernel's ping-pong form only (the other families
-  // and forms refuse it; tokmajor_gemm2_quantizes_a says whether the launcher takes it): the
-  // intermediate's absmax word that GEMM1's epilogue completed (out_absmax). With it `a` is the
-  // fp32 intermediate [max_rows, k_dim] and the kernel's producer quantizes each row it gathers
-  // with the dynamic per-tensor scale of this word, the quant(h) launch's arithmetic (the same
-  // e4m3 bytes and scale, bit for bit), so the chain has no quant(h) launch; a_scale is unused.
-  // Null: off (a is e4m3).
-  const std::uint32_t* a_absmax = nullptr;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.
@@ -109,12 +100,6 @@ inline const char* out_absmax_unsupported_reason(const GroupedGemmParams& p) {
   if (p.scheme != Scheme::kFp8PerTensor) return "out_absmax needs scheme fp8_per_tensor";
   if (p.out_dtype != DType::kFp32) return "out_absmax needs out_dtype fp32";
   return "";
-}
-
-// "" when p.a_absmax is null; otherwise why this family cannot take it (the token-major launcher
-// checks it itself).
-inline const char* a_absmax_unsupported_reason(const GroupedGemmParams& p) {
-  return p.a_absmax == nullptr ? "" : "a_absmax (the fp32 intermediate quantized as it is gathered) is the token-major ping-pong GEMM2's only";
 }
 
 }  // namespace moekit::cuda

@@ -94,7 +94,6 @@ void check_params(const GroupedGemmParams& p) {
   }
   const std::string absmax_why = out_absmax_unsupported_reason(p);
   if (!absmax_why.empty()) fail(Status::kInvalidArgument, absmax_why);
-  if (const char* a_why = a_absmax_unsupported_reason(p); a_why[0] != '\0') fail(Status::kNotSupported, a_why);
 
   // Layout limits of this kernel (valid input it cannot run).
   if (p.n_out % 2 != 0)

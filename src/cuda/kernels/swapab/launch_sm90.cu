@@ -80,7 +80,6 @@ bool can_implement_swapab_sm90(const GroupedGemmParams& p, std::string* why) {
   const std::string common_why = gemm_common::tma_gemm_unsupported_reason(
       p, swapab::kMaxExperts, swapab::row_align(gate_up, p.scheme == Scheme::kFp8Block128));
   if (!common_why.empty()) return fail(why, common_why);
-  if (const char* a_why = a_absmax_unsupported_reason(p); a_why[0] != '\0') return fail(why, a_why);
   const std::int64_t rows_b = gate_up ? 2 * p.n_out : p.n_out;
   if (p.k_dim >= (std::int64_t{1} << 32) || rows_b >= (std::int64_t{1} << 31) ||
       rows_b * p.k_dim * es >= (std::int64_t{1} << 40))

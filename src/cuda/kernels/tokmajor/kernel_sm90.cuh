@@ -188,9 +188,6 @@ struct TokMajor {
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its fp32 stores for
   // out_absmax (params.hpp); the other instantiations and output types compile as before.
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && kOp == Operand::kE4m3;
-  // GEMM2's e4m3 ping-pong form may quantize its fp32 A rows as it gathers them (KernelParams::
-  // a_absmax: quant(h) folded into the producer); the other instantiations compile as before.
-  static constexpr bool kQuantA = kPingPong && kOp == Operand::kE4m3;
 
   struct Smem {
     std::uint32_t tiles;  // stage s: A [128 or 64 rows][128 B] at s * kStageBytes, then B [kBN rows][128 B]
@@ -272,35 +269,6 @@ struct TokMajor {
     for (int ks = 0; ks < n; ++ks) issue_weights(p, s, ks, ks, e, brow0, brow1);
   }
 
-  // quant(h) in the producer (kQuantA with KernelParams::a_absmax): this thread's 16-byte pieces of
-  // the stage's A tile (16 K values from element kel of each of its live rows) from the fp32
-  // intermediate, times `inv` to e4m3 as the quant launch writes them (numerics::e4m3x4: RNE,
-  // satfinite, the same bytes), into the 128-byte swizzled layout the cp.async gather fills;
-  // zeros past K (the weights' K tail is zero, but an e4m3 NaN there would still poison a sum).
-  // One row's loads in flight at a time (two spilled the producer's registers); at decode a unit
-  // has at most 16 rows, so only the first row is live.
-  static __device__ __forceinline__ void quant_a_rows(const KernelParams& p, std::uint32_t a_dst, const int (&arow)[4],
-                                                      int row0, int chunk16, std::int64_t kel, bool k_in, float inv) {
-    const float* a32 = reinterpret_cast<const float*>(p.a);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (arow[i] < 0) continue;
-      const int rr = row0 + 16 * i;
-      uint4 w = make_uint4(0u, 0u, 0u, 0u);
-      if (k_in) {
-        const float4* src = reinterpret_cast<const float4*>(a32 + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kel);
-        float4 v[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) v[q] = __ldcg(src + q);  // GEMM1 wrote it: not through L1
-        w.x = numerics::e4m3x4(v[0], inv);
-        w.y = numerics::e4m3x4(v[1], inv);
-        w.z = numerics::e4m3x4(v[2], inv);
-        w.w = numerics::e4m3x4(v[3], inv);
-      }
-      sm90::st_shared_v4(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4), w);
-    }
-  }
-
   // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
   static __device__ void produce(const KernelParams& p, const Smem& s) {
     const int t = threadIdx.x;  // 0..127
@@ -346,17 +314,6 @@ struct TokMajor {
     // Early weights: stages [0, early) of the first unit were issued at the entry (their empty
     // barriers were free: the ring's first pass); this producer adds their A rows. 0 after it.
     int early = early_stages(p, s.stages);
-    // quant(h) in the producer (quant_a_rows): the intermediate's dynamic per-tensor scale, from the
-    // absmax word GEMM1 completed (this kernel runs after it), as the quant launch computes it.
-    bool quant_a = false;
-    float a_qscale = 1.0f, a_qinv = 1.0f;
-    if constexpr (kQuantA) {
-      if (p.a_absmax != nullptr) {
-        quant_a = true;
-        a_qscale = numerics::dynamic_scale(__uint_as_float(__ldcg(p.a_absmax)));
-        a_qinv = 1.0f / a_qscale;
-      }
-    }
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -455,17 +412,13 @@ struct TokMajor {
         }
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
-        // quant(h) in the producer: the rows go through registers after the unit's metadata
-        // copies are issued (below), so that those overlap their loads.
-        if (!quant_a) {
 #pragma unroll
-          for (int i = 0; i < kRowsCopied; ++i) {
-            if (arow[i] < 0) continue;
-            const int rr = row0 + 16 * i;
-            const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
-            sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
-                                    k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
-          }
+        for (int i = 0; i < kRowsCopied; ++i) {
+          if (arow[i] < 0) continue;
+          const int rr = row0 + 16 * i;
+          const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
+          sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
+                                  k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
         }
         if constexpr (kPingPong) {
           // The unit's per-row epilogue inputs ride with its first stage (s.a_scale, which only
@@ -481,12 +434,8 @@ struct TokMajor {
               if (p.sorted_weights != nullptr)
                 sm90::cp_async_4_zfill(sm90::smem_addr(meta + kPingPongBlockM + t), p.sorted_weights + r, live ? 4 : 0);
             } else if (t < kPingPongBlockM + 2 && p.scale_mode == kScalePerTensor) {
-              if (quant_a && t == kPingPongBlockM) {
-                s.b_scale[stage * 2] = a_qscale;  // the scale this producer quantizes A with
-              } else {
-                const float* src = t == kPingPongBlockM ? p.a_scale : p.b_scale + tl.e;
-                sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - kPingPongBlockM)), src, 4);
-              }
+              const float* src = t == kPingPongBlockM ? p.a_scale : p.b_scale + tl.e;
+              sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - kPingPongBlockM)), src, 4);
             }
           }
         }
@@ -500,20 +449,6 @@ struct TokMajor {
             sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2 + (t - 1)),
                                    p.b_scale + (static_cast<std::int64_t>(tl.e) * p.row_blocks + rb) * p.k_groups + ks,
                                    4);
-          }
-        }
-        if constexpr (kQuantA) {
-          if (quant_a) {
-            // A through registers: its st.shared (generic proxy) must be visible to the consumers'
-            // wgmma (async proxy) once the full barrier completes: this thread's copies done (the
-            // metadata's cp.async too), the proxy fence, then a plain (release) arrival in place
-            // of the cp.async one, so the barrier's count is unchanged.
-            quant_a_rows(p, a_dst, arow, row0, chunk16, kbyte, k_in, a_qinv);
-            sm90::cp_async_wait_all_groups();
-            sm90::fence_proxy_async_shared_cta();
-            sm90::mbar_arrive(full);
-            if (++stage == s.stages) { stage = 0; phase ^= 1; }
-            continue;
           }
         }
         sm90::cp_async_mbar_arrive_noinc(full);

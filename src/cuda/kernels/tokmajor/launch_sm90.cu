@@ -51,14 +51,9 @@ std::int64_t max_tiles(const GroupedGemmParams& p, int bm = tokmajor::kBlockM) {
 // them off, =1 on wherever allowed.
 constexpr std::int64_t kPingPongMaxRowsPerExpert = 64;
 
-// From the call's sizes and the resolved cluster size alone (tokmajor_gemm2_quantizes_a asks it
-// before the launch): the dynamic schedule (KernelParams::tile_counter) and the default layout's
-// stages (smem_layout) as the launcher sets them.
-bool use_pingpong(const GroupedGemmParams& p, int cluster) {
-  const bool dynamic = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule();
-  const std::int64_t k_stages = ceil_div(p.k_dim * element_bytes(p), tokmajor::kStageKBytes);
-  const bool allowed = !gate_up_of(p) && !block128_of(p) && cluster == 1 && dynamic &&
-                       k_stages < tokmajor::smem_layout(false, p.num_experts).stages;
+bool use_pingpong(const GroupedGemmParams& p, const tokmajor::KernelParams& kp) {
+  const bool allowed = !gate_up_of(p) && !block128_of(p) && kp.cluster == 1 && kp.tile_counter != nullptr &&
+                       kp.num_k_stages < kp.smem.stages;
   if (!allowed) return false;
   return detail::env_switch(detail::EnvVar::kTokmajorPingpong, p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts);
 }
@@ -143,16 +138,9 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   if (!gate_up && p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
     return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
                          "), got " + dtype_name(p.out_dtype));
-  if (p.a_absmax != nullptr && (gate_up || p.scheme != Scheme::kFp8PerTensor))
-    return fail(why, "a_absmax (the fp32 intermediate quantized as it is gathered) needs GEMM2 of fp8_per_tensor");
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
   if (!device_why.empty()) return fail(why, device_why);
   return true;
-}
-
-bool tokmajor_gemm2_quantizes_a(const GroupedGemmParams& p, int cluster) {
-  if (cluster == 0) cluster = tokmajor_default_cluster();
-  return !gate_up_of(p) && p.scheme == Scheme::kFp8PerTensor && use_pingpong(p, cluster);
 }
 
 int tokmajor_default_cluster() {
@@ -226,14 +214,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   kp.smem = tokmajor::smem_layout(block128, p.num_experts);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  const bool pingpong = use_pingpong(p, cluster);
-  // quant(h) in the producer: the e4m3 ping-pong form only (the caller asked
-  // tokmajor_gemm2_quantizes_a); a is then fp32, which no other form reads.
-  if (p.a_absmax != nullptr && !pingpong)
-    throw Error(Status::kNotSupported,
-                "tokmajor_sm90: a_absmax needs GEMM2's ping-pong form (K-short, decode-sized, the dynamic schedule, "
-                "cluster 1), which this call does not take");
-  kp.a_absmax = p.a_absmax;
+  const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
     const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
     if (slot < g_phase_launches.load(std::memory_order_acquire)) {

@@ -45,13 +45,6 @@ bool tokmajor_dynamic_schedule();
 // ("0" included).
 int tokmajor_units_per_take();
 
-// Whether launch_grouped_gemm_tokmajor_sm90 with this cluster size (0: the default) takes
-// GroupedGemmParams::a_absmax for `params`, a GEMM2 of fp8_per_tensor: only its ping-pong form
-// (K-short, decode-sized, the dynamic schedule, cluster 1) quantizes the fp32 intermediate as it
-// gathers it. The backend asks before it builds the chain (run_moe: no quant(h) launch then).
-// Throws what tokmajor_default_cluster / tokmajor_dynamic_schedule throw on a bad switch.
-bool tokmajor_gemm2_quantizes_a(const GroupedGemmParams& params, int cluster);
-
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
 /// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into
 /// device_buffer[(i * max_ctas + blockIdx.x) * tokmajor::kPhaseWords + word]; later launches stamp

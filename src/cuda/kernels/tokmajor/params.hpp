@@ -43,10 +43,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // counter hands out every other unit in the order without head units (kernel_sm90.cuh,
   // find_tile, issue_early_weights).
   int head_units;
-  // GEMM2's e4m3 ping-pong form only (launch_sm90.cu, GroupedGemmParams::a_absmax): the
-  // intermediate's absmax word; `a` is then the fp32 intermediate (a_row_bytes elements a row) and
-  // the producer quantizes the rows it gathers (kernel_sm90.cuh, quant_a_rows). Null: a is e4m3.
-  const std::uint32_t* a_absmax;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
