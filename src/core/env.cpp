@@ -45,7 +45,6 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_SCHEDULE",
     "MOEKIT_TOKMAJOR_TAKE",
     "MOEKIT_TOKMAJOR_EARLY",
-    "MOEKIT_TOKMAJOR_GEMM2_PDL",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

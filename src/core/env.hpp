@@ -49,7 +49,6 @@ enum class EnvVar : int {
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE
   kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
   kTokmajorEarly,      // MOEKIT_TOKMAJOR_EARLY
-  kTokmajorGemm2Pdl,   // MOEKIT_TOKMAJOR_GEMM2_PDL (cuda/backend.cu, run_moe)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -508,15 +508,6 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
-  // PDL into a token-major GEMM2 (MOEKIT_TOKMAJOR_GEMM2_PDL=1; off by default, under measurement):
-  // quant(h) (fp8) and GEMM2 launch as programmatic dependents, so that GEMM2's CTAs take each SM
-  // the kernel before them frees and stream their early weights (KernelParams::head_units) before
-  // their PDL wait, during that kernel's tail. No deadlock: a dependent launches only once every
-  // CTA of its primary has triggered (GEMM1 and the quant kernels trigger at their start, all of
-  // their CTAs resident), and the token-major kernel's pdl_wait comes before anything it reads of
-  // the chain.
-  const bool pdl_gemm2 = plan.gemm[1].impl == detail::GemmImpl::kTokmajor &&
-                         detail::env_switch(detail::EnvVar::kTokmajorGemm2Pdl, false) && pdl_enabled();
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),
@@ -619,11 +610,11 @@ void run_moe(const detail::MoeCall& call) {
     qp.absmax_ready = g1.out_absmax != nullptr;
     qp.q = slice<std::uint8_t>(ws, L.inter_q);
     qp.scale = slice<float>(ws, L.inter_scale);
-    launch_quant_sm90(qp, stream, pdl || pdl_gemm2);
+    launch_quant_sm90(qp, stream, pdl);
   }
 
   // 5. GEMM2: sorted intermediate rows x w2[e] -> (+b2, *w) -> y[slot, K] (fp32 or act dtype).
-  run_gemm(g2, plan.gemm[1], stream, pdl || pdl_gemm2, tokmajor_cluster);
+  run_gemm(g2, plan.gemm[1], stream, pdl, tokmajor_cluster);
 
   // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
   // caller's next kernel launch early.

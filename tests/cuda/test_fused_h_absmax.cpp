@@ -147,20 +147,5 @@ TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
   check(s);
 }
 
-// PDL into a token-major GEMM2 (MOEKIT_TOKMAJOR_GEMM2_PDL): quant(h) and GEMM2 launched as
-// programmatic dependents, GEMM2's early weights streaming during the kernel before it. The same
-// kernels on the same data, so bitwise the plain launches' output, in both schemes; the K-short
-// GEMM2 (N = 96, ping-pong) and a long one (N = 512).
-TEST(Sm90TokmajorGemm2Pdl, BitwiseEqualToPlainLaunches) {
-  SKIP_WITHOUT_SM90();
-  const char* env = "MOEKIT_TOKMAJOR_GEMM2_PDL";
-  check_switch_bitwise(fp8_dynamic_spec(32, 8, 1024, 96), env, "PDL into GEMM2");
-  check_switch_bitwise(fp8_dynamic_spec(8, 2, 256, 512), env, "PDL into GEMM2");
-  CaseSpec s = fp8_dynamic_spec(32, 8, 1024, 96);
-  s.scheme = Scheme::kBf16;
-  s.seed = 48;
-  check_switch_bitwise(s, env, "PDL into GEMM2");
-}
-
 }  // namespace
 }  // namespace moekit::testing
