@@ -100,19 +100,22 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
       return true;
     }
     w -= static_units;
-    if constexpr (kHint) {
-      if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
-    } else {
-      if (!gemm_common::find_expert(w, prefix, E, hint)) return false;
-    }
-    const int lo = hint;
-    const int rows = off[lo + 1] - off[lo];
-    const int chunks = (rows + bm - 1) / bm;
+  }
+  // The unit's expert: the search over the prefix (with kHint from the previous unit's expert).
+  if constexpr (kHint) {
+    if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
+  } else {
+    if (!gemm_common::find_expert(w, prefix, E, hint)) return false;
+  }
+  const int lo = hint;
+  const int rows = off[lo + 1] - off[lo];
+  const int chunks = (rows + bm - 1) / bm;
+  const int local = w - prefix[lo];
+  int col, chunk;
+  if (head_units > 0) {
     // The expert's first column tiles whose first token tile was a static unit: only their later
     // token tiles are here, then every token tile of the other column tiles.
     const int covered = min(num_col_tiles, max(0, static_units - lo * num_col_tiles));
-    const int local = w - prefix[lo];
-    int col, chunk;
     if (chunks == 1) {  // decode: one token tile, no division
       col = covered + local;
       chunk = 0;
@@ -124,25 +127,15 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
       col = covered + l2 / chunks;
       chunk = l2 % chunks;
     }
-    t.e = lo;
-    t.col = col;
-    t.row_begin = off[lo] + chunk * bm;
-    t.count = min(bm, rows - chunk * bm);
-    return true;
-  }
-  if constexpr (kHint) {
-    if (!gemm_common::find_expert_from(w, prefix, E, hint)) return false;
   } else {
-    if (!gemm_common::find_expert(w, prefix, E, hint)) return false;
+    // Clusters of `cluster` token tiles: the unit's group, then this CTA's rank in it (none past
+    // the expert's last token tile: count 0).
+    const int groups = (chunks + cluster - 1) / cluster;
+    col = local / groups;
+    chunk = (local % groups) * cluster + rank;
   }
-  const int lo = hint;
-  const int rows = off[lo + 1] - off[lo];
-  const int chunks = (rows + bm - 1) / bm;
-  const int groups = (chunks + cluster - 1) / cluster;
-  const int local = w - prefix[lo];
-  const int chunk = (local % groups) * cluster + rank;
   t.e = lo;
-  t.col = local / groups;
+  t.col = col;
   t.row_begin = off[lo] + chunk * bm;
   t.count = chunk < chunks ? min(bm, rows - chunk * bm) : 0;
   return true;
