@@ -277,15 +277,19 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
       {"table", "setmaxnreg", "unit found", "first issue", "first landed", "MMAs done", "first pair", "epilogue",
        "next unit"},
       {"table", "setmaxnreg", "unit found", "first issue", "stream + exit"}};
-  const std::vector<int> early_points[kLaunches] = {
-      {tm::kPhaseEntry, tm::kPhaseFirstIssue, tm::kPhaseTable, tm::kPhaseProducerStart, tm::kPhaseUnitFound,
-       tm::kPhaseFirstLanded, tm::kPhaseMmaDone, tm::kPhaseFirstStore, tm::kPhaseEpilogueDone, tm::kPhaseExit},
-      {tm::kPhaseEntry, tm::kPhaseFirstIssue, tm::kPhaseTable, tm::kPhaseProducerStart, tm::kPhaseUnitFound,
-       tm::kPhaseExit}};
-  const std::vector<const char*> early_names[kLaunches] = {
-      {"early issue", "table", "setmaxnreg", "unit found", "first landed", "MMAs done", "first pair", "epilogue",
-       "next unit"},
-      {"early issue", "table", "setmaxnreg", "unit found", "stream + exit"}};
+  // The early order: the first issue moved to right after the entry (the step that ends at a
+  // point carries its name).
+  std::vector<int> early_points[kLaunches];
+  std::vector<const char*> early_names[kLaunches];
+  for (int l = 0; l < kLaunches; ++l) {
+    early_points[l] = points[l];
+    early_names[l] = names[l];
+    const auto at = std::find(early_points[l].begin(), early_points[l].end(), tm::kPhaseFirstIssue);
+    early_names[l].erase(early_names[l].begin() + (at - early_points[l].begin() - 1));
+    early_points[l].erase(at);
+    early_points[l].insert(early_points[l].begin() + 1, tm::kPhaseFirstIssue);
+    early_names[l].insert(early_names[l].begin(), "early issue");
+  }
   const char* gemm[] = {"GEMM1", "GEMM2"};
   const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K * 2), static_cast<double>(touched * s.K * s.N * 2)};
   for (int l = 0; l < kLaunches; ++l) {

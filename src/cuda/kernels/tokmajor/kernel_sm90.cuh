@@ -53,11 +53,15 @@ __device__ __forceinline__ int units_of(int rows, int cluster, int num_col_tiles
   const int chunks = (rows + bm - 1) / bm;
   return (chunks + cluster - 1) / cluster * num_col_tiles;
 }
-// With early weights (head units, cluster 1): the counter's units of an expert, those that are
-// not static head units (find_tile).
+// With early weights (head units, cluster 1): the column tiles of expert e whose first token tile
+// is a static head unit (units e * num_col_tiles .. below static_units).
+__device__ __forceinline__ int head_covered_cols(int e, int num_col_tiles, int static_units) {
+  return min(num_col_tiles, max(0, static_units - e * num_col_tiles));
+}
+// ... and the counter's units of an expert, those that are not static head units (find_tile).
 __device__ __forceinline__ int counter_units_of(int e, int rows, int num_col_tiles, int bm, int static_units) {
   if (rows <= 0) return 0;
-  const int covered = min(num_col_tiles, max(0, static_units - e * num_col_tiles));
+  const int covered = head_covered_cols(e, num_col_tiles, static_units);
   return (rows + bm - 1) / bm * num_col_tiles - covered;
 }
 
@@ -115,7 +119,7 @@ __device__ __forceinline__ bool find_tile(int w, const int* off, const int* pref
   if (head_units > 0) {
     // The expert's first column tiles whose first token tile was a static unit: only their later
     // token tiles are here, then every token tile of the other column tiles.
-    const int covered = min(num_col_tiles, max(0, static_units - lo * num_col_tiles));
+    const int covered = head_covered_cols(lo, num_col_tiles, static_units);
     if (chunks == 1) {  // decode: one token tile, no division
       col = covered + local;
       chunk = 0;
@@ -280,7 +284,8 @@ struct TokMajor {
     // With the lookahead, each atomic takes `take` consecutive units (KernelParams::units_per_take):
     // the producer then waits on the counter's round trip once every `take` units instead of at
     // every unit (K-short GEMM2: a unit of 1-2 stages issues in well under that round trip).
-    const int take = lookahead ? p.units_per_take : 1;
+    // units_per_take(p), the rule the consumers and the early weights read too (static_units).
+    const int take = dynamic ? units_per_take(p) : 1;
     int taken = 0;  // units of the current take already handed out (thread 0)
     int base = 0;   // the current take's first unit (thread 0)
     // Every CTA's first take is static, units [b * take, b * take + take) of CTA b, so that its
