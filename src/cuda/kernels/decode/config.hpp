@@ -34,11 +34,6 @@ inline constexpr int kMaxTokens = 64;
 inline constexpr int kThreads = 256;
 inline constexpr int kConsumerThreads = 128;
 inline constexpr int kConsumerBarrier = 1;  // named barrier id of warpgroup 1
-// Named barrier of the routing's last step: warp 1 places the slots, then arrives; the consumer
-// warpgroup waits on it before it reads the slot list. The producer (warp 0) does not take part:
-// it needs only the expert offsets and starts streaming while the slots are placed.
-inline constexpr int kPlacedBarrier = 2;
-inline constexpr int kPlacedThreads = 32 + 128;  // warp 1 + the consumer warpgroup
 // Prefetch into L2 at kernel entry (consumer warpgroup, before the routing): the call's token
 // rows and router weights, so that the item's token-row loads (and fp8's dynamic activation
 // absmax) wait on L2 instead of HBM. fp8 with a dynamic activation scale reads all of hidden
@@ -81,9 +76,9 @@ struct SmemLayout {
   int slot_e_off = 0;  // int [P]: local expert of each slot, -1 when none
   int sorted_off = 0;  // int [P]: slots grouped by local expert, ascending inside one
   int off_off = 0;     // int [E + 1]: offsets into sorted
-  int cur_off = 0;     // int [E]: counts, then placement cursors
+  int cur_off = 0;     // int [E]: slots of each local expert
   int prefix_off = 0;  // int [E + 1]: work items of experts < e
-  int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int done[64];
+  int meta_off = 0;    // per item: int slot[64], float weight[64], xscale[64], hscale[64], int warp_rows[4] (+60 spare);
                        // then float scratch[kScratchFloats] (dynamic fp8 scales, reductions)
   int bs_off = 0;      // fp8_block128 only (else no bytes): the item's block scales,
                        // float ws13[kBlockRowSets][k_chunks_rank] (w13's scales of the item's rows),

@@ -156,12 +156,13 @@ struct Decode {
     int* slot_e;
     int* sorted;
     int* off;
-    int* cur;
+    int* cur;               // [E] slots of each local expert (the routing's counts)
     int* prefix;
     int* tok_slot;          // [64] slot m*k+j of the item's token t, -1 past the count
     float* tok_w;           // [64] router weight of the slot
     float* tok_xs;          // [64] fp8: the token's activation scale (this rank's K slice)
     float* tok_hs;          // [64] fp8: the token's intermediate scale (this chunk)
+    int* warp_rows;         // [4] gather_slots: the item's expert's slots in each consumer warp's quarter
     float* scratch;         // [kScratchFloats]: dynamic scales, the consumer warps' absmaxes
     float* bs;              // fp8_block128: the item's w13 block scales, then its tokens' x scales
     std::uint32_t full;     // barriers, 8 bytes apart
@@ -904,11 +905,11 @@ struct Decode {
     if constexpr (kFp8 && !kBlockScales) dynamic_scales(p, s);
     // The peers' barriers were initialized (the arrive after routing) before the first remote access.
     if (s.cluster > 1) sm90::cluster_wait_acquire();
-    placed();
     float hmax = 0.0f;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters, ++round) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.tiling.max_tokens, it)) break;
+      gather_slots(p, s, it);  // its own barriers: a previous item's warps read other entries, or the same values
       consume_width<kMaxW>(p, s, it, stage, phase, round, clk, hmax);
     }
     if constexpr (kStage == kUp) {
@@ -927,31 +928,59 @@ struct Decode {
     const int tid = threadIdx.x;
     const int P = p.num_tokens * p.top_k;
     const int E = p.num_experts;
-    // The first id load is in flight while the counts are zeroed.
-    const int id0 = tid < P ? p.topk_ids[tid] : -1;
     for (int i = tid; i < E; i += kThreads) s.cur[i] = 0;
     __syncthreads();
-    // The local expert of every slot (-1: out of range, or not on this rank).
-    for (int sl = tid; sl < P; sl += kThreads) {
-      const int id = sl == tid ? id0 : p.topk_ids[sl];
-      int e = -1;
-      // A bad id or map entry drops the slot and is recorded (CTA 0; every CTA sees the same;
-      // the kDown launch of a split call routes the same ids again and records nothing).
-      const bool record = blockIdx.x == 0 && !kDownHalf;
-      if (id >= 0 && id < p.num_experts_global) {
-        e = p.expert_map != nullptr ? p.expert_map[id] : id;
-        if (e < 0 || e >= E) {
-          if (record && p.expert_map != nullptr) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, id, e, E);
-          e = -1;
-        }
-      } else if (record) {
-        record_id_fault(p.faults, sl / p.top_k, sl % p.top_k, id, p.num_experts_global);
+    // The local expert of every slot (-1: out of range, or not on this rank). A thread's slots
+    // sl = tid + j * kThreads go kIdBatch at a time, each batch's id loads and then its expert_map
+    // loads issued before any is used: one round of dependent global loads (~1 µs each after the
+    // L2 flush) per kIdBatch * kThreads slots instead of per kThreads.
+    constexpr int kIdBatch = 4;
+    bool bad = false;
+    for (int s0 = tid; s0 < P; s0 += kIdBatch * kThreads) {
+      int id[kIdBatch], e[kIdBatch];
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int sl = s0 + j * kThreads;
+        id[j] = sl < P ? p.topk_ids[sl] : -1;
       }
-      s.slot_e[sl] = e;
-      if (e >= 0) atomicAdd(s.cur + e, 1);
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const bool in = id[j] >= 0 && id[j] < p.num_experts_global;
+        e[j] = !in ? -1 : p.expert_map != nullptr ? p.expert_map[id[j]] : id[j];
+      }
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int sl = s0 + j * kThreads;
+        if (sl < P) {
+          const bool in = id[j] >= 0 && id[j] < p.num_experts_global;
+          int ej = e[j];
+          if (!in || ej < 0 || ej >= E) {
+            bad = bad || !in || p.expert_map != nullptr;  // what the loop below records
+            ej = -1;
+          }
+          s.slot_e[sl] = ej;
+          if (ej >= 0) atomicAdd(s.cur + ej, 1);
+        }
+      }
+    }
+    // A bad id or map entry drops the slot (above) and is recorded (CTA 0; every CTA sees the
+    // same; the kDown launch of a split call routes the same ids again and records nothing).
+    if (bad && blockIdx.x == 0 && !kDownHalf) {
+      for (int sl = tid; sl < P; sl += kThreads) {
+        const int i = p.topk_ids[sl];
+        if (i >= 0 && i < p.num_experts_global) {
+          if (p.expert_map != nullptr) {
+            const int m = p.expert_map[i];
+            if (m < 0 || m >= E) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, i, m, E);
+          }
+        } else {
+          record_id_fault(p.faults, sl / p.top_k, sl % p.top_k, i, p.num_experts_global);
+        }
+      }
     }
     __syncthreads();
-    // Offsets and the work-item prefix (warp 0, 32 experts a step); cur becomes the cursor.
+    // Offsets and the work-item prefix (warp 0, 32 experts a step). Each item's consumers place
+    // its slots themselves (gather_slots).
     if (tid < 32) {
       const int lane = tid;
       const int nch = p.tiling.num_chunks, mt = p.tiling.max_tokens;
@@ -977,35 +1006,48 @@ struct Decode {
         if (e < E) {
           s.off[e + 1] = run_rows + r;
           s.prefix[e + 1] = run_items + items;
-          s.cur[e] = run_rows + r - rows;
         }
         run_rows += __shfl_sync(0xffffffffu, r, 31);
         run_items += __shfl_sync(0xffffffffu, items, 31);
       }
     }
     __syncthreads();
-    // Stable placement (warp 1, so that the producer in warp 0 starts streaming now: it needs
-    // only off and prefix): slots in ascending order, 32 at a time; lanes with the same expert
-    // take consecutive places in lane order. The consumers wait for it on kPlacedBarrier
-    // (placed()) before they read the slot list.
-    if (tid >= 32 && tid < 64) {
-      const int lane = tid - 32;
-      for (int base = 0; base < P; base += 32) {
-        const int sl = base + lane;
-        const int e = sl < P ? s.slot_e[sl] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, e);
-        const int rank = __popc(peers & ((1u << lane) - 1u));
-        if (e >= 0) s.sorted[s.cur[e] + rank] = sl;
-        __syncwarp();
-        if (e >= 0 && rank == 0) s.cur[e] += __popc(peers);
-        __syncwarp();
-      }
-      sm90::named_barrier_arrive(kPlacedBarrier, kPlacedThreads);
-    }
   }
 
-  // Consumers: the slot list is placed (route()'s last step, warp 1).
-  static __device__ __forceinline__ void placed() { sm90::named_barrier_sync(kPlacedBarrier, kPlacedThreads); }
+  // Consumers, at an item's start: its slots, ranks [row_begin - off[e], + count) of expert e's
+  // slots in ascending slot order, into sorted[row_begin ..]. Every CTA and cluster rank takes the
+  // same ones for the same item. Warp w of the consumer warpgroup owns a quarter of the slot list,
+  // a multiple of 32 slots: it counts e's slots there (ballots over slot_e), the four counts give
+  // each warp its first rank, and the warps whose ranks meet the item's place theirs. 2 x P / 128
+  // rounds a warp (P = 4096: 64), not the P / 32 rounds of one warp placing every slot of the call.
+  static __device__ void gather_slots(const DecodeParams& p, const Smem& s, const Item& it) {
+    const int t = threadIdx.x - (kThreads - kConsumerThreads);
+    const int warp = t >> 5, lane = t & 31;
+    const int P = p.num_tokens * p.top_k;
+    const int per = (P + kConsumerThreads - 1) / kConsumerThreads * 32;
+    const int b = warp * per, end = min(P, b + per);
+    int n = 0;
+    for (int base = b; base < end; base += 32) {
+      const int sl = base + lane;
+      n += __popc(__ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == it.e));
+    }
+    if (lane == 0) s.warp_rows[warp] = n;
+    consumer_sync();
+    int rank = 0;  // e's slots in the warps before this one
+    for (int v = 0; v < warp; ++v) rank += s.warp_rows[v];
+    const int e_begin = s.off[it.e];
+    const int r0 = it.row_begin - e_begin, r1 = r0 + it.count;
+    if (rank < r1 && rank + n > r0) {
+      for (int base = b; base < end && rank < r1; base += 32) {
+        const int sl = base + lane;
+        const unsigned m = __ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == it.e);
+        const int r = rank + __popc(m & ((1u << lane) - 1u));
+        if (((m >> lane) & 1u) && r >= r0 && r < r1) s.sorted[e_begin + r] = sl;
+        rank += __popc(m);
+      }
+    }
+    consumer_sync();  // the slots are placed; warp_rows may be rewritten by the next item
+  }
 
   // Consumers, at kernel entry: the call's token rows and router weights into L2 (config.hpp,
   // kPrefetchLines); the loads of them after the routing then wait on L2, not HBM. kDown reads h,
@@ -1073,6 +1115,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const __grid_c
   s.tok_w = reinterpret_cast<float*>(base + L.meta_off + kMaxTokens * 4);
   s.tok_xs = reinterpret_cast<float*>(base + L.meta_off + 2 * kMaxTokens * 4);
   s.tok_hs = reinterpret_cast<float*>(base + L.meta_off + 3 * kMaxTokens * 4);
+  s.warp_rows = reinterpret_cast<int*>(base + L.meta_off + 4 * kMaxTokens * 4);
   s.scratch = reinterpret_cast<float*>(base + L.meta_off + 5 * kMaxTokens * 4);
   s.bs = reinterpret_cast<float*>(base + L.bs_off);
   s.full = sm90::smem_addr(base + L.bar_off);
