@@ -45,6 +45,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_SCHEDULE",
     "MOEKIT_TOKMAJOR_TAKE",
     "MOEKIT_TOKMAJOR_EARLY",
+    "MOEKIT_TOKMAJOR_ROUTE",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

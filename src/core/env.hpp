@@ -49,6 +49,7 @@ enum class EnvVar : int {
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE
   kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
   kTokmajorEarly,      // MOEKIT_TOKMAJOR_EARLY
+  kTokmajorRoute,      // MOEKIT_TOKMAJOR_ROUTE (cuda/backend.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

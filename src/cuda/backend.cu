@@ -224,7 +224,7 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   g1.activation = p.activation;
   g1.out = slice<void>(ws, L.inter);
   g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
-  g1.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm1;  // zeroed by routing
+  g1.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm1;  // zeroed by routing (or run_moe's memset)
   // The absmax word of quant(h) (zeroed by routing), completed by GEMM1's epilogue.
   if (fused_h_absmax(call)) g1.out_absmax = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kAbsmaxInter;
   return g1;
@@ -260,7 +260,7 @@ GroupedGemmParams gemm2_params(const detail::MoeCall& call, const WorkspaceLayou
   g2.activation = p.activation;
   g2.out = slice<float>(ws, L.y);
   g2.out_dtype = DType::kFp32;
-  g2.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm2;  // zeroed by routing
+  g2.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm2;  // zeroed by routing (or run_moe's memset)
   return g2;
 }
 
@@ -570,7 +570,41 @@ void run_moe(const detail::MoeCall& call) {
       rp = q;
     }
   }
-  launch_routing_sm90(rp, stream, pdl);
+  // The routing in GEMM1 (docs/tokmajor.md "Routing in GEMM1"): a bf16 fused_experts chain whose
+  // GEMM1 is token-major has no routing launch where calls are decode-sized (at most 64 rows an
+  // expert on average, the early weights' rule): GEMM1's CTAs count and place the slots
+  // themselves while their first weights stream, and write the offsets, the sorted slots and
+  // weights GEMM2 reads; a memset zeroes the GEMMs' tile counters, the routing launch's other
+  // duty. MOEKIT_TOKMAJOR_ROUTE=0 keeps the routing launch, =1 drops it wherever GEMM1 can route
+  // (checked by can_implement before anything is enqueued).
+  bool route_in_gemm1 = false;
+  if (plan.gemm[0].impl == detail::GemmImpl::kTokmajor && !p.with_routing && !fp8) {
+    const bool decode_sized = P <= 64 * static_cast<std::int64_t>(E);
+    if (detail::env_switch(detail::EnvVar::kTokmajorRoute, decode_sized)) {
+      GroupedGemmParams r = g1;
+      r.route.ids = topk_ids;
+      r.route.expert_map = call.expert_map;
+      r.route.experts_global = Eg;
+      r.route.slots = P;
+      r.route.offsets_out = offsets;
+      r.route.sorted_slots_out = sorted_slots;
+      r.route.sorted_weights_out = g1.sorted_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
+      r.route.faults = faults;
+      std::string why;
+      route_in_gemm1 = can_implement_tokmajor_sm90(r, detail::log_dispatch_enabled() ? &why : nullptr);
+      if (route_in_gemm1) g1 = r;
+      if (detail::log_dispatch_enabled())
+        std::fprintf(stderr, "moekit: gemm1 %s\n",
+                     route_in_gemm1 ? "routes the call itself (no routing launch; MOEKIT_TOKMAJOR_ROUTE=0 keeps it)"
+                                    : ("keeps the routing launch: " + why).c_str());
+    }
+  }
+  if (route_in_gemm1) {
+    MOEKIT_CUDA_CHECK(cudaMemsetAsync(counters, 0, WorkspaceLayout::kNumCounters * sizeof(std::uint32_t),
+                                      static_cast<cudaStream_t>(stream)));
+  } else {
+    launch_routing_sm90(rp, stream, pdl);
+  }
 
   // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did.
   if (fp8 && !rp.quant_cta) {

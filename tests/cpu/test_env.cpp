@@ -57,6 +57,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorSchedule, "MOEKIT_TOKMAJOR_SCHEDULE"},
       {EnvVar::kTokmajorTake, "MOEKIT_TOKMAJOR_TAKE"},
       {EnvVar::kTokmajorEarly, "MOEKIT_TOKMAJOR_EARLY"},
+      {EnvVar::kTokmajorRoute, "MOEKIT_TOKMAJOR_ROUTE"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

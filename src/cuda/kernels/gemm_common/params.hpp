@@ -12,6 +12,8 @@
 
 namespace moekit::cuda {
 
+struct FaultRecord;  // cuda/common/faults.cuh
+
 enum class GemmEpilogue : int {
   // GEMM1: B = w13 [E, 2N, K]. Output column n in [0, N) combines rows n (gate) and N+n (up):
   //   (acc *= topk_weight if weight_on_input), += b13, activation, then written to
@@ -75,6 +77,24 @@ struct GroupedGemmParams {
   // ends as the absmax the per-tensor quant kernel would read from out (QuantParams::
   // absmax_ready: quant(h) is then a single launch). Null: off.
   std::uint32_t* out_absmax = nullptr;
+
+  // Token-major GEMM1 only (can_implement_tokmajor_sm90 refuses it elsewhere): the routing in the
+  // kernel, so that the chain needs no routing launch (docs/tokmajor.md "Routing in GEMM1"). Every
+  // CTA counts `slots` ids (through expert_map) per local expert in its own shared memory and
+  // places each unit's rows itself, instead of reading row_offsets / sorted_slots; it writes the
+  // expert offsets (CTA 0), the sorted slots and, with topk_weights, the sorted router weights for
+  // GEMM2. Bad ids and map entries drop their slot and go to `faults` (CTA 0), as the routing
+  // launch does. row_offsets and sorted_slots are then unread. Null ids: off.
+  struct InKernelRouting {
+    const std::int32_t* ids = nullptr;         // topk_ids [slots]
+    const std::int32_t* expert_map = nullptr;  // [experts_global] or null
+    int experts_global = 0;
+    std::int64_t slots = 0;                    // M * k
+    std::int32_t* offsets_out = nullptr;       // [E + 1]
+    std::int32_t* sorted_slots_out = nullptr;  // [slots]
+    float* sorted_weights_out = nullptr;       // [slots], or null
+    FaultRecord* faults = nullptr;
+  } route;
 };
 
 // Kernel-side encodings of the epilogue shared by the Swap-AB and token-major kernels' params.

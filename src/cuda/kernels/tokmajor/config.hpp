@@ -88,10 +88,18 @@ struct SmemLayout {
   int tile_w_off;     // dynamic schedule: int [stages] unit of the tile starting at each stage, then
                       // int [1] the producer warpgroup's broadcast of the unit it just took
   int table_off;      // int row_offsets[E+1], int tile_prefix[E+1]
+  int route_off;      // routing in the kernel (route_slots > 0): int16 slot_e[slots] (each slot's
+                      // local expert, -1 none), then int unit_slots[kBlockM], int warp_rows[4]
   int bytes;          // total, including 1024 bytes of alignment slack
 };
 
-constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong = false, int stages = 0) {
+// Bytes of the routing area for `slots` slots (0: none).
+constexpr int route_bytes(int slots) { return slots > 0 ? (2 * slots + 15) / 16 * 16 + kBlockM * 4 + 16 : 0; }
+// The most slots the routing in the kernel takes (M * k): every CTA reads them all.
+inline constexpr int kRouteMaxSlots = 4096;
+
+constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong = false, int stages = 0,
+                                 int route_slots = 0) {
   SmemLayout l{};
   l.stages = stages > 0 ? stages : num_stages(block128);
   l.stage_bytes = stage_bytes(block128, pingpong);
@@ -102,7 +110,8 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong =
   l.out_stage_off = (l.empty_bar_off + l.stages * 8 + 15) / 16 * 16;
   l.tile_w_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
   l.table_off = l.tile_w_off + (l.stages + 1) * 4;
-  l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
+  l.route_off = (l.table_off + 2 * (num_experts + 1) * 4 + 15) / 16 * 16;
+  l.bytes = l.route_off + route_bytes(route_slots) + 1024;
   return l;
 }
 

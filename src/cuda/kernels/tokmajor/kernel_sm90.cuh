@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
@@ -169,9 +170,11 @@ __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kRoute = false>
 struct TokMajor {
   static_assert(!kPingPong || (!kGateUp && !kBlock128), "ping-pong consumers are GEMM2's, not block128");
+  static_assert(!kRoute || (kGateUp && !kBlock128 && kOp != Operand::kE4m3),
+                "the routing in the kernel is GEMM1's, bf16 / fp16 (no per-row scales or router weights)");
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
@@ -198,6 +201,9 @@ struct TokMajor {
                           // more; [stages] the producer warpgroup's broadcast slot
     int* off;             // [E+1]
     int* prefix;          // [E+1]
+    std::int16_t* slot_e; // kRoute: [route_slots] each slot's local expert, -1 none
+    int* unit_slots;      // kRoute: [kBlockM] the producer's current unit's slots, by tile row
+    int* warp_rows;       // kRoute: [4] the unit's expert's slots in each producer warp's share
     int stages;
     int cluster;          // 1 or 2
     int rank;             // this CTA's rank in the cluster
@@ -264,6 +270,122 @@ struct TokMajor {
     const int brow0 = box_row(p, col, 0), brow1 = box_row(p, col, 1);
     s.tile_w[0] = w0;
     for (int ks = 0; ks < n; ++ks) issue_weights(p, s, ks, ks, e, brow0, brow1);
+  }
+
+  // ---- kRoute: the routing in the kernel (GEMM1 of a chain without the routing launch) ----
+  // Every thread, in place of load_expert_offsets: each slot's local expert into slot_e and the
+  // expert offsets into off, from the call's ids (every CTA derives the same). A thread's slots go
+  // kIdBatch at a time, the batch's id loads and then its map loads issued before any is used:
+  // one round of dependent global loads per kIdBatch * kThreads slots. CTA 0 records bad ids and
+  // map entries (their slots are dropped, as the routing launch drops them) and writes the offsets
+  // for GEMM2.
+  static __device__ void route_table(const KernelParams& p, const Smem& s) {
+    const int tid = threadIdx.x;
+    const int P = p.route_slots, E = p.num_experts, Eg = p.route_experts_global;
+    for (int i = tid; i <= E; i += kThreads) s.off[i] = 0;
+    __syncthreads();
+    constexpr int kIdBatch = 4;
+    bool bad = false;
+    for (int s0 = tid; s0 < P; s0 += kIdBatch * kThreads) {
+      int id[kIdBatch], e[kIdBatch];
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int sl = s0 + j * kThreads;
+        id[j] = sl < P ? p.route_ids[sl] : -1;
+      }
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const bool in = id[j] >= 0 && id[j] < Eg;
+        e[j] = !in ? -1 : p.route_map != nullptr ? p.route_map[id[j]] : id[j];
+      }
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int sl = s0 + j * kThreads;
+        if (sl < P) {
+          const bool in = id[j] >= 0 && id[j] < Eg;
+          int ej = e[j];
+          if (!in || ej < 0 || ej >= E) {
+            bad = bad || !in || p.route_map != nullptr;  // what the loop below records
+            ej = -1;
+          }
+          s.slot_e[sl] = static_cast<std::int16_t>(ej);
+          if (ej >= 0) atomicAdd(s.off + ej + 1, 1);  // off[e + 1]: expert e's count, for now
+        }
+      }
+    }
+    if (bad && blockIdx.x == 0) {
+      for (int sl = tid; sl < P; sl += kThreads) {
+        const int i = p.route_ids[sl];
+        if (i >= 0 && i < Eg) {
+          if (p.route_map != nullptr) {
+            const int m = p.route_map[i];
+            if (m < 0 || m >= E) record_map_fault(p.route_faults, sl / p.top_k, sl % p.top_k, i, m, E);
+          }
+        } else {
+          record_id_fault(p.route_faults, sl / p.top_k, sl % p.top_k, i, Eg);
+        }
+      }
+    }
+    __syncthreads();
+    // The counts become offsets: warp 0, an inclusive scan of 32 experts a step.
+    if (tid < 32) {
+      int run = 0;
+      for (int e0 = 0; e0 < E; e0 += 32) {
+        const int e = e0 + tid;
+        int v = e < E ? s.off[e + 1] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int u = __shfl_up_sync(0xffffffffu, v, d);
+          if (tid >= d) v += u;
+        }
+        if (e < E) s.off[e + 1] = run + v;
+        run += __shfl_sync(0xffffffffu, v, 31);
+      }
+    }
+    __syncthreads();
+    if (blockIdx.x == 0)
+      for (int i = tid; i <= E; i += kThreads) p.route_offsets_out[i] = s.off[i];
+  }
+
+  // kRoute, the producer warpgroup at each unit with rows: the unit's slots, ranks [row_begin -
+  // off[e], + count) of expert e's slots in slot order (what the routing launch's stable
+  // placement gives), into unit_slots by tile row. Producer warp w owns a share of the slot list
+  // (a multiple of 32): it counts e's slots there (ballots over slot_e), the four counts give each
+  // warp its first rank, and the warps whose ranks meet the unit's place theirs: 2 P / 128 rounds
+  // a warp. The first column tile's unit also writes its rows' slots and router weights to the
+  // sorted lists GEMM2 reads (every unit with rows of an expert's token tile has a column tile 0).
+  static __device__ void place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
+    const int t = threadIdx.x;  // 0..127
+    const int warp = t >> 5, lane = t & 31;
+    const int P = p.route_slots;
+    const int per = (P + kProducerThreads - 1) / kProducerThreads * 32;
+    const int b = warp * per, end = min(P, b + per);
+    int n = 0;
+    for (int base = b; base < end; base += 32) {
+      const int sl = base + lane;
+      n += __popc(__ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == tl.e));
+    }
+    // Every producer thread is past its reads of the previous unit's unit_slots and warp_rows.
+    if (lane == 0) s.warp_rows[warp] = n;
+    sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
+    int rank = 0;  // e's slots in the shares before this warp's
+    for (int v = 0; v < warp; ++v) rank += s.warp_rows[v];
+    const int r0 = tl.row_begin - s.off[tl.e], r1 = r0 + tl.count;
+    if (rank < r1 && rank + n > r0) {
+      for (int base = b; base < end && rank < r1; base += 32) {
+        const int sl = base + lane;
+        const unsigned m = __ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == tl.e);
+        const int r = rank + __popc(m & ((1u << lane) - 1u));
+        if (((m >> lane) & 1u) && r >= r0 && r < r1) s.unit_slots[r - r0] = sl;
+        rank += __popc(m);
+      }
+    }
+    sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
+    if (tl.col == 0 && t < tl.count) {
+      const int slot = s.unit_slots[t];
+      p.route_sorted_slots_out[tl.row_begin + t] = slot;
+      if (p.route_sorted_weights_out != nullptr) p.route_sorted_weights_out[tl.row_begin + t] = p.topk_weights[slot];
+    }
   }
 
   // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
@@ -373,6 +495,9 @@ struct TokMajor {
       const int nks = unit_stages(p, tl, early);
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
+      if constexpr (kRoute) {
+        if (tl.count > 0) place_unit_slots(p, s, tl);
+      }
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
       int arow[kRowsCopied];
@@ -382,7 +507,10 @@ struct TokMajor {
         arow[i] = -1;
         if (rr < tl.count) {
           const int r = tl.row_begin + rr;
-          arow[i] = gemm_common::a_row_of(p, r);
+          if constexpr (kRoute)
+            arow[i] = s.unit_slots[rr] / p.top_k;
+          else
+            arow[i] = gemm_common::a_row_of(p, r);
         }
       }
       int srow = -1;  // block128: A row of tile row t, whose group scales this thread copies
@@ -510,12 +638,19 @@ struct TokMajor {
         ts[h] = 1.0f;
         if (rloc[h] < tl.count) {
           const int r = tl.row_begin + rloc[h];
-          slot[h] = p.sorted_slots[r];
-          // By sorted row when routing wrote them (no load that waits for the slot's).
-          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
-          else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
-          if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
-          else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
+          if constexpr (kRoute) {
+            // GEMM1's epilogue reads a row's slot only for its liveness (kRoute runs without
+            // per-row scales or router weights on the input: launch_sm90.cu), and the producer
+            // places the slots.
+            slot[h] = r;
+          } else {
+            slot[h] = p.sorted_slots[r];
+            // By sorted row when routing wrote them (no load that waits for the slot's).
+            if (p.sorted_weights) tw[h] = p.sorted_weights[r];
+            else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
+            if (p.scale_mode == kScalePerTensor) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
+            else if (p.scale_mode == kScalePerChannel) ts[h] = p.a_scale[p.gather_a ? slot[h] / p.top_k : r];
+          }
         }
       }
 
@@ -1024,10 +1159,10 @@ struct TokMajor {
 // counter and hands it to the consumers through the stage it starts at; otherwise cluster c
 // (CTAs c*S .. c*S+S-1, S = p.cluster) takes units c, c + gridDim.x/S, ..., every thread walking
 // the same unit list. Launched with cluster dimension S when S > 1.
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kRoute = false>
 __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong>;
+  using K = TokMajor<kOp, kGateUp, kBlock128, kPingPong, kRoute>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   // 1024-aligned base by pointer arithmetic on the shared array (not through an integer cast), so
@@ -1052,6 +1187,11 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.tile_w = reinterpret_cast<int*>(base + L.tile_w_off);
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
+  if constexpr (kRoute) {
+    s.slot_e = reinterpret_cast<std::int16_t*>(base + L.route_off);
+    s.unit_slots = reinterpret_cast<int*>(base + L.route_off + (2 * p.route_slots + 15) / 16 * 16);
+    s.warp_rows = s.unit_slots + kBlockM;
+  }
   s.stages = L.stages;
   s.cluster = p.cluster;
   s.rank = p.cluster > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
@@ -1083,7 +1223,10 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // resident by the time its CTAs get here, so the dependents' CTAs only take SMs it leaves free.
   pdl_wait();
   pdl_launch_dependents();
-  gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
+  if constexpr (kRoute)
+    K::route_table(p, s);  // the offsets from the call's ids, while the early weights stream
+  else
+    gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Tile prefix over experts: tiles(e) = ceil(rows_e / 128) * column tiles. Warp 0, 32 a step.
   // With head units (early weights) the prefix counts the counter's units (find_tile).
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows,
@@ -1115,9 +1258,9 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
 #endif
 }
 
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong>
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kRoute>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong>;
+  auto* kernel = &tokmajor_sm90_kernel<kOp, kGateUp, kBlock128, kPingPong, kRoute>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   int dev = 0;

@@ -101,6 +101,40 @@ std::atomic<std::uint64_t*> g_phase_buffer{nullptr};
 std::atomic<int> g_phase_ctas{0};
 std::atomic<int> g_phase_next{0};
 std::atomic<int> g_phase_launches{0};
+// Launches with the routing in the kernel on this thread (tokmajor_route_launches).
+thread_local int route_launches = 0;
+
+// "" when p.route is off or the kRoute instantiations take it (kernel_sm90.cuh route_table): GEMM1
+// of bf16 / fp16 gathering token rows, no router weight on the input, at most kRouteMaxSlots
+// slots, the slot list beside the expert table in shared memory, and the outputs GEMM2 reads.
+std::string route_unsupported_reason(const GroupedGemmParams& p) {
+  const GroupedGemmParams::InKernelRouting& r = p.route;
+  if (r.ids == nullptr) return "";
+  if (!gate_up_of(p)) return "the routing in the kernel is for GEMM1 (gate_up_activation) only";
+  if (p.scheme != Scheme::kBf16) return "the routing in the kernel needs scheme bf16";
+  if (!p.gather_a_by_token) return "the routing in the kernel needs gather_a_by_token";
+  if (p.weight_on_input) return "the routing in the kernel does not apply router weights on the input";
+  if (r.slots < 1 || r.slots > tokmajor::kRouteMaxSlots || r.slots > p.max_rows) {
+    std::ostringstream os;
+    os << "the routing in the kernel takes 1.." << tokmajor::kRouteMaxSlots << " slots (at most max_rows = "
+       << p.max_rows << "), got " << r.slots;
+    return os.str();
+  }
+  if (r.experts_global < 1 || (r.expert_map == nullptr && r.experts_global != p.num_experts))
+    return "the routing in the kernel needs experts_global (= num_experts without an expert_map)";
+  if (r.offsets_out == nullptr || r.sorted_slots_out == nullptr)
+    return "the routing in the kernel needs offsets_out and sorted_slots_out";
+  if (r.sorted_weights_out != nullptr && p.topk_weights == nullptr)
+    return "the routing in the kernel writes sorted_weights_out from topk_weights, which is null";
+  const int bytes = tokmajor::smem_layout(false, p.num_experts, false, 0, static_cast<int>(r.slots)).bytes;
+  if (bytes > tokmajor::kSmemLimit) {
+    std::ostringstream os;
+    os << "the routing in the kernel: " << r.slots << " slots and " << p.num_experts
+       << " experts need " << bytes << " bytes of shared memory, more than " << tokmajor::kSmemLimit;
+    return os.str();
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -138,6 +172,8 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
   if (!gate_up && p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
     return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
                          "), got " + dtype_name(p.out_dtype));
+  const std::string route_why = route_unsupported_reason(p);
+  if (!route_why.empty()) return fail(why, route_why);
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
   if (!device_why.empty()) return fail(why, device_why);
   return true;
@@ -176,6 +212,8 @@ void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int l
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
+int tokmajor_route_launches() { return route_launches; }
+
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
 }
@@ -212,7 +250,18 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
   // static schedule gives it to them without talking).
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
-  kp.smem = tokmajor::smem_layout(block128, p.num_experts);
+  const bool route = p.route.ids != nullptr;  // checked by can_implement (GEMM1, bf16 / fp16)
+  kp.smem = tokmajor::smem_layout(block128, p.num_experts, false, 0, route ? static_cast<int>(p.route.slots) : 0);
+  if (route) {
+    kp.route_ids = p.route.ids;
+    kp.route_map = p.route.expert_map;
+    kp.route_experts_global = p.route.experts_global;
+    kp.route_slots = static_cast<int>(p.route.slots);
+    kp.route_offsets_out = p.route.offsets_out;
+    kp.route_sorted_slots_out = p.route.sorted_slots_out;
+    kp.route_sorted_weights_out = p.route.sorted_weights_out;
+    kp.route_faults = p.route.faults;
+  }
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
@@ -246,6 +295,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     if constexpr (!kGateUp && !kBlock128) {
       if (pingpong) {
         tokmajor::run_tokmajor_sm90<kOp, false, false, true>(kp, grid, stream, pdl);
+        return;
+      }
+    }
+    if constexpr (kGateUp && !kBlock128 && kOp != Operand::kE4m3) {
+      if (route) {
+        tokmajor::run_tokmajor_sm90<kOp, true, false, false, true>(kp, grid, stream, pdl);
+        ++route_launches;
         return;
       }
     }

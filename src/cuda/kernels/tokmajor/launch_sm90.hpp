@@ -51,4 +51,8 @@ int tokmajor_units_per_take();
 /// nothing. The caller zeroes the buffer. Null turns it off (the default).
 void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches);
 
+/// Tests only: how many launches on the calling thread ran GEMM1 with the routing in the kernel
+/// (GroupedGemmParams::route), so that a test knows its switch took effect.
+int tokmajor_route_launches();
+
 }  // namespace moekit::cuda

@@ -43,6 +43,16 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // counter hands out every other unit in the order without head units (kernel_sm90.cuh,
   // find_tile, issue_early_weights).
   int head_units;
+  // Routing in the kernel (GroupedGemmParams::route; the kRoute instantiations, GEMM1 only): the
+  // call's ids and map, what the kernel writes for GEMM2, and where bad entries are recorded.
+  const std::int32_t* route_ids;
+  const std::int32_t* route_map;
+  int route_experts_global;
+  int route_slots;
+  std::int32_t* route_offsets_out;
+  std::int32_t* route_sorted_slots_out;
+  float* route_sorted_weights_out;
+  FaultRecord* route_faults;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
@@ -69,7 +79,9 @@ enum PhaseWord : int {
 // `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 // kPingPong: GEMM2's ping-pong consumers (kernel_sm90.cuh, consume_pingpong; the launcher picks
 // them for K-short, decode-sized GEMM2 calls; inst/tokmajor_sm90_pingpong.cu).
-template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false>
+// kRoute: GEMM1 with the routing in the kernel (KernelParams::route_*; kernel_sm90.cuh route_table,
+// place_unit_slots; inst/tokmajor_sm90_route.cu).
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong = false, bool kRoute = false>
 void run_tokmajor_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::tokmajor
