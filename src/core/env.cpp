@@ -46,6 +46,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_TAKE",
     "MOEKIT_TOKMAJOR_EARLY",
     "MOEKIT_TOKMAJOR_ROUTE",
+    "MOEKIT_TOKMAJOR_TMA_A",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

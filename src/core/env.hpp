@@ -50,6 +50,7 @@ enum class EnvVar : int {
   kTokmajorTake,       // MOEKIT_TOKMAJOR_TAKE
   kTokmajorEarly,      // MOEKIT_TOKMAJOR_EARLY
   kTokmajorRoute,      // MOEKIT_TOKMAJOR_ROUTE (cuda/backend.cu)
+  kTokmajorTmaA,       // MOEKIT_TOKMAJOR_TMA_A (cuda/kernels/tokmajor/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -508,6 +508,7 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
+  if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorTmaA, false);      // MOEKIT_TOKMAJOR_TMA_A
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

@@ -58,6 +58,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorTake, "MOEKIT_TOKMAJOR_TAKE"},
       {EnvVar::kTokmajorEarly, "MOEKIT_TOKMAJOR_EARLY"},
       {EnvVar::kTokmajorRoute, "MOEKIT_TOKMAJOR_ROUTE"},
+      {EnvVar::kTokmajorTmaA, "MOEKIT_TOKMAJOR_TMA_A"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

@@ -147,5 +147,46 @@ TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
   check(s);
 }
 
+// The token-major ping-pong GEMM2's A rows by TMA (MOEKIT_TOKMAJOR_TMA_A; KernelParams::a_tma)
+// against the producer's cp.async gather: the same bytes in the same swizzled layout, so bitwise the
+// same output. The box reads 64 rows from a unit's first: rows of the next expert, rows past the
+// live rows (offsets[E] < max_rows with an expert_map: the workspace's stale bytes, possibly e4m3
+// NaNs) and zeros past max_rows, all dropped by the epilogue; K tails (N = 208: 80 of a second
+// stage's 128 bytes) are zeros. Both schemes; decode-sized M (the ping-pong form's rule).
+TEST(Sm90TokmajorTmaA, BitwiseEqualToGather) {
+  SKIP_WITHOUT_SM90();
+  const char* env = "MOEKIT_TOKMAJOR_TMA_A";
+  check_switch_bitwise(fp8_dynamic_spec(32, 8, 1024, 96), env, "A rows by TMA");
+  check_switch_bitwise(fp8_dynamic_spec(8, 2, 256, 208), env, "A rows by TMA");
+  CaseSpec s = fp8_dynamic_spec(8, 2, 256, 208);
+  s.expert_map = true;
+  s.bias = true;
+  s.activation.kind = Activation::kSwigluOai;
+  s.seed = 49;
+  check_switch_bitwise(s, env, "A rows by TMA");
+  s = fp8_dynamic_spec(16, 4, 512, 96);
+  s.pattern = RoutingPattern::kAllToOne;
+  s.hot_expert = 5;
+  s.seed = 50;
+  check_switch_bitwise(s, env, "A rows by TMA");
+  for (DType act : {DType::kBf16, DType::kFp16}) {
+    s = fp8_dynamic_spec(32, 8, 1024, 96);
+    s.scheme = Scheme::kBf16;
+    s.act_dtype = act;
+    s.seed = 51;
+    check_switch_bitwise(s, env, "A rows by TMA");
+  }
+}
+
+// One small case for compute-sanitizer's memcheck and racecheck (an expert_map: rows past the live
+// ones in the boxes).
+TEST(Sm90TokmajorTmaA, SmallForSanitizers) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = fp8_dynamic_spec(8, 2, 256, 208);
+  s.expert_map = true;
+  s.seed = 52;
+  check_switch_bitwise(s, "MOEKIT_TOKMAJOR_TMA_A", "A rows by TMA");
+}
+
 }  // namespace
 }  // namespace moekit::testing

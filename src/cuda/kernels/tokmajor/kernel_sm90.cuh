@@ -228,11 +228,12 @@ struct TokMajor {
 
   // Thread 0: the weight boxes of K stage ks of a tile into `stage` (the stage's empty barrier
   // passed): the whole B tile lands in this CTA, both boxes, or (cluster of 2) one box from each CTA.
+  // extra_bytes: more bytes the stage's barrier expects (the ping-pong A box, KernelParams::a_tma).
   static __device__ __forceinline__ void issue_weights(const KernelParams& p, const Smem& s, int stage, int ks, int e,
-                                                       int brow0, int brow1) {
+                                                       int brow0, int brow1, std::uint32_t extra_bytes = 0) {
     const std::uint32_t full = s.full + 8 * stage;
     const std::uint32_t b_dst = s.tiles + stage * kStageBytes + kATile;
-    sm90::mbar_arrive_expect_tx(full, kTmaBytes);
+    sm90::mbar_arrive_expect_tx(full, kTmaBytes + extra_bytes);
     const int k0 = ks * (kStageKBytes / kElemBytes);  // K coordinate in elements
     if (s.cluster == 1) {
       sm90::tma_load_3d(b_dst, &p.tmap_b, full, k0, brow0, e);
@@ -434,6 +435,8 @@ struct TokMajor {
     // Early weights: stages [0, early) of the first unit were issued at the entry (their empty
     // barriers were free: the ring's first pass); this producer adds their A rows. 0 after it.
     int early = early_stages(p, s.stages);
+    // Ping-pong with KernelParams::a_tma: thread 0 loads a unit's 64 A rows as one TMA box a stage.
+    const bool a_tma = kPingPong && p.a_tma != 0;
     for (int w = blockIdx.x / s.cluster;; w += num_clusters) {
       if (dynamic) {
         // The next unit in order, taken when this CTA is (about) ready for it: the CTAs that take
@@ -531,20 +534,32 @@ struct TokMajor {
         const std::uint32_t a_dst = s.tiles + stage * kStageBytes;
         const bool issued = ks < early;  // weights and unit already there (issue_early_weights)
         if (!issued) sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        // The A box (a_tma): the unit's rows row_begin.. (rows past it are the next expert's or
+        // zeros past max_rows: each wgmma row depends on its own A row only, and the epilogue
+        // drops them), K from this stage's 128 bytes (zeros past K).
+        const bool a_box = a_tma && tl.count > 0;
         if (t == 0 && !issued) {
           // The unit, for the consumers (ordered before them by this thread's arrival below).
           if (dynamic && ks == 0) s.tile_w[stage] = w;
-          issue_weights(p, s, stage, ks, tl.e, brow0, brow1);
+          issue_weights(p, s, stage, ks, tl.e, brow0, brow1, a_box ? static_cast<std::uint32_t>(kATile) : 0u);
+        }
+        if constexpr (kPingPong) {
+          if (a_box && t == 0) {
+            if (issued) sm90::mbar_expect_tx(full, kATile);  // the entry's arrival expected the weights only
+            sm90::tma_load_3d(a_dst, &p.tmap_a, full, ks * (kStageKBytes / kElemBytes), tl.row_begin, 0);
+          }
         }
         const std::int64_t kbyte = static_cast<std::int64_t>(ks) * kStageKBytes + chunk16 * 16;
         const bool k_in = kbyte < p.a_row_bytes;  // K tail: zeros (TMA zero-fills B too)
+        if (!a_tma) {
 #pragma unroll
-        for (int i = 0; i < kRowsCopied; ++i) {
-          if (arow[i] < 0) continue;
-          const int rr = row0 + 16 * i;
-          const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
-          sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
-                                  k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
+          for (int i = 0; i < kRowsCopied; ++i) {
+            if (arow[i] < 0) continue;
+            const int rr = row0 + 16 * i;
+            const std::uint8_t* src = p.a + static_cast<std::int64_t>(arow[i]) * p.a_row_bytes + kbyte;
+            sm90::cp_async_16_zfill(a_dst + rr * kStageKBytes + ((chunk16 ^ (rr & 7)) << 4),
+                                    k_in ? static_cast<const void*>(src) : p.a, k_in ? 16 : 0);
+          }
         }
         if constexpr (kPingPong) {
           // The unit's per-row epilogue inputs ride with its first stage (s.a_scale, which only
@@ -1202,6 +1217,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   if (rec != nullptr) rec[kPhaseEntry] = sm90::globaltimer_ns();
   if (threadIdx.x == 0) {
     sm90::prefetch_tensormap(&p.tmap_b);
+    if (kPingPong && p.a_tma != 0) sm90::prefetch_tensormap(&p.tmap_a);
     for (int i = 0; i < s.stages; ++i) {
       // full: thread 0's expect_tx arrival + one cp.async arrival per producer thread.
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);

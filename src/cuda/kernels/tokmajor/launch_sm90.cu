@@ -286,6 +286,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
   if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
   kp.head_units = use_early_weights(p, kp, pingpong) ? static_cast<int>(p.num_experts) * kp.num_col_tiles : 0;
+  // The ping-pong A rows by TMA (KernelParams::a_tma): a unit's rows are contiguous sorted rows of
+  // A [max_rows, k_dim]. MOEKIT_TOKMAJOR_TMA_A=0 keeps the cp.async gather.
+  if (pingpong && !p.gather_a_by_token && detail::env_switch(detail::EnvVar::kTokmajorTmaA, true)) {
+    kp.a_tma = 1;
+    gemm_common::encode_weight_tmap(&kp.tmap_a, p.a, p.scheme != Scheme::kBf16, p.act_dtype, p.k_dim, p.max_rows,
+                                    /*experts=*/1, tokmajor::kPingPongBlockM, "tokmajor_sm90 (A rows)");
+  }
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments); GEMM2's
   // ping-pong form where use_pingpong chose it.

@@ -53,6 +53,13 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   std::int32_t* route_sorted_slots_out;
   float* route_sorted_weights_out;
   FaultRecord* route_faults;
+  // GEMM2's ping-pong form (launch_sm90.cu, MOEKIT_TOKMAJOR_TMA_A): 1 = a unit's 64 A rows come as
+  // one TMA box of tmap_a (the sorted rows are contiguous) issued by producer thread 0 with the
+  // weights, instead of the producer warpgroup's cp.async row gather; 0 = the gather.
+  int a_tma;
+  // A [max_rows, a_row_bytes] as a 3D map [1, max_rows, k_dim], box 128 bytes x 64 rows, 128-byte
+  // swizzle, zeros past the rows and K (valid where a_tma).
+  CUtensorMap tmap_a;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
