@@ -1,8 +1,9 @@
 // Token-major grouped expert GEMM for prefill on sm_90a: persistent, warp-specialized. Per tile
 // (expert e, 128 expert-sorted token rows, 256 or 128 weight rows) a producer warpgroup streams
 // the weight tile through TMA and gathers the token rows with cp.async into the same 128-byte
-// swizzled layout, an mbarrier pipeline deep; two consumer warpgroups run wgmma (64 rows each)
-// with fp32 accumulators and apply the fused epilogue of params.hpp in registers.
+// swizzled layout (GEMM2's ping-pong form: its contiguous A rows as one TMA box, KernelParams::
+// a_tma), an mbarrier pipeline deep; two consumer warpgroups run wgmma (64 rows each) with fp32
+// accumulators and apply the fused epilogue of params.hpp in registers.
 #pragma once
 
 #include <cuda.h>
@@ -389,7 +390,8 @@ struct TokMajor {
     }
   }
 
-  // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows ----
+  // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows (or,
+  // a_tma, thread 0's TMA box of them) ----
   static __device__ void produce(const KernelParams& p, const Smem& s) {
     const int t = threadIdx.x;  // 0..127
     const int chunk16 = t & 7;  // 16-byte chunk of the 128-byte K slice this thread copies
