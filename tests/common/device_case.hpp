@@ -118,6 +118,12 @@ class DeviceCase {
     return outs;
   }
 
+  // Fill the whole workspace with 0xff bytes (before the next call: what a call reads there must
+  // be what it wrote, not a previous call's leftovers).
+  void poison_workspace(cudaStream_t stream = nullptr) {
+    if (ws_bytes_ > 0) EXPECT_EQ(cudaSuccess, cudaMemsetAsync(ws_.get(), 0xff, ws_bytes_, stream));
+  }
+
   // Poison out (and the routing outputs) and make sure the workspace is big enough.
   void prepare(std::int64_t M, CallMode mode, Options& o) {
     const MoeProblem p = mode == CallMode::kFusedMoe ? describe(moe(M)) : describe(experts(M));

@@ -33,6 +33,19 @@ namespace moekit::testing {
 using cuda::GemmEpilogue;
 using cuda::GroupedGemmParams;
 
+/// The current device's fault record (for a launcher's params), and moekit::take_fault of it.
+inline cuda::FaultRecord* kernel_fault_record() {
+  int dev = 0;
+  EXPECT_EQ(cudaSuccess, cudaGetDevice(&dev));
+  return cuda::device_fault_record(dev);
+}
+inline bool take_kernel_fault(Fault* f) {
+  Options o;
+  o.backend = Backend::kCuda;
+  return take_fault(f, o);
+}
+inline void clear_kernel_faults() { (void)take_kernel_fault(nullptr); }
+
 /// One grouped GEMM problem. GEMM1 (kGateUpActivation): B = w13 [E, 2N, K], output [rows, N];
 /// GEMM2 (kBiasWeightScatter): B = w2 [E, K, N], output [M*k slots, K].
 struct GemmCase {
@@ -58,6 +71,12 @@ struct GemmCase {
   // Pass a zeroed absmax word (GroupedGemmParams::out_absmax; GEMM1 of fp8_per_tensor, fp32 out):
   // it must end as the float bits of the absmax of the owned rows as stored (NaN skipped).
   bool out_absmax = false;
+  // GEMM1 on the token-major kernel: the routing in the kernel (GroupedGemmParams::route). The
+  // kernel gets the case's routing as ids (a slot no expert has is -1, masked, but the first such
+  // slot, which gets the bad id E + 3: dropped and recorded) instead of row_offsets / sorted_slots
+  // (then poisoned); the offsets, sorted slots and sorted router weights it writes must equal the
+  // host's, and the fault record must name the bad slot. Needs max_rows >= the slots (extra_rows).
+  bool route = false;
   std::uint64_t seed = 1;
 
   bool gate_up() const { return epilogue == GemmEpilogue::kGateUpActivation; }
@@ -67,7 +86,7 @@ struct GemmCase {
        << " act_dtype=" << dtype_name(act_dtype) << " act=" << activation_name(act) << " bias=" << bias << "("
        << dtype_name(bias_dtype) << ") woi=" << weight_on_input << " out=" << dtype_name(out_dtype)
        << " k=" << top_k << " weights=" << weights << " E=" << rows.size() << " nan_a_row=" << nan_a_row
-       << " out_absmax=" << out_absmax << " seed=" << seed;
+       << " out_absmax=" << out_absmax << " route=" << route << " seed=" << seed;
     return os.str();
   }
 };
@@ -311,6 +330,43 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   p.out_dtype = out_dtype;
   if (c.tile_counter) p.tile_counter = d_counter;
   if (c.out_absmax) p.out_absmax = d_absmax;
+  // The routing in the kernel (c.route): its tables poisoned (0xff) before the launch.
+  std::int32_t* d_off_out = nullptr;
+  std::int32_t* d_slots_out = nullptr;
+  float* d_wts_out = nullptr;
+  std::int64_t bad_slot = -1;
+  if (c.route) {
+    EXPECT_GE(max_rows, S) << "a routed case needs extra_rows >= its unrouted slots";
+    if (max_rows < S) return;
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(S), -1);
+    for (int e = 0; e < E; ++e)
+      for (int r = offsets[e]; r < offsets[e + 1]; ++r) ids[static_cast<std::size_t>(sorted_slots[r])] = e;
+    for (std::int64_t sl = 0; sl < S && bad_slot < 0; ++sl)
+      if (ids[static_cast<std::size_t>(sl)] < 0) bad_slot = sl;
+    if (bad_slot >= 0) ids[static_cast<std::size_t>(bad_slot)] = E + 3;
+    d_off_out = static_cast<std::int32_t*>(arena.alloc((E + 1) * 4));
+    d_slots_out = static_cast<std::int32_t*>(arena.alloc(static_cast<std::size_t>(S) * 4));
+    d_wts_out = static_cast<float*>(arena.alloc(static_cast<std::size_t>(S) * 4));
+    CUDA_OK(cudaMemset(d_off_out, 0xff, (E + 1) * 4));
+    CUDA_OK(cudaMemset(d_slots_out, 0xff, static_cast<std::size_t>(S) * 4));
+    CUDA_OK(cudaMemset(d_wts_out, 0xff, static_cast<std::size_t>(S) * 4));
+    // Unread in route mode: poisoned, so that a read of them shows.
+    std::int32_t* poisoned_off = static_cast<std::int32_t*>(arena.alloc((E + 1) * 4));
+    std::int32_t* poisoned_slots = static_cast<std::int32_t*>(arena.alloc(sorted_slots.size() * 4));
+    CUDA_OK(cudaMemset(poisoned_off, 0xff, (E + 1) * 4));
+    CUDA_OK(cudaMemset(poisoned_slots, 0xff, sorted_slots.size() * 4));
+    p.row_offsets = poisoned_off;
+    p.sorted_slots = poisoned_slots;
+    p.sorted_weights = nullptr;
+    p.route.ids = arena.upload(ids);
+    p.route.experts_global = E;
+    p.route.slots = S;
+    p.route.offsets_out = d_off_out;
+    p.route.sorted_slots_out = d_slots_out;
+    p.route.sorted_weights_out = p.topk_weights != nullptr ? d_wts_out : nullptr;
+    p.route.faults = kernel_fault_record();
+    clear_kernel_faults();
+  }
 
   cudaStream_t stream = nullptr;
   if (c.graph_replay) CUDA_OK(cudaStreamCreate(&stream));
@@ -322,6 +378,36 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
   run.raw = download<std::uint8_t>(d_out, out_bytes);
   run.counter = download<std::uint32_t>(d_counter, 1)[0];
   run.absmax = download<std::uint32_t>(d_absmax, 1)[0];
+  if (c.route) {
+    // The tables GEMM2 would read: exactly the host's (the routing launch's stable order).
+    EXPECT_TRUE(download<std::int32_t>(d_off_out, E + 1) == offsets) << "route: the expert offsets differ";
+    const std::vector<std::int32_t> slots_got = download<std::int32_t>(d_slots_out, static_cast<std::size_t>(S));
+    const std::vector<float> wts_got = download<float>(d_wts_out, static_cast<std::size_t>(S));
+    std::int64_t wrong = 0;
+    for (std::int64_t r = 0; r < P; ++r) {
+      const bool slot_ok = slots_got[static_cast<std::size_t>(r)] == sorted_slots[static_cast<std::size_t>(r)];
+      const bool wt_ok = p.topk_weights == nullptr ||
+                         std::memcmp(&wts_got[static_cast<std::size_t>(r)], &sorted_weights[static_cast<std::size_t>(r)], 4) == 0;
+      if ((!slot_ok || !wt_ok) && wrong++ < 5)
+        ADD_FAILURE() << "route: sorted row " << r << " slot " << slots_got[static_cast<std::size_t>(r)] << " (want "
+                      << sorted_slots[static_cast<std::size_t>(r)] << ")" << (wt_ok ? "" : ", its router weight differs");
+    }
+    EXPECT_EQ(wrong, 0) << "route: sorted rows differ";
+    Fault f;
+    const bool faulted = take_kernel_fault(&f);
+    if (bad_slot >= 0) {
+      EXPECT_TRUE(faulted) << "route: the bad id at slot " << bad_slot << " was not recorded";
+      if (faulted) {
+        EXPECT_EQ(f.tensor, FaultTensor::kTopkIds);
+        EXPECT_EQ(f.row, bad_slot / k);
+        EXPECT_EQ(f.slot, bad_slot % k);
+        EXPECT_EQ(f.value, E + 3);
+        EXPECT_EQ(f.bound, E);
+      }
+    } else {
+      EXPECT_FALSE(faulted) << "route: a fault without a bad id: " << f.to_string();
+    }
+  }
   if (c.tile_counter) {
     // The dynamic schedule ran: every CTA took at least one unit (its last, past the end), so the
     // counter moved (it would stay 0 if the launcher had dropped it).

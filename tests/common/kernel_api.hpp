@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/path_router.hpp"  // the router's Swap-AB split, which the launcher takes
+#include "cuda/common/faults.cuh"  // device_fault_record: the record a launcher's params name
 #include "cuda/kernels/combine/launch_sm90.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
 #include "cuda/kernels/decode/params.hpp"

@@ -544,6 +544,60 @@ TEST(Sm90TokMajorGemm, EarlyWeightsMatchBitwise) {
   }
 }
 
+TEST(Sm90TokMajorGemm, RouteInKernelMatchesTheTables) {
+  SKIP_WITHOUT_SM90();
+  // GEMM1 with the routing in the kernel (GroupedGemmParams::route; docs/tokmajor.md "Routing in
+  // GEMM1"): from the ids alone (row_offsets and sorted_slots poisoned), the output bit for bit the
+  // one from the routing's tables, and the tables it writes for GEMM2 equal to the host's (the
+  // harness checks them, and the fault record of the case's bad id). Experts of 0, 1, 127, 128,
+  // 129 and 300 rows (token tiles of 128), two and three column tiles, a K tail, bf16 and fp16,
+  // bias and swiglu_oai; under each schedule and cluster size, with and without early weights.
+  struct Sched {
+    int cluster;
+    const char* schedule;
+    const char* early;
+  };
+  const Sched scheds[] = {{1, "dynamic", "1"}, {1, "dynamic", "0"}, {1, "static", "0"}, {2, "static", "0"}};
+  std::vector<Case> cases;
+  {
+    Case c = gemm1(Scheme::kBf16, 256, 1056);
+    c.rows = {0, 1, 127, 128, 129, 300, 0, 5};
+    c.weights = 1;
+    cases.push_back(c);
+  }
+  {
+    Case c = gemm1(Scheme::kBf16, 320, 256);
+    c.act_dtype = DType::kFp16;
+    c.out_dtype = DType::kFp16;
+    c.bias = true;
+    c.act = Activation::kSwigluOai;
+    c.rows = {3, 0, 64, 200};
+    cases.push_back(c);
+  }
+  for (Case& c : cases) {
+    c.top_k = 4;
+    c.extra_rows = 3 * c.top_k;  // the routed case's ids cover every slot of M = P / k + 2 tokens
+    for (const Sched& sc : scheds) {
+      moekit::testing::ScopedEnv schedule("MOEKIT_TOKMAJOR_SCHEDULE", sc.schedule);
+      moekit::testing::ScopedEnv early("MOEKIT_TOKMAJOR_EARLY", sc.early);
+      Case plain = c;
+      plain.cluster = sc.cluster;
+      plain.dynamic = sc.cluster == 1 && std::strcmp(sc.schedule, "dynamic") == 0;
+      Case routed = plain;
+      routed.route = true;
+      SCOPED_TRACE(std::string("schedule ") + sc.schedule + ", early " + sc.early);
+      std::vector<float> from_tables, from_ids;
+      run_case(plain, &from_tables);
+      const int before = moekit::cuda::tokmajor_route_launches();
+      run_case(routed, &from_ids);
+      EXPECT_EQ(moekit::cuda::tokmajor_route_launches(), before + 1) << "the launch did not route";
+      ASSERT_EQ(from_tables.size(), from_ids.size());
+      EXPECT_EQ(0, std::memcmp(from_tables.data(), from_ids.data(), from_ids.size() * sizeof(float)))
+          << "the routing in the kernel changed the output";
+    }
+  }
+}
+
 TEST(Sm90TokMajorGemm, EarlyWeightsSmall) {
   SKIP_WITHOUT_SM90();
   // DynamicScheduleSmall with early weights, for compute-sanitizer (memcheck, racecheck: the

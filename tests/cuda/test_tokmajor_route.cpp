@@ -29,9 +29,11 @@ Options cuda_options() {
 }
 
 // One call of the first M tokens on the token-major path with the routing in GEMM1 off ("0") or
-// forced on ("1"); `routed` says whether GEMM1 took it (one route launch more).
+// forced on ("1"); `routed` says whether GEMM1 took it (one route launch more). The workspace is
+// poisoned first, so that GEMM2 cannot read tables a previous call's routing launch left there.
 std::vector<std::uint16_t> run_route(DeviceCase& d, std::int64_t M, const char* route, bool* routed) {
   ScopedEnv env("MOEKIT_TOKMAJOR_ROUTE", route);
+  d.poison_workspace();
   const int before = cuda::tokmajor_route_launches();
   std::vector<std::uint16_t> out = d.run(M, CallMode::kFusedExperts, "tokmajor");
   *routed = cuda::tokmajor_route_launches() == before + 1;
@@ -131,17 +133,23 @@ TEST(Sm90TokmajorRoute, GraphReplayEqualsEager) {
   ScopedEnv env("MOEKIT_TOKMAJOR_ROUTE", "1");
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int before = cuda::tokmajor_route_launches();
   const std::vector<std::uint16_t> eager = d.run(96, CallMode::kFusedExperts, "tokmajor", stream);
+  ASSERT_EQ(cuda::tokmajor_route_launches(), before + 1) << "the eager call did not route in GEMM1";
+  d.poison_workspace(stream);  // the graph's memset and GEMM1 must rebuild what GEMM2 reads
   const auto replays = d.replay_in_graph(96, CallMode::kFusedExperts, "tokmajor", stream, 3);
+  EXPECT_EQ(cuda::tokmajor_route_launches(), before + 2) << "the captured call did not route in GEMM1";
   ASSERT_EQ(replays.size(), 3u);
   for (const auto& r : replays) EXPECT_TRUE(r == eager) << "a replay differs from the eager call";
+  EXPECT_TRUE(rows_match(to_float(eager, s.act_dtype), reference_rows(c, 0, 96), s.K, Scheme::kBf16, "graph case"));
   cudaStreamDestroy(stream);
 }
 
 TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
   SKIP_WITHOUT_SM90();
   // A bad id (out of range) and a bad expert_map entry: the slot is dropped (the output equals the
-  // routing launch's with the same ids) and the fault is recorded, as the routing launch records it.
+  // routing launch's with the same ids) and the call records the fault. (The combine records a
+  // dropped slot too; Sm90TokMajorGemm.RouteInKernelMatchesTheTables checks GEMM1's own record.)
   CaseSpec s;
   s.M = 33;
   s.E = 16;
@@ -164,7 +172,7 @@ TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
   const std::vector<std::uint16_t> in_gemm1 = run_route(d, s.M, "1", &routed);
   ASSERT_TRUE(routed);
   Fault f;
-  ASSERT_TRUE(take_fault(&f, cuda_options())) << "GEMM1's routing did not record the bad id";
+  ASSERT_TRUE(take_fault(&f, cuda_options())) << "the routed call did not record the bad id";
   EXPECT_TRUE(launch == in_gemm1) << "the dropped slot changed other values";
   EXPECT_EQ(f.tensor, FaultTensor::kTopkIds);
   EXPECT_EQ(f.row, 5);
@@ -181,7 +189,8 @@ TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
   const std::vector<std::uint16_t> launch2 = run_route(d, s.M, "0", &routed);
   ASSERT_TRUE(take_fault(nullptr, cuda_options())) << "the routing launch did not record the bad map entry";
   const std::vector<std::uint16_t> in_gemm1_2 = run_route(d, s.M, "1", &routed);
-  ASSERT_TRUE(take_fault(&f, cuda_options())) << "GEMM1's routing did not record the bad map entry";
+  ASSERT_TRUE(routed);
+  ASSERT_TRUE(take_fault(&f, cuda_options())) << "the routed call did not record the bad map entry";
   EXPECT_TRUE(launch2 == in_gemm1_2);
   EXPECT_EQ(f.tensor, FaultTensor::kExpertMap);
   EXPECT_EQ(f.value, static_cast<std::int32_t>(s.E) + 9);

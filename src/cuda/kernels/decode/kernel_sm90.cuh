@@ -955,7 +955,9 @@ struct Decode {
           const bool in = id[j] >= 0 && id[j] < p.num_experts_global;
           int ej = e[j];
           if (!in || ej < 0 || ej >= E) {
-            bad = bad || !in || p.expert_map != nullptr;  // what the loop below records
+            // What the loop below records: an id out of range but -1 (a masked slot), a map entry
+            // out of range but -1 (an expert on another rank); the common drops cost nothing.
+            bad = bad || (in ? ej != -1 : id[j] != -1);
             ej = -1;
           }
           s.slot_e[sl] = ej;

@@ -307,7 +307,9 @@ struct TokMajor {
           const bool in = id[j] >= 0 && id[j] < Eg;
           int ej = e[j];
           if (!in || ej < 0 || ej >= E) {
-            bad = bad || !in || p.route_map != nullptr;  // what the loop below records
+            // What the loop below records: an id out of range but -1 (a masked slot), a map entry
+            // out of range but -1 (an expert on another rank); the common drops cost nothing.
+            bad = bad || (in ? ej != -1 : id[j] != -1);
             ej = -1;
           }
           s.slot_e[sl] = static_cast<std::int16_t>(ej);
@@ -355,8 +357,10 @@ struct TokMajor {
   // (a multiple of 32): it counts e's slots there (ballots over slot_e), the four counts give each
   // warp its first rank, and the warps whose ranks meet the unit's place theirs: 2 P / 128 rounds
   // a warp. The first column tile's unit also writes its rows' slots and router weights to the
-  // sorted lists GEMM2 reads (every unit with rows of an expert's token tile has a column tile 0).
-  static __device__ void place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
+  // sorted lists GEMM2 reads (every unit with rows of an expert's token tile has a column tile 0):
+  // the return is this thread's row's slot there (-1: none), which produce() writes, with its
+  // router weight, once the unit's loads are issued (the weight's load would hold the A gather).
+  static __device__ int place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
     const int t = threadIdx.x;  // 0..127
     const int warp = t >> 5, lane = t & 31;
     const int P = p.route_slots;
@@ -383,11 +387,7 @@ struct TokMajor {
       }
     }
     sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
-    if (tl.col == 0 && t < tl.count) {
-      const int slot = s.unit_slots[t];
-      p.route_sorted_slots_out[tl.row_begin + t] = slot;
-      if (p.route_sorted_weights_out != nullptr) p.route_sorted_weights_out[tl.row_begin + t] = p.topk_weights[slot];
-    }
+    return tl.col == 0 && t < tl.count ? s.unit_slots[t] : -1;
   }
 
   // ---- producer warpgroup: TMA of the weight tile (thread 0), cp.async gather of A rows (or,
@@ -500,8 +500,9 @@ struct TokMajor {
       const int nks = unit_stages(p, tl, early);
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
+      int route_slot = -1;  // kRoute: this thread's row's slot for GEMM2's sorted lists (place_unit_slots)
       if constexpr (kRoute) {
-        if (tl.count > 0) place_unit_slots(p, s, tl);
+        if (tl.count > 0) route_slot = place_unit_slots(p, s, tl);
       }
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
@@ -598,6 +599,13 @@ struct TokMajor {
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
       early = 0;
+      if constexpr (kRoute) {
+        if (route_slot >= 0) {
+          const int r = tl.row_begin + static_cast<int>(threadIdx.x);
+          p.route_sorted_slots_out[r] = route_slot;
+          if (p.route_sorted_weights_out != nullptr) p.route_sorted_weights_out[r] = p.topk_weights[route_slot];
+        }
+      }
     }
     if (rec != nullptr) rec[kPhaseLastIssue] = sm90::globaltimer_ns();
     sm90::cp_async_wait_all_groups();
