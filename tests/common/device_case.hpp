@@ -83,8 +83,9 @@ class DeviceCase {
   // One call captured in a CUDA graph on `stream` (Options::path = `path`) and replayed `replays`
   // times, out NaN-poisoned before each replay: each replay's out bits. A call that throws under
   // capture fails the test and gives no replay.
+  // With poison_ws the whole workspace is filled with 0xff before each replay.
   std::vector<std::vector<std::uint16_t>> replay_in_graph(std::int64_t M, CallMode mode, const std::string& path,
-                                                          cudaStream_t stream, int replays) {
+                                                          cudaStream_t stream, int replays, bool poison_ws = false) {
     Options o;
     o.backend = Backend::kCuda;
     o.stream = stream;
@@ -110,6 +111,7 @@ class DeviceCase {
     std::vector<std::vector<std::uint16_t>> outs;
     for (int r = 0; r < replays; ++r) {
       EXPECT_EQ(cudaSuccess, cudaMemsetAsync(args_.out.data, 0xff, static_cast<std::size_t>(M * spec_.K) * 2, stream));
+      if (poison_ws) EXPECT_EQ(cudaSuccess, cudaMemsetAsync(ws_.get(), 0xff, ws_bytes_, stream));
       EXPECT_EQ(cudaSuccess, cudaGraphLaunch(exec, stream));
       outs.push_back(fetch(M, stream));
     }
@@ -118,10 +120,14 @@ class DeviceCase {
     return outs;
   }
 
-  // Fill the whole workspace with 0xff bytes (before the next call: what a call reads there must
-  // be what it wrote, not a previous call's leftovers).
-  void poison_workspace(cudaStream_t stream = nullptr) {
-    if (ws_bytes_ > 0) EXPECT_EQ(cudaSuccess, cudaMemsetAsync(ws_.get(), 0xff, ws_bytes_, stream));
+  // Size the workspace for a call of M tokens (as run() does) and fill all of it with 0xff bytes:
+  // what the next call reads there must be what it wrote, not a previous call's leftovers.
+  void poison_workspace(std::int64_t M, CallMode mode, cudaStream_t stream = nullptr) {
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = stream;
+    prepare(M, mode, o);  // sizes the workspace (and poisons out, which the call poisons again)
+    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(ws_.get(), 0xff, ws_bytes_, stream));
   }
 
   // Poison out (and the routing outputs) and make sure the workspace is big enough.

@@ -72,11 +72,16 @@ struct GemmCase {
   // it must end as the float bits of the absmax of the owned rows as stored (NaN skipped).
   bool out_absmax = false;
   // GEMM1 on the token-major kernel: the routing in the kernel (GroupedGemmParams::route). The
-  // kernel gets the case's routing as ids (a slot no expert has is -1, masked, but the first such
-  // slot, which gets the bad id E + 3: dropped and recorded) instead of row_offsets / sorted_slots
-  // (then poisoned); the offsets, sorted slots and sorted router weights it writes must equal the
-  // host's, and the fault record must name the bad slot. Needs max_rows >= the slots (extra_rows).
+  // kernel gets the case's routing as ids instead of row_offsets / sorted_slots (then poisoned); a
+  // slot no expert has is -1 (masked), or with route_map the global id E (map entry -1: an expert
+  // on another rank); the first such slot carries route_bad: 0 nothing more, 1 the bad id E + 3,
+  // 2 (route_map) the id E + 1 whose map entry E + 7 is out of range. The offsets, sorted slots
+  // and sorted router weights the kernel writes must equal the host's (rows past the routed ones
+  // untouched), and the fault record must name the bad slot, or be empty. Needs max_rows >= the
+  // slots (extra_rows).
   bool route = false;
+  bool route_map = false;  // ids are global: E + 2 of them through an expert_map (identity below E)
+  int route_bad = 1;
   std::uint64_t seed = 1;
 
   bool gate_up() const { return epilogue == GemmEpilogue::kGateUpActivation; }
@@ -86,7 +91,8 @@ struct GemmCase {
        << " act_dtype=" << dtype_name(act_dtype) << " act=" << activation_name(act) << " bias=" << bias << "("
        << dtype_name(bias_dtype) << ") woi=" << weight_on_input << " out=" << dtype_name(out_dtype)
        << " k=" << top_k << " weights=" << weights << " E=" << rows.size() << " nan_a_row=" << nan_a_row
-       << " out_absmax=" << out_absmax << " route=" << route << " seed=" << seed;
+       << " out_absmax=" << out_absmax << " route=" << route << " route_map=" << route_map << " route_bad=" << route_bad
+       << " seed=" << seed;
     return os.str();
   }
 };
@@ -341,9 +347,22 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
     std::vector<std::int32_t> ids(static_cast<std::size_t>(S), -1);
     for (int e = 0; e < E; ++e)
       for (int r = offsets[e]; r < offsets[e + 1]; ++r) ids[static_cast<std::size_t>(sorted_slots[r])] = e;
+    std::vector<std::int32_t> map;  // route_map: global id g -> g below E, -1 for E and E + 1
+    if (c.route_map) {
+      map.assign(static_cast<std::size_t>(E + 2), -1);
+      for (int e = 0; e < E; ++e) map[static_cast<std::size_t>(e)] = e;
+      for (auto& id : ids)
+        if (id < 0) id = E;  // remote
+    }
     for (std::int64_t sl = 0; sl < S && bad_slot < 0; ++sl)
-      if (ids[static_cast<std::size_t>(sl)] < 0) bad_slot = sl;
-    if (bad_slot >= 0) ids[static_cast<std::size_t>(bad_slot)] = E + 3;
+      if (ids[static_cast<std::size_t>(sl)] < 0 || ids[static_cast<std::size_t>(sl)] >= E) bad_slot = sl;
+    if (bad_slot >= 0 && c.route_bad == 1) ids[static_cast<std::size_t>(bad_slot)] = E + 3;
+    if (bad_slot >= 0 && c.route_bad == 2) {
+      EXPECT_TRUE(c.route_map) << "route_bad = 2 needs route_map";
+      ids[static_cast<std::size_t>(bad_slot)] = E + 1;
+      map[static_cast<std::size_t>(E + 1)] = E + 7;
+    }
+    if (c.route_bad == 0) bad_slot = -1;
     d_off_out = static_cast<std::int32_t*>(arena.alloc((E + 1) * 4));
     d_slots_out = static_cast<std::int32_t*>(arena.alloc(static_cast<std::size_t>(S) * 4));
     d_wts_out = static_cast<float*>(arena.alloc(static_cast<std::size_t>(S) * 4));
@@ -359,7 +378,8 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
     p.sorted_slots = poisoned_slots;
     p.sorted_weights = nullptr;
     p.route.ids = arena.upload(ids);
-    p.route.experts_global = E;
+    p.route.expert_map = c.route_map ? arena.upload(map) : nullptr;
+    p.route.experts_global = c.route_map ? E + 2 : E;
     p.route.slots = S;
     p.route.offsets_out = d_off_out;
     p.route.sorted_slots_out = d_slots_out;
@@ -383,26 +403,38 @@ void run_gemm_case(const GemmCase& c, Launch&& launch, GemmRun* result = nullptr
     EXPECT_TRUE(download<std::int32_t>(d_off_out, E + 1) == offsets) << "route: the expert offsets differ";
     const std::vector<std::int32_t> slots_got = download<std::int32_t>(d_slots_out, static_cast<std::size_t>(S));
     const std::vector<float> wts_got = download<float>(d_wts_out, static_cast<std::size_t>(S));
+    // Rows past the routed ones keep the poison (slot -1, weight bytes 0xff), as do all the
+    // weights when the kernel is given no weights to copy.
+    const float poison_wt = [] {
+      float f;
+      std::uint32_t b = 0xffffffffu;
+      std::memcpy(&f, &b, 4);
+      return f;
+    }();
     std::int64_t wrong = 0;
-    for (std::int64_t r = 0; r < P; ++r) {
-      const bool slot_ok = slots_got[static_cast<std::size_t>(r)] == sorted_slots[static_cast<std::size_t>(r)];
-      const bool wt_ok = p.topk_weights == nullptr ||
-                         std::memcmp(&wts_got[static_cast<std::size_t>(r)], &sorted_weights[static_cast<std::size_t>(r)], 4) == 0;
+    for (std::int64_t r = 0; r < S; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      const bool routed = r < P;
+      const std::int32_t want_slot = routed ? sorted_slots[i] : -1;
+      const float want_wt = routed && p.topk_weights != nullptr ? sorted_weights[i] : poison_wt;
+      const bool slot_ok = slots_got[i] == want_slot;
+      const bool wt_ok = std::memcmp(&wts_got[i], &want_wt, 4) == 0;
       if ((!slot_ok || !wt_ok) && wrong++ < 5)
-        ADD_FAILURE() << "route: sorted row " << r << " slot " << slots_got[static_cast<std::size_t>(r)] << " (want "
-                      << sorted_slots[static_cast<std::size_t>(r)] << ")" << (wt_ok ? "" : ", its router weight differs");
+        ADD_FAILURE() << "route: sorted row " << r << " slot " << slots_got[i] << " (want " << want_slot << ")"
+                      << (wt_ok ? "" : ", its router weight differs");
     }
     EXPECT_EQ(wrong, 0) << "route: sorted rows differ";
     Fault f;
     const bool faulted = take_kernel_fault(&f);
     if (bad_slot >= 0) {
-      EXPECT_TRUE(faulted) << "route: the bad id at slot " << bad_slot << " was not recorded";
+      EXPECT_TRUE(faulted) << "route: the bad entry at slot " << bad_slot << " was not recorded";
       if (faulted) {
-        EXPECT_EQ(f.tensor, FaultTensor::kTopkIds);
+        EXPECT_EQ(f.tensor, c.route_bad == 1 ? FaultTensor::kTopkIds : FaultTensor::kExpertMap);
         EXPECT_EQ(f.row, bad_slot / k);
         EXPECT_EQ(f.slot, bad_slot % k);
-        EXPECT_EQ(f.value, E + 3);
-        EXPECT_EQ(f.bound, E);
+        EXPECT_EQ(f.value, c.route_bad == 1 ? E + 3 : E + 7);
+        if (c.route_bad == 2) EXPECT_EQ(f.expert, E + 1);
+        EXPECT_EQ(f.bound, c.route_bad == 1 && c.route_map ? E + 2 : E);
       }
     } else {
       EXPECT_FALSE(faulted) << "route: a fault without a bad id: " << f.to_string();

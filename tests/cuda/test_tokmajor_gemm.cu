@@ -549,15 +549,22 @@ TEST(Sm90TokMajorGemm, RouteInKernelMatchesTheTables) {
   // GEMM1 with the routing in the kernel (GroupedGemmParams::route; docs/tokmajor.md "Routing in
   // GEMM1"): from the ids alone (row_offsets and sorted_slots poisoned), the output bit for bit the
   // one from the routing's tables, and the tables it writes for GEMM2 equal to the host's (the
-  // harness checks them, and the fault record of the case's bad id). Experts of 0, 1, 127, 128,
-  // 129 and 300 rows (token tiles of 128), two and three column tiles, a K tail, bf16 and fp16,
-  // bias and swiglu_oai; under each schedule and cluster size, with and without early weights.
+  // harness checks them, rows past the routed ones untouched, and GEMM1's own fault record: a bad
+  // id, a bad expert_map entry among remote (-1) entries, or remote entries only and no fault).
+  // Experts of 0, 1, 127, 128, 129 and 300 rows (token tiles of 128), two and three column tiles,
+  // a K tail, bf16 and fp16, bias and swiglu_oai; under each schedule and cluster size, with and
+  // without early weights.
   struct Sched {
     int cluster;
     const char* schedule;
     const char* early;
   };
   const Sched scheds[] = {{1, "dynamic", "1"}, {1, "dynamic", "0"}, {1, "static", "0"}, {2, "static", "0"}};
+  struct Ids {
+    bool map;
+    int bad;
+  };
+  const Ids id_forms[] = {{false, 1}, {true, 2}, {true, 0}};
   std::vector<Case> cases;
   {
     Case c = gemm1(Scheme::kBf16, 256, 1056);
@@ -583,17 +590,23 @@ TEST(Sm90TokMajorGemm, RouteInKernelMatchesTheTables) {
       Case plain = c;
       plain.cluster = sc.cluster;
       plain.dynamic = sc.cluster == 1 && std::strcmp(sc.schedule, "dynamic") == 0;
-      Case routed = plain;
-      routed.route = true;
-      SCOPED_TRACE(std::string("schedule ") + sc.schedule + ", early " + sc.early);
-      std::vector<float> from_tables, from_ids;
+      std::vector<float> from_tables;
       run_case(plain, &from_tables);
-      const int before = moekit::cuda::tokmajor_route_launches();
-      run_case(routed, &from_ids);
-      EXPECT_EQ(moekit::cuda::tokmajor_route_launches(), before + 1) << "the launch did not route";
-      ASSERT_EQ(from_tables.size(), from_ids.size());
-      EXPECT_EQ(0, std::memcmp(from_tables.data(), from_ids.data(), from_ids.size() * sizeof(float)))
-          << "the routing in the kernel changed the output";
+      for (const Ids& form : id_forms) {
+        Case routed = plain;
+        routed.route = true;
+        routed.route_map = form.map;
+        routed.route_bad = form.bad;
+        SCOPED_TRACE(std::string("schedule ") + sc.schedule + ", early " + sc.early + ", expert_map " +
+                     (form.map ? "yes" : "no") + ", bad entry " + std::to_string(form.bad));
+        std::vector<float> from_ids;
+        const int before = moekit::cuda::tokmajor_route_launches();
+        run_case(routed, &from_ids);
+        EXPECT_EQ(moekit::cuda::tokmajor_route_launches(), before + 1) << "the launch did not route";
+        ASSERT_EQ(from_tables.size(), from_ids.size());
+        EXPECT_EQ(0, std::memcmp(from_tables.data(), from_ids.data(), from_ids.size() * sizeof(float)))
+            << "the routing in the kernel changed the output";
+      }
     }
   }
 }

@@ -33,7 +33,7 @@ Options cuda_options() {
 // poisoned first, so that GEMM2 cannot read tables a previous call's routing launch left there.
 std::vector<std::uint16_t> run_route(DeviceCase& d, std::int64_t M, const char* route, bool* routed) {
   ScopedEnv env("MOEKIT_TOKMAJOR_ROUTE", route);
-  d.poison_workspace();
+  d.poison_workspace(M, CallMode::kFusedExperts);
   const int before = cuda::tokmajor_route_launches();
   std::vector<std::uint16_t> out = d.run(M, CallMode::kFusedExperts, "tokmajor");
   *routed = cuda::tokmajor_route_launches() == before + 1;
@@ -99,6 +99,7 @@ std::vector<RouteCase> route_cases() {
 
 TEST(Sm90TokmajorRoute, MatchesTheRoutingLaunchBitwise) {
   SKIP_WITHOUT_SM90();
+  take_fault(nullptr, cuda_options());
   for (const RouteCase& rc : route_cases()) {
     MoeCase c = make_case(rc.spec);
     DeviceCase d(c);
@@ -114,6 +115,9 @@ TEST(Sm90TokmajorRoute, MatchesTheRoutingLaunchBitwise) {
       EXPECT_TRUE(in_gemm1 == again) << what << ": two runs differ";
       EXPECT_TRUE(rows_match(to_float(in_gemm1, rc.spec.act_dtype), reference_rows(c, 0, M), rc.spec.K, Scheme::kBf16,
                              "routing in GEMM1, " + what));
+      // No bad id or entry here (remote experts' -1 entries are not faults): nothing recorded.
+      Fault f;
+      EXPECT_FALSE(take_fault(&f, cuda_options())) << what << ": " << f.to_string();
     }
   }
 }
@@ -136,8 +140,8 @@ TEST(Sm90TokmajorRoute, GraphReplayEqualsEager) {
   const int before = cuda::tokmajor_route_launches();
   const std::vector<std::uint16_t> eager = d.run(96, CallMode::kFusedExperts, "tokmajor", stream);
   ASSERT_EQ(cuda::tokmajor_route_launches(), before + 1) << "the eager call did not route in GEMM1";
-  d.poison_workspace(stream);  // the graph's memset and GEMM1 must rebuild what GEMM2 reads
-  const auto replays = d.replay_in_graph(96, CallMode::kFusedExperts, "tokmajor", stream, 3);
+  // The workspace poisoned before every replay: the graph's memset and GEMM1 rebuild what GEMM2 reads.
+  const auto replays = d.replay_in_graph(96, CallMode::kFusedExperts, "tokmajor", stream, 3, /*poison_ws=*/true);
   EXPECT_EQ(cuda::tokmajor_route_launches(), before + 2) << "the captured call did not route in GEMM1";
   ASSERT_EQ(replays.size(), 3u);
   for (const auto& r : replays) EXPECT_TRUE(r == eager) << "a replay differs from the eager call";
@@ -167,6 +171,7 @@ TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
   take_fault(nullptr, cuda_options());
   bool routed = true;
   const std::vector<std::uint16_t> launch = run_route(d, s.M, "0", &routed);
+  EXPECT_FALSE(routed);
   Fault f_launch;
   ASSERT_TRUE(take_fault(&f_launch, cuda_options())) << "the routing launch did not record the bad id";
   const std::vector<std::uint16_t> in_gemm1 = run_route(d, s.M, "1", &routed);
@@ -187,6 +192,7 @@ TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
   ASSERT_EQ(cudaSuccess, cudaMemcpy(a.expert_map.data, map.data(), map.size() * 4, cudaMemcpyHostToDevice));
   take_fault(nullptr, cuda_options());
   const std::vector<std::uint16_t> launch2 = run_route(d, s.M, "0", &routed);
+  EXPECT_FALSE(routed);
   ASSERT_TRUE(take_fault(nullptr, cuda_options())) << "the routing launch did not record the bad map entry";
   const std::vector<std::uint16_t> in_gemm1_2 = run_route(d, s.M, "1", &routed);
   ASSERT_TRUE(routed);

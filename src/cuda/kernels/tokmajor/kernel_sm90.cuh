@@ -359,7 +359,7 @@ struct TokMajor {
   // a warp. The first column tile's unit also writes its rows' slots and router weights to the
   // sorted lists GEMM2 reads (every unit with rows of an expert's token tile has a column tile 0):
   // the return is this thread's row's slot there (-1: none), which produce() writes, with its
-  // router weight, once the unit's loads are issued (the weight's load would hold the A gather).
+  // router weight, once the unit's loads are issued.
   static __device__ int place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
     const int t = threadIdx.x;  // 0..127
     const int warp = t >> 5, lane = t & 31;
@@ -500,9 +500,13 @@ struct TokMajor {
       const int nks = unit_stages(p, tl, early);
       const int brow0 = box_row(p, tl.col, 0), brow1 = box_row(p, tl.col, 1);
       if (first_unit) rec[kPhaseUnitFound] = sm90::globaltimer_ns();
-      int route_slot = -1;  // kRoute: this thread's row's slot for GEMM2's sorted lists (place_unit_slots)
+      // kRoute: this thread's row's slot for GEMM2's sorted lists (place_unit_slots) and its router
+      // weight, loaded now and stored after the unit's loads are issued (a load waits where it is used).
+      int route_slot = -1;
+      float route_weight = 0.0f;
       if constexpr (kRoute) {
         if (tl.count > 0) route_slot = place_unit_slots(p, s, tl);
+        if (route_slot >= 0 && p.route_sorted_weights_out != nullptr) route_weight = p.topk_weights[route_slot];
       }
       // A row of each tile row this thread copies; -1 past the tile's rows (those rows are
       // skipped: wgmma rows are independent, and the epilogue drops them).
@@ -603,7 +607,7 @@ struct TokMajor {
         if (route_slot >= 0) {
           const int r = tl.row_begin + static_cast<int>(threadIdx.x);
           p.route_sorted_slots_out[r] = route_slot;
-          if (p.route_sorted_weights_out != nullptr) p.route_sorted_weights_out[r] = p.topk_weights[route_slot];
+          if (p.route_sorted_weights_out != nullptr) p.route_sorted_weights_out[r] = route_weight;
         }
       }
     }
