@@ -27,6 +27,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/slot_routing.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/kernels/decode/config.hpp"
@@ -930,56 +931,13 @@ struct Decode {
     const int E = p.num_experts;
     for (int i = tid; i < E; i += kThreads) s.cur[i] = 0;
     __syncthreads();
-    // The local expert of every slot (-1: out of range, or not on this rank). A thread's slots
-    // sl = tid + j * kThreads go kIdBatch at a time, each batch's id loads and then its expert_map
-    // loads issued before any is used: one round of dependent global loads (~1 µs each after the
-    // L2 flush) per kIdBatch * kThreads slots instead of per kThreads.
-    constexpr int kIdBatch = 4;
-    bool bad = false;
-    for (int s0 = tid; s0 < P; s0 += kIdBatch * kThreads) {
-      int id[kIdBatch], e[kIdBatch];
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const int sl = s0 + j * kThreads;
-        id[j] = sl < P ? p.topk_ids[sl] : -1;
-      }
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const bool in = id[j] >= 0 && id[j] < p.num_experts_global;
-        e[j] = !in ? -1 : p.expert_map != nullptr ? p.expert_map[id[j]] : id[j];
-      }
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const int sl = s0 + j * kThreads;
-        if (sl < P) {
-          const bool in = id[j] >= 0 && id[j] < p.num_experts_global;
-          int ej = e[j];
-          if (!in || ej < 0 || ej >= E) {
-            // What the loop below records: an id out of range but -1 (a masked slot), a map entry
-            // out of range but -1 (an expert on another rank); the common drops cost nothing.
-            bad = bad || (in ? ej != -1 : id[j] != -1);
-            ej = -1;
-          }
-          s.slot_e[sl] = ej;
-          if (ej >= 0) atomicAdd(s.cur + ej, 1);
-        }
-      }
-    }
-    // A bad id or map entry drops the slot (above) and is recorded (CTA 0; every CTA sees the
-    // same; the kDown launch of a split call routes the same ids again and records nothing).
-    if (bad && blockIdx.x == 0 && !kDownHalf) {
-      for (int sl = tid; sl < P; sl += kThreads) {
-        const int i = p.topk_ids[sl];
-        if (i >= 0 && i < p.num_experts_global) {
-          if (p.expert_map != nullptr) {
-            const int m = p.expert_map[i];
-            if (m < 0 || m >= E) record_map_fault(p.faults, sl / p.top_k, sl % p.top_k, i, m, E);
-          }
-        } else {
-          record_id_fault(p.faults, sl / p.top_k, sl % p.top_k, i, p.num_experts_global);
-        }
-      }
-    }
+    // The local expert of every slot (-1: dropped) and the slots of each (common/slot_routing.cuh);
+    // a bad id or map entry is recorded by CTA 0 (every CTA sees the same; the kDown launch of a
+    // split call routes the same ids again and records nothing).
+    const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, P, p.num_experts_global, E, tid, kThreads,
+                                                 s.slot_e, s.cur);
+    if (bad && blockIdx.x == 0 && !kDownHalf)
+      slot_routing::record_faults(p.topk_ids, p.expert_map, P, p.num_experts_global, E, p.top_k, p.faults, tid, kThreads);
     __syncthreads();
     // Offsets and the work-item prefix (warp 0, 32 experts a step). Each item's consumers place
     // its slots themselves (gather_slots).
@@ -1017,38 +975,16 @@ struct Decode {
   }
 
   // Consumers, at an item's start: its slots, ranks [row_begin - off[e], + count) of expert e's
-  // slots in ascending slot order, into sorted[row_begin ..]. Every CTA and cluster rank takes the
-  // same ones for the same item. Warp w of the consumer warpgroup owns a quarter of the slot list,
-  // a multiple of 32 slots: it counts e's slots there (ballots over slot_e), the four counts give
-  // each warp its first rank, and the warps whose ranks meet the item's place theirs. 2 x P / 128
-  // rounds a warp (P = 4096: 64), not the P / 32 rounds of one warp placing every slot of the call.
+  // slots in ascending slot order, into sorted[row_begin ..] (slot_routing::place_window: two
+  // ballot passes of the four consumer warps, 2 P / 128 rounds a warp, not the P / 32 rounds of
+  // one warp placing every slot of the call). Every CTA and cluster rank takes the same ones.
   static __device__ void gather_slots(const DecodeParams& p, const Smem& s, const Item& it) {
     const int t = threadIdx.x - (kThreads - kConsumerThreads);
-    const int warp = t >> 5, lane = t & 31;
-    const int P = p.num_tokens * p.top_k;
-    const int per = (P + kConsumerThreads - 1) / kConsumerThreads * 32;
-    const int b = warp * per, end = min(P, b + per);
-    int n = 0;
-    for (int base = b; base < end; base += 32) {
-      const int sl = base + lane;
-      n += __popc(__ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == it.e));
-    }
-    if (lane == 0) s.warp_rows[warp] = n;
-    consumer_sync();
-    int rank = 0;  // e's slots in the warps before this one
-    for (int v = 0; v < warp; ++v) rank += s.warp_rows[v];
     const int e_begin = s.off[it.e];
-    const int r0 = it.row_begin - e_begin, r1 = r0 + it.count;
-    if (rank < r1 && rank + n > r0) {
-      for (int base = b; base < end && rank < r1; base += 32) {
-        const int sl = base + lane;
-        const unsigned m = __ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == it.e);
-        const int r = rank + __popc(m & ((1u << lane) - 1u));
-        if (((m >> lane) & 1u) && r >= r0 && r < r1) s.sorted[e_begin + r] = sl;
-        rank += __popc(m);
-      }
-    }
-    consumer_sync();  // the slots are placed; warp_rows may be rewritten by the next item
+    const int r0 = it.row_begin - e_begin;
+    // Begins and ends with a consumer barrier: warp_rows and sorted are free for the next item.
+    slot_routing::place_window(s.slot_e, p.num_tokens * p.top_k, it.e, r0, r0 + it.count, t, kConsumerBarrier,
+                               s.warp_rows, s.sorted + it.row_begin);
   }
 
   // Consumers, at kernel entry: the call's token rows and router weights into L2 (config.hpp,

@@ -16,8 +16,8 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/slot_routing.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp.cuh"
 #include "cuda/common/wgmma.cuh"
@@ -276,60 +276,18 @@ struct TokMajor {
 
   // ---- kRoute: the routing in the kernel (GEMM1 of a chain without the routing launch) ----
   // Every thread, in place of load_expert_offsets: each slot's local expert into slot_e and the
-  // expert offsets into off, from the call's ids (every CTA derives the same). A thread's slots go
-  // kIdBatch at a time, the batch's id loads and then its map loads issued before any is used:
-  // one round of dependent global loads per kIdBatch * kThreads slots. CTA 0 records bad ids and
-  // map entries (their slots are dropped, as the routing launch drops them) and writes the offsets
-  // for GEMM2.
+  // expert offsets into off, from the call's ids (common/slot_routing.cuh; every CTA derives the
+  // same). CTA 0 records bad ids and map entries (their slots are dropped, as the routing launch
+  // drops them) and writes the offsets for GEMM2.
   static __device__ void route_table(const KernelParams& p, const Smem& s) {
     const int tid = threadIdx.x;
     const int P = p.route_slots, E = p.num_experts, Eg = p.route_experts_global;
     for (int i = tid; i <= E; i += kThreads) s.off[i] = 0;
     __syncthreads();
-    constexpr int kIdBatch = 4;
-    bool bad = false;
-    for (int s0 = tid; s0 < P; s0 += kIdBatch * kThreads) {
-      int id[kIdBatch], e[kIdBatch];
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const int sl = s0 + j * kThreads;
-        id[j] = sl < P ? p.route_ids[sl] : -1;
-      }
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const bool in = id[j] >= 0 && id[j] < Eg;
-        e[j] = !in ? -1 : p.route_map != nullptr ? p.route_map[id[j]] : id[j];
-      }
-#pragma unroll
-      for (int j = 0; j < kIdBatch; ++j) {
-        const int sl = s0 + j * kThreads;
-        if (sl < P) {
-          const bool in = id[j] >= 0 && id[j] < Eg;
-          int ej = e[j];
-          if (!in || ej < 0 || ej >= E) {
-            // What the loop below records: an id out of range but -1 (a masked slot), a map entry
-            // out of range but -1 (an expert on another rank); the common drops cost nothing.
-            bad = bad || (in ? ej != -1 : id[j] != -1);
-            ej = -1;
-          }
-          s.slot_e[sl] = static_cast<std::int16_t>(ej);
-          if (ej >= 0) atomicAdd(s.off + ej + 1, 1);  // off[e + 1]: expert e's count, for now
-        }
-      }
-    }
-    if (bad && blockIdx.x == 0) {
-      for (int sl = tid; sl < P; sl += kThreads) {
-        const int i = p.route_ids[sl];
-        if (i >= 0 && i < Eg) {
-          if (p.route_map != nullptr) {
-            const int m = p.route_map[i];
-            if (m < 0 || m >= E) record_map_fault(p.route_faults, sl / p.top_k, sl % p.top_k, i, m, E);
-          }
-        } else {
-          record_id_fault(p.route_faults, sl / p.top_k, sl % p.top_k, i, Eg);
-        }
-      }
-    }
+    // off[e + 1]: expert e's slots, for now (common/slot_routing.cuh).
+    const bool bad = slot_routing::map_and_count(p.route_ids, p.route_map, P, Eg, E, tid, kThreads, s.slot_e, s.off + 1);
+    if (bad && blockIdx.x == 0)
+      slot_routing::record_faults(p.route_ids, p.route_map, P, Eg, E, p.top_k, p.route_faults, tid, kThreads);
     __syncthreads();
     // The counts become offsets: warp 0, an inclusive scan of 32 experts a step.
     if (tid < 32) {
@@ -352,41 +310,17 @@ struct TokMajor {
   }
 
   // kRoute, the producer warpgroup at each unit with rows: the unit's slots, ranks [row_begin -
-  // off[e], + count) of expert e's slots in slot order (what the routing launch's stable
-  // placement gives), into unit_slots by tile row. Producer warp w owns a share of the slot list
-  // (a multiple of 32): it counts e's slots there (ballots over slot_e), the four counts give each
-  // warp its first rank, and the warps whose ranks meet the unit's place theirs: 2 P / 128 rounds
-  // a warp. The first column tile's unit also writes its rows' slots and router weights to the
-  // sorted lists GEMM2 reads (every unit with rows of an expert's token tile has a column tile 0):
-  // the return is this thread's row's slot there (-1: none), which produce() writes, with its
-  // router weight, once the unit's loads are issued.
+  // off[e], + count) of expert e's slots in slot order (the routing launch's stable order), into
+  // unit_slots by tile row (slot_routing::place_window). The first column tile's unit also writes
+  // its rows' slots and router weights to the sorted lists GEMM2 reads (every unit with rows of an
+  // expert's token tile has a column tile 0): the return is this thread's row's slot there (-1:
+  // none), which produce() writes, with its router weight, once the unit's loads are issued.
   static __device__ int place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
     const int t = threadIdx.x;  // 0..127
-    const int warp = t >> 5, lane = t & 31;
-    const int P = p.route_slots;
-    const int per = (P + kProducerThreads - 1) / kProducerThreads * 32;
-    const int b = warp * per, end = min(P, b + per);
-    int n = 0;
-    for (int base = b; base < end; base += 32) {
-      const int sl = base + lane;
-      n += __popc(__ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == tl.e));
-    }
-    // Every producer thread is past its reads of the previous unit's unit_slots and warp_rows.
-    if (lane == 0) s.warp_rows[warp] = n;
-    sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
-    int rank = 0;  // e's slots in the shares before this warp's
-    for (int v = 0; v < warp; ++v) rank += s.warp_rows[v];
-    const int r0 = tl.row_begin - s.off[tl.e], r1 = r0 + tl.count;
-    if (rank < r1 && rank + n > r0) {
-      for (int base = b; base < end && rank < r1; base += 32) {
-        const int sl = base + lane;
-        const unsigned m = __ballot_sync(0xffffffffu, sl < end && s.slot_e[sl] == tl.e);
-        const int r = rank + __popc(m & ((1u << lane) - 1u));
-        if (((m >> lane) & 1u) && r >= r0 && r < r1) s.unit_slots[r - r0] = sl;
-        rank += __popc(m);
-      }
-    }
-    sm90::named_barrier_sync(kProducerBarrier, kProducerThreads);
+    // Begins and ends with a producer barrier: unit_slots is free of the previous unit's reads.
+    const int r0 = tl.row_begin - s.off[tl.e];
+    slot_routing::place_window(s.slot_e, p.route_slots, tl.e, r0, r0 + tl.count, t, kProducerBarrier, s.warp_rows,
+                               s.unit_slots);
     return tl.col == 0 && t < tl.count ? s.unit_slots[t] : -1;
   }
 
