@@ -983,6 +983,7 @@ struct Decode {
     const int e_begin = s.off[it.e];
     const int r0 = it.row_begin - e_begin;
     // Begins and ends with a consumer barrier: warp_rows and sorted are free for the next item.
+    static_assert(kConsumerThreads == 128, "place_window runs on one warpgroup");
     slot_routing::place_window(s.slot_e, p.num_tokens * p.top_k, it.e, r0, r0 + it.count, t, kConsumerBarrier,
                                s.warp_rows, s.sorted + it.row_begin);
   }

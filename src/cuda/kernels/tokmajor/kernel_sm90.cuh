@@ -318,6 +318,7 @@ struct TokMajor {
   static __device__ int place_unit_slots(const KernelParams& p, const Smem& s, const Tile& tl) {
     const int t = threadIdx.x;  // 0..127
     // Begins and ends with a producer barrier: unit_slots is free of the previous unit's reads.
+    static_assert(kProducerThreads == 128, "place_window runs on one warpgroup");
     const int r0 = tl.row_begin - s.off[tl.e];
     slot_routing::place_window(s.slot_e, p.route_slots, tl.e, r0, r0 + tl.count, t, kProducerBarrier, s.warp_rows,
                                s.unit_slots);
