@@ -577,7 +577,7 @@ void run_moe(const detail::MoeCall& call) {
   // themselves while their first weights stream, and write the offsets, the sorted slots and
   // weights GEMM2 reads; a memset zeroes the GEMMs' tile counters, the routing launch's other
   // duty. MOEKIT_TOKMAJOR_ROUTE=0 keeps the routing launch, =1 drops it wherever GEMM1 can route
-  // (checked by can_implement before anything is enqueued).
+  // (checked before anything is enqueued).
   bool route_in_gemm1 = false;
   if (plan.gemm[0].impl == detail::GemmImpl::kTokmajor && !p.with_routing && !fp8) {
     const bool decode_sized = P <= 64 * static_cast<std::int64_t>(E);
@@ -592,7 +592,8 @@ void run_moe(const detail::MoeCall& call) {
       r.route.sorted_weights_out = g1.sorted_weights != nullptr ? slice<float>(ws, L.sorted_weights) : nullptr;
       r.route.faults = faults;
       std::string why;
-      route_in_gemm1 = can_implement_tokmajor_sm90(r, detail::log_dispatch_enabled() ? &why : nullptr);
+      // The router accepted g1 on the token-major kernel: only the route's own checks are left.
+      route_in_gemm1 = tokmajor_route_supported(r, detail::log_dispatch_enabled() ? &why : nullptr);
       if (route_in_gemm1) g1 = r;
       if (detail::log_dispatch_enabled())
         std::fprintf(stderr, "moekit: gemm1 %s\n",

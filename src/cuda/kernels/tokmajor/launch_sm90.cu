@@ -214,6 +214,11 @@ void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int l
 
 int tokmajor_route_launches() { return route_launches; }
 
+bool tokmajor_route_supported(const GroupedGemmParams& p, std::string* why) {
+  const std::string route_why = route_unsupported_reason(p);
+  return route_why.empty() || fail(why, route_why);
+}
+
 void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream) {
   launch_grouped_gemm_tokmajor_sm90(p, stream, 0);
 }

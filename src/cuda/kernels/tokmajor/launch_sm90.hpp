@@ -51,6 +51,12 @@ int tokmajor_units_per_take();
 /// nothing. The caller zeroes the buffer. Null turns it off (the default).
 void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches);
 
+// Whether GEMM1 can also take params.route (the routing in the kernel), for params that
+// can_implement_tokmajor_sm90 accepts without it: the route's own checks alone, so that run_moe
+// asks them per call without the whole can_implement again (the launch still checks all of it).
+// False with the reason in *why (if given); never throws.
+bool tokmajor_route_supported(const GroupedGemmParams& params, std::string* why);
+
 /// Tests only: how many launches on the calling thread ran GEMM1 with the routing in the kernel
 /// (GroupedGemmParams::route), so that a test knows its switch took effect.
 int tokmajor_route_launches();
