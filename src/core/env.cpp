@@ -47,6 +47,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_EARLY",
     "MOEKIT_TOKMAJOR_ROUTE",
     "MOEKIT_TOKMAJOR_TMA_A",
+    "MOEKIT_KSHORT_GEMM2",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

@@ -10,6 +10,7 @@
 #include "cuda/kernels/decode/params.hpp"
 #include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "cuda/kernels/gemv/params.hpp"
+#include "cuda/kernels/kshort/launch_sm90.hpp"
 #include "cuda/kernels/fused_moe/config.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"

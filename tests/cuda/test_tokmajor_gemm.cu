@@ -464,6 +464,125 @@ TEST(Sm90TokMajorGemm, PingPongMatchesTwoWarpgroupUnitsBitwise) {
   }
 }
 
+// The static K-short GEMM2 (src/cuda/kernels/kshort/) runs what token-major gives its ping-pong
+// consumers where MOEKIT_KSHORT_GEMM2=1: kshort_gemm2_cases without the bias and per-channel
+// cases (it declines those), and the shapes it adds: fp16 operands with fp32 y and
+// weight_on_input, four K stages a unit (deepseek-v3 bf16 TP8, N = 256), e4m3 with three, a last
+// column tile of 6 columns (n_out 1030), units that do not divide over the CTAs, a graph replay.
+std::vector<Case> kshort_static_cases() {
+  std::vector<Case> cases;
+  for (const Case& k : kshort_gemm2_cases())
+    if (!k.bias && k.scheme != Scheme::kFp8PerChannel) cases.push_back(k);
+  Case c = gemm2(Scheme::kBf16, 192, 262);
+  c.act_dtype = DType::kFp16;
+  c.rows = {1, 130, 65, 0, 7};
+  c.out_dtype = DType::kFp32;
+  c.weight_on_input = true;
+  c.seed = 31;
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 256, 7168);  // 4 K stages a unit (the deepest the kernel takes)
+  c.rows = {5, 0, 64, 65, 1, 128};
+  c.out_dtype = DType::kBf16;
+  c.weights = 1;
+  c.graph_replay = true;
+  c.seed = 32;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 384, 1030);  // 3 stages; 5 column tiles, the last of 6 columns
+  c.rows = {2, 63, 64, 0, 0, 129, 17};
+  c.out_dtype = DType::kBf16;
+  c.weights = 2;
+  c.seed = 33;
+  cases.push_back(c);
+  c = gemm2(Scheme::kFp8PerTensor, 96, 2048);  // qwen3-30b TP8 fp8: 128 experts, ~16 rows each
+  c.rows.assign(128, 0);
+  for (int e = 0; e < 128; ++e) c.rows[e] = (e * 29) % 33;
+  c.top_k = 8;
+  c.out_dtype = DType::kBf16;
+  c.weights = 2;
+  c.seed = 34;
+  cases.push_back(c);
+  // Three K stages a unit with several units a CTA (the case the two warpgroups' wait order
+  // matters most for: 3 of a 5-stage ring): qwen3-235b TP8's shape, bf16, ~1100 units.
+  c = gemm2(Scheme::kBf16, 192, 4096);
+  c.rows.assign(128, 0);
+  for (int e = 0; e < 128; ++e) c.rows[e] = (e * 13) % 9;
+  c.top_k = 8;
+  c.out_dtype = DType::kBf16;
+  c.weights = 2;
+  c.seed = 35;
+  cases.push_back(c);
+  for (Case& k : cases) {
+    k.cluster = 1;
+    k.dynamic = true;
+  }
+  return cases;
+}
+
+TEST(Sm90TokMajorGemm, KshortGemm2MatchesPingPongBitwise) {
+  SKIP_WITHOUT_SM90();
+  // The same wgmma over the same K stages and the same epilogue arithmetic as the ping-pong
+  // consumers, on other CTAs in another order: bit for bit the same output, and the reference's
+  // (run_gemm_case checks it, and that no row outside the routed ones was written). The switch
+  // must really have run it (its launch count) and left the tile counter alone.
+  moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", "1");
+  for (Case k : kshort_static_cases()) {
+    SCOPED_TRACE(k.describe());
+    std::vector<float> pp, ks, again;
+    {
+      moekit::testing::ScopedEnv off("MOEKIT_KSHORT_GEMM2", "0");
+      run_case(k, &pp);
+    }
+    {
+      moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
+      k.counter_unused = true;
+      const int before = moekit::cuda::kshort_gemm2_launches();
+      std::uint32_t counter = 1;
+      run_case(k, &ks, &counter);
+      // A graph replay case launches once more, into its capture.
+      EXPECT_EQ(moekit::cuda::kshort_gemm2_launches(), before + (k.graph_replay ? 2 : 1))
+          << "the static K-short GEMM2 did not run";
+      EXPECT_EQ(counter, 0u) << "the static K-short GEMM2 took units from the tile counter";
+      run_case(k, &again);
+    }
+    ASSERT_EQ(pp.size(), ks.size());
+    ASSERT_EQ(ks.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(pp.data(), ks.data(), pp.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(ks.data(), again.data(), ks.size() * sizeof(float)));
+  }
+  // What it declines (a bias, per-channel scales) still runs, on the ping-pong form: no launch of it.
+  moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
+  for (const Case& k : kshort_gemm2_cases()) {
+    if (!k.bias && k.scheme != Scheme::kFp8PerChannel) continue;
+    SCOPED_TRACE(k.describe());
+    const int before = moekit::cuda::kshort_gemm2_launches();
+    run_case(k);
+    EXPECT_EQ(moekit::cuda::kshort_gemm2_launches(), before) << "a declined case ran on the static K-short GEMM2";
+  }
+}
+
+TEST(Sm90TokMajorGemm, KshortGemm2Small) {
+  SKIP_WITHOUT_SM90();
+  // Small cases for compute-sanitizer (memcheck, racecheck; tools/scripts/gpu_check.sh): two
+  // K stages a unit (bf16) and one (e4m3) on a 5-stage ring; 10 row tiles x 28 column tiles = 280
+  // units over the SMs, so CTAs run 2 or 3 units: both consumer warpgroups, odd counts, the order
+  // barrier between them, the ring's wrap.
+  moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", "1");
+  moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
+  for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    Case c = gemm2(s, 96, 7168);
+    c.rows = {3, 0, 70, 1, 9, 64, 130, 40};
+    c.out_dtype = DType::kBf16;
+    c.weights = 2;
+    c.cluster = 1;
+    c.dynamic = true;
+    c.counter_unused = true;
+    SCOPED_TRACE(c.describe());
+    const int before = moekit::cuda::kshort_gemm2_launches();
+    run_case(c);
+    EXPECT_EQ(moekit::cuda::kshort_gemm2_launches(), before + 1);
+  }
+}
+
 TEST(Sm90TokMajorGemm, UnitsPerTakeMatchOneUnitBitwise) {
   SKIP_WITHOUT_SM90();
   // MOEKIT_TOKMAJOR_TAKE = n: the dynamic schedule's atomic takes n consecutive units where the

@@ -16,6 +16,7 @@
 
 #include "core/env.hpp"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
+#include "cuda/kernels/kshort/launch_sm90.hpp"
 #include "cuda/kernels/tokmajor/config.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "moekit/error.hpp"
@@ -275,6 +276,13 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
       kp.phase_ctas = g_phase_ctas.load(std::memory_order_acquire);
       kp.phases = buf + static_cast<std::int64_t>(slot) * kp.phase_ctas * tokmajor::kPhaseWords;
     }
+  }
+  // The static K-short GEMM2 (kshort/: contiguous unit ranges, no atomics, one TMA thread) in
+  // place of the ping-pong form, or of the two-warpgroup form at 4 K stages, for decode-sized
+  // GEMM2s where MOEKIT_KSHORT_GEMM2=1 asks for it and it can run the call.
+  if (!gate_up && (pingpong || p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts) && kshort_gemm2_wanted(p)) {
+    launch_kshort_gemm2_sm90(p, stream, pdl, kp.phases, kp.phase_ctas);
+    return;
   }
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than

@@ -1,0 +1,384 @@
+// The static K-short GEMM2 on sm_90a: GEMM2 of decode-sized calls whose reduction (the shard's
+// intermediate size N) is at most 512 bytes of K, on a persistent grid with no atomics and a small
+// code footprint.
+//
+// Work units are (expert e, token tile of 64 expert-sorted rows, column tile of 256 outputs),
+// expert-major, column tile fastest; an expert with r rows has ceil(r / 64) x column-tiles units.
+// Each CTA takes one contiguous range of units (CTA b of G: [U b / G, U (b + 1) / G) of the U
+// units), so every CTA streams the same number of weight bytes to within one unit, and a range
+// runs through an expert's column tiles in order. Its units are known from the expert table alone:
+// thread 0 issues each unit's TMA boxes (A rows, two weight boxes a stage of 128 bytes of K) as
+// soon as a ring stage is free, without waiting on any other thread or on a counter, and the two
+// consumer warpgroups run every second unit each (wgmma m64n256, then the epilogue), one's
+// epilogue overlapping the other's main loop.
+//
+// The math of a unit is token-major's ping-pong GEMM2 (tokmajor/kernel_sm90.cuh, consume_pingpong
+// and scatter_epilogue) instruction for instruction where it matters for the bits: the same wgmma
+// (m64n256k16 / k32) over the same zero-padded 128-byte K stages in the same order, the same
+// per-row factor (a_scale x b_scale[e], then x the router weight unless weight_on_input) and the
+// same rounding of y; so the two give the same bytes (tested). Epilogue inputs it does not take:
+// biases, per-channel and block128 scales (launch_sm90.cu declines them; token-major runs those).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/gemm_common/expert_table.cuh"
+#include "cuda/kernels/gemm_common/params.hpp"
+#include "cuda/kernels/kshort/config.hpp"
+#include "cuda/kernels/kshort/params.hpp"
+#include "cuda/kernels/tokmajor/params.hpp"  // PhaseWord: the phase timer's stamps
+
+namespace moekit::cuda::kshort {
+
+// A unit's expert, column tile and rows.
+struct Unit {
+  int e;
+  int col;
+  int row_begin;  // first expert-sorted row
+  int count;      // rows, 1..64
+};
+
+// This CTA's phase-timer record (tests only), or null.
+__device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
+  return p.phases != nullptr && static_cast<int>(blockIdx.x) < p.phase_ctas
+             ? p.phases + static_cast<std::int64_t>(blockIdx.x) * tokmajor::kPhaseWords
+             : nullptr;
+}
+
+template <Operand kOp>
+struct KShort {
+  using Tag = typename sm90::TagOf<kOp>::type;
+  static constexpr int kAcc = kBlockN / 2;  // fp32 accumulators per consumer thread (m64n256)
+  static constexpr int kElemBytes = kOp == Operand::kE4m3 ? 1 : 2;
+
+  struct Smem {
+    std::uint32_t tiles;      // stage s: A [64 rows][128 B] at s * kStageBytes, then B [256 rows][128 B]
+    std::uint32_t full;       // barrier addresses (8 bytes apart)
+    std::uint32_t empty;
+    std::uint8_t* out_stage;  // kOutStageWarpBytes per consumer warp
+    int* off;                 // [E+1] row offsets
+    int* prefix;              // [E+1] units of the experts before e
+    int stages;
+  };
+
+  // Unit u of the call (u < prefix[E]); `hint` is the caller's previous unit's expert (-1 at
+  // first) and becomes this one's. One division by the column tiles; no search inside an expert.
+  static __device__ __forceinline__ Unit unit_of(const KernelParams& p, const Smem& s, int u, int& hint) {
+    gemm_common::find_expert_from(u, s.prefix, p.num_experts, hint);
+    const int e = hint;
+    const int local = u - s.prefix[e];
+    const int tile = local / p.num_col_tiles;
+    Unit t;
+    t.e = e;
+    t.col = local - tile * p.num_col_tiles;
+    t.row_begin = s.off[e] + tile * kBlockM;
+    t.count = min(kBlockM, s.off[e + 1] - t.row_begin);
+    return t;
+  }
+
+  // This CTA's units [lo, hi): the b-th of gridDim.x contiguous, near-equal shares.
+  static __device__ __forceinline__ void range(const KernelParams& p, const Smem& s, int& lo, int& hi) {
+    const long long units = s.prefix[p.num_experts];
+    lo = static_cast<int>(units * blockIdx.x / gridDim.x);
+    hi = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
+  }
+
+  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase, int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  // ---- thread 0: every TMA of the CTA's units, a stage as soon as it is free ----
+  static __device__ void produce(const KernelParams& p, const Smem& s, int lo, int hi) {
+    int stage = 0, hint = -1;
+    std::uint32_t phase = 0;
+    std::uint64_t* rec = phase_record(p);  // phase timer (tests only)
+    if (rec != nullptr) rec[tokmajor::kPhaseUnits] = static_cast<std::uint64_t>(hi - lo);
+    for (int u = lo; u < hi; ++u) {
+      const Unit t = unit_of(p, s, u, hint);
+      const int brow = t.col * kBlockN;
+      if (rec != nullptr && u == lo) rec[tokmajor::kPhaseUnitFound] = rec[tokmajor::kPhaseFirstIssue] = sm90::globaltimer_ns();
+      for (int kb = 0; kb < p.num_k_stages; ++kb) {
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        const std::uint32_t full = s.full + 8 * stage;
+        const std::uint32_t dst = s.tiles + stage * kStageBytes;
+        const int k0 = kb * (kKBlockBytes / kElemBytes);  // K coordinate in elements
+        // Every box completes its whole size (zeros past max_rows, K and the weights' rows count).
+        sm90::mbar_arrive_expect_tx(full, kStageBytes);
+        sm90::tma_load_3d(dst, &p.tmap_a, full, k0, t.row_begin, 0);
+        sm90::tma_load_3d(dst + kATileBytes, &p.tmap_b, full, k0, brow, t.e);
+        sm90::tma_load_3d(dst + kATileBytes + kBoxRows * kKBlockBytes, &p.tmap_b, full, k0, brow + kBoxRows, t.e);
+        next_stage(stage, phase, s.stages);
+      }
+    }
+    if (rec != nullptr) rec[tokmajor::kPhaseLastIssue] = sm90::globaltimer_ns();
+  }
+
+  // A consumer warp is done reading `stage` (its wgmma reads completed).
+  static __device__ __forceinline__ void release(const Smem& s, int stage, int lane) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+  }
+
+  // ---- consumer warpgroups: warpgroup wg runs units lo + wg, lo + wg + 2, ... ----
+  // Unit j of the range fills ring positions j * KB .. j * KB + KB - 1 (KB = num_k_stages, all
+  // units alike), so warpgroup wg's next unit starts 2 KB positions after its last one; only its 4
+  // warps release a stage (empty barriers count 4). The two wait on the ring in unit order: a
+  // warpgroup's first data wait of unit j comes after the other passed its data waits of unit
+  // j - 1 (named barrier kOrderBarrier + wg: the other arrives, this one syncs; an arrival only
+  // where the other has a next unit, so none is left pending). Every position before the one
+  // waited on has then been seen complete, and the producer cannot refill that position's stage
+  // before this warpgroup releases it (KB < stages): each wait is on the barrier's current phase.
+  // Without the order, a slow TMA of the other's unit j - 1 could leave the stage one phase
+  // behind, and a parity wait would pass on the phase before it.
+  static __device__ void consume(const KernelParams& p, const Smem& s, int lo, int hi) {
+    const int ct = threadIdx.x - kProducerThreads;  // 0..255
+    const int wg = ct >> 7;
+    const int warp = (ct >> 5) & 3, lane = ct & 31;
+    const int KB = p.num_k_stages;
+    const bool per_tensor = p.scale_mode == kScalePerTensor;
+    int stage = 0, hint = -1;
+    std::uint32_t phase = 0;
+    for (int i = 0; i < wg * KB; ++i) next_stage(stage, phase, s.stages);
+    for (int u = lo + wg; u < hi; u += 2) {
+      const Unit t = unit_of(p, s, u, hint);
+      // This thread's two rows (accumulator rows 16 warp + lane/4 + 8h): slots, router weights and
+      // the per-tensor scales, asked for before the data wait.
+      int slot[2];
+      float tw[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rloc = 16 * warp + (lane >> 2) + 8 * h;
+        slot[h] = -1;
+        tw[h] = 1.0f;
+        if (rloc < t.count) {
+          const int r = t.row_begin + rloc;
+          slot[h] = p.sorted_slots[r];
+          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
+          else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
+        }
+      }
+      const float ts = per_tensor ? p.a_scale[0] * p.b_scale[t.e] : 1.0f;
+
+      float acc[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      if (u > lo) sm90::named_barrier_sync(kOrderBarrier + wg, kConsumerThreads);
+      int prev = 0;
+      for (int kb = 0; kb < KB; ++kb) {
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        sm90::fence_regs<kAcc>(acc);
+        sm90::wgmma_fence();
+        const std::uint32_t st = s.tiles + stage * kStageBytes;
+        const std::uint64_t da = sm90::make_smem_desc_sw128(st);
+        const std::uint64_t db = sm90::make_smem_desc_sw128(st + kATileBytes);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, kBlockN>::mma(acc, da + 2 * kk, db + 2 * kk, 1);
+        sm90::wgmma_commit();
+        sm90::fence_regs<kAcc>(acc);
+        if (kb > 0) {
+          sm90::wgmma_wait<1>();
+          release(s, prev, lane);
+        }
+        prev = stage;
+        next_stage(stage, phase, s.stages);
+      }
+      if (u + 1 < hi) sm90::named_barrier_arrive(kOrderBarrier + (wg ^ 1), kConsumerThreads);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs<kAcc>(acc);
+      release(s, prev, lane);
+      for (int i = 0; i < KB; ++i) next_stage(stage, phase, s.stages);  // the other warpgroup's unit
+
+      // A warp whose 16 rows are past the unit's rows has nothing to store.
+      if (!__any_sync(0xffffffffu, slot[0] >= 0)) continue;
+      float f[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float bw = p.weight_on_input ? 1.0f : tw[h];
+        f[h] = (per_tensor ? ts : 1.0f) * bw;
+      }
+      if (p.out_type == kOutF32) epilogue<kOutF32>(p, s, t, acc, slot, f, ct >> 5, lane);
+      else if (p.out_type == kOutBf16) epilogue<kOutBf16>(p, s, t, acc, slot, f, ct >> 5, lane);
+      else epilogue<kOutF16>(p, s, t, acc, slot, f, ct >> 5, lane);
+    }
+    if ((ct & 127) == 0) {  // phase timer (tests only): the later of the two warpgroups' ends
+      if (std::uint64_t* rec = phase_record(p))
+        atomicMax(reinterpret_cast<unsigned long long*>(rec + tokmajor::kPhaseExit),
+                  static_cast<unsigned long long>(sm90::globaltimer_ns()));
+    }
+  }
+
+  // The epilogue through the warp's staging area, one rolled loop over chunks of 128 bytes of
+  // columns (4 of 16-bit y, 8 of fp32): each lane writes its accumulator pairs of the warp's 16
+  // rows (times the row factor, rounded to y's type; stage_chunk, the only unrolled part, a case
+  // per chunk), then 8 lanes per row copy the row's 128 bytes to y row slot(r) with 16-byte stores.
+  template <int kOut, int kCh>
+  static __device__ __forceinline__ void stage_chunk(const float (&acc)[kAcc], const float (&f)[2],
+                                                     std::uint8_t* stage_w, int lane) {
+    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
+    constexpr int kChunkJ = kOutChunkBytes / kEs / 8;  // accumulator column groups per chunk
+    constexpr int kPitch = out_stage_pitch(kEs);
+#pragma unroll
+    for (int jj = 0; jj < kChunkJ; ++jj) {
+      constexpr int j0 = kCh * kChunkJ;
+      const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = acc[4 * (j0 + jj) + 2 * h] * f[h], v1 = acc[4 * (j0 + jj) + 2 * h + 1] * f[h];
+        std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
+        if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+        else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v0, v1);
+      }
+    }
+  }
+
+  template <int kOut>
+  static __device__ __forceinline__ void epilogue(const KernelParams& p, const Smem& s, const Unit& t,
+                                                  const float (&acc)[kAcc], const int (&slot)[2], const float (&f)[2],
+                                                  int cwarp, int lane) {
+    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
+    constexpr int kChunkCols = kOutChunkBytes / kEs;  // 32 fp32 or 64 16-bit columns
+    constexpr int kChunks = kBlockN / kChunkCols;      // 8 or 4
+    constexpr int kPitch = out_stage_pitch(kEs);
+    std::uint8_t* stage_w = s.out_stage + cwarp * kOutStageWarpBytes;
+    // The copy: lane covers rows q * 4 + lane / 8 (q = 0..3) of the warp, 16 bytes at lane % 8;
+    // row r's slot is held by lane 4 (r % 8) in slot[r / 8].
+    std::uint8_t* rowp[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = q * 4 + (lane >> 3);
+      const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
+      const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
+      const int sl = r < 8 ? s0 : s1;
+      rowp[q] = sl < 0 ? nullptr : static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(sl) * p.n_out * kEs;
+    }
+    const std::int64_t nbase = static_cast<std::int64_t>(t.col) * kBlockN;
+    const int piece = lane & 7;
+#pragma unroll 1
+    for (int ch = 0; ch < kChunks; ++ch) {
+      const std::int64_t c0 = nbase + ch * kChunkCols;
+      if (c0 >= p.n_out) break;
+      __syncwarp();  // the previous chunk's copy has read the staging area
+      switch (ch) {
+        case 0: stage_chunk<kOut, 0>(acc, f, stage_w, lane); break;
+        case 1: stage_chunk<kOut, 1>(acc, f, stage_w, lane); break;
+        case 2: stage_chunk<kOut, 2>(acc, f, stage_w, lane); break;
+        case 3: stage_chunk<kOut, 3>(acc, f, stage_w, lane); break;
+        default:
+          if constexpr (kChunks > 4) {
+            if (ch == 4) stage_chunk<kOut, 4>(acc, f, stage_w, lane);
+            else if (ch == 5) stage_chunk<kOut, 5>(acc, f, stage_w, lane);
+            else if (ch == 6) stage_chunk<kOut, 6>(acc, f, stage_w, lane);
+            else stage_chunk<kOut, 7>(acc, f, stage_w, lane);
+          }
+          break;
+      }
+      __syncwarp();
+      const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
+      const bool vec = p.out_vec16 && pc + 16 / kEs <= p.n_out;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (rowp[q] == nullptr || pc >= p.n_out) continue;
+        const std::uint8_t* src = stage_w + (q * 4 + (lane >> 3)) * kPitch + piece * 16;
+        std::uint8_t* dst = rowp[q] + pc * kEs;
+        if (vec) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          // The row's end inside the piece, or rows not 16-byte aligned: 4-byte words (n_out is
+          // even, so a 16-bit pair never straddles the end).
+#pragma unroll 1
+          for (int b = 0; b < 16; b += 4)
+            if (pc + b / kEs < p.n_out)
+              *reinterpret_cast<std::uint32_t*>(dst + b) = *reinterpret_cast<const std::uint32_t*>(src + b);
+        }
+      }
+    }
+  }
+};
+
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) kshort_sm90_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using K = KShort<kOp>;
+  extern __shared__ std::uint8_t smem_raw[];
+  const SmemLayout& L = p.smem;
+  // 1024-aligned base by pointer arithmetic on the shared array, so that every pointer derived
+  // from it stays a shared-memory pointer to the compiler (LDS / STS, not generic accesses).
+  std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
+  typename K::Smem s;
+  s.tiles = sm90::smem_addr(base);
+  s.full = sm90::smem_addr(base + L.full_bar_off);
+  s.empty = sm90::smem_addr(base + L.empty_bar_off);
+  s.out_stage = base + L.out_stage_off;
+  s.off = reinterpret_cast<int*>(base + L.table_off);
+  s.prefix = s.off + (p.num_experts + 1);
+  s.stages = L.stages;
+
+  const int E = p.num_experts;
+  std::uint64_t* rec = threadIdx.x == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+  if (rec != nullptr) rec[tokmajor::kPhaseEntry] = sm90::globaltimer_ns();
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensormap(&p.tmap_a);
+    sm90::prefetch_tensormap(&p.tmap_b);
+    for (int i = 0; i < s.stages; ++i) {
+      sm90::mbar_init(s.full + 8 * i, 1);                      // thread 0's expect_tx arrival
+      sm90::mbar_init(s.empty + 8 * i, kConsumerWarps / 2);    // the 4 warps of the unit's warpgroup
+    }
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
+  }
+  // PDL: the barrier init and tensormap prefetch overlap the previous kernel; the row offsets, the
+  // sorted rows and A (GEMM1's and the quantization's outputs) need it complete.
+  pdl_wait();
+  pdl_launch_dependents();
+  gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
+  // Units of expert e: ceil(rows_e / 64) token tiles x the column tiles.
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, (rows + kBlockM - 1) / kBlockM * p.num_col_tiles);
+  int lo, hi;
+  K::range(p, s, lo, hi);
+  if (rec != nullptr) rec[tokmajor::kPhaseTable] = sm90::globaltimer_ns();
+
+  if (threadIdx.x >= kProducerThreads) {
+    sm90::setmaxnreg_inc<kConsumerRegs>();
+    if (threadIdx.x == kProducerThreads) {
+      if (std::uint64_t* r = phase_record(p)) r[tokmajor::kPhaseConsumerStart] = sm90::globaltimer_ns();
+    }
+    K::consume(p, s, lo, hi);
+  } else {
+    sm90::setmaxnreg_dec<kProducerRegs>();
+    if (rec != nullptr) rec[tokmajor::kPhaseProducerStart] = sm90::globaltimer_ns();
+    if (threadIdx.x == 0) K::produce(p, s, lo, hi);
+  }
+#endif
+}
+
+template <Operand kOp>
+void run_kshort_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
+  auto* kernel = &kshort_sm90_kernel<kOp>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  add_pdl_attribute(cfg, attr, pdl);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+}
+
+}  // namespace moekit::cuda::kshort

@@ -1,0 +1,111 @@
+// Host side of the static K-short GEMM2: what the kernel supports, the TMA descriptors of A and
+// the weights, the ring depth, the persistent grid, and the instantiation of inst/kshort_sm90.cu.
+// No kernel template is included here.
+#include "cuda/kernels/kshort/launch_sm90.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "core/env.hpp"
+#include "cuda/kernels/gemm_common/tma_host.cuh"
+#include "cuda/kernels/kshort/config.hpp"
+#include "cuda/kernels/kshort/params.hpp"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+using gemm_common::ceil_div;
+using gemm_common::element_bytes;
+
+thread_local int launches = 0;
+
+int k_blocks_of(const GroupedGemmParams& p) {
+  return static_cast<int>(ceil_div(p.k_dim * element_bytes(p), kshort::kKBlockBytes));
+}
+
+// Units from host-known sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
+std::int64_t max_units(const GroupedGemmParams& p) {
+  const std::int64_t experts_with_rows = std::min<std::int64_t>(p.num_experts, p.max_rows);
+  return (ceil_div(p.max_rows, kshort::kBlockM) + experts_with_rows) * ceil_div(p.n_out, kshort::kBlockN);
+}
+
+}  // namespace
+
+std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& p) {
+  if (p.epilogue != GemmEpilogue::kBiasWeightScatter) return "kshort: GEMM2 (bias_weight_scatter) only";
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
+    return "kshort: scheme bf16 or fp8_per_tensor only (token-major runs the per-channel and block128 scales)";
+  if (p.bias != nullptr) return "kshort: no bias (token-major runs the biased GEMM2s)";
+  if (p.gather_a_by_token) return "kshort: A must be the sorted intermediate (no token gather)";
+  const std::string common = gemm_common::tma_gemm_unsupported_reason(p, kshort::kMaxExperts);
+  if (!common.empty()) return "kshort: " + common;
+  if (p.n_out % 2 != 0) return "kshort: n_out must be even (the epilogue stores pairs of columns)";
+  if (p.n_out >= (std::int64_t{1} << 31) || p.n_out * p.k_dim * element_bytes(p) >= (std::int64_t{1} << 40))
+    return "kshort: weight tensor too large for a TMA descriptor";
+  const int kb = k_blocks_of(p);
+  if (kb > kshort::kMaxKBlocks) {
+    std::ostringstream os;
+    os << "kshort: k_dim = " << p.k_dim << " is " << p.k_dim * element_bytes(p) << " bytes a row, more than "
+       << kshort::kMaxKBlocks * kshort::kKBlockBytes << " (not K-short)";
+    return os.str();
+  }
+  if (kshort::stages_for(p.num_experts, kb) == 0) {
+    std::ostringstream os;
+    os << "kshort: no ring deeper than a unit's " << kb << " stages fits beside the table of " << p.num_experts
+       << " experts";
+    return os.str();
+  }
+  if (p.max_rows >= (std::int64_t{1} << 31) || max_units(p) >= (std::int64_t{1} << 30))
+    return "kshort: max_rows too large for this kernel";
+  if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
+    return std::string("kshort: out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) + ")";
+  if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % 4 != 0)
+    return "kshort: out must be 4-byte aligned";
+  return gemm_common::sm90_tma_unsupported_reason();
+}
+
+bool kshort_gemm2_wanted(const GroupedGemmParams& p) {
+  return detail::env_switch(detail::EnvVar::kKshortGemm2, false) && kshort_gemm2_unsupported_reason(p).empty();
+}
+
+int kshort_gemm2_launches() { return launches; }
+
+void launch_kshort_gemm2_sm90(const GroupedGemmParams& p, void* stream, bool pdl, std::uint64_t* phases, int phase_ctas) {
+  if (p.max_rows == 0) return;
+  const std::string why = kshort_gemm2_unsupported_reason(p);
+  if (!why.empty()) throw Error(Status::kNotSupported, why);
+  const std::int64_t es = element_bytes(p);
+  const bool fp8 = p.scheme != Scheme::kBf16;
+
+  kshort::KernelParams kp{};
+  gemm_common::encode_weight_tmap(&kp.tmap_b, p, /*rows_b=*/p.n_out, kshort::kBoxRows, "kshort_sm90");
+  gemm_common::encode_weight_tmap(&kp.tmap_a, p.a, fp8, p.act_dtype, p.k_dim, p.max_rows, /*experts=*/1,
+                                  kshort::kBlockM, "kshort_sm90 (A rows)");
+  gemm_common::fill_common_fields(kp, p, /*rows_b=*/p.n_out, es);
+  kp.out_type = out_type_of(p.out_dtype);
+  {
+    const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
+    kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 ? 1 : 0;
+  }
+  kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, kshort::kBlockN));
+  kp.num_k_stages = k_blocks_of(p);
+  kp.smem = kshort::smem_layout(p.num_experts, kshort::stages_for(p.num_experts, kp.num_k_stages));
+  kp.phases = phases;
+  kp.phase_ctas = phases != nullptr ? phase_ctas : 0;
+
+  // One CTA per SM (~225 KB of shared memory each), never more than units can exist; each takes a
+  // contiguous share of the units the table gives.
+  const int grid = gemm_common::persistent_grid(max_units(p), 1, gemm_common::sm_count_of_current_device());
+  gemm_common::run_instantiation(p, /*gate_up=*/false, [&](auto op, auto, auto) {
+    kshort::run_kshort_sm90<decltype(op)::value>(kp, grid, stream, pdl);
+  });
+  ++launches;
+}
+
+}  // namespace moekit::cuda

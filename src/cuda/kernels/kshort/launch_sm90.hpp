@@ -1,0 +1,35 @@
+// Host entry points of the static K-short GEMM2 (sm_90a; kernel_sm90.cuh): GEMM2 of the
+// GroupedGemmParams contract (kBiasWeightScatter) for decode-sized calls whose K (the shard's
+// intermediate size) is at most 512 bytes, in place of token-major's ping-pong GEMM2 where
+// MOEKIT_KSHORT_GEMM2=1 (tokmajor/launch_sm90.cu asks kshort_gemm2_wanted).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/kernels/gemm_common/params.hpp"
+
+namespace moekit::cuda {
+
+// "" when this kernel can run `params` on the current device; otherwise why not. Never throws.
+std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& params);
+
+// Whether token-major's launcher runs `params` (a GEMM2 it would give its ping-pong consumers)
+// here instead: MOEKIT_KSHORT_GEMM2 = 1 (read at every launch; 0 or unset: no, until the H200
+// A/B says otherwise) and the kernel can run it. Throws moekit::Error(kInvalidArgument) on a value
+// other than 0 or 1.
+bool kshort_gemm2_wanted(const GroupedGemmParams& params);
+
+// Launch on `stream` (cudaStream_t), the programmatic dependent of the kernel before it with
+// `pdl`. Throws moekit::Error(kNotSupported) with the reason when the kernel cannot run `params`,
+// Error(kCudaError) when a CUDA call fails. Does nothing when max_rows == 0. No allocation, no
+// host synchronization: CUDA-graph capturable.
+// `phases` / `phase_ctas`: token-major's phase timer slot of this launch (tests only; null: off).
+void launch_kshort_gemm2_sm90(const GroupedGemmParams& params, void* stream, bool pdl = false,
+                              std::uint64_t* phases = nullptr, int phase_ctas = 0);
+
+/// Tests only: how many launches on the calling thread ran this kernel, so that a test knows its
+/// switch took effect.
+int kshort_gemm2_launches();
+
+}  // namespace moekit::cuda
