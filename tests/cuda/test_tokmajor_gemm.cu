@@ -480,7 +480,8 @@ std::vector<Case> kshort_static_cases() {
   c.weight_on_input = true;
   c.seed = 31;
   cases.push_back(c);
-  c = gemm2(Scheme::kBf16, 256, 7168);  // 4 K stages a unit (the deepest the kernel takes)
+  c = gemm2(Scheme::kBf16, 256, 7168);  // 4 K stages a unit (the deepest the kernel takes; token-major
+                                        // runs it on its two-warpgroup form, not ping-pong)
   c.rows = {5, 0, 64, 65, 1, 128};
   c.out_dtype = DType::kBf16;
   c.weights = 1;
@@ -502,7 +503,7 @@ std::vector<Case> kshort_static_cases() {
   c.seed = 34;
   cases.push_back(c);
   // Three K stages a unit with several units a CTA (the case the two warpgroups' wait order
-  // matters most for: 3 of a 5-stage ring): qwen3-235b TP8's shape, bf16, ~1100 units.
+  // matters most for: 3 of a 5-stage ring): qwen3-235b TP8's shape, bf16, ~1800 units.
   c = gemm2(Scheme::kBf16, 192, 4096);
   c.rows.assign(128, 0);
   for (int e = 0; e < 128; ++e) c.rows[e] = (e * 13) % 9;
@@ -563,14 +564,14 @@ TEST(Sm90TokMajorGemm, KshortGemm2MatchesPingPongBitwise) {
 TEST(Sm90TokMajorGemm, KshortGemm2Small) {
   SKIP_WITHOUT_SM90();
   // Small cases for compute-sanitizer (memcheck, racecheck; tools/scripts/gpu_check.sh): two
-  // K stages a unit (bf16) and one (e4m3) on a 5-stage ring; 10 row tiles x 28 column tiles = 280
-  // units over the SMs, so CTAs run 2 or 3 units: both consumer warpgroups, odd counts, the order
-  // barrier between them, the ring's wrap.
+  // K stages a unit (bf16) and one (e4m3) on a 5-stage ring; 24 row tiles x 28 column tiles = 672
+  // units over the SMs, so CTAs run 5 or 6 units: both consumer warpgroups, odd counts, the order
+  // barrier between them, the ring wrapping more than once.
   moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", "1");
   moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
   for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     Case c = gemm2(s, 96, 7168);
-    c.rows = {3, 0, 70, 1, 9, 64, 130, 40};
+    c.rows = {3, 0, 70, 1, 9, 64, 130, 40, 200, 150, 300, 90};
     c.out_dtype = DType::kBf16;
     c.weights = 2;
     c.cluster = 1;

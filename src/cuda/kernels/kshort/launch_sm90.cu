@@ -25,8 +25,8 @@ using gemm_common::element_bytes;
 
 thread_local int launches = 0;
 
-int k_blocks_of(const GroupedGemmParams& p) {
-  return static_cast<int>(ceil_div(p.k_dim * element_bytes(p), kshort::kKBlockBytes));
+std::int64_t k_blocks_of(const GroupedGemmParams& p) {
+  return ceil_div(p.k_dim * element_bytes(p), kshort::kKBlockBytes);
 }
 
 // Units from host-known sizes: sum_e ceil(rows_e / 64) <= (experts with rows) + rows / 64.
@@ -43,19 +43,20 @@ std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& p) {
     return "kshort: scheme bf16 or fp8_per_tensor only (token-major runs the per-channel and block128 scales)";
   if (p.bias != nullptr) return "kshort: no bias (token-major runs the biased GEMM2s)";
   if (p.gather_a_by_token) return "kshort: A must be the sorted intermediate (no token gather)";
+  if (p.route.ids != nullptr) return "kshort: GEMM2 does not route (the routing in the kernel is GEMM1's)";
   const std::string common = gemm_common::tma_gemm_unsupported_reason(p, kshort::kMaxExperts);
   if (!common.empty()) return "kshort: " + common;
   if (p.n_out % 2 != 0) return "kshort: n_out must be even (the epilogue stores pairs of columns)";
   if (p.n_out >= (std::int64_t{1} << 31) || p.n_out * p.k_dim * element_bytes(p) >= (std::int64_t{1} << 40))
     return "kshort: weight tensor too large for a TMA descriptor";
-  const int kb = k_blocks_of(p);
+  const std::int64_t kb = k_blocks_of(p);
   if (kb > kshort::kMaxKBlocks) {
     std::ostringstream os;
     os << "kshort: k_dim = " << p.k_dim << " is " << p.k_dim * element_bytes(p) << " bytes a row, more than "
        << kshort::kMaxKBlocks * kshort::kKBlockBytes << " (not K-short)";
     return os.str();
   }
-  if (kshort::stages_for(p.num_experts, kb) == 0) {
+  if (kshort::stages_for(p.num_experts, static_cast<int>(kb)) == 0) {
     std::ostringstream os;
     os << "kshort: no ring deeper than a unit's " << kb << " stages fits beside the table of " << p.num_experts
        << " experts";
@@ -63,8 +64,10 @@ std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& p) {
   }
   if (p.max_rows >= (std::int64_t{1} << 31) || max_units(p) >= (std::int64_t{1} << 30))
     return "kshort: max_rows too large for this kernel";
-  if (p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
-    return std::string("kshort: out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) + ")";
+  const bool y16 = (p.out_dtype == DType::kBf16 || p.out_dtype == DType::kFp16) && p.out_dtype == p.act_dtype;
+  if (p.out_dtype != DType::kFp32 && !y16)
+    return std::string("kshort: out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
+           ", bf16 or fp16), got " + dtype_name(p.out_dtype);
   if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % 4 != 0)
     return "kshort: out must be 4-byte aligned";
   return gemm_common::sm90_tma_unsupported_reason();
@@ -94,7 +97,7 @@ void launch_kshort_gemm2_sm90(const GroupedGemmParams& p, void* stream, bool pdl
     kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 ? 1 : 0;
   }
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, kshort::kBlockN));
-  kp.num_k_stages = k_blocks_of(p);
+  kp.num_k_stages = static_cast<int>(k_blocks_of(p));
   kp.smem = kshort::smem_layout(p.num_experts, kshort::stages_for(p.num_experts, kp.num_k_stages));
   kp.phases = phases;
   kp.phase_ctas = phases != nullptr ? phase_ctas : 0;

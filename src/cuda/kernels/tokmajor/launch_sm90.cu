@@ -170,9 +170,11 @@ bool can_implement_tokmajor_sm90(const GroupedGemmParams& p, std::string* why) {
       return fail(why, os.str());
     }
   }
-  if (!gate_up && p.out_dtype != DType::kFp32 && p.out_dtype != p.act_dtype)
+  // GEMM2's y: fp32, or 16-bit in the activation dtype (an e4m3 act_dtype must not pass as 16-bit y).
+  if (!gate_up && p.out_dtype != DType::kFp32 &&
+      !((p.out_dtype == DType::kBf16 || p.out_dtype == DType::kFp16) && p.out_dtype == p.act_dtype))
     return fail(why, std::string("GEMM2 out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
-                         "), got " + dtype_name(p.out_dtype));
+                         ", bf16 or fp16), got " + dtype_name(p.out_dtype));
   const std::string route_why = route_unsupported_reason(p);
   if (!route_why.empty()) return fail(why, route_why);
   const std::string device_why = gemm_common::sm90_tma_unsupported_reason();
