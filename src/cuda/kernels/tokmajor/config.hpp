@@ -91,6 +91,8 @@ struct SmemLayout {
   int route_off;      // routing in the kernel (route_slots > 0): int16 slot_e[slots] (each slot's
                       // local expert, -1 none), then int unit_slots[kBlockM], int warp_rows[4]
   int bytes;          // total, including 1024 bytes of alignment slack
+  int order_bar_off;  // GEMM2's ping-pong consumers: uint64 [2], warpgroup w's order barrier
+                      // (kernel_sm90.cuh, consume_pingpong); last, so the fields above keep their offsets
 };
 
 // Bytes of the routing area for `slots` slots (0: none).
@@ -111,7 +113,8 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong =
   l.tile_w_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
   l.table_off = l.tile_w_off + (l.stages + 1) * 4;
   l.route_off = (l.table_off + 2 * (num_experts + 1) * 4 + 15) / 16 * 16;
-  l.bytes = l.route_off + route_bytes(route_slots) + 1024;
+  l.order_bar_off = l.route_off + route_bytes(route_slots);  // 16-byte aligned
+  l.bytes = l.order_bar_off + 2 * 8 + 1024;
   return l;
 }
 

@@ -197,6 +197,7 @@ struct TokMajor {
     std::uint32_t full;   // barrier addresses (8 bytes apart)
     std::uint32_t empty;
     std::uint32_t peer_empty;  // cluster of 2: the peer CTA's empty barriers (shared::cluster)
+    std::uint32_t order;       // ping-pong: the two consumer warpgroups' order barriers (8 bytes apart)
     std::uint8_t* out_stage;  // GEMM2 epilogue staging, kOutStageWarpBytes per consumer warp
     int* tile_w;          // dynamic schedule: [stages] unit of the tile starting at the stage, -1 = no
                           // more; [stages] the producer warpgroup's broadcast slot
@@ -783,9 +784,31 @@ struct TokMajor {
     const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
     const int S = p.num_k_stages;
     int hint = -1;  // the expert of this warpgroup's previous unit (find_tile)
+    // The two warpgroups wait on the ring in unit order: a warpgroup's first data wait of a unit
+    // (or of the "none left" stage) comes after the other warpgroup passed its data waits of the
+    // unit before (order barrier s.order + 8 wg: the other's 4 warps arrive, once a unit, this one
+    // waits; warpgroup 0's first unit has no unit before it). Then every ring position before the
+    // one waited on has been seen complete, so each parity wait is on its barrier's current
+    // phase. Without the order a TMA of the other warpgroup's earlier unit still in flight (its
+    // stage's previous fill) would let the wait pass one phase early: e.g. 1 stage a unit on a
+    // 5-stage ring, warpgroup 0 at position 6 (stage 1) while position 1 (warpgroup 1's) has not
+    // landed. The arrivals strictly alternate (a warpgroup arrives again only after the other's
+    // wait), so a wait never sees a phase two ahead.
+    const std::uint32_t my_order = s.order + 8 * wg, other_order = s.order + 8 * (wg ^ 1);
+    std::uint32_t order_phase = 0;
+    bool order_wait = wg == 1;
+    const auto pass_order = [&]() {
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(other_order);
+    };
     for (int pos = wg * S;; pos += 2 * S) {
       int stage = pos % s.stages;
       std::uint32_t phase = (pos / s.stages) & 1;
+      if (order_wait) {
+        sm90::mbar_wait(my_order, order_phase);
+        order_phase ^= 1;
+      }
+      order_wait = true;
       // The unit the producer took for the tile that starts at this stage (-1: none left), read
       // by lane 0 (the lane that releases the stage) and broadcast, as consume() does: racecheck
       // does not carry the other lanes' reads across release()'s __syncwarp to lane 0's arrival
@@ -793,10 +816,12 @@ struct TokMajor {
       // which reuse a CTA's slots within the small test cases, made them show).
       sm90::mbar_wait(s.full + 8 * stage, phase);
       const int w = __shfl_sync(0xffffffffu, lane == 0 ? s.tile_w[stage] : 0, 0);
-      if (w < 0) break;
       Tile tl;
-      if (!find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint, p.head_units,
-                          p.num_col_tiles, static_units(p))) break;
+      if (w < 0 || !find_tile<true>(w, s.off, s.prefix, p.num_experts, 1, 0, kPingPongBlockM, tl, hint,
+                                    p.head_units, p.num_col_tiles, static_units(p))) {
+        pass_order();  // the other warpgroup goes on to its own "none left" stage
+        break;
+      }
 
       // This thread's two unit rows (accumulator rows 16 warp + lane/4 + 8h): their slots, router
       // weights and per-tensor scales from the unit's first stage (the producer staged them there).
@@ -841,6 +866,7 @@ struct TokMajor {
         prev = stage;
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
+      pass_order();  // this unit's data waits are done
       sm90::wgmma_wait<0>();
       sm90::fence_regs<kAcc>(acc);
       release(s, prev, lane);
@@ -1147,6 +1173,7 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   s.b_scale = reinterpret_cast<float*>(base + L.b_scale_off);
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
+  s.order = sm90::smem_addr(base + L.order_bar_off);
   s.out_stage = base + L.out_stage_off;
   s.tile_w = reinterpret_cast<int*>(base + L.tile_w_off);
   s.off = reinterpret_cast<int*>(base + L.table_off);
@@ -1174,6 +1201,11 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
       // the stage completed (the peer's TMA multicast writes this CTA's B tile too).
       // Ping-pong (cluster 1): the 4 warps of the warpgroup that runs the stage's unit.
       sm90::mbar_init(s.empty + 8 * i, kPingPong ? kConsumerWarps / 2 : kConsumerThreads / 32 * p.cluster);
+    }
+    if constexpr (kPingPong) {
+      // Each warpgroup's order barrier: one arrival per warp of the other warpgroup (consume_pingpong).
+      sm90::mbar_init(s.order, kConsumerWarps / 2);
+      sm90::mbar_init(s.order + 8, kConsumerWarps / 2);
     }
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
