@@ -779,6 +779,57 @@ TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {
     EXPECT_FALSE(moekit::cuda::can_implement_tokmajor_sm90(p, &why));
     EXPECT_NE(why.find("device"), std::string::npos) << why;
   }
+  // An e4m3 act_dtype does not pass as 16-bit y (the epilogue would store 4-byte values into it).
+  p.scheme = Scheme::kFp8PerTensor;
+  p.act_dtype = DType::kFp8E4m3;
+  p.out_dtype = DType::kFp8E4m3;
+  EXPECT_FALSE(moekit::cuda::can_implement_tokmajor_sm90(p, &why));
+}
+
+TEST(Sm90TokMajorGemm, KshortGemm2DeclinesWhatItCannotRun) {
+  // The static K-short GEMM2 (src/cuda/kernels/kshort/) takes bf16 / fp16 and fp8_per_tensor
+  // GEMM2s of at most 512 bytes of K with no bias; everything else stays on token-major, with the
+  // reason. Sizes only (max_rows = 0: no pointer is checked), so this runs in CI without a GPU.
+  using moekit::cuda::kshort_gemm2_unsupported_reason;
+  GroupedGemmParams p;
+  p.scheme = Scheme::kBf16;
+  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  p.num_experts = 128;
+  p.n_out = 2048;
+  p.k_dim = 96;  // qwen3-30b TP8
+  p.act_dtype = DType::kBf16;
+  p.out_dtype = DType::kBf16;
+  p.max_rows = 0;
+  const auto declined = [&](const char* needle) {
+    const std::string why = kshort_gemm2_unsupported_reason(p);
+    EXPECT_NE(why.find(needle), std::string::npos) << "'" << why << "' should name " << needle;
+  };
+  {
+    const std::string why = kshort_gemm2_unsupported_reason(p);
+    if (moekit::cuda_available()) EXPECT_TRUE(why.empty()) << why;
+    else EXPECT_NE(why.find("device"), std::string::npos) << why;
+  }
+  p.epilogue = GemmEpilogue::kGateUpActivation;
+  declined("GEMM2");
+  p.epilogue = GemmEpilogue::kBiasWeightScatter;
+  p.scheme = Scheme::kFp8PerChannel;
+  declined("scheme");
+  p.scheme = Scheme::kBf16;
+  p.k_dim = 320;  // 640 bytes a row: not K-short
+  declined("K-short");
+  p.k_dim = 256;  // 4 K stages: a 5-stage ring, which fits up to 757 experts
+  p.num_experts = 758;
+  declined("ring");
+  p.num_experts = 128;
+  p.out_dtype = DType::kFp16;  // neither fp32 nor the activation dtype
+  declined("out_dtype");
+  p.out_dtype = DType::kBf16;
+  p.gather_a_by_token = true;
+  declined("gather");
+  p.gather_a_by_token = false;
+  int fake = 0;
+  p.bias = &fake;  // never read: max_rows = 0
+  declined("bias");
 }
 
 }  // namespace
