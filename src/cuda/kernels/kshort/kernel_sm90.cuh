@@ -180,6 +180,8 @@ struct KShort {
       int prev = 0;
       for (int kb = 0; kb < KB; ++kb) {
         sm90::mbar_wait(s.full + 8 * stage, phase);
+        // This unit's data waits are done: the other warpgroup may start its next unit's.
+        if (kb == KB - 1 && u + 1 < hi) sm90::named_barrier_arrive(kOrderBarrier + (wg ^ 1), kConsumerThreads);
         sm90::fence_regs<kAcc>(acc);
         sm90::wgmma_fence();
         const std::uint32_t st = s.tiles + stage * kStageBytes;
@@ -196,7 +198,6 @@ struct KShort {
         prev = stage;
         next_stage(stage, phase, s.stages);
       }
-      if (u + 1 < hi) sm90::named_barrier_arrive(kOrderBarrier + (wg ^ 1), kConsumerThreads);
       sm90::wgmma_wait<0>();
       sm90::fence_regs<kAcc>(acc);
       release(s, prev, lane);

@@ -50,7 +50,7 @@ inline constexpr int kConsumerRegs = 216;
 // Stages: 4 x 48 KB (N = 256) or 6 x 32 KB (block128) = 192 KB of the 227 KB a CTA may use; the
 // rest holds the barriers, the block128 scales and the expert table. GEMM2's ping-pong (64-row A
 // tiles): 5 x 40 KB = 200 KB for calls of many units a CTA where the expert table leaves room
-// (E <= 428), else 4 (launch_sm90.cu). The K-short
+// (E <= 426 with the two order barriers), else 4 (launch_sm90.cu). The K-short
 // ping-pong GEMM2 waits on its data with its producer waiting on free stages (stall sampling,
 // qwen3-235b TP8 bf16 M = 64: 30 % / 10 % of the samples, session 32): a ring of 1-2 units of
 // 2-3 stages holds too few bytes in flight for the loads' latency.
@@ -114,7 +114,7 @@ constexpr SmemLayout smem_layout(bool block128, int num_experts, bool pingpong =
   l.table_off = l.tile_w_off + (l.stages + 1) * 4;
   l.route_off = (l.table_off + 2 * (num_experts + 1) * 4 + 15) / 16 * 16;
   l.order_bar_off = l.route_off + route_bytes(route_slots);  // 16-byte aligned
-  l.bytes = l.order_bar_off + 2 * 8 + 1024;
+  l.bytes = l.order_bar_off + (pingpong ? 2 * 8 : 0) + 1024;
   return l;
 }
 

@@ -771,9 +771,8 @@ struct TokMajor {
   // main loop (with 128-row units at decode, one warpgroup had no rows and both waited on each
   // unit's epilogue). Unit j takes stages j * S .. j * S + S - 1 of the ring (S = num_k_stages,
   // all units alike), so a warpgroup's next unit starts 2 S stages after its last one; only its
-  // 4 warps release a stage (empty barriers count 4). S < stages keeps every wait within one
-  // phase of its barrier: the fill before the one waited on belongs to a stage this warpgroup
-  // has already seen filled. The per-row values and the main loop repeat consume()'s lines on
+  // 4 warps release a stage (empty barriers count 4). S < stages and the order barriers (below)
+  // keep every wait on its barrier's current phase. The per-row values and the main loop repeat consume()'s lines on
   // purpose: shared through a helper, the other instantiations would no longer compile to the
   // SASS they were measured with (a run-time switch there cost mixtral TP8 2-4 %).
   static __device__ void consume_pingpong(const KernelParams& p, const Smem& s) {
@@ -850,6 +849,7 @@ struct TokMajor {
       int prev = 0;
       for (int ks = 0; ks < S; ++ks) {
         sm90::mbar_wait(s.full + 8 * stage, phase);
+        if (ks == S - 1) pass_order();  // this unit's data waits are done
         sm90::fence_regs<kAcc>(acc);
         sm90::wgmma_fence();
         const std::uint32_t st = s.tiles + stage * kStageBytes;
@@ -866,7 +866,6 @@ struct TokMajor {
         prev = stage;
         if (++stage == s.stages) { stage = 0; phase ^= 1; }
       }
-      pass_order();  // this unit's data waits are done
       sm90::wgmma_wait<0>();
       sm90::fence_regs<kAcc>(acc);
       release(s, prev, lane);
