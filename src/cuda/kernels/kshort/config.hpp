@@ -47,6 +47,26 @@ inline constexpr int kOutChunkBytes = tokmajor::kOutStageRowBytes;
 using tokmajor::out_stage_pitch;
 inline constexpr int kOutStageWarpBytes = tokmajor::kOutStageWarpBytes;
 
+// The schedule (kernel_sm90.cuh; constexpr, so the kernel and the CPU tests run the same lines:
+// tests/cpu/test_kshort_schedule.cpp). Units are (expert, token tile of kBlockM rows, column
+// tile), column tile fastest; an expert with `rows` rows has units_of(rows) of them.
+constexpr int units_of(int rows, int col_tiles) { return (rows + kBlockM - 1) / kBlockM * col_tiles; }
+// Unit `local` of its expert: token tile and column tile.
+struct UnitPos {
+  int tile;
+  int col;
+};
+constexpr UnitPos unit_pos(int local, int col_tiles) { return {local / col_tiles, local - local / col_tiles * col_tiles}; }
+// CTA b of `ctas` takes the contiguous units [lo, hi) of `units`: shares whose sizes differ by at
+// most one, in CTA order.
+struct UnitRange {
+  int lo;
+  int hi;
+};
+constexpr UnitRange unit_range(long long units, int b, int ctas) {
+  return {static_cast<int>(units * b / ctas), static_cast<int>(units * (b + 1) / ctas)};
+}
+
 // Shared-memory layout in bytes from a 1024-aligned base (TMA and the 128-byte swizzle need it).
 struct SmemLayout {
   int stages;         // ring stages of kStageBytes: stage s at s * kStageBytes (A tile, then B tile)

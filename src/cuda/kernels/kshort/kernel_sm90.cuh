@@ -77,21 +77,20 @@ struct KShort {
   static __device__ __forceinline__ Unit unit_of(const KernelParams& p, const Smem& s, int u, int& hint) {
     gemm_common::find_expert_from(u, s.prefix, p.num_experts, hint);
     const int e = hint;
-    const int local = u - s.prefix[e];
-    const int tile = local / p.num_col_tiles;
+    const UnitPos at = unit_pos(u - s.prefix[e], p.num_col_tiles);
     Unit t;
     t.e = e;
-    t.col = local - tile * p.num_col_tiles;
-    t.row_begin = s.off[e] + tile * kBlockM;
+    t.col = at.col;
+    t.row_begin = s.off[e] + at.tile * kBlockM;
     t.count = min(kBlockM, s.off[e + 1] - t.row_begin);
     return t;
   }
 
   // This CTA's units [lo, hi): the b-th of gridDim.x contiguous, near-equal shares.
   static __device__ __forceinline__ void range(const KernelParams& p, const Smem& s, int& lo, int& hi) {
-    const long long units = s.prefix[p.num_experts];
-    lo = static_cast<int>(units * blockIdx.x / gridDim.x);
-    hi = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
+    const UnitRange r = unit_range(s.prefix[p.num_experts], static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+    lo = r.lo;
+    hi = r.hi;
   }
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase, int stages) {
@@ -348,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) kshort_sm90_kernel(const __grid_c
   pdl_launch_dependents();
   gemm_common::load_expert_offsets<kThreads>(p, E, s.off);
   // Units of expert e: ceil(rows_e / 64) token tiles x the column tiles.
-  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, (rows + kBlockM - 1) / kBlockM * p.num_col_tiles);
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.off, s.prefix, rows, units_of(rows, p.num_col_tiles));
   int lo, hi;
   K::range(p, s, lo, hi);
   if (rec != nullptr) rec[tokmajor::kPhaseTable] = sm90::globaltimer_ns();
