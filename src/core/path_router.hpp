@@ -216,7 +216,10 @@ struct RouterTable {
   // deepseek-v3, qwen3-235b TP8 lose everywhere (gemv(mma) up to 16 tokens, 0.68-0.95x);
   // gpt-oss TP8 declines (360-byte fp8 rows); TP1 loses everywhere (0.48-0.91x).
   std::int64_t decode_tiny_n = 128;
-  double decode_tiny_n_max_slots = 512.0;
+  // bf16 on N < 128: 256 slots since session 46 (was 512): at qwen3-30b TP8 M = 64 token-major
+  // with the routing in GEMM1 and the static K-short GEMM2 took 64.6 µs against decode's 70.8, at
+  // M = 32 61.2 against 58.2 (same run, check on; docs/router.md "Session 46").
+  double decode_tiny_n_max_slots = 256.0;
   double decode_tiny_n_max_slots_fp8 = 128.0;
   double decode_tiny_n_max_slots_block128 = 1024.0;
   std::int64_t decode_small_n = 320;

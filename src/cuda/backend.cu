@@ -509,6 +509,7 @@ void run_moe(const detail::MoeCall& call) {
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorTmaA, false);      // MOEKIT_TOKMAJOR_TMA_A
+  if (tokmajor) (void)detail::env_switch(detail::EnvVar::kKshortGemm2, true);       // MOEKIT_KSHORT_GEMM2
 
   std::uint32_t* counters = slice<std::uint32_t>(ws, L.counters);
   // Bad ids / expert_map entries go to the device's sticky fault record (cuda/common/faults.cuh),

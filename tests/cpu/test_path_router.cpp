@@ -159,8 +159,8 @@ TEST(CpuPathRouter, DecodePathWhereTheSweepMeasuredItWinning) {
   // to 32, N < 512 up to 8), lost or tied elsewhere; bf16 on N < 320 up to 128 slots since session
   // 20 (deepseek-v3 TP8 M = 16, 86c683c's sweep).
   detail::RouterInputs in;
-  const MoeProblem tiny = preset("qwen3-30b-a3b", 64, 8);    // N = 96, 512 slots
-  const MoeProblem tiny_more = preset("qwen3-30b-a3b", 65, 8);  // 520 slots
+  const MoeProblem tiny = preset("qwen3-30b-a3b", 32, 8);    // N = 96, 256 slots (512 until session 46)
+  const MoeProblem tiny_more = preset("qwen3-30b-a3b", 33, 8);  // 264 slots
   const MoeProblem small = preset("deepseek-v3", 16, 8);      // N = 256, 128 slots
   const MoeProblem small_more = preset("deepseek-v3", 17, 8);  // 136 slots
   const MoeProblem mid = preset("gpt-oss-120b", 2, 8);      // N = 360, 8 slots

@@ -155,14 +155,16 @@ TEST(Sm90RoutingQuant, BitwiseEqualToQuantLaunch) {
 // NaNs) and zeros past max_rows, all dropped by the epilogue; K tails (N = 208: 80 of a second
 // stage's 128 bytes) are zeros. The token-major path forced, with the ping-pong form forced on
 // wherever the kernel allows it (MOEKIT_TOKMAJOR_PINGPONG=1: M = 300 too, past the rows rule),
-// clusters of 1 and the dynamic schedule, so that a switch set around the test cannot turn the
-// TMA path off and leave the gather compared with itself.
+// clusters of 1 and the dynamic schedule, and the static K-short GEMM2 off (it would take these
+// GEMM2s), so that a switch set around the test cannot turn the TMA path off and leave the gather
+// compared with itself.
 void check_tma_a(const CaseSpec& spec, std::initializer_list<std::int64_t> Ms) {
   const MoeCase c = make_case(spec);
   DeviceCase d(c);
   ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", "1");
   ScopedEnv cluster("MOEKIT_TOKMAJOR_CLUSTER", "1");
   ScopedEnv schedule("MOEKIT_TOKMAJOR_SCHEDULE", "dynamic");
+  ScopedEnv kshort("MOEKIT_KSHORT_GEMM2", "0");
   for (CallMode mode : {CallMode::kFusedExperts, CallMode::kFusedMoe})
     for (std::int64_t M : Ms) {
       SCOPED_TRACE(spec.name() + " " + call_mode_name(mode) + " M=" + std::to_string(M));

@@ -31,13 +31,18 @@ struct Case : GemmCase {
   Case() { rows = {0, 1, 127, 128, 129, 300, 1000}; }
   int cluster = 0;       // 0: the launcher's default; 1, 2: forced (2 = weight multicast)
   bool dynamic = false;  // pass a zeroed tile counter: the dynamic schedule (clusters of 1)
+  // Let the static K-short GEMM2 (src/cuda/kernels/kshort/) take a decode-sized K-short GEMM2, as
+  // it does by default; off, this file tests token-major's own forms (MOEKIT_KSHORT_GEMM2=0).
+  bool kshort = false;
 };
 
 // Runs one case on the token-major path: the path must accept it and match the reference. The
 // raw output (as floats) goes to *result when given, the tile counter after the launch to
 // *counter.
 void run_case(const Case& c, std::vector<float>* result = nullptr, std::uint32_t* counter = nullptr) {
-  SCOPED_TRACE("tokmajor cluster=" + std::to_string(c.cluster) + " dynamic=" + std::to_string(c.dynamic));
+  SCOPED_TRACE("tokmajor cluster=" + std::to_string(c.cluster) + " dynamic=" + std::to_string(c.dynamic) +
+               " kshort=" + std::to_string(c.kshort));
+  moekit::testing::ScopedEnv kshort("MOEKIT_KSHORT_GEMM2", c.kshort ? "1" : "0");
   GemmCase g = c;
   g.tile_counter = c.dynamic;
   moekit::testing::GemmRun run;
@@ -529,12 +534,9 @@ TEST(Sm90TokMajorGemm, KshortGemm2MatchesPingPongBitwise) {
   for (Case k : kshort_static_cases()) {
     SCOPED_TRACE(k.describe());
     std::vector<float> pp, ks, again;
+    run_case(k, &pp);  // k.kshort false: token-major's own form
     {
-      moekit::testing::ScopedEnv off("MOEKIT_KSHORT_GEMM2", "0");
-      run_case(k, &pp);
-    }
-    {
-      moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
+      k.kshort = true;
       k.counter_unused = true;
       const int before = moekit::cuda::kshort_gemm2_launches();
       std::uint32_t counter = 1;
@@ -551,9 +553,9 @@ TEST(Sm90TokMajorGemm, KshortGemm2MatchesPingPongBitwise) {
     EXPECT_EQ(0, std::memcmp(ks.data(), again.data(), ks.size() * sizeof(float)));
   }
   // What it declines (a bias, per-channel scales) still runs, on the ping-pong form: no launch of it.
-  moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
-  for (const Case& k : kshort_gemm2_cases()) {
+  for (Case k : kshort_gemm2_cases()) {
     if (!k.bias && k.scheme != Scheme::kFp8PerChannel) continue;
+    k.kshort = true;
     SCOPED_TRACE(k.describe());
     const int before = moekit::cuda::kshort_gemm2_launches();
     run_case(k);
@@ -568,7 +570,6 @@ TEST(Sm90TokMajorGemm, KshortGemm2Small) {
   // units over the SMs, so CTAs run 5 or 6 units: both consumer warpgroups, odd counts, the order
   // barrier between them, the ring wrapping more than once.
   moekit::testing::ScopedEnv pingpong("MOEKIT_TOKMAJOR_PINGPONG", "1");
-  moekit::testing::ScopedEnv on("MOEKIT_KSHORT_GEMM2", "1");
   for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     Case c = gemm2(s, 96, 7168);
     c.rows = {3, 0, 70, 1, 9, 64, 130, 40, 200, 150, 300, 90};
@@ -576,6 +577,7 @@ TEST(Sm90TokMajorGemm, KshortGemm2Small) {
     c.weights = 2;
     c.cluster = 1;
     c.dynamic = true;
+    c.kshort = true;
     c.counter_unused = true;
     SCOPED_TRACE(c.describe());
     const int before = moekit::cuda::kshort_gemm2_launches();

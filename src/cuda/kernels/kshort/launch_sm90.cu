@@ -74,7 +74,7 @@ std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& p) {
 }
 
 bool kshort_gemm2_wanted(const GroupedGemmParams& p) {
-  return detail::env_switch(detail::EnvVar::kKshortGemm2, false) && kshort_gemm2_unsupported_reason(p).empty();
+  return detail::env_switch(detail::EnvVar::kKshortGemm2, true) && kshort_gemm2_unsupported_reason(p).empty();
 }
 
 int kshort_gemm2_launches() { return launches; }

@@ -1,7 +1,7 @@
 // Host entry points of the static K-short GEMM2 (sm_90a; kernel_sm90.cuh): GEMM2 of the
 // GroupedGemmParams contract (kBiasWeightScatter) for decode-sized calls whose K (the shard's
-// intermediate size) is at most 512 bytes, in place of token-major's ping-pong GEMM2 where
-// MOEKIT_KSHORT_GEMM2=1 (tokmajor/launch_sm90.cu asks kshort_gemm2_wanted).
+// intermediate size) is at most 512 bytes, in place of token-major's ping-pong GEMM2 (and its
+// two-warpgroup form at 4 K stages); tokmajor/launch_sm90.cu asks kshort_gemm2_wanted.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +14,10 @@ namespace moekit::cuda {
 // "" when this kernel can run `params` on the current device; otherwise why not. Never throws.
 std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& params);
 
-// Whether token-major's launcher runs `params` (a GEMM2 it would give its ping-pong consumers)
-// here instead: MOEKIT_KSHORT_GEMM2 = 1 (read at every launch; 0 or unset: no, until the H200
-// A/B says otherwise) and the kernel can run it. Throws moekit::Error(kInvalidArgument) on a value
-// other than 0 or 1.
+// Whether token-major's launcher runs `params` (a decode-sized GEMM2) here instead: wherever the
+// kernel can run it, unless MOEKIT_KSHORT_GEMM2 = 0 (read at every launch; the H200 A/B of session
+// 46: 1.018x median over TP8 M = 16..256, docs/tokmajor.md). Throws moekit::Error(kInvalidArgument)
+// on a value other than 0 or 1.
 bool kshort_gemm2_wanted(const GroupedGemmParams& params);
 
 // Launch on `stream` (cudaStream_t), the programmatic dependent of the kernel before it with

@@ -281,7 +281,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   }
   // The static K-short GEMM2 (kshort/: contiguous unit ranges, no atomics, one TMA thread) in
   // place of the ping-pong form, or of the two-warpgroup form at 4 K stages, for decode-sized
-  // GEMM2s where MOEKIT_KSHORT_GEMM2=1 asks for it and it can run the call.
+  // GEMM2s wherever it can run the call (MOEKIT_KSHORT_GEMM2=0 keeps token-major's forms).
   if (!gate_up && (pingpong || p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts) && kshort_gemm2_wanted(p)) {
     launch_kshort_gemm2_sm90(p, stream, pdl, kp.phases, kp.phase_ctas);
     return;
