@@ -291,7 +291,8 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
     early_names[l].insert(early_names[l].begin(), "early issue");
   }
   const char* gemm[] = {"GEMM1", "GEMM2"};
-  const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K * 2), static_cast<double>(touched * s.K * s.N * 2)};
+  const double wes = s.fp8 ? 1.0 : 2.0;  // bytes of a weight
+  const double bytes[] = {static_cast<double>(touched * 2 * s.N * s.K) * wes, static_cast<double>(touched * s.K * s.N) * wes};
   for (int l = 0; l < kLaunches; ++l) {
     const std::uint64_t* base = rec.data() + static_cast<std::size_t>(l) * kMaxCtas * tm::kPhaseWords;
     std::uint64_t t0 = ~std::uint64_t{0}, t_end = 0;
@@ -347,6 +348,28 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
       std::printf("[ phases ]   %-13s median %7.2f us  max %7.2f us   reached by the last CTA at %7.2f us\n",
                   name[w], dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
     }
+    // The static K-short GEMM2 (kshort/kernel_sm90.cuh) also sums where consumer warpgroup 0's
+    // units went (its thread 0: warp 0, the epilogue's warp at <= 16 rows a unit) and the producer's
+    // waits for a free stage: per unit of the warpgroup, median over the CTAs.
+    if (l == 1 && busy.front()[tm::kPhaseKsData] != 0) {
+      const int ks_words[] = {tm::kPhaseKsTop, tm::kPhaseKsData, tm::kPhaseKsMma, tm::kPhaseKsEpilogue};
+      const char* ks_names[] = {"lookup + order barrier", "data waits", "MMAs + release", "epilogue"};
+      std::vector<std::vector<double>> per(4);
+      std::vector<double> free_wait;
+      for (const std::uint64_t* r : busy) {
+        const double wg0_units = static_cast<double>((r[tm::kPhaseUnits] + 1) / 2);
+        for (int i = 0; i < 4; ++i) per[i].push_back(static_cast<double>(r[ks_words[i]]) / 1000.0 / wg0_units);
+        free_wait.push_back(static_cast<double>(r[tm::kPhaseKsFree]) / 1000.0);
+      }
+      for (int i = 0; i < 4; ++i) {
+        std::sort(per[i].begin(), per[i].end());
+        std::printf("[ phases ]   kshort warpgroup 0, a unit: %-22s median %6.2f us  max %6.2f us\n", ks_names[i],
+                    per[i][per[i].size() / 2], per[i].back());
+      }
+      std::sort(free_wait.begin(), free_wait.end());
+      std::printf("[ phases ]   kshort producer waiting for free stages: median %6.2f us  max %6.2f us (whole launch)\n",
+                  free_wait[free_wait.size() / 2], free_wait.back());
+    }
   }
 }
 
@@ -393,6 +416,10 @@ TEST(Sm90Tokmajor, PhaseBreakdown) {
   phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 64}, "tokmajor");
   phase_table({"deepseek-v3 TP8", 256, 8, 7168, 256, 16}, "tokmajor");
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 256}, "tokmajor");
+  // fp8_per_tensor: GEMM2 on the static K-short kernel with 1 (qwen3-30b) and 2 (deepseek-v3) K
+  // stages a unit, and its per-unit sums.
+  phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 256, true}, "tokmajor");
+  phase_table({"deepseek-v3 TP8 fp8", 256, 8, 7168, 256, 256, true}, "tokmajor");
   // 25 MB of weights: L2 holds them and the kernels' code across calls. Flushed, then not: what
   // the cold start of each phase costs.
   phase_table({"E=4 N=256 K=4096", 4, 2, 4096, 256, 64}, "tokmajor");

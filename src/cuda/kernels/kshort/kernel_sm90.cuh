@@ -106,12 +106,15 @@ struct KShort {
     std::uint32_t phase = 0;
     std::uint64_t* rec = phase_record(p);  // phase timer (tests only)
     if (rec != nullptr) rec[tokmajor::kPhaseUnits] = static_cast<std::uint64_t>(hi - lo);
+    std::uint64_t free_wait = 0;
     for (int u = lo; u < hi; ++u) {
       const Unit t = unit_of(p, s, u, hint);
       const int brow = t.col * kBlockN;
       if (rec != nullptr && u == lo) rec[tokmajor::kPhaseUnitFound] = rec[tokmajor::kPhaseFirstIssue] = sm90::globaltimer_ns();
       for (int kb = 0; kb < p.num_k_stages; ++kb) {
+        const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (rec != nullptr) free_wait += sm90::globaltimer_ns() - w0;
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t dst = s.tiles + stage * kStageBytes;
         const int k0 = kb * (kKBlockBytes / kElemBytes);  // K coordinate in elements
@@ -123,7 +126,10 @@ struct KShort {
         next_stage(stage, phase, s.stages);
       }
     }
-    if (rec != nullptr) rec[tokmajor::kPhaseLastIssue] = sm90::globaltimer_ns();
+    if (rec != nullptr) {
+      rec[tokmajor::kPhaseLastIssue] = sm90::globaltimer_ns();
+      rec[tokmajor::kPhaseKsFree] = free_wait;
+    }
   }
 
   // A consumer warp is done reading `stage` (its wgmma reads completed).
@@ -152,7 +158,18 @@ struct KShort {
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
     for (int i = 0; i < wg * KB; ++i) next_stage(stage, phase, s.stages);
+    // Phase timer (tests only): warpgroup 0's thread 0 sums where its units' time went.
+    std::uint64_t* trace = ct == 0 ? phase_record(p) : nullptr;
+    std::uint64_t tsum[4] = {0, 0, 0, 0}, tmark = 0;
+    const auto lap = [&](int i) {
+      if (trace != nullptr) {
+        const std::uint64_t now = sm90::globaltimer_ns();
+        if (i >= 0) tsum[i] += now - tmark;
+        tmark = now;
+      }
+    };
     for (int u = lo + wg; u < hi; u += 2) {
+      lap(-1);
       const Unit t = unit_of(p, s, u, hint);
       // This thread's two rows (accumulator rows 16 warp + lane/4 + 8h): slots, router weights and
       // the per-tensor scales, asked for before the data wait.
@@ -176,9 +193,11 @@ struct KShort {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       if (u > lo) sm90::named_barrier_sync(kOrderBarrier + wg, kConsumerThreads);
+      lap(0);
       int prev = 0;
       for (int kb = 0; kb < KB; ++kb) {
         sm90::mbar_wait(s.full + 8 * stage, phase);
+        if (kb == KB - 1) lap(1);
         // This unit's data waits are done: the other warpgroup may start its next unit's.
         if (kb == KB - 1 && u + 1 < hi) sm90::named_barrier_arrive(kOrderBarrier + (wg ^ 1), kConsumerThreads);
         sm90::fence_regs<kAcc>(acc);
@@ -201,6 +220,7 @@ struct KShort {
       sm90::fence_regs<kAcc>(acc);
       release(s, prev, lane);
       for (int i = 0; i < KB; ++i) next_stage(stage, phase, s.stages);  // the other warpgroup's unit
+      lap(2);
 
       // A warp whose 16 rows are past the unit's rows has nothing to store.
       if (!__any_sync(0xffffffffu, slot[0] >= 0)) continue;
@@ -213,6 +233,13 @@ struct KShort {
       if (p.out_type == kOutF32) epilogue<kOutF32>(p, s, t, acc, slot, f, ct >> 5, lane);
       else if (p.out_type == kOutBf16) epilogue<kOutBf16>(p, s, t, acc, slot, f, ct >> 5, lane);
       else epilogue<kOutF16>(p, s, t, acc, slot, f, ct >> 5, lane);
+      lap(3);
+    }
+    if (trace != nullptr) {
+      trace[tokmajor::kPhaseKsTop] = tsum[0];
+      trace[tokmajor::kPhaseKsData] = tsum[1];
+      trace[tokmajor::kPhaseKsMma] = tsum[2];
+      trace[tokmajor::kPhaseKsEpilogue] = tsum[3];
     }
     if ((ct & 127) == 0) {  // phase timer (tests only): the later of the two warpgroups' ends
       if (std::uint64_t* rec = phase_record(p))

@@ -35,54 +35,64 @@ std::int64_t max_units(const GroupedGemmParams& p) {
   return (ceil_div(p.max_rows, kshort::kBlockM) + experts_with_rows) * ceil_div(p.n_out, kshort::kBlockN);
 }
 
+// Whether this kernel can run `p`; where not, the reason goes to `why` when given. A call it
+// takes, or one it declines with why == null (token-major's launcher, at every GEMM2), builds no
+// string.
+bool supported(const GroupedGemmParams& p, std::string* why) {
+  const auto fail = [why](const std::string& msg) {
+    if (why != nullptr) *why = "kshort: " + msg;
+    return false;
+  };
+  if (p.epilogue != GemmEpilogue::kBiasWeightScatter) return fail("GEMM2 (bias_weight_scatter) only");
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
+    return fail("scheme bf16 or fp8_per_tensor only (token-major runs the per-channel and block128 scales)");
+  if (p.bias != nullptr) return fail("no bias (token-major runs the biased GEMM2s)");
+  if (p.gather_a_by_token) return fail("A must be the sorted intermediate (no token gather)");
+  if (p.route.ids != nullptr) return fail("GEMM2 does not route (the routing in the kernel is GEMM1's)");
+  const std::int64_t kb = k_blocks_of(p);
+  if (kb > kshort::kMaxKBlocks) {
+    if (why == nullptr) return false;
+    std::ostringstream os;
+    os << "k_dim = " << p.k_dim << " is " << p.k_dim * element_bytes(p) << " bytes a row, more than "
+       << kshort::kMaxKBlocks * kshort::kKBlockBytes << " (not K-short)";
+    return fail(os.str());
+  }
+  const std::string common = gemm_common::tma_gemm_unsupported_reason(p, kshort::kMaxExperts);
+  if (!common.empty()) return fail(common);
+  if (p.n_out % 2 != 0) return fail("n_out must be even (the epilogue stores pairs of columns)");
+  if (p.n_out >= (std::int64_t{1} << 31) || p.n_out * p.k_dim * element_bytes(p) >= (std::int64_t{1} << 40))
+    return fail("weight tensor too large for a TMA descriptor");
+  if (kshort::stages_for(p.num_experts, static_cast<int>(kb)) == 0) {
+    if (why == nullptr) return false;
+    std::ostringstream os;
+    os << "no ring deeper than a unit's " << kb << " stages fits beside the table of " << p.num_experts << " experts";
+    return fail(os.str());
+  }
+  if (p.max_rows >= (std::int64_t{1} << 31) || max_units(p) >= (std::int64_t{1} << 30))
+    return fail("max_rows too large for this kernel");
+  const bool y16 = (p.out_dtype == DType::kBf16 || p.out_dtype == DType::kFp16) && p.out_dtype == p.act_dtype;
+  if (p.out_dtype != DType::kFp32 && !y16)
+    return fail(std::string("out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
+                ", bf16 or fp16), got " + dtype_name(p.out_dtype));
+  if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % 4 != 0) return fail("out must be 4-byte aligned");
+  const std::string device = gemm_common::sm90_tma_unsupported_reason();
+  return device.empty() || fail(device);
+}
+
 }  // namespace
 
 std::string kshort_gemm2_unsupported_reason(const GroupedGemmParams& p) {
-  if (p.epilogue != GemmEpilogue::kBiasWeightScatter) return "kshort: GEMM2 (bias_weight_scatter) only";
-  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
-    return "kshort: scheme bf16 or fp8_per_tensor only (token-major runs the per-channel and block128 scales)";
-  if (p.bias != nullptr) return "kshort: no bias (token-major runs the biased GEMM2s)";
-  if (p.gather_a_by_token) return "kshort: A must be the sorted intermediate (no token gather)";
-  if (p.route.ids != nullptr) return "kshort: GEMM2 does not route (the routing in the kernel is GEMM1's)";
-  const std::string common = gemm_common::tma_gemm_unsupported_reason(p, kshort::kMaxExperts);
-  if (!common.empty()) return "kshort: " + common;
-  if (p.n_out % 2 != 0) return "kshort: n_out must be even (the epilogue stores pairs of columns)";
-  if (p.n_out >= (std::int64_t{1} << 31) || p.n_out * p.k_dim * element_bytes(p) >= (std::int64_t{1} << 40))
-    return "kshort: weight tensor too large for a TMA descriptor";
-  const std::int64_t kb = k_blocks_of(p);
-  if (kb > kshort::kMaxKBlocks) {
-    std::ostringstream os;
-    os << "kshort: k_dim = " << p.k_dim << " is " << p.k_dim * element_bytes(p) << " bytes a row, more than "
-       << kshort::kMaxKBlocks * kshort::kKBlockBytes << " (not K-short)";
-    return os.str();
-  }
-  if (kshort::stages_for(p.num_experts, static_cast<int>(kb)) == 0) {
-    std::ostringstream os;
-    os << "kshort: no ring deeper than a unit's " << kb << " stages fits beside the table of " << p.num_experts
-       << " experts";
-    return os.str();
-  }
-  if (p.max_rows >= (std::int64_t{1} << 31) || max_units(p) >= (std::int64_t{1} << 30))
-    return "kshort: max_rows too large for this kernel";
-  const bool y16 = (p.out_dtype == DType::kBf16 || p.out_dtype == DType::kFp16) && p.out_dtype == p.act_dtype;
-  if (p.out_dtype != DType::kFp32 && !y16)
-    return std::string("kshort: out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
-           ", bf16 or fp16), got " + dtype_name(p.out_dtype);
-  if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % 4 != 0)
-    return "kshort: out must be 4-byte aligned";
-  return gemm_common::sm90_tma_unsupported_reason();
-}
-
-bool kshort_gemm2_wanted(const GroupedGemmParams& p) {
-  return detail::env_switch(detail::EnvVar::kKshortGemm2, true) && kshort_gemm2_unsupported_reason(p).empty();
+  std::string why;
+  return supported(p, &why) ? std::string() : why;
 }
 
 int kshort_gemm2_launches() { return launches; }
 
-void launch_kshort_gemm2_sm90(const GroupedGemmParams& p, void* stream, bool pdl, std::uint64_t* phases, int phase_ctas) {
-  if (p.max_rows == 0) return;
-  const std::string why = kshort_gemm2_unsupported_reason(p);
-  if (!why.empty()) throw Error(Status::kNotSupported, why);
+bool launch_kshort_gemm2_if_wanted(const GroupedGemmParams& p, void* stream, bool pdl, std::uint64_t* phases,
+                                   int phase_ctas) {
+  if (!detail::env_switch(detail::EnvVar::kKshortGemm2, true)) return false;
+  if (!supported(p, nullptr)) return false;  // token-major runs it
+  if (p.max_rows == 0) return true;
   const std::int64_t es = element_bytes(p);
   const bool fp8 = p.scheme != Scheme::kBf16;
 
@@ -109,6 +119,7 @@ void launch_kshort_gemm2_sm90(const GroupedGemmParams& p, void* stream, bool pdl
     kshort::run_kshort_sm90<decltype(op)::value>(kp, grid, stream, pdl);
   });
   ++launches;
+  return true;
 }
 
 }  // namespace moekit::cuda

@@ -244,22 +244,38 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   const int box_rows = tokmajor::block_n(block128) / 2;
 
   KernelParams kp{};
-  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by half a tile of rows; the kernel loads
-  // two boxes per stage.
-  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
-  gemm_common::fill_common_fields(kp, p, rows_b, es);
-  kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
   kp.num_k_stages = static_cast<int>(ceil_div(p.k_dim * es, tokmajor::kStageKBytes));
-  {
-    const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
-    kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
-  }
   kp.cluster = cluster;
   // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
   // static schedule gives it to them without talking).
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
   const bool route = p.route.ids != nullptr;  // checked by can_implement (GEMM1, bf16 / fp16)
   kp.smem = tokmajor::smem_layout(block128, p.num_experts, false, 0, route ? static_cast<int>(p.route.slots) : 0);
+  const bool pingpong = use_pingpong(p, kp);
+  if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
+    const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
+    if (slot < g_phase_launches.load(std::memory_order_acquire)) {
+      kp.phase_ctas = g_phase_ctas.load(std::memory_order_acquire);
+      kp.phases = buf + static_cast<std::int64_t>(slot) * kp.phase_ctas * tokmajor::kPhaseWords;
+    }
+  }
+  // The static K-short GEMM2 (kshort/: contiguous unit ranges, no atomics, one TMA thread) in
+  // place of the ping-pong form, or of the two-warpgroup form at 4 K stages, for decode-sized
+  // GEMM2s wherever it can run the call (MOEKIT_KSHORT_GEMM2=0 keeps token-major's forms). Asked
+  // before this kernel's own weight map is encoded: a GEMM2 it takes costs no work here.
+  if (!gate_up && (pingpong || p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts) &&
+      launch_kshort_gemm2_if_wanted(p, stream, pdl, kp.phases, kp.phase_ctas))
+    return;
+
+  // Weights [E, rows_b, k_dim], a box of 128 bytes of K by half a tile of rows; the kernel loads
+  // two boxes per stage.
+  gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, box_rows, "tokmajor_sm90");
+  gemm_common::fill_common_fields(kp, p, rows_b, es);
+  kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, out_cols(p)));
+  {
+    const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
+    kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && aligned(p.out, 16) ? 1 : 0;
+  }
   if (route) {
     kp.route_ids = p.route.ids;
     kp.route_map = p.route.expert_map;
@@ -271,21 +287,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
     kp.route_faults = p.route.faults;
   }
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  const bool pingpong = use_pingpong(p, kp);
-  if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
-    const int slot = g_phase_next.fetch_add(1, std::memory_order_acq_rel);
-    if (slot < g_phase_launches.load(std::memory_order_acquire)) {
-      kp.phase_ctas = g_phase_ctas.load(std::memory_order_acquire);
-      kp.phases = buf + static_cast<std::int64_t>(slot) * kp.phase_ctas * tokmajor::kPhaseWords;
-    }
-  }
-  // The static K-short GEMM2 (kshort/: contiguous unit ranges, no atomics, one TMA thread) in
-  // place of the ping-pong form, or of the two-warpgroup form at 4 K stages, for decode-sized
-  // GEMM2s wherever it can run the call (MOEKIT_KSHORT_GEMM2=0 keeps token-major's forms).
-  if (!gate_up && (pingpong || p.max_rows <= kPingPongMaxRowsPerExpert * p.num_experts) && kshort_gemm2_wanted(p)) {
-    launch_kshort_gemm2_sm90(p, stream, pdl, kp.phases, kp.phase_ctas);
-    return;
-  }
 
   // Persistent grid: one CTA per SM (~200 KB of shared memory each), never more clusters than
   // work units can exist (units <= tiles). The kernel's launcher lowers it to the co-resident

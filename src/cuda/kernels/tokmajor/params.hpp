@@ -79,7 +79,15 @@ enum PhaseWord : int {
   kPhaseUnitFound,     // producer thread 0 with its first unit found (before its first weight TMA)
   kPhaseConsumerStart, // consumer thread 0 past its setmaxnreg
   kPhaseFirstStore,    // consumer thread 0 after the first chunk of GEMM1's last epilogue
-  kPhaseWords = 16
+  // The static K-short GEMM2 (kshort/kernel_sm90.cuh) only: sums over consumer warpgroup 0's units
+  // of where its thread 0 (warp 0, the warp that runs the epilogue at <= 16 rows a unit) spent
+  // the time, and the producer thread's waits for a free stage.
+  kPhaseKsTop = 13,    // loop top to past the order barrier (the unit's lookup, row loads, the other warpgroup)
+  kPhaseKsData,        // past the order barrier to past the unit's last data wait
+  kPhaseKsMma,         // then to its MMAs done and stages released
+  kPhaseKsEpilogue,    // then to the epilogue's end
+  kPhaseKsFree,        // producer thread 0: waiting for free stages
+  kPhaseWords = 24
 };
 
 // Launches the kernel instantiation on `stream` with `grid` persistent CTAs (inst/*.cu); with
