@@ -138,6 +138,34 @@ struct KShort {
     if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
   }
 
+  // What a consumer thread needs of a unit besides its stages: the unit, its two rows' slots
+  // (-1: past the unit's rows) and router weights (accumulator rows 16 warp + lane/4 + 8h), and the
+  // expert's per-tensor weight scale.
+  struct Meta {
+    Unit t;
+    int slot[2];
+    float tw[2];
+    float bs;
+  };
+
+  static __device__ __forceinline__ void fetch(const KernelParams& p, const Smem& s, int u, int& hint, int warp,
+                                               int lane, bool per_tensor, Meta& m) {
+    m.t = unit_of(p, s, u, hint);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rloc = 16 * warp + (lane >> 2) + 8 * h;
+      m.slot[h] = -1;
+      m.tw[h] = 1.0f;
+      if (rloc < m.t.count) {
+        const int r = m.t.row_begin + rloc;
+        m.slot[h] = p.sorted_slots[r];
+        if (p.sorted_weights) m.tw[h] = p.sorted_weights[r];
+        else if (p.topk_weights) m.tw[h] = p.topk_weights[m.slot[h]];
+      }
+    }
+    m.bs = per_tensor ? p.b_scale[m.t.e] : 1.0f;
+  }
+
   // ---- consumer warpgroups: warpgroup wg runs units lo + wg, lo + wg + 2, ... ----
   // Unit j of the range fills ring positions j * KB .. j * KB + KB - 1 (KB = num_k_stages, all
   // units alike), so warpgroup wg's next unit starts 2 KB positions after its last one; only its 4
@@ -168,26 +196,21 @@ struct KShort {
         tmark = now;
       }
     };
+    // A unit's metadata (its lookup, this thread's two rows' slots and router weights, the expert's
+    // weight scale) is asked for one unit ahead, so that its loads land under the previous unit's
+    // data wait, MMAs and epilogue instead of delaying this unit's. The activation scale is one
+    // word for the whole launch.
+    const float a_s = per_tensor ? p.a_scale[0] : 1.0f;
+    Meta next;
+    if (lo + wg < hi) fetch(p, s, lo + wg, hint, warp, lane, per_tensor, next);
     for (int u = lo + wg; u < hi; u += 2) {
       lap(-1);
-      const Unit t = unit_of(p, s, u, hint);
-      // This thread's two rows (accumulator rows 16 warp + lane/4 + 8h): slots, router weights and
-      // the per-tensor scales, asked for before the data wait.
-      int slot[2];
-      float tw[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rloc = 16 * warp + (lane >> 2) + 8 * h;
-        slot[h] = -1;
-        tw[h] = 1.0f;
-        if (rloc < t.count) {
-          const int r = t.row_begin + rloc;
-          slot[h] = p.sorted_slots[r];
-          if (p.sorted_weights) tw[h] = p.sorted_weights[r];
-          else if (p.topk_weights) tw[h] = p.topk_weights[slot[h]];
-        }
-      }
-      const float ts = per_tensor ? p.a_scale[0] * p.b_scale[t.e] : 1.0f;
+      const Meta m = next;
+      if (u + 2 < hi) fetch(p, s, u + 2, hint, warp, lane, per_tensor, next);
+      const Unit& t = m.t;
+      const int(&slot)[2] = m.slot;
+      const float(&tw)[2] = m.tw;
+      const float ts = a_s * m.bs;
 
       float acc[kAcc];
 #pragma unroll
