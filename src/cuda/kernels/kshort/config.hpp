@@ -5,8 +5,6 @@
 
 #include <cstdint>
 
-#include "cuda/kernels/tokmajor/config.hpp"  // the GEMM2 epilogue's staging geometry
-
 namespace moekit::cuda::kshort {
 
 // A unit: 64 expert-sorted token rows (one wgmma M) x 256 output columns (wgmma N = 256) x all of K.
@@ -40,13 +38,6 @@ inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 inline constexpr int kSmemLimit = 227 * 1024;
 inline constexpr int kMaxExperts = 1024;
-// The epilogue is token-major's GEMM2 scatter (tokmajor/config.hpp): each consumer warp's 16 rows
-// staged 128 bytes of columns at a time, pitch 144 bytes for 16-bit y and 160 for fp32, then
-// copied to the y rows as 16-byte pieces of whole 128-byte row segments.
-inline constexpr int kOutChunkBytes = tokmajor::kOutStageRowBytes;
-using tokmajor::out_stage_pitch;
-inline constexpr int kOutStageWarpBytes = tokmajor::kOutStageWarpBytes;
-
 // The schedule (kernel_sm90.cuh; constexpr, so the kernel and the CPU tests run the same lines:
 // tests/cpu/test_kshort_schedule.cpp). Units are (expert, token tile of kBlockM rows, column
 // tile), column tile fastest; an expert with `rows` rows has units_of(rows) of them.
@@ -72,7 +63,6 @@ struct SmemLayout {
   int stages;         // ring stages of kStageBytes: stage s at s * kStageBytes (A tile, then B tile)
   int full_bar_off;   // uint64 [stages]
   int empty_bar_off;  // uint64 [stages]
-  int out_stage_off;  // [consumer warp][16 rows][pitch]
   int table_off;      // int row_offsets[E+1], int unit_prefix[E+1]
   int bytes;          // total, including 1024 bytes of alignment slack
 };
@@ -82,8 +72,7 @@ constexpr SmemLayout smem_layout(int num_experts, int stages) {
   l.stages = stages;
   l.full_bar_off = stages * kStageBytes;
   l.empty_bar_off = l.full_bar_off + stages * 8;
-  l.out_stage_off = l.empty_bar_off + stages * 8;
-  l.table_off = l.out_stage_off + kConsumerWarps * kOutStageWarpBytes;
+  l.table_off = l.empty_bar_off + stages * 8;
   l.bytes = l.table_off + 2 * (num_experts + 1) * 4 + 1024;
   return l;
 }
@@ -96,8 +85,6 @@ constexpr int stages_for(int num_experts, int k_blocks) {
   return 0;
 }
 
-static_assert(stages_for(757, 4) == kMaxStages && stages_for(758, 4) == 0, "the 5-stage ring fits up to 757 experts");
-static_assert(stages_for(kMaxExperts, kMaxKBlocks - 1) > 0, "a ring deeper than 3-stage units fits every table (4-stage units need "
-              "a 5-stage ring: E <= 757; the launcher checks stages_for)");
+static_assert(stages_for(kMaxExperts, kMaxKBlocks) == kMaxStages, "the 5-stage ring fits beside every table");
 
 }  // namespace moekit::cuda::kshort

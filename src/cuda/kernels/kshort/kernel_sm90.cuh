@@ -16,7 +16,9 @@
 // and scatter_epilogue) instruction for instruction where it matters for the bits: the same wgmma
 // (m64n256k16 / k32) over the same zero-padded 128-byte K stages in the same order, the same
 // per-row factor (a_scale x b_scale[e], then x the router weight unless weight_on_input) and the
-// same rounding of y; so the two give the same bytes (tested). Epilogue inputs it does not take:
+// same rounding of y; so the two give the same bytes (tested), though this kernel stores each
+// lane's column pairs straight from the accumulators where token-major stages 128-byte row
+// segments through shared memory. Epilogue inputs it does not take:
 // biases, per-channel and block128 scales (launch_sm90.cu declines them; token-major runs those).
 #pragma once
 
@@ -66,7 +68,6 @@ struct KShort {
     std::uint32_t tiles;      // stage s: A [64 rows][128 B] at s * kStageBytes, then B [256 rows][128 B]
     std::uint32_t full;       // barrier addresses (8 bytes apart)
     std::uint32_t empty;
-    std::uint8_t* out_stage;  // kOutStageWarpBytes per consumer warp
     int* off;                 // [E+1] row offsets
     int* prefix;              // [E+1] units of the experts before e
     int stages;
@@ -253,9 +254,9 @@ struct KShort {
         const float bw = p.weight_on_input ? 1.0f : tw[h];
         f[h] = (per_tensor ? ts : 1.0f) * bw;
       }
-      if (p.out_type == kOutF32) epilogue<kOutF32>(p, s, t, acc, slot, f, ct >> 5, lane);
-      else if (p.out_type == kOutBf16) epilogue<kOutBf16>(p, s, t, acc, slot, f, ct >> 5, lane);
-      else epilogue<kOutF16>(p, s, t, acc, slot, f, ct >> 5, lane);
+      if (p.out_type == kOutF32) epilogue<kOutF32>(p, t, acc, slot, f, lane);
+      else if (p.out_type == kOutBf16) epilogue<kOutBf16>(p, t, acc, slot, f, lane);
+      else epilogue<kOutF16>(p, t, acc, slot, f, lane);
       lap(3);
     }
     if (trace != nullptr) {
@@ -271,90 +272,33 @@ struct KShort {
     }
   }
 
-  // The epilogue through the warp's staging area, one rolled loop over chunks of 128 bytes of
-  // columns (4 of 16-bit y, 8 of fp32): each lane writes its accumulator pairs of the warp's 16
-  // rows (times the row factor, rounded to y's type; stage_chunk, the only unrolled part, a case
-  // per chunk), then 8 lanes per row copy the row's 128 bytes to y row slot(r) with 16-byte stores.
-  template <int kOut, int kCh>
-  static __device__ __forceinline__ void stage_chunk(const float (&acc)[kAcc], const float (&f)[2],
-                                                     std::uint8_t* stage_w, int lane) {
+  // The epilogue straight from the accumulators: lane (q = lane / 4, c = lane % 4) holds, of its
+  // warp's 16 rows, rows q and q + 8 (slot[0], slot[1]) at columns 8 j + 2 c, + 1 for j = 0..31;
+  // each pair, times the row factor and rounded to y's type, is one 4-byte (16-bit y) or 8-byte
+  // (fp32 y) store into y row slot, so a warp's store writes 8 rows x 16 or 32 contiguous bytes.
+  // No staging, no warp barrier: the 64 stores of a lane are independent. A unit has few rows at
+  // decode (16 an expert at qwen3-30b TP8 M = 256), where the staged copy token-major's scatter uses
+  // (128-byte row segments by 16-byte stores) was a long chain of dependent shared-memory round
+  // trips on the one warp that had rows (session 48's stall sample and per-unit phase sums).
+  // Pairs past n_out (even) are skipped whole.
+  template <int kOut>
+  static __device__ __forceinline__ void epilogue(const KernelParams& p, const Unit& t, const float (&acc)[kAcc],
+                                                  const int (&slot)[2], const float (&f)[2], int lane) {
     constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kChunkJ = kOutChunkBytes / kEs / 8;  // accumulator column groups per chunk
-    constexpr int kPitch = out_stage_pitch(kEs);
+    const std::int64_t c0 = static_cast<std::int64_t>(t.col) * kBlockN + 2 * (lane & 3);
 #pragma unroll
-    for (int jj = 0; jj < kChunkJ; ++jj) {
-      constexpr int j0 = kCh * kChunkJ;
-      const int cl = 8 * jj + 2 * (lane & 3);  // column in the chunk
+    for (int h = 0; h < 2; ++h) {
+      if (slot[h] < 0) continue;
+      std::uint8_t* row = static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(slot[h]) * p.n_out * kEs;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float v0 = acc[4 * (j0 + jj) + 2 * h] * f[h], v1 = acc[4 * (j0 + jj) + 2 * h + 1] * f[h];
-        std::uint8_t* dst = stage_w + ((lane >> 2) + 8 * h) * kPitch + cl * kEs;
+      for (int j = 0; j < kAcc / 4; ++j) {
+        const std::int64_t c = c0 + 8 * j;
+        if (c >= p.n_out) continue;
+        const float v0 = acc[4 * j + 2 * h] * f[h], v1 = acc[4 * j + 2 * h + 1] * f[h];
+        std::uint8_t* dst = row + c * kEs;
         if constexpr (kOut == kOutF32) *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
         else if constexpr (kOut == kOutBf16) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
         else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v0, v1);
-      }
-    }
-  }
-
-  template <int kOut>
-  static __device__ __forceinline__ void epilogue(const KernelParams& p, const Smem& s, const Unit& t,
-                                                  const float (&acc)[kAcc], const int (&slot)[2], const float (&f)[2],
-                                                  int cwarp, int lane) {
-    constexpr int kEs = kOut == kOutF32 ? 4 : 2;
-    constexpr int kChunkCols = kOutChunkBytes / kEs;  // 32 fp32 or 64 16-bit columns
-    constexpr int kChunks = kBlockN / kChunkCols;      // 8 or 4
-    constexpr int kPitch = out_stage_pitch(kEs);
-    std::uint8_t* stage_w = s.out_stage + cwarp * kOutStageWarpBytes;
-    // The copy: lane covers rows q * 4 + lane / 8 (q = 0..3) of the warp, 16 bytes at lane % 8;
-    // row r's slot is held by lane 4 (r % 8) in slot[r / 8].
-    std::uint8_t* rowp[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int r = q * 4 + (lane >> 3);
-      const int s0 = __shfl_sync(0xffffffffu, slot[0], 4 * (r & 7));
-      const int s1 = __shfl_sync(0xffffffffu, slot[1], 4 * (r & 7));
-      const int sl = r < 8 ? s0 : s1;
-      rowp[q] = sl < 0 ? nullptr : static_cast<std::uint8_t*>(p.out) + static_cast<std::int64_t>(sl) * p.n_out * kEs;
-    }
-    const std::int64_t nbase = static_cast<std::int64_t>(t.col) * kBlockN;
-    const int piece = lane & 7;
-#pragma unroll 1
-    for (int ch = 0; ch < kChunks; ++ch) {
-      const std::int64_t c0 = nbase + ch * kChunkCols;
-      if (c0 >= p.n_out) break;
-      __syncwarp();  // the previous chunk's copy has read the staging area
-      switch (ch) {
-        case 0: stage_chunk<kOut, 0>(acc, f, stage_w, lane); break;
-        case 1: stage_chunk<kOut, 1>(acc, f, stage_w, lane); break;
-        case 2: stage_chunk<kOut, 2>(acc, f, stage_w, lane); break;
-        case 3: stage_chunk<kOut, 3>(acc, f, stage_w, lane); break;
-        default:
-          if constexpr (kChunks > 4) {
-            if (ch == 4) stage_chunk<kOut, 4>(acc, f, stage_w, lane);
-            else if (ch == 5) stage_chunk<kOut, 5>(acc, f, stage_w, lane);
-            else if (ch == 6) stage_chunk<kOut, 6>(acc, f, stage_w, lane);
-            else stage_chunk<kOut, 7>(acc, f, stage_w, lane);
-          }
-          break;
-      }
-      __syncwarp();
-      const std::int64_t pc = c0 + piece * (16 / kEs);  // the piece's first column
-      const bool vec = p.out_vec16 && pc + 16 / kEs <= p.n_out;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (rowp[q] == nullptr || pc >= p.n_out) continue;
-        const std::uint8_t* src = stage_w + (q * 4 + (lane >> 3)) * kPitch + piece * 16;
-        std::uint8_t* dst = rowp[q] + pc * kEs;
-        if (vec) {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-        } else {
-          // The row's end inside the piece, or rows not 16-byte aligned: 4-byte words (n_out is
-          // even, so a 16-bit pair never straddles the end).
-#pragma unroll 1
-          for (int b = 0; b < 16; b += 4)
-            if (pc + b / kEs < p.n_out)
-              *reinterpret_cast<std::uint32_t*>(dst + b) = *reinterpret_cast<const std::uint32_t*>(src + b);
-        }
       }
     }
   }
@@ -373,7 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1) kshort_sm90_kernel(const __grid_c
   s.tiles = sm90::smem_addr(base);
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
-  s.out_stage = base + L.out_stage_off;
   s.off = reinterpret_cast<int*>(base + L.table_off);
   s.prefix = s.off + (p.num_experts + 1);
   s.stages = L.stages;

@@ -74,7 +74,10 @@ bool supported(const GroupedGemmParams& p, std::string* why) {
   if (p.out_dtype != DType::kFp32 && !y16)
     return fail(std::string("out_dtype must be fp32 or the activation dtype (") + dtype_name(p.act_dtype) +
                 ", bf16 or fp16), got " + dtype_name(p.out_dtype));
-  if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % 4 != 0) return fail("out must be 4-byte aligned");
+  // The epilogue stores pairs of columns: 4 bytes of 16-bit y, 8 of fp32.
+  const std::uintptr_t out_align = p.out_dtype == DType::kFp32 ? 8 : 4;
+  if (p.max_rows > 0 && reinterpret_cast<std::uintptr_t>(p.out) % out_align != 0)
+    return fail(out_align == 8 ? "out must be 8-byte aligned (fp32 pairs)" : "out must be 4-byte aligned");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
   return device.empty() || fail(device);
 }
@@ -102,10 +105,6 @@ bool launch_kshort_gemm2_if_wanted(const GroupedGemmParams& p, void* stream, boo
                                   kshort::kBlockM, "kshort_sm90 (A rows)");
   gemm_common::fill_common_fields(kp, p, /*rows_b=*/p.n_out, es);
   kp.out_type = out_type_of(p.out_dtype);
-  {
-    const std::int64_t out_es = p.out_dtype == DType::kFp32 ? 4 : 2;
-    kp.out_vec16 = (p.n_out * out_es) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 ? 1 : 0;
-  }
   kp.num_col_tiles = static_cast<int>(ceil_div(p.n_out, kshort::kBlockN));
   kp.num_k_stages = static_cast<int>(k_blocks_of(p));
   kp.smem = kshort::smem_layout(p.num_experts, kshort::stages_for(p.num_experts, kp.num_k_stages));

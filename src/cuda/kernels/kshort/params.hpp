@@ -18,7 +18,6 @@ namespace moekit::cuda::kshort {
 // kMaxKBlocks), then this family's.
 struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   int out_type;      // OutType (gemm_common/params.hpp)
-  int out_vec16;     // y rows allow 16-byte stores (n_out * bytes % 16 == 0, out 16-byte aligned)
   // fill_common_fields sets the epilogue's activation for every family; GEMM2 has none.
   Activation act;
   float alpha;
