@@ -819,9 +819,12 @@ TEST(Sm90TokMajorGemm, KshortGemm2DeclinesWhatItCannotRun) {
   p.scheme = Scheme::kBf16;
   p.k_dim = 320;  // 640 bytes a row: not K-short
   declined("K-short");
-  p.k_dim = 256;  // 4 K stages: a 5-stage ring, which fits up to 757 experts
-  p.num_experts = 758;
-  declined("ring");
+  p.k_dim = 256;  // 4 K stages: the 5-stage ring fits beside the largest table
+  p.num_experts = 1024;
+  {
+    const std::string why = kshort_gemm2_unsupported_reason(p);
+    EXPECT_EQ(why.find("ring"), std::string::npos) << why;
+  }
   p.num_experts = 128;
   p.out_dtype = DType::kFp16;  // neither fp32 nor the activation dtype
   declined("out_dtype");
