@@ -572,15 +572,17 @@ void run_moe(const detail::MoeCall& call) {
       rp = q;
     }
   }
-  // The routing in GEMM1 (docs/tokmajor.md "Routing in GEMM1"): a bf16 fused_experts chain whose
-  // GEMM1 is token-major has no routing launch where calls are decode-sized (at most 64 rows an
-  // expert on average, the early weights' rule): GEMM1's CTAs count and place the slots
-  // themselves while their first weights stream, and write the offsets, the sorted slots and
-  // weights GEMM2 reads; a memset zeroes the GEMMs' tile counters, the routing launch's other
-  // duty. MOEKIT_TOKMAJOR_ROUTE=0 keeps the routing launch, =1 drops it wherever GEMM1 can route
+  // The routing in GEMM1 (docs/tokmajor.md "Routing in GEMM1"): a bf16 or fp8_per_tensor
+  // fused_experts chain whose GEMM1 is token-major has no routing launch where calls are
+  // decode-sized (at most 64 rows an expert on average, the early weights' rule): GEMM1's CTAs count
+  // and place the slots themselves while their first weights stream, and write the offsets, the
+  // sorted slots and weights GEMM2 reads; a memset zeroes the GEMMs' tile counters and the absmax
+  // words, the routing launch's other duty (fp8: step 2's quantization then takes hidden's absmax
+  // itself). MOEKIT_TOKMAJOR_ROUTE=0 keeps the routing launch, =1 drops it wherever GEMM1 can route
   // (checked before anything is enqueued).
   bool route_in_gemm1 = false;
-  if (plan.gemm[0].impl == detail::GemmImpl::kTokmajor && !p.with_routing && !fp8) {
+  if (plan.gemm[0].impl == detail::GemmImpl::kTokmajor && !p.with_routing &&
+      (p.scheme == Scheme::kBf16 || p.scheme == Scheme::kFp8PerTensor)) {
     const bool decode_sized = P <= 64 * static_cast<std::int64_t>(E);
     if (detail::env_switch(detail::EnvVar::kTokmajorRoute, decode_sized)) {
       GroupedGemmParams r = g1;
@@ -609,8 +611,9 @@ void run_moe(const detail::MoeCall& call) {
     launch_routing_sm90(rp, stream, pdl);
   }
 
-  // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did.
-  if (fp8 && !rp.quant_cta) {
+  // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did. Without a
+  // routing launch (route in GEMM1) it takes hidden's absmax itself: the memset zeroed the word.
+  if (fp8 && (route_in_gemm1 || !rp.quant_cta)) {
     QuantParams qp;
     qp.scheme = p.scheme;
     qp.x = call.hidden;
@@ -619,7 +622,7 @@ void run_moe(const detail::MoeCall& call) {
     qp.cols = K;
     qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a13_scale : nullptr;
     qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
-    if (rp.absmax_ctas > 0) {
+    if (!route_in_gemm1 && rp.absmax_ctas > 0) {
       qp.absmax_partials = rp.absmax_partials;
       qp.num_partials = rp.absmax_ctas;
     }

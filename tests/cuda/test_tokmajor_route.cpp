@@ -1,5 +1,6 @@
 // The routing in the token-major GEMM1 (MOEKIT_TOKMAJOR_ROUTE; docs/tokmajor.md "Routing in
-// GEMM1"): a bf16 / fp16 fused_experts chain whose GEMM1 counts and places the call's slots itself,
+// GEMM1"): a bf16 / fp16 or fp8_per_tensor fused_experts chain whose GEMM1 counts and places the
+// call's slots itself,
 // with no routing launch, against the same chain with the routing launch, bit for bit, and
 // against the CPU reference. The slots each unit places are the routing launch's stable order,
 // GEMM1 writes the offsets, sorted slots and router weights GEMM2 reads, and bad ids / expert_map
@@ -94,6 +95,29 @@ std::vector<RouteCase> route_cases() {
     c.spec.activation.kind = Activation::kSwigluOai;
     v.push_back(c);
   }
+  // fp8_per_tensor (e4m3 weights, per-expert scales): hidden's dynamic scale from the
+  // quantization's own absmax instead of the routing launch's absmax CTAs (the same max, so the
+  // same bytes): the one-CTA quantization up to M x K = 32 K elements (M = 1, 3, 17), the absmax
+  // and quantization launches past it (M = 64).
+  {
+    RouteCase c{"qwen-like-fp8", base(64, 32, 8, 1056, 256), {1, 3, 17, 64}};
+    c.spec.scheme = Scheme::kFp8PerTensor;
+    v.push_back(c);
+  }
+  // 4096 slots: the routing launch it replaces is the multi-CTA permutation (count + scatter).
+  {
+    RouteCase c{"many-slots-map-fp8", base(512, 64, 8, 256, 128), {129, 512}};
+    c.spec.scheme = Scheme::kFp8PerTensor;
+    c.spec.expert_map = true;
+    v.push_back(c);
+  }
+  // Static activation scales (a13_scale, a2_scale): no absmax at all.
+  {
+    RouteCase c{"static-scales-fp8", base(48, 16, 4, 512, 192), {1, 48}};
+    c.spec.scheme = Scheme::kFp8PerTensor;
+    c.spec.static_scales = true;
+    v.push_back(c);
+  }
   return v;
 }
 
@@ -113,7 +137,7 @@ TEST(Sm90TokmajorRoute, MatchesTheRoutingLaunchBitwise) {
       ASSERT_TRUE(routed_on && routed_again) << what << ": GEMM1 did not route the call (the switch did not take)";
       EXPECT_TRUE(launch == in_gemm1) << what << ": the routing in GEMM1 differs from the routing launch";
       EXPECT_TRUE(in_gemm1 == again) << what << ": two runs differ";
-      EXPECT_TRUE(rows_match(to_float(in_gemm1, rc.spec.act_dtype), reference_rows(c, 0, M), rc.spec.K, Scheme::kBf16,
+      EXPECT_TRUE(rows_match(to_float(in_gemm1, rc.spec.act_dtype), reference_rows(c, 0, M), rc.spec.K, rc.spec.scheme,
                              "routing in GEMM1, " + what));
       // No bad id or entry here (remote experts' -1 entries are not faults): nothing recorded.
       Fault f;
@@ -206,7 +230,7 @@ TEST(Sm90TokmajorRoute, BadIdsAreDroppedAndRecorded) {
 
 TEST(Sm90TokmajorRoute, DeclinesWhatItCannotRoute) {
   SKIP_WITHOUT_SM90();
-  // More slots than the kernel routes, fp8, router weights on the input: the chain keeps the
+  // More slots than the kernel routes, per-channel fp8, router weights on the input: the chain keeps the
   // routing launch (MOEKIT_TOKMAJOR_ROUTE=1 forces it only where GEMM1 can route) and is right.
   struct Decline {
     const char* name;
@@ -224,8 +248,8 @@ TEST(Sm90TokmajorRoute, DeclinesWhatItCannotRoute) {
   {
     CaseSpec s;
     s.M = 17;
-    s.scheme = Scheme::kFp8PerTensor;
-    v.push_back({"fp8_per_tensor", s, 17});
+    s.scheme = Scheme::kFp8PerChannel;
+    v.push_back({"fp8_per_channel", s, 17});
   }
   {
     CaseSpec s;

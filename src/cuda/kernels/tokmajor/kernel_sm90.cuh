@@ -174,8 +174,9 @@ __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
 template <Operand kOp, bool kGateUp, bool kBlock128, bool kPingPong, bool kRoute = false>
 struct TokMajor {
   static_assert(!kPingPong || (!kGateUp && !kBlock128), "ping-pong consumers are GEMM2's, not block128");
-  static_assert(!kRoute || (kGateUp && !kBlock128 && kOp != Operand::kE4m3),
-                "the routing in the kernel is GEMM1's, bf16 / fp16 (no per-row scales or router weights)");
+  static_assert(!kRoute || (kGateUp && !kBlock128),
+                "the routing in the kernel is GEMM1's, bf16 / fp16 or e4m3 per tensor (no per-row scales or "
+                "router weights)");
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr int kBN = block_n(kBlock128);  // B rows per tile (wgmma N)
   static constexpr int kBox = kBN / 2;            // B rows per TMA box (two boxes per stage)
@@ -606,8 +607,9 @@ struct TokMajor {
           if constexpr (kRoute) {
             // GEMM1's epilogue reads a row's slot only for its liveness (kRoute runs without
             // per-row scales or router weights on the input: launch_sm90.cu), and the producer
-            // places the slots.
+            // places the slots. e4m3 runs fp8_per_tensor only: one scale a unit.
             slot[h] = r;
+            if constexpr (kOp == Operand::kE4m3) ts[h] = p.a_scale[0] * p.b_scale[tl.e];
           } else {
             slot[h] = p.sorted_slots[r];
             // By sorted row when routing wrote them (no load that waits for the slot's).

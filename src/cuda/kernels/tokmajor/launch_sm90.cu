@@ -106,13 +106,14 @@ std::atomic<int> g_phase_launches{0};
 thread_local int route_launches = 0;
 
 // "" when p.route is off or the kRoute instantiations take it (kernel_sm90.cuh route_table): GEMM1
-// of bf16 / fp16 gathering token rows, no router weight on the input, at most kRouteMaxSlots
+// of bf16 / fp16 or fp8_per_tensor gathering token rows, no router weight on the input, at most kRouteMaxSlots
 // slots, the slot list beside the expert table in shared memory, and the outputs GEMM2 reads.
 std::string route_unsupported_reason(const GroupedGemmParams& p) {
   const GroupedGemmParams::InKernelRouting& r = p.route;
   if (r.ids == nullptr) return "";
   if (!gate_up_of(p)) return "the routing in the kernel is for GEMM1 (gate_up_activation) only";
-  if (p.scheme != Scheme::kBf16) return "the routing in the kernel needs scheme bf16";
+  if (p.scheme != Scheme::kBf16 && p.scheme != Scheme::kFp8PerTensor)
+    return "the routing in the kernel needs scheme bf16 or fp8_per_tensor (no per-row activation scales)";
   if (!p.gather_a_by_token) return "the routing in the kernel needs gather_a_by_token";
   if (p.weight_on_input) return "the routing in the kernel does not apply router weights on the input";
   if (r.slots < 1 || r.slots > tokmajor::kRouteMaxSlots || r.slots > p.max_rows) {
@@ -249,7 +250,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // The dynamic schedule with one CTA per cluster (a pair of CTAs must take the same unit: the
   // static schedule gives it to them without talking).
   kp.tile_counter = p.tile_counter != nullptr && cluster == 1 && tokmajor_dynamic_schedule() ? p.tile_counter : nullptr;
-  const bool route = p.route.ids != nullptr;  // checked by can_implement (GEMM1, bf16 / fp16)
+  const bool route = p.route.ids != nullptr;  // checked by can_implement (GEMM1, bf16 / fp16 / fp8_per_tensor)
   kp.smem = tokmajor::smem_layout(block128, p.num_experts, false, 0, route ? static_cast<int>(p.route.slots) : 0);
   const bool pingpong = use_pingpong(p, kp);
   if (std::uint64_t* buf = g_phase_buffer.load(std::memory_order_acquire)) {
@@ -321,7 +322,7 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
         return;
       }
     }
-    if constexpr (kGateUp && !kBlock128 && kOp != Operand::kE4m3) {
+    if constexpr (kGateUp && !kBlock128) {
       if (route) {
         tokmajor::run_tokmajor_sm90<kOp, true, false, false, true>(kp, grid, stream, pdl);
         ++route_launches;
