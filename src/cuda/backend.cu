@@ -225,7 +225,7 @@ GroupedGemmParams gemm1_params(const detail::MoeCall& call, const WorkspaceLayou
   g1.out = slice<void>(ws, L.inter);
   g1.out_dtype = fp8 ? DType::kFp32 : p.act_dtype;
   g1.tile_counter = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kTileGemm1;  // zeroed by routing (or run_moe's memset)
-  // The absmax word of quant(h) (zeroed by routing), completed by GEMM1's epilogue.
+  // The absmax word of quant(h) (zeroed by routing or run_moe's memset), completed by GEMM1's epilogue.
   if (fused_h_absmax(call)) g1.out_absmax = slice<std::uint32_t>(ws, L.counters) + WorkspaceLayout::kAbsmaxInter;
   return g1;
 }

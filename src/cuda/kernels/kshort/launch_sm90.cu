@@ -62,12 +62,6 @@ bool supported(const GroupedGemmParams& p, std::string* why) {
   if (p.n_out % 2 != 0) return fail("n_out must be even (the epilogue stores pairs of columns)");
   if (p.n_out >= (std::int64_t{1} << 31) || p.n_out * p.k_dim * element_bytes(p) >= (std::int64_t{1} << 40))
     return fail("weight tensor too large for a TMA descriptor");
-  if (kshort::stages_for(p.num_experts, static_cast<int>(kb)) == 0) {
-    if (why == nullptr) return false;
-    std::ostringstream os;
-    os << "no ring deeper than a unit's " << kb << " stages fits beside the table of " << p.num_experts << " experts";
-    return fail(os.str());
-  }
   if (p.max_rows >= (std::int64_t{1} << 31) || max_units(p) >= (std::int64_t{1} << 30))
     return fail("max_rows too large for this kernel");
   const bool y16 = (p.out_dtype == DType::kBf16 || p.out_dtype == DType::kFp16) && p.out_dtype == p.act_dtype;
@@ -111,7 +105,7 @@ bool launch_kshort_gemm2_if_wanted(const GroupedGemmParams& p, void* stream, boo
   kp.phases = phases;
   kp.phase_ctas = phases != nullptr ? phase_ctas : 0;
 
-  // One CTA per SM (~225 KB of shared memory each), never more than units can exist; each takes a
+  // One CTA per SM (~202 KB of shared memory each), never more than units can exist; each takes a
   // contiguous share of the units the table gives.
   const int grid = gemm_common::persistent_grid(max_units(p), 1, gemm_common::sm_count_of_current_device());
   gemm_common::run_instantiation(p, /*gate_up=*/false, [&](auto op, auto, auto) {

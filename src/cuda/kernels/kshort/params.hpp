@@ -25,7 +25,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   SmemLayout smem;
   // Phase timer (tests only; null = off): token-major's GEMM2 slot of the buffer
   // set_tokmajor_phase_buffer gave, per CTA < phase_ctas tokmajor::kPhaseWords stamps: entry, table,
-  // producer start, first unit, first issue, last issue, the consumers' exit, the units.
+  // producer start, first unit, first issue, last issue, the consumers' exit, the units, and the
+  // per-unit sums (kPhaseKs*: consumer warpgroup 0's lookup + order barrier, data waits, MMAs,
+  // epilogue; the producer's waits for free stages).
   std::uint64_t* phases;
   int phase_ctas;
   // A, the sorted intermediate [max_rows, k_dim] as a 3D map of one "expert", box 128 bytes of K x
