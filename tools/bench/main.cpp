@@ -34,7 +34,8 @@ table; --json writes the results in the format of bench/results/.
                                 (default 1..8192 on CUDA, 1,4,16,64 on the CPU)
   --scheme LIST|all             bf16 fp8_per_tensor fp8_per_channel fp8_block128 (default bf16)
   --backend auto|cpu|cuda       auto: CUDA when a Hopper GPU is usable, else the CPU reference
-  --json PATH                   write the results as JSON
+  --json PATH                   write the results as JSON (rewritten after every point: a run
+                                cut short leaves the points it finished)
   --quick                       a small fast grid (the GPU check script's)
   --iters N                     timed iterations, median reported (default CPU 3; CUDA 50, fewer
                                 (not under 5) when 50 calls would take over a second)
@@ -434,8 +435,10 @@ std::string build_info_json() {
 
 void write_json(const std::string& path, const std::string& date, const std::string& gpu, const Ceilings& c,
                 const std::vector<Row>& rows) {
-  std::ofstream f(path);
-  if (!f) throw Error(Status::kInvalidArgument, "--json: cannot write '" + path + "'");
+  // Written beside the file and renamed over it: a run killed mid-write leaves the last whole file.
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp);
+  if (!f) throw Error(Status::kInvalidArgument, "--json: cannot write '" + tmp + "'");
   const BuildInfo& b = build_info();
   f << "{\n  \"commit\": " << json_str(b.commit) << ",\n  \"dirty\": "
     << (b.dirty < 0 ? "null" : b.dirty ? "true" : "false") << ",\n  \"build_info\": " << build_info_json()
@@ -474,7 +477,10 @@ void write_json(const std::string& path, const std::string& date, const std::str
     f << ", \"reproduce\": " << json_str(r.reproduce) << "}";
   }
   f << "\n  ]\n}\n";
-  if (!f) throw Error(Status::kInternal, "--json: writing '" + path + "' failed");
+  f.close();
+  if (!f) throw Error(Status::kInternal, "--json: writing '" + tmp + "' failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(Status::kInvalidArgument, "--json: cannot replace '" + path + "' with '" + tmp + "'");
 }
 
 int run_main(int argc, char** argv) {
@@ -617,6 +623,9 @@ int run_main(int argc, char** argv) {
             print_row(r);
             rows.push_back(std::move(r));
           }
+          // The file holds every finished point, so that a run cut short (a time limit on a lent
+          // GPU) still leaves its rows; rewritten whole after each point (a few hundred KB at most).
+          if (!config.json_path.empty()) write_json(config.json_path, date, gpu, ceilings, rows);
         }
         runner->release();
       }
