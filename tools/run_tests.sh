@@ -2,8 +2,12 @@
 # The one test command: configure and build moekit (cuda-release when nvcc is present, so every
 # CUDA source compiles for sm_90a, else cpu-debug), run the C++ suites with ctest (gpu-labelled
 # tests report skipped without a Hopper GPU) and then the Python tests.
+# Then the CPU suite again, built with AddressSanitizer and UndefinedBehaviorSanitizer (preset
+# cpu-asan: the host code, validation, the router's plans and the CPU reference, with any
+# undefined behaviour an abort).
 #   MOEKIT_PRESET=cpu-debug bash tools/run_tests.sh   pick the preset
 #   MOEKIT_JOBS=N                                     build parallelism (default: nproc)
+#   MOEKIT_SANITIZE=0                                 skip the sanitizer pass
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,6 +37,16 @@ cmake --build --preset "$preset" -j "$jobs"
 status=0
 log "ctest (preset $preset)"
 ctest --preset "$preset" || status=$?
+
+if [[ "${MOEKIT_SANITIZE:-1}" != 0 ]]; then
+  log "CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer (preset cpu-asan; MOEKIT_SANITIZE=0 skips)"
+  if cmake --preset cpu-asan && cmake --build --preset cpu-asan -j "$jobs"; then
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+      build/cpu-asan/tests/moekit_cpu_tests --gtest_brief=1 || status=$?
+  else
+    status=1
+  fi
+fi
 
 if [[ -f tests/python/run.sh ]]; then
   log "python tests (tests/python/run.sh)"
