@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The one test command: configure and build moekit (cuda-release when nvcc is present, so every
 # CUDA source compiles for sm_90a, else cpu-debug), run the C++ suites with ctest (gpu-labelled
-# tests report skipped without a Hopper GPU) and then the Python tests.
-# Then the CPU suite again, built with AddressSanitizer and UndefinedBehaviorSanitizer (preset
-# cpu-asan: the host code, validation, the router's plans and the CPU reference, with any
-# undefined behaviour an abort).
+# tests report skipped without a Hopper GPU), the CPU suite again built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (preset cpu-asan: the host code, validation, the router's plans and
+# the CPU reference, with any undefined behaviour an abort), and then the Python tests.
 #   MOEKIT_PRESET=cpu-debug bash tools/run_tests.sh   pick the preset
 #   MOEKIT_JOBS=N                                     build parallelism (default: nproc)
 #   MOEKIT_SANITIZE=0                                 skip the sanitizer pass
