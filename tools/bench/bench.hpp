@@ -14,8 +14,18 @@
 
 namespace moekit::bench {
 
-// The datasheet HBM3e bandwidth of the H200 that defines the memory side of the roofline.
+// The datasheet HBM3e bandwidth of the H200 that defines the memory side of BRIEF §4's roofline.
 inline constexpr double kHbmGbps = 4800.0;
+
+/// The roofline's HBM rate on the GPU a run is on: its datasheet figure, found from the device
+/// name (H100 SXM 3350 GB/s, H100 NVL 3900, H100 PCIe 2000, H800 3350, H20 4000, GH200 4000 or
+/// 4900, H200 4800). A name not in the table gets BRIEF §4's H200 rate, and `source` says so:
+/// a roof, a roof_fraction and a target ratio then assume an H200. --hbm-gbps overrides both.
+struct HbmRate {
+  double gbps = kHbmGbps;
+  std::string source;  // "datasheet: NVIDIA H100 80GB HBM3" / "not in the table: ..." / "--hbm-gbps"
+};
+HbmRate datasheet_hbm(const std::string& gpu_name);
 
 /// The default cost rule of --check: the reference runs on tokens whose M·k·K·N is at most this
 /// (2^28: ~0.8 G multiply-adds, about a second of the reference on 16 cores). Above it a sample.
@@ -67,6 +77,7 @@ struct Config {
   int host_iters = 200;
   bool quick = false;
   bool op_fused_moe = false;         // --op fused_moe: time routing + experts (else fused_experts)
+  std::optional<double> hbm_gbps;    // --hbm-gbps: the roofline's HBM rate instead of the datasheet's
   std::uint64_t seed = 1;
 };
 
@@ -118,7 +129,8 @@ struct Row {
 
 /// Dense GEMM rates measured in this run (TFLOP/s); absent on the CPU backend.
 struct Ceilings {
-  double hbm_gbps = kHbmGbps;  // the roofline's HBM rate: the datasheet's (BRIEF §4)
+  double hbm_gbps = kHbmGbps;  // the roofline's HBM rate: the GPU's datasheet figure (datasheet_hbm)
+  std::string hbm_source = "BRIEF §4 (H200)";
   std::optional<double> hbm_read_gbps;  // measured: a pure 16-byte read stream (context only)
   std::optional<double> dense_tflops_bf16, dense_tflops_fp8;
 };

@@ -69,6 +69,11 @@ table; --json writes the results in the format of bench/results/.
   --host-iters N                calls timed for host_us (default 200)
   --threads N                   CPU backend threads (default: all cores)
   --seed N                      input seed (default 1)
+  --hbm-gbps X                  the roofline's HBM rate in GB/s (default: the GPU's datasheet
+                                figure, from its name; BRIEF §4's H200 4800 for a GPU not in the
+                                table: the run prints which, the JSON's ceilings.hbm_source says it)
+  --hbm-datasheet NAME          print the rate and source the roofline takes for a GPU named NAME
+                                (as cudaDeviceProp::name spells it), exit
   --build-info                  print this build's provenance (moekit::build_info()) as JSON, exit
   -h, --help                    this text
 
@@ -259,6 +264,17 @@ Cli parse_args(int argc, char** argv) {
       c.threads = static_cast<int>(parse_int(value(i), "--threads"));
     } else if (a == "--seed") {
       c.seed = static_cast<std::uint64_t>(parse_int(value(i), "--seed"));
+    } else if (a == "--hbm-gbps") {
+      const std::string v = value(i);
+      char* end = nullptr;
+      const double gbps = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(gbps > 0) || !std::isfinite(gbps))
+        usage_error("bad --hbm-gbps '" + v + "': expected a positive number of GB/s");
+      c.hbm_gbps = gbps;
+    } else if (a == "--hbm-datasheet") {
+      const HbmRate r = datasheet_hbm(value(i));
+      std::printf("%.0f GB/s (%s)\n", r.gbps, r.source.c_str());
+      std::exit(0);
     } else {
       usage_error("unknown option '" + a + "'");
     }
@@ -443,7 +459,7 @@ void write_json(const std::string& path, const std::string& date, const std::str
   f << "{\n  \"commit\": " << json_str(b.commit) << ",\n  \"dirty\": "
     << (b.dirty < 0 ? "null" : b.dirty ? "true" : "false") << ",\n  \"build_info\": " << build_info_json()
     << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps)
-    << ", \"hbm_read_gbps_measured\": " << json_num(c.hbm_read_gbps)
+    << ", \"hbm_source\": " << json_str(c.hbm_source) << ", \"hbm_read_gbps_measured\": " << json_num(c.hbm_read_gbps)
     << ", \"dense_tflops_bf16\": " << json_num(c.dense_tflops_bf16)
     << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8) << "},\n  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -541,10 +557,16 @@ int run_main(int argc, char** argv) {
   if (use_cuda) {
     std::fprintf(stderr, "measuring ceilings (a 4 GiB HBM read stream; dense GEMM: cuBLAS bf16, cuBLASLt fp8 e4m3, 8192^3)...\n");
     ceilings = runner->measure_ceilings();
-    std::printf("ceilings: HBM %.0f GB/s (datasheet; a read stream measured %s GB/s now), dense bf16 %s TFLOP/s, "
+    const HbmRate hbm = config.hbm_gbps ? HbmRate{*config.hbm_gbps, "--hbm-gbps"} : datasheet_hbm(gpu);
+    ceilings.hbm_gbps = hbm.gbps;
+    ceilings.hbm_source = hbm.source;
+    std::printf("ceilings: HBM %.0f GB/s (%s; a read stream measured %s GB/s now), dense bf16 %s TFLOP/s, "
                 "dense fp8 %s TFLOP/s (measured now)\n",
-                ceilings.hbm_gbps, fmt(ceilings.hbm_read_gbps, "%.0f").c_str(), fmt(ceilings.dense_tflops_bf16, "%.0f").c_str(),
-                fmt(ceilings.dense_tflops_fp8, "%.0f").c_str());
+                ceilings.hbm_gbps, ceilings.hbm_source.c_str(), fmt(ceilings.hbm_read_gbps, "%.0f").c_str(),
+                fmt(ceilings.dense_tflops_bf16, "%.0f").c_str(), fmt(ceilings.dense_tflops_fp8, "%.0f").c_str());
+    if (!config.hbm_gbps && hbm.source.rfind("datasheet", 0) != 0)
+      std::fprintf(stderr, "moekit-bench: %s is not in the HBM table: the roofline assumes an H200's %.0f GB/s "
+                           "(--hbm-gbps sets this GPU's)\n", gpu.c_str(), hbm.gbps);
   }
 
   std::size_t total = 0;

@@ -1,5 +1,6 @@
 // The roofline arithmetic of BRIEF §4 and the small helpers both runners share.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -12,6 +13,24 @@ namespace moekit::bench {
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 }  // namespace
+
+HbmRate datasheet_hbm(const std::string& gpu_name) {
+  // The device name's words, upper-cased: "NVIDIA H100 80GB HBM3" -> {NVIDIA, H100, 80GB, HBM3}.
+  std::vector<std::string> words;
+  std::istringstream in(gpu_name);
+  for (std::string w; in >> w;) {
+    for (char& ch : w) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    words.push_back(w);
+  }
+  auto has = [&](const char* w) { return std::find(words.begin(), words.end(), w) != words.end(); };
+  double gbps = 0;
+  if (has("H200")) gbps = 4800;                                   // SXM and NVL: HBM3e 4.8 TB/s
+  else if (has("GH200")) gbps = has("144G") || has("HBM3E") ? 4900 : 4000;
+  else if (has("H100") || has("H800")) gbps = has("PCIE") ? 2000 : has("NVL") ? 3900 : 3350;
+  else if (has("H20")) gbps = 4000;
+  if (gbps > 0) return HbmRate{gbps, "datasheet: " + gpu_name};
+  return HbmRate{kHbmGbps, "not in the table, BRIEF §4's H200 rate: " + gpu_name};
+}
 
 double weight_elem_bytes(const MoeProblem& p) {
   return p.scheme == Scheme::kBf16 ? static_cast<double>(dtype_size(p.act_dtype)) : 1.0;

@@ -93,6 +93,7 @@ struct Options {
   // --first-calls N: after the sweep, the first eager call at N more never-seen T a shape
   // (kFirstCallTokens, default kernel choice), each against 10 steady calls at its T.
   int first_calls = 0;
+  HbmRate hbm;  // the roofline's HBM rate: the GPU's datasheet figure (datasheet_hbm), set once the GPU is known
 };
 
 // The never-seen T of --first-calls: none a power of two (the default sweep) nor 3 (the process's
@@ -197,7 +198,7 @@ class Bench {
       r.in_graph_us = moekit_bench::in_graph_us(stream_, [&] { flush_l2(); }, [&] { call(); }, opt_.iters);
       const std::int64_t nb = s.heads * kHeadDim / 128, Tp = (T + 3) / 4 * 4;
       r.bytes = static_cast<double>(T * s.heads * kHeadDim * 3 + nb * Tp * 4 + T * 8 + T * kRopeDim * 4);
-      r.roof_us = r.bytes / (kHbmGbps * 1e3);
+      r.roof_us = r.bytes / (opt_.hbm.gbps * 1e3);
       r.target_us = r.roof_us / 0.85 + 4.0;
       out.push_back(r);
     }
@@ -469,6 +470,10 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   }
   cudaDeviceProp prop{};
   RQ_CUDA(cudaGetDeviceProperties(&prop, 0));
+  opt.hbm = datasheet_hbm(prop.name);
+  if (opt.hbm.source.rfind("datasheet", 0) != 0)
+    std::fprintf(stderr, "moekit-bench: %s is not in the HBM table: the roofline assumes an H200's %.0f GB/s\n",
+                 prop.name, opt.hbm.gbps);
   Bench bench(opt);
   const double process_first = bench.process_first_call_us();
   const double launch_floor = bench.launch_floor_us();
@@ -540,13 +545,13 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
     FILE* f = std::fopen(opt.json.c_str(), "w");
     if (!f) throw std::runtime_error("--json: cannot write " + opt.json);
     std::fprintf(f, "{\n \"tool\": \"moekit-bench --op inv_rope_fp8_quant\",\n \"commit\": \"%s\",\n \"date\": \"%s\",\n"
-                    " \"gpu\": \"%s\",\n \"hbm_gbps\": %.1f,\n \"scales\": \"%s\",\n \"iters\": %d,\n"
+                    " \"gpu\": \"%s\",\n \"hbm_gbps\": %.1f,\n \"hbm_source\": \"%s\",\n \"scales\": \"%s\",\n \"iters\": %d,\n"
                     " \"timing\": \"graph replay, L2 flushed, median\",\n \"flush\": \"%s\",\n"
                     " \"in_graph_timing\": \"[flush, event, call, event] in one graph, replayed back to back, median\",\n"
                     " \"process_first_call_us\": %.3f,\n"
                     " \"launch_floor_us\": %.3f,\n \"launch_floor_in_graph_us\": %.3f,\n"
                     " \"reproduce\": \"%s\",\n \"rows\": [\n",
-                 commit.c_str(), date.c_str(), prop.name, kHbmGbps, opt.packed ? "ue8m0_packed" : "fp32", opt.iters, flush,
+                 commit.c_str(), date.c_str(), prop.name, opt.hbm.gbps, opt.hbm.source.c_str(), opt.packed ? "ue8m0_packed" : "fp32", opt.iters, flush,
                  process_first, launch_floor, launch_floor_in_graph, shell_command(opt).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Result& r = rows[i];
