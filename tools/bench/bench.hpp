@@ -23,9 +23,12 @@ inline constexpr double kHbmGbps = 4800.0;
 /// a roof, a roof_fraction and a target ratio then assume an H200. --hbm-gbps overrides both.
 struct HbmRate {
   double gbps = kHbmGbps;
-  std::string source;  // "datasheet: NVIDIA H100 80GB HBM3" / "not in the table: ..." / "--hbm-gbps"
+  std::string source = "BRIEF §4 (H200)";  // "datasheet: NVIDIA H100 80GB HBM3" / "not in the table, ..." / "--hbm-gbps"
+  bool in_table = false;                    // the GPU's own datasheet figure (else BRIEF's or --hbm-gbps)
 };
 HbmRate datasheet_hbm(const std::string& gpu_name);
+/// Says on stderr that `gpu` is not in datasheet_hbm's table and the roofline assumes an H200.
+void warn_unlisted_gpu(const std::string& gpu, const HbmRate& rate);
 
 /// The default cost rule of --check: the reference runs on tokens whose M·k·K·N is at most this
 /// (2^28: ~0.8 G multiply-adds, about a second of the reference on 16 cores). Above it a sample.
@@ -129,8 +132,7 @@ struct Row {
 
 /// Dense GEMM rates measured in this run (TFLOP/s); absent on the CPU backend.
 struct Ceilings {
-  double hbm_gbps = kHbmGbps;  // the roofline's HBM rate: the GPU's datasheet figure (datasheet_hbm)
-  std::string hbm_source = "BRIEF §4 (H200)";
+  HbmRate hbm;  // the roofline's HBM rate: the GPU's datasheet figure (datasheet_hbm) or --hbm-gbps
   std::optional<double> hbm_read_gbps;  // measured: a pure 16-byte read stream (context only)
   std::optional<double> dense_tflops_bf16, dense_tflops_fp8;
 };

@@ -458,8 +458,8 @@ void write_json(const std::string& path, const std::string& date, const std::str
   const BuildInfo& b = build_info();
   f << "{\n  \"commit\": " << json_str(b.commit) << ",\n  \"dirty\": "
     << (b.dirty < 0 ? "null" : b.dirty ? "true" : "false") << ",\n  \"build_info\": " << build_info_json()
-    << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps)
-    << ", \"hbm_source\": " << json_str(c.hbm_source) << ", \"hbm_read_gbps_measured\": " << json_num(c.hbm_read_gbps)
+    << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu) << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm.gbps)
+    << ", \"hbm_source\": " << json_str(c.hbm.source) << ", \"hbm_read_gbps_measured\": " << json_num(c.hbm_read_gbps)
     << ", \"dense_tflops_bf16\": " << json_num(c.dense_tflops_bf16)
     << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8) << "},\n  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -557,16 +557,12 @@ int run_main(int argc, char** argv) {
   if (use_cuda) {
     std::fprintf(stderr, "measuring ceilings (a 4 GiB HBM read stream; dense GEMM: cuBLAS bf16, cuBLASLt fp8 e4m3, 8192^3)...\n");
     ceilings = runner->measure_ceilings();
-    const HbmRate hbm = config.hbm_gbps ? HbmRate{*config.hbm_gbps, "--hbm-gbps"} : datasheet_hbm(gpu);
-    ceilings.hbm_gbps = hbm.gbps;
-    ceilings.hbm_source = hbm.source;
+    ceilings.hbm = config.hbm_gbps ? HbmRate{*config.hbm_gbps, "--hbm-gbps", false} : datasheet_hbm(gpu);
     std::printf("ceilings: HBM %.0f GB/s (%s; a read stream measured %s GB/s now), dense bf16 %s TFLOP/s, "
                 "dense fp8 %s TFLOP/s (measured now)\n",
-                ceilings.hbm_gbps, ceilings.hbm_source.c_str(), fmt(ceilings.hbm_read_gbps, "%.0f").c_str(),
+                ceilings.hbm.gbps, ceilings.hbm.source.c_str(), fmt(ceilings.hbm_read_gbps, "%.0f").c_str(),
                 fmt(ceilings.dense_tflops_bf16, "%.0f").c_str(), fmt(ceilings.dense_tflops_fp8, "%.0f").c_str());
-    if (!config.hbm_gbps && hbm.source.rfind("datasheet", 0) != 0)
-      std::fprintf(stderr, "moekit-bench: %s is not in the HBM table: the roofline assumes an H200's %.0f GB/s "
-                           "(--hbm-gbps sets this GPU's)\n", gpu.c_str(), hbm.gbps);
+    if (!config.hbm_gbps && !ceilings.hbm.in_table) warn_unlisted_gpu(gpu, ceilings.hbm);
   }
 
   std::size_t total = 0;

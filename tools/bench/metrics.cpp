@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -28,8 +29,13 @@ HbmRate datasheet_hbm(const std::string& gpu_name) {
   else if (has("GH200")) gbps = has("144G") || has("HBM3E") ? 4900 : 4000;
   else if (has("H100") || has("H800")) gbps = has("PCIE") ? 2000 : has("NVL") ? 3900 : 3350;
   else if (has("H20")) gbps = 4000;
-  if (gbps > 0) return HbmRate{gbps, "datasheet: " + gpu_name};
-  return HbmRate{kHbmGbps, "not in the table, BRIEF §4's H200 rate: " + gpu_name};
+  if (gbps > 0) return HbmRate{gbps, "datasheet: " + gpu_name, true};
+  return HbmRate{kHbmGbps, "not in the table, BRIEF §4's H200 rate: " + gpu_name, false};
+}
+
+void warn_unlisted_gpu(const std::string& gpu, const HbmRate& rate) {
+  std::fprintf(stderr, "moekit-bench: %s is not in the HBM table: the roofline assumes an H200's %.0f GB/s "
+                       "(moekit-bench --hbm-gbps sets this GPU's)\n", gpu.c_str(), rate.gbps);
 }
 
 double weight_elem_bytes(const MoeProblem& p) {
@@ -75,7 +81,7 @@ void fill_metrics(Row& row, const MoeProblem& p, const Ceilings& c) {
       p.scheme == Scheme::kBf16 ? c.dense_tflops_bf16 : c.dense_tflops_fp8;
   // The roofline is a GPU roofline: it needs the dense rate measured in this run.
   if (!dense || *dense <= 0) return;
-  row.roof_us = std::max(bytes / (c.hbm_gbps * 1e3), flops / (*dense * 1e6));
+  row.roof_us = std::max(bytes / (c.hbm.gbps * 1e3), flops / (*dense * 1e6));
   row.roof_fraction = *row.roof_us / us;
   row.tflops_fraction_of_dense = *row.tflops / *dense;
 }

@@ -471,9 +471,7 @@ int run_rope_quant_bench(int argc, char** argv, const std::string& commit, const
   cudaDeviceProp prop{};
   RQ_CUDA(cudaGetDeviceProperties(&prop, 0));
   opt.hbm = datasheet_hbm(prop.name);
-  if (opt.hbm.source.rfind("datasheet", 0) != 0)
-    std::fprintf(stderr, "moekit-bench: %s is not in the HBM table: the roofline assumes an H200's %.0f GB/s\n",
-                 prop.name, opt.hbm.gbps);
+  if (!opt.hbm.in_table) warn_unlisted_gpu(prop.name, opt.hbm);
   Bench bench(opt);
   const double process_first = bench.process_first_call_us();
   const double launch_floor = bench.launch_floor_us();
