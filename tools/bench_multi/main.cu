@@ -264,7 +264,8 @@ void write_json(const std::string& path, const std::string& gpu, const bench::Ce
   f << "{\n  \"commit\": " << json_str(commit) << ",\n  \"dirty\": "
     << (bi.dirty < 0 ? "null" : bi.dirty ? "true" : "false") << ",\n  \"tree\": " << json_str(bi.tree)
     << ",\n  \"build_info_source\": " << json_str(bi.source) << ",\n  \"date\": " << json_str(date) << ",\n  \"gpu\": " << json_str(gpu)
-    << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm_gbps) << ", \"dense_tflops_bf16\": "
+    << ",\n  \"ceilings\": {\"hbm_gbps\": " << json_num(c.hbm.gbps) << ", \"hbm_source\": " << json_str(c.hbm.source)
+    << ", \"dense_tflops_bf16\": "
     << json_num(c.dense_tflops_bf16) << ", \"dense_tflops_fp8\": " << json_num(c.dense_tflops_fp8)
     << "},\n  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -337,6 +338,8 @@ int run(int argc, char** argv) {
     cudaStream_t stream;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     bench::Ceilings ceilings;
+    ceilings.hbm = bench::datasheet_hbm(prop.name);  // each rank's GPU: the roof is per GPU
+    if (!ceilings.hbm.in_table && a.rank == 0) bench::warn_unlisted_gpu(prop.name, ceilings.hbm);
     if (a.dense_bf16 > 0) ceilings.dense_tflops_bf16 = a.dense_bf16;
     if (a.dense_fp8 > 0) ceilings.dense_tflops_fp8 = a.dense_fp8;
     std::vector<MultiRow> rows;
