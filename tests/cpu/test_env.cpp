@@ -59,7 +59,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorEarly, "MOEKIT_TOKMAJOR_EARLY"},
       {EnvVar::kTokmajorRoute, "MOEKIT_TOKMAJOR_ROUTE"},
       {EnvVar::kTokmajorTmaA, "MOEKIT_TOKMAJOR_TMA_A"},
-      {EnvVar::kTokmajorL2Ahead, "MOEKIT_TOKMAJOR_L2_AHEAD_KB"},
       {EnvVar::kKshortGemm2, "MOEKIT_KSHORT_GEMM2"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
