@@ -51,7 +51,6 @@ enum class EnvVar : int {
   kTokmajorEarly,      // MOEKIT_TOKMAJOR_EARLY
   kTokmajorRoute,      // MOEKIT_TOKMAJOR_ROUTE (cuda/backend.cu)
   kTokmajorTmaA,       // MOEKIT_TOKMAJOR_TMA_A (cuda/kernels/tokmajor/launch_sm90.cu)
-  kTokmajorL2Ahead,    // MOEKIT_TOKMAJOR_L2_AHEAD_KB
   kKshortGemm2,        // MOEKIT_KSHORT_GEMM2 (cuda/kernels/kshort/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS

@@ -506,7 +506,6 @@ void run_moe(const detail::MoeCall& call) {
   const int tokmajor_cluster = tokmajor ? tokmajor_default_cluster() : 1;
   if (tokmajor) (void)tokmajor_dynamic_schedule();  // MOEKIT_TOKMAJOR_SCHEDULE, checked likewise
   if (tokmajor) (void)tokmajor_units_per_take();    // MOEKIT_TOKMAJOR_TAKE, checked likewise
-  if (tokmajor) (void)tokmajor_l2_ahead_kb();       // MOEKIT_TOKMAJOR_L2_AHEAD_KB, checked likewise
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorPingpong, false);  // MOEKIT_TOKMAJOR_PINGPONG
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorEarly, false);     // MOEKIT_TOKMAJOR_EARLY
   if (tokmajor) (void)detail::env_switch(detail::EnvVar::kTokmajorTmaA, false);      // MOEKIT_TOKMAJOR_TMA_A

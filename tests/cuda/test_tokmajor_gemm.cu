@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -740,66 +739,6 @@ TEST(Sm90TokMajorGemm, EarlyWeightsSmall) {
   // stages issued at the entry and their rows gathered after the table).
   moekit::testing::ScopedEnv e("MOEKIT_TOKMAJOR_EARLY", "1");
   run_dynamic_small();
-}
-
-// L2 ahead (MOEKIT_TOKMAJOR_L2_AHEAD_KB; kernel_sm90.cuh prefetch_first_unit): line prefetches of
-// the CTA's first unit's weights past its early stages are hints, so every decode-sized GEMM1
-// gives the same bits with 0, 64, 256 and 1024 KB: experts without rows (no prefetch), one column
-// tile with rows past the tensor in the gate box (N = 96), several column tiles, a K that ends
-// inside a stage, a budget past the unit's bytes (1024 KB), bf16 and e4m3, the routing in the
-// kernel and the tables.
-TEST(Sm90TokMajorGemm, L2AheadMatchesOffBitwise) {
-  SKIP_WITHOUT_SM90();
-  moekit::testing::ScopedEnv early("MOEKIT_TOKMAJOR_EARLY", "1");
-  std::vector<Case> cases;
-  for (Scheme s : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
-    Case c = gemm1(s, 96, 2048);  // qwen3-30b TP8: 128 experts, ~16 rows each, some without
-    c.rows.assign(128, 0);
-    for (int e = 0; e < 128; ++e) c.rows[e] = (e * 29) % 33;
-    c.top_k = 8;
-    c.seed = 41;
-    cases.push_back(c);
-  }
-  Case c = gemm1(Scheme::kFp8PerTensor, 384, 2000);  // 3 column tiles, K ends inside a stage
-  c.rows = {5, 0, 64, 1, 17};
-  c.seed = 42;
-  cases.push_back(c);
-  c = gemm1(Scheme::kBf16, 256, 1024);
-  c.rows = {3, 2, 0, 9};
-  c.route = true;
-  c.extra_rows = 64;
-  c.route_bad = 0;
-  c.seed = 43;
-  cases.push_back(c);
-  for (Case& k : cases) {
-    k.cluster = 1;
-    k.dynamic = true;
-    SCOPED_TRACE(k.describe());
-    std::vector<float> off;
-    {
-      moekit::testing::ScopedEnv kb("MOEKIT_TOKMAJOR_L2_AHEAD_KB", "0");
-      run_case(k, &off);
-    }
-    for (const char* v : {"64", "256", "1024"}) {
-      moekit::testing::ScopedEnv kb("MOEKIT_TOKMAJOR_L2_AHEAD_KB", v);
-      std::vector<float> on;
-      run_case(k, &on);
-      ASSERT_EQ(off.size(), on.size());
-      EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * sizeof(float))) << "L2 ahead " << v << " KB";
-    }
-  }
-}
-
-TEST(Sm90TokMajorGemm, L2AheadSwitchIsChecked) {
-  // Host only: 0..1024 KB, anything else an error before a launch.
-  for (const char* v : {"0", "1", "256", "1024"}) {
-    moekit::testing::ScopedEnv kb("MOEKIT_TOKMAJOR_L2_AHEAD_KB", v);
-    EXPECT_EQ(moekit::cuda::tokmajor_l2_ahead_kb(), std::atoi(v));
-  }
-  for (const char* v : {"1025", "-1", "x", "12k", "0x10"}) {
-    moekit::testing::ScopedEnv kb("MOEKIT_TOKMAJOR_L2_AHEAD_KB", v);
-    EXPECT_THROW((void)moekit::cuda::tokmajor_l2_ahead_kb(), moekit::Error) << v;
-  }
 }
 
 TEST(Sm90TokMajorGemm, DeclinesWhatItCannotRun) {

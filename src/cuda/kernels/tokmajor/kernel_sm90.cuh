@@ -276,31 +276,6 @@ struct TokMajor {
     for (int ks = 0; ks < n; ++ks) issue_weights(p, s, ks, ks, e, brow0, brow1);
   }
 
-  // L2 ahead (KernelParams::l2_ahead_bytes; GEMM1 with early weights). The phase timer has each
-  // decode-sized GEMM1 CTA's early stages landed ~3 us after its entry but its first MMA at 8-12
-  // us (the table, the unit's rows, their token rows): the ring is full and HBM idle in between,
-  // then the unit's remaining stages stream at the SM's share. So the consumer warpgroups, idle
-  // until their first stage lands, ask L2 (128-byte line prefetches, one weight row a thread) for
-  // the next l2_ahead_bytes of the CTA's first unit past its early stages, once the table says
-  // its expert has rows (an expert without rows streams its early stages only). Hints: no value
-  // changes.
-  static __device__ __forceinline__ void prefetch_first_unit(const KernelParams& p, const Smem& s) {
-    const int early = early_stages(p, s.stages);
-    if (p.l2_ahead_bytes <= 0 || early == 0 || early >= p.num_k_stages) return;
-    const int w0 = first_static_unit(p);
-    const int e = w0 / p.num_col_tiles, col = w0 - e * p.num_col_tiles;
-    if (s.off[e + 1] == s.off[e]) return;
-    // Lines a row: the budget over the unit's 2 kBox rows, at most the row's stages past the early ones.
-    const int lines = min((p.num_k_stages - early) * (kStageKBytes / 128), p.l2_ahead_bytes / (2 * kBox * 128));
-    const int r = static_cast<int>(threadIdx.x) - kProducerThreads;  // one row a thread (2 kBox <= 256)
-    const int brow = box_row(p, col, r / kBox) + r % kBox;
-    if (r >= 2 * kBox || brow >= p.rows_b) return;  // past the tensor: the box is zero-filled there
-    const std::uint8_t* line = p.b_rows + (static_cast<std::int64_t>(e) * p.rows_b + brow) * p.a_row_bytes +
-                               early * kStageKBytes;
-    const std::uint8_t* end = p.b_rows + (static_cast<std::int64_t>(e) * p.rows_b + brow + 1) * p.a_row_bytes;
-    for (int i = 0; i < lines && line < end; ++i, line += 128) sm90::prefetch_l2(line);
-  }
-
   // ---- kRoute: the routing in the kernel (GEMM1 of a chain without the routing launch) ----
   // Every thread, in place of load_expert_offsets: each slot's local expert into slot_e and the
   // expert offsets into off, from the call's ids (common/slot_routing.cuh; every CTA derives the
@@ -1266,7 +1241,6 @@ __global__ void __launch_bounds__(kThreads, 1) tokmajor_sm90_kernel(const __grid
   // ~0x35820), so the path to the first weight TMA is fetched in sequence (the phase timer had 1.1-1.9 us from
   // the producer's setmaxnreg to its first unit, with nothing but shared-memory reads between).
   if (threadIdx.x >= kProducerThreads) {
-    if constexpr (kGateUp) K::prefetch_first_unit(p, s);
     sm90::setmaxnreg_inc<kConsumerRegs>();
     if (threadIdx.x == kProducerThreads) {
       if (std::uint64_t* r = phase_record(p)) r[kPhaseConsumerStart] = sm90::globaltimer_ns();

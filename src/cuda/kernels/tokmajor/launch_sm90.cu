@@ -209,24 +209,6 @@ int tokmajor_units_per_take() {
                                             std::to_string(tokmajor::kMaxUnitsPerTake));
 }
 
-// L2 ahead (KernelParams::l2_ahead_bytes, kernel_sm90.cuh prefetch_first_unit): KB of the CTA's
-// first unit's weights past its early stages that a decode-sized GEMM1 asks L2 for before its first
-// stage lands. MOEKIT_TOKMAJOR_L2_AHEAD_KB = 0..1024 (read at every launch); unset: kL2AheadKb.
-// Off by default until a same-run A/B says otherwise (session 53).
-constexpr int kL2AheadKb = 0;
-constexpr int kL2AheadMaxKb = 1024;
-
-int tokmajor_l2_ahead_kb() {
-  const char* v = detail::env_value(detail::EnvVar::kTokmajorL2Ahead);
-  if (v == nullptr || v[0] == '\0') return kL2AheadKb;
-  char* end = nullptr;
-  const long kb = std::strtol(v, &end, 10);
-  if (*end != '\0' || kb < 0 || kb > kL2AheadMaxKb)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_TOKMAJOR_L2_AHEAD_KB = '") + v + "', expected 0.." +
-                                              std::to_string(kL2AheadMaxKb));
-  return static_cast<int>(kb);
-}
-
 void set_tokmajor_phase_buffer(std::uint64_t* device_buffer, int max_ctas, int launches) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_release);
   g_phase_launches.store(device_buffer != nullptr ? launches : 0, std::memory_order_release);
@@ -321,8 +303,6 @@ void launch_grouped_gemm_tokmajor_sm90(const GroupedGemmParams& p, void* stream,
   // 1.0-1.4 % at M = 64..256 while qwen3-235b fp8 (16 a CTA) gained 2.3-3.2 %.
   if (pingpong) kp.smem = tokmajor::pingpong_layout(static_cast<int>(p.num_experts), many_units);
   kp.head_units = use_early_weights(p, kp, pingpong) ? static_cast<int>(p.num_experts) * kp.num_col_tiles : 0;
-  kp.b_rows = static_cast<const std::uint8_t*>(p.b);
-  kp.l2_ahead_bytes = gate_up && kp.head_units > 0 ? tokmajor_l2_ahead_kb() * 1024 : 0;
   // The ping-pong A rows by TMA (KernelParams::a_tma): a unit's rows are contiguous sorted rows of
   // A [max_rows, k_dim]. MOEKIT_TOKMAJOR_TMA_A=0 keeps the cp.async gather.
   if (pingpong && !p.gather_a_by_token && detail::env_switch(detail::EnvVar::kTokmajorTmaA, true)) {

@@ -44,9 +44,6 @@ bool tokmajor_dynamic_schedule();
 // GEMM2s of >= 16 units a CTA, else 1). Throws moekit::Error(kInvalidArgument) on any other value
 // ("0" included).
 int tokmajor_units_per_take();
-// MOEKIT_TOKMAJOR_L2_AHEAD_KB (launch_sm90.cu): KB a decode-sized GEMM1 CTA asks L2 for ahead of
-// its first unit's stream; 0..1024, else Error(kInvalidArgument).
-int tokmajor_l2_ahead_kb();
 
 /// Tests only (not synchronized with launches in flight): the next `launches` token-major launches
 /// stamp tokmajor::PhaseWord times of their first max_ctas CTAs, launch i into

@@ -60,12 +60,6 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // A [max_rows, a_row_bytes] as a 3D map [1, max_rows, k_dim], box 128 bytes x 64 rows, 128-byte
   // swizzle, zeros past the rows and K (valid where a_tma).
   CUtensorMap tmap_a;
-  // L2 ahead (GEMM1 with early weights; launch_sm90.cu, MOEKIT_TOKMAJOR_L2_AHEAD_KB): the weights
-  // [E, rows_b, k_dim] as bytes, and how many bytes past its early stages of the CTA's first unit
-  // the consumers ask L2 for before their first stage lands (kernel_sm90.cuh, prefetch_first_unit);
-  // 0 = none.
-  const std::uint8_t* b_rows;
-  int l2_ahead_bytes;
 };
 
 // The phase timer's stamps per CTA (KernelParams::phases, ns of %globaltimer; 0 = not reached),
