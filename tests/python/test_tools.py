@@ -1,6 +1,6 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
 stall_report.py on a small Nsight Compute source-page table, bench_compare.py, path_report.py,
-grid_report.py and bench_rows.py on small moekit-bench JSON files; and the provenance of a build
+grid_report.py and bench_rows.py on small moekit-bench JSON files; pack_out.sh; and the provenance of a build
 (stamp_tree.sh, cmake/moekit_build_info.cmake) in a scratch git repository."""
 
 import importlib.util
@@ -446,3 +446,43 @@ def test_host_overhead_stub_runs_the_cuda_host_path(tmp_path):
     assert {(r["level"], r["tokens"]) for r in rows} == {
         (lv, m) for lv in ("fused_experts", "fused_experts_int64", "impl") for m in (1, 3)}
     assert all(r["us_per_call"] > 0 for r in rows)
+
+
+def test_pack_out_bundles_a_folder_within_eight_files_and_repacks(tmp_path):
+    # The device machines return at most 8 files of $OUT: an A/B of two repeats (four JSON, four
+    # logs, compare.md) plus a suite log must come back as one archive and a few summaries, with
+    # nothing lost, and a second run must fold in what was added since.
+    out = tmp_path / "out"
+    ab = out / "ab"
+    (ab / "deep").mkdir(parents=True)
+    for v in ("a", "b"):
+        for i in (1, 2):
+            (ab / f"{v}-{i}.json").write_text(json.dumps({"v": v, "i": i}))
+            (ab / f"{v}-{i}.log").write_text(f"{v}{i}\n")
+    (ab / "compare.md").write_text("# compare\n")
+    (ab / "deep" / "x.txt").write_text("deep\n")
+    (out / "suite.txt").write_text("suite\n")
+    (out / "big.txt").write_text("x" * 70000)
+    originals = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    script = ROOT / "tools" / "scripts" / "pack_out.sh"
+
+    def unpack():
+        dest = tmp_path / "unpacked"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        subprocess.run(["tar", "xzf", str(out / "out.tar.gz"), "-C", str(dest)], check=True)
+        return {str(p.relative_to(dest)): p.read_bytes() for p in dest.rglob("*")
+                if p.is_file() and p.name != ".pack_kept"}
+
+    subprocess.run(["bash", str(script), str(out)], check=True, capture_output=True)
+    left = sorted(p.name for p in out.iterdir())
+    assert len(left) <= 8
+    # The kept summaries: the compare.md (flattened name) and the small top-level text; not the big one.
+    assert left == ["ab-compare.md", "out.tar.gz", "suite.txt"]
+    assert (out / "ab-compare.md").read_text() == "# compare\n"
+    assert unpack() == originals
+    # Again, with a file added: the archive holds the old and the new, the kept copies stay copies.
+    (out / "new.json").write_text("{}")
+    subprocess.run(["bash", str(script), str(out)], check=True, capture_output=True)
+    assert sorted(p.name for p in out.iterdir()) == ["ab-compare.md", "out.tar.gz", "suite.txt"]
+    assert unpack() == {**originals, "new.json": b"{}"}
