@@ -1,6 +1,6 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
 stall_report.py on a small Nsight Compute source-page table, bench_compare.py, path_report.py,
-grid_report.py and bench_rows.py on small moekit-bench JSON files; pack_out.sh; and the provenance of a build
+grid_report.py and bench_rows.py on small moekit-bench JSON files; pack_out.sh; rope_quant_bench.py's roof rate; and the provenance of a build
 (stamp_tree.sh, cmake/moekit_build_info.cmake) in a scratch git repository."""
 
 import importlib.util
@@ -486,3 +486,22 @@ def test_pack_out_bundles_a_folder_within_eight_files_and_repacks(tmp_path):
     subprocess.run(["bash", str(script), str(out)], check=True, capture_output=True)
     assert sorted(p.name for p in out.iterdir()) == ["ab-compare.md", "out.tar.gz", "suite.txt"]
     assert unpack() == {**originals, "new.json": b"{}"}
+
+
+def test_rope_quant_bench_takes_the_gpus_rate_from_moekit_bench(tmp_path, capsys):
+    # The torch comparison's roof uses moekit-bench's datasheet table (one table for both tools):
+    # its answer when the bench runs, the override when given, BRIEF §4's H200 rate (and a
+    # warning) when the bench cannot be run.
+    module = load_script("rope_quant_bench")
+    bench = tmp_path / "moekit-bench"
+    bench.write_text('#!/bin/sh\n[ "$1" = --hbm-datasheet ] || exit 2\necho "3350 GB/s (datasheet: $2)"\n')
+    bench.chmod(0o755)
+    assert module.hbm_rate("NVIDIA H100 80GB HBM3", str(bench)) == (3350.0, "datasheet: NVIDIA H100 80GB HBM3")
+    assert module.hbm_rate("NVIDIA H100 80GB HBM3", str(bench), override=3000) == (3000.0, "--hbm-gbps")
+    gbps, source = module.hbm_rate("NVIDIA H200", str(tmp_path / "missing"))
+    assert gbps == 4800.0 and source.startswith("BRIEF")
+    assert "assumes an H200" in capsys.readouterr().err
+    # The real table, where this checkout has built moekit-bench.
+    if os.access(module.DEFAULT_BENCH, os.X_OK):
+        assert module.hbm_rate("NVIDIA H100 80GB HBM3")[0] == 3350.0
+        assert module.hbm_rate("NVIDIA H200")[0] == 4800.0

@@ -5,8 +5,9 @@ machine; needs torch and moekit built with its CUDA backend).
 For each T and each DeepSeek-V4 TP8 head shape (Flash: 8 heads, 1 group; Pro: 16 heads, 2 groups;
 head_dim 512, rope_dim 64): moekit's op (torch.ops.moekit.inv_rope_fp8_quant) and
 torch_inv_rope_fp8_quant below, each captured in a CUDA graph and timed by CUDA events around
-each replay with L2 flushed before it (median), against the HBM roof (bytes read + written /
-4.8 TB/s); the first eager call at a never-seen T against the steady eager call; and whether the
+each replay with L2 flushed before it (median), against the HBM roof (bytes read + written / the
+GPU's datasheet rate, which moekit-bench's table gives: `moekit-bench --hbm-datasheet NAME`; 4.8
+TB/s, BRIEF §4's H200, when the bench is not found or the GPU is not listed); the first eager call at a never-seen T against the steady eager call; and whether the
 two implementations give the same bytes and scales.
 
     python3 tools/scripts/rope_quant_bench.py --json $OUT/rope_quant_torch.json
@@ -23,7 +24,9 @@ import subprocess
 import sys
 import time
 
-HBM_GBPS = 4800.0
+HBM_GBPS = 4800.0  # BRIEF §4's H200: the rate when moekit-bench cannot name this GPU's
+DEFAULT_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "cuda-release",
+                             "tools", "bench", "moekit-bench")
 SHAPES = (("v4-flash-tp8", 8, 1), ("v4-pro-tp8", 16, 2))
 HEAD_DIM, ROPE_DIM, MAX_POS = 512, 64, 65536
 DEFAULT_T = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -125,6 +128,25 @@ class Timer:
         return (time.perf_counter() - t0) * 1e6
 
 
+def hbm_rate(gpu_name, bench=DEFAULT_BENCH, override=None):
+    """(GB/s, source) of the roofline for a GPU named `gpu_name`: `override` when given, else
+    moekit-bench's datasheet table (one table for both tools), else BRIEF §4's H200 rate with the
+    reason in the source."""
+    if override:
+        return float(override), "--hbm-gbps"
+    try:
+        out = subprocess.run([bench, "--hbm-datasheet", gpu_name], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.strip()
+        # "3350 GB/s (datasheet: NVIDIA H100 80GB HBM3)"
+        gbps = float(out.split()[0])
+        source = out[out.index("(") + 1:out.rindex(")")]
+        return gbps, source
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        print(f"rope_quant_bench: no rate from {bench} ({e}); the roof assumes an H200's {HBM_GBPS:.0f} GB/s "
+              "(--hbm-gbps sets this GPU's)", file=sys.stderr)
+        return HBM_GBPS, f"BRIEF §4's H200 rate (moekit-bench not run: {e})"
+
+
 def git_commit():
     if os.environ.get("MOEKIT_COMMIT"):
         return os.environ["MOEKIT_COMMIT"]
@@ -141,6 +163,8 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="packed UE8M0 scales")
     ap.add_argument("--json", default="", help="write the rows here")
+    ap.add_argument("--hbm-gbps", type=float, default=None, help="the roof's HBM rate (default: the GPU's datasheet)")
+    ap.add_argument("--bench", default=DEFAULT_BENCH, help="moekit-bench, for its datasheet table")
     args = ap.parse_args(argv)
 
     import torch
@@ -152,6 +176,7 @@ def main(argv=None):
         print(f"rope_quant_bench: needs a GPU and moekit's CUDA backend ({why})", file=sys.stderr)
         return 2
     timer = Timer(torch)
+    gbps, hbm_source = hbm_rate(torch.cuda.get_device_name(0), args.bench, args.hbm_gbps)
     tokens = [int(t) for t in args.tokens.split(",") if t]
     rows = []
     # Warm the process (kernel preload, torch's lazy init) at a T not in the sweep.
@@ -176,7 +201,7 @@ def main(argv=None):
             us = timer.graph_us(ours, args.iters)
             torch_us = timer.graph_us(base, args.iters)
             nbytes = hbm_bytes(T, H, G)
-            roof = nbytes / (HBM_GBPS * 1e3)
+            roof = nbytes / (gbps * 1e3)
             target = roof / 0.85 + 4.0
             row = dict(shape=name, heads=H, groups=G, head_dim=HEAD_DIM, rope_dim=ROPE_DIM, tokens=T,
                        packed_ue8m0=args.packed, us=us, bytes=nbytes, roof_us=roof, roof_fraction=roof / us,
@@ -188,7 +213,7 @@ def main(argv=None):
                   f"{torch_us:9.2f} {torch_us / us:8.1f} {first / steady:12.2f} {match}")
     out = dict(tool="tools/scripts/rope_quant_bench.py", commit=git_commit(),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               gpu=torch.cuda.get_device_name(0), torch=torch.__version__, hbm_gbps=HBM_GBPS,
+               gpu=torch.cuda.get_device_name(0), torch=torch.__version__, hbm_gbps=gbps, hbm_source=hbm_source,
                reproduce="python3 tools/scripts/rope_quant_bench.py" + (" --packed" if args.packed else ""),
                rows=rows)
     if args.json:
