@@ -16,9 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
-#include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>

@@ -32,7 +32,9 @@ bool same_data(const GemmHostData& a, const GemmHostData& b) {
          a.owned == b.owned && a.ref.size() == b.ref.size() &&
          std::memcmp(a.ref.data(), b.ref.data(), a.ref.size() * sizeof(double)) == 0 &&
          a.topk_weights.size() == b.topk_weights.size() &&
-         std::memcmp(a.topk_weights.data(), b.topk_weights.data(), a.topk_weights.size() * 4) == 0;
+         std::memcmp(a.topk_weights.data(), b.topk_weights.data(), a.topk_weights.size() * 4) == 0 &&
+         a.sorted_weights.size() == b.sorted_weights.size() &&  // NaN past the routed rows: bytes, not ==
+         std::memcmp(a.sorted_weights.data(), b.sorted_weights.data(), a.sorted_weights.size() * 4) == 0;
 }
 
 TEST(GemmHarness, CacheReusesTheSameCaseOnly) {
