@@ -293,7 +293,11 @@ struct RouterTable {
   // fp8_per_tensor on shard experts below gemv_mma_tiny_elems weights (qwen3-30b TP8, N = 96)
   // up to gemv_mma_fp8_tiny_max_tokens (past gemv_mma_max_tokens): the same session-37 sweep had
   // it at M = 20, 24, 32 47.1 / 51.6 / 57.8 µs against token-major's 54.7 / 56.7 / 58.6, and
-  // behind from 40 (62.8 against 58.8; 48: 77.3 against 59.6).
+  // behind from 40 (62.8 against 58.8; 48: 77.3 against 59.6). 32 -> 20 in session 54: sessions
+  // 46-48 made the token-major chain 1.06-1.11x faster there, and a same-run sweep on an H100 (two
+  // passes, check on; bench/results/2026-12-05-ce04616-h100-router-sweep-qwen30-fp8.{json,md}) has
+  // gemv(mma) at M = 16 / 20 / 24 / 28 / 32 43.4 / 50.1 / 54.2 / 57.1 / 61.0 µs against
+  // token-major's 49.4 / 49.9 / 50.5 / 51.6 / 54.3: level at 20, behind from 24 (1.05-1.13x).
   double gemv_mma_max_expert_elems = 8388608.0;
   std::int64_t gemv_mma_max_n = 512;
   double gemv_mma_few_experts_max_tokens = 8.0;
@@ -322,7 +326,7 @@ struct RouterTable {
   double gemv_mma_tiny_elems = 524288.0;
   double gemv_mma_fp8_large_elems = 1572864.0;
   double gemv_mma_fp8_large_max_tokens = 16.0;
-  double gemv_mma_fp8_tiny_max_tokens = 32.0;
+  double gemv_mma_fp8_tiny_max_tokens = 20.0;
   // bf16 on the same smallest shard experts (qwen3-30b TP8) up to gemv_mma_bf16_tiny_max_tokens,
   // ahead of decode: session 37's bf16 sweep (two passes, check on;
   // bench/results/2026-12-04-7a04552-h200-router-sweep-bf16-*) had it at M = 17, 20 47.0 / 52.1 µs

@@ -369,8 +369,9 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, f8));  // the CUDA-core kernel's
   EXPECT_EQ(mma("qwen3-30b-a3b", 2, 8, f8), on);  // since session 20 (86c683c's sweep)
   EXPECT_FALSE(mma("mixtral-8x7b", 16, 8, f8));
-  EXPECT_EQ(mma("qwen3-30b-a3b", 32, 8, f8), on);  // the smallest shard experts up to 32 tokens (session 37)
-  EXPECT_FALSE(mma("qwen3-30b-a3b", 33, 8, f8));
+  EXPECT_EQ(mma("qwen3-30b-a3b", 20, 8, f8), on);  // the smallest shard experts up to 20 tokens (32 in session 37)
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 21, 8, f8));   // token-major from 21 (session 54's sweep)
+  EXPECT_FALSE(mma("qwen3-30b-a3b", 32, 8, f8));
   EXPECT_EQ(mma("qwen3-235b-a22b", 20, 8, f8), on);  // the next shard experts up to 20 tokens (session 37)
   EXPECT_FALSE(mma("qwen3-235b-a22b", 21, 8, f8));
   EXPECT_FALSE(mma("gpt-oss-120b", 9, 8, f8));        // >= 1 M weights: not past 8 (the wide clause)
@@ -406,6 +407,16 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(mma("deepseek-v3", 1, 1, pc));
   EXPECT_FALSE(mma("qwen3-30b-a3b", 1, 8, Scheme::kFp8Block128));
   if (on) EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).describe(), "gemv(mma)");
+  {
+    // Past gemv(mma)'s 20 tokens at qwen3-30b TP8 fp8_per_tensor: the token-major chain (session
+    // 54's sweep), with every other path able to run the call.
+    detail::RouterInputs all = in;
+    all.decode_ok = all.fused_ok = true;
+    all.swapab_ok[0] = all.swapab_ok[1] = all.tokmajor_ok[0] = all.tokmajor_ok[1] = true;
+    if (on) EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 20, 8, f8), all).describe(), "gemv(mma)");
+    for (std::int64_t m : {21, 24, 32})
+      EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", m, 8, f8), all).describe(), "gemm1=tokmajor gemm2=tokmajor") << m;
+  }
   in.gemv_mma_ok = false;  // it cannot run the call: the rules before it decide
   EXPECT_FALSE(mma("qwen3-30b-a3b", 8, 8, bf));
   in.gemv_mma_ok = true;

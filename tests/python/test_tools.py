@@ -505,3 +505,62 @@ def test_rope_quant_bench_takes_the_gpus_rate_from_moekit_bench(tmp_path, capsys
     if os.access(module.DEFAULT_BENCH, os.X_OK):
         assert module.hbm_rate("NVIDIA H100 80GB HBM3")[0] == 3350.0
         assert module.hbm_rate("NVIDIA H200")[0] == 4800.0
+
+
+def test_skeleton_floor_lists_the_points_and_judges_each_structure(tmp_path, capsys):
+    # tools/scripts/skeleton_floor.py: the --skeleton-points list of a grid's small points (the
+    # experts each touched, capped at the skeleton's 256), then the floors joined back to the rows
+    # with their ratio to the target (roof / 0.85 + 4 µs) and a verdict per point.
+    sf = load_script("skeleton_floor")
+
+    def row(preset, scheme, M, touched, roof, us, path="auto"):
+        return dict(preset=preset, tp=8, scheme=scheme, tokens=M, touched_experts=touched, roof_us=roof, us=us,
+                    path=path)
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps(dict(commit="abc1234", date="d", gpu="g", rows=[
+        row("qwen3-30b-a3b", "fp8_per_tensor", 1, 8, 0.85, 14.0),   # target 5.0
+        row("deepseek-v3", "bf16", 16, 300, 17.0, 40.0),            # target 24.0; 300 -> 256 (E)
+        row("deepseek-v3", "bf16", 32, 100, 200.0, 300.0),          # past --max-tokens
+        row("qwen3-30b-a3b", "bf16", 1, 8, 1.7, 20.0, path="mma"),  # a forced path: not a point
+    ])))
+    assert sf.main(["points", str(grid)]) == 0
+    pts = capsys.readouterr().out.strip().split(",")
+    assert pts == ["qwen3-30b-a3b:8:fp8:1:8", "deepseek-v3:8:bf16:16:256"]
+
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps(dict(commit="def5678", dirty=1, date="d2", gpu="g", rows=[
+        {"case": "skeleton-point qwen3-30b-a3b:8:fp8:1:8: no barrier (a lower bound)", "us": 7.0, "in_graph_us": 6.0},
+        {"case": "skeleton-point qwen3-30b-a3b:8:fp8:1:8: cooperative launch, grid sync", "us": 8.0, "in_graph_us": 7.0},
+        {"case": "skeleton-point deepseek-v3:8:bf16:16:256: no barrier (a lower bound)", "us": 20.0, "in_graph_us": 19.0},
+        {"case": "skeleton-point deepseek-v3:8:bf16:16:256: cooperative launch, grid sync", "us": 32.0, "in_graph_us": 31.0},
+        {"case": "skeleton-point deepseek-v3:8:bf16:16:256: plain launch, counter barrier, w2 to smem before GEMM1",
+         "us": 26.0, "in_graph_us": 25.0},
+        {"case": "skeleton-point deepseek-v3:8:bf16:16:256: two launches, GEMM1's then GEMM2's", "us": 34.5,
+         "in_graph_us": 33.0},
+        {"case": "empty kernel", "us": 3.0, "in_graph_us": 2.0},
+    ])))
+    out_md = tmp_path / "report.md"
+    assert sf.main(["report", str(floor), str(grid), "--out", str(out_md)]) == 0
+    out = capsys.readouterr().out
+    assert out == out_md.read_text()
+    assert "(commit def5678, dirty tree, d2, g)" in out and "(commit abc1234, d)" in out
+    # fp8 M = 1: moekit 14.0 / 5.0, lower bound 7.0 / 5.0 = 1.40: no one-launch design reaches 1.25x.
+    assert ("| qwen3-30b-a3b TP8 fp8_per_tensor M=1 | 8 | 14.0 | 2.80 | 7.0 | 1.40 | 8.0 | 1.60 | - | - | - | - | "
+            "out of reach of any one-launch design") in out
+    # bf16 M = 16: lower bound 20 / 24 = 0.83, grid sync 32 / 24 = 1.33 but w2 early 26 / 24 = 1.08:
+    # the structure leaves room (the best barrier structure counts).
+    assert "| 256 | 40.0 | 1.67 | 20.0 | 0.83 | 32.0 | 1.33 | 26.0 | 1.08 | 34.5 | 1.44 | the structure leaves room" in out
+    assert "(the skeleton's launch boundary): median +2.50 µs (+2.50 to +2.50) over 1 points" in out
+    assert "2 points: 1 beyond 1.25x for any one-launch design with a routing read, 0 beyond it with a grid-wide" in out
+    assert "1 with room under it" in out
+    # Without the w2-early row, the grid sync alone decides: out of reach with the barrier.
+    rows = json.loads(floor.read_text())
+    rows["rows"] = [r for r in rows["rows"] if "w2 to smem" not in r["case"]]
+    floor.write_text(json.dumps(rows))
+    assert sf.main(["report", str(floor), str(grid)]) == 0
+    assert "| 1.33 | - | - | 34.5 | 1.44 | out of reach with a grid-wide barrier between the GEMMs" in capsys.readouterr().out
+    # A floor file of another grid's points: nothing to join, an error.
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(rows=[row("mixtral-8x7b", "bf16", 1, 2, 18.0, 30.0)])))
+    assert sf.main(["report", str(floor), str(other)]) == 1

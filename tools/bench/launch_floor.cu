@@ -37,7 +37,18 @@
 //     barrier, or copied to shared memory before GEMM1), the output; no math: the floor of the
 //     GEMV path's structure at TP8 fp8 M = 1.
 //
-//   moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | --only-skeleton]
+//   - the same skeleton at any grid point's bytes (--skeleton-points; session 50): per point, the
+//     experts it touches and their GEMM1 and GEMM2 bytes at its TP and scheme, through the same
+//     three structures (no barrier, a lower bound for any design whose weights wait on a routing
+//     read; the cooperative grid sync of the GEMV path; a counter barrier with w2 copied early
+//     where a CTA's share fits in shared memory). tools/scripts/skeleton_floor.py writes the point
+//     list from a moekit-bench grid (its touched experts) and joins the floors to its rows: which
+//     misses of BRIEF §4's target the one-launch structure itself cannot reach.
+//
+//   moekit-launch-floor [--iters N] [--json PATH]
+//                       [--only-swapab | --only-prefetch | --only-skeleton | --skeleton-points LIST]
+//   LIST: comma-separated PRESET:TP:SCHEME:M:EXPERTS (SCHEME bf16 or fp8; EXPERTS touched, 1..256),
+//   e.g. qwen3-30b-a3b:8:fp8:1:8,deepseek-v3:8:bf16:16:74
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -57,6 +68,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "graph_timing.cuh"
 #include "l2_flush.cuh"
+#include "moekit/presets.hpp"
 #include "moekit/version.hpp"
 
 namespace {
@@ -121,6 +133,60 @@ __global__ void __launch_bounds__(512) prefetch_kernel(const std::uint8_t* src, 
   }
 }
 
+// The skeletons' middle (skeleton_kernel, skeleton_grid_kernel): the CTA's GEMM1 word x reduced
+// to one partial, the crossing of the grid (kSync: 0 none (a lower bound, not a valid call), 1
+// cooperative_groups grid sync, 2 a counter barrier on a plain launch), then every CTA's partial
+// read back (h): the word GEMM2's part goes on from.
+__device__ __forceinline__ void skeleton_write_partial(unsigned x, float* part, unsigned* s_red) {
+  const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  if ((t & 31) == 0) s_red[t >> 5] = x;
+  __syncthreads();
+  if (t == 0) {
+    unsigned y = 0;
+    for (int w = 0; w < nt / 32; ++w) y ^= s_red[w];
+    part[blockIdx.x] = static_cast<float>(y & 0xffff);
+  }
+}
+__device__ __forceinline__ unsigned skeleton_read_h(const float* part) {
+  float h = 0.f;  // every CTA's partial: the h every GEMM2 needs
+  for (int i = static_cast<int>(threadIdx.x); i < static_cast<int>(gridDim.x); i += static_cast<int>(blockDim.x))
+    h += __ldcg(part + i);
+  return __float_as_uint(h);
+}
+template <int kSync>
+__device__ __forceinline__ unsigned skeleton_cross_grid(unsigned x, float* part, unsigned* counter, unsigned* s_red) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int nb = static_cast<int>(gridDim.x);
+  skeleton_write_partial(x, part, s_red);
+  if (kSync == 1) {
+    cooperative_groups::this_grid().sync();
+  } else if (kSync == 2) {
+    __syncthreads();
+    if (t == 0) {
+      __threadfence();
+      const unsigned old = atomicAdd(counter, 1u);
+      const unsigned target = (old / static_cast<unsigned>(nb) + 1) * static_cast<unsigned>(nb);
+      while (static_cast<int>(moekit::cuda::sm90::ld_acquire_gpu(counter) - target) < 0) {
+      }
+    }
+    __syncthreads();
+  }
+  return skeleton_read_h(part);
+}
+
+// The skeletons' w2 share copied to shared memory before GEMM1 (kW2Early), read after the barrier.
+__device__ __forceinline__ unsigned skeleton_read_w2_early(const uint4* s_w2, std::int64_t chunks) {
+  moekit::cuda::sm90::cp_async_wait_all_groups();
+  __syncthreads();
+  unsigned y = 0;
+  for (std::int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 v = s_w2[c];
+    y ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  return y;
+}
+
 // The skeleton of a one-launch decode call (--only-skeleton; session 34): what the GEMV path's
 // structure costs with its math taken out. Every CTA loads the call's k expert ids (a DRAM round
 // trip after the flush), streams its share of GEMM1's bytes of those experts (16-byte loads, 8 a
@@ -167,40 +233,69 @@ __global__ void __launch_bounds__(512, 1) skeleton_kernel(const int* ids, int k,
     }
     return x;
   };
-  unsigned x = stream_share(w1, per1, row1);
-  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
-  if ((t & 31) == 0) s_red[t >> 5] = x;
+  unsigned y = skeleton_cross_grid<kSync>(stream_share(w1, per1, row1), part, counter, s_red);
+  y ^= kW2Early ? skeleton_read_w2_early(s_w2, per2) : stream_share(w2, per2, row2);
+  out[static_cast<std::int64_t>(b) * nt + t] = static_cast<float>(y & 0xff);
+}
+
+// The skeleton at a grid point's bytes (--skeleton-points; session 50): the same phases as
+// skeleton_kernel, for n <= kSkeletonMaxExperts experts of any size. Expert e's GEMM bytes are c
+// 16-byte chunks at w + ids[e] * c; CTA b reads chunks [b pe, b pe + pe) of every expert (pe =
+// ceil(c / gridDim)), as one flat index over (expert, chunk), 8 loads a thread in flight. kHalf:
+// 0 the whole call in one launch; 1 GEMM1's half alone (ids, w1, the partials: the first of two
+// launches), 2 GEMM2's alone (ids, h from the partials, w2: the second), so that two launches in
+// a row time what one launch spanning both GEMMs saves over them.
+constexpr int kSkeletonMaxExperts = 256;
+template <int kSync, bool kW2Early, int kHalf = 0>
+__global__ void __launch_bounds__(512, 1) skeleton_grid_kernel(const int* ids, int n, const uint4* w1, int c1,
+                                                               const uint4* w2, int c2, float* part,
+                                                               unsigned* counter, float* out) {
+  extern __shared__ uint4 s_w2[];
+  __shared__ int s_ids[kSkeletonMaxExperts];
+  __shared__ unsigned s_red[16];
+  const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int b = static_cast<int>(blockIdx.x), nb = static_cast<int>(gridDim.x);
+  for (int i = t; i < n; i += nt) s_ids[i] = ids[i];
   __syncthreads();
-  if (t == 0) {
-    unsigned y = 0;
-    for (int w = 0; w < nt / 32; ++w) y ^= s_red[w];
-    part[b] = static_cast<float>(y & 0xffff);
-  }
-  if (kSync == 1) {
-    cooperative_groups::this_grid().sync();
-  } else if (kSync == 2) {
-    __syncthreads();
-    if (t == 0) {
-      __threadfence();
-      const unsigned old = atomicAdd(counter, 1u);
-      const unsigned target = (old / static_cast<unsigned>(nb) + 1) * static_cast<unsigned>(nb);
-      while (static_cast<int>(moekit::cuda::sm90::ld_acquire_gpu(counter) - target) < 0) {
-      }
-    }
-    __syncthreads();
-  }
-  float h = 0.f;  // every CTA's partial: the h every GEMM2 needs
-  for (int i = t; i < nb; i += nt) h += __ldcg(part + i);
-  unsigned y = __float_as_uint(h);
+  const int pe1 = (c1 + nb - 1) / nb, pe2 = (c2 + nb - 1) / nb;
+  // The chunk of flat index i of this CTA's share (-1: past the expert's end).
+  auto chunk = [&](const uint4* w, int c, int pe, int i) -> const uint4* {
+    const int e = i / pe, cc = b * pe + (i - e * pe);
+    return cc < c ? w + static_cast<std::int64_t>(s_ids[e]) * c + cc : nullptr;
+  };
   if (kW2Early) {
-    moekit::cuda::sm90::cp_async_wait_all_groups();
-    __syncthreads();
-    for (std::int64_t c = t; c < per2; c += nt) {
-      const uint4 v = s_w2[c];
-      y ^= v.x ^ v.y ^ v.z ^ v.w;
+    for (int i = t; i < n * pe2; i += nt) {
+      const uint4* src = chunk(w2, c2, pe2, i);
+      moekit::cuda::sm90::cp_async_16_zfill(moekit::cuda::sm90::smem_addr(s_w2 + i), src != nullptr ? src : w2,
+                                            src != nullptr ? 16 : 0);
     }
+    moekit::cuda::sm90::cp_async_commit();
+  }
+  auto stream_share = [&](const uint4* w, int c, int pe) {
+    constexpr int kR = 8;
+    unsigned x = 0;
+    const int total = n * pe;
+    for (int i0 = 0; i0 < total; i0 += kR * nt) {
+      uint4 v[kR];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int i = i0 + r * nt + t;
+        const uint4* src = i < total ? chunk(w, c, pe, i) : nullptr;
+        v[r] = src != nullptr ? moekit::cuda::sm90::ld_stream_16(src) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) x ^= v[r].x ^ v[r].y ^ v[r].z ^ v[r].w;
+    }
+    return x;
+  };
+  unsigned y = 0;
+  if constexpr (kHalf == 1) {
+    skeleton_write_partial(stream_share(w1, c1, pe1), part, s_red);
+  } else if constexpr (kHalf == 2) {
+    y = skeleton_read_h(part) ^ stream_share(w2, c2, pe2);
   } else {
-    y ^= stream_share(w2, per2, row2);
+    y = skeleton_cross_grid<kSync>(stream_share(w1, c1, pe1), part, counter, s_red);
+    y ^= kW2Early ? skeleton_read_w2_early(s_w2, static_cast<std::int64_t>(n) * pe2) : stream_share(w2, c2, pe2);
   }
   out[static_cast<std::int64_t>(b) * nt + t] = static_cast<float>(y & 0xff);
 }
@@ -749,6 +844,22 @@ void launch(const void* kernel, dim3 grid, dim3 block, std::size_t smem, cudaStr
   LF_CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
 }
 
+// A skeleton kernel on `grid` CTAs of 512 threads, cooperatively (every CTA co-resident, as the
+// GEMV path launches) or not.
+void skeleton_launch(const void* kernel, int grid, std::size_t smem, bool coop, cudaStream_t s, void** args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(512);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = coop ? 1 : 0;
+  LF_CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -757,16 +868,77 @@ int main(int argc, char** argv) {
   bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23) and the decode box streams (24)
   bool only_prefetch = false;  // only the L2 prefetch cases (session 26)
   bool only_skeleton = false;  // only the one-launch decode skeleton (session 34)
+  std::string skeleton_points;  // --skeleton-points: the skeleton at these grid points (session 50)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--only-swapab")) only_swapab = true;
     else if (!std::strcmp(argv[i], "--only-prefetch")) only_prefetch = true;
     else if (!std::strcmp(argv[i], "--only-skeleton")) only_skeleton = true;
+    else if (!std::strcmp(argv[i], "--skeleton-points") && i + 1 < argc && argv[i + 1][0] != '\0')
+      skeleton_points = argv[++i];
     else {
-      std::fprintf(stderr, "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | --only-skeleton]\n");
+      std::fprintf(stderr,
+                   "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | "
+                   "--only-skeleton | --skeleton-points PRESET:TP:SCHEME:M:EXPERTS,...]\n");
       return 2;
     }
+  }
+  if (!skeleton_points.empty() && (only_swapab || only_prefetch || only_skeleton)) {
+    std::fprintf(stderr, "moekit-launch-floor: --skeleton-points runs alone (not with --only-*)\n");
+    return 2;
+  }
+  // --skeleton-points: PRESET:TP:SCHEME:M:EXPERTS, comma-separated; checked before the device is.
+  struct SkeletonPoint {
+    std::string text, preset;
+    int tp = 0, es = 0, m = 0, experts = 0;
+    std::int64_t w13 = 0, w2 = 0;  // one expert's bytes
+  };
+  std::vector<SkeletonPoint> skel;
+  for (std::size_t pos = 0; pos < skeleton_points.size();) {
+    std::size_t end = skeleton_points.find(',', pos);
+    if (end == std::string::npos) end = skeleton_points.size();
+    SkeletonPoint sp;
+    sp.text = skeleton_points.substr(pos, end - pos);
+    pos = end + 1;
+    std::vector<std::string> f;
+    for (std::size_t a = 0;;) {
+      const std::size_t c = sp.text.find(':', a);
+      f.push_back(sp.text.substr(a, c == std::string::npos ? std::string::npos : c - a));
+      if (c == std::string::npos) break;
+      a = c + 1;
+    }
+    const char* bad = nullptr;
+    if (f.size() != 5) bad = "expected PRESET:TP:SCHEME:M:EXPERTS";
+    if (bad == nullptr) {
+      sp.preset = f[0];
+      sp.tp = std::atoi(f[1].c_str());
+      sp.es = f[2] == "bf16" ? 2 : f[2] == "fp8" ? 1 : 0;
+      sp.m = std::atoi(f[3].c_str());
+      sp.experts = std::atoi(f[4].c_str());
+      const moekit::ModelPreset* pr = nullptr;
+      for (const moekit::ModelPreset& x : moekit::model_presets())
+        if (sp.preset == x.name) pr = &x;
+      if (pr == nullptr) bad = "unknown preset (the names: include/moekit/presets.hpp, moekit-bench --preset)";
+      else if (sp.tp < 1 || pr->intermediate_size % sp.tp != 0) bad = "TP must divide the preset's intermediate size";
+      else if (sp.es == 0) bad = "SCHEME must be bf16 or fp8";
+      else if (sp.m < 1) bad = "M must be >= 1";
+      else if (sp.experts < 1 || sp.experts > kSkeletonMaxExperts || sp.experts > pr->num_experts)
+        bad = "EXPERTS must be 1..min(256, E)";
+      else {
+        const std::int64_t n = pr->intermediate_size / sp.tp, k = pr->hidden_size;
+        sp.w13 = 2 * n * k * sp.es;
+        sp.w2 = k * n * sp.es;
+        // The kernel's flat int index runs to n * per-CTA share + one round of 8 x 512 loads past it.
+        if ((sp.w13 / 16 + 1) * sp.experts + (std::int64_t{1} << 20) >= (std::int64_t{1} << 31))
+          bad = "too many bytes for the skeleton's int index";
+      }
+    }
+    if (bad != nullptr) {
+      std::fprintf(stderr, "moekit-launch-floor: --skeleton-points '%s': %s\n", sp.text.c_str(), bad);
+      return 2;
+    }
+    skel.push_back(sp);
   }
   int dev = 0;
   cudaDeviceProp prop{};
@@ -794,15 +966,13 @@ int main(int argc, char** argv) {
     double first_pass_us = -1, second_pass_us = -1;  // the code-fetch cases: in-kernel clock64
   };
   std::vector<Row> rows;
-  auto add = [&](const std::string& name, Timer::Times t) {
-    rows.push_back({name, t.us, t.in_graph_us});
-    std::printf("%-72s %8.2f us %8.2f us in graph\n", name.c_str(), t.us, t.in_graph_us);
-    std::fflush(stdout);
-  };
   // Writes the rows so far as JSON (--json), at either exit.
   auto write_json = [&]() -> int {
     if (!json.empty()) {
-      FILE* f = std::fopen(json.c_str(), "w");
+      // Written beside the file and renamed over it, after every row: a run cut short (a time
+      // limit on a lent GPU, a failed check) leaves the rows it finished.
+      const std::string tmp = json + ".tmp";
+      FILE* f = std::fopen(tmp.c_str(), "w");
       if (f == nullptr) return 2;
       const moekit::BuildInfo& bi = moekit::build_info();
       char date[32];
@@ -819,9 +989,15 @@ int main(int argc, char** argv) {
                             ", \"second_pass_us\": " + std::to_string(rows[i].second_pass_us)).c_str(),
                      i + 1 < rows.size() ? "," : "");
       std::fprintf(f, "]}\n");
-      std::fclose(f);
+      if (std::fclose(f) != 0 || std::rename(tmp.c_str(), json.c_str()) != 0) return 2;
     }
     return 0;
+  };
+  auto add = [&](const std::string& name, Timer::Times t) {
+    rows.push_back({name, t.us, t.in_graph_us});
+    std::printf("%-72s %8.2f us %8.2f us in graph\n", name.c_str(), t.us, t.in_graph_us);
+    std::fflush(stdout);
+    if (write_json() != 0) std::fprintf(stderr, "moekit-launch-floor: cannot write %s\n", json.c_str());
   };
   std::printf("moekit-launch-floor on %s (%d SMs), graph replay, L2 flushed (read unless said), median of %d\n",
               prop.name, prop.multiProcessorCount, T.iters);
@@ -848,17 +1024,7 @@ int main(int argc, char** argv) {
                             {"qwen3-235b-a22b TP8 fp8 M=1", 2 * 192 * 4096, 4096 * 192},
                             {"deepseek-v3 TP8 fp8 M=1", 2 * 256 * 7168, 7168 * 256}};
     auto coop_launch = [&](const void* kernel, int grid, std::size_t smem, bool coop, void** args) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(grid);
-      cfg.blockDim = dim3(512);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = T.stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeCooperative;
-      attr[0].val.cooperative = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = coop ? 1 : 0;
-      LF_CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
+      skeleton_launch(kernel, grid, smem, coop, T.stream, args);
     };
     {
       void* a[] = {&sink};
@@ -912,6 +1078,73 @@ int main(int argc, char** argv) {
           add("skeleton with no weight bytes: ids, h, no barrier",
               T.times([&] { coop_launch((const void*)&skeleton_kernel<0, false>, sms, 0, false, a); }));
         }
+      }
+      LF_CHECK(cudaFree(w1));
+      LF_CHECK(cudaFree(w2));
+    }
+    return write_json();
+  }
+  // The skeleton at grid points (--skeleton-points): per point, its experts' bytes through the
+  // three structures. Rows are named "skeleton-point PRESET:TP:SCHEME:M:EXPERTS: <structure>"
+  // (tools/scripts/skeleton_floor.py reads them back).
+  if (!skel.empty()) {
+    const int sms = prop.multiProcessorCount;
+    int* ids = nullptr;
+    float *part = nullptr, *out = nullptr;
+    unsigned* counter = nullptr;
+    LF_CHECK(cudaMalloc(&ids, kSkeletonMaxExperts * sizeof(int)));
+    LF_CHECK(cudaMalloc(&part, sms * sizeof(float)));
+    LF_CHECK(cudaMalloc(&out, static_cast<std::size_t>(sms) * 512 * sizeof(float)));
+    LF_CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+    LF_CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+    // The experts in a fixed shuffled order (ids[e] = (37 e + 11) mod n is a permutation of
+    // 0..n-1 for n coprime to 37, else the identity): each GEMM's bytes are the n experts' regions.
+    auto coop_launch = [&](const void* kernel, std::size_t smem, bool coop, void** args) {
+      skeleton_launch(kernel, sms, smem, coop, T.stream, args);
+    };
+    for (const SkeletonPoint& sp : skel) {
+      const int n = sp.experts;
+      std::vector<int> h_ids(n);
+      for (int e = 0; e < n; ++e) h_ids[e] = n % 37 != 0 ? (37 * e + 11) % n : e;
+      LF_CHECK(cudaMemcpy(ids, h_ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+      const int c1 = static_cast<int>((sp.w13 + 15) / 16), c2 = static_cast<int>((sp.w2 + 15) / 16);
+      uint4 *w1 = nullptr, *w2 = nullptr;
+      LF_CHECK(cudaMalloc(&w1, static_cast<std::size_t>(n) * c1 * 16));
+      LF_CHECK(cudaMalloc(&w2, static_cast<std::size_t>(n) * c2 * 16));
+      LF_CHECK(cudaMemset(w1, 3, static_cast<std::size_t>(n) * c1 * 16));
+      LF_CHECK(cudaMemset(w2, 5, static_cast<std::size_t>(n) * c2 * 16));
+      const std::size_t early_smem = static_cast<std::size_t>(n) * ((c2 + sms - 1) / sms) * 16;
+      struct Variant {
+        const void* kernel;
+        bool coop, early;
+        const char* what;
+      };
+      const Variant variants[] = {
+          {(const void*)&skeleton_grid_kernel<0, false>, false, false, "no barrier (a lower bound)"},
+          {(const void*)&skeleton_grid_kernel<1, false>, true, false, "cooperative launch, grid sync"},
+          {(const void*)&skeleton_grid_kernel<2, true>, false, true, "plain launch, counter barrier, w2 to smem before GEMM1"},
+      };
+      for (const Variant& v : variants) {
+        const std::size_t smem = v.early ? early_smem : 0;
+        // A CTA's w2 share does not fit beside the kernel's static shared memory (the ids, 1 KB):
+        // the structure cannot copy it early.
+        if (smem + 4096 > 227 * 1024) continue;
+        LF_CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        int nn = n, cc1 = c1, cc2 = c2;
+        const uint4 *a1 = w1, *a2 = w2;
+        const int* ci = ids;
+        void* a[] = {&ci, &nn, &a1, &cc1, &a2, &cc2, &part, &counter, &out};
+        add("skeleton-point " + sp.text + ": " + v.what, T.times([&] { coop_launch(v.kernel, smem, v.coop, a); }));
+      }
+      {  // two launches in a row: GEMM1's half, then GEMM2's (stream order is the barrier)
+        int nn = n, cc1 = c1, cc2 = c2;
+        const uint4 *a1 = w1, *a2 = w2;
+        const int* ci = ids;
+        void* a[] = {&ci, &nn, &a1, &cc1, &a2, &cc2, &part, &counter, &out};
+        add("skeleton-point " + sp.text + ": two launches, GEMM1's then GEMM2's", T.times([&] {
+              coop_launch((const void*)&skeleton_grid_kernel<0, false, 1>, 0, false, a);
+              coop_launch((const void*)&skeleton_grid_kernel<0, false, 2>, 0, false, a);
+            }));
       }
       LF_CHECK(cudaFree(w1));
       LF_CHECK(cudaFree(w2));
