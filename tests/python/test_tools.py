@@ -1,6 +1,7 @@
 """The analysis scripts of tools/scripts that the team runs on GPU results (no GPU needed here):
 stall_report.py on a small Nsight Compute source-page table, bench_compare.py, path_report.py,
-grid_report.py and bench_rows.py on small moekit-bench JSON files; pack_out.sh; rope_quant_bench.py's roof rate; and the provenance of a build
+grid_report.py and bench_rows.py on small moekit-bench JSON files; pack_out.sh; rope_quant_bench.py's roof rate;
+skeleton_floor.py and hscale_sim.py; and the provenance of a build
 (stamp_tree.sh, cmake/moekit_build_info.cmake) in a scratch git repository."""
 
 import importlib.util
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -564,3 +566,21 @@ def test_skeleton_floor_lists_the_points_and_judges_each_structure(tmp_path, cap
     other = tmp_path / "other.json"
     other.write_text(json.dumps(dict(rows=[row("mixtral-8x7b", "bf16", 1, 2, 18.0, 30.0)])))
     assert sf.main(["report", str(floor), str(other)]) == 1
+
+
+def test_hscale_sim_compares_the_intermediate_scales(capsys):
+    # tools/scripts/hscale_sim.py: per-unit, per-slot and bf16 intermediates against the reference's
+    # per-tensor scale. One unit covering every slot of one expert is the per-tensor scale itself.
+    hs = load_script("hscale_sim")
+    ids, wts, w2q, h = hs.layer(M=6, E=1, k=1, K=64, N=16, seed=3)
+    assert np.array_equal(hs.per_unit(h, ids, tile=6), hs.per_tensor(h, ids, tile=6))
+    assert not np.array_equal(hs.per_unit(h, ids, tile=2), hs.per_tensor(h, ids, tile=2))
+    res = hs.study(M=16, E=8, k=2, K=256, N=32, tile=8, seed=1)
+    assert set(res) == {"per unit", "per slot", "bf16 h"}
+    for med, mx, elem in res.values():
+        assert 0.0 < med <= mx < 0.1 and 0.0 < elem < 1.0
+    assert res["bf16 h"][0] < res["per unit"][0]  # the reference's own h rounding is all bf16 h differs by
+    assert hs.main(["--tokens", "4", "--experts", "4", "--top-k", "2", "--hidden", "64", "--inter", "16",
+                    "--tile", "4", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| 4 | 1 |") == 3 and "row error median" in out
