@@ -23,6 +23,7 @@
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/combine/launch_sm90.hpp"
 #include "cuda/kernels/decode/launch_sm90.hpp"
+#include "cuda/kernels/expert_mlp/launch_sm90.hpp"
 #include "cuda/kernels/gemv/launch_sm90.hpp"
 #include "cuda/kernels/fused_moe/launch_sm90.hpp"
 #include "cuda/kernels/gemm_common/params.hpp"
@@ -436,6 +437,43 @@ void run_route(const detail::RouteCall& call) {
   launch_routing_sm90(rp, call.stream);
 }
 
+// The combine of a chain: out[m] = the sum over j of y[m k + j] (local slots, j in order).
+void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dtype, const std::int32_t* topk_ids,
+                          bool pdl) {
+  const MoeProblem& p = call.problem;
+  CombineParams cp;
+  cp.y = y;
+  cp.y_dtype = y_dtype;
+  cp.topk_ids = topk_ids;
+  cp.expert_map = call.expert_map;
+  cp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : p.num_experts);
+  cp.num_experts = static_cast<int>(p.num_experts);
+  cp.num_tokens = p.num_tokens;
+  cp.top_k = static_cast<int>(p.top_k);
+  cp.hidden_size = p.hidden_size;
+  cp.out = call.out;
+  cp.out_dtype = p.act_dtype;
+  cp.faults = device_fault_record(call.device);
+  launch_combine_sm90(cp, call.stream, pdl);
+}
+
+// The per-expert MLP kernel (kernels/expert_mlp/): routing, GEMM1, the activation and GEMM2 in one
+// launch writing y in the activation dtype, then the combine.
+void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
+  ExpertMlpArgs a;
+  a.problem = call.problem;
+  a.hidden = call.hidden;
+  a.w13 = call.w13;
+  a.w2 = call.w2;
+  a.topk_ids = topk_ids;
+  a.expert_map = call.expert_map;
+  a.topk_weights = call.topk_weights;
+  a.y = slice<void>(call.workspace, L.y);
+  a.faults = device_fault_record(call.device);
+  launch_expert_mlp_sm90(a, call.stream);
+  launch_chain_combine(call, a.y, call.problem.act_dtype, topk_ids, /*pdl=*/false);
+}
+
 void run_moe(const detail::MoeCall& call) {
   const MoeProblem& p = call.problem;
   if (p.num_tokens <= 0) {
@@ -470,6 +508,15 @@ void run_moe(const detail::MoeCall& call) {
     ids_out = call.topk_ids_out != nullptr ? call.topk_ids_out : slice<std::int32_t>(ws, L.topk_ids);
     wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(ws, L.topk_weights);
     topk_ids = ids_out;
+  }
+  // The per-expert MLP kernel (kernels/expert_mlp/; a prototype, measured in same-run A/Bs before
+  // the router takes it): MOEKIT_EXPERT_MLP=1 runs an automatic call that it can run on it, then
+  // the combine. Off (0 or unset) by default.
+  if ((call.forced_path == nullptr || std::strcmp(call.forced_path, "auto") == 0) &&
+      detail::env_switch(detail::EnvVar::kExpertMlp, false) && expert_mlp_unsupported_reason(p).empty() &&
+      expert_mlp_pointers_ok(call.hidden, call.w13, call.w2)) {
+    run_expert_mlp(call, L, topk_ids);
+    return;
   }
   // The router picks each GEMM's kernel before anything is enqueued, so a forced path that cannot
   // run this problem fails with nothing launched.
@@ -658,20 +705,7 @@ void run_moe(const detail::MoeCall& call) {
 
   // 6. Combine the k slots of each token in j order. The chain's last kernel: it never lets the
   // caller's next kernel launch early.
-  CombineParams cp;
-  cp.y = slice<void>(ws, L.y);
-  cp.y_dtype = g2.out_dtype;
-  cp.topk_ids = topk_ids;
-  cp.expert_map = call.expert_map;
-  cp.num_experts_global = Eg;
-  cp.num_experts = E;
-  cp.num_tokens = M;
-  cp.top_k = k;
-  cp.hidden_size = K;
-  cp.out = call.out;
-  cp.out_dtype = p.act_dtype;
-  cp.faults = faults;
-  launch_combine_sm90(cp, stream, pdl);
+  launch_chain_combine(call, slice<void>(ws, L.y), g2.out_dtype, topk_ids, pdl);
 }
 
 // inv_rope_fp8_quant (kernels/rope_quant/): one launch, no workspace.

@@ -60,6 +60,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorRoute, "MOEKIT_TOKMAJOR_ROUTE"},
       {EnvVar::kTokmajorTmaA, "MOEKIT_TOKMAJOR_TMA_A"},
       {EnvVar::kKshortGemm2, "MOEKIT_KSHORT_GEMM2"},
+      {EnvVar::kExpertMlp, "MOEKIT_EXPERT_MLP"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

@@ -1,0 +1,14 @@
+// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh), one per 16-bit operand.
+#include "cuda/common/preload.cuh"
+#include "cuda/kernels/expert_mlp/kernel_sm90.cuh"
+
+namespace moekit::cuda::expert_mlp {
+
+template void run_expert_mlp_sm90<Operand::kBf16>(const KernelParams&, int, void*);
+template void run_expert_mlp_sm90<Operand::kF16>(const KernelParams&, int, void*);
+
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16>);
+
+}  // namespace moekit::cuda::expert_mlp

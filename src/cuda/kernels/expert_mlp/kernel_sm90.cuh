@@ -1,0 +1,402 @@
+// The per-expert MLP kernel on sm_90a: GEMM1, the activation and GEMM2 of one expert's token
+// tile in one CTA, from the routing's ids to GEMM2's per-slot rows y, in one launch (the combine
+// sums y after it). For shards whose expert intermediate is narrow (kN = 96: qwen3-30b TP8), where
+// one unit's GEMM1 covers the whole of h: h stays in the CTA, GEMM2 needs no other CTA's work, and
+// the expert's w2 streams right behind its w13 through the same ring (docs/tokmajor.md "Next
+// steps", docs/design.md "The per-expert MLP path").
+//
+// Every CTA routes the call itself (slot_routing.cuh: each slot's local expert, the experts'
+// counts, the units), so no permutation launch runs. Units are (expert e, token tile of up to 64
+// of e's slots in ascending slot order), expert-major; CTA b runs units b, b + G, ... of the G
+// CTAs. Per unit:
+//   producer warp: GEMM1's K stages (lane 0: six 32-row TMA boxes of w13 a stage, gate rows 0..63,
+//     up rows 0..63, gate rows 64..95, up rows 64..95; the 32 lanes: cp.async gather of the unit's
+//     token rows of hidden, 128-byte swizzle), then GEMM2's (two 256-row boxes of w2 a 256-column
+//     output tile: h columns 0..63 and 64..95 + TMA's zeros);
+//   consumer warpgroup: wgmma m64n128 (gate / up columns 0..63) and m64n64 (64..95) over K, the
+//     activation from the accumulators (a thread holds gate column n and up column n of the same
+//     row), h rounded to the activation dtype into shared memory as GEMM2's A, then per output
+//     tile wgmma m64n256 over h's 96 columns and the epilogue's stores of y (x the router weight).
+// The ring's stages are one size (32 KB: GEMM1's 8 KB of token rows + 24 KB of w13, or 256 rows
+// of w2), so the producer runs ahead across GEMM1, GEMM2 and units alike.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/faults.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/slot_routing.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/warp.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/kernels/expert_mlp/config.hpp"
+#include "cuda/kernels/expert_mlp/params.hpp"
+#include "cuda/kernels/gemm_common/expert_table.cuh"
+#include "cuda/numerics/activation.cuh"
+
+namespace moekit::cuda::expert_mlp {
+
+struct Unit {
+  int e;      // local expert
+  int r0;     // first rank among e's slots
+  int count;  // rows, 1..64
+};
+
+template <Operand kOp>
+struct ExpertMlp {
+  using Tag = typename sm90::TagOf<kOp>::type;
+  static constexpr bool kF16 = kOp == Operand::kF16;
+
+  struct Smem {
+    std::uint32_t ring, h, full, empty, slots_bar;  // shared addresses
+    int* unit_slot;
+    float* unit_w;
+    int* warp_rows;
+    int* counts;  // row offsets after the table
+    int* prefix;
+    std::int16_t* slot_e;
+  };
+
+  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  // Unit u (< prefix[E]); `hint` is the previous unit's expert (-1 at first).
+  static __device__ __forceinline__ Unit unit_of(const KernelParams& p, const Smem& s, int u, int& hint) {
+    gemm_common::find_expert_from(u, s.prefix, p.num_experts, hint);
+    Unit t;
+    t.e = hint;
+    t.r0 = (u - s.prefix[hint]) * kBlockM;
+    t.count = min(kBlockM, s.counts[hint + 1] - s.counts[hint] - t.r0);
+    return t;
+  }
+
+  // ---- producer warp ----
+  static __device__ void produce(const KernelParams& p, const Smem& s, int units) {
+    const int lane = threadIdx.x - kConsumerThreads;
+    const int chunk = lane & 7;  // 16-byte chunk of a 128-byte K stage this lane copies
+    const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * 2;
+    const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
+    int stage = 0, hint = -1;
+    std::uint32_t phase = 0;
+    int j = 0;  // this CTA's unit count (the slot list's parity)
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+      const Unit t = unit_of(p, s, u, hint);
+      // GEMM1: w13's six boxes of a stage, then the token rows once the consumers placed them.
+      int tok[kBlockM / 4];  // token of rows (lane >> 3) + 4 i; -1 past the unit's rows
+      for (int kb = 0; kb < p.k_stages; ++kb) {
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        const std::uint32_t full = s.full + 8 * stage;
+        const std::uint32_t dst = s.ring + stage * kStageBytes;
+        if (lane == 0) {
+          sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
+          const std::uint32_t b = dst + kATileBytes;
+          const int k0 = kb * kKElems;
+          const int gate_rows[3] = {0, 32, 64}, up_rows[3] = {kN, kN + 32, kN + 64};
+          // Tile rows: gate 0..63 | up 0..63 | gate 64..95 | up 64..95.
+          sm90::tma_load_3d(b + 0 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[0], t.e);
+          sm90::tma_load_3d(b + 1 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[1], t.e);
+          sm90::tma_load_3d(b + 2 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[0], t.e);
+          sm90::tma_load_3d(b + 3 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[1], t.e);
+          sm90::tma_load_3d(b + 4 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[2], t.e);
+          sm90::tma_load_3d(b + 5 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[2], t.e);
+        }
+        if (kb == 0) {
+          sm90::mbar_wait(s.slots_bar + 8 * (j & 1), (j >> 1) & 1);
+          const int* us = s.unit_slot + (j & 1) * kBlockM;
+#pragma unroll
+          for (int i = 0; i < kBlockM / 4; ++i) {
+            const int r = (lane >> 3) + 4 * i;
+            tok[i] = r < t.count ? us[r] / p.top_k : -1;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kBlockM / 4; ++i) {
+          if (tok[i] < 0) continue;
+          const int r = (lane >> 3) + 4 * i;
+          const std::uint8_t* src = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
+          sm90::cp_async_16_zfill(dst + r * kKBytes + ((chunk ^ (r & 7)) << 4), src, 16);
+        }
+        sm90::cp_async_mbar_arrive_noinc(full);
+        next_stage(stage, phase);
+      }
+      // GEMM2: per 256-column output tile, h's two K chunks of w2 (columns 64..127 past N are TMA's
+      // zeros, never read by a wgmma).
+      for (int o = 0; o < p.out_tiles; ++o) {
+        for (int c = 0; c < kH2Chunks; ++c) {
+          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          const std::uint32_t full = s.full + 8 * stage;
+          if (lane == 0) {
+            sm90::mbar_arrive_expect_tx(full, kStageBytes);
+            sm90::tma_load_3d(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kKElems, o * kOutTile, t.e);
+          }
+          sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
+          next_stage(stage, phase);
+        }
+      }
+    }
+    sm90::cp_async_wait_all_groups();
+  }
+
+  static __device__ __forceinline__ void release(const Smem& s, int stage, int lane) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+  }
+
+  // Row q, columns n, n + 1 of h (q < 64, n < 96, n even) as GEMM2's A tile: chunk n / 64, the
+  // 16-byte chunk (n % 64) / 8 at position ^ (q % 8).
+  static __device__ __forceinline__ void store_h(const Smem& s, int q, int n, float v0, float v1) {
+    const int c = n >> 6, w = n & 63;
+    const std::uint32_t a = s.h + c * (kBlockM * kKBytes) + q * kKBytes + ((((w >> 3) ^ (q & 7))) << 4) + (w & 7) * 2;
+    std::uint32_t bits;
+    if constexpr (kF16) {
+      const __half2 h2 = __floats2half2_rn(v0, v1);
+      bits = *reinterpret_cast<const std::uint32_t*>(&h2);
+    } else {
+      const __nv_bfloat162 h2 = __floats2bfloat162_rn(v0, v1);
+      bits = *reinterpret_cast<const std::uint32_t*>(&h2);
+    }
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(bits) : "memory");
+  }
+
+  // ---- consumer warpgroup ----
+  static __device__ void consume(const KernelParams& p, const Smem& s, int units) {
+    const int t = threadIdx.x;  // 0..127
+    const int warp = t >> 5, lane = t & 31;
+    int stage = 0, hint = -1;
+    std::uint32_t phase = 0;
+    int j = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+      const Unit un = unit_of(p, s, u, hint);
+      // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
+      // weights, for the producer's gather and this epilogue.
+      int* us = s.unit_slot + (j & 1) * kBlockM;
+      float* uw = s.unit_w + (j & 1) * kBlockM;
+      slot_routing::place_window(s.slot_e, p.slots, un.e, un.r0, un.r0 + un.count, t, kConsumerBarrier, s.warp_rows,
+                                 us);
+      if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
+      sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (t == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
+      // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
+      int slot[2];
+      float tw[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = 16 * warp + (lane >> 2) + 8 * h;
+        slot[h] = q < un.count ? us[q] : -1;
+        tw[h] = q < un.count ? uw[q] : 0.0f;
+      }
+
+      // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
+      float acc1[64], acc2[32];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc1[i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc2[i] = 0.0f;
+      int prev = 0;
+      for (int kb = 0; kb < p.k_stages; ++kb) {
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        sm90::fence_regs<64>(acc1);
+        sm90::fence_regs<32>(acc2);
+        sm90::wgmma_fence();
+        const std::uint32_t st = s.ring + stage * kStageBytes;
+        const std::uint64_t da = sm90::make_smem_desc_sw128(st);
+        const std::uint64_t db1 = sm90::make_smem_desc_sw128(st + kATileBytes);
+        const std::uint64_t db2 = sm90::make_smem_desc_sw128(st + kATileBytes + 128 * kKBytes);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          sm90::Wgmma<Tag, 128>::mma(acc1, da + 2 * kk, db1 + 2 * kk, 1);
+          sm90::Wgmma<Tag, 64>::mma(acc2, da + 2 * kk, db2 + 2 * kk, 1);
+        }
+        sm90::wgmma_commit();
+        sm90::fence_regs<64>(acc1);
+        sm90::fence_regs<32>(acc2);
+        if (kb > 0) {
+          sm90::wgmma_wait<1>();
+          release(s, prev, lane);
+        }
+        prev = stage;
+        next_stage(stage, phase);
+      }
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs<64>(acc1);
+      sm90::fence_regs<32>(acc2);
+      release(s, prev, lane);
+
+      // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
+      // rounded to the activation dtype, into GEMM2's A tile. Rows past the unit's rows get zeros.
+      const float fr[2] = {p.weight_on_input ? tw[0] : 1.0f, p.weight_on_input ? tw[1] : 1.0f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = 16 * warp + (lane >> 2) + 8 * h;
+        const bool live = slot[h] >= 0;
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {  // h columns 8 jj + 2 (lane % 4) + c, from acc1
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float g = acc1[4 * jj + 2 * h + c] * fr[h], uu = acc1[4 * (jj + 8) + 2 * h + c] * fr[h];
+            v[c] = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
+          }
+          store_h(s, q, 8 * jj + 2 * (lane & 3), v[0], v[1]);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {  // h columns 64 + 8 jj + 2 (lane % 4) + c, from acc2
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float g = acc2[4 * jj + 2 * h + c] * fr[h], uu = acc2[4 * (jj + 4) + 2 * h + c] * fr[h];
+            v[c] = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
+          }
+          store_h(s, q, 64 + 8 * jj + 2 * (lane & 3), v[0], v[1]);
+        }
+      }
+      sm90::fence_proxy_async_shared_cta();  // h's generic-proxy stores, before the wgmmas read them
+      sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+
+      // GEMM2: per 256-column output tile, wgmma m64n256 over h's 96 columns (chunk 0: 4 k steps,
+      // chunk 1: 2), then the stores of y = acc x the router weight (unless on the input).
+      const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
+      const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kBlockM * kKBytes);
+      const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
+      const float f[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
+      for (int o = 0; o < p.out_tiles; ++o) {
+        float acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+        // Both stages of the tile landed, then one group of wgmmas (no wait between them: a wait
+        // inside a group makes ptxas serialize every wgmma of the kernel, C7520).
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        const int s0 = stage;
+        next_stage(stage, phase);
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        const int s1 = stage;
+        next_stage(stage, phase);
+        sm90::fence_regs<128>(acc);
+        sm90::wgmma_fence();
+        const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
+        const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
+#pragma unroll
+        for (int kk = 0; kk < (kN - kKElems) / 16; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<128>(acc);
+        release(s, s0, lane);
+        release(s, s1, lane);
+        if (!rows) continue;
+        const std::int64_t c0 = static_cast<std::int64_t>(o) * kOutTile + 2 * (lane & 3);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (slot[h] < 0) continue;
+          std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + static_cast<std::int64_t>(slot[h]) * p.hidden_size * 2;
+#pragma unroll
+          for (int jj = 0; jj < kOutTile / 8; ++jj) {
+            const std::int64_t c = c0 + 8 * jj;
+            if (c >= p.hidden_size) continue;
+            const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
+            if constexpr (kF16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
+            else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
+          }
+        }
+      }
+      // Every consumer is past its reads of h and of this unit's slot list before the next unit
+      // overwrites them (place_window starts with its own barrier after its counting pass: h is
+      // written only after GEMM1, which waits on the producer, so one barrier here suffices).
+      sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+    }
+  }
+};
+
+template <Operand kOp>
+__global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using K = ExpertMlp<kOp>;
+  extern __shared__ std::uint8_t smem_raw[];
+  const SmemLayout& L = p.smem;
+  std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
+  typename K::Smem s;
+  s.ring = sm90::smem_addr(base + L.ring);
+  s.h = sm90::smem_addr(base + L.h);
+  s.full = sm90::smem_addr(base + L.full_bar);
+  s.empty = sm90::smem_addr(base + L.empty_bar);
+  s.slots_bar = sm90::smem_addr(base + L.slots_bar);
+  s.unit_slot = reinterpret_cast<int*>(base + L.unit_slot);
+  s.unit_w = reinterpret_cast<float*>(base + L.unit_w);
+  s.warp_rows = reinterpret_cast<int*>(base + L.warp_rows);
+  s.counts = reinterpret_cast<int*>(base + L.counts);
+  s.prefix = reinterpret_cast<int*>(base + L.prefix);
+  s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
+  const int E = p.num_experts;
+  const int tid = threadIdx.x;
+
+  if (tid == 0) {
+    sm90::prefetch_tensormap(&p.tmap_w13);
+    sm90::prefetch_tensormap(&p.tmap_w2);
+    for (int i = 0; i < kStages; ++i) {
+      sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+    }
+    sm90::mbar_init(s.slots_bar, 1);
+    sm90::mbar_init(s.slots_bar + 8, 1);
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
+  }
+  // The routing: every slot's local expert, the experts' counts, then the row offsets and units.
+  for (int e = tid; e <= E; e += kThreads) s.counts[e] = 0;
+  __syncthreads();
+  const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, p.slots, p.num_experts_global, E, tid,
+                                               kThreads, s.slot_e, s.counts);
+  __syncthreads();
+  if (blockIdx.x == 0 && __syncthreads_or(bad))
+    slot_routing::record_faults(p.topk_ids, p.expert_map, p.slots, p.num_experts_global, E, p.top_k, p.faults, tid,
+                                kThreads);
+  // counts -> exclusive row offsets in place (warp 0: a lane a run of experts, one warp scan).
+  if (tid < 32) {
+    const int per = (E + 31) / 32;
+    const int lo = min(E, tid * per), hi = min(E, lo + per);
+    int sum = 0;
+    for (int e = lo; e < hi; ++e) sum += s.counts[e];
+    int acc = warp_inclusive_sum(sum, tid) - sum;
+    for (int e = lo; e < hi; ++e) {
+      const int c = s.counts[e];
+      s.counts[e] = acc;
+      acc += c;
+    }
+    if (tid == 31) s.counts[E] = acc;
+  }
+  __syncthreads();
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.counts, s.prefix, rows, (rows + kBlockM - 1) / kBlockM);
+  const int units = s.prefix[E];
+
+  if (tid < kConsumerThreads) K::consume(p, s, units);
+  else K::produce(p, s, units);
+#endif
+}
+
+template <Operand kOp>
+void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream) {
+  auto* kernel = &expert_mlp_sm90_kernel<kOp>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+}
+
+}  // namespace moekit::cuda::expert_mlp

@@ -1,0 +1,91 @@
+// Host side of the per-expert MLP kernel: what it supports, the weights' TMA descriptors, the
+// shared-memory layout and the persistent grid. No kernel template is included here.
+#include "cuda/kernels/expert_mlp/launch_sm90.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/kernels/expert_mlp/config.hpp"
+#include "cuda/kernels/expert_mlp/params.hpp"
+#include "cuda/kernels/gemm_common/tma_host.cuh"
+#include "moekit/error.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+thread_local int launches = 0;
+
+std::string reason(const MoeProblem& p) {
+  using namespace expert_mlp;
+  if (p.scheme != Scheme::kBf16) return "expert_mlp: bf16 scheme only";
+  if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return "expert_mlp: bf16 or fp16 activations only";
+  if (p.with_routing) return "expert_mlp: fused_experts calls only (routing given as ids)";
+  if (p.has_bias13 || p.has_bias2) return "expert_mlp: no biases";
+  if (p.intermediate_size != kN) return "expert_mlp: intermediate_size must be " + std::to_string(kN);
+  if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0)
+    return "expert_mlp: hidden_size must be a positive multiple of " + std::to_string(kKElems);
+  if (p.hidden_size >= (std::int64_t{1} << 24)) return "expert_mlp: hidden_size too large";
+  if (p.num_tokens * p.top_k > kMaxSlots) return "expert_mlp: at most " + std::to_string(kMaxSlots) + " slots (M x k)";
+  if (p.num_experts > kMaxExperts) return "expert_mlp: at most " + std::to_string(kMaxExperts) + " local experts";
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k)).bytes > kSmemLimit)
+    return "expert_mlp: the routing tables do not fit in shared memory";
+  return gemm_common::sm90_tma_unsupported_reason();
+}
+
+}  // namespace
+
+std::string expert_mlp_unsupported_reason(const MoeProblem& problem) { return reason(problem); }
+
+int expert_mlp_launches() { return launches; }
+
+bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  return aligned(hidden) && aligned(w13) && aligned(w2);
+}
+
+void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
+  using namespace expert_mlp;
+  const MoeProblem& p = a.problem;
+  const std::string why = reason(p);
+  if (!why.empty()) throw Error(Status::kNotSupported, why);
+  if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
+    throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
+  const std::int64_t P = p.num_tokens * p.top_k;
+  if (P == 0) return;
+  const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
+  KernelParams kp{};
+  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, /*fp8=*/false, p.act_dtype, K, 2 * N, E, kW13BoxRows,
+                                  "expert_mlp_sm90 (w13)");
+  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, /*fp8=*/false, p.act_dtype, N, K, E, kOutTile,
+                                  "expert_mlp_sm90 (w2)");
+  kp.hidden = a.hidden;
+  kp.topk_ids = a.topk_ids;
+  kp.expert_map = a.expert_map;
+  kp.topk_weights = a.topk_weights;
+  kp.y = a.y;
+  kp.faults = a.faults;
+  kp.slots = static_cast<int>(P);
+  kp.top_k = static_cast<int>(p.top_k);
+  kp.num_experts = static_cast<int>(E);
+  kp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : E);
+  kp.hidden_size = static_cast<int>(K);
+  kp.k_stages = static_cast<int>(K / kKElems);
+  kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
+  kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
+  kp.act = p.activation.kind;
+  kp.alpha = p.activation.alpha;
+  kp.limit = p.activation.limit;
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P));
+  // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
+  const std::int64_t max_units = std::min(E, P) + P / kBlockM;
+  const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));
+  if (p.act_dtype == DType::kFp16) expert_mlp::run_expert_mlp_sm90<Operand::kF16>(kp, grid, stream);
+  else expert_mlp::run_expert_mlp_sm90<Operand::kBf16>(kp, grid, stream);
+  ++launches;
+}
+
+}  // namespace moekit::cuda

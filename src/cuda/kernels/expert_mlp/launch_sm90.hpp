@@ -1,0 +1,42 @@
+// Host entry points of the per-expert MLP kernel (sm_90a; kernel_sm90.cuh): a fused_experts call
+// whose shard experts are narrow enough (intermediate size kN = 96) for one CTA to run an expert's
+// token tile through GEMM1, the activation and GEMM2, from the routing ids to the per-slot rows y
+// that the combine sums.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/faults.cuh"
+#include "moekit/problem.hpp"
+
+namespace moekit::cuda {
+
+struct ExpertMlpArgs {
+  MoeProblem problem;              // bf16 scheme, no routing in the call, no biases
+  const void* hidden = nullptr;    // [M, K]
+  const void* w13 = nullptr;       // [E, 2N, K]
+  const void* w2 = nullptr;        // [E, K, N]
+  const std::int32_t* topk_ids = nullptr;
+  const std::int32_t* expert_map = nullptr;
+  const float* topk_weights = nullptr;
+  void* y = nullptr;               // [M k, K] activation dtype
+  FaultRecord* faults = nullptr;
+};
+
+// "" when the kernel can run `problem` on the current device; otherwise why not. Never throws.
+std::string expert_mlp_unsupported_reason(const MoeProblem& problem);
+
+// Whether the tensors' addresses suit the kernel: hidden's rows by 16-byte copies, the weights'
+// TMA descriptors (16-byte aligned bases).
+bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2);
+
+// Enqueues the kernel on `stream` (cudaStream_t); y's rows of the local slots are written, the
+// others untouched. No allocation, no host synchronization: CUDA-graph capturable. Throws
+// Error(kNotSupported) where the kernel cannot run the call, Error(kCudaError) when CUDA fails.
+void launch_expert_mlp_sm90(const ExpertMlpArgs& args, void* stream);
+
+/// Tests only: launches of this kernel on the calling thread.
+int expert_mlp_launches();
+
+}  // namespace moekit::cuda

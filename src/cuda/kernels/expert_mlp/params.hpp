@@ -1,0 +1,45 @@
+// Kernel parameters of the per-expert MLP kernel (sm_90a), built by launch_sm90.cu, and the
+// launch entry of each instantiation (inst/expert_mlp_sm90.cu).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+
+#include "cuda/common/faults.cuh"
+#include "cuda/common/operand.hpp"
+#include "cuda/kernels/expert_mlp/config.hpp"
+#include "moekit/problem.hpp"  // Activation
+
+namespace moekit::cuda::expert_mlp {
+
+struct KernelParams {
+  // w13 [E, 2N, K] as a 3D map, box [64 elements of K, kW13BoxRows rows, 1 expert]; w2 [E, K, N],
+  // box [64 elements of N, kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside.
+  CUtensorMap tmap_w13;
+  CUtensorMap tmap_w2;
+  const void* hidden;              // [M, K] activation dtype, rows 16-byte aligned
+  const std::int32_t* topk_ids;    // [M, k] global expert ids
+  const std::int32_t* expert_map;  // [Eg] -> local expert or -1; null: identity
+  const float* topk_weights;       // [M, k]; null: 1
+  void* y;                         // [M k, K] activation dtype: GEMM2's row of slot m k + j
+  FaultRecord* faults;             // bad ids / map entries (CTA 0 records them)
+  int slots;                       // M k
+  int top_k;
+  int num_experts;                 // local E
+  int num_experts_global;          // Eg
+  int hidden_size;                 // K
+  int k_stages;                    // K / 64: GEMM1's stages a unit
+  int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (two stages each)
+  int weight_on_input;             // router weight on GEMM1's output (before the activation)
+  Activation act;
+  float alpha;
+  float limit;
+  SmemLayout smem;
+};
+
+// Launches the instantiation on `stream` with `grid` persistent CTAs.
+template <Operand kOp>
+void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream);
+
+}  // namespace moekit::cuda::expert_mlp

@@ -1,0 +1,180 @@
+// The per-expert MLP kernel (src/cuda/kernels/expert_mlp/): fused_experts calls it can run, with
+// MOEKIT_EXPERT_MLP=1, against the CPU reference (tests/common/tolerance.hpp's bf16 bounds), outputs
+// NaN-poisoned before every call; the BRIEF §5 cases it takes (tile-boundary M, one expert holding
+// every slot, experts without tokens, k = E, odd E, expert_map with -1, the router weight on the
+// input, fp16); the same bits as the token-major chain where both run; graph replay; and the calls it
+// declines left to the router.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/compare.hpp"
+#include "common/cuda_test.hpp"
+#include "common/device_case.hpp"
+#include "common/moe_case.hpp"
+#include "common/scoped_env.hpp"
+#include "common/tolerance.hpp"
+#include "cuda/kernels/expert_mlp/launch_sm90.hpp"
+#include "moekit/moekit.hpp"
+
+namespace moekit::testing {
+namespace {
+
+// qwen3-30b-a3b's TP8 expert shard (E = 128, K = 2048, N = 96, k = 8), or a variation of it.
+CaseSpec qwen30_tp8(std::int64_t M, std::uint64_t seed) {
+  CaseSpec s;
+  s.M = M;
+  s.E = 128;
+  s.k = 8;
+  s.K = 2048;
+  s.N = 96;
+  s.seed = seed;
+  return s;
+}
+
+// Runs the first M tokens with the kernel on (auto path) and checks that it ran and that the output
+// matches the CPU reference; returns the output's bits.
+std::vector<std::uint16_t> run_checked(DeviceCase& d, MoeCase& c, std::int64_t M, const std::string& what) {
+  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
+  const int before = cuda::expert_mlp_launches();
+  std::vector<std::uint16_t> bits = d.run(M, CallMode::kFusedExperts, "auto");
+  EXPECT_EQ(cuda::expert_mlp_launches(), before + 1) << what << ": the kernel did not run";
+  EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme, what));
+  return bits;
+}
+
+TEST(Sm90ExpertMlp, MatchesReferenceAtQwen3Tp8Shapes) {
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen30_tp8(256, 11));
+  DeviceCase d(c);
+  // M = 1 (8 units of one row), tile-boundary counts around 64 rows an expert, the grid's sizes.
+  for (std::int64_t M : {1, 2, 5, 16, 33, 64, 100, 256})
+    run_checked(d, c, M, "qwen3-30b TP8 bf16 M=" + std::to_string(M));
+}
+
+TEST(Sm90ExpertMlp, SameBitsAsTheTokenMajorChain) {
+  // The same wgmma sums over the same K order and the same roundings (h to bf16, y to bf16, the
+  // combine's fp32 sum of the slots in j order) as token-major GEMM1 + the K-short GEMM2.
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen30_tp8(128, 12));
+  DeviceCase d(c);
+  for (std::int64_t M : {16, 64, 128}) {
+    const std::vector<std::uint16_t> fused = run_checked(d, c, M, "M=" + std::to_string(M));
+    const std::vector<std::uint16_t> chain = d.run(M, CallMode::kFusedExperts, "tokmajor");
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < fused.size(); ++i) differ += fused[i] != chain[i];
+    EXPECT_EQ(differ, 0) << "M=" << M << ": " << differ << " of " << fused.size()
+                         << " output values differ from the token-major chain's";
+  }
+}
+
+TEST(Sm90ExpertMlp, RoutingEdgeCases) {
+  SKIP_WITHOUT_SM90();
+  {
+    CaseSpec s = qwen30_tp8(150, 13);  // every token's first slot on one expert: 150 rows, 3 tiles
+    s.pattern = RoutingPattern::kAllToOne;
+    s.hot_expert = 5;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 150, "all to one expert");
+    run_checked(d, c, 64, "all to one expert, one full tile");
+  }
+  {
+    CaseSpec s = qwen30_tp8(40, 14);  // half the experts without tokens
+    s.pattern = RoutingPattern::kSkewed;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 40, "skewed");
+  }
+  {
+    CaseSpec s = qwen30_tp8(9, 15);  // k = E, odd E, a smaller K
+    s.E = 7;
+    s.k = 7;
+    s.K = 320;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 9, "k = E = 7, K = 320");
+  }
+  {
+    CaseSpec s = qwen30_tp8(24, 16);  // expert_map: odd global ids on another rank (-1)
+    s.expert_map = true;
+    s.E = 64;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 24, "expert_map with -1");
+  }
+  {
+    CaseSpec s = qwen30_tp8(48, 17);
+    s.weight_on_input = true;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 48, "router weight on the input");
+  }
+  {
+    CaseSpec s = qwen30_tp8(48, 18);
+    s.act_dtype = DType::kFp16;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 48, "fp16");
+  }
+  {
+    CaseSpec s = qwen30_tp8(20, 19);
+    s.activation.kind = Activation::kGelu;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 20, "gelu");
+  }
+}
+
+TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen30_tp8(64, 20));
+  DeviceCase d(c);
+  const std::vector<std::uint16_t> eager = run_checked(d, c, 64, "eager");
+  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto outs = d.replay_in_graph(64, CallMode::kFusedExperts, "auto", stream, 3, /*poison_ws=*/true);
+  ASSERT_EQ(outs.size(), 3u);
+  for (const auto& o : outs) EXPECT_TRUE(o == eager) << "a graph replay differs from the eager call";
+  cudaStreamDestroy(stream);
+}
+
+TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
+  // Shapes and schemes it does not take run on the router's path with the switch on.
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = qwen30_tp8(16, 21);
+  s.N = 128;
+  MoeCase c = make_case(s);
+  std::vector<std::uint16_t> host_out(static_cast<std::size_t>(s.M * s.K));
+  EXPECT_FALSE(cuda::expert_mlp_unsupported_reason(describe(c.host_args(host_out.data()))).empty());
+  DeviceCase d(c);
+  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
+  const int before = cuda::expert_mlp_launches();
+  const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
+  EXPECT_EQ(cuda::expert_mlp_launches(), before);
+  EXPECT_TRUE(rows_match(to_float(bits, s.act_dtype), reference_rows(c, 0, 16), s.K, s.scheme, "N = 128"));
+  CaseSpec f = qwen30_tp8(16, 22);
+  f.scheme = Scheme::kFp8PerTensor;
+  const MoeCase fc = make_case(f);
+  EXPECT_NE(cuda::expert_mlp_unsupported_reason(describe(fc.host_args(host_out.data()))).find("bf16"),
+            std::string::npos);
+}
+
+TEST(Sm90ExpertMlp, SmallForSanitizers) {
+  // One small call for compute-sanitizer (gpu_check.sh's memcheck filter).
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = qwen30_tp8(6, 23);
+  s.E = 16;
+  s.k = 4;
+  s.K = 256;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  run_checked(d, c, 6, "small");
+}
+
+}  // namespace
+}  // namespace moekit::testing
