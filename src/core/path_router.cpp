@@ -18,7 +18,7 @@
 namespace moekit::detail {
 namespace {
 
-enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor, kDecode, kGemv };
+enum class Requested { kAuto, kMma, kSwapab, kFused, kTokmajor, kDecode, kGemv, kExpertMlp };
 
 std::string path_list() {
   std::string s;
@@ -34,6 +34,7 @@ Requested parse_requested(const char* forced) {
   if (std::strcmp(forced, "tokmajor") == 0) return Requested::kTokmajor;
   if (std::strcmp(forced, "decode") == 0) return Requested::kDecode;
   if (std::strcmp(forced, "gemv") == 0) return Requested::kGemv;
+  if (std::strcmp(forced, "expert_mlp") == 0) return Requested::kExpertMlp;
   throw Error(Status::kInvalidArgument, std::string("unknown kernel path '") + forced +
                                             "' (Options::path or MOEKIT_PATH); expected one of " + path_list());
 }
@@ -247,6 +248,13 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
       apply_gemv_kernel(plan, in);
       plan.reason = "forced";
       return plan;
+    case Requested::kExpertMlp:
+      if (!in.expert_mlp_ok)
+        throw Error(Status::kNotSupported, "path 'expert_mlp' forced (Options::path or MOEKIT_PATH) but it cannot run " +
+                                               p.to_string() + ": " + not_built_or(in.expert_mlp_why, "expert_mlp"));
+      plan.expert_mlp = true;
+      plan.reason = "forced";
+      return plan;
     case Requested::kMma:
       use_mma(0);
       use_mma(1);
@@ -269,6 +277,17 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // The decode branches (GEMV, then decode) come first and read no other answer (GEMM, fused): the
   // CUDA backend asks for those only when the plan is neither (plan_call;
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
+  // The per-expert MLP kernel first where it can run the call and its slot range holds
+  // (RouterTable::expert_mlp_*).
+  if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
+      plan.local_slots >= kRouterTable.expert_mlp_min_slots && plan.local_slots <= kRouterTable.expert_mlp_max_slots) {
+    plan.expert_mlp = true;
+    if (in.want_reason)
+      plan.reason = "slots " + fmt(plan.local_slots) + " in [" + fmt(kRouterTable.expert_mlp_min_slots) + ", " +
+                    fmt(kRouterTable.expert_mlp_max_slots) + "], N=" + std::to_string(p.intermediate_size) +
+                    ": expert_mlp, one CTA an expert's token tile through both GEMMs, then the combine";
+    return plan;
+  }
   // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run and its
   // own rule takes the call (RouterTable::gemv_mma_channel_tiny_n_max_tokens); else gemv(mma)'s.
   const bool channel_decode_first = p.scheme == Scheme::kFp8PerChannel && kRouterTable.decode_in_auto &&
@@ -458,6 +477,7 @@ DispatchPlan choose_paths(const MoeProblem& problem, int sm_count, const char* f
 std::string DispatchPlan::describe() const {
   if (fused) return "fused";
   if (decode) return "decode";
+  if (expert_mlp) return "expert_mlp";
   if (gemv) {
     switch (gemv_kernel) {
       case GemvKernel::kMma: return "gemv(mma)";
@@ -479,7 +499,7 @@ std::string DispatchPlan::log_line(const MoeProblem& problem) const {
 
 bool may_take_decode(const char* forced) {
   const Requested r = parse_requested(forced);
-  return r == Requested::kAuto || r == Requested::kDecode || r == Requested::kGemv;
+  return r == Requested::kAuto || r == Requested::kDecode || r == Requested::kGemv || r == Requested::kExpertMlp;
 }
 
 bool gemv_in_auto_enabled() noexcept {
@@ -522,6 +542,11 @@ std::optional<int> swapab_split_override() {
 
 bool decode_in_auto_enabled() noexcept {
   const char* v = env_value(EnvVar::kDecode);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+bool expert_mlp_in_auto_enabled() noexcept {
+  const char* v = env_value(EnvVar::kExpertMlp);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 

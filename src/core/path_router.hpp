@@ -24,8 +24,11 @@ const char* gemm_impl_name(GemmImpl impl) noexcept;  ///< "mma", "swapab", "tokm
 /// The names Options::path / MOEKIT_PATH accept, in the order error messages list them.
 /// "fused" is the cooperative single-launch path; "tokmajor" the token-major wgmma path;
 /// "decode" the single-launch decode path (src/cuda/kernels/decode/); "gemv" the GEMV decode
-/// path (src/cuda/kernels/gemv/: one cooperative launch on the CUDA cores).
-inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor", "decode", "gemv"};
+/// path (src/cuda/kernels/gemv/: one cooperative launch on the CUDA cores); "expert_mlp" the
+/// per-expert MLP kernel (src/cuda/kernels/expert_mlp/: one CTA an expert's token tile through both
+/// GEMMs, then the combine).
+inline constexpr const char* kPathNames[] = {"auto", "mma", "swapab", "fused", "tokmajor", "decode", "gemv",
+                                             "expert_mlp"};
 
 /// The heuristic's constants, in one place.
 struct RouterTable {
@@ -238,6 +241,17 @@ struct RouterTable {
   // rest of its rule (up to gemv_mma_max_tokens) to decode, where decode can run.
   double gemv_mma_channel_tiny_n_max_tokens = 4.0;
   bool decode_in_auto = true;
+  // The per-expert MLP kernel (kernels/expert_mlp/), when it can run the call (bf16, N = 96:
+  // qwen3-30b TP8), ahead of everything else from expert_mlp_min_slots to expert_mlp_max_slots
+  // local slots. Session 54's same-run A/B on an H100 (MOEKIT_EXPERT_MLP 0 against 1 at 2c40191,
+  // two repeats, check on; bench/results/2026-12-05-2c40191-h100-expert-mlp-ab-tp8.md), qwen3-30b
+  // TP8 bf16, against the previous auto choice: M = 16 / 32 / 64 / 128 / 256 (128..2048 slots)
+  // 1.09-1.11x (M = 64 73.4 -> 67.0 µs, M = 256 79.3 -> 72.6), M = 8 (64 slots) 0.97x, M = 1..4
+  // 0.37-0.72x (8..31 experts: one SM streams each expert's 1.1 MB alone). Past 2048 slots not
+  // measured.
+  double expert_mlp_min_slots = 128.0;
+  double expert_mlp_max_slots = 2048.0;
+  bool expert_mlp_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at
@@ -367,6 +381,9 @@ struct RouterInputs {
   bool decode_ok = false;           ///< the single-launch decode path can run this call
   bool decode_in_auto = true;       ///< auto may pick it (MOEKIT_DECODE=0 turns that off: A/Bs)
   std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
+  bool expert_mlp_ok = false;       ///< the per-expert MLP kernel can run this call
+  bool expert_mlp_in_auto = true;   ///< auto may pick it (MOEKIT_EXPERT_MLP=0 turns that off: A/Bs)
+  std::string expert_mlp_why;       ///< why not ("": not built in this version, as fused_why)
   bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call
   bool gemv_mma_ok = false;         ///< the GEMV decode path's tensor-core kernel can run this call
   bool gemv_ok() const { return gemv_cuda_ok || gemv_mma_ok; }  ///< the GEMV path can run it
@@ -399,6 +416,7 @@ struct DispatchPlan {
   bool fused = false;              ///< run the single-launch fused path (gemm[] unused then)
   bool decode = false;             ///< run the single-launch decode path (gemm[] unused then)
   bool gemv = false;               ///< run the GEMV decode path (gemm[] unused then)
+  bool expert_mlp = false;         ///< run the per-expert MLP kernel, then the combine (gemm[] unused)
   GemvKernel gemv_kernel = GemvKernel::kCuda;  ///< ... with this kernel
   GemmChoice gemm[2];              ///< GEMM1, GEMM2
   std::string reason;              ///< why, in one line
@@ -409,7 +427,7 @@ struct DispatchPlan {
 
   /// The GEMV path on the tensor-core kernel.
   bool gemv_mma() const { return gemv && gemv_kernel == GemvKernel::kMma; }
-  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv" or "gemv(mma)"
+  /// "gemm1=swapab(split_k=8) gemm2=mma", "fused", "decode", "gemv", "gemv(mma)" or "expert_mlp"
   /// (split_k shown when above 1).
   std::string describe() const;
   /// The MOEKIT_LOG_DISPATCH line (no trailing newline): problem, request, choice, reason.
@@ -438,6 +456,8 @@ int choose_swapab_split(std::int64_t items, int sm_count, std::int64_t k_stages)
 /// MOEKIT_DECODE is not "0" (read at every call): auto may pick the single-launch decode path.
 /// Forcing it by name works either way.
 bool decode_in_auto_enabled() noexcept;
+/// MOEKIT_EXPERT_MLP: auto may take the per-expert MLP kernel unless it is "0".
+bool expert_mlp_in_auto_enabled() noexcept;
 
 /// MOEKIT_GEMV is not "0" (read at every call): auto may pick the GEMV decode path. Forcing it by
 /// name works either way.

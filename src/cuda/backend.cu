@@ -318,6 +318,13 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
     }
   }
   in.decode_in_auto = detail::decode_in_auto_enabled();
+  // The per-expert MLP kernel: the problem's shape and scheme, the tensors' alignment.
+  in.expert_mlp_ok = expert_mlp_supported(p, why(in.expert_mlp_why));
+  if (in.expert_mlp_ok && !expert_mlp_pointers_ok(call.hidden, call.w13, call.w2)) {
+    in.expert_mlp_ok = false;
+    if (need_why) in.expert_mlp_why = "expert_mlp: hidden, w13 and w2 must be 16-byte aligned";
+  }
+  in.expert_mlp_in_auto = detail::expert_mlp_in_auto_enabled();
   in.gemv_cuda_ok = gemv.cuda;
   in.gemv_mma_ok = gemv.mma;
   if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {
@@ -333,9 +340,9 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   // the same whatever they are, so a decode call does not build the GEMMs' parameters nor ask
   // their four can_implement, the fused one and the cooperative-launch attribute. Otherwise the
   // plan is made again with them.
-  if ((in.decode_ok || in.gemv_ok()) && detail::may_take_decode(forced)) {
+  if ((in.decode_ok || in.gemv_ok() || in.expert_mlp_ok) && detail::may_take_decode(forced)) {
     detail::DispatchPlan plan = detail::choose_paths(p, in);
-    if (plan.decode || plan.gemv) {
+    if (plan.decode || plan.gemv || plan.expert_mlp) {
       if (print) std::fprintf(stderr, "%s\n", plan.log_line(p).c_str());
       return plan;
     }
@@ -458,7 +465,8 @@ void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dt
 }
 
 // The per-expert MLP kernel (kernels/expert_mlp/): routing, GEMM1, the activation and GEMM2 in one
-// launch writing y in the activation dtype, then the combine.
+// launch writing y in the activation dtype, then the combine as its programmatic dependent
+// (MOEKIT_PDL=0: a plain launch).
 void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
   ExpertMlpArgs a;
   a.problem = call.problem;
@@ -471,7 +479,7 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   a.y = slice<void>(call.workspace, L.y);
   a.faults = device_fault_record(call.device);
   launch_expert_mlp_sm90(a, call.stream);
-  launch_chain_combine(call, a.y, call.problem.act_dtype, topk_ids, /*pdl=*/false);
+  launch_chain_combine(call, a.y, call.problem.act_dtype, topk_ids, pdl_enabled());
 }
 
 void run_moe(const detail::MoeCall& call) {
@@ -481,6 +489,7 @@ void run_moe(const detail::MoeCall& call) {
     detail::RouterInputs in;
     in.forced = call.forced_path;
     in.tokmajor_ok[0] = in.tokmajor_ok[1] = in.fused_ok = in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
+    in.expert_mlp_ok = true;
     detail::choose_paths(p, in);
     return;
   }
@@ -509,15 +518,6 @@ void run_moe(const detail::MoeCall& call) {
     wts_out = call.topk_weights_out != nullptr ? call.topk_weights_out : slice<float>(ws, L.topk_weights);
     topk_ids = ids_out;
   }
-  // The per-expert MLP kernel (kernels/expert_mlp/; a prototype, measured in same-run A/Bs before
-  // the router takes it): MOEKIT_EXPERT_MLP=1 runs an automatic call that it can run on it, then
-  // the combine. Off (0 or unset) by default.
-  if ((call.forced_path == nullptr || std::strcmp(call.forced_path, "auto") == 0) &&
-      detail::env_switch(detail::EnvVar::kExpertMlp, false) && expert_mlp_unsupported_reason(p).empty() &&
-      expert_mlp_pointers_ok(call.hidden, call.w13, call.w2)) {
-    run_expert_mlp(call, L, topk_ids);
-    return;
-  }
   // The router picks each GEMM's kernel before anything is enqueued, so a forced path that cannot
   // run this problem fails with nothing launched.
   GroupedGemmParams g1, g2;  // the GEMMs' parameters, made by the router (not on the decode path)
@@ -526,6 +526,11 @@ void run_moe(const detail::MoeCall& call) {
   // The single-launch fused path (kernels/fused_moe/) replaces steps 1-6 at low concurrency.
   if (plan.fused) {
     run_fused_moe_sm90(call, call.workspace);
+    return;
+  }
+  // The per-expert MLP kernel (kernels/expert_mlp/): one launch to the per-slot rows, the combine.
+  if (plan.expert_mlp) {
+    run_expert_mlp(call, L, topk_ids);
     return;
   }
   // The single-launch decode path (kernels/decode/) replaces them for decode-sized calls.

@@ -816,5 +816,37 @@ TEST(CpuSameProblem, EveryFieldCounts) {
   }
 }
 
+TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
+  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto from 128 to 2048 local slots where
+  // it can run the call (bf16 at N = 96), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
+  // = 0 (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
+  detail::RouterInputs in;
+  in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;
+  in.swapab_ok[0] = in.swapab_ok[1] = in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  const MoeProblem m16 = preset("qwen3-30b-a3b", 16, 8), m8 = preset("qwen3-30b-a3b", 8, 8);
+  const MoeProblem m256 = preset("qwen3-30b-a3b", 256, 8), m257 = preset("qwen3-30b-a3b", 257, 8);
+  EXPECT_FALSE(choose_paths(m16, in).expert_mlp);  // expert_mlp_ok false by default (not built)
+  in.expert_mlp_ok = true;
+  EXPECT_EQ(choose_paths(m16, in).describe(), "expert_mlp");
+  EXPECT_NE(choose_paths(m16, in).log_line(m16).find("-> expert_mlp |"), std::string::npos);
+  EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
+  EXPECT_FALSE(choose_paths(m8, in).expert_mlp);    // 64 slots: gemv(mma) keeps it
+  EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
+  in.expert_mlp_in_auto = false;
+  EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
+  in.forced = "expert_mlp";
+  EXPECT_TRUE(choose_paths(m8, in).expert_mlp);  // forced: any call it can run
+  EXPECT_EQ(choose_paths(m8, in).reason, "forced");
+  in.expert_mlp_ok = false;
+  in.expert_mlp_why = "expert_mlp: intermediate_size must be 96";
+  try {
+    choose_paths(m16, in);
+    ADD_FAILURE() << "forced expert_mlp that cannot run did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("intermediate_size must be 96"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace moekit

@@ -1,5 +1,5 @@
-// The per-expert MLP kernel (src/cuda/kernels/expert_mlp/): fused_experts calls it can run, with
-// MOEKIT_EXPERT_MLP=1, against the CPU reference (tests/common/tolerance.hpp's bf16 bounds), outputs
+// The per-expert MLP kernel (src/cuda/kernels/expert_mlp/): fused_experts calls it can run, forced
+// by name (Options::path = "expert_mlp"), against the CPU reference (tests/common/tolerance.hpp's bf16 bounds), outputs
 // NaN-poisoned before every call; the BRIEF §5 cases it takes (tile-boundary M, one expert holding
 // every slot, experts without tokens, k = E, odd E, expert_map with -1, the router weight on the
 // input, fp16); the same bits as the token-major chain where both run; graph replay; and the calls it
@@ -35,12 +35,11 @@ CaseSpec qwen30_tp8(std::int64_t M, std::uint64_t seed) {
   return s;
 }
 
-// Runs the first M tokens with the kernel on (auto path) and checks that it ran and that the output
+// Runs the first M tokens on the kernel (forced by name) and checks that it ran and that the output
 // matches the CPU reference; returns the output's bits.
 std::vector<std::uint16_t> run_checked(DeviceCase& d, MoeCase& c, std::int64_t M, const std::string& what) {
-  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
   const int before = cuda::expert_mlp_launches();
-  std::vector<std::uint16_t> bits = d.run(M, CallMode::kFusedExperts, "auto");
+  std::vector<std::uint16_t> bits = d.run(M, CallMode::kFusedExperts, "expert_mlp");
   EXPECT_EQ(cuda::expert_mlp_launches(), before + 1) << what << ": the kernel did not run";
   EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme, what));
   return bits;
@@ -134,17 +133,52 @@ TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
   MoeCase c = make_case(qwen30_tp8(64, 20));
   DeviceCase d(c);
   const std::vector<std::uint16_t> eager = run_checked(d, c, 64, "eager");
-  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int before = cuda::expert_mlp_launches();
   const auto outs = d.replay_in_graph(64, CallMode::kFusedExperts, "auto", stream, 3, /*poison_ws=*/true);
+  EXPECT_EQ(cuda::expert_mlp_launches(), before + 1) << "auto did not take the kernel at M = 64 (captured once)";
   ASSERT_EQ(outs.size(), 3u);
   for (const auto& o : outs) EXPECT_TRUE(o == eager) << "a graph replay differs from the eager call";
   cudaStreamDestroy(stream);
 }
 
+TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
+  // docs/router.md: auto from 128 to 2048 local slots (qwen3-30b TP8 bf16 M = 16..256); below, the
+  // router's other paths; MOEKIT_EXPERT_MLP=0 keeps auto off it; MOEKIT_LOG_DISPATCH names it.
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen30_tp8(32, 24));
+  DeviceCase d(c);
+  Options o;
+  o.backend = Backend::kCuda;
+  std::vector<std::uint16_t> host_out(static_cast<std::size_t>(32 * c.spec.K));
+  FusedExpertsArgs h = c.host_args(host_out.data());
+  EXPECT_EQ(describe_dispatch(describe(h), o), "expert_mlp");
+  for (TensorView* v : {&h.hidden, &h.topk_ids, &h.topk_weights, &h.out}) v->shape[0] = 8;
+  EXPECT_NE(describe_dispatch(describe(h), o), "expert_mlp");
+  for (std::int64_t M : {8, 16, 32}) {
+    const int before = cuda::expert_mlp_launches();
+    std::string err;
+    std::vector<std::uint16_t> bits;
+    {
+      ScopedEnv log("MOEKIT_LOG_DISPATCH", "1");
+      ::testing::internal::CaptureStderr();
+      bits = d.run(M, CallMode::kFusedExperts, "auto");
+      err = ::testing::internal::GetCapturedStderr();
+    }
+    EXPECT_EQ(cuda::expert_mlp_launches(), before + (M >= 16 ? 1 : 0)) << "M=" << M;
+    EXPECT_EQ(err.find("-> expert_mlp |") != std::string::npos, M >= 16) << err;
+    EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme,
+                           "auto M=" + std::to_string(M)));
+  }
+  ScopedEnv off("MOEKIT_EXPERT_MLP", "0");
+  const int before = cuda::expert_mlp_launches();
+  d.run(32, CallMode::kFusedExperts, "auto");
+  EXPECT_EQ(cuda::expert_mlp_launches(), before);
+}
+
 TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
-  // Shapes and schemes it does not take run on the router's path with the switch on.
+  // Shapes and schemes it does not take: forced, an error naming why; auto, the router's path.
   SKIP_WITHOUT_SM90();
   CaseSpec s = qwen30_tp8(16, 21);
   s.N = 128;
@@ -152,7 +186,13 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(s.M * s.K));
   EXPECT_FALSE(cuda::expert_mlp_unsupported_reason(describe(c.host_args(host_out.data()))).empty());
   DeviceCase d(c);
-  ScopedEnv on("MOEKIT_EXPERT_MLP", "1");
+  try {
+    d.run(16, CallMode::kFusedExperts, "expert_mlp");
+    ADD_FAILURE() << "forced expert_mlp at N = 128 did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("intermediate_size must be 96"), std::string::npos) << e.what();
+  }
   const int before = cuda::expert_mlp_launches();
   const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
   EXPECT_EQ(cuda::expert_mlp_launches(), before);
@@ -162,6 +202,16 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   const MoeCase fc = make_case(f);
   EXPECT_NE(cuda::expert_mlp_unsupported_reason(describe(fc.host_args(host_out.data()))).find("bf16"),
             std::string::npos);
+}
+
+TEST(Sm90ExpertMlp, ZeroTokensForcedLaunchesNothing) {
+  // M = 0 forced by name: nothing launches, no error (as every known path name).
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen30_tp8(4, 25));
+  DeviceCase d(c);
+  const int before = cuda::expert_mlp_launches();
+  EXPECT_NO_THROW(d.run(0, CallMode::kFusedExperts, "expert_mlp"));
+  EXPECT_EQ(cuda::expert_mlp_launches(), before);
 }
 
 TEST(Sm90ExpertMlp, SmallForSanitizers) {

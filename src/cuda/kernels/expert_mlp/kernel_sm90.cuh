@@ -32,6 +32,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/faults.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/slot_routing.cuh"
 #include "cuda/common/tma.cuh"
@@ -380,6 +381,10 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   __syncthreads();
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.counts, s.prefix, rows, (rows + kBlockM - 1) / kBlockM);
   const int units = s.prefix[E];
+  // The combine, launched as this kernel's programmatic dependent (cuda/common/pdl.cuh), may now
+  // become resident beside it and wait in its pdl_wait for this grid's y. This kernel is a call's
+  // first launch: it has no programmatic predecessor to wait for.
+  pdl_launch_dependents();
 
   if (tid < kConsumerThreads) K::consume(p, s, units);
   else K::produce(p, s, units);

@@ -19,26 +19,41 @@ namespace {
 
 thread_local int launches = 0;
 
-std::string reason(const MoeProblem& p) {
+// Whether the kernel can run `p`; where not, the reason goes to `why` when given (a call that
+// does not print the router's reason builds no string).
+bool supported(const MoeProblem& p, std::string* why) {
   using namespace expert_mlp;
-  if (p.scheme != Scheme::kBf16) return "expert_mlp: bf16 scheme only";
-  if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return "expert_mlp: bf16 or fp16 activations only";
-  if (p.with_routing) return "expert_mlp: fused_experts calls only (routing given as ids)";
-  if (p.has_bias13 || p.has_bias2) return "expert_mlp: no biases";
-  if (p.intermediate_size != kN) return "expert_mlp: intermediate_size must be " + std::to_string(kN);
-  if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0)
-    return "expert_mlp: hidden_size must be a positive multiple of " + std::to_string(kKElems);
-  if (p.hidden_size >= (std::int64_t{1} << 24)) return "expert_mlp: hidden_size too large";
-  if (p.num_tokens * p.top_k > kMaxSlots) return "expert_mlp: at most " + std::to_string(kMaxSlots) + " slots (M x k)";
-  if (p.num_experts > kMaxExperts) return "expert_mlp: at most " + std::to_string(kMaxExperts) + " local experts";
+  const auto fail = [why](const char* msg, std::int64_t v = -1) {
+    if (why != nullptr) *why = std::string("expert_mlp: ") + msg + (v >= 0 ? std::to_string(v) : std::string());
+    return false;
+  };
+  if (p.scheme != Scheme::kBf16) return fail("bf16 scheme only");
+  if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
+  if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
+  if (p.has_bias13 || p.has_bias2) return fail("no biases");
+  if (p.intermediate_size != kN) return fail("intermediate_size must be ", kN);
+  if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0) return fail("hidden_size must be a positive multiple of ", kKElems);
+  if (p.hidden_size >= (std::int64_t{1} << 24)) return fail("hidden_size too large");
+  if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
+  if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k)).bytes > kSmemLimit)
-    return "expert_mlp: the routing tables do not fit in shared memory";
-  return gemm_common::sm90_tma_unsupported_reason();
+    return fail("the routing tables do not fit in shared memory");
+  const std::string device = gemm_common::sm90_tma_unsupported_reason();
+  if (!device.empty()) {
+    if (why != nullptr) *why = "expert_mlp: " + device;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
-std::string expert_mlp_unsupported_reason(const MoeProblem& problem) { return reason(problem); }
+std::string expert_mlp_unsupported_reason(const MoeProblem& problem) {
+  std::string why;
+  return supported(problem, &why) ? std::string() : why;
+}
+
+bool expert_mlp_supported(const MoeProblem& problem, std::string* why) { return supported(problem, why); }
 
 int expert_mlp_launches() { return launches; }
 
@@ -50,8 +65,8 @@ bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2)
 void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   using namespace expert_mlp;
   const MoeProblem& p = a.problem;
-  const std::string why = reason(p);
-  if (!why.empty()) throw Error(Status::kNotSupported, why);
+  std::string why;
+  if (!supported(p, &why)) throw Error(Status::kNotSupported, why);
   if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
     throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
   const std::int64_t P = p.num_tokens * p.top_k;
