@@ -252,6 +252,9 @@ struct RouterTable {
   double expert_mlp_min_slots = 128.0;
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
+  // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale): forced by
+  // name only until a same-run sweep sets its range.
+  bool expert_mlp_fp8_in_auto = false;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

@@ -466,11 +466,35 @@ void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dt
 
 // The per-expert MLP kernel (kernels/expert_mlp/): routing, GEMM1, the activation and GEMM2 in one
 // launch writing y in the activation dtype, then the combine as its programmatic dependent
-// (MOEKIT_PDL=0: a plain launch).
+// (MOEKIT_PDL=0: a plain launch). fp8_per_tensor: hidden quantized first (the chain's step 2:
+// static scale, or its absmax into the zeroed word), each unit scaling its own h (docs/design.md).
 void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
+  const MoeProblem& p = call.problem;
   ExpertMlpArgs a;
-  a.problem = call.problem;
+  a.problem = p;
   a.hidden = call.hidden;
+  if (p.scheme == Scheme::kFp8PerTensor) {
+    std::uint32_t* counters = slice<std::uint32_t>(call.workspace, L.counters);
+    const cudaStream_t s = static_cast<cudaStream_t>(call.stream);
+    if (call.a13_scale == nullptr)
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(counters + WorkspaceLayout::kAbsmaxHidden, 0, sizeof(std::uint32_t), s));
+    QuantParams qp;
+    qp.scheme = p.scheme;
+    qp.x = call.hidden;
+    qp.x_dtype = p.act_dtype;
+    qp.rows = p.num_tokens;
+    qp.cols = p.hidden_size;
+    qp.static_scale = call.a13_scale;
+    qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
+    qp.q = slice<std::uint8_t>(call.workspace, L.a_q);
+    qp.scale = slice<float>(call.workspace, L.a_scale);
+    launch_quant_sm90(qp, call.stream, /*pdl=*/false);
+    a.hidden = qp.q;
+    a.a_scale = qp.scale;
+    a.w13_scale = call.w13_scale;
+    a.w2_scale = call.w2_scale;
+    a.a2_scale = call.a2_scale;
+  }
   a.w13 = call.w13;
   a.w2 = call.w2;
   a.topk_ids = topk_ids;

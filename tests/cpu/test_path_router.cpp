@@ -832,6 +832,8 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
   EXPECT_FALSE(choose_paths(m8, in).expert_mlp);    // 64 slots: gemv(mma) keeps it
   EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);  // fp8: by its own switch
   in.expert_mlp_in_auto = false;
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
   in.forced = "expert_mlp";

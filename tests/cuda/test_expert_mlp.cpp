@@ -1,6 +1,6 @@
 // The per-expert MLP kernel (src/cuda/kernels/expert_mlp/): fused_experts calls it can run, forced
 // by name (Options::path = "expert_mlp"), against the CPU reference (tests/common/tolerance.hpp's bf16 bounds), outputs
-// NaN-poisoned before every call; the BRIEF §5 cases it takes (tile-boundary M, one expert holding
+// NaN-poisoned before every call; bf16 and fp8_per_tensor; the BRIEF §5 cases it takes (tile-boundary M, one expert holding
 // every slot, experts without tokens, k = E, odd E, expert_map with -1, the router weight on the
 // input, fp16); the same bits as the token-major chain where both run; graph replay; and the calls it
 // declines left to the router.
@@ -128,6 +128,40 @@ TEST(Sm90ExpertMlp, RoutingEdgeCases) {
   }
 }
 
+TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
+  // fp8_per_tensor: hidden quantized by the chain's quantization launch (dynamic or static scale),
+  // each unit's intermediate scaled by itself (dynamic; docs/design.md) or by the static scale,
+  // within the scheme's bounds of the reference (tests/common/tolerance.hpp).
+  SKIP_WITHOUT_SM90();
+  for (bool static_scales : {false, true}) {
+    CaseSpec s = qwen30_tp8(256, 26 + (static_scales ? 1 : 0));
+    s.scheme = Scheme::kFp8PerTensor;
+    s.static_scales = static_scales;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 16, 64, 256})
+      run_checked(d, c, M, std::string("fp8 ") + (static_scales ? "static" : "dynamic") + " M=" + std::to_string(M));
+  }
+  {
+    CaseSpec s = qwen30_tp8(48, 28);
+    s.scheme = Scheme::kFp8PerTensor;
+    s.weight_on_input = true;
+    s.act_dtype = DType::kFp16;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 48, "fp8, fp16 activations, router weight on the input");
+  }
+  {
+    CaseSpec s = qwen30_tp8(150, 29);  // one expert's 150 rows: three units, three scales
+    s.scheme = Scheme::kFp8PerTensor;
+    s.pattern = RoutingPattern::kAllToOne;
+    s.hot_expert = 3;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 150, "fp8, all to one expert");
+  }
+}
+
 TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(64, 20));
@@ -198,9 +232,9 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   EXPECT_EQ(cuda::expert_mlp_launches(), before);
   EXPECT_TRUE(rows_match(to_float(bits, s.act_dtype), reference_rows(c, 0, 16), s.K, s.scheme, "N = 128"));
   CaseSpec f = qwen30_tp8(16, 22);
-  f.scheme = Scheme::kFp8PerTensor;
+  f.scheme = Scheme::kFp8Block128;
   const MoeCase fc = make_case(f);
-  EXPECT_NE(cuda::expert_mlp_unsupported_reason(describe(fc.host_args(host_out.data()))).find("bf16"),
+  EXPECT_NE(cuda::expert_mlp_unsupported_reason(describe(fc.host_args(host_out.data()))).find("fp8_per_tensor"),
             std::string::npos);
 }
 
@@ -215,15 +249,18 @@ TEST(Sm90ExpertMlp, ZeroTokensForcedLaunchesNothing) {
 }
 
 TEST(Sm90ExpertMlp, SmallForSanitizers) {
-  // One small call for compute-sanitizer (gpu_check.sh's memcheck filter).
+  // Small calls for compute-sanitizer (gpu_check.sh's memcheck and racecheck filters): bf16, fp8.
   SKIP_WITHOUT_SM90();
-  CaseSpec s = qwen30_tp8(6, 23);
-  s.E = 16;
-  s.k = 4;
-  s.K = 256;
-  MoeCase c = make_case(s);
-  DeviceCase d(c);
-  run_checked(d, c, 6, "small");
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = qwen30_tp8(6, 23);
+    s.E = 16;
+    s.k = 4;
+    s.K = 256;
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 6, std::string("small ") + scheme_name(scheme));
+  }
 }
 
 }  // namespace

@@ -11,15 +11,15 @@ namespace moekit::cuda::expert_mlp {
 inline constexpr int kBlockM = 64;
 inline constexpr int kN = 96;
 inline constexpr int kGateUp = 2 * kN;  // GEMM1's weight rows a unit
-inline constexpr int kKBytes = 128;      // a K stage: 64 bf16 / fp16 elements, the swizzle width
-inline constexpr int kKElems = 64;
+inline constexpr int kKBytes = 128;      // a K stage: 64 bf16 / fp16 or 128 e4m3 elements, the swizzle width
+inline constexpr int kKElems = 64;       // ... of the 16-bit operands (hidden_size a multiple of it; e4m3: of 128)
 inline constexpr int kW13BoxRows = 32;   // w13 TMA box rows: 6 boxes a GEMM1 stage
 inline constexpr int kOutTile = 256;     // GEMM2 output columns (hidden) a wgmma tile
 inline constexpr int kATileBytes = kBlockM * kKBytes;        // 8 KB of token rows
 inline constexpr int kW13TileBytes = kGateUp * kKBytes;      // 24 KB
 inline constexpr int kStageBytes = kATileBytes + kW13TileBytes;  // 32 KB; a GEMM2 stage: 256 w2 rows
 static_assert(kOutTile * kKBytes == kStageBytes, "GEMM1 and GEMM2 stages are the same size");
-inline constexpr int kH2Chunks = (kN * 2 + kKBytes - 1) / kKBytes;  // h's K chunks in GEMM2 (2)
+inline constexpr int kH2Chunks = (kN * 2 + kKBytes - 1) / kKBytes;  // h's K chunks in GEMM2: 2 (e4m3: 1)
 inline constexpr int kHTileBytes = kH2Chunks * kBlockM * kKBytes;   // 16 KB
 inline constexpr int kStages = 5;
 inline constexpr int kConsumerThreads = 128;  // one warpgroup: wgmma over the unit's 64 rows
@@ -40,6 +40,7 @@ struct SmemLayout {
   int unit_slot;   // int [2][64]: the unit's slots, by unit parity
   int unit_w;      // float [2][64]: their router weights
   int warp_rows;   // int [4]: place_window's per-warp counts
+  int red;         // float [4]: the consumer warps' h absmaxes (fp8, a unit's dynamic scale)
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
@@ -56,7 +57,8 @@ constexpr SmemLayout smem_layout(int num_experts, int slots) {
   l.unit_slot = l.slots_bar + 16;
   l.unit_w = l.unit_slot + 2 * kBlockM * 4;
   l.warp_rows = l.unit_w + 2 * kBlockM * 4;
-  l.counts = l.warp_rows + 16;
+  l.red = l.warp_rows + 16;
+  l.counts = l.red + 16;
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
   l.bytes = l.slot_e + ((slots * 2 + 15) / 16) * 16 + 1024;

@@ -42,6 +42,7 @@
 #include "cuda/kernels/expert_mlp/params.hpp"
 #include "cuda/kernels/gemm_common/expert_table.cuh"
 #include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/quant.cuh"
 
 namespace moekit::cuda::expert_mlp {
 
@@ -55,12 +56,20 @@ template <Operand kOp>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
+  static constexpr bool kFp8 = kOp == Operand::kE4m3;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
+  // GEMM2's k steps over h's N = 96 columns: 32 bytes each (k16 of 16-bit, k32 of e4m3), per chunk.
+  static constexpr int kSteps2 = kN * kElemBytes / 32;
+  static constexpr int kChunks2 = (kN * kElemBytes + kKBytes - 1) / kKBytes;  // its 128-byte chunks: 2, e4m3 1
+  static constexpr int kSteps2First = kSteps2 < 4 ? kSteps2 : 4;              // steps in chunk 0
 
   struct Smem {
     std::uint32_t ring, h, full, empty, slots_bar;  // shared addresses
     int* unit_slot;
     float* unit_w;
     int* warp_rows;
+    float* red;
     int* counts;  // row offsets after the table
     int* prefix;
     std::int16_t* slot_e;
@@ -87,7 +96,7 @@ struct ExpertMlp {
   static __device__ void produce(const KernelParams& p, const Smem& s, int units) {
     const int lane = threadIdx.x - kConsumerThreads;
     const int chunk = lane & 7;  // 16-byte chunk of a 128-byte K stage this lane copies
-    const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * 2;
+    const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * kElemBytes;
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
@@ -103,7 +112,7 @@ struct ExpertMlp {
         if (lane == 0) {
           sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
           const std::uint32_t b = dst + kATileBytes;
-          const int k0 = kb * kKElems;
+          const int k0 = kb * kStageElems;
           const int gate_rows[3] = {0, 32, 64}, up_rows[3] = {kN, kN + 32, kN + 64};
           // Tile rows: gate 0..63 | up 0..63 | gate 64..95 | up 64..95.
           sm90::tma_load_3d(b + 0 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[0], t.e);
@@ -135,12 +144,12 @@ struct ExpertMlp {
       // GEMM2: per 256-column output tile, h's two K chunks of w2 (columns 64..127 past N are TMA's
       // zeros, never read by a wgmma).
       for (int o = 0; o < p.out_tiles; ++o) {
-        for (int c = 0; c < kH2Chunks; ++c) {
+        for (int c = 0; c < kChunks2; ++c) {
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
-            sm90::tma_load_3d(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kKElems, o * kOutTile, t.e);
+            sm90::tma_load_3d(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
           next_stage(stage, phase);
@@ -158,6 +167,12 @@ struct ExpertMlp {
   // Row q, columns n, n + 1 of h (q < 64, n < 96, n even) as GEMM2's A tile: chunk n / 64, the
   // 16-byte chunk (n % 64) / 8 at position ^ (q % 8).
   static __device__ __forceinline__ void store_h(const Smem& s, int q, int n, float v0, float v1) {
+    if constexpr (kFp8) {  // e4m3 bytes: column n at byte n of the row's one 128-byte chunk
+      const std::uint32_t a = s.h + q * kKBytes + (((n >> 4) ^ (q & 7)) << 4) + (n & 15);
+      const std::uint16_t bits = numerics::e4m3x2(v0, v1);
+      asm volatile("st.shared.b16 [%0], %1;" ::"r"(a), "h"(bits) : "memory");
+      return;
+    }
     const int c = n >> 6, w = n & 63;
     const std::uint32_t a = s.h + c * (kBlockM * kKBytes) + q * kKBytes + ((((w >> 3) ^ (q & 7))) << 4) + (w & 7) * 2;
     std::uint32_t bits;
@@ -199,6 +214,10 @@ struct ExpertMlp {
         tw[h] = q < un.count ? uw[q] : 0.0f;
       }
 
+      // fp8_per_tensor: GEMM1's dequantization (hidden's scale x the expert's w13 scale) and w2's,
+      // loaded before the main loop's waits.
+      const float s13 = kFp8 ? p.a_scale[0] * p.w13_scale[un.e] : 1.0f;
+      const float s2 = kFp8 ? p.w2_scale[un.e] : 1.0f;
       // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
       float acc1[64], acc2[32];
 #pragma unroll
@@ -236,67 +255,85 @@ struct ExpertMlp {
       release(s, prev, lane);
 
       // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
-      // rounded to the activation dtype, into GEMM2's A tile. Rows past the unit's rows get zeros.
-      const float fr[2] = {p.weight_on_input ? tw[0] : 1.0f, p.weight_on_input ? tw[1] : 1.0f};
+      // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
+      // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
+      // the unit's rows get zeros. A thread's values: hv[h][i][c], column col_of(i) + c.
+      const auto col_of = [lane](int i) { return i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3); };
+      float hv[2][12][2];
+      float amax = 0.0f;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int q = 16 * warp + (lane >> 2) + 8 * h;
         const bool live = slot[h] >= 0;
+        const float fr = (p.weight_on_input ? tw[h] : 1.0f) * s13;
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {  // h columns 8 jj + 2 (lane % 4) + c, from acc1
-          float v[2];
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float g = acc1[4 * jj + 2 * h + c] * fr[h], uu = acc1[4 * (jj + 8) + 2 * h + c] * fr[h];
-            v[c] = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
-          }
-          store_h(s, q, 8 * jj + 2 * (lane & 3), v[0], v[1]);
-        }
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {  // h columns 64 + 8 jj + 2 (lane % 4) + c, from acc2
-          float v[2];
+        for (int i = 0; i < 12; ++i) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const float g = acc2[4 * jj + 2 * h + c] * fr[h], uu = acc2[4 * (jj + 4) + 2 * h + c] * fr[h];
-            v[c] = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
+            const float g = (i < 8 ? acc1[4 * i + 2 * h + c] : acc2[4 * (i - 8) + 2 * h + c]) * fr;
+            const float uu = (i < 8 ? acc1[4 * (i + 8) + 2 * h + c] : acc2[4 * (i - 4) + 2 * h + c]) * fr;
+            const float v = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
+            hv[h][i][c] = v;
+            if constexpr (kFp8) amax = numerics::fold_absmax(amax, v);
           }
-          store_h(s, q, 64 + 8 * jj + 2 * (lane & 3), v[0], v[1]);
         }
       }
+      float inv_h = 1.0f, s_h = 1.0f;
+      if constexpr (kFp8) {
+        if (p.a2_scale != nullptr) {
+          s_h = p.a2_scale[0];
+        } else {
+          amax = warp_max(amax);
+          float* red = s.red;
+          if (lane == 0) red[warp] = amax;
+          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+          amax = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+          s_h = numerics::dynamic_scale(amax);
+        }
+        inv_h = 1.0f / s_h;
+      }
+      const int q0 = 16 * warp + (lane >> 2);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 12; ++i) store_h(s, q0 + 8 * h, col_of(i), hv[h][i][0] * inv_h, hv[h][i][1] * inv_h);
       sm90::fence_proxy_async_shared_cta();  // h's generic-proxy stores, before the wgmmas read them
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
 
-      // GEMM2: per 256-column output tile, wgmma m64n256 over h's 96 columns (chunk 0: 4 k steps,
-      // chunk 1: 2), then the stores of y = acc x the router weight (unless on the input).
+      // GEMM2: per 256-column output tile, wgmma m64n256 over h's 96 columns (16-bit: chunk 0's 4 k
+      // steps and chunk 1's 2; e4m3: 3 k32 steps of one chunk), then the stores of y = acc x the
+      // unit's dequantization x the router weight (unless on the input).
       const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
       const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kBlockM * kKBytes);
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
-      const float f[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
+      const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
       for (int o = 0; o < p.out_tiles; ++o) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-        // Both stages of the tile landed, then one group of wgmmas (no wait between them: a wait
-        // inside a group makes ptxas serialize every wgmma of the kernel, C7520).
+        // The tile's stages landed, then one group of wgmmas (no wait between them: a wait inside
+        // a group makes ptxas serialize every wgmma of the kernel, C7520).
         sm90::mbar_wait(s.full + 8 * stage, phase);
         const int s0 = stage;
         next_stage(stage, phase);
-        sm90::mbar_wait(s.full + 8 * stage, phase);
-        const int s1 = stage;
-        next_stage(stage, phase);
+        int s1 = s0;
+        if constexpr (kChunks2 > 1) {
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          s1 = stage;
+          next_stage(stage, phase);
+        }
         sm90::fence_regs<128>(acc);
         sm90::wgmma_fence();
         const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
         const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
+        for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
 #pragma unroll
-        for (int kk = 0; kk < (kN - kKElems) / 16; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
+        for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_regs<128>(acc);
         release(s, s0, lane);
-        release(s, s1, lane);
+        if constexpr (kChunks2 > 1) release(s, s1, lane);
         if (!rows) continue;
         const std::int64_t c0 = static_cast<std::int64_t>(o) * kOutTile + 2 * (lane & 3);
 #pragma unroll
@@ -308,7 +345,8 @@ struct ExpertMlp {
             const std::int64_t c = c0 + 8 * jj;
             if (c >= p.hidden_size) continue;
             const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
-            if constexpr (kF16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
+            const bool f16 = kFp8 ? p.y_f16 != 0 : kF16;
+            if (f16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
             else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
           }
         }
@@ -337,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.unit_slot = reinterpret_cast<int*>(base + L.unit_slot);
   s.unit_w = reinterpret_cast<float*>(base + L.unit_w);
   s.warp_rows = reinterpret_cast<int*>(base + L.warp_rows);
+  s.red = reinterpret_cast<float*>(base + L.red);
   s.counts = reinterpret_cast<int*>(base + L.counts);
   s.prefix = reinterpret_cast<int*>(base + L.prefix);
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);

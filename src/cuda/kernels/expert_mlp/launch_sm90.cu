@@ -27,12 +27,15 @@ bool supported(const MoeProblem& p, std::string* why) {
     if (why != nullptr) *why = std::string("expert_mlp: ") + msg + (v >= 0 ? std::to_string(v) : std::string());
     return false;
   };
-  if (p.scheme != Scheme::kBf16) return fail("bf16 scheme only");
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+  if (p.scheme != Scheme::kBf16 && !fp8) return fail("bf16 or fp8_per_tensor scheme only");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
   if (p.has_bias13 || p.has_bias2) return fail("no biases");
   if (p.intermediate_size != kN) return fail("intermediate_size must be ", kN);
-  if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0) return fail("hidden_size must be a positive multiple of ", kKElems);
+  const int k_elems = fp8 ? 2 * kKElems : kKElems;  // a 128-byte K stage
+  if (p.hidden_size < k_elems || p.hidden_size % k_elems != 0)
+    return fail("hidden_size must be a positive multiple of ", k_elems);
   if (p.hidden_size >= (std::int64_t{1} << 24)) return fail("hidden_size too large");
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
@@ -72,11 +75,11 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   KernelParams kp{};
-  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, /*fp8=*/false, p.act_dtype, K, 2 * N, E, kW13BoxRows,
+  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, 2 * N, E, kW13BoxRows,
                                   "expert_mlp_sm90 (w13)");
-  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, /*fp8=*/false, p.act_dtype, N, K, E, kOutTile,
-                                  "expert_mlp_sm90 (w2)");
+  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
   kp.hidden = a.hidden;
   kp.topk_ids = a.topk_ids;
   kp.expert_map = a.expert_map;
@@ -88,9 +91,16 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.num_experts = static_cast<int>(E);
   kp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : E);
   kp.hidden_size = static_cast<int>(K);
-  kp.k_stages = static_cast<int>(K / kKElems);
+  kp.k_stages = static_cast<int>(K / (fp8 ? 2 * kKElems : kKElems));
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
+  kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
+  kp.a_scale = a.a_scale;
+  kp.w13_scale = a.w13_scale;
+  kp.w2_scale = a.w2_scale;
+  kp.a2_scale = a.a2_scale;
+  if (fp8 && (a.a_scale == nullptr || a.w13_scale == nullptr || a.w2_scale == nullptr))
+    throw Error(Status::kInvalidArgument, "expert_mlp: fp8_per_tensor needs hidden's and the weights' scales");
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
@@ -98,7 +108,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
   const std::int64_t max_units = std::min(E, P) + P / kBlockM;
   const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));
-  if (p.act_dtype == DType::kFp16) expert_mlp::run_expert_mlp_sm90<Operand::kF16>(kp, grid, stream);
+  if (fp8) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3>(kp, grid, stream);
+  else if (p.act_dtype == DType::kFp16) expert_mlp::run_expert_mlp_sm90<Operand::kF16>(kp, grid, stream);
   else expert_mlp::run_expert_mlp_sm90<Operand::kBf16>(kp, grid, stream);
   ++launches;
 }

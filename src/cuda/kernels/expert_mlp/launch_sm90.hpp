@@ -13,14 +13,20 @@
 namespace moekit::cuda {
 
 struct ExpertMlpArgs {
-  MoeProblem problem;              // bf16 scheme, no routing in the call, no biases
-  const void* hidden = nullptr;    // [M, K]
+  MoeProblem problem;              // bf16 or fp8_per_tensor, no routing in the call, no biases
+  const void* hidden = nullptr;    // [M, K] activation dtype; fp8_per_tensor: e4m3, hidden quantized
   const void* w13 = nullptr;       // [E, 2N, K]
   const void* w2 = nullptr;        // [E, K, N]
   const std::int32_t* topk_ids = nullptr;
   const std::int32_t* expert_map = nullptr;
   const float* topk_weights = nullptr;
   void* y = nullptr;               // [M k, K] activation dtype
+  // fp8_per_tensor: hidden's scale [1], the weights' per-expert scales [E], the static intermediate
+  // scale [1] or null (each unit's own dynamic scale).
+  const float* a_scale = nullptr;
+  const float* w13_scale = nullptr;
+  const float* w2_scale = nullptr;
+  const float* a2_scale = nullptr;
   FaultRecord* faults = nullptr;
 };
 

@@ -18,7 +18,7 @@ struct KernelParams {
   // box [64 elements of N, kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside.
   CUtensorMap tmap_w13;
   CUtensorMap tmap_w2;
-  const void* hidden;              // [M, K] activation dtype, rows 16-byte aligned
+  const void* hidden;              // [M, K] activation dtype (e4m3: hidden quantized), rows 16-byte aligned
   const std::int32_t* topk_ids;    // [M, k] global expert ids
   const std::int32_t* expert_map;  // [Eg] -> local expert or -1; null: identity
   const float* topk_weights;       // [M, k]; null: 1
@@ -32,6 +32,14 @@ struct KernelParams {
   int k_stages;                    // K / 64: GEMM1's stages a unit
   int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (two stages each)
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
+  int y_f16;                       // y in fp16 (else bf16): the activation dtype
+  // fp8_per_tensor (the e4m3 instantiation): hidden's scale [1] (the quantization launch's), the
+  // weights' per-expert scales [E], and the intermediate's static scale [1] or null: then each unit
+  // scales its own h (dynamic_scale of its absmax; docs/design.md "The per-expert MLP path").
+  const float* a_scale;
+  const float* w13_scale;
+  const float* w2_scale;
+  const float* a2_scale;
   Activation act;
   float alpha;
   float limit;

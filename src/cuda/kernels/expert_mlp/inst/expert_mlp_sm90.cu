@@ -1,4 +1,4 @@
-// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh), one per 16-bit operand.
+// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor).
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/expert_mlp/kernel_sm90.cuh"
 
@@ -6,9 +6,11 @@ namespace moekit::cuda::expert_mlp {
 
 template void run_expert_mlp_sm90<Operand::kBf16>(const KernelParams&, int, void*);
 template void run_expert_mlp_sm90<Operand::kF16>(const KernelParams&, int, void*);
+template void run_expert_mlp_sm90<Operand::kE4m3>(const KernelParams&, int, void*);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3>);
 
 }  // namespace moekit::cuda::expert_mlp
