@@ -253,7 +253,9 @@ struct RouterTable {
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
   // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale): forced by
-  // name only until a same-run sweep sets its range.
+  // name only. Session 54's sweep (dde9273, H100, two passes, check on;
+  // bench/results/2026-12-05-dde9273-h100-expert-mlp-fp8-sweep.md): 0.74-0.97x of auto at
+  // qwen3-30b TP8 M = 8..256 (M = 64 69.2 against token-major's 55.3 µs).
   bool expert_mlp_fp8_in_auto = false;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
