@@ -40,7 +40,7 @@ table; --json writes the results in the format of bench/results/.
   --iters N                     timed iterations, median reported (default CPU 3; CUDA 50, fewer
                                 (not under 5) when 50 calls would take over a second)
   --path NAME[,NAME...]         force a kernel path (Options::path): auto, mma, swapab, tokmajor,
-                                fused, decode, gemv; a list runs every point once per path, and rows other
+                                fused, decode, gemv, expert_mlp; a list runs every point once per path, and rows other
                                 than mma's get ratio_vs_mma (x_mma) = mma us / their us
   --op fused_experts|fused_moe  the timed call: experts with routing given (default), or routing
                                 from the logits plus experts in one call

@@ -15,7 +15,7 @@ import json
 import statistics
 import sys
 
-FORCED = ("mma", "swapab", "tokmajor", "fused", "decode", "gemv", "gemv(mma)")
+FORCED = ("mma", "swapab", "tokmajor", "fused", "decode", "gemv", "gemv(mma)", "expert_mlp")
 
 
 def point(row):
