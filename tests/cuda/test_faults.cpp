@@ -189,6 +189,47 @@ TEST(Sm90Faults, BadTopkIdIsRecorded) {
     }
 }
 
+// The per-expert MLP path (kernels/expert_mlp/, N = 96 only) routes the call in every CTA with
+// the token-major route's helpers (CTA 0 records): a bad id and a bad map entry are recorded as on
+// the other paths and the output equals the masked call's. (Added in session 54 after its last GPU
+// run: first run pending.)
+TEST(Sm90Faults, ExpertMlpRecordsBadIdsAndMapEntries) {
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = spec(true, 40);
+  s.N = 96;  // the kernel's one shard width
+  MoeCase c = make_case(s);
+  GpuCase g(c);
+  std::vector<std::int32_t> ids = c.topk_ids;
+  ids[2 * 2 + 1] = -1;
+  g.set_ids(ids);
+  clear_faults();
+  const auto masked = g.run(g.options("expert_mlp"));
+  EXPECT_FALSE(take_fault(nullptr, cuda_options()));
+  for (std::int32_t bad : {16, -7}) {
+    ids[2 * 2 + 1] = bad;
+    g.set_ids(ids);
+    EXPECT_TRUE(g.run(g.options("expert_mlp")) == masked) << "id " << bad << ": a bad id changed other slots";
+    Fault f;
+    ASSERT_TRUE(take_fault(&f, cuda_options())) << "id " << bad;
+    EXPECT_EQ(f.tensor, FaultTensor::kTopkIds);
+    EXPECT_EQ(f.row, 2);
+    EXPECT_EQ(f.slot, 1);
+    EXPECT_EQ(f.value, bad);
+  }
+  ids[2 * 2 + 1] = -1;
+  g.set_ids(ids);
+  std::vector<std::int32_t> map = c.expert_map;
+  const std::int32_t id = c.topk_ids[0];  // token 0's first expert
+  map[id] = 99;                           // past the 8 local experts
+  g.set_map(map);
+  g.run(g.options("expert_mlp"));
+  Fault f;
+  ASSERT_TRUE(take_fault(&f, cuda_options())) << "map entry";
+  EXPECT_EQ(f.tensor, FaultTensor::kExpertMap);
+  g.set_map(c.expert_map);
+  clear_faults();
+}
+
 // The GEMV path routes calls of at most 32 slots with one warp (MOEKIT_GEMV_WARP_ROUTE, default
 // on) and larger ones with the CTA's counts: both record a bad id and a bad map entry as the other
 // paths do, give the masked output, and give each other's bits. M = 5 x k = 2 (the warp) and,
