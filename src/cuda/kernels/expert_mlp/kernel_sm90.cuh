@@ -19,6 +19,12 @@
 //     tile wgmma m64n256 over h's 96 columns and the epilogue's stores of y (x the router weight).
 // The ring's stages are one size (32 KB: GEMM1's 8 KB of token rows + 24 KB of w13, or 256 rows
 // of w2), so the producer runs ahead across GEMM1, GEMM2 and units alike.
+// fp8_per_tensor (the e4m3 instantiation): the token rows are hidden quantized by the chain's
+// quantization launch (128 e4m3 a stage, k32 wgmma), GEMM1's sums take hidden's scale x the expert's
+// w13 scale, h is quantized with the unit's own dynamic scale (the absmax of its rows' h over the
+// warpgroup) or the static intermediate scale, into one 128-byte chunk, and GEMM2 (one stage a
+// tile, 3 k32 steps) takes that scale x the expert's w2 scale (docs/design.md: where this differs
+// from the reference).
 #pragma once
 
 #include <cuda.h>
