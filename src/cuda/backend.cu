@@ -444,6 +444,24 @@ void run_route(const detail::RouteCall& call) {
   launch_routing_sm90(rp, call.stream);
 }
 
+// Quantization of hidden (fp8 schemes): the chain's step 2 and the per-expert MLP path's. The scale
+// is static (fp8_per_tensor with a13_scale) or dynamic, folded into the absmax word of `counters`
+// (zeroed earlier on the stream) or, when the caller adds them, from the routing launch's partials.
+QuantParams hidden_quant_params(const detail::MoeCall& call, const WorkspaceLayout& L) {
+  const MoeProblem& p = call.problem;
+  QuantParams qp;
+  qp.scheme = p.scheme;
+  qp.x = call.hidden;
+  qp.x_dtype = p.act_dtype;
+  qp.rows = p.num_tokens;
+  qp.cols = p.hidden_size;
+  qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a13_scale : nullptr;
+  qp.absmax = slice<std::uint32_t>(call.workspace, L.counters) + WorkspaceLayout::kAbsmaxHidden;
+  qp.q = slice<std::uint8_t>(call.workspace, L.a_q);
+  qp.scale = slice<float>(call.workspace, L.a_scale);
+  return qp;
+}
+
 // The combine of a chain: out[m] = the sum over j of y[m k + j] (local slots, j in order).
 void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dtype, const std::int32_t* topk_ids,
                           bool pdl) {
@@ -474,20 +492,9 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   a.problem = p;
   a.hidden = call.hidden;
   if (p.scheme == Scheme::kFp8PerTensor) {
-    std::uint32_t* counters = slice<std::uint32_t>(call.workspace, L.counters);
-    const cudaStream_t s = static_cast<cudaStream_t>(call.stream);
-    if (call.a13_scale == nullptr)
-      MOEKIT_CUDA_CHECK(cudaMemsetAsync(counters + WorkspaceLayout::kAbsmaxHidden, 0, sizeof(std::uint32_t), s));
-    QuantParams qp;
-    qp.scheme = p.scheme;
-    qp.x = call.hidden;
-    qp.x_dtype = p.act_dtype;
-    qp.rows = p.num_tokens;
-    qp.cols = p.hidden_size;
-    qp.static_scale = call.a13_scale;
-    qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
-    qp.q = slice<std::uint8_t>(call.workspace, L.a_q);
-    qp.scale = slice<float>(call.workspace, L.a_scale);
+    const QuantParams qp = hidden_quant_params(call, L);
+    if (qp.static_scale == nullptr)
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(qp.absmax, 0, sizeof(std::uint32_t), static_cast<cudaStream_t>(call.stream)));
     launch_quant_sm90(qp, call.stream, /*pdl=*/false);
     a.hidden = qp.q;
     a.a_scale = qp.scale;
@@ -690,20 +697,11 @@ void run_moe(const detail::MoeCall& call) {
   // 2. Quantize hidden once per token (fp8 schemes), unless the routing launch did. Without a
   // routing launch (route in GEMM1) it takes hidden's absmax itself: the memset zeroed the word.
   if (fp8 && (route_in_gemm1 || !rp.quant_cta)) {
-    QuantParams qp;
-    qp.scheme = p.scheme;
-    qp.x = call.hidden;
-    qp.x_dtype = p.act_dtype;
-    qp.rows = M;
-    qp.cols = K;
-    qp.static_scale = p.scheme == Scheme::kFp8PerTensor ? call.a13_scale : nullptr;
-    qp.absmax = counters + WorkspaceLayout::kAbsmaxHidden;
+    QuantParams qp = hidden_quant_params(call, L);
     if (!route_in_gemm1 && rp.absmax_ctas > 0) {
       qp.absmax_partials = rp.absmax_partials;
       qp.num_partials = rp.absmax_ctas;
     }
-    qp.q = slice<std::uint8_t>(ws, L.a_q);
-    qp.scale = slice<float>(ws, L.a_scale);
     launch_quant_sm90(qp, stream, pdl);
   }
 

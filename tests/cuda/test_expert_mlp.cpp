@@ -218,7 +218,9 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   s.N = 128;
   MoeCase c = make_case(s);
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(s.M * s.K));
-  EXPECT_FALSE(cuda::expert_mlp_unsupported_reason(describe(c.host_args(host_out.data()))).empty());
+  std::string why;
+  EXPECT_FALSE(cuda::expert_mlp_supported(describe(c.host_args(host_out.data())), &why));
+  EXPECT_NE(why.find("intermediate_size must be 96"), std::string::npos) << why;
   DeviceCase d(c);
   try {
     d.run(16, CallMode::kFusedExperts, "expert_mlp");
@@ -234,8 +236,8 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   CaseSpec f = qwen30_tp8(16, 22);
   f.scheme = Scheme::kFp8Block128;
   const MoeCase fc = make_case(f);
-  EXPECT_NE(cuda::expert_mlp_unsupported_reason(describe(fc.host_args(host_out.data()))).find("fp8_per_tensor"),
-            std::string::npos);
+  EXPECT_FALSE(cuda::expert_mlp_supported(describe(fc.host_args(host_out.data())), &why));
+  EXPECT_NE(why.find("fp8_per_tensor"), std::string::npos) << why;
 }
 
 TEST(Sm90ExpertMlp, ZeroTokensForcedLaunchesNothing) {

@@ -51,11 +51,6 @@ bool supported(const MoeProblem& p, std::string* why) {
 
 }  // namespace
 
-std::string expert_mlp_unsupported_reason(const MoeProblem& problem) {
-  std::string why;
-  return supported(problem, &why) ? std::string() : why;
-}
-
 bool expert_mlp_supported(const MoeProblem& problem, std::string* why) { return supported(problem, why); }
 
 int expert_mlp_launches() { return launches; }

@@ -30,9 +30,8 @@ struct ExpertMlpArgs {
   FaultRecord* faults = nullptr;
 };
 
-// "" when the kernel can run `problem` on the current device; otherwise why not. Never throws.
-std::string expert_mlp_unsupported_reason(const MoeProblem& problem);
-// The same as a bool, the reason to `why` only when given (builds no string otherwise).
+// Whether the kernel can run `problem` on the current device; where not, why goes to `why` when
+// given (no string is built otherwise). Never throws.
 bool expert_mlp_supported(const MoeProblem& problem, std::string* why);
 
 // Whether the tensors' addresses suit the kernel: hidden's rows by 16-byte copies, the weights'
