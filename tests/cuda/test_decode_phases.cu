@@ -19,6 +19,8 @@
 
 #include "common/cuda_test.hpp"
 #include "common/kernel_api.hpp"
+#include "cuda/kernels/expert_mlp/launch_sm90.hpp"
+#include "cuda/kernels/expert_mlp/params.hpp"
 #include "cuda/kernels/tokmajor/params.hpp"
 #include "../../tools/bench/l2_flush.cuh"  // the benches' L2 flush
 #include "moekit/moekit.hpp"
@@ -57,6 +59,7 @@ struct Shape {
 };
 
 void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
+void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed);
 void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::int64_t touched,
                      std::vector<std::uint16_t>& timed, bool flush);
 
@@ -124,9 +127,11 @@ void phase_table(const Shape& s, const char* path = "decode", bool flush = true)
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<std::uint16_t> plain(M * K), timed(M * K);
   CUDA_OK(cudaMemcpy(plain.data(), out, M * K * 2, cudaMemcpyDeviceToHost));
-  if (std::string(path) == "gemv" || std::string(path) == "tokmajor") {
+  if (std::string(path) == "gemv" || std::string(path) == "tokmajor" || std::string(path) == "expert_mlp") {
     if (std::string(path) == "gemv") {
       gemv_phases(s, a, o, timed);
+    } else if (std::string(path) == "expert_mlp") {
+      expert_mlp_phases(s, a, o, timed);
     } else {
       std::vector<bool> hit(E, false);
       for (std::int32_t id : h_ids) hit[id] = true;
@@ -228,6 +233,81 @@ void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vect
     std::printf("[ phases ]   %-8s median %7.2f us  max %7.2f us   done by the last CTA at %7.2f us\n", names[w],
                 dur[w][dur[w].size() / 2], dur[w].back(), reached[w].back());
   }
+}
+
+// expert_mlp: one timed call of `a` after an L2 read flush, output (NaN-poisoned before) into
+// `timed`; each CTA's stamps (kernels/expert_mlp/params.hpp, PhaseWord): when the last CTA reached
+// each point from the first entry, and per CTA the phases' sums over its units (median, max).
+void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed) {
+  namespace em = cuda::expert_mlp;
+  constexpr int kMaxCtas = 1024;
+  const std::size_t words = static_cast<std::size_t>(kMaxCtas) * em::kPhaseWords;
+  std::uint64_t* phases = nullptr;
+  void* flush_buf = nullptr;
+  const std::size_t flush_bytes = std::size_t{128} << 20;  // over twice the H200's L2
+  CUDA_OK(cudaMalloc(&phases, words * 8));
+  CUDA_OK(cudaMalloc(&flush_buf, flush_bytes));
+  CUDA_OK(cudaMemset(flush_buf, 1, flush_bytes));
+  CUDA_OK(cudaMemset(phases, 0, words * 8));
+  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
+  int sms = 0, value = 0, clock_khz = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  CUDA_OK(::flush_l2(nullptr, flush_buf, flush_bytes, /*write=*/false, &value, sms));
+  cuda::set_expert_mlp_phase_buffer(phases, kMaxCtas);
+  fused_experts(a, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  cuda::set_expert_mlp_phase_buffer(nullptr, 0);
+  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
+  std::vector<std::uint64_t> rec(words);
+  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
+  cudaFree(phases);
+  cudaFree(flush_buf);
+  std::uint64_t t0 = ~std::uint64_t{0};
+  std::vector<const std::uint64_t*> ran;
+  for (int c = 0; c < kMaxCtas; ++c) {
+    const std::uint64_t* r = rec.data() + static_cast<std::size_t>(c) * em::kPhaseWords;
+    if (r[em::kPhaseEntry] == 0) continue;
+    t0 = std::min(t0, r[em::kPhaseEntry]);
+    if (r[em::kPhaseUnits] > 0) ran.push_back(r);
+  }
+  ASSERT_FALSE(ran.empty()) << s.name << ": no CTA ran a unit";
+  const auto stat = [](std::vector<double> v, const char* what) {
+    std::sort(v.begin(), v.end());
+    std::printf("[ phases ]   %-34s median %7.2f us  max %7.2f us\n", what, v[v.size() / 2], v.back());
+  };
+  const auto last = [&](int w, const char* what) {
+    double m = 0;
+    for (const std::uint64_t* r : ran) m = std::max(m, static_cast<double>(r[w] - t0) / 1000.0);
+    std::printf("[ phases ]   %-34s reached by the last CTA at %7.2f us\n", what, m);
+  };
+  std::uint64_t units = 0;
+  for (const std::uint64_t* r : ran) units = std::max(units, r[em::kPhaseUnits]);
+  std::printf("[ phases ] expert_mlp %s M=%lld: %zu CTAs with units (at most %llu a CTA)\n", s.name,
+              static_cast<long long>(s.M), ran.size(), static_cast<unsigned long long>(units));
+  last(em::kPhaseRouted, "routed (tables built)");
+  last(em::kPhaseFirstIssue, "first weights asked for");
+  last(em::kPhaseFirstLanded, "first GEMM1 stage landed");
+  last(em::kPhaseLastIssue, "producer's last stage issued");
+  last(em::kPhaseExit, "consumers done");
+  std::vector<double> v[7];
+  for (const std::uint64_t* r : ran) {
+    v[0].push_back(static_cast<double>(r[em::kPhaseRouted] - r[em::kPhaseEntry]) / 1000.0);
+    v[1].push_back(static_cast<double>(r[em::kPhaseSumPlace]) / 1000.0);
+    v[2].push_back(static_cast<double>(r[em::kPhaseSumGemm1]) / 1000.0);
+    v[3].push_back(static_cast<double>(r[em::kPhaseSumAct]) / 1000.0);
+    v[4].push_back(static_cast<double>(r[em::kPhaseSumGemm2]) / 1000.0);
+    v[5].push_back(static_cast<double>(r[em::kPhaseProdSlotWait]) / 1000.0);
+    v[6].push_back(static_cast<double>(r[em::kPhaseProdEmptyWait]) / static_cast<double>(clock_khz));  // cycles -> ms
+  }
+  stat(v[0], "routing (entry -> tables)");
+  stat(v[1], "slot placement (sum)");
+  stat(v[2], "GEMM1 incl. data waits (sum)");
+  stat(v[3], "activation, h stored (sum)");
+  stat(v[4], "GEMM2 tiles: waits, MMAs, stores (sum)");
+  stat(v[5], "producer waiting for slots (sum)");
+  for (double& x : v[6]) x *= 1000.0;  // ms -> us
+  stat(v[6], "producer waiting for free stages (sum)");
 }
 
 // tokmajor: one timed call of `a` (both GEMMs on the token-major kernel) after an L2 read flush,
@@ -439,6 +519,18 @@ TEST(Sm90Gemv, MmaPhaseBreakdown) {
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 1}, "gemv");
   phase_table({"gpt-oss-120b TP8 (no bias)", 128, 4, 2880, 360, 8}, "gemv");
   unsetenv("MOEKIT_GEMV_KERNEL");
+}
+
+// The per-expert MLP kernel (kernels/expert_mlp/) at qwen3-30b TP8, bf16 and fp8_per_tensor:
+// where its ~60 µs go at M = 16..256 (docs/perf.md "Session 54": its time does not follow its
+// bytes).
+TEST(Sm90ExpertMlp, PhaseBreakdown) {
+  SKIP_WITHOUT_SM90();
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 16}, "expert_mlp");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 64}, "expert_mlp");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 256}, "expert_mlp");
+  phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 64, true}, "expert_mlp");
+  phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 256, true}, "expert_mlp");
 }
 
 }  // namespace

@@ -52,6 +52,13 @@
 
 namespace moekit::cuda::expert_mlp {
 
+// This CTA's phase-timer record (tests only), or null.
+__device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
+  return p.phases != nullptr && static_cast<int>(blockIdx.x) < p.phase_ctas
+             ? p.phases + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords
+             : nullptr;
+}
+
 struct Unit {
   int e;      // local expert
   int r0;     // first rank among e's slots
@@ -106,13 +113,17 @@ struct ExpertMlp {
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
+    std::uint64_t* rec = lane == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+    std::uint64_t empty_wait = 0, slot_wait = 0;
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Unit t = unit_of(p, s, u, hint);
       // GEMM1: w13's six boxes of a stage, then the token rows once the consumers placed them.
       int tok[kBlockM / 4];  // token of rows (lane >> 3) + 4 i; -1 past the unit's rows
       for (int kb = 0; kb < p.k_stages; ++kb) {
+        const long long c0 = rec != nullptr ? clock64() : 0;
         sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t dst = s.ring + stage * kStageBytes;
         if (lane == 0) {
@@ -127,9 +138,12 @@ struct ExpertMlp {
           sm90::tma_load_3d(b + 3 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[1], t.e);
           sm90::tma_load_3d(b + 4 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[2], t.e);
           sm90::tma_load_3d(b + 5 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[2], t.e);
+          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
         }
         if (kb == 0) {
+          const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
           sm90::mbar_wait(s.slots_bar + 8 * (j & 1), (j >> 1) & 1);
+          if (rec != nullptr) slot_wait += sm90::globaltimer_ns() - w0;
           const int* us = s.unit_slot + (j & 1) * kBlockM;
 #pragma unroll
           for (int i = 0; i < kBlockM / 4; ++i) {
@@ -151,7 +165,9 @@ struct ExpertMlp {
       // zeros, never read by a wgmma).
       for (int o = 0; o < p.out_tiles; ++o) {
         for (int c = 0; c < kChunks2; ++c) {
+          const long long c0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+          if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
@@ -161,6 +177,11 @@ struct ExpertMlp {
           next_stage(stage, phase);
         }
       }
+    }
+    if (rec != nullptr) {
+      rec[kPhaseLastIssue] = sm90::globaltimer_ns();
+      rec[kPhaseProdSlotWait] = slot_wait;
+      rec[kPhaseProdEmptyWait] = empty_wait;
     }
     sm90::cp_async_wait_all_groups();
   }
@@ -198,8 +219,18 @@ struct ExpertMlp {
     const int warp = t >> 5, lane = t & 31;
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
+    std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+    std::uint64_t sums[4] = {0, 0, 0, 0}, mark = 0;
+    const auto lap = [&](int i) {
+      if (rec != nullptr) {
+        const std::uint64_t now = sm90::globaltimer_ns();
+        sums[i] += now - mark;
+        mark = now;
+      }
+    };
     int j = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+      if (rec != nullptr) mark = sm90::globaltimer_ns();
       const Unit un = unit_of(p, s, u, hint);
       // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
       // weights, for the producer's gather and this epilogue.
@@ -210,6 +241,7 @@ struct ExpertMlp {
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       if (t == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
+      lap(0);
       // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
       int slot[2];
       float tw[2];
@@ -233,6 +265,7 @@ struct ExpertMlp {
       int prev = 0;
       for (int kb = 0; kb < p.k_stages; ++kb) {
         sm90::mbar_wait(s.full + 8 * stage, phase);
+        if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
         sm90::fence_regs<64>(acc1);
         sm90::fence_regs<32>(acc2);
         sm90::wgmma_fence();
@@ -259,6 +292,7 @@ struct ExpertMlp {
       sm90::fence_regs<64>(acc1);
       sm90::fence_regs<32>(acc2);
       release(s, prev, lane);
+      lap(1);
 
       // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
       // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
@@ -304,6 +338,7 @@ struct ExpertMlp {
         for (int i = 0; i < 12; ++i) store_h(s, q0 + 8 * h, col_of(i), hv[h][i][0] * inv_h, hv[h][i][1] * inv_h);
       sm90::fence_proxy_async_shared_cta();  // h's generic-proxy stores, before the wgmmas read them
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      lap(2);
 
       // GEMM2: per 256-column output tile, wgmma m64n256 over h's 96 columns (16-bit: chunk 0's 4 k
       // steps and chunk 1's 2; e4m3: 3 k32 steps of one chunk), then the stores of y = acc x the
@@ -357,10 +392,19 @@ struct ExpertMlp {
           }
         }
       }
+      lap(3);
       // Every consumer is past its reads of h and of this unit's slot list before the next unit
       // overwrites them (place_window starts with its own barrier after its counting pass: h is
       // written only after GEMM1, which waits on the producer, so one barrier here suffices).
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+    }
+    if (rec != nullptr) {
+      rec[kPhaseUnits] = static_cast<std::uint64_t>(j);
+      rec[kPhaseSumPlace] = sums[0];
+      rec[kPhaseSumGemm1] = sums[1];
+      rec[kPhaseSumAct] = sums[2];
+      rec[kPhaseSumGemm2] = sums[3];
+      rec[kPhaseExit] = sm90::globaltimer_ns();
     }
   }
 };
@@ -387,6 +431,8 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
+  std::uint64_t* rec = tid == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+  if (rec != nullptr) rec[kPhaseEntry] = sm90::globaltimer_ns();
 
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
@@ -426,6 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   __syncthreads();
   MOEKIT_BUILD_EXPERT_PREFIX(E, s.counts, s.prefix, rows, (rows + kBlockM - 1) / kBlockM);
   const int units = s.prefix[E];
+  if (rec != nullptr) rec[kPhaseRouted] = sm90::globaltimer_ns();
   // The combine, launched as this kernel's programmatic dependent (cuda/common/pdl.cuh), may now
   // become resident beside it and wait in its pdl_wait for this grid's y. This kernel is a call's
   // first launch: it has no programmatic predecessor to wait for.

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,8 @@ namespace moekit::cuda {
 namespace {
 
 thread_local int launches = 0;
+std::atomic<std::uint64_t*> g_phase_buffer{nullptr};  // the phase timer (tests only)
+std::atomic<int> g_phase_ctas{0};
 
 // Whether the kernel can run `p`; where not, the reason goes to `why` when given (a call that
 // does not print the router's reason builds no string).
@@ -54,6 +57,11 @@ bool supported(const MoeProblem& p, std::string* why) {
 bool expert_mlp_supported(const MoeProblem& problem, std::string* why) { return supported(problem, why); }
 
 int expert_mlp_launches() { return launches; }
+
+void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
+  g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_relaxed);
+  g_phase_buffer.store(device_buffer, std::memory_order_release);
+}
 
 bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2) {
   const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
@@ -100,6 +108,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
   kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P));
+  kp.phases = g_phase_buffer.load(std::memory_order_acquire);
+  kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
   const std::int64_t max_units = std::min(E, P) + P / kBlockM;
   const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));

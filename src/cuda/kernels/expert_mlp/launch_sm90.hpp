@@ -46,4 +46,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& args, void* stream);
 /// Tests only: launches of this kernel on the calling thread.
 int expert_mlp_launches();
 
+/// Tests only: the next launches write each CTA's phase stamps (expert_mlp::PhaseWord, kPhaseWords
+/// words a CTA for CTAs < max_ctas) to `device_buffer`; null turns the timer off.
+void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas);
+
 }  // namespace moekit::cuda

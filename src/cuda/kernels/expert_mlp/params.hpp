@@ -44,6 +44,28 @@ struct KernelParams {
   float alpha;
   float limit;
   SmemLayout smem;
+  // Phase timer (tests only; null = off): per CTA < phase_ctas, kPhaseWords words (PhaseWord).
+  std::uint64_t* phases;
+  int phase_ctas;
+};
+
+// The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
+// reached). Stamps sit at phase boundaries only, outside the K and tile loops.
+enum PhaseWord : int {
+  kPhaseEntry = 0,     // thread 0 at the kernel's entry
+  kPhaseRouted,        // thread 0 with the routing's tables built (units known)
+  kPhaseFirstIssue,    // producer lane 0 once its first stage's weights were asked for
+  kPhaseFirstLanded,   // consumer thread 0 when its first GEMM1 stage landed
+  kPhaseLastIssue,     // producer lane 0 after its last stage
+  kPhaseExit,          // consumer thread 0 at its end
+  kPhaseUnits,         // units this CTA ran
+  kPhaseSumPlace,      // sum: a unit's slot placement and router weights (consumers)
+  kPhaseSumGemm1,      // sum: placement done -> GEMM1's last MMAs done (its data waits included)
+  kPhaseSumAct,        // sum: the activation, h to shared memory, the barrier
+  kPhaseSumGemm2,      // sum: GEMM2's tiles (waits, MMAs, stores)
+  kPhaseProdSlotWait,  // producer lane 0, sum: waiting for a unit's slot list
+  kPhaseProdEmptyWait, // producer lane 0, sum: waiting for free stages (clock64 cycles)
+  kPhaseWords = 16
 };
 
 // Launches the instantiation on `stream` with `grid` persistent CTAs.
