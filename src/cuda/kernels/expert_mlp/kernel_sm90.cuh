@@ -65,7 +65,9 @@ struct Unit {
   int count;  // rows, 1..64
 };
 
-template <Operand kOp>
+// kPaired: GEMM2 in 128-column tiles, two accumulator sets, each tile's stores under the other's
+// MMAs (MOEKIT_EXPERT_MLP_GEMM2=paired; branch s54-expert-mlp-phases, not GPU-run yet).
+template <Operand kOp, bool kPaired = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
@@ -213,6 +215,98 @@ struct ExpertMlp {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(bits) : "memory");
   }
 
+  // The paired GEMM2 (kPaired): a 256-row w2 group (its one or two K-chunk stages) is two 128-column
+  // tiles, A (rows 0..127) into accA and B (rows 128..255) into accB; A of the next group is issued
+  // before B's stores and B of the next group after them, so every tile's stores run under the
+  // other tile's MMAs. The same k steps in the same order as the m64n256 form, a column's sum alike.
+  static __device__ __forceinline__ void issue_half(float (&acc)[64], std::uint64_t dh0, std::uint64_t dh1,
+                                                    std::uint32_t b0, std::uint32_t b1) {
+    // The first k step overwrites the accumulators (scale_d = 0): no register is touched between
+    // the previous group's wait and this issue but by wgmma itself.
+    sm90::wgmma_fence();
+    const std::uint64_t db0 = sm90::make_smem_desc_sw128(b0), db1 = sm90::make_smem_desc_sw128(b1);
+#pragma unroll
+    for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 128>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, kk > 0 ? 1 : 0);
+#pragma unroll
+    for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk) sm90::Wgmma<Tag, 128>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
+    sm90::wgmma_commit();
+  }
+
+  static __device__ __forceinline__ void store_half(const KernelParams& p, const float (&acc)[64], int col0,
+                                                    const int (&slot)[2], const float (&f)[2], int lane) {
+    const std::int64_t c0 = col0 + 2 * (lane & 3);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (slot[h] < 0) continue;
+      std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + static_cast<std::int64_t>(slot[h]) * p.hidden_size * 2;
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const std::int64_t c = c0 + 8 * jj;
+        if (c >= p.hidden_size) continue;
+        const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
+        const bool f16 = kFp8 ? p.y_f16 != 0 : kF16;
+        if (f16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
+        else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+
+  static __device__ void gemm2_paired(const KernelParams& p, const Smem& s, std::uint64_t dh0, std::uint64_t dh1,
+                                      bool rows, const int (&slot)[2], const float (&f)[2], int lane, int& stage,
+                                      std::uint32_t& phase) {
+    constexpr std::uint32_t kHalf = 128 * kKBytes;  // rows 128..255 of a w2 stage
+    float accA[64], accB[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) accA[i] = accB[i] = 0.0f;  // defined before the first issue reads them
+    const int groups = p.out_tiles;
+    int s0, s1;
+    sm90::mbar_wait(s.full + 8 * stage, phase);
+    s0 = stage;
+    next_stage(stage, phase);
+    s1 = s0;
+    if constexpr (kChunks2 > 1) {
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+      s1 = stage;
+      next_stage(stage, phase);
+    }
+    issue_half(accA, dh0, dh1, s.ring + s0 * kStageBytes, s.ring + s1 * kStageBytes);
+    issue_half(accB, dh0, dh1, s.ring + s0 * kStageBytes + kHalf, s.ring + s1 * kStageBytes + kHalf);
+    // Every group but the last: A's stores, the next group's A issued, B's stores, the next B
+    // issued. No branch between an issue and the wait that covers it (ptxas then keeps the
+    // accumulator sets' waits apart instead of serializing every wgmma, C7514).
+    for (int g = 0; g + 1 < groups; ++g) {
+      sm90::wgmma_wait<1>();  // A of group g
+      sm90::fence_regs<64>(accA);
+      if (rows) store_half(p, accA, g * kOutTile, slot, f, lane);
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+      const int n0 = stage;
+      next_stage(stage, phase);
+      int n1 = n0;
+      if constexpr (kChunks2 > 1) {
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        n1 = stage;
+        next_stage(stage, phase);
+      }
+      issue_half(accA, dh0, dh1, s.ring + n0 * kStageBytes, s.ring + n1 * kStageBytes);
+      sm90::wgmma_wait<1>();  // B of group g (A of g + 1 in flight)
+      sm90::fence_regs<64>(accB);
+      release(s, s0, lane);
+      if constexpr (kChunks2 > 1) release(s, s1, lane);
+      if (rows) store_half(p, accB, g * kOutTile + 128, slot, f, lane);
+      issue_half(accB, dh0, dh1, s.ring + n0 * kStageBytes + kHalf, s.ring + n1 * kStageBytes + kHalf);
+      s0 = n0;
+      s1 = n1;
+    }
+    sm90::wgmma_wait<1>();
+    sm90::fence_regs<64>(accA);
+    if (rows) store_half(p, accA, (groups - 1) * kOutTile, slot, f, lane);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs<64>(accB);
+    release(s, s0, lane);
+    if constexpr (kChunks2 > 1) release(s, s1, lane);
+    if (rows) store_half(p, accB, (groups - 1) * kOutTile + 128, slot, f, lane);
+  }
+
   // ---- consumer warpgroup ----
   static __device__ void consume(const KernelParams& p, const Smem& s, int units) {
     const int t = threadIdx.x;  // 0..127
@@ -347,6 +441,9 @@ struct ExpertMlp {
       const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kBlockM * kKBytes);
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
+      if constexpr (kPaired) {
+        gemm2_paired(p, s, dh0, dh1, rows, slot, f, lane, stage, phase);
+      } else
       for (int o = 0; o < p.out_tiles; ++o) {
         float acc[128];
 #pragma unroll
@@ -409,10 +506,10 @@ struct ExpertMlp {
   }
 };
 
-template <Operand kOp>
+template <Operand kOp, bool kPaired = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp>;
+  using K = ExpertMlp<kOp, kPaired>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -483,9 +580,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 #endif
 }
 
-template <Operand kOp>
+template <Operand kOp, bool kPaired>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream) {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kPaired>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};

@@ -68,8 +68,8 @@ enum PhaseWord : int {
   kPhaseWords = 16
 };
 
-// Launches the instantiation on `stream` with `grid` persistent CTAs.
-template <Operand kOp>
+// Launches the instantiation on `stream` with `grid` persistent CTAs (kPaired: the paired GEMM2).
+template <Operand kOp, bool kPaired>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream);
 
 }  // namespace moekit::cuda::expert_mlp
