@@ -290,7 +290,7 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
   last(em::kPhaseFirstLanded, "first GEMM1 stage landed");
   last(em::kPhaseLastIssue, "producer's last stage issued");
   last(em::kPhaseExit, "consumers done");
-  std::vector<double> v[7];
+  std::vector<double> v[10];
   for (const std::uint64_t* r : ran) {
     v[0].push_back(static_cast<double>(r[em::kPhaseRouted] - r[em::kPhaseEntry]) / 1000.0);
     v[1].push_back(static_cast<double>(r[em::kPhaseSumPlace]) / 1000.0);
@@ -299,6 +299,9 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
     v[4].push_back(static_cast<double>(r[em::kPhaseSumGemm2]) / 1000.0);
     v[5].push_back(static_cast<double>(r[em::kPhaseProdSlotWait]) / 1000.0);
     v[6].push_back(static_cast<double>(r[em::kPhaseProdEmptyWait]) / static_cast<double>(clock_khz));  // cycles -> ms
+    v[7].push_back(static_cast<double>(r[em::kPhaseG2Wait]) / static_cast<double>(clock_khz));
+    v[8].push_back(static_cast<double>(r[em::kPhaseG2Mma]) / static_cast<double>(clock_khz));
+    v[9].push_back(static_cast<double>(r[em::kPhaseG2Store]) / static_cast<double>(clock_khz));
   }
   stat(v[0], "routing (entry -> tables)");
   stat(v[1], "slot placement (sum)");
@@ -308,6 +311,11 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
   stat(v[5], "producer waiting for slots (sum)");
   for (double& x : v[6]) x *= 1000.0;  // ms -> us
   stat(v[6], "producer waiting for free stages (sum)");
+  for (int i = 7; i < 10; ++i)
+    for (double& x : v[i]) x *= 1000.0;
+  stat(v[7], "GEMM2: waits for w2 (sum, thread 0)");
+  stat(v[8], "GEMM2: MMAs, issue to wait (sum)");
+  stat(v[9], "GEMM2: stores of y (sum)");
 }
 
 // tokmajor: one timed call of `a` (both GEMMs on the token-major kernel) after an L2 read flush,

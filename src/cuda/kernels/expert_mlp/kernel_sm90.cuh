@@ -52,8 +52,10 @@
 
 namespace moekit::cuda::expert_mlp {
 
-// This CTA's phase-timer record (tests only), or null.
+// This CTA's phase-timer record (tests only), or null; always null in the untimed kernels.
+template <bool kTimed>
 __device__ __forceinline__ std::uint64_t* phase_record(const KernelParams& p) {
+  if constexpr (!kTimed) return nullptr;
   return p.phases != nullptr && static_cast<int>(blockIdx.x) < p.phase_ctas
              ? p.phases + static_cast<std::int64_t>(blockIdx.x) * kPhaseWords
              : nullptr;
@@ -65,9 +67,9 @@ struct Unit {
   int count;  // rows, 1..64
 };
 
-// kPaired: GEMM2 in 128-column tiles, two accumulator sets, each tile's stores under the other's
-// MMAs (MOEKIT_EXPERT_MLP_GEMM2=paired; branch s54-expert-mlp-phases, not GPU-run yet).
-template <Operand kOp, bool kPaired = false>
+// kTimed: the phase timer's stamps compiled in (the instantiation a launch takes while a test set
+// a phase buffer, set_expert_mlp_phase_buffer); the untimed kernels carry none of them.
+template <Operand kOp, bool kTimed = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
@@ -115,7 +117,7 @@ struct ExpertMlp {
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
-    std::uint64_t* rec = lane == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+    std::uint64_t* rec = lane == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t empty_wait = 0, slot_wait = 0;
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
@@ -215,96 +217,33 @@ struct ExpertMlp {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(bits) : "memory");
   }
 
-  // The paired GEMM2 (kPaired): a 256-row w2 group (its one or two K-chunk stages) is two 128-column
-  // tiles, A (rows 0..127) into accA and B (rows 128..255) into accB; A of the next group is issued
-  // before B's stores and B of the next group after them, so every tile's stores run under the
-  // other tile's MMAs. The same k steps in the same order as the m64n256 form, a column's sum alike.
-  static __device__ __forceinline__ void issue_half(float (&acc)[64], std::uint64_t dh0, std::uint64_t dh1,
-                                                    std::uint32_t b0, std::uint32_t b1) {
-    // The first k step overwrites the accumulators (scale_d = 0): no register is touched between
-    // the previous group's wait and this issue but by wgmma itself.
-    sm90::wgmma_fence();
-    const std::uint64_t db0 = sm90::make_smem_desc_sw128(b0), db1 = sm90::make_smem_desc_sw128(b1);
-#pragma unroll
-    for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 128>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, kk > 0 ? 1 : 0);
-#pragma unroll
-    for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk) sm90::Wgmma<Tag, 128>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
-    sm90::wgmma_commit();
-  }
-
-  static __device__ __forceinline__ void store_half(const KernelParams& p, const float (&acc)[64], int col0,
-                                                    const int (&slot)[2], const float (&f)[2], int lane) {
-    const std::int64_t c0 = col0 + 2 * (lane & 3);
+  // The activation of a thread's 48 (gate, up) pairs as straight-line code for one kind: h[i][c] =
+  // act(g, u) of row h (0 past the unit's rows, whose accumulators are stale shared memory's), g and
+  // u scaled by fr[h] first; returns the absmax of the values (fp8's dynamic scale). The kind's
+  // switch sits outside this function: switching per value made 48 divergent blocks whose ~2,300
+  // instructions missed the instruction cache (17-22 % of the kernel's warp-stall samples at
+  // qwen3-30b TP8 M = 64, docs/perf.md "Session 55").
+  template <Activation kKind>
+  static __device__ __forceinline__ float activate_rows(const KernelParams& p, const float (&acc1)[64],
+                                                        const float (&acc2)[32], const bool (&live)[2],
+                                                        const float (&fr)[2], float (&hv)[2][12][2]) {
+    float amax = 0.0f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (slot[h] < 0) continue;
-      std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + static_cast<std::int64_t>(slot[h]) * p.hidden_size * 2;
 #pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const std::int64_t c = c0 + 8 * jj;
-        if (c >= p.hidden_size) continue;
-        const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
-        const bool f16 = kFp8 ? p.y_f16 != 0 : kF16;
-        if (f16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
-        else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
+      for (int i = 0; i < 12; ++i) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float g = (i < 8 ? acc1[4 * i + 2 * h + c] : acc2[4 * (i - 8) + 2 * h + c]) * fr[h];
+          const float uu = (i < 8 ? acc1[4 * (i + 8) + 2 * h + c] : acc2[4 * (i - 4) + 2 * h + c]) * fr[h];
+          const float a = numerics::activate<numerics::ActMath::kFast, kKind>(g, uu, p.alpha, p.limit);
+          const float v = live[h] ? a : 0.0f;
+          hv[h][i][c] = v;
+          if constexpr (kFp8) amax = numerics::fold_absmax(amax, v);
+        }
       }
     }
-  }
-
-  static __device__ void gemm2_paired(const KernelParams& p, const Smem& s, std::uint64_t dh0, std::uint64_t dh1,
-                                      bool rows, const int (&slot)[2], const float (&f)[2], int lane, int& stage,
-                                      std::uint32_t& phase) {
-    constexpr std::uint32_t kHalf = 128 * kKBytes;  // rows 128..255 of a w2 stage
-    float accA[64], accB[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) accA[i] = accB[i] = 0.0f;  // defined before the first issue reads them
-    const int groups = p.out_tiles;
-    int s0, s1;
-    sm90::mbar_wait(s.full + 8 * stage, phase);
-    s0 = stage;
-    next_stage(stage, phase);
-    s1 = s0;
-    if constexpr (kChunks2 > 1) {
-      sm90::mbar_wait(s.full + 8 * stage, phase);
-      s1 = stage;
-      next_stage(stage, phase);
-    }
-    issue_half(accA, dh0, dh1, s.ring + s0 * kStageBytes, s.ring + s1 * kStageBytes);
-    issue_half(accB, dh0, dh1, s.ring + s0 * kStageBytes + kHalf, s.ring + s1 * kStageBytes + kHalf);
-    // Every group but the last: A's stores, the next group's A issued, B's stores, the next B
-    // issued. No branch between an issue and the wait that covers it (ptxas then keeps the
-    // accumulator sets' waits apart instead of serializing every wgmma, C7514).
-    for (int g = 0; g + 1 < groups; ++g) {
-      sm90::wgmma_wait<1>();  // A of group g
-      sm90::fence_regs<64>(accA);
-      if (rows) store_half(p, accA, g * kOutTile, slot, f, lane);
-      sm90::mbar_wait(s.full + 8 * stage, phase);
-      const int n0 = stage;
-      next_stage(stage, phase);
-      int n1 = n0;
-      if constexpr (kChunks2 > 1) {
-        sm90::mbar_wait(s.full + 8 * stage, phase);
-        n1 = stage;
-        next_stage(stage, phase);
-      }
-      issue_half(accA, dh0, dh1, s.ring + n0 * kStageBytes, s.ring + n1 * kStageBytes);
-      sm90::wgmma_wait<1>();  // B of group g (A of g + 1 in flight)
-      sm90::fence_regs<64>(accB);
-      release(s, s0, lane);
-      if constexpr (kChunks2 > 1) release(s, s1, lane);
-      if (rows) store_half(p, accB, g * kOutTile + 128, slot, f, lane);
-      issue_half(accB, dh0, dh1, s.ring + n0 * kStageBytes + kHalf, s.ring + n1 * kStageBytes + kHalf);
-      s0 = n0;
-      s1 = n1;
-    }
-    sm90::wgmma_wait<1>();
-    sm90::fence_regs<64>(accA);
-    if (rows) store_half(p, accA, (groups - 1) * kOutTile, slot, f, lane);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs<64>(accB);
-    release(s, s0, lane);
-    if constexpr (kChunks2 > 1) release(s, s1, lane);
-    if (rows) store_half(p, accB, (groups - 1) * kOutTile + 128, slot, f, lane);
+    return amax;
   }
 
   // ---- consumer warpgroup ----
@@ -313,8 +252,9 @@ struct ExpertMlp {
     const int warp = t >> 5, lane = t & 31;
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
-    std::uint64_t* rec = t == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+    std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t sums[4] = {0, 0, 0, 0}, mark = 0;
+    std::uint64_t g2[3] = {0, 0, 0};  // GEMM2's waits, MMAs, stores (cycles)
     const auto lap = [&](int i) {
       if (rec != nullptr) {
         const std::uint64_t now = sm90::globaltimer_ns();
@@ -394,22 +334,13 @@ struct ExpertMlp {
       // the unit's rows get zeros. A thread's values: hv[h][i][c], column col_of(i) + c.
       const auto col_of = [lane](int i) { return i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3); };
       float hv[2][12][2];
-      float amax = 0.0f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool live = slot[h] >= 0;
-        const float fr = (p.weight_on_input ? tw[h] : 1.0f) * s13;
-#pragma unroll
-        for (int i = 0; i < 12; ++i) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float g = (i < 8 ? acc1[4 * i + 2 * h + c] : acc2[4 * (i - 8) + 2 * h + c]) * fr;
-            const float uu = (i < 8 ? acc1[4 * (i + 8) + 2 * h + c] : acc2[4 * (i - 4) + 2 * h + c]) * fr;
-            const float v = live ? numerics::activate<numerics::ActMath::kFast>(p.act, g, uu, p.alpha, p.limit) : 0.0f;
-            hv[h][i][c] = v;
-            if constexpr (kFp8) amax = numerics::fold_absmax(amax, v);
-          }
-        }
+      const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
+      const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
+      float amax;
+      switch (p.act) {
+        case Activation::kGelu: amax = activate_rows<Activation::kGelu>(p, acc1, acc2, live, fr, hv); break;
+        case Activation::kSwigluOai: amax = activate_rows<Activation::kSwigluOai>(p, acc1, acc2, live, fr, hv); break;
+        default: amax = activate_rows<Activation::kSilu>(p, acc1, acc2, live, fr, hv);
       }
       float inv_h = 1.0f, s_h = 1.0f;
       if constexpr (kFp8) {
@@ -441,15 +372,13 @@ struct ExpertMlp {
       const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kBlockM * kKBytes);
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
-      if constexpr (kPaired) {
-        gemm2_paired(p, s, dh0, dh1, rows, slot, f, lane, stage, phase);
-      } else
       for (int o = 0; o < p.out_tiles; ++o) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
         // The tile's stages landed, then one group of wgmmas (no wait between them: a wait inside
         // a group makes ptxas serialize every wgmma of the kernel, C7520).
+        const long long t0 = rec != nullptr ? clock64() : 0;
         sm90::mbar_wait(s.full + 8 * stage, phase);
         const int s0 = stage;
         next_stage(stage, phase);
@@ -459,6 +388,8 @@ struct ExpertMlp {
           s1 = stage;
           next_stage(stage, phase);
         }
+        const long long c1 = rec != nullptr ? clock64() : 0;
+        if (rec != nullptr) g2[0] += static_cast<std::uint64_t>(c1 - t0);
         sm90::fence_regs<128>(acc);
         sm90::wgmma_fence();
         const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
@@ -470,6 +401,8 @@ struct ExpertMlp {
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_regs<128>(acc);
+        const long long c2 = rec != nullptr ? clock64() : 0;
+        if (rec != nullptr) g2[1] += static_cast<std::uint64_t>(c2 - c1);
         release(s, s0, lane);
         if constexpr (kChunks2 > 1) release(s, s1, lane);
         if (!rows) continue;
@@ -488,6 +421,7 @@ struct ExpertMlp {
             else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
           }
         }
+        if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
       }
       lap(3);
       // Every consumer is past its reads of h and of this unit's slot list before the next unit
@@ -501,15 +435,18 @@ struct ExpertMlp {
       rec[kPhaseSumGemm1] = sums[1];
       rec[kPhaseSumAct] = sums[2];
       rec[kPhaseSumGemm2] = sums[3];
+      rec[kPhaseG2Wait] = g2[0];
+      rec[kPhaseG2Mma] = g2[1];
+      rec[kPhaseG2Store] = g2[2];
       rec[kPhaseExit] = sm90::globaltimer_ns();
     }
   }
 };
 
-template <Operand kOp, bool kPaired = false>
+template <Operand kOp, bool kTimed = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp, kPaired>;
+  using K = ExpertMlp<kOp, kTimed>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -528,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
-  std::uint64_t* rec = tid == 0 ? phase_record(p) : nullptr;  // phase timer (tests only)
+  std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
   if (rec != nullptr) rec[kPhaseEntry] = sm90::globaltimer_ns();
 
   if (tid == 0) {
@@ -580,9 +517,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 #endif
 }
 
-template <Operand kOp, bool kPaired>
+template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream) {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, kPaired>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kTimed>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchConfig_t cfg{};

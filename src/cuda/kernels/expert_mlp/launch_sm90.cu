@@ -8,10 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
-#include "core/env.hpp"
 #include "cuda/kernels/expert_mlp/config.hpp"
 #include "cuda/kernels/expert_mlp/params.hpp"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
@@ -115,19 +113,16 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
   const std::int64_t max_units = std::min(E, P) + P / kBlockM;
   const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));
-  // MOEKIT_EXPERT_MLP_GEMM2=paired: the paired GEMM2 instantiation (branch s54-expert-mlp-phases).
-  const char* g2 = detail::env_value(detail::EnvVar::kExpertMlpGemm2);
-  const bool paired = g2 != nullptr && std::strcmp(g2, "paired") == 0;
-  if (g2 != nullptr && g2[0] != '\0' && !paired && std::strcmp(g2, "single") != 0)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_GEMM2 must be unset, 'single' or 'paired', got '") + g2 + "'");
+  // The timed instantiation only while a test set a phase buffer.
+  const bool timed = kp.phases != nullptr;
   if (fp8) {
-    if (paired) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream);
     else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream);
   } else if (p.act_dtype == DType::kFp16) {
-    if (paired) expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream);
     else expert_mlp::run_expert_mlp_sm90<Operand::kF16, false>(kp, grid, stream);
   } else {
-    if (paired) expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream);
     else expert_mlp::run_expert_mlp_sm90<Operand::kBf16, false>(kp, grid, stream);
   }
   ++launches;

@@ -65,11 +65,14 @@ enum PhaseWord : int {
   kPhaseSumGemm2,      // sum: GEMM2's tiles (waits, MMAs, stores)
   kPhaseProdSlotWait,  // producer lane 0, sum: waiting for a unit's slot list
   kPhaseProdEmptyWait, // producer lane 0, sum: waiting for free stages (clock64 cycles)
+  kPhaseG2Wait,        // consumer thread 0, sum: GEMM2's waits for its w2 stages (cycles)
+  kPhaseG2Mma,         // consumer thread 0, sum: GEMM2's MMAs, issue to wait (cycles)
+  kPhaseG2Store,       // consumer thread 0, sum: GEMM2's stores of y (cycles)
   kPhaseWords = 16
 };
 
-// Launches the instantiation on `stream` with `grid` persistent CTAs (kPaired: the paired GEMM2).
-template <Operand kOp, bool kPaired>
+// Launches the instantiation on `stream` with `grid` persistent CTAs (kTimed: with the phase timer).
+template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream);
 
 }  // namespace moekit::cuda::expert_mlp
