@@ -49,7 +49,6 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_TMA_A",
     "MOEKIT_KSHORT_GEMM2",
     "MOEKIT_EXPERT_MLP",
-    "MOEKIT_EXPERT_MLP_EARLY",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

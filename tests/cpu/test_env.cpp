@@ -61,7 +61,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorTmaA, "MOEKIT_TOKMAJOR_TMA_A"},
       {EnvVar::kKshortGemm2, "MOEKIT_KSHORT_GEMM2"},
       {EnvVar::kExpertMlp, "MOEKIT_EXPERT_MLP"},
-      {EnvVar::kExpertMlpEarly, "MOEKIT_EXPERT_MLP_EARLY"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

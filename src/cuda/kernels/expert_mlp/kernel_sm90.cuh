@@ -99,53 +99,14 @@ struct ExpertMlp {
     }
   }
 
-  // Unit u; `hint` is the previous unit's expert (-1 at first). Units are expert-major: u < prefix[E]
-  // is tile u - prefix[e] of expert e. With early weights (p.early) units 0..E-1 are the experts'
-  // first tiles (head units, count 0 for an expert without slots) and unit E + v is the v-th of the
-  // further tiles (prefix[] then counts an expert's tiles past its first), so CTA b's first unit is
-  // expert b's and its weights can stream before the routing is known.
+  // Unit u (< prefix[E]); `hint` is the previous unit's expert (-1 at first).
   static __device__ __forceinline__ Unit unit_of(const KernelParams& p, const Smem& s, int u, int& hint) {
-    Unit t;
-    if (p.early) {
-      if (u < p.num_experts) {
-        t.e = u;
-        t.r0 = 0;
-        t.count = min(kBlockM, s.counts[u + 1] - s.counts[u]);
-        return t;
-      }
-      u -= p.num_experts;
-    }
     gemm_common::find_expert_from(u, s.prefix, p.num_experts, hint);
+    Unit t;
     t.e = hint;
-    t.r0 = (u - s.prefix[hint] + (p.early ? 1 : 0)) * kBlockM;
+    t.r0 = (u - s.prefix[hint]) * kBlockM;
     t.count = min(kBlockM, s.counts[hint + 1] - s.counts[hint] - t.r0);
     return t;
-  }
-
-  // Early weights: producer lane 0 asks for the first min(kStages, k_stages) w13 stages of expert e
-  // (this CTA's head unit) at the kernel's entry, before the routing; the stages' token rows follow
-  // once the unit's slots are placed (produce), and a head unit without slots only drains them.
-  static __device__ __forceinline__ void issue_early(const KernelParams& p, const Smem& s, int e) {
-    const int n = min(kStages, p.k_stages);
-    for (int kb = 0; kb < n; ++kb) {
-      const std::uint32_t full = s.full + 8 * kb;
-      const std::uint32_t b = s.ring + kb * kStageBytes + kATileBytes;
-      sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
-      load_w13_stage(p, b, full, kb, e);
-    }
-  }
-
-  // GEMM1 stage kb's w13 tile of expert e into b: six 32-row boxes, gate rows 0..63 | up rows 0..63
-  // | gate rows 64..95 | up rows 64..95.
-  static __device__ __forceinline__ void load_w13_stage(const KernelParams& p, std::uint32_t b, std::uint32_t full,
-                                                        int kb, int e) {
-    const int k0 = kb * kStageElems;
-    sm90::tma_load_3d(b + 0 * 32 * kKBytes, &p.tmap_w13, full, k0, 0, e);
-    sm90::tma_load_3d(b + 1 * 32 * kKBytes, &p.tmap_w13, full, k0, 32, e);
-    sm90::tma_load_3d(b + 2 * 32 * kKBytes, &p.tmap_w13, full, k0, kN, e);
-    sm90::tma_load_3d(b + 3 * 32 * kKBytes, &p.tmap_w13, full, k0, kN + 32, e);
-    sm90::tma_load_3d(b + 4 * 32 * kKBytes, &p.tmap_w13, full, k0, 64, e);
-    sm90::tma_load_3d(b + 5 * 32 * kKBytes, &p.tmap_w13, full, k0, kN + 64, e);
   }
 
   // ---- producer warp ----
@@ -158,33 +119,30 @@ struct ExpertMlp {
     std::uint32_t phase = 0;
     std::uint64_t* rec = lane == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t empty_wait = 0, slot_wait = 0;
-    int j = 0;  // this CTA's units with slots (the slot list's parity)
-    // Stages issued at the entry (issue_early) for this CTA's first unit: their TMA is not issued again.
-    int early = p.early && static_cast<int>(blockIdx.x) < p.num_experts ? min(kStages, p.k_stages) : 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int j = 0;  // this CTA's unit count (the slot list's parity)
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Unit t = unit_of(p, s, u, hint);
-      if (t.count <= 0) {  // a head unit without slots: its early stages complete without token rows
-        for (int kb = 0; kb < early; ++kb) {
-          sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
-          next_stage(stage, phase);
-        }
-        early = 0;
-        continue;
-      }
       // GEMM1: w13's six boxes of a stage, then the token rows once the consumers placed them.
       int tok[kBlockM / 4];  // token of rows (lane >> 3) + 4 i; -1 past the unit's rows
       for (int kb = 0; kb < p.k_stages; ++kb) {
+        const long long c0 = rec != nullptr ? clock64() : 0;
+        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+        if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
         const std::uint32_t full = s.full + 8 * stage;
         const std::uint32_t dst = s.ring + stage * kStageBytes;
-        if (kb >= early) {
-          const long long c0 = rec != nullptr ? clock64() : 0;
-          sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
-          if (lane == 0) {
-            sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
-            load_w13_stage(p, dst + kATileBytes, full, kb, t.e);
-            if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
-          }
+        if (lane == 0) {
+          sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
+          const std::uint32_t b = dst + kATileBytes;
+          const int k0 = kb * kStageElems;
+          const int gate_rows[3] = {0, 32, 64}, up_rows[3] = {kN, kN + 32, kN + 64};
+          // Tile rows: gate 0..63 | up 0..63 | gate 64..95 | up 64..95.
+          sm90::tma_load_3d(b + 0 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[0], t.e);
+          sm90::tma_load_3d(b + 1 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[1], t.e);
+          sm90::tma_load_3d(b + 2 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[0], t.e);
+          sm90::tma_load_3d(b + 3 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[1], t.e);
+          sm90::tma_load_3d(b + 4 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[2], t.e);
+          sm90::tma_load_3d(b + 5 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[2], t.e);
+          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
         }
         if (kb == 0) {
           const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
@@ -223,8 +181,6 @@ struct ExpertMlp {
           next_stage(stage, phase);
         }
       }
-      early = 0;
-      ++j;
     }
     if (rec != nullptr) {
       rec[kPhaseLastIssue] = sm90::globaltimer_ns();
@@ -306,21 +262,10 @@ struct ExpertMlp {
         mark = now;
       }
     };
-    int j = 0;  // this CTA's units with slots
-    int early = p.early && static_cast<int>(blockIdx.x) < p.num_experts ? min(kStages, p.k_stages) : 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int j = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       if (rec != nullptr) mark = sm90::globaltimer_ns();
       const Unit un = unit_of(p, s, u, hint);
-      if (un.count <= 0) {  // a head unit without slots: drain its early stages
-        for (int kb = 0; kb < early; ++kb) {
-          sm90::mbar_wait(s.full + 8 * stage, phase);
-          release(s, stage, lane);
-          next_stage(stage, phase);
-        }
-        early = 0;
-        continue;
-      }
-      early = 0;
       // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
       // weights, for the producer's gather and this epilogue.
       int* us = s.unit_slot + (j & 1) * kBlockM;
@@ -483,7 +428,6 @@ struct ExpertMlp {
       // overwrites them (place_window starts with its own barrier after its counting pass: h is
       // written only after GEMM1, which waits on the producer, so one barrier here suffices).
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      ++j;
     }
     if (rec != nullptr) {
       rec[kPhaseUnits] = static_cast<std::uint64_t>(j);
@@ -539,12 +483,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   // The routing: every slot's local expert, the experts' counts, then the row offsets and units.
   for (int e = tid; e <= E; e += kThreads) s.counts[e] = 0;
   __syncthreads();
-  // Early weights: this CTA's head unit (expert blockIdx.x) starts streaming before the routing.
-  if (p.early && tid == kConsumerThreads && static_cast<int>(blockIdx.x) < E) {
-    K::issue_early(p, s, static_cast<int>(blockIdx.x));
-    std::uint64_t* r = phase_record<kTimed>(p);
-    if (r != nullptr) r[kPhaseFirstIssue] = sm90::globaltimer_ns();
-  }
   const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, p.slots, p.num_experts_global, E, tid,
                                                kThreads, s.slot_e, s.counts);
   __syncthreads();
@@ -566,10 +504,8 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     if (tid == 31) s.counts[E] = acc;
   }
   __syncthreads();
-  // Units an expert: its tiles; with early weights its tiles past the first (the first is its head unit).
-  MOEKIT_BUILD_EXPERT_PREFIX(E, s.counts, s.prefix, rows,
-                             p.early ? max(0, (rows + kBlockM - 1) / kBlockM - 1) : (rows + kBlockM - 1) / kBlockM);
-  const int units = p.early ? E + s.prefix[E] : s.prefix[E];
+  MOEKIT_BUILD_EXPERT_PREFIX(E, s.counts, s.prefix, rows, (rows + kBlockM - 1) / kBlockM);
+  const int units = s.prefix[E];
   if (rec != nullptr) rec[kPhaseRouted] = sm90::globaltimer_ns();
   // The combine, launched as this kernel's programmatic dependent (cuda/common/pdl.cuh), may now
   // become resident beside it and wait in its pdl_wait for this grid's y. This kernel is a call's

@@ -8,10 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <string>
-
-#include "core/env.hpp"
 
 #include "cuda/kernels/expert_mlp/config.hpp"
 #include "cuda/kernels/expert_mlp/params.hpp"
@@ -53,20 +50,6 @@ bool supported(const MoeProblem& p, std::string* why) {
     return false;
   }
   return true;
-}
-
-// Early weights (head units, kernel_sm90.cuh): CTA b streams expert b's first stages before the
-// routing, which pays when nearly every expert has slots: from P >= 2 E (86 % of the experts hit
-// with uniform routing; below it the CTAs of the experts without slots would stream for nothing).
-// MOEKIT_EXPERT_MLP_EARLY=1 / 0 forces it on / off.
-bool early_weights(std::int64_t E, std::int64_t P) {
-  const char* v = detail::env_value(detail::EnvVar::kExpertMlpEarly);
-  if (v != nullptr && v[0] != '\0') {
-    if (std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_EARLY must be unset, 0 or 1, got '") + v + "'");
-  }
-  return P >= 2 * E;
 }
 
 }  // namespace
@@ -115,7 +98,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
-  kp.early = early_weights(E, P) ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
@@ -128,9 +110,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P));
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
-  // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64 (early weights: E head units +
-  // P / 64 further tiles at most); one CTA an SM at most.
-  const std::int64_t max_units = (kp.early != 0 ? E : std::min(E, P)) + P / kBlockM;
+  // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
+  const std::int64_t max_units = std::min(E, P) + P / kBlockM;
   const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;

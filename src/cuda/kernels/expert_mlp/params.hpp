@@ -33,7 +33,6 @@ struct KernelParams {
   int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (two stages each)
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
-  int early;                       // head units: CTA b < E streams expert b's first stages before the routing
   // fp8_per_tensor (the e4m3 instantiation): hidden's scale [1] (the quantization launch's), the
   // weights' per-expert scales [E], and the intermediate's static scale [1] or null: then each unit
   // scales its own h (dynamic_scale of its absmax; docs/design.md "The per-expert MLP path").
