@@ -252,11 +252,12 @@ struct RouterTable {
   double expert_mlp_min_slots = 128.0;
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
-  // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale): forced by
-  // name only. Session 54's sweep (dde9273, H100, two passes, check on;
-  // bench/results/2026-12-05-dde9273-h100-expert-mlp-fp8-sweep.md): 0.74-0.97x of auto at
-  // qwen3-30b TP8 M = 8..256 (M = 64 69.2 against token-major's 55.3 µs).
-  bool expert_mlp_fp8_in_auto = false;
+  // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale), over the
+  // same slot range. Session 54's sweep had it at 0.74-0.97x of auto (dde9273, H100; M = 64 69.2
+  // against token-major's 55.3 µs); session 55's activation and epilogue (the kernel's cold code and
+  // warp 0's stores, docs/perf.md "Session 55") brought it ahead: the same-run A/B against the
+  // previous auto choice is in docs/router.md "Session 55".
+  bool expert_mlp_fp8_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

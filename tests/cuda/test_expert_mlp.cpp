@@ -188,6 +188,13 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(32 * c.spec.K));
   FusedExpertsArgs h = c.host_args(host_out.data());
   EXPECT_EQ(describe_dispatch(describe(h), o), "expert_mlp");
+  {
+    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: the same range (RouterTable::expert_mlp_fp8_in_auto)
+    s8.scheme = Scheme::kFp8PerTensor;
+    MoeCase c8 = make_case(s8);
+    std::vector<std::uint16_t> out8(static_cast<std::size_t>(32 * c8.spec.K));
+    EXPECT_EQ(describe_dispatch(describe(c8.host_args(out8.data())), o), "expert_mlp");
+  }
   for (TensorView* v : {&h.hidden, &h.topk_ids, &h.topk_weights, &h.out}) v->shape[0] = 8;
   EXPECT_NE(describe_dispatch(describe(h), o), "expert_mlp");
   for (std::int64_t M : {8, 16, 32}) {

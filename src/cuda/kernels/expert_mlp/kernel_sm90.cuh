@@ -246,6 +246,36 @@ struct ExpertMlp {
     return amax;
   }
 
+  // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
+  // when kHalf, else bf16) for the thread's live rows h, jj < 32 with 8 jj < lim. The row's address
+  // once, a word store a value pair at a fixed offset, the column bound a predicate: ~5
+  // instructions a pair, where 64-bit column arithmetic and a branch a pair took ~17 and kept
+  // warp 0 in its stores for 5-20 µs of a unit while the other warps waited at the next tile's
+  // wgmma (the GEMM2 phase split, docs/perf.md "Session 55").
+  template <bool kHalf>
+  static __device__ __forceinline__ void store_y(const KernelParams& p, const float (&acc)[128], const int (&slot)[2],
+                                                 const float (&f)[2], int col0, int lim) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (slot[h] < 0) continue;
+      std::uint32_t* row = reinterpret_cast<std::uint32_t*>(static_cast<std::uint8_t*>(p.y) +
+                                                            (static_cast<std::int64_t>(slot[h]) * p.hidden_size + col0) * 2);
+#pragma unroll
+      for (int jj = 0; jj < kOutTile / 8; ++jj) {
+        const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
+        std::uint32_t bits;
+        if constexpr (kHalf) {
+          const __half2 v = __floats2half2_rn(v0, v1);
+          bits = *reinterpret_cast<const std::uint32_t*>(&v);
+        } else {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+          bits = *reinterpret_cast<const std::uint32_t*>(&v);
+        }
+        if (8 * jj < lim) row[4 * jj] = bits;
+      }
+    }
+  }
+
   // ---- consumer warpgroup ----
   static __device__ void consume(const KernelParams& p, const Smem& s, int units) {
     const int t = threadIdx.x;  // 0..127
@@ -406,20 +436,14 @@ struct ExpertMlp {
         release(s, s0, lane);
         if constexpr (kChunks2 > 1) release(s, s1, lane);
         if (!rows) continue;
-        const std::int64_t c0 = static_cast<std::int64_t>(o) * kOutTile + 2 * (lane & 3);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (slot[h] < 0) continue;
-          std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + static_cast<std::int64_t>(slot[h]) * p.hidden_size * 2;
-#pragma unroll
-          for (int jj = 0; jj < kOutTile / 8; ++jj) {
-            const std::int64_t c = c0 + 8 * jj;
-            if (c >= p.hidden_size) continue;
-            const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
-            const bool f16 = kFp8 ? p.y_f16 != 0 : kF16;
-            if (f16) *reinterpret_cast<__half2*>(row + c * 2) = __floats2half2_rn(v0, v1);
-            else *reinterpret_cast<__nv_bfloat162*>(row + c * 2) = __floats2bfloat162_rn(v0, v1);
-          }
+        // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
+        const int lim = p.hidden_size - o * kOutTile - 2 * (lane & 3);
+        const int col0 = o * kOutTile + 2 * (lane & 3);
+        if constexpr (kFp8) {
+          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0, lim);
+          else store_y<false>(p, acc, slot, f, col0, lim);
+        } else {
+          store_y<kF16>(p, acc, slot, f, col0, lim);
         }
         if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
       }
