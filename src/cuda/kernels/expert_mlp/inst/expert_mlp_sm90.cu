@@ -12,11 +12,11 @@ template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int,
 template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kBf16, false>));
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kF16, false>));
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kE4m3, false>));
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kBf16, true>));
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kF16, true>));
-MOEKIT_REGISTER_KERNEL((expert_mlp_sm90_kernel<Operand::kE4m3, true>));
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true>);
 
 }  // namespace moekit::cuda::expert_mlp
