@@ -255,8 +255,10 @@ struct RouterTable {
   // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale), over the
   // same slot range. Session 54's sweep had it at 0.74-0.97x of auto (dde9273, H100; M = 64 69.2
   // against token-major's 55.3 µs); session 55's activation and epilogue (the kernel's cold code and
-  // warp 0's stores, docs/perf.md "Session 55") brought it ahead: the same-run A/B against the
-  // previous auto choice is in docs/router.md "Session 55".
+  // warp 0's stores, docs/perf.md "Session 55") brought it ahead. Same-run A/B against the previous
+  // auto choice (548c1ac, H100, two repeats, check on; bench/results/2026-12-05-548c1ac-h100-
+  // expert-mlp-auto-ab-tp8.md): qwen3-30b TP8 fp8 M = 16 / 32 / 64 / 128 / 256 1.19-1.29x (M = 16
+  // 43.3 -> 34.7 µs on gemv(mma) before, M = 64 55.5 -> 44.7 on token-major before).
   bool expert_mlp_fp8_in_auto = true;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
