@@ -19,10 +19,25 @@ scratch=$(mktemp -d)
 trap 'git -C "$ROOT" worktree remove --force "$scratch/wt" >/dev/null 2>&1 || true; rm -rf "$scratch"' EXIT
 git -C "$ROOT" worktree add --detach -q "$scratch/wt" "$commit"
 # BASE's own stamp_tree.sh (it stamps the work tree it sits in); a BASE without one is left unstamped.
-[ -f "$scratch/wt/tools/scripts/stamp_tree.sh" ] && bash "$scratch/wt/tools/scripts/stamp_tree.sh" >/dev/null
+# bench/results/ (the recorded runs, tens of MB) is left out of DIR where BASE's stamp_tree.sh can say
+# so (STAMP_OMIT): the working tree and DIR together must fit the device's 64 MiB transfer, and the
+# base build then still records BASE, clean, with "omitted" in its stamp. An older BASE is copied whole.
+OMIT=bench/results
+STAMP=$scratch/wt/tools/scripts/stamp_tree.sh
+if [ -f "$STAMP" ] && grep -q STAMP_OMIT "$STAMP"; then
+  rm -rf "${scratch:?}/wt/$OMIT"
+  STAMP_OMIT=$OMIT bash "$STAMP" >/dev/null
+else
+  OMIT=
+  [ -f "$STAMP" ] && bash "$STAMP" >/dev/null
+fi
 rm -rf "$DIR"
 mkdir -p "$DIR"
-git -C "$ROOT" archive "$commit" | tar -x -C "$DIR"
+if [ -n "$OMIT" ]; then
+  git -C "$ROOT" archive "$commit" | tar -x -C "$DIR" --exclude="$OMIT"
+else
+  git -C "$ROOT" archive "$commit" | tar -x -C "$DIR"
+fi
 # A .git file that points nowhere: git then finds no work tree in DIR, so a BASE older than the
 # top-of-work-tree check in moekit_build_info.cmake also reads its build-info.json rather than the
 # enclosing checkout's git.

@@ -28,14 +28,19 @@ index=$(git rev-parse --git-path index)
 # fresh mtime would let a same-size edit made in the same second as the last `git add` pass as
 # unchanged.
 [ -f "$index" ] && cp -p "$index" "$scratch/index"
-GIT_INDEX_FILE=$scratch/index git add -A -- . ":(exclude)$SELF" >/dev/null
+# STAMP_OMIT=PATH (tools/scripts/ab_base.sh: bench/results, left out of a base tree to fit the
+# device's transfer): files under PATH that are missing stay as HEAD has them in the tree hash (their
+# deletion is not staged), are left out of the hashed file list, and the stamp says "omitted".
+omit=()
+[ -n "${STAMP_OMIT:-}" ] && omit=(":(exclude)$STAMP_OMIT")
+GIT_INDEX_FILE=$scratch/index git add -A -- . ":(exclude)$SELF" "${omit[@]}" >/dev/null
 tree=$(GIT_INDEX_FILE=$scratch/index git write-tree)
 GIT_INDEX_FILE=$scratch/index git ls-files -z -- . ":(exclude)$SELF" >"$scratch/files"
 
-python3 - "$commit" "$tree" "$head_tree" "$scratch/files" "${1:-}" "$SELF" <<'EOF'
+python3 - "$commit" "$tree" "$head_tree" "$scratch/files" "${1:-}" "$SELF" "${STAMP_OMIT:-}" <<'EOF'
 import datetime, hashlib, json, os, sys
 
-commit, tree, head_tree, files_path, mode, self_name = sys.argv[1:7]
+commit, tree, head_tree, files_path, mode, self_name, omitted = sys.argv[1:8]
 with open(files_path, "rb") as f:
     paths = sorted(p.decode() for p in f.read().split(b"\0") if p)
 # Plain files only (a submodule is a folder), in byte order: CMake recomputes the same string.
@@ -53,6 +58,8 @@ info = {
     "content_sha256": hashlib.sha256("".join(lines).encode()).hexdigest(),
     "files": paths,
 }
+if omitted:
+    info["omitted"] = omitted
 text = json.dumps(info, indent=1) + "\n"
 if mode == "--stdout":
     sys.stdout.write(text)
@@ -60,5 +67,5 @@ else:
     with open(self_name, "w") as f:
         f.write(text)
     print(f"{self_name}: commit {commit[:12]}{' (dirty)' if info['dirty'] else ''}, tree {tree[:12]}, "
-          f"{len(paths)} files")
+          f"{len(paths)} files" + (f" ({omitted} omitted)" if omitted else ""))
 EOF
