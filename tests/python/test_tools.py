@@ -417,6 +417,35 @@ def test_build_info_reads_git_then_the_stamp_and_catches_a_stale_one(tmp_path):
 
 
 @pytest.mark.skipif(not _have("git", "cmake", "bash"), reason="needs git, cmake and bash")
+def test_stamp_omit_keeps_a_tree_without_its_records_clean_and_not_stale(tmp_path):
+    # tools/scripts/ab_base.sh: a base tree without bench/results (STAMP_OMIT=bench/results): the
+    # stamp keeps HEAD's tree and dirty 0, says what it omitted, hashes only the files present, and
+    # the build of the copy reads it as not stale; an edit elsewhere is still dirty.
+    repo, git = _scratch_repo(tmp_path)
+    (repo / "bench" / "results").mkdir(parents=True)
+    (repo / "bench" / "results" / "r.json").write_text("{}\n")
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "records"], check=True)
+    head = subprocess.run(git[:3] + ["rev-parse", "HEAD", "HEAD^{tree}"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    shutil.rmtree(repo / "bench" / "results")
+    env = dict(os.environ, STAMP_OMIT="bench/results")
+    subprocess.run(["bash", str(repo / "tools" / "scripts" / "stamp_tree.sh")], check=True, env=env,
+                   capture_output=True)
+    stamp = json.loads((repo / "build-info.json").read_text())
+    assert (stamp["commit"], stamp["tree"], stamp["dirty"]) == (head[0], head[1], False)
+    assert stamp["omitted"] == "bench/results" and not any(p.startswith("bench/results") for p in stamp["files"])
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    text, err = _build_info(copy, tmp_path / "info.cpp")
+    assert f'"{head[0]}", "{head[1]}", 0,' in text and "stale" not in err
+    (repo / "a.txt").write_text("edited\n")
+    out = subprocess.run(["bash", str(repo / "tools" / "scripts" / "stamp_tree.sh"), "--stdout"], check=True, env=env,
+                         capture_output=True, text=True).stdout
+    assert json.loads(out)["dirty"]
+
+
+@pytest.mark.skipif(not _have("git", "cmake", "bash"), reason="needs git, cmake and bash")
 def test_build_info_of_a_tree_nested_in_another_checkout_reads_its_own_stamp(tmp_path):
     # An A/B's base unpacked into the checkout's ignored .ab/ (tools/scripts/ab_base.sh): git is
     # asked only at the top of a work tree, so the base records its own stamp, not the enclosing
