@@ -241,8 +241,8 @@ struct RouterTable {
   // rest of its rule (up to gemv_mma_max_tokens) to decode, where decode can run.
   double gemv_mma_channel_tiny_n_max_tokens = 4.0;
   bool decode_in_auto = true;
-  // The per-expert MLP kernel (kernels/expert_mlp/), when it can run the call (bf16, N = 96:
-  // qwen3-30b TP8), ahead of everything else from expert_mlp_min_slots to expert_mlp_max_slots
+  // The per-expert MLP kernel (kernels/expert_mlp/), when it can run the call (bf16 / fp16, and
+  // fp8_per_tensor by the switch below, at N = 96: qwen3-30b TP8), ahead of everything else from expert_mlp_min_slots to expert_mlp_max_slots
   // local slots. Session 54's same-run A/B on an H100 (MOEKIT_EXPERT_MLP 0 against 1 at 2c40191,
   // two repeats, check on; bench/results/2026-12-05-2c40191-h100-expert-mlp-ab-tp8.md), qwen3-30b
   // TP8 bf16, against the previous auto choice: M = 16 / 32 / 64 / 128 / 256 (128..2048 slots)

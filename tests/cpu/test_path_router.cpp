@@ -818,7 +818,7 @@ TEST(CpuSameProblem, EveryFieldCounts) {
 
 TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto from 128 to 2048 local slots where
-  // it can run the call (bf16 at N = 96), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
+  // it can run the call (N = 96; fp8_per_tensor by its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
   // = 0 (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;

@@ -22,9 +22,11 @@ thread_local int launches = 0;
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};  // the phase timer (tests only)
 std::atomic<int> g_phase_ctas{0};
 
+}  // namespace
+
 // Whether the kernel can run `p`; where not, the reason goes to `why` when given (a call that
 // does not print the router's reason builds no string).
-bool supported(const MoeProblem& p, std::string* why) {
+bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   using namespace expert_mlp;
   const auto fail = [why](const char* msg, std::int64_t v = -1) {
     if (why != nullptr) *why = std::string("expert_mlp: ") + msg + (v >= 0 ? std::to_string(v) : std::string());
@@ -52,10 +54,6 @@ bool supported(const MoeProblem& p, std::string* why) {
   return true;
 }
 
-}  // namespace
-
-bool expert_mlp_supported(const MoeProblem& problem, std::string* why) { return supported(problem, why); }
-
 int expert_mlp_launches() { return launches; }
 
 void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
@@ -72,7 +70,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   using namespace expert_mlp;
   const MoeProblem& p = a.problem;
   std::string why;
-  if (!supported(p, &why)) throw Error(Status::kNotSupported, why);
+  if (!expert_mlp_supported(p, &why)) throw Error(Status::kNotSupported, why);
   if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
     throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
   const std::int64_t P = p.num_tokens * p.top_k;
