@@ -49,6 +49,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_TOKMAJOR_TMA_A",
     "MOEKIT_KSHORT_GEMM2",
     "MOEKIT_EXPERT_MLP",
+    "MOEKIT_EXPERT_MLP_EVICT_FIRST",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

@@ -53,6 +53,7 @@ enum class EnvVar : int {
   kTokmajorTmaA,       // MOEKIT_TOKMAJOR_TMA_A (cuda/kernels/tokmajor/launch_sm90.cu)
   kKshortGemm2,        // MOEKIT_KSHORT_GEMM2 (cuda/kernels/kshort/launch_sm90.cu)
   kExpertMlp,          // MOEKIT_EXPERT_MLP (cuda/backend.cu)
+  kExpertMlpEvictFirst, // MOEKIT_EXPERT_MLP_EVICT_FIRST (cuda/kernels/expert_mlp/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

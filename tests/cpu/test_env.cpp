@@ -61,6 +61,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kTokmajorTmaA, "MOEKIT_TOKMAJOR_TMA_A"},
       {EnvVar::kKshortGemm2, "MOEKIT_KSHORT_GEMM2"},
       {EnvVar::kExpertMlp, "MOEKIT_EXPERT_MLP"},
+      {EnvVar::kExpertMlpEvictFirst, "MOEKIT_EXPERT_MLP_EVICT_FIRST"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

@@ -128,6 +128,27 @@ TEST(Sm90ExpertMlp, RoutingEdgeCases) {
   }
 }
 
+TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
+  // MOEKIT_EXPERT_MLP_EVICT_FIRST=1 (the weights' TMA with an L2 evict-first hint): a cache policy
+  // only, the same bits as without, bf16 and fp8.
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = qwen30_tp8(64, 47);
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    std::vector<std::uint16_t> on, off;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_EVICT_FIRST", "1");
+      on = run_checked(d, c, 64, std::string(scheme_name(scheme)) + " evict-first");
+    }
+    off = run_checked(d, c, 64, std::string(scheme_name(scheme)) + " no hint");
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < on.size(); ++i) differ += on[i] != off[i];
+    EXPECT_EQ(differ, 0) << scheme_name(scheme) << ": " << differ << " values differ with the hint";
+  }
+}
+
 TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
   // fp8_per_tensor: hidden quantized by the chain's quantization launch (dynamic or static scale),
   // each unit's intermediate scaled by itself (dynamic; docs/design.md) or by the static scale,

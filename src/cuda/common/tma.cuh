@@ -49,6 +49,17 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+// The same with an L2 cache policy (cp_async.cuh's createpolicy_evict_first: a weight stream read
+// once, so it does not push out of L2 what is read again: token rows, ids, code).
+__device__ __forceinline__ void tma_load_3d_hint(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0,
+                                                 int c1, int c2, std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+      : "memory");
+}
+
 // The same box multicast to the CTAs of the cluster in `cta_mask`: it lands at the same
 // shared-memory offset in each and completes its bytes on the barrier at `bar`'s offset in each.
 __device__ __forceinline__ void tma_load_3d_multicast(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar,

@@ -18,17 +18,29 @@ namespace moekit::cuda::numerics {
 //  - kFast: __expf (2 + 1.17|x| ulp) and __fdividef (2 ulp), ~1e-6 relative for |x| <= 10, far
 //    below the bf16 / fp8 rounding that follows, and ~4x fewer instructions; erf(g * (1 / sqrt 2))
 //    (token-major, whose epilogue is on the critical path at prefill). A saturated exponential
-//    still gives the limit (x / inf = 0).
-enum class ActMath : int { kIeee, kIeeeRsqrt2, kFast };
+//    still gives the limit (x / inf = 0);
+//  - kFastFtz: kFast with the exponential's input and result flushed to zero (ex2.approx.ftz): one
+//    MUFU.EX2 where kFast's non-flushing ex2 adds a range test and two scalings. The same results
+//    wherever an exponential feeds 1 + e (silu, swiglu_oai): e below 2^-126 adds nothing to 1 in
+//    fp32, flushed or not, and a subnormal argument gives e = 1 either way (the per-expert MLP
+//    kernel, whose activation runs as cold code once a unit).
+enum class ActMath : int { kIeee, kIeeeRsqrt2, kFast, kFastFtz };
 
 template <ActMath kMath>
 __device__ __forceinline__ float act_exp(float x) {
-  if constexpr (kMath == ActMath::kFast) return __expf(x);
-  else return expf(x);
+  if constexpr (kMath == ActMath::kFastFtz) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));  // __expf's x log2(e)
+    return r;
+  } else if constexpr (kMath == ActMath::kFast) {
+    return __expf(x);
+  } else {
+    return expf(x);
+  }
 }
 template <ActMath kMath>
 __device__ __forceinline__ float act_div(float a, float b) {
-  if constexpr (kMath == ActMath::kFast) return __fdividef(a, b);
+  if constexpr (kMath == ActMath::kFast || kMath == ActMath::kFastFtz) return __fdividef(a, b);
   else return a / b;
 }
 template <ActMath kMath>

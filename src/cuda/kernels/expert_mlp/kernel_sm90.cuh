@@ -119,6 +119,12 @@ struct ExpertMlp {
     std::uint32_t phase = 0;
     std::uint64_t* rec = lane == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t empty_wait = 0, slot_wait = 0;
+    // The weights' TMA, with the L2 evict-first hint when p.evict_first (MOEKIT_EXPERT_MLP_EVICT_FIRST=1).
+    const std::uint64_t policy = sm90::createpolicy_evict_first();
+    const auto load = [&](std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0, int c1, int c2) {
+      if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
+      else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
+    };
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Unit t = unit_of(p, s, u, hint);
@@ -134,14 +140,9 @@ struct ExpertMlp {
           sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
           const std::uint32_t b = dst + kATileBytes;
           const int k0 = kb * kStageElems;
-          const int gate_rows[3] = {0, 32, 64}, up_rows[3] = {kN, kN + 32, kN + 64};
-          // Tile rows: gate 0..63 | up 0..63 | gate 64..95 | up 64..95.
-          sm90::tma_load_3d(b + 0 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[0], t.e);
-          sm90::tma_load_3d(b + 1 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[1], t.e);
-          sm90::tma_load_3d(b + 2 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[0], t.e);
-          sm90::tma_load_3d(b + 3 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[1], t.e);
-          sm90::tma_load_3d(b + 4 * 32 * kKBytes, &p.tmap_w13, full, k0, gate_rows[2], t.e);
-          sm90::tma_load_3d(b + 5 * 32 * kKBytes, &p.tmap_w13, full, k0, up_rows[2], t.e);
+          const int rows[6] = {0, 32, kN, kN + 32, 64, kN + 64};  // gate 0..63 | up 0..63 | gate 64..95 | up 64..95
+#pragma unroll
+          for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, rows[x], t.e);
           if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
         }
         if (kb == 0) {
@@ -175,7 +176,7 @@ struct ExpertMlp {
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
-            sm90::tma_load_3d(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
+            load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
           next_stage(stage, phase);
@@ -217,33 +218,72 @@ struct ExpertMlp {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(bits) : "memory");
   }
 
-  // The activation of a thread's 48 (gate, up) pairs as straight-line code for one kind: h[i][c] =
-  // act(g, u) of row h (0 past the unit's rows, whose accumulators are stale shared memory's), g and
-  // u scaled by fr[h] first; returns the absmax of the values (fp8's dynamic scale). The kind's
-  // switch sits outside this function: switching per value made 48 divergent blocks whose ~2,300
-  // instructions missed the instruction cache (17-22 % of the kernel's warp-stall samples at
-  // qwen3-30b TP8 M = 64, docs/perf.md "Session 55").
-  template <Activation kKind>
-  static __device__ __forceinline__ float activate_rows(const KernelParams& p, const float (&acc1)[64],
-                                                        const float (&acc2)[32], const bool (&live)[2],
-                                                        const float (&fr)[2], float (&hv)[2][12][2]) {
-    float amax = 0.0f;
+  // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
+  // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
+  // unit's rows, whose accumulators are stale shared memory's). kStore: the 24 values x inv_h into
+  // GEMM2's A tile at row q; else the absmax of the values folded into amax (fp8's dynamic scale),
+  // returned. The caller runs the half as a rolled loop (h selects the accumulator registers by
+  // FSEL), so the code is fetched once and run twice: the kernel runs it once a unit, cold, while
+  // the weight stream holds the memory system (docs/perf.md "Session 55"). The kind's switch sits
+  // outside (per-value switching made 48 divergent blocks).
+  template <Activation kKind, bool kStore>
+  static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const float (&acc1)[64],
+                                                   const float (&acc2)[32], int h, bool live, float fr, int q,
+                                                   int lane, float inv_h, float amax) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 12; ++i) {
+      float v[2];
 #pragma unroll
-      for (int i = 0; i < 12; ++i) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float g = (i < 8 ? acc1[4 * i + 2 * h + c] : acc2[4 * (i - 8) + 2 * h + c]) * fr[h];
-          const float uu = (i < 8 ? acc1[4 * (i + 8) + 2 * h + c] : acc2[4 * (i - 4) + 2 * h + c]) * fr[h];
-          const float a = numerics::activate<numerics::ActMath::kFast, kKind>(g, uu, p.alpha, p.limit);
-          const float v = live[h] ? a : 0.0f;
-          hv[h][i][c] = v;
-          if constexpr (kFp8) amax = numerics::fold_absmax(amax, v);
-        }
+      for (int c = 0; c < 2; ++c) {
+        const float g0 = i < 8 ? acc1[4 * i + c] : acc2[4 * (i - 8) + c];
+        const float g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
+        const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
+        const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
+        const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
+        const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
+        v[c] = live ? a : 0.0f;
+        if constexpr (!kStore) amax = numerics::fold_absmax(amax, v[c]);
+      }
+      if constexpr (kStore) {
+        const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
+        store_h(s, q, n, v[0] * inv_h, v[1] * inv_h);
       }
     }
     return amax;
+  }
+
+  // The unit's h into GEMM2's A tile for one activation kind; returns the scale h was divided by
+  // (fp8: the static intermediate scale or dynamic_scale of the unit's absmax; else 1). fp8 with a
+  // dynamic scale runs the halves twice: the absmax first (the four warps' maxima through `red`),
+  // then the stores.
+  template <Activation kKind>
+  static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const float (&acc1)[64],
+                                                     const float (&acc2)[32], const bool (&live)[2],
+                                                     const float (&fr)[2], int warp, int lane) {
+    const int q0 = 16 * warp + (lane >> 2);
+    float s_h = 1.0f;
+    if constexpr (kFp8) {
+      if (p.a2_scale != nullptr) {
+        s_h = p.a2_scale[0];
+      } else {
+        float amax = 0.0f;
+#pragma unroll 1
+        for (int h = 0; h < 2; ++h)
+          amax = act_half<kKind, false>(p, s, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
+                                        q0 + 8 * h, lane, 1.0f, amax);
+        amax = warp_max(amax);
+        if (lane == 0) s.red[warp] = amax;
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+        s_h = numerics::dynamic_scale(amax);
+      }
+    }
+    const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h)
+      act_half<kKind, true>(p, s, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
+                            lane, inv_h, 0.0f);
+    return s_h;
   }
 
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
@@ -361,36 +401,17 @@ struct ExpertMlp {
       // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
       // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
       // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
-      // the unit's rows get zeros. A thread's values: hv[h][i][c], column col_of(i) + c.
-      const auto col_of = [lane](int i) { return i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3); };
-      float hv[2][12][2];
+      // the unit's rows get zeros.
       const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
       const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
-      float amax;
+      float s_h;
       switch (p.act) {
-        case Activation::kGelu: amax = activate_rows<Activation::kGelu>(p, acc1, acc2, live, fr, hv); break;
-        case Activation::kSwigluOai: amax = activate_rows<Activation::kSwigluOai>(p, acc1, acc2, live, fr, hv); break;
-        default: amax = activate_rows<Activation::kSilu>(p, acc1, acc2, live, fr, hv);
+        case Activation::kGelu: s_h = activation<Activation::kGelu>(p, s, acc1, acc2, live, fr, warp, lane); break;
+        case Activation::kSwigluOai:
+          s_h = activation<Activation::kSwigluOai>(p, s, acc1, acc2, live, fr, warp, lane);
+          break;
+        default: s_h = activation<Activation::kSilu>(p, s, acc1, acc2, live, fr, warp, lane);
       }
-      float inv_h = 1.0f, s_h = 1.0f;
-      if constexpr (kFp8) {
-        if (p.a2_scale != nullptr) {
-          s_h = p.a2_scale[0];
-        } else {
-          amax = warp_max(amax);
-          float* red = s.red;
-          if (lane == 0) red[warp] = amax;
-          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-          amax = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-          s_h = numerics::dynamic_scale(amax);
-        }
-        inv_h = 1.0f / s_h;
-      }
-      const int q0 = 16 * warp + (lane >> 2);
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < 12; ++i) store_h(s, q0 + 8 * h, col_of(i), hv[h][i][0] * inv_h, hv[h][i][1] * inv_h);
       sm90::fence_proxy_async_shared_cta();  // h's generic-proxy stores, before the wgmmas read them
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       lap(2);

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
+
+#include "core/env.hpp"
 
 #include "cuda/kernels/expert_mlp/config.hpp"
 #include "cuda/kernels/expert_mlp/params.hpp"
@@ -54,6 +57,19 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   return true;
 }
 
+namespace {
+
+// MOEKIT_EXPERT_MLP_EVICT_FIRST=1: the weights' TMA with an L2 evict-first hint (branch s55-next,
+// for its A/B); unset or 0: without.
+bool evict_first() {
+  const char* v = detail::env_value(detail::EnvVar::kExpertMlpEvictFirst);
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_EVICT_FIRST must be unset, 0 or 1, got '") + v + "'");
+}
+
+}  // namespace
+
 int expert_mlp_launches() { return launches; }
 
 void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
@@ -96,6 +112,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
+  kp.evict_first = evict_first() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
