@@ -186,23 +186,51 @@ void phase_table(const Shape& s, const char* path = "decode", bool flush = true)
     cudaFree(p);
 }
 
+// How a timed call finds L2: flushed by reading (the benches' flush, tools/bench/l2_flush.cuh: the
+// weights then come from HBM only), warmed by one untimed call of the same arguments (the weights
+// and the code in L2, for a shape whose weights fit it), or as the work before left it.
+enum class L2State { kFlushed, kWarmed, kAsLeft };
+
+// One timed call of `a`: a zeroed phase buffer of `words` words handed to the kernels by
+// `set(buffer)` (and `set(nullptr)` after), the output NaN-poisoned before and copied into
+// `timed`; the stamps into `rec`. A CUDA failure is fatal (the caller checks HasFatalFailure).
+template <class SetBuffer>
+void timed_call(const Shape& s, const FusedExpertsArgs& a, Options o, std::size_t words, L2State l2, SetBuffer set,
+                std::vector<std::uint16_t>& timed, std::vector<std::uint64_t>& rec) {
+  std::uint64_t* phases = nullptr;
+  void* flush_buf = nullptr;
+  const std::size_t flush_bytes = std::size_t{128} << 20;  // over twice the H200's L2
+  CUDA_OK(cudaMalloc(&phases, words * 8));
+  CUDA_OK(cudaMemset(phases, 0, words * 8));
+  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
+  if (l2 == L2State::kFlushed) {
+    int sms = 0, value = 0;
+    CUDA_OK(cudaMalloc(&flush_buf, flush_bytes));
+    CUDA_OK(cudaMemset(flush_buf, 1, flush_bytes));
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CUDA_OK(::flush_l2(nullptr, flush_buf, flush_bytes, /*write=*/false, &value, sms));
+  } else if (l2 == L2State::kWarmed) {
+    fused_experts(a, o);
+  }
+  set(phases);
+  fused_experts(a, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  set(nullptr);
+  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
+  rec.assign(words, 0);
+  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(phases), flush_buf}) cudaFree(p);
+}
+
 // gemv: one timed call of `a`, output (NaN-poisoned before) into `timed`; prints the table.
 void gemv_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::vector<std::uint16_t>& timed) {
   namespace gv = cuda::gemv;
   constexpr int kMaxCtas = 1024;
   const std::size_t words = static_cast<std::size_t>(kMaxCtas) * gv::kPhaseWords;
-  std::uint64_t* phases = nullptr;
-  CUDA_OK(cudaMalloc(&phases, words * 8));
-  CUDA_OK(cudaMemset(phases, 0, words * 8));
-  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
-  cuda::set_gemv_phase_buffer(phases, kMaxCtas);
-  fused_experts(a, o);
-  CUDA_OK(cudaDeviceSynchronize());
-  cuda::set_gemv_phase_buffer(nullptr, 0);
-  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
-  std::vector<std::uint64_t> rec(words);
-  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
-  cudaFree(phases);
+  std::vector<std::uint64_t> rec;
+  timed_call(s, a, o, words, L2State::kAsLeft,
+             [](std::uint64_t* b) { cuda::set_gemv_phase_buffer(b, b != nullptr ? kMaxCtas : 0); }, timed, rec);
+  if (::testing::Test::HasFatalFailure()) return;
   const char* names[] = {"routed", "gemm1", "barrier", "staged", "gemm2"};
   constexpr int kPhases = sizeof(names) / sizeof(names[0]);
   std::uint64_t t0 = ~std::uint64_t{0};
@@ -242,27 +270,12 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
   namespace em = cuda::expert_mlp;
   constexpr int kMaxCtas = 1024;
   const std::size_t words = static_cast<std::size_t>(kMaxCtas) * em::kPhaseWords;
-  std::uint64_t* phases = nullptr;
-  void* flush_buf = nullptr;
-  const std::size_t flush_bytes = std::size_t{128} << 20;  // over twice the H200's L2
-  CUDA_OK(cudaMalloc(&phases, words * 8));
-  CUDA_OK(cudaMalloc(&flush_buf, flush_bytes));
-  CUDA_OK(cudaMemset(flush_buf, 1, flush_bytes));
-  CUDA_OK(cudaMemset(phases, 0, words * 8));
-  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
-  int sms = 0, value = 0, clock_khz = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  int clock_khz = 0;
   CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  CUDA_OK(::flush_l2(nullptr, flush_buf, flush_bytes, /*write=*/false, &value, sms));
-  cuda::set_expert_mlp_phase_buffer(phases, kMaxCtas);
-  fused_experts(a, o);
-  CUDA_OK(cudaDeviceSynchronize());
-  cuda::set_expert_mlp_phase_buffer(nullptr, 0);
-  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
-  std::vector<std::uint64_t> rec(words);
-  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
-  cudaFree(phases);
-  cudaFree(flush_buf);
+  std::vector<std::uint64_t> rec;
+  timed_call(s, a, o, words, L2State::kFlushed,
+             [](std::uint64_t* b) { cuda::set_expert_mlp_phase_buffer(b, b != nullptr ? kMaxCtas : 0); }, timed, rec);
+  if (::testing::Test::HasFatalFailure()) return;
   std::uint64_t t0 = ~std::uint64_t{0};
   std::vector<const std::uint64_t*> ran;
   for (int c = 0; c < kMaxCtas; ++c) {
@@ -327,30 +340,13 @@ void tokmajor_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std::
   namespace tm = cuda::tokmajor;
   constexpr int kMaxCtas = 1024, kLaunches = 2;
   const std::size_t words = static_cast<std::size_t>(kMaxCtas) * kLaunches * tm::kPhaseWords;
-  std::uint64_t* phases = nullptr;
-  void* flush_buf = nullptr;
-  const std::size_t flush_bytes = std::size_t{128} << 20;  // over twice the H200's L2
-  CUDA_OK(cudaMalloc(&phases, words * 8));
-  CUDA_OK(cudaMalloc(&flush_buf, flush_bytes));
-  CUDA_OK(cudaMemset(flush_buf, 1, flush_bytes));
-  CUDA_OK(cudaMemset(phases, 0, words * 8));
-  CUDA_OK(cudaMemset(a.out.data, 0xff, s.M * s.K * 2));
-  if (flush) {
-    // The benches' read flush (tools/bench/l2_flush.cuh): the weights then come from HBM only.
-    int sms = 0, value = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    CUDA_OK(::flush_l2(nullptr, flush_buf, flush_bytes, /*write=*/false, &value, sms));
-  } else {
-    fused_experts(a, o);  // the weights and the code in L2 (a shape whose weights fit it)
-  }
-  cuda::set_tokmajor_phase_buffer(phases, kMaxCtas, kLaunches);
-  fused_experts(a, o);
-  CUDA_OK(cudaDeviceSynchronize());
-  cuda::set_tokmajor_phase_buffer(nullptr, 0, 0);
-  CUDA_OK(cudaMemcpy(timed.data(), a.out.data, s.M * s.K * 2, cudaMemcpyDeviceToHost));
-  std::vector<std::uint64_t> rec(words);
-  CUDA_OK(cudaMemcpy(rec.data(), phases, words * 8, cudaMemcpyDeviceToHost));
-  for (void* p : {static_cast<void*>(phases), flush_buf}) cudaFree(p);
+  std::vector<std::uint64_t> rec;
+  timed_call(s, a, o, words, flush ? L2State::kFlushed : L2State::kWarmed,
+             [](std::uint64_t* b) {
+               cuda::set_tokmajor_phase_buffer(b, b != nullptr ? kMaxCtas : 0, b != nullptr ? kLaunches : 0);
+             },
+             timed, rec);
+  if (::testing::Test::HasFatalFailure()) return;
 
   // Points in the order a CTA reaches them (GEMM2's consumers stamp only their exit: a stamp in
   // its unit loop made them spill); the producer's last issue is printed on its own. With early

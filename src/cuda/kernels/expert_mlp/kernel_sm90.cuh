@@ -196,6 +196,18 @@ struct ExpertMlp {
     if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
   }
 
+  // Two values as one word of 16-bit values: fp16 when kHalf, else bf16.
+  template <bool kHalf>
+  static __device__ __forceinline__ std::uint32_t pack2(float v0, float v1) {
+    if constexpr (kHalf) {
+      const __half2 v = __floats2half2_rn(v0, v1);
+      return *reinterpret_cast<const std::uint32_t*>(&v);
+    } else {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+      return *reinterpret_cast<const std::uint32_t*>(&v);
+    }
+  }
+
   // Row q, columns n, n + 1 of h (q < 64, n < 96, n even) as GEMM2's A tile: chunk n / 64, the
   // 16-byte chunk (n % 64) / 8 at position ^ (q % 8).
   static __device__ __forceinline__ void store_h(const Smem& s, int q, int n, float v0, float v1) {
@@ -207,15 +219,7 @@ struct ExpertMlp {
     }
     const int c = n >> 6, w = n & 63;
     const std::uint32_t a = s.h + c * (kBlockM * kKBytes) + q * kKBytes + ((((w >> 3) ^ (q & 7))) << 4) + (w & 7) * 2;
-    std::uint32_t bits;
-    if constexpr (kF16) {
-      const __half2 h2 = __floats2half2_rn(v0, v1);
-      bits = *reinterpret_cast<const std::uint32_t*>(&h2);
-    } else {
-      const __nv_bfloat162 h2 = __floats2bfloat162_rn(v0, v1);
-      bits = *reinterpret_cast<const std::uint32_t*>(&h2);
-    }
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(bits) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(pack2<kF16>(v0, v1)) : "memory");
   }
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
@@ -287,14 +291,15 @@ struct ExpertMlp {
   }
 
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
-  // when kHalf, else bf16) for the thread's live rows h, jj < 32 with 8 jj < lim. The row's address
+  // when kHalf, else bf16) for the thread's live rows h, jj < 32 while col0 + 8 jj < K. The row's address
   // once, a word store a value pair at a fixed offset, the column bound a predicate: ~5
   // instructions a pair, where 64-bit column arithmetic and a branch a pair took ~17 and kept
   // warp 0 in its stores for 5-20 µs of a unit while the other warps waited at the next tile's
   // wgmma (the GEMM2 phase split, docs/perf.md "Session 55").
   template <bool kHalf>
   static __device__ __forceinline__ void store_y(const KernelParams& p, const float (&acc)[128], const int (&slot)[2],
-                                                 const float (&f)[2], int col0, int lim) {
+                                                 const float (&f)[2], int col0) {
+    const int lim = p.hidden_size - col0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (slot[h] < 0) continue;
@@ -302,15 +307,7 @@ struct ExpertMlp {
                                                             (static_cast<std::int64_t>(slot[h]) * p.hidden_size + col0) * 2);
 #pragma unroll
       for (int jj = 0; jj < kOutTile / 8; ++jj) {
-        const float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
-        std::uint32_t bits;
-        if constexpr (kHalf) {
-          const __half2 v = __floats2half2_rn(v0, v1);
-          bits = *reinterpret_cast<const std::uint32_t*>(&v);
-        } else {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
-          bits = *reinterpret_cast<const std::uint32_t*>(&v);
-        }
+        const std::uint32_t bits = pack2<kHalf>(acc[4 * jj + 2 * h] * f[h], acc[4 * jj + 2 * h + 1] * f[h]);
         if (8 * jj < lim) row[4 * jj] = bits;
       }
     }
@@ -458,13 +455,12 @@ struct ExpertMlp {
         if constexpr (kChunks2 > 1) release(s, s1, lane);
         if (!rows) continue;
         // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
-        const int lim = p.hidden_size - o * kOutTile - 2 * (lane & 3);
         const int col0 = o * kOutTile + 2 * (lane & 3);
         if constexpr (kFp8) {
-          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0, lim);
-          else store_y<false>(p, acc, slot, f, col0, lim);
+          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0);
+          else store_y<false>(p, acc, slot, f, col0);
         } else {
-          store_y<kF16>(p, acc, slot, f, col0, lim);
+          store_y<kF16>(p, acc, slot, f, col0);
         }
         if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
       }
