@@ -485,17 +485,21 @@ void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dt
 // The per-expert MLP kernel (kernels/expert_mlp/): routing, GEMM1, the activation and GEMM2 in one
 // launch writing y in the activation dtype, then the combine as its programmatic dependent
 // (MOEKIT_PDL=0: a plain launch). fp8_per_tensor: hidden quantized first (the chain's step 2:
-// static scale, or its absmax into the zeroed word), each unit scaling its own h (docs/design.md).
+// static scale, the one-CTA kernel, or its absmax into the zeroed word), each unit scaling its own
+// h (docs/design.md); the kernel is then the quantization's programmatic dependent, so its routing
+// and its first weight stages overlap the quantization (it waits before it reads hidden's rows).
 void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
   const MoeProblem& p = call.problem;
+  const bool pdl = pdl_enabled();
   ExpertMlpArgs a;
   a.problem = p;
   a.hidden = call.hidden;
   if (p.scheme == Scheme::kFp8PerTensor) {
     const QuantParams qp = hidden_quant_params(call, L);
-    if (qp.static_scale == nullptr)
+    if (quant_needs_zeroed_absmax(qp))
       MOEKIT_CUDA_CHECK(cudaMemsetAsync(qp.absmax, 0, sizeof(std::uint32_t), static_cast<cudaStream_t>(call.stream)));
     launch_quant_sm90(qp, call.stream, /*pdl=*/false);
+    a.pdl = pdl;
     a.hidden = qp.q;
     a.a_scale = qp.scale;
     a.w13_scale = call.w13_scale;
@@ -510,7 +514,7 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   a.y = slice<void>(call.workspace, L.y);
   a.faults = device_fault_record(call.device);
   launch_expert_mlp_sm90(a, call.stream);
-  launch_chain_combine(call, a.y, call.problem.act_dtype, topk_ids, pdl_enabled());
+  launch_chain_combine(call, a.y, call.problem.act_dtype, topk_ids, pdl);
 }
 
 void run_moe(const detail::MoeCall& call) {

@@ -20,7 +20,8 @@
 // The ring's stages are one size (32 KB: GEMM1's 8 KB of token rows + 24 KB of w13, or 256 rows
 // of w2), so the producer runs ahead across GEMM1, GEMM2 and units alike.
 // fp8_per_tensor (the e4m3 instantiation): the token rows are hidden quantized by the chain's
-// quantization launch (128 e4m3 a stage, k32 wgmma), GEMM1's sums take hidden's scale x the expert's
+// quantization launch (128 e4m3 a stage, k32 wgmma), whose programmatic dependent this kernel is:
+// its routing and first w13 stages run beside that launch, its gather waits for it. GEMM1's sums take hidden's scale x the expert's
 // w13 scale, h is quantized with the unit's own dynamic scale (the absmax of its rows' h over the
 // warpgroup) or the static intermediate scale, into one 128-byte chunk, and GEMM2 (one stage a
 // tile, 3 k32 steps) takes that scale x the expert's w2 scale (docs/design.md: where this differs
@@ -109,6 +110,27 @@ struct ExpertMlp {
     return t;
   }
 
+  // GEMM1's stage kb of unit expert e: once the ring's stage is free, lane 0 arms its full barrier
+  // with the w13 bytes and asks for the six 32-row boxes (gate rows 0..63 | up 0..63 | gate 64..95
+  // | up 64..95); the token rows follow through the 32 lanes' gather arrivals.
+  template <class Load>
+  static __device__ __forceinline__ void issue_w13(const KernelParams& p, const Smem& s, int e, int kb, int stage,
+                                                   std::uint32_t phase, int lane, const Load& load,
+                                                   std::uint64_t* rec, int j, std::uint64_t& empty_wait) {
+    const long long c0 = rec != nullptr ? clock64() : 0;
+    sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
+    if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
+    if (lane != 0) return;
+    const std::uint32_t full = s.full + 8 * stage;
+    sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
+    const std::uint32_t b = s.ring + stage * kStageBytes + kATileBytes;
+    const int k0 = kb * kStageElems;
+    const int rows[6] = {0, 32, kN, kN + 32, 64, kN + 64};
+#pragma unroll
+    for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, rows[x], e);
+    if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
+  }
+
   // ---- producer warp ----
   static __device__ void produce(const KernelParams& p, const Smem& s, int units) {
     const int lane = threadIdx.x - kConsumerThreads;
@@ -128,34 +150,38 @@ struct ExpertMlp {
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Unit t = unit_of(p, s, u, hint);
-      // GEMM1: w13's six boxes of a stage, then the token rows once the consumers placed them.
+      // GEMM1. The w13 boxes of the unit's first `ahead` stages go out first, as their stages free
+      // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
+      // then each stage's token rows, once the consumers placed the unit's slots, and past the first
+      // `ahead` stages a stage's w13 boxes and rows together.
+      const int ahead = min(kStages, p.k_stages);
+      int wstage = stage;
+      std::uint32_t wphase = phase;
+      for (int kb = 0; kb < ahead; ++kb) {
+        issue_w13(p, s, t.e, kb, wstage, wphase, lane, load, rec, j, empty_wait);
+        next_stage(wstage, wphase);
+      }
+      {
+        const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
+        sm90::mbar_wait(s.slots_bar + 8 * (j & 1), (j >> 1) & 1);
+        if (rec != nullptr) slot_wait += sm90::globaltimer_ns() - w0;
+      }
+      // hidden (fp8: the quantization launch's rows and scale) is read from here on: the
+      // quantization launch, this kernel's programmatic predecessor, has completed (a no-op when
+      // launched without the attribute, and once it returned).
+      if (j == 0) pdl_wait();
       int tok[kBlockM / 4];  // token of rows (lane >> 3) + 4 i; -1 past the unit's rows
+      {
+        const int* us = s.unit_slot + (j & 1) * kBlockM;
+#pragma unroll
+        for (int i = 0; i < kBlockM / 4; ++i) {
+          const int r = (lane >> 3) + 4 * i;
+          tok[i] = r < t.count ? us[r] / p.top_k : -1;
+        }
+      }
       for (int kb = 0; kb < p.k_stages; ++kb) {
-        const long long c0 = rec != nullptr ? clock64() : 0;
-        sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-        if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
-        const std::uint32_t full = s.full + 8 * stage;
+        if (kb >= ahead) issue_w13(p, s, t.e, kb, stage, phase, lane, load, rec, j, empty_wait);
         const std::uint32_t dst = s.ring + stage * kStageBytes;
-        if (lane == 0) {
-          sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
-          const std::uint32_t b = dst + kATileBytes;
-          const int k0 = kb * kStageElems;
-          const int rows[6] = {0, 32, kN, kN + 32, 64, kN + 64};  // gate 0..63 | up 0..63 | gate 64..95 | up 64..95
-#pragma unroll
-          for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, rows[x], t.e);
-          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
-        }
-        if (kb == 0) {
-          const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
-          sm90::mbar_wait(s.slots_bar + 8 * (j & 1), (j >> 1) & 1);
-          if (rec != nullptr) slot_wait += sm90::globaltimer_ns() - w0;
-          const int* us = s.unit_slot + (j & 1) * kBlockM;
-#pragma unroll
-          for (int i = 0; i < kBlockM / 4; ++i) {
-            const int r = (lane >> 3) + 4 * i;
-            tok[i] = r < t.count ? us[r] / p.top_k : -1;
-          }
-        }
 #pragma unroll
         for (int i = 0; i < kBlockM / 4; ++i) {
           if (tok[i] < 0) continue;
@@ -163,7 +189,7 @@ struct ExpertMlp {
           const std::uint8_t* src = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
           sm90::cp_async_16_zfill(dst + r * kKBytes + ((chunk ^ (r & 7)) << 4), src, 16);
         }
-        sm90::cp_async_mbar_arrive_noinc(full);
+        sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
         next_stage(stage, phase);
       }
       // GEMM2: per 256-column output tile, h's two K chunks of w2 (columns 64..127 past N are TMA's
@@ -183,6 +209,7 @@ struct ExpertMlp {
         }
       }
     }
+    pdl_wait();  // every CTA waits before it exits, also one with no unit (cuda/common/pdl.cuh)
     if (rec != nullptr) {
       rec[kPhaseLastIssue] = sm90::globaltimer_ns();
       rec[kPhaseProdSlotWait] = slot_wait;
@@ -354,7 +381,11 @@ struct ExpertMlp {
       }
 
       // fp8_per_tensor: GEMM1's dequantization (hidden's scale x the expert's w13 scale) and w2's,
-      // loaded before the main loop's waits.
+      // loaded before the main loop's waits; hidden's scale is the quantization launch's, so after
+      // this kernel's wait for it (the producer waits before its gather, pdl_wait()).
+      if constexpr (kFp8) {
+        if (j == 0) pdl_wait();
+      }
       const float s13 = kFp8 ? p.a_scale[0] * p.w13_scale[un.e] : 1.0f;
       const float s2 = kFp8 ? p.w2_scale[un.e] : 1.0f;
       // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
@@ -549,8 +580,10 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   const int units = s.prefix[E];
   if (rec != nullptr) rec[kPhaseRouted] = sm90::globaltimer_ns();
   // The combine, launched as this kernel's programmatic dependent (cuda/common/pdl.cuh), may now
-  // become resident beside it and wait in its pdl_wait for this grid's y. This kernel is a call's
-  // first launch: it has no programmatic predecessor to wait for.
+  // become resident beside it and wait in its pdl_wait for this grid's y. Nothing so far read what
+  // an earlier launch of the call wrote: the routing reads the call's own inputs. fp8_per_tensor's
+  // kernel is the quantization launch's programmatic dependent and waits for it (pdl_wait) before
+  // it reads hidden's rows or its scale; bf16 / fp16's is the call's first launch (no predecessor).
   pdl_launch_dependents();
 
   if (tid < kConsumerThreads) K::consume(p, s, units);
@@ -559,16 +592,12 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 }
 
 template <Operand kOp, bool kTimed>
-void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream) {
+void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   auto* kernel = &expert_mlp_sm90_kernel<kOp, kTimed>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kp.smem.bytes);
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+  launch_kernel_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<std::size_t>(kp.smem.bytes),
+                    static_cast<cudaStream_t>(stream), pdl, kp);
 }
 
 }  // namespace moekit::cuda::expert_mlp

@@ -131,14 +131,14 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
   if (fp8) {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream, a.pdl);
+    else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream, a.pdl);
   } else if (p.act_dtype == DType::kFp16) {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kF16, false>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream, a.pdl);
+    else expert_mlp::run_expert_mlp_sm90<Operand::kF16, false>(kp, grid, stream, a.pdl);
   } else {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kBf16, false>(kp, grid, stream);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream, a.pdl);
+    else expert_mlp::run_expert_mlp_sm90<Operand::kBf16, false>(kp, grid, stream, a.pdl);
   }
   ++launches;
 }

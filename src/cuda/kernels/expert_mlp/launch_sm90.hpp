@@ -28,6 +28,10 @@ struct ExpertMlpArgs {
   const float* w2_scale = nullptr;
   const float* a2_scale = nullptr;
   FaultRecord* faults = nullptr;
+  // Launched as the programmatic dependent of the kernel before it on the stream (fp8_per_tensor:
+  // hidden's quantization; cuda/common/pdl.cuh): the routing and the first weight stages run
+  // before the kernel waits for that launch, which it does before it reads hidden or its scale.
+  bool pdl = false;
 };
 
 // Whether the kernel can run `problem` on the current device; where not, why goes to `why` when

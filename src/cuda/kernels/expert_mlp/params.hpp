@@ -72,8 +72,9 @@ enum PhaseWord : int {
   kPhaseWords = 16
 };
 
-// Launches the instantiation on `stream` with `grid` persistent CTAs (kTimed: with the phase timer).
+// Launches the instantiation on `stream` with `grid` persistent CTAs (kTimed: with the phase timer),
+// as the programmatic dependent of the kernel before it when `pdl`.
 template <Operand kOp, bool kTimed>
-void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream);
+void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 }  // namespace moekit::cuda::expert_mlp

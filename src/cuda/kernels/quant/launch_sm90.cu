@@ -30,7 +30,7 @@ void launch_typed(const QuantParams& p, void* stream, bool pdl) {
       // A complete absmax word (GEMM1's epilogue wrote it) or the routing launch's partials: pass
       // 2 alone, whatever the size; the one-CTA kernel would compute the same absmax again.
       const bool dynamic = p.static_scale == nullptr && !p.absmax_ready && p.absmax_partials == nullptr;
-      if (dynamic && p.rows * p.cols <= quant::kSmallTensorMaxElems) {
+      if (dynamic && !quant_needs_zeroed_absmax(p)) {
         quant::run_quant_sm90<kX, kVec>(QuantKernel::kQuantTensorSmall, p, 1, stream, pdl);
         break;
       }
@@ -69,6 +69,11 @@ void launch_dtype(const QuantParams& p, void* stream, bool pdl) {
 }
 
 }  // namespace
+
+bool quant_needs_zeroed_absmax(const QuantParams& p) {
+  return p.scheme == Scheme::kFp8PerTensor && p.static_scale == nullptr && !p.absmax_ready &&
+         p.absmax_partials == nullptr && p.rows * p.cols > quant::kSmallTensorMaxElems;
+}
 
 void launch_quant_sm90(const QuantParams& p, void* stream, bool pdl) {
   if (p.rows <= 0 || p.cols <= 0) return;

@@ -11,4 +11,9 @@ namespace moekit::cuda {
 /// before it on the stream (cuda/common/pdl.cuh).
 void launch_quant_sm90(const QuantParams& params, void* stream, bool pdl = false);
 
+/// Whether launch_quant_sm90(params) reads params.absmax as a zeroed word that its absmax pass
+/// raises (dynamic per tensor above the one-CTA kernel's size): the caller zeroes it first. The
+/// one-CTA kernel and the static, ready or partials forms never read it.
+bool quant_needs_zeroed_absmax(const QuantParams& params);
+
 }  // namespace moekit::cuda

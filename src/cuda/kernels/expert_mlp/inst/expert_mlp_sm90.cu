@@ -4,12 +4,12 @@
 
 namespace moekit::cuda::expert_mlp {
 
-template void run_expert_mlp_sm90<Operand::kBf16, false>(const KernelParams&, int, void*);
-template void run_expert_mlp_sm90<Operand::kF16, false>(const KernelParams&, int, void*);
-template void run_expert_mlp_sm90<Operand::kE4m3, false>(const KernelParams&, int, void*);
-template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*);
-template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*);
-template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*);
+template void run_expert_mlp_sm90<Operand::kBf16, false>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kF16, false>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kE4m3, false>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false>);
