@@ -3,7 +3,8 @@
 // NaN-poisoned before every call; bf16 and fp8_per_tensor; the BRIEF §5 cases it takes (tile-boundary M, one expert holding
 // every slot, experts without tokens, k = E, odd E, expert_map with -1, the router weight on the
 // input, fp16); the same bits as the token-major chain where both run; graph replay; and the calls it
-// declines left to the router.
+// declines left to the router. All of it on one CTA a unit (N = 96) and on the cluster form (N up to
+// 384: qwen3-235b and deepseek-v3 TP8 shards, partial last slices, four ranks).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -183,6 +184,129 @@ TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
   }
 }
 
+// The cluster form (N > 96: a unit on ceil(N / 96) CTAs, each a 96-column slice of h pushed into
+// every rank's tile, GEMM2's output tiles split over the ranks).
+
+// qwen3-235b-a22b's TP8 shard (E = 128, K = 4096, N = 192: two slices) and deepseek-v3's (E = 256,
+// K = 7168, N = 256: three, the last one 64 columns).
+CaseSpec qwen235_tp8(std::int64_t M, std::uint64_t seed) {
+  CaseSpec s = qwen30_tp8(M, seed);
+  s.K = 4096;
+  s.N = 192;
+  return s;
+}
+CaseSpec deepseek_tp8(std::int64_t M, std::uint64_t seed) {
+  CaseSpec s = qwen30_tp8(M, seed);
+  s.E = 256;
+  s.K = 7168;
+  s.N = 256;
+  return s;
+}
+
+TEST(Sm90ExpertMlp, ClusterSlicesMatchReference) {
+  // M = 1 (8 units), tile-boundary counts, and M = 256 (more units than clusters: every cluster
+  // runs several, through h_empty), bf16 and fp8_per_tensor (the unit's h scale over all ranks).
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = qwen235_tp8(256, 51);
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 16, 65, 256})
+      run_checked(d, c, M, std::string("qwen3-235b TP8 ") + scheme_name(scheme) + " M=" + std::to_string(M));
+  }
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = deepseek_tp8(64, 52);
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 64})
+      run_checked(d, c, M, std::string("deepseek-v3 TP8 ") + scheme_name(scheme) + " M=" + std::to_string(M));
+  }
+}
+
+TEST(Sm90ExpertMlp, ClusterSlicesEdgeCases) {
+  SKIP_WITHOUT_SM90();
+  {
+    CaseSpec s = qwen235_tp8(150, 53);  // one expert's 150 rows: three units, one dynamic scale each
+    s.pattern = RoutingPattern::kAllToOne;
+    s.hot_expert = 9;
+    s.scheme = Scheme::kFp8PerTensor;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 150, "N = 192 fp8, all to one expert");
+  }
+  {
+    CaseSpec s = qwen30_tp8(37, 54);  // four slices, the last 64 columns; k = E, odd E, a short K
+    s.N = 352;
+    s.E = 7;
+    s.k = 7;
+    s.K = 384;
+    for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+      s.scheme = scheme;
+      MoeCase c = make_case(s);
+      DeviceCase d(c);
+      run_checked(d, c, 37, std::string("N = 352, k = E = 7 ") + scheme_name(scheme));
+    }
+  }
+  {
+    CaseSpec s = qwen235_tp8(24, 55);  // expert_map with -1, fp16, the router weight on the input
+    s.expert_map = true;
+    s.E = 64;
+    s.act_dtype = DType::kFp16;
+    s.weight_on_input = true;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 24, "N = 192, expert_map with -1, fp16, weight on input");
+  }
+  {
+    CaseSpec s = qwen235_tp8(48, 56);  // fp8 with static scales (the intermediate's as given)
+    s.scheme = Scheme::kFp8PerTensor;
+    s.static_scales = true;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 48, "N = 192 fp8, static scales");
+  }
+  {
+    CaseSpec s = qwen235_tp8(20, 57);  // N = 160: two slices, the second 64 columns; gelu
+    s.N = 160;
+    s.activation.kind = Activation::kGelu;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    run_checked(d, c, 20, "N = 160, gelu");
+  }
+}
+
+TEST(Sm90ExpertMlp, ClusterSlicesSameBitsAsTheTokenMajorChain) {
+  // bf16 at N = 192: h is the same bf16 values (each slice's GEMM1 over the same K order), and
+  // GEMM2 sums all 192 columns in order on one rank, as token-major GEMM1 and the K-short GEMM2.
+  SKIP_WITHOUT_SM90();
+  MoeCase c = make_case(qwen235_tp8(64, 58));
+  DeviceCase d(c);
+  const std::vector<std::uint16_t> fused = run_checked(d, c, 64, "N = 192 M=64");
+  const std::vector<std::uint16_t> chain = d.run(64, CallMode::kFusedExperts, "tokmajor");
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < fused.size(); ++i) differ += fused[i] != chain[i];
+  EXPECT_EQ(differ, 0) << differ << " of " << fused.size() << " output values differ from the token-major chain's";
+}
+
+TEST(Sm90ExpertMlp, ClusterSlicesGraphReplayIsBitwiseStable) {
+  // Forced by name in a graph: every replay gives the eager call's bits (the cluster's exchange
+  // has no order-dependent sum), fp8 with the dynamic scales.
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = deepseek_tp8(32, 59);
+  s.scheme = Scheme::kFp8PerTensor;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  const std::vector<std::uint16_t> eager = run_checked(d, c, 32, "deepseek-v3 TP8 fp8 eager");
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto outs = d.replay_in_graph(32, CallMode::kFusedExperts, "expert_mlp", stream, 3, /*poison_ws=*/true);
+  ASSERT_EQ(outs.size(), 3u);
+  for (const auto& o : outs) EXPECT_TRUE(o == eager) << "a graph replay differs from the eager call";
+  cudaStreamDestroy(stream);
+}
+
 TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(64, 20));
@@ -243,24 +367,24 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   // Shapes and schemes it does not take: forced, an error naming why; auto, the router's path.
   SKIP_WITHOUT_SM90();
   CaseSpec s = qwen30_tp8(16, 21);
-  s.N = 128;
+  s.N = 400;  // past four 96-column slices
   MoeCase c = make_case(s);
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(s.M * s.K));
   std::string why;
   EXPECT_FALSE(cuda::expert_mlp_supported(describe(c.host_args(host_out.data())), &why));
-  EXPECT_NE(why.find("intermediate_size must be 96"), std::string::npos) << why;
+  EXPECT_NE(why.find("intermediate_size must be a multiple of 16 up to 384"), std::string::npos) << why;
   DeviceCase d(c);
   try {
     d.run(16, CallMode::kFusedExperts, "expert_mlp");
-    ADD_FAILURE() << "forced expert_mlp at N = 128 did not throw";
+    ADD_FAILURE() << "forced expert_mlp at N = 400 did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("intermediate_size must be 96"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("intermediate_size must be a multiple of 16"), std::string::npos) << e.what();
   }
   const int before = cuda::expert_mlp_launches();
   const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
   EXPECT_EQ(cuda::expert_mlp_launches(), before);
-  EXPECT_TRUE(rows_match(to_float(bits, s.act_dtype), reference_rows(c, 0, 16), s.K, s.scheme, "N = 128"));
+  EXPECT_TRUE(rows_match(to_float(bits, s.act_dtype), reference_rows(c, 0, 16), s.K, s.scheme, "N = 400"));
   CaseSpec f = qwen30_tp8(16, 22);
   f.scheme = Scheme::kFp8Block128;
   const MoeCase fc = make_case(f);
@@ -282,14 +406,17 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
   // Small calls for compute-sanitizer (gpu_check.sh's memcheck and racecheck filters): bf16, fp8.
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
-    CaseSpec s = qwen30_tp8(6, 23);
-    s.E = 16;
-    s.k = 4;
-    s.K = 256;
-    s.scheme = scheme;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 6, std::string("small ") + scheme_name(scheme));
+    for (std::int64_t n : {96, 224}) {  // one CTA a unit; a cluster of three (the last slice 32 columns)
+      CaseSpec s = qwen30_tp8(6, 23);
+      s.E = 16;
+      s.k = 4;
+      s.K = 256;
+      s.N = n;
+      s.scheme = scheme;
+      MoeCase c = make_case(s);
+      DeviceCase d(c);
+      run_checked(d, c, 6, std::string("small ") + scheme_name(scheme) + " N=" + std::to_string(n));
+    }
   }
 }
 

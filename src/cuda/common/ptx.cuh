@@ -114,6 +114,12 @@ __device__ __forceinline__ void fence_proxy_async_shared_cta() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// The same for shared memory anywhere in the cluster: this thread's generic-proxy stores into a
+// peer's shared memory (st.shared::cluster), before that peer's async-proxy reads (its wgmma).
+__device__ __forceinline__ void fence_proxy_async_shared_cluster() {
+  asm volatile("fence.proxy.async.shared::cluster;" ::: "memory");
+}
+
 // ---- thread-block clusters ----
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
   std::uint32_t r;
@@ -165,6 +171,14 @@ __device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
 }
 __device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
+}
+// 32 and 16 bits into the shared memory of a CTA of the cluster (address from map_to_rank); made
+// visible to it by a cluster-scope release (mbar_arrive_cluster) that it acquires.
+__device__ __forceinline__ void st_cluster_b32(std::uint32_t cluster_addr, std::uint32_t v) {
+  asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_cluster_b16(std::uint32_t cluster_addr, std::uint16_t v) {
+  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(cluster_addr), "h"(v) : "memory");
 }
 __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
 

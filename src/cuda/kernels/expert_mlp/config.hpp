@@ -6,8 +6,12 @@
 namespace moekit::cuda::expert_mlp {
 
 // A unit is (expert e, token tile of up to kBlockM of e's slots): GEMM1 over the expert's whole
-// intermediate (2 kN weight rows), the activation, then GEMM2 over all kN columns of h, so the
-// unit's h never leaves its CTA. kN is the one shard width this build takes (qwen3-30b TP8).
+// intermediate, the activation, then GEMM2 over all of h's columns, so the unit's h never leaves
+// its CTA or cluster. An expert's intermediate of N columns is cut into S = ceil(N / kN) slices of
+// kN (the last one shorter, TMA's zeros past N): a unit runs on a thread-block cluster of S CTAs,
+// rank r computing slice r of h (GEMM1 over 2 kN weight rows), pushing it into every rank's h
+// tile, then GEMM2 over all N columns for output tiles r, r + S, ... (qwen3-30b TP8: N = 96, S = 1,
+// no cluster; qwen3-235b TP8: 192, 2; deepseek-v3 TP8: 256, 3).
 inline constexpr int kBlockM = 64;
 inline constexpr int kN = 96;
 inline constexpr int kGateUp = 2 * kN;  // GEMM1's weight rows a unit
@@ -19,8 +23,9 @@ inline constexpr int kATileBytes = kBlockM * kKBytes;        // 8 KB of token ro
 inline constexpr int kW13TileBytes = kGateUp * kKBytes;      // 24 KB
 inline constexpr int kStageBytes = kATileBytes + kW13TileBytes;  // 32 KB; a GEMM2 stage: 256 w2 rows
 static_assert(kOutTile * kKBytes == kStageBytes, "GEMM1 and GEMM2 stages are the same size");
-inline constexpr int kH2Chunks = (kN * 2 + kKBytes - 1) / kKBytes;  // h's K chunks in GEMM2: 2 (e4m3: 1)
-inline constexpr int kHTileBytes = kH2Chunks * kBlockM * kKBytes;   // 16 KB
+inline constexpr int kMaxSlices = 4;                            // S: N at most 384
+inline constexpr int kHChunkBytes = kBlockM * kKBytes;          // 8 KB: 64 rows x 128 bytes of h
+inline constexpr int kMaxHChunks = kMaxSlices * kN * 2 / kKBytes;  // 6 (16-bit h of 384 columns)
 inline constexpr int kStages = 5;
 inline constexpr int kConsumerThreads = 128;  // one warpgroup: wgmma over the unit's 64 rows
 inline constexpr int kProducerThreads = 32;   // one warp: TMA (lane 0) and the token-row gather
@@ -30,10 +35,26 @@ inline constexpr int kMaxSlots = 4096;        // M x k (slot_e table: 2 bytes a 
 inline constexpr int kMaxExperts = 1024;
 inline constexpr int kSmemLimit = 227 * 1024;
 
+// How a shard of intermediate size N runs (fp8: e4m3 h and w2, else 16-bit).
+struct SliceShape {
+  int slices;     // S: the cluster's CTAs, each a kN-column slice of h
+  int h_chunks;   // h's 128-byte column chunks: S kN columns, all written every unit
+  int g2_chunks;  // GEMM2's K stages a tile: N columns (h and w2 zeros up to the chunk's end)
+};
+constexpr SliceShape slice_shape(int n, bool fp8) {
+  const int es = fp8 ? 1 : 2;
+  const int slices = (n + kN - 1) / kN;
+  return SliceShape{slices, (slices * kN * es + kKBytes - 1) / kKBytes, (n * es + kKBytes - 1) / kKBytes};
+}
+static_assert(slice_shape(96, false).h_chunks == 2 && slice_shape(96, false).g2_chunks == 2, "qwen3-30b TP8");
+static_assert(slice_shape(kMaxSlices * kN, false).h_chunks == kMaxHChunks, "h's largest tile");
+static_assert(slice_shape(256, true).slices == 3 && slice_shape(256, true).h_chunks == 3 &&
+                  slice_shape(256, true).g2_chunks == 2, "deepseek-v3 TP8, e4m3");
+
 // Byte offsets from the 1024-aligned base of dynamic shared memory.
 struct SmemLayout {
   int ring;        // kStages x kStageBytes
-  int h;           // h as GEMM2's A: kH2Chunks x [64 rows][128 B], 128-byte swizzle
+  int h;           // h as GEMM2's A: h_chunks x [64 rows][128 B], 128-byte swizzle
   int full_bar;    // uint64 [kStages]: lane 0's expect_tx arrival + 32 gather arrivals
   int empty_bar;   // uint64 [kStages]: the 4 consumer warps
   int slots_bar;   // uint64 [2]: a unit's slot list placed (consumer thread 0), by unit parity
@@ -41,24 +62,29 @@ struct SmemLayout {
   int unit_w;      // float [2][64]: their router weights
   int warp_rows;   // int [4]: place_window's per-warp counts
   int red;         // float [4]: the consumer warps' h absmaxes (fp8, a unit's dynamic scale)
+  int cluster_bar; // uint64 [3] (S > 1): h_full, h_empty, amax: one arrival from every rank a unit
+  int red_cluster; // float [2][kMaxSlices] (S > 1): each rank's h absmax, by unit parity
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
   int bytes;       // total, with 1024 bytes of alignment slack
 };
 
-constexpr SmemLayout smem_layout(int num_experts, int slots) {
+// h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)).
+constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
-  l.full_bar = l.h + kHTileBytes;
+  l.full_bar = l.h + h_chunks * kHChunkBytes;
   l.empty_bar = l.full_bar + 8 * kStages;
   l.slots_bar = l.empty_bar + 8 * kStages;
   l.unit_slot = l.slots_bar + 16;
   l.unit_w = l.unit_slot + 2 * kBlockM * 4;
   l.warp_rows = l.unit_w + 2 * kBlockM * 4;
   l.red = l.warp_rows + 16;
-  l.counts = l.red + 16;
+  l.cluster_bar = l.red + 16;
+  l.red_cluster = l.cluster_bar + 24;
+  l.counts = l.red_cluster + 2 * kMaxSlices * 4;
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
   l.bytes = l.slot_e + ((slots * 2 + 15) / 16) * 16 + 1024;

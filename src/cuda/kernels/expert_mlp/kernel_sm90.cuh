@@ -1,31 +1,41 @@
 // The per-expert MLP kernel on sm_90a: GEMM1, the activation and GEMM2 of one expert's token
-// tile in one CTA, from the routing's ids to GEMM2's per-slot rows y, in one launch (the combine
-// sums y after it). For shards whose expert intermediate is narrow (kN = 96: qwen3-30b TP8), where
-// one unit's GEMM1 covers the whole of h: h stays in the CTA, GEMM2 needs no other CTA's work, and
-// the expert's w2 streams right behind its w13 through the same ring (docs/tokmajor.md "Next
-// steps", docs/design.md "The per-expert MLP path").
+// tile, from the routing's ids to GEMM2's per-slot rows y, in one launch (the combine sums y after
+// it). For shards whose expert intermediate is narrow (N <= 4 kN = 384: qwen3-30b, qwen3-235b and
+// deepseek-v3 at TP8): one unit's GEMM1 covers the whole of h on one CTA (N <= kN = 96) or on a
+// thread-block cluster of S = ceil(N / 96) CTAs, so h stays on chip, GEMM2 needs no other unit's
+// work, and the expert's w2 streams right behind its w13 through the same ring (docs/design.md
+// "The per-expert MLP path").
 //
 // Every CTA routes the call itself (slot_routing.cuh: each slot's local expert, the experts'
 // counts, the units), so no permutation launch runs. Units are (expert e, token tile of up to 64
-// of e's slots in ascending slot order), expert-major; CTA b runs units b, b + G, ... of the G
-// CTAs. Per unit:
-//   producer warp: GEMM1's K stages (lane 0: six 32-row TMA boxes of w13 a stage, gate rows 0..63,
-//     up rows 0..63, gate rows 64..95, up rows 64..95; the 32 lanes: cp.async gather of the unit's
-//     token rows of hidden, 128-byte swizzle), then GEMM2's (two 256-row boxes of w2 a 256-column
-//     output tile: h columns 0..63 and 64..95 + TMA's zeros);
-//   consumer warpgroup: wgmma m64n128 (gate / up columns 0..63) and m64n64 (64..95) over K, the
-//     activation from the accumulators (a thread holds gate column n and up column n of the same
-//     row), h rounded to the activation dtype into shared memory as GEMM2's A, then per output
-//     tile wgmma m64n256 over h's 96 columns and the epilogue's stores of y (x the router weight).
+// of e's slots in ascending slot order), expert-major; cluster c of the C clusters runs units c,
+// c + C, ... (S = 1: CTA b, b + G, ...), every rank of it the same units. Per unit, on rank r:
+//   producer warp: GEMM1's K stages (lane 0: six 32-row TMA boxes of w13 a stage, gate rows
+//     96r + 0..63, up rows 96r + 0..63, gate 96r + 64..95, up 96r + 64..95, TMA's zeros past N;
+//     the 32 lanes: cp.async gather of the unit's token rows of hidden, 128-byte swizzle), then
+//     GEMM2's (per output tile r, r + S, ... of 256 columns, one 256-row box of w2 a 128-byte
+//     chunk of h's columns);
+//   consumer warpgroup: wgmma m64n128 (gate / up columns 0..63 of the slice) and m64n64 (64..95)
+//     over K, the activation from the accumulators (a thread holds gate column n and up column n
+//     of the same row), h rounded to the activation dtype into GEMM2's A tile in shared memory, of
+//     this CTA and (S > 1) of every other rank (st.shared::cluster), then per output tile wgmma
+//     m64n256 over h's N columns, a chunk a stage, and the epilogue's stores of y (x the router
+//     weight).
+// Clusters (S > 1) meet at three mbarriers a unit, one arrival from every rank each: h_full (every
+// slice of h is in every rank's tile), h_empty (every rank's GEMM2 is past its reads of h, before
+// the next unit's h is pushed) and, for fp8 with a dynamic intermediate scale, amax (every rank's h
+// absmax, so the unit's scale is the same on every rank). The CTAs meet at one cluster barrier
+// after their barriers are set up and one before they exit (no rank leaves while a peer may still
+// write to it).
 // The ring's stages are one size (32 KB: GEMM1's 8 KB of token rows + 24 KB of w13, or 256 rows
 // of w2), so the producer runs ahead across GEMM1, GEMM2 and units alike.
 // fp8_per_tensor (the e4m3 instantiation): the token rows are hidden quantized by the chain's
 // quantization launch (128 e4m3 a stage, k32 wgmma), whose programmatic dependent this kernel is:
-// its routing and first w13 stages run beside that launch, its gather waits for it. GEMM1's sums take hidden's scale x the expert's
-// w13 scale, h is quantized with the unit's own dynamic scale (the absmax of its rows' h over the
-// warpgroup) or the static intermediate scale, into one 128-byte chunk, and GEMM2 (one stage a
-// tile, 3 k32 steps) takes that scale x the expert's w2 scale (docs/design.md: where this differs
-// from the reference).
+// its routing and first w13 stages run beside that launch, its gather waits for it. GEMM1's sums
+// take hidden's scale x the expert's w13 scale, h is quantized with the unit's own dynamic scale
+// (the absmax of its rows' h over the cluster) or the static intermediate scale, and GEMM2 (a
+// 128-column chunk a stage, 4 k32 steps) takes that scale x the expert's w2 scale (docs/design.md:
+// where this differs from the reference).
 #pragma once
 
 #include <cuda.h>
@@ -77,13 +87,21 @@ struct ExpertMlp {
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
-  // GEMM2's k steps over h's N = 96 columns: 32 bytes each (k16 of 16-bit, k32 of e4m3), per chunk.
-  static constexpr int kSteps2 = kN * kElemBytes / 32;
-  static constexpr int kChunks2 = (kN * kElemBytes + kKBytes - 1) / kKBytes;  // its 128-byte chunks: 2, e4m3 1
-  static constexpr int kSteps2First = kSteps2 < 4 ? kSteps2 : 4;              // steps in chunk 0
+
+  // The unit's slice on this CTA of its cluster.
+  struct Slice {
+    int rank;   // r: h columns 96r .. 96r + 95
+    int peers;  // S - 1
+    // The i-th other rank of the cluster (i < peers).
+    __device__ __forceinline__ std::uint32_t peer(int i) const {
+      return static_cast<std::uint32_t>(i < rank ? i : i + 1);
+    }
+  };
 
   struct Smem {
     std::uint32_t ring, h, full, empty, slots_bar;  // shared addresses
+    std::uint32_t h_full, h_empty, amax_bar;        // the cluster's barriers (S > 1)
+    float* red_cluster;
     int* unit_slot;
     float* unit_w;
     int* warp_rows;
@@ -110,12 +128,13 @@ struct ExpertMlp {
     return t;
   }
 
-  // GEMM1's stage kb of unit expert e: once the ring's stage is free, lane 0 arms its full barrier
-  // with the w13 bytes and asks for the six 32-row boxes (gate rows 0..63 | up 0..63 | gate 64..95
-  // | up 64..95); the token rows follow through the 32 lanes' gather arrivals.
+  // GEMM1's stage kb of unit expert e on slice rank r: once the ring's stage is free, lane 0 arms
+  // its full barrier with the w13 bytes and asks for the six 32-row boxes (gate rows 96r + 0..63 |
+  // up 96r + 0..63 | gate 96r + 64..95 | up 96r + 64..95; planes 2e and 2e + 1 of the map); the
+  // token rows follow through the 32 lanes' gather arrivals.
   template <class Load>
-  static __device__ __forceinline__ void issue_w13(const KernelParams& p, const Smem& s, int e, int kb, int stage,
-                                                   std::uint32_t phase, int lane, const Load& load,
+  static __device__ __forceinline__ void issue_w13(const KernelParams& p, const Smem& s, int e, int r, int kb,
+                                                   int stage, std::uint32_t phase, int lane, const Load& load,
                                                    std::uint64_t* rec, int j, std::uint64_t& empty_wait) {
     const long long c0 = rec != nullptr ? clock64() : 0;
     sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
@@ -125,9 +144,11 @@ struct ExpertMlp {
     sm90::mbar_arrive_expect_tx(full, kW13TileBytes);
     const std::uint32_t b = s.ring + stage * kStageBytes + kATileBytes;
     const int k0 = kb * kStageElems;
-    const int rows[6] = {0, 32, kN, kN + 32, 64, kN + 64};
+    const int n0 = r * kN;
+    const int rows[6] = {0, 32, 0, 32, 64, 64};
+    const int up[6] = {0, 0, 1, 1, 0, 1};
 #pragma unroll
-    for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, rows[x], e);
+    for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, n0 + rows[x], 2 * e + up[x]);
     if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
   }
 
@@ -147,8 +168,9 @@ struct ExpertMlp {
       if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
+    const int S = p.slices, r = static_cast<int>(blockIdx.x) % S;
     int j = 0;  // this CTA's unit count (the slot list's parity)
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+    for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       const Unit t = unit_of(p, s, u, hint);
       // GEMM1. The w13 boxes of the unit's first `ahead` stages go out first, as their stages free
       // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
@@ -158,7 +180,7 @@ struct ExpertMlp {
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
-        issue_w13(p, s, t.e, kb, wstage, wphase, lane, load, rec, j, empty_wait);
+        issue_w13(p, s, t.e, r, kb, wstage, wphase, lane, load, rec, j, empty_wait);
         next_stage(wstage, wphase);
       }
       {
@@ -175,27 +197,27 @@ struct ExpertMlp {
         const int* us = s.unit_slot + (j & 1) * kBlockM;
 #pragma unroll
         for (int i = 0; i < kBlockM / 4; ++i) {
-          const int r = (lane >> 3) + 4 * i;
-          tok[i] = r < t.count ? us[r] / p.top_k : -1;
+          const int row = (lane >> 3) + 4 * i;
+          tok[i] = row < t.count ? us[row] / p.top_k : -1;
         }
       }
       for (int kb = 0; kb < p.k_stages; ++kb) {
-        if (kb >= ahead) issue_w13(p, s, t.e, kb, stage, phase, lane, load, rec, j, empty_wait);
+        if (kb >= ahead) issue_w13(p, s, t.e, r, kb, stage, phase, lane, load, rec, j, empty_wait);
         const std::uint32_t dst = s.ring + stage * kStageBytes;
 #pragma unroll
         for (int i = 0; i < kBlockM / 4; ++i) {
           if (tok[i] < 0) continue;
-          const int r = (lane >> 3) + 4 * i;
+          const int row = (lane >> 3) + 4 * i;
           const std::uint8_t* src = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
-          sm90::cp_async_16_zfill(dst + r * kKBytes + ((chunk ^ (r & 7)) << 4), src, 16);
+          sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), src, 16);
         }
         sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
         next_stage(stage, phase);
       }
-      // GEMM2: per 256-column output tile, h's two K chunks of w2 (columns 64..127 past N are TMA's
-      // zeros, never read by a wgmma).
-      for (int o = 0; o < p.out_tiles; ++o) {
-        for (int c = 0; c < kChunks2; ++c) {
+      // GEMM2: per 256-column output tile of this rank (r, r + S, ...), w2's 256 rows a 128-byte
+      // chunk of h's N columns (past N: TMA's zeros, against h's zeros).
+      for (int o = r; o < p.out_tiles; o += S) {
+        for (int c = 0; c < p.g2_chunks; ++c) {
           const long long c0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
@@ -235,32 +257,40 @@ struct ExpertMlp {
     }
   }
 
-  // Row q, columns n, n + 1 of h (q < 64, n < 96, n even) as GEMM2's A tile: chunk n / 64, the
-  // 16-byte chunk (n % 64) / 8 at position ^ (q % 8).
-  static __device__ __forceinline__ void store_h(const Smem& s, int q, int n, float v0, float v1) {
-    if constexpr (kFp8) {  // e4m3 bytes: column n at byte n of the row's one 128-byte chunk
-      const std::uint32_t a = s.h + q * kKBytes + (((n >> 4) ^ (q & 7)) << 4) + (n & 15);
+  // Row q, columns g, g + 1 of h (q < 64, g even) as GEMM2's A tile, in this CTA's tile and every
+  // peer's: chunk g / 64 (e4m3: g / 128) of 128-byte rows, the 16-byte chunk at position ^ (q % 8).
+  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1) {
+    if constexpr (kFp8) {  // e4m3 bytes: column g at byte g % 128 of its chunk's row
+      const int w = g & 127;
+      const std::uint32_t off = (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
-      asm volatile("st.shared.b16 [%0], %1;" ::"r"(a), "h"(bits) : "memory");
+      asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + off), "h"(bits) : "memory");
+#pragma unroll
+      for (int i = 0; i < kMaxSlices - 1; ++i)
+        if (i < sl.peers) sm90::st_cluster_b16(sm90::map_to_rank(s.h + off, sl.peer(i)), bits);
       return;
     }
-    const int c = n >> 6, w = n & 63;
-    const std::uint32_t a = s.h + c * (kBlockM * kKBytes) + q * kKBytes + ((((w >> 3) ^ (q & 7))) << 4) + (w & 7) * 2;
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(pack2<kF16>(v0, v1)) : "memory");
+    const int w = g & 63;
+    const std::uint32_t off = (g >> 6) * kHChunkBytes + q * kKBytes + (((w >> 3) ^ (q & 7)) << 4) + (w & 7) * 2;
+    const std::uint32_t bits = pack2<kF16>(v0, v1);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(bits) : "memory");
+#pragma unroll
+    for (int i = 0; i < kMaxSlices - 1; ++i)
+      if (i < sl.peers) sm90::st_cluster_b32(sm90::map_to_rank(s.h + off, sl.peer(i)), bits);
   }
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
   // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
   // unit's rows, whose accumulators are stale shared memory's). kStore: the 24 values x inv_h into
-  // GEMM2's A tile at row q; else the absmax of the values folded into amax (fp8's dynamic scale),
-  // returned. The caller runs the half as a rolled loop (h selects the accumulator registers by
-  // FSEL), so the code is fetched once and run twice: the kernel runs it once a unit, cold, while
-  // the weight stream holds the memory system (docs/perf.md "Session 55"). The kind's switch sits
-  // outside (per-value switching made 48 divergent blocks).
+  // GEMM2's A tile at row q, columns 96 rank + n; else the absmax of the values folded into amax
+  // (fp8's dynamic scale), returned. The caller runs the half as a rolled loop (h selects the
+  // accumulator registers by FSEL), so the code is fetched once and run twice: the kernel runs it
+  // once a unit, cold, while the weight stream holds the memory system (docs/perf.md "Session 55").
+  // The kind's switch sits outside (per-value switching made 48 divergent blocks).
   template <Activation kKind, bool kStore>
-  static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const float (&acc1)[64],
-                                                   const float (&acc2)[32], int h, bool live, float fr, int q,
-                                                   int lane, float inv_h, float amax) {
+  static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const Slice& sl,
+                                                   const float (&acc1)[64], const float (&acc2)[32], int h, bool live,
+                                                   float fr, int q, int lane, float inv_h, float amax) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       float v[2];
@@ -277,20 +307,23 @@ struct ExpertMlp {
       }
       if constexpr (kStore) {
         const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-        store_h(s, q, n, v[0] * inv_h, v[1] * inv_h);
+        store_h(s, sl, q, sl.rank * kN + n, v[0] * inv_h, v[1] * inv_h);
       }
     }
     return amax;
   }
 
-  // The unit's h into GEMM2's A tile for one activation kind; returns the scale h was divided by
-  // (fp8: the static intermediate scale or dynamic_scale of the unit's absmax; else 1). fp8 with a
-  // dynamic scale runs the halves twice: the absmax first (the four warps' maxima through `red`),
-  // then the stores.
+  // The unit's h slice into GEMM2's A tiles (this CTA's and the peers') for one activation kind;
+  // returns the scale h was divided by (fp8: the static intermediate scale or dynamic_scale of the
+  // unit's absmax; else 1). fp8 with a dynamic scale runs the halves twice: the absmax first (the
+  // four warps' maxima through `red`, then, on a cluster, every rank's through red_cluster and the
+  // amax barrier, so all ranks take the same scale), then the stores. With peers, the stores wait
+  // until every rank's GEMM2 of the previous unit is past its reads of h (h_empty).
   template <Activation kKind>
-  static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const float (&acc1)[64],
-                                                     const float (&acc2)[32], const bool (&live)[2],
-                                                     const float (&fr)[2], int warp, int lane) {
+  static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
+                                                     const float (&acc1)[64], const float (&acc2)[32],
+                                                     const bool (&live)[2], const float (&fr)[2], int warp, int lane,
+                                                     int j) {
     const int q0 = 16 * warp + (lane >> 2);
     float s_h = 1.0f;
     if constexpr (kFp8) {
@@ -300,19 +333,32 @@ struct ExpertMlp {
         float amax = 0.0f;
 #pragma unroll 1
         for (int h = 0; h < 2; ++h)
-          amax = act_half<kKind, false>(p, s, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
+          amax = act_half<kKind, false>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
                                         q0 + 8 * h, lane, 1.0f, amax);
         amax = warp_max(amax);
         if (lane == 0) s.red[warp] = amax;
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
         amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+        if (sl.peers > 0) {
+          float* rc = s.red_cluster + (j & 1) * kMaxSlices;
+          if (warp == 0 && lane == 0) {
+            const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
+            for (int q = 0; q <= sl.peers; ++q) {
+              sm90::st_cluster_f32(sm90::map_to_rank(mine, q), amax);
+              sm90::mbar_arrive_cluster(sm90::map_to_rank(s.amax_bar, q));
+            }
+          }
+          sm90::mbar_wait_cluster(s.amax_bar, j & 1);
+          for (int q = 0; q <= sl.peers; ++q) amax = fmaxf(amax, rc[q]);
+        }
         s_h = numerics::dynamic_scale(amax);
       }
     }
+    if (sl.peers > 0 && j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h)
-      act_half<kKind, true>(p, s, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
+      act_half<kKind, true>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
                             lane, inv_h, 0.0f);
     return s_h;
   }
@@ -341,9 +387,10 @@ struct ExpertMlp {
   }
 
   // ---- consumer warpgroup ----
-  static __device__ void consume(const KernelParams& p, const Smem& s, int units) {
+  static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int t = threadIdx.x;  // 0..127
     const int warp = t >> 5, lane = t & 31;
+    const int S = p.slices;
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
     std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -357,7 +404,7 @@ struct ExpertMlp {
       }
     };
     int j = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+    for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       if (rec != nullptr) mark = sm90::globaltimer_ns();
       const Unit un = unit_of(p, s, u, hint);
       // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
@@ -434,56 +481,66 @@ struct ExpertMlp {
       const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
       float s_h;
       switch (p.act) {
-        case Activation::kGelu: s_h = activation<Activation::kGelu>(p, s, acc1, acc2, live, fr, warp, lane); break;
-        case Activation::kSwigluOai:
-          s_h = activation<Activation::kSwigluOai>(p, s, acc1, acc2, live, fr, warp, lane);
+        case Activation::kGelu:
+          s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
           break;
-        default: s_h = activation<Activation::kSilu>(p, s, acc1, acc2, live, fr, warp, lane);
+        case Activation::kSwigluOai:
+          s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          break;
+        default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
       }
-      sm90::fence_proxy_async_shared_cta();  // h's generic-proxy stores, before the wgmmas read them
+      // h's generic-proxy stores (this CTA's and the peers'), before the wgmmas read them.
+      sm90::fence_proxy_async_shared_cta();
+      if (sl.peers > 0) sm90::fence_proxy_async_shared_cluster();
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (sl.peers > 0) {  // every rank's slice is in every rank's tile (h_full: one arrival a rank)
+        if (t == 0)
+          for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.h_full, q));
+        sm90::mbar_wait_cluster(s.h_full, j & 1);
+        sm90::fence_proxy_async_shared_cta();
+      }
       lap(2);
 
-      // GEMM2: per 256-column output tile, wgmma m64n256 over h's 96 columns (16-bit: chunk 0's 4 k
-      // steps and chunk 1's 2; e4m3: 3 k32 steps of one chunk), then the stores of y = acc x the
+      // GEMM2: per 256-column output tile of this rank (r, r + S, ...), wgmma m64n256 over h's N
+      // columns, a 128-byte chunk a stage (4 k steps: k16 of 16-bit, k32 of e4m3; zeros past N in
+      // h and w2 alike), one group a chunk as GEMM1's K loop runs, then the stores of y = acc x the
       // unit's dequantization x the router weight (unless on the input).
-      const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
-      const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kBlockM * kKBytes);
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
-      for (int o = 0; o < p.out_tiles; ++o) {
+      for (int o = sl.rank; o < p.out_tiles; o += S) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-        // The tile's stages landed, then one group of wgmmas (no wait between them: a wait inside
-        // a group makes ptxas serialize every wgmma of the kernel, C7520).
         const long long t0 = rec != nullptr ? clock64() : 0;
-        sm90::mbar_wait(s.full + 8 * stage, phase);
-        const int s0 = stage;
-        next_stage(stage, phase);
-        int s1 = s0;
-        if constexpr (kChunks2 > 1) {
+        long long waited = 0;
+        int prev2 = 0;
+        for (int c = 0; c < p.g2_chunks; ++c) {
+          const long long w0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          s1 = stage;
+          if (rec != nullptr) waited += clock64() - w0;
+          sm90::fence_regs<128>(acc);
+          sm90::wgmma_fence();
+          const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
+          const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh + 2 * kk, db + 2 * kk, 1);
+          sm90::wgmma_commit();
+          sm90::fence_regs<128>(acc);
+          if (c > 0) {
+            sm90::wgmma_wait<1>();
+            release(s, prev2, lane);
+          }
+          prev2 = stage;
           next_stage(stage, phase);
         }
-        const long long c1 = rec != nullptr ? clock64() : 0;
-        if (rec != nullptr) g2[0] += static_cast<std::uint64_t>(c1 - t0);
-        sm90::fence_regs<128>(acc);
-        sm90::wgmma_fence();
-        const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
-        const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
-#pragma unroll
-        for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
-#pragma unroll
-        for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
-        sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_regs<128>(acc);
+        release(s, prev2, lane);
         const long long c2 = rec != nullptr ? clock64() : 0;
-        if (rec != nullptr) g2[1] += static_cast<std::uint64_t>(c2 - c1);
-        release(s, s0, lane);
-        if constexpr (kChunks2 > 1) release(s, s1, lane);
+        if (rec != nullptr) {
+          g2[0] += static_cast<std::uint64_t>(waited);
+          g2[1] += static_cast<std::uint64_t>(c2 - t0 - waited);
+        }
         if (!rows) continue;
         // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
         const int col0 = o * kOutTile + 2 * (lane & 3);
@@ -498,8 +555,11 @@ struct ExpertMlp {
       lap(3);
       // Every consumer is past its reads of h and of this unit's slot list before the next unit
       // overwrites them (place_window starts with its own barrier after its counting pass: h is
-      // written only after GEMM1, which waits on the producer, so one barrier here suffices).
+      // written only after GEMM1, which waits on the producer, so one barrier here suffices); on a
+      // cluster the peers, which push the next unit's h into this tile, hear it through h_empty.
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (sl.peers > 0 && t == 0)
+        for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.h_empty, q));
     }
     if (rec != nullptr) {
       rec[kPhaseUnits] = static_cast<std::uint64_t>(j);
@@ -532,6 +592,10 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.unit_w = reinterpret_cast<float*>(base + L.unit_w);
   s.warp_rows = reinterpret_cast<int*>(base + L.warp_rows);
   s.red = reinterpret_cast<float*>(base + L.red);
+  s.h_full = sm90::smem_addr(base + L.cluster_bar);
+  s.h_empty = s.h_full + 8;
+  s.amax_bar = s.h_full + 16;
+  s.red_cluster = reinterpret_cast<float*>(base + L.red_cluster);
   s.counts = reinterpret_cast<int*>(base + L.counts);
   s.prefix = reinterpret_cast<int*>(base + L.prefix);
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
@@ -549,12 +613,27 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     }
     sm90::mbar_init(s.slots_bar, 1);
     sm90::mbar_init(s.slots_bar + 8, 1);
+    if (p.slices > 1) {  // one arrival from every rank of the cluster a unit
+      sm90::mbar_init(s.h_full, p.slices);
+      sm90::mbar_init(s.h_empty, p.slices);
+      sm90::mbar_init(s.amax_bar, p.slices);
+    }
     sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
+  }
+  // h's tile zeroed once: its columns past the S slices' (up to GEMM2's last chunk) are never
+  // written and meet w2's zeros past N; every unit rewrites the rest.
+  {
+    std::uint32_t* h = reinterpret_cast<std::uint32_t*>(base + L.h);
+    for (int i = tid; i < p.h_chunks * kHChunkBytes / 4; i += kThreads) h[i] = 0u;
     sm90::fence_proxy_async_shared_cta();
   }
   // The routing: every slot's local expert, the experts' counts, then the row offsets and units.
   for (int e = tid; e <= E; e += kThreads) s.counts[e] = 0;
-  __syncthreads();
+  // On a cluster, every rank's barriers are set up and its h zeroed before any peer arrives on
+  // them or pushes h into it.
+  if (p.slices > 1) sm90::cluster_sync_all();
+  else __syncthreads();
   const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, p.slots, p.num_experts_global, E, tid,
                                                kThreads, s.slot_e, s.counts);
   __syncthreads();
@@ -586,8 +665,15 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   // it reads hidden's rows or its scale; bf16 / fp16's is the call's first launch (no predecessor).
   pdl_launch_dependents();
 
-  if (tid < kConsumerThreads) K::consume(p, s, units);
+  // This CTA's slice of h (clusters along x: rank = blockIdx.x % S).
+  typename K::Slice sl;
+  sl.rank = static_cast<int>(blockIdx.x) % p.slices;
+  sl.peers = p.slices - 1;
+
+  if (tid < kConsumerThreads) K::consume(p, s, sl, units);
   else K::produce(p, s, units);
+  // No rank leaves while a peer may still push h into it or arrive on its barriers.
+  if (p.slices > 1) sm90::cluster_sync_all();
 #endif
 }
 
@@ -596,8 +682,29 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
   auto* kernel = &expert_mlp_sm90_kernel<kOp, kTimed>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
-  launch_kernel_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<std::size_t>(kp.smem.bytes),
-                    static_cast<cudaStream_t>(stream), pdl, kp);
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
+                                                 static_cast<std::size_t>(kp.smem.bytes),
+                                                 static_cast<cudaStream_t>(stream), kp.slices, attrs);
+  add_pdl_attribute(cfg, attrs, pdl);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+}
+
+template <Operand kOp>
+int max_active_clusters_sm90(int slices) {
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, false>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  cudaLaunchAttribute attrs[1];
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(slices), kThreads, kSmemLimit, nullptr, slices,
+                                                 attrs);
+  cfg.numAttrs = 1;  // the cluster dimension also at S = 1
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 }  // namespace moekit::cuda::expert_mlp

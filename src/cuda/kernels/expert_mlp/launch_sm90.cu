@@ -15,6 +15,7 @@
 
 #include "cuda/kernels/expert_mlp/config.hpp"
 #include "cuda/kernels/expert_mlp/params.hpp"
+#include "cuda/common/check.cuh"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
 #include "moekit/error.hpp"
 
@@ -40,14 +41,17 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
   if (p.has_bias13 || p.has_bias2) return fail("no biases");
-  if (p.intermediate_size != kN) return fail("intermediate_size must be ", kN);
+  if (p.intermediate_size < 16 || p.intermediate_size > kMaxSlices * kN || p.intermediate_size % 16 != 0)
+    return fail("intermediate_size must be a multiple of 16 up to ", kMaxSlices * kN);
   const int k_elems = fp8 ? 2 * kKElems : kKElems;  // a 128-byte K stage
   if (p.hidden_size < k_elems || p.hidden_size % k_elems != 0)
     return fail("hidden_size must be a positive multiple of ", k_elems);
   if (p.hidden_size >= (std::int64_t{1} << 24)) return fail("hidden_size too large");
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k)).bytes > kSmemLimit)
+  const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks).bytes >
+      kSmemLimit)
     return fail("the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
   if (!device.empty()) {
@@ -66,6 +70,31 @@ bool evict_first() {
   if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
   if (std::strcmp(v, "1") == 0) return true;
   throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_EVICT_FIRST must be unset, 0 or 1, got '") + v + "'");
+}
+
+// Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
+// at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
+// a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
+int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
+  using namespace expert_mlp;
+  constexpr int kDevices = 64;
+  static std::atomic<int> cached[kDevices][kMaxSlices + 1][3];  // zero-initialized (static)
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const int op = fp8 ? 2 : act == DType::kFp16 ? 1 : 0;
+  std::atomic<int>* slot = dev >= 0 && dev < kDevices ? &cached[dev][slices][op] : nullptr;
+  if (slot != nullptr) {
+    const int v = slot->load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  const int n = fp8 ? max_active_clusters_sm90<Operand::kE4m3>(slices)
+                    : act == DType::kFp16 ? max_active_clusters_sm90<Operand::kF16>(slices)
+                                          : max_active_clusters_sm90<Operand::kBf16>(slices);
+  if (n < 1)
+    throw Error(Status::kNotSupported, "expert_mlp: no cluster of " + std::to_string(slices) +
+                                           " CTAs fits on this device");
+  if (slot != nullptr) slot->store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace
@@ -94,7 +123,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   KernelParams kp{};
-  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, 2 * N, E, kW13BoxRows,
+  // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
+  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
                                   "expert_mlp_sm90 (w13)");
   gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
   kp.hidden = a.hidden;
@@ -110,6 +140,11 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.hidden_size = static_cast<int>(K);
   kp.k_stages = static_cast<int>(K / (fp8 ? 2 * kKElems : kKElems));
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
+  const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
+  kp.intermediate = static_cast<int>(N);
+  kp.slices = sh.slices;
+  kp.h_chunks = sh.h_chunks;
+  kp.g2_chunks = sh.g2_chunks;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
@@ -122,12 +157,15 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P));
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
-  // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most.
+  // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
+  // cluster of S CTAs a unit (as many clusters as fit at once: persistent).
   const std::int64_t max_units = std::min(E, P) + P / kBlockM;
-  const int grid = static_cast<int>(std::min<std::int64_t>(max_units, gemm_common::sm_count_of_current_device()));
+  const int clusters = sh.slices == 1 ? gemm_common::sm_count_of_current_device()
+                                      : expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
+  const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
   if (fp8) {

@@ -14,8 +14,9 @@
 namespace moekit::cuda::expert_mlp {
 
 struct KernelParams {
-  // w13 [E, 2N, K] as a 3D map, box [64 elements of K, kW13BoxRows rows, 1 expert]; w2 [E, K, N],
-  // box [64 elements of N, kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside.
+  // w13 [E, 2N, K] as a 3D map of 2E planes [N, K] (plane 2e: expert e's gate rows, 2e + 1 its up
+  // rows), box [128 bytes of K, kW13BoxRows rows, 1 plane]; w2 [E, K, N], box [128 bytes of N,
+  // kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside (rows of a slice past N).
   CUtensorMap tmap_w13;
   CUtensorMap tmap_w2;
   const void* hidden;              // [M, K] activation dtype (e4m3: hidden quantized), rows 16-byte aligned
@@ -30,7 +31,11 @@ struct KernelParams {
   int num_experts_global;          // Eg
   int hidden_size;                 // K
   int k_stages;                    // K / 64: GEMM1's stages a unit
-  int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (two stages each)
+  int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (rank r: r, r + S, ...)
+  int intermediate;                // N
+  int slices;                      // S = ceil(N / kN): the cluster's CTAs (1: no cluster)
+  int h_chunks;                    // h's 128-byte column chunks in shared memory (S kN columns)
+  int g2_chunks;                   // GEMM2's stages a tile: ceil(N x element bytes / 128)
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
   int evict_first;                 // the weights' TMA with an L2 evict-first hint (MOEKIT_EXPERT_MLP_EVICT_FIRST=1)
@@ -76,5 +81,10 @@ enum PhaseWord : int {
 // as the programmatic dependent of the kernel before it when `pdl`.
 template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
+
+// Clusters of `slices` CTAs of the untimed instantiation resident at once on the current device at
+// the largest shared memory (cudaOccupancyMaxActiveClusters); 0 where the query fails.
+template <Operand kOp>
+int max_active_clusters_sm90(int slices);
 
 }  // namespace moekit::cuda::expert_mlp

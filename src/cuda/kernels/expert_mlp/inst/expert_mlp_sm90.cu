@@ -7,6 +7,9 @@ namespace moekit::cuda::expert_mlp {
 template void run_expert_mlp_sm90<Operand::kBf16, false>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kF16, false>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kE4m3, false>(const KernelParams&, int, void*, bool);
+template int max_active_clusters_sm90<Operand::kBf16>(int);
+template int max_active_clusters_sm90<Operand::kF16>(int);
+template int max_active_clusters_sm90<Operand::kE4m3>(int);
 template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
