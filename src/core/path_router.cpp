@@ -281,6 +281,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // (RouterTable::expert_mlp_*).
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) &&
+      static_cast<double>(p.intermediate_size) >= kRouterTable.expert_mlp_auto_min_n &&
       static_cast<double>(p.intermediate_size) <= kRouterTable.expert_mlp_auto_max_n &&
       plan.local_slots >= kRouterTable.expert_mlp_min_slots && plan.local_slots <= kRouterTable.expert_mlp_max_slots) {
     plan.expert_mlp = true;

@@ -260,9 +260,11 @@ struct RouterTable {
   // expert-mlp-auto-ab-tp8.md): qwen3-30b TP8 fp8 M = 16 / 32 / 64 / 128 / 256 1.19-1.29x (M = 16
   // 43.3 -> 34.7 µs on gemv(mma) before, M = 64 55.5 -> 44.7 on token-major before).
   bool expert_mlp_fp8_in_auto = true;
-  // The shards auto sends to it: intermediate_size at most this (N = 96: one CTA a unit, measured
-  // above). The cluster form (N up to 384 on clusters of ceil(N / 96) CTAs: qwen3-235b and
-  // deepseek-v3 at TP8) runs forced by name until a same-run sweep measures it (docs/router.md).
+  // The shards auto sends to it: intermediate_size from expert_mlp_auto_min_n to _max_n (N = 96:
+  // one CTA a unit, measured above). The cluster form (N up to 384 on clusters of ceil(N / 96)
+  // CTAs: qwen3-235b and deepseek-v3 at TP8) and the narrower shards it also runs (N = 16..80:
+  // qwen3-30b at TP16) run forced by name until a same-run sweep measures them (docs/router.md).
+  double expert_mlp_auto_min_n = 96.0;
   double expert_mlp_auto_max_n = 96.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local

@@ -491,6 +491,7 @@ void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dt
 void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
   const MoeProblem& p = call.problem;
   const bool pdl = pdl_enabled();
+  expert_mlp_check_launchable(p);  // before anything of the call is enqueued
   ExpertMlpArgs a;
   a.problem = p;
   a.hidden = call.hidden;

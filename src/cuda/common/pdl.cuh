@@ -20,6 +20,10 @@
 //    by then every CTA of this grid that gets there is resident (the dependents launch once all
 //    CTAs triggered or exited, so they never take SMs from this grid's own later CTAs), and since
 //    it is after the wait, at most two kernels of the chain are in flight at once.
+//    One exception: the per-expert MLP kernel (kernels/expert_mlp/) triggers right after its
+//    routing, before its own pdl_wait, so that its combine is resident when it ends; on the fp8
+//    path (the quantization launch its predecessor) three kernels of the chain can then be in
+//    flight. Correctness does not change: each of its CTAs waits before it reads hidden or exits.
 //  - The first launch of a call (routing) never has the attribute, so a call never overlaps what
 //    the caller ran before it (and the previous call's kernels, which read the offsets and slots
 //    routing rewrites, have completed). The last kernel (combine) never triggers: the caller's

@@ -25,9 +25,16 @@ f=$(find $B -name "expert_mlp_sm90.cu.o" | head -1)
 cuobjdump --dump-sass $f >$O/expert_mlp.sass 2>&1
 echo "expert_mlp SASS: $(grep -cE 'LDL|STL' $O/expert_mlp.sass) local-memory, $(grep -c 'HGMMA\|QGMMA' $O/expert_mlp.sass) GMMA instructions"
 T=$B/tests/moekit_cuda_tests
-timeout 240 $T --gtest_filter="Sm90ExpertMlp.*:Preload.*:Sm90Faults.*" >$O/t.log 2>&1
-echo "tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $O/t.log | tr '\n' ' ')"
-grep -E "FAILED|Failure|differ|phases|^ *(cta|last|sum|units)" $O/t.log | head -60
+# Small cases first (one CTA a unit, a cluster of three), then the cluster tests, then the rest:
+# each under its own timeout, so a hang names its test.
+i=0
+for f in "Sm90ExpertMlp.SmallForSanitizers" "Sm90ExpertMlp.ClusterSlices*" \
+         "Sm90ExpertMlp.*:Preload.*:Sm90Faults.*:-Sm90ExpertMlp.SmallForSanitizers:Sm90ExpertMlp.ClusterSlices*"; do
+  i=$((i + 1))
+  timeout 150 $T --gtest_filter="$f" >$O/t$i.log 2>&1
+  echo "tests [$f] rc=$? $(grep -E '^\[  (PASSED|FAILED)' $O/t$i.log | tr '\n' ' ')"
+  grep -E "FAILED|Failure|differ|phases|^ *(cta|last|sum|units)" $O/t$i.log | head -40
+done
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $T --gtest_filter="Sm90ExpertMlp.SmallForSanitizers" >$O/memcheck.log 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $O/memcheck.log | head -1)"
 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 $T --gtest_filter="Sm90ExpertMlp.SmallForSanitizers" >$O/racecheck.log 2>&1

@@ -99,6 +99,13 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 
 }  // namespace
 
+void expert_mlp_check_launchable(const MoeProblem& p) {
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+  (void)evict_first();  // throws on a bad value
+  const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
+  if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
+}
+
 int expert_mlp_launches() { return launches; }
 
 void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
@@ -118,6 +125,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   if (!expert_mlp_supported(p, &why)) throw Error(Status::kNotSupported, why);
   if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
     throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
+  expert_mlp_check_launchable(p);
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
@@ -141,7 +149,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.k_stages = static_cast<int>(K / (fp8 ? 2 * kKElems : kKElems));
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
   const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
-  kp.intermediate = static_cast<int>(N);
   kp.slices = sh.slices;
   kp.h_chunks = sh.h_chunks;
   kp.g2_chunks = sh.g2_chunks;

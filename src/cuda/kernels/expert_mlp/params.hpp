@@ -32,8 +32,7 @@ struct KernelParams {
   int hidden_size;                 // K
   int k_stages;                    // K / 64: GEMM1's stages a unit
   int out_tiles;                   // ceil(K / kOutTile): GEMM2's tiles a unit (rank r: r, r + S, ...)
-  int intermediate;                // N
-  int slices;                      // S = ceil(N / kN): the cluster's CTAs (1: no cluster)
+  int slices;                      // S = ceil(N / kN), N the intermediate size: the cluster's CTAs (1: none)
   int h_chunks;                    // h's 128-byte column chunks in shared memory (S kN columns)
   int g2_chunks;                   // GEMM2's stages a tile: ceil(N x element bytes / 128)
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
