@@ -535,6 +535,11 @@ TEST(Sm90ExpertMlp, PhaseBreakdown) {
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 256}, "expert_mlp");
   phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 64, true}, "expert_mlp");
   phase_table({"qwen3-30b-a3b TP8 fp8", 128, 8, 2048, 96, 256, true}, "expert_mlp");
+  // The cluster form (N = 192 on clusters of 2, N = 256 on clusters of 3; docs/design.md): each
+  // rank's share, the h exchange inside the activation's time.
+  phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 64}, "expert_mlp");
+  phase_table({"qwen3-235b-a22b TP8 fp8", 128, 8, 4096, 192, 64, true}, "expert_mlp");
+  phase_table({"deepseek-v3 TP8 fp8", 256, 8, 7168, 256, 64, true}, "expert_mlp");
 }
 
 }  // namespace
