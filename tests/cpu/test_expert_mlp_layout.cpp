@@ -1,0 +1,82 @@
+// The per-expert MLP kernel's slicing and shared-memory layout (src/cuda/kernels/expert_mlp/
+// config.hpp; the kernel and its host side call the same constexpr functions), host-only: for every
+// intermediate size the kernel takes (N = 16..384, a multiple of 16) and both element sizes, the
+// cluster's slices cover N, h's tile holds every column a rank pushes and every column GEMM2 reads,
+// and the layout's regions are aligned, disjoint and within the shared-memory limit at the largest
+// tables the support check lets through.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels/expert_mlp/config.hpp"
+
+namespace moekit {
+namespace {
+
+namespace em = cuda::expert_mlp;
+
+TEST(CpuExpertMlpLayout, SlicesCoverTheIntermediateAndHHoldsWhatIsWrittenAndRead) {
+  for (bool fp8 : {false, true}) {
+    const int per_chunk = em::kKBytes / (fp8 ? 1 : 2);  // h columns a 128-byte chunk
+    for (int n = 16; n <= em::kMaxSlices * em::kN; n += 16) {
+      const em::SliceShape sh = em::slice_shape(n, fp8);
+      SCOPED_TRACE(testing::Message() << "N=" << n << (fp8 ? " e4m3" : " 16-bit"));
+      EXPECT_GE(sh.slices * em::kN, n);                 // the slices cover N
+      EXPECT_LT((sh.slices - 1) * em::kN, n);           // and none is empty
+      EXPECT_LE(sh.slices, em::kMaxSlices);
+      EXPECT_GE(sh.h_chunks * per_chunk, sh.slices * em::kN);  // every pushed column has a place
+      EXPECT_GE(sh.g2_chunks * per_chunk, n);           // GEMM2 reads every column of h
+      EXPECT_LT((sh.g2_chunks - 1) * per_chunk, n);     // and no chunk past N
+      EXPECT_LE(sh.g2_chunks, sh.h_chunks);             // what it reads lies in the tile
+      EXPECT_LE(sh.h_chunks, em::kMaxHChunks);
+    }
+  }
+  // The shards it was built for.
+  EXPECT_EQ(em::slice_shape(96, false).slices, 1);   // qwen3-30b TP8
+  EXPECT_EQ(em::slice_shape(192, false).slices, 2);  // qwen3-235b TP8
+  EXPECT_EQ(em::slice_shape(256, true).slices, 3);   // deepseek-v3 TP8
+}
+
+TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
+  for (bool fp8 : {false, true}) {
+    for (int n : {16, 96, 192, 256, 352, 384}) {
+      const int hc = em::slice_shape(n, fp8).h_chunks;
+      for (int E : {1, 7, 128, 256, em::kMaxExperts}) {
+        for (int slots : {1, 2048, em::kMaxSlots}) {
+          const em::SmemLayout l = em::smem_layout(E, slots, hc);
+          SCOPED_TRACE(testing::Message() << "N=" << n << " fp8=" << fp8 << " E=" << E << " slots=" << slots);
+          EXPECT_EQ(l.ring % 1024, 0);  // 128-byte swizzled TMA tiles and wgmma operands
+          EXPECT_EQ(l.h % 1024, 0);
+          for (int bar : {l.full_bar, l.empty_bar, l.slots_bar, l.cluster_bar}) EXPECT_EQ(bar % 8, 0);
+          // Regions in order, each ending where the next begins or before.
+          const std::vector<std::pair<int, int>> regions = {
+              {l.ring, em::kStages * em::kStageBytes},
+              {l.h, hc * em::kHChunkBytes},
+              {l.full_bar, 8 * em::kStages},
+              {l.empty_bar, 8 * em::kStages},
+              {l.slots_bar, 16},
+              {l.unit_slot, 2 * em::kBlockM * 4},
+              {l.unit_w, 2 * em::kBlockM * 4},
+              {l.warp_rows, 16},
+              {l.red, 16},
+              {l.cluster_bar, 24},
+              {l.red_cluster, 2 * em::kMaxSlices * 4},
+              {l.counts, (E + 1) * 4},
+              {l.prefix, (E + 1) * 4},
+              {l.slot_e, slots * 2},
+          };
+          for (std::size_t i = 0; i + 1 < regions.size(); ++i)
+            EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first) << "region " << i;
+          EXPECT_LE(regions.back().first + regions.back().second + 1024, l.bytes);  // alignment slack
+        }
+      }
+    }
+  }
+  // The largest tables the support check takes still fit with the largest h (16-bit, four slices).
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks).bytes, em::kSmemLimit);
+}
+
+}  // namespace
+}  // namespace moekit
