@@ -281,16 +281,17 @@ struct ExpertMlp {
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
   // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
-  // unit's rows, whose accumulators are stale shared memory's). kStore: the 24 values x inv_h into
+  // unit's rows, whose accumulators are stale shared memory's). `store`: the 24 values x inv_h into
   // GEMM2's A tile at row q, columns 96 rank + n; else the absmax of the values folded into amax
-  // (fp8's dynamic scale), returned. The caller runs the half as a rolled loop (h selects the
-  // accumulator registers by FSEL), so the code is fetched once and run twice: the kernel runs it
-  // once a unit, cold, while the weight stream holds the memory system (docs/perf.md "Session 55").
-  // The kind's switch sits outside (per-value switching made 48 divergent blocks).
-  template <Activation kKind, bool kStore>
+  // (fp8's dynamic scale), returned. The caller runs it as rolled loops over the pass and the half
+  // (h selects the accumulator registers by FSEL, `store` is a uniform branch a value pair), so one
+  // copy of the code is fetched and run two or four times: the kernel runs it once a unit, cold,
+  // while the weight stream holds the memory system (docs/perf.md "Session 55"). The kind's switch
+  // sits outside (per-value switching made 48 divergent blocks).
+  template <Activation kKind>
   static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const Slice& sl,
                                                    const float (&acc1)[64], const float (&acc2)[32], int h, bool live,
-                                                   float fr, int q, int lane, float inv_h, float amax) {
+                                                   float fr, int q, int lane, bool store, float inv_h, float amax) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       float v[2];
@@ -303,11 +304,12 @@ struct ExpertMlp {
         const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
         const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
         v[c] = live ? a : 0.0f;
-        if constexpr (!kStore) amax = numerics::fold_absmax(amax, v[c]);
       }
-      if constexpr (kStore) {
+      if (store) {
         const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
         store_h(s, sl, q, sl.rank * kN + n, v[0] * inv_h, v[1] * inv_h);
+      } else {
+        amax = numerics::fold_absmax(numerics::fold_absmax(amax, v[0]), v[1]);
       }
     }
     return amax;
@@ -315,51 +317,55 @@ struct ExpertMlp {
 
   // The unit's h slice into GEMM2's A tiles (this CTA's and the peers') for one activation kind;
   // returns the scale h was divided by (fp8: the static intermediate scale or dynamic_scale of the
-  // unit's absmax; else 1). fp8 with a dynamic scale runs the halves twice: the absmax first (the
-  // four warps' maxima through `red`, then, on a cluster, every rank's through red_cluster and the
-  // amax barrier, so all ranks take the same scale), then the stores. With peers, the stores wait
-  // until every rank's GEMM2 of the previous unit is past its reads of h (h_empty).
+  // unit's absmax; else 1). fp8 with a dynamic scale runs two passes of the same code: the absmax
+  // (the four warps' maxima through `red`, then, on a cluster, every rank's through red_cluster and
+  // the amax barrier, so all ranks take the same scale), then the stores. With peers, the stores
+  // wait until every rank's GEMM2 of the previous unit is past its reads of h (h_empty).
   template <Activation kKind>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
                                                      const float (&acc1)[64], const float (&acc2)[32],
                                                      const bool (&live)[2], const float (&fr)[2], int warp, int lane,
                                                      int j) {
     const int q0 = 16 * warp + (lane >> 2);
-    float s_h = 1.0f;
+    float s_h = 1.0f, inv_h = 1.0f, amax = 0.0f;
+    bool dynamic = false;
     if constexpr (kFp8) {
-      if (p.a2_scale != nullptr) {
+      dynamic = p.a2_scale == nullptr;
+      if (!dynamic) {
         s_h = p.a2_scale[0];
-      } else {
-        float amax = 0.0f;
-#pragma unroll 1
-        for (int h = 0; h < 2; ++h)
-          amax = act_half<kKind, false>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
-                                        q0 + 8 * h, lane, 1.0f, amax);
-        amax = warp_max(amax);
-        if (lane == 0) s.red[warp] = amax;
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
-        if (sl.peers > 0) {
-          float* rc = s.red_cluster + (j & 1) * kMaxSlices;
-          if (warp == 0 && lane == 0) {
-            const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
-            for (int q = 0; q <= sl.peers; ++q) {
-              sm90::st_cluster_f32(sm90::map_to_rank(mine, q), amax);
-              sm90::mbar_arrive_cluster(sm90::map_to_rank(s.amax_bar, q));
-            }
-          }
-          sm90::mbar_wait_cluster(s.amax_bar, j & 1);
-          for (int q = 0; q <= sl.peers; ++q) amax = fmaxf(amax, rc[q]);
-        }
-        s_h = numerics::dynamic_scale(amax);
+        inv_h = 1.0f / s_h;
       }
     }
-    if (sl.peers > 0 && j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
-    const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
-    for (int h = 0; h < 2; ++h)
-      act_half<kKind, true>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
-                            lane, inv_h, 0.0f);
+    for (int pass = dynamic ? 0 : 1; pass < 2; ++pass) {
+      if (pass == 1) {
+        if (dynamic) {
+          amax = warp_max(amax);
+          if (lane == 0) s.red[warp] = amax;
+          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+          amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+          if (sl.peers > 0) {
+            float* rc = s.red_cluster + (j & 1) * kMaxSlices;
+            if (warp == 0 && lane == 0) {
+              const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
+              for (int q = 0; q <= sl.peers; ++q) {
+                sm90::st_cluster_f32(sm90::map_to_rank(mine, q), amax);
+                sm90::mbar_arrive_cluster(sm90::map_to_rank(s.amax_bar, q));
+              }
+            }
+            sm90::mbar_wait_cluster(s.amax_bar, j & 1);
+            for (int q = 0; q <= sl.peers; ++q) amax = fmaxf(amax, rc[q]);
+          }
+          s_h = numerics::dynamic_scale(amax);
+          inv_h = 1.0f / s_h;
+        }
+        if (sl.peers > 0 && j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+      }
+#pragma unroll 1
+      for (int h = 0; h < 2; ++h)
+        amax = act_half<kKind>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
+                               q0 + 8 * h, lane, pass != 0, inv_h, amax);
+    }
     return s_h;
   }
 

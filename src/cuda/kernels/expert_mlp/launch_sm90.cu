@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "core/env.hpp"
@@ -64,13 +63,8 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
 namespace {
 
 // MOEKIT_EXPERT_MLP_EVICT_FIRST=1: the weights' TMA with an L2 evict-first hint (branch s55-next,
-// for its A/B); unset or 0: without.
-bool evict_first() {
-  const char* v = detail::env_value(detail::EnvVar::kExpertMlpEvictFirst);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
-  if (std::strcmp(v, "1") == 0) return true;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_EVICT_FIRST must be unset, 0 or 1, got '") + v + "'");
-}
+// for its A/B); unset or 0: without; anything else an error.
+bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
