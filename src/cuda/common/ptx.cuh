@@ -98,9 +98,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::ui
 }
 
 // Arrive on a barrier of another CTA of the cluster (address from map_to_rank), releasing this
-// thread's earlier accesses at cluster scope.
+// thread's earlier accesses at cluster scope. ptxas emits MEMBAR.ALL.CTA + MEMBAR.ALL.GPU before
+// the arrival (it waits for every outstanding memory access of the thread, global stores too).
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+// The same arrival with the default semantics (release at CTA scope; no fence in the SASS): for a
+// peer that only needs to know this CTA is past its reads of its own shared memory, e.g. a
+// consumer handing a buffer back to the cluster CTA that writes into it (as CUTLASS's ClusterBarrier
+// does for multicast stages).
+__device__ __forceinline__ void mbar_arrive_remote(std::uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
 
 // ---- fences ----
@@ -112,12 +120,6 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 // wgmma reading what st.shared wrote).
 __device__ __forceinline__ void fence_proxy_async_shared_cta() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// The same for shared memory anywhere in the cluster: this thread's generic-proxy stores into a
-// peer's shared memory (st.shared::cluster), before that peer's async-proxy reads (its wgmma).
-__device__ __forceinline__ void fence_proxy_async_shared_cluster() {
-  asm volatile("fence.proxy.async.shared::cluster;" ::: "memory");
 }
 
 // ---- thread-block clusters ----
@@ -172,13 +174,11 @@ __device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
 __device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
 }
-// 32 and 16 bits into the shared memory of a CTA of the cluster (address from map_to_rank); made
-// visible to it by a cluster-scope release (mbar_arrive_cluster) that it acquires.
-__device__ __forceinline__ void st_cluster_b32(std::uint32_t cluster_addr, std::uint32_t v) {
-  asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_cluster_b16(std::uint32_t cluster_addr, std::uint16_t v) {
-  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(cluster_addr), "h"(v) : "memory");
+// st_async_f32's 32 raw bits (STAS: no fence; the receiver's barrier phase carries the data).
+__device__ __forceinline__ void st_async_b32(std::uint32_t cluster_addr, std::uint32_t v, std::uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(cluster_addr),
+               "r"(v), "r"(cluster_bar)
+               : "memory");
 }
 __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
 

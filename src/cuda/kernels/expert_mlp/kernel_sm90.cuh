@@ -259,25 +259,36 @@ struct ExpertMlp {
 
   // Row q, columns g, g + 1 of h (q < 64, g even) as GEMM2's A tile, in this CTA's tile and every
   // peer's: chunk g / 64 (e4m3: g / 128) of 128-byte rows, the 16-byte chunk at position ^ (q % 8).
-  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1) {
+  // The peers' copies go by st.async, 4 bytes each, completing their h_full barrier's transaction
+  // count (no fence: a peer sees the bytes once it sees the phase); e4m3's 2-byte pairs are joined
+  // by lane pairs first (lane l & 1 == 0 holds columns g .. g + 3). Every lane of the warp calls it.
+  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1,
+                                                 int lane) {
+    std::uint32_t off, word;
+    bool push = sl.peers > 0;
     if constexpr (kFp8) {  // e4m3 bytes: column g at byte g % 128 of its chunk's row
       const int w = g & 127;
-      const std::uint32_t off = (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
+      off = (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
       asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + off), "h"(bits) : "memory");
-#pragma unroll
-      for (int i = 0; i < kMaxSlices - 1; ++i)
-        if (i < sl.peers) sm90::st_cluster_b16(sm90::map_to_rank(s.h + off, sl.peer(i)), bits);
-      return;
+      const std::uint32_t other = __shfl_xor_sync(0xffffffffu, static_cast<std::uint32_t>(bits), 1);
+      word = static_cast<std::uint32_t>(bits) | (other << 16);
+      push = push && (lane & 1) == 0;
+    } else {
+      const int w = g & 63;
+      off = (g >> 6) * kHChunkBytes + q * kKBytes + (((w >> 3) ^ (q & 7)) << 4) + (w & 7) * 2;
+      word = pack2<kF16>(v0, v1);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(word) : "memory");
     }
-    const int w = g & 63;
-    const std::uint32_t off = (g >> 6) * kHChunkBytes + q * kKBytes + (((w >> 3) ^ (q & 7)) << 4) + (w & 7) * 2;
-    const std::uint32_t bits = pack2<kF16>(v0, v1);
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(bits) : "memory");
+    if (!push) return;
 #pragma unroll
     for (int i = 0; i < kMaxSlices - 1; ++i)
-      if (i < sl.peers) sm90::st_cluster_b32(sm90::map_to_rank(s.h + off, sl.peer(i)), bits);
+      if (i < sl.peers)
+        sm90::st_async_b32(sm90::map_to_rank(s.h + off, sl.peer(i)), word, sm90::map_to_rank(s.h_full, sl.peer(i)));
   }
+
+  // Bytes of h a peer pushes into this CTA's tile a unit: all 64 rows of its 96-column slice.
+  static constexpr std::uint32_t kHSliceBytes = kBlockM * kN * kElemBytes;
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
   // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
@@ -307,7 +318,7 @@ struct ExpertMlp {
       }
       if (store) {
         const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-        store_h(s, sl, q, sl.rank * kN + n, v[0] * inv_h, v[1] * inv_h);
+        store_h(s, sl, q, sl.rank * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
       } else {
         amax = numerics::fold_absmax(numerics::fold_absmax(amax, v[0]), v[1]);
       }
@@ -344,22 +355,25 @@ struct ExpertMlp {
           if (lane == 0) s.red[warp] = amax;
           sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
           amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
-          if (sl.peers > 0) {
+          if (sl.peers > 0) {  // every peer's absmax into red_cluster by st.async, counted by amax_bar
             float* rc = s.red_cluster + (j & 1) * kMaxSlices;
             if (warp == 0 && lane == 0) {
+              sm90::mbar_arrive_expect_tx(s.amax_bar, 4u * static_cast<std::uint32_t>(sl.peers));
               const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
-              for (int q = 0; q <= sl.peers; ++q) {
-                sm90::st_cluster_f32(sm90::map_to_rank(mine, q), amax);
-                sm90::mbar_arrive_cluster(sm90::map_to_rank(s.amax_bar, q));
-              }
+              for (int i = 0; i < sl.peers; ++i)
+                sm90::st_async_f32(sm90::map_to_rank(mine, sl.peer(i)), amax, sm90::map_to_rank(s.amax_bar, sl.peer(i)));
             }
             sm90::mbar_wait_cluster(s.amax_bar, j & 1);
-            for (int q = 0; q <= sl.peers; ++q) amax = fmaxf(amax, rc[q]);
+            for (int i = 0; i < sl.peers; ++i) amax = fmaxf(amax, rc[sl.peer(i)]);
           }
           s_h = numerics::dynamic_scale(amax);
           inv_h = 1.0f / s_h;
         }
-        if (sl.peers > 0 && j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+        if (sl.peers > 0) {
+          if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+          // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
+          if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
+        }
       }
 #pragma unroll 1
       for (int h = 0; h < 2; ++h)
@@ -495,13 +509,10 @@ struct ExpertMlp {
           break;
         default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
       }
-      // h's generic-proxy stores (this CTA's and the peers'), before the wgmmas read them.
+      // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
-      if (sl.peers > 0) sm90::fence_proxy_async_shared_cluster();
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      if (sl.peers > 0) {  // every rank's slice is in every rank's tile (h_full: one arrival a rank)
-        if (t == 0)
-          for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.h_full, q));
+      if (sl.peers > 0) {  // every peer's slice has landed in this tile (h_full's bytes), then the same
         sm90::mbar_wait_cluster(s.h_full, j & 1);
         sm90::fence_proxy_async_shared_cta();
       }
@@ -565,7 +576,7 @@ struct ExpertMlp {
       // cluster the peers, which push the next unit's h into this tile, hear it through h_empty.
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       if (sl.peers > 0 && t == 0)
-        for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_cluster(sm90::map_to_rank(s.h_empty, q));
+        for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_remote(sm90::map_to_rank(s.h_empty, q));
     }
     if (rec != nullptr) {
       rec[kPhaseUnits] = static_cast<std::uint64_t>(j);
@@ -619,10 +630,10 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     }
     sm90::mbar_init(s.slots_bar, 1);
     sm90::mbar_init(s.slots_bar + 8, 1);
-    if (p.slices > 1) {  // one arrival from every rank of the cluster a unit
-      sm90::mbar_init(s.h_full, p.slices);
+    if (p.slices > 1) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
+      sm90::mbar_init(s.h_full, 1);
       sm90::mbar_init(s.h_empty, p.slices);
-      sm90::mbar_init(s.amax_bar, p.slices);
+      sm90::mbar_init(s.amax_bar, 1);
     }
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
