@@ -174,10 +174,19 @@ __device__ __forceinline__ float ld_cluster_f32(std::uint32_t cluster_addr) {
 __device__ __forceinline__ void st_cluster_f32(std::uint32_t cluster_addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr), "f"(v) : "memory");
 }
-// st_async_f32's 32 raw bits (STAS: no fence; the receiver's barrier phase carries the data).
-__device__ __forceinline__ void st_async_b32(std::uint32_t cluster_addr, std::uint32_t v, std::uint32_t cluster_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(cluster_addr),
-               "r"(v), "r"(cluster_bar)
+// 8 and 16 bytes the same way (STAS: no fence; the receiver's barrier phase carries the data);
+// the address 8- / 16-byte aligned.
+__device__ __forceinline__ void st_async_v2_b32(std::uint32_t cluster_addr, std::uint32_t v0, std::uint32_t v1,
+                                                std::uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(cluster_addr),
+               "r"(v0), "r"(v1), "r"(cluster_bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async_v4_b32(std::uint32_t cluster_addr, std::uint32_t v0, std::uint32_t v1,
+                                                std::uint32_t v2, std::uint32_t v3, std::uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_addr),
+               "r"(v0), "r"(v1), "r"(v2), "r"(v3), "r"(cluster_bar)
                : "memory");
 }
 __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }

@@ -62,7 +62,7 @@ struct SmemLayout {
   int unit_w;      // float [2][64]: their router weights
   int warp_rows;   // int [4]: place_window's per-warp counts
   int red;         // float [4]: the consumer warps' h absmaxes (fp8, a unit's dynamic scale)
-  int cluster_bar; // uint64 [3] (S > 1): h_full, h_empty, amax: one arrival from every rank a unit
+  int cluster_bar; // uint64 [3] (S > 1): h_full, amax (expect_tx + the peers' st.async bytes), h_empty (every rank)
   int red_cluster; // float [2][kMaxSlices] (S > 1): each rank's h absmax, by unit parity
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e

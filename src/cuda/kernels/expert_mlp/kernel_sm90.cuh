@@ -18,15 +18,15 @@
 //   consumer warpgroup: wgmma m64n128 (gate / up columns 0..63 of the slice) and m64n64 (64..95)
 //     over K, the activation from the accumulators (a thread holds gate column n and up column n
 //     of the same row), h rounded to the activation dtype into GEMM2's A tile in shared memory, of
-//     this CTA and (S > 1) of every other rank (st.shared::cluster), then per output tile wgmma
+//     this CTA and (S > 1) of every other rank (st.async), then per output tile wgmma
 //     m64n256 over h's N columns, a chunk a stage, and the epilogue's stores of y (x the router
 //     weight).
-// Clusters (S > 1) meet at three mbarriers a unit, one arrival from every rank each: h_full (every
-// slice of h is in every rank's tile), h_empty (every rank's GEMM2 is past its reads of h, before
-// the next unit's h is pushed) and, for fp8 with a dynamic intermediate scale, amax (every rank's h
-// absmax, so the unit's scale is the same on every rank). The CTAs meet at one cluster barrier
-// after their barriers are set up and one before they exit (no rank leaves while a peer may still
-// write to it).
+// Clusters (S > 1) meet at three mbarriers a unit: h_full (the peers' slices have landed in this
+// rank's tile: their st.async bytes against this rank's expect_tx), h_empty (one arrival from every
+// rank: its GEMM2 is past its reads of h, before the next unit's h is pushed) and, for fp8 with a
+// dynamic intermediate scale, amax (the peers' h absmaxes by st.async, so the unit's scale is the
+// same on every rank). The CTAs meet at one cluster barrier after their barriers are set up and
+// one before they exit (no rank leaves while a peer may still write to it).
 // The ring's stages are one size (32 KB: GEMM1's 8 KB of token rows + 24 KB of w13, or 256 rows
 // of w2), so the producer runs ahead across GEMM1, GEMM2 and units alike.
 // fp8_per_tensor (the e4m3 instantiation): the token rows are hidden quantized by the chain's
@@ -259,32 +259,39 @@ struct ExpertMlp {
 
   // Row q, columns g, g + 1 of h (q < 64, g even) as GEMM2's A tile, in this CTA's tile and every
   // peer's: chunk g / 64 (e4m3: g / 128) of 128-byte rows, the 16-byte chunk at position ^ (q % 8).
-  // The peers' copies go by st.async, 4 bytes each, completing their h_full barrier's transaction
-  // count (no fence: a peer sees the bytes once it sees the phase); e4m3's 2-byte pairs are joined
-  // by lane pairs first (lane l & 1 == 0 holds columns g .. g + 3). Every lane of the warp calls it.
+  // The peers' copies go by st.async, completing their h_full barrier's transaction count (no
+  // fence: a peer sees the bytes once it sees the phase). The four lanes of a quad hold
+  // consecutive pairs (columns g0 .. g0 + 7, g0 = g - 2 (lane % 4)): 16 bytes of one swizzle unit
+  // (e4m3: 8 bytes), which the quad's first lane pushes as one vector. Every lane calls it.
   static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1,
                                                  int lane) {
     std::uint32_t off, word;
-    bool push = sl.peers > 0;
     if constexpr (kFp8) {  // e4m3 bytes: column g at byte g % 128 of its chunk's row
       const int w = g & 127;
       off = (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
       asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + off), "h"(bits) : "memory");
-      const std::uint32_t other = __shfl_xor_sync(0xffffffffu, static_cast<std::uint32_t>(bits), 1);
-      word = static_cast<std::uint32_t>(bits) | (other << 16);
-      push = push && (lane & 1) == 0;
+      word = bits;
     } else {
       const int w = g & 63;
       off = (g >> 6) * kHChunkBytes + q * kKBytes + (((w >> 3) ^ (q & 7)) << 4) + (w & 7) * 2;
       word = pack2<kF16>(v0, v1);
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(word) : "memory");
     }
-    if (!push) return;
+    if (sl.peers == 0) return;  // uniform
+    const int first = lane & ~3;
+    const std::uint32_t w1 = __shfl_sync(0xffffffffu, word, first + 1);
+    const std::uint32_t w2 = __shfl_sync(0xffffffffu, word, first + 2);
+    const std::uint32_t w3 = __shfl_sync(0xffffffffu, word, first + 3);
+    if ((lane & 3) != 0) return;
 #pragma unroll
-    for (int i = 0; i < kMaxSlices - 1; ++i)
-      if (i < sl.peers)
-        sm90::st_async_b32(sm90::map_to_rank(s.h + off, sl.peer(i)), word, sm90::map_to_rank(s.h_full, sl.peer(i)));
+    for (int i = 0; i < kMaxSlices - 1; ++i) {
+      if (i >= sl.peers) break;
+      const std::uint32_t dst = sm90::map_to_rank(s.h + off, sl.peer(i));
+      const std::uint32_t bar = sm90::map_to_rank(s.h_full, sl.peer(i));
+      if constexpr (kFp8) sm90::st_async_v2_b32(dst, word | (w1 << 16), w2 | (w3 << 16), bar);
+      else sm90::st_async_v4_b32(dst, word, w1, w2, w3, bar);
+    }
   }
 
   // Bytes of h a peer pushes into this CTA's tile a unit: all 64 rows of its 96-column slice.
@@ -575,6 +582,10 @@ struct ExpertMlp {
       // written only after GEMM1, which waits on the producer, so one barrier here suffices); on a
       // cluster the peers, which push the next unit's h into this tile, hear it through h_empty.
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      // The arrival releases at CTA scope only (a cluster-scope release costs a MEMBAR.ALL.GPU a
+      // unit): GEMM2's reads of h are complete (wgmma.wait_group 0, then the barrier above) before
+      // it is sent, which is what the peers' next pushes need; CUTLASS's ClusterBarrier hands
+      // multicast stages back the same way. Not a formal release-acquire pair across CTAs.
       if (sl.peers > 0 && t == 0)
         for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_remote(sm90::map_to_rank(s.h_empty, q));
     }
