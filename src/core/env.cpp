@@ -50,6 +50,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_KSHORT_GEMM2",
     "MOEKIT_EXPERT_MLP",
     "MOEKIT_EXPERT_MLP_EVICT_FIRST",
+    "MOEKIT_EXPERT_MLP_QUANT_ONE_CTA",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

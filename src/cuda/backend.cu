@@ -496,7 +496,14 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   a.problem = p;
   a.hidden = call.hidden;
   if (p.scheme == Scheme::kFp8PerTensor) {
-    const QuantParams qp = hidden_quant_params(call, L);
+    QuantParams qp = hidden_quant_params(call, L);
+    // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1 (branch s56, off until its A/B): a dynamic scale up to
+    // kExpertMlpOneCtaQuantElems in the one-CTA kernel (~1 us an SM per 32 K elements), which the
+    // kernel's routing and first weight stages overlap, instead of the memset, the absmax launch
+    // and the quantization launch; the same bits (the block max is the atomicMax word's value).
+    constexpr std::int64_t kExpertMlpOneCtaQuantElems = 256 * 1024;
+    qp.one_cta = detail::env_switch(detail::EnvVar::kExpertMlpQuantOneCta, false) &&
+                 p.num_tokens * p.hidden_size <= kExpertMlpOneCtaQuantElems;
     if (quant_needs_zeroed_absmax(qp))
       MOEKIT_CUDA_CHECK(cudaMemsetAsync(qp.absmax, 0, sizeof(std::uint32_t), static_cast<cudaStream_t>(call.stream)));
     launch_quant_sm90(qp, call.stream, /*pdl=*/false);

@@ -162,6 +162,32 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
+  // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
+  // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at
+  // sizes past the one-CTA kernel's own threshold (M x K = 64 x 2048 and 256 x 1024 elements) and
+  // on the cluster form.
+  SKIP_WITHOUT_SM90();
+  for (std::int64_t n : {96, 192}) {
+    CaseSpec s = qwen30_tp8(128, 61);
+    s.scheme = Scheme::kFp8PerTensor;
+    s.N = n;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {64, 128}) {
+      std::vector<std::uint16_t> one, two;
+      {
+        ScopedEnv e("MOEKIT_EXPERT_MLP_QUANT_ONE_CTA", "1");
+        one = run_checked(d, c, M, "one-CTA quantization N=" + std::to_string(n) + " M=" + std::to_string(M));
+      }
+      two = run_checked(d, c, M, "two launches N=" + std::to_string(n) + " M=" + std::to_string(M));
+      std::int64_t differ = 0;
+      for (std::size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
+      EXPECT_EQ(differ, 0) << "N=" << n << " M=" << M << ": " << differ << " values differ";
+    }
+  }
+}
+
 TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
   // fp8_per_tensor: hidden quantized by the chain's quantization launch (dynamic or static scale),
   // each unit's intermediate scaled by itself (dynamic; docs/design.md) or by the static scale,

@@ -72,7 +72,7 @@ void launch_dtype(const QuantParams& p, void* stream, bool pdl) {
 
 bool quant_needs_zeroed_absmax(const QuantParams& p) {
   return p.scheme == Scheme::kFp8PerTensor && p.static_scale == nullptr && !p.absmax_ready &&
-         p.absmax_partials == nullptr && p.rows * p.cols > quant::kSmallTensorMaxElems;
+         p.absmax_partials == nullptr && !p.one_cta && p.rows * p.cols > quant::kSmallTensorMaxElems;
 }
 
 void launch_quant_sm90(const QuantParams& p, void* stream, bool pdl) {

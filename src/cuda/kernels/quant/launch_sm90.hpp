@@ -12,8 +12,8 @@ namespace moekit::cuda {
 void launch_quant_sm90(const QuantParams& params, void* stream, bool pdl = false);
 
 /// Whether launch_quant_sm90(params) reads params.absmax as a zeroed word that its absmax pass
-/// raises (dynamic per tensor above the one-CTA kernel's size): the caller zeroes it first. The
-/// one-CTA kernel and the static, ready or partials forms never read it.
+/// raises (dynamic per tensor above the one-CTA kernel's size, unless params.one_cta): the caller
+/// zeroes it first. The one-CTA kernel and the static, ready or partials forms never read it.
 bool quant_needs_zeroed_absmax(const QuantParams& params);
 
 }  // namespace moekit::cuda

@@ -33,6 +33,10 @@ struct QuantParams {
   // alone, scaled from their max. Null: not given.
   const float* absmax_partials = nullptr;
   int num_partials = 0;
+  // Dynamic per tensor: the one-CTA kernel whatever the size (one launch, no absmax word to zero),
+  // for a caller whose programmatic dependent overlaps the launch (backend.cu's expert_mlp path,
+  // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA).
+  bool one_cta = false;
 };
 
 namespace quant {
