@@ -165,7 +165,7 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at
-  // sizes past the one-CTA kernel's own threshold (M x K = 64 x 2048 and 256 x 1024 elements) and
+  // sizes past the one-CTA kernel's own threshold (M x K = 64 x 2048 and 128 x 2048 elements) and
   // on the cluster form.
   SKIP_WITHOUT_SM90();
   for (std::int64_t n : {96, 192}) {
