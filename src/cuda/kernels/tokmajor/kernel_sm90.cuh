@@ -213,12 +213,16 @@ struct TokMajor {
   };
 
   // A consumer warp is done reading `stage`: with multicast the peer's producer writes into this
-  // CTA's stage too, so both CTAs' empty barriers hear of it.
+  // CTA's stage too, so both CTAs' empty barriers hear of it. The peer's arrival releases at CTA
+  // scope (as CUTLASS hands multicast stages back): the stage's reads are complete (the wgmma wait
+  // before), and a cluster-scope release compiles to MEMBAR.ALL.GPU, which held each consumer warp
+  // a stage for every outstanding access of its lane 0 (read in the SASS in session 56; the
+  // multicast's measured 0.45-1.00x, bench/results/...-3ff8cfc-h200-cluster-ab.json, ran with it).
   static __device__ __forceinline__ void release(const Smem& s, int stage, int lane) {
     __syncwarp();
     if (lane == 0) {
       sm90::mbar_arrive(s.empty + 8 * stage);
-      if (s.cluster > 1) sm90::mbar_arrive_cluster(s.peer_empty + 8 * stage);
+      if (s.cluster > 1) sm90::mbar_arrive_remote(s.peer_empty + 8 * stage);
     }
   }
 
