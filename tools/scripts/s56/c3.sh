@@ -15,6 +15,9 @@ B=build/cuda-release; BB=$B/tools/bench/moekit-bench
 [ -x $BB ] || { echo "no build"; bash tools/scripts/pack_out.sh $O; exit 1; }
 timeout 90 $B/tests/moekit_cuda_tests --gtest_filter="Sm90ExpertMlp.QuantOneCtaGivesTheSameBits:Sm90ExpertMlp.EvictFirstHintGivesTheSameBits" >$O/t.log 2>&1
 echo "tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $O/t.log | tr '\n' ' ')"
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 $B/tests/moekit_cuda_tests \
+  --gtest_filter="Sm90ExpertMlp.SmallForSanitizers" >$O/racecheck.log 2>&1
+echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $O/racecheck.log | head -1) (the cluster pushes may be reported falsely: read it)"
 CHK="--backend cuda --tp 8 --no-baseline --no-host-time --check"
 echo "== MOEKIT_EXPERT_MLP_QUANT_ONE_CTA 0 -> 1, qwen3-30b TP8 fp8 (auto)"
 timeout 150 bash tools/scripts/ab_bench.sh $O/ab-onecta-q30 2 "env MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=0 $BB" \
