@@ -119,7 +119,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   if (!expert_mlp_supported(p, &why)) throw Error(Status::kNotSupported, why);
   if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
     throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
-  expert_mlp_check_launchable(p);
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;

@@ -45,7 +45,8 @@ bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2)
 // Throws where a call that expert_mlp_supported accepts still cannot launch: a bad
 // MOEKIT_EXPERT_MLP_EVICT_FIRST, or no cluster of the call's ceil(N / 96) CTAs fitting on the
 // device (the query is asked once a device and shape). The backend calls it before it enqueues
-// anything of the call (fp8: before the quantization launch); launch_expert_mlp_sm90 again.
+// anything of the call (fp8: before the quantization launch); launch_expert_mlp_sm90 throws the
+// same errors where it reads the switch and sizes the grid.
 void expert_mlp_check_launchable(const MoeProblem& problem);
 
 // Enqueues the kernel on `stream` (cudaStream_t); y's rows of the local slots are written, the

@@ -21,6 +21,18 @@ std::int64_t blocks_for(std::int64_t work_items, std::int64_t per_block, std::in
   return std::max<std::int64_t>(1, std::min<std::int64_t>(b, cap));
 }
 
+// Dynamic per tensor: the scale comes from this launch's own absmax (not static, no complete word,
+// no routing partials).
+bool dynamic_per_tensor(const QuantParams& p) {
+  return p.scheme == Scheme::kFp8PerTensor && p.static_scale == nullptr && !p.absmax_ready &&
+         p.absmax_partials == nullptr;
+}
+
+// ... taken by the one-CTA kernel: small enough, or asked for (QuantParams::one_cta).
+bool one_cta_quant(const QuantParams& p) {
+  return dynamic_per_tensor(p) && (p.one_cta || p.rows * p.cols <= quant::kSmallTensorMaxElems);
+}
+
 template <DType kX, int kVec>
 void launch_typed(const QuantParams& p, void* stream, bool pdl) {
   using quant::kThreads;
@@ -29,8 +41,8 @@ void launch_typed(const QuantParams& p, void* stream, bool pdl) {
     case Scheme::kFp8PerTensor: {
       // A complete absmax word (GEMM1's epilogue wrote it) or the routing launch's partials: pass
       // 2 alone, whatever the size; the one-CTA kernel would compute the same absmax again.
-      const bool dynamic = p.static_scale == nullptr && !p.absmax_ready && p.absmax_partials == nullptr;
-      if (dynamic && !quant_needs_zeroed_absmax(p)) {
+      const bool dynamic = dynamic_per_tensor(p);
+      if (one_cta_quant(p)) {
         quant::run_quant_sm90<kX, kVec>(QuantKernel::kQuantTensorSmall, p, 1, stream, pdl);
         break;
       }
@@ -70,10 +82,7 @@ void launch_dtype(const QuantParams& p, void* stream, bool pdl) {
 
 }  // namespace
 
-bool quant_needs_zeroed_absmax(const QuantParams& p) {
-  return p.scheme == Scheme::kFp8PerTensor && p.static_scale == nullptr && !p.absmax_ready &&
-         p.absmax_partials == nullptr && !p.one_cta && p.rows * p.cols > quant::kSmallTensorMaxElems;
-}
+bool quant_needs_zeroed_absmax(const QuantParams& p) { return dynamic_per_tensor(p) && !one_cta_quant(p); }
 
 void launch_quant_sm90(const QuantParams& p, void* stream, bool pdl) {
   if (p.rows <= 0 || p.cols <= 0) return;
