@@ -153,7 +153,7 @@ struct ExpertMlp {
   }
 
   // ---- producer warp ----
-  static __device__ void produce(const KernelParams& p, const Smem& s, int units) {
+  static __device__ void produce(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int lane = threadIdx.x - kConsumerThreads;
     const int chunk = lane & 7;  // 16-byte chunk of a 128-byte K stage this lane copies
     const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * kElemBytes;
@@ -168,7 +168,7 @@ struct ExpertMlp {
       if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
-    const int S = p.slices, r = static_cast<int>(blockIdx.x) % S;
+    const int S = p.slices, r = sl.rank;
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       const Unit t = unit_of(p, s, u, hint);
@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   sl.peers = p.slices - 1;
 
   if (tid < kConsumerThreads) K::consume(p, s, sl, units);
-  else K::produce(p, s, units);
+  else K::produce(p, s, sl, units);
   // No rank leaves while a peer may still push h into it or arrive on its barriers.
   if (p.slices > 1) sm90::cluster_sync_all();
 #endif
