@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +47,21 @@ std::vector<std::uint16_t> run_checked(DeviceCase& d, MoeCase& c, std::int64_t M
   return bits;
 }
 
+// A case of its own, its first M tokens run checked (run_checked).
+void check_case(const CaseSpec& s, std::int64_t M, const std::string& what) {
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  run_checked(d, c, M, what);
+}
+
+// Output values whose bits differ between two runs of the same call.
+std::int64_t values_differing(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
+}
+
 TEST(Sm90ExpertMlp, MatchesReferenceAtQwen3Tp8Shapes) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(256, 11));
@@ -60,9 +76,7 @@ TEST(Sm90ExpertMlp, MatchesReferenceAtQwen3Tp8Shapes) {
       CaseSpec s = qwen30_tp8(40, 60 + n);
       s.N = n;
       s.scheme = scheme;
-      MoeCase cn = make_case(s);
-      DeviceCase dn(cn);
-      run_checked(dn, cn, 40, "N=" + std::to_string(n) + " " + scheme_name(scheme));
+      check_case(s, 40, "N=" + std::to_string(n) + " " + scheme_name(scheme));
     }
   }
 }
@@ -76,8 +90,7 @@ TEST(Sm90ExpertMlp, SameBitsAsTheTokenMajorChain) {
   for (std::int64_t M : {16, 64, 128}) {
     const std::vector<std::uint16_t> fused = run_checked(d, c, M, "M=" + std::to_string(M));
     const std::vector<std::uint16_t> chain = d.run(M, CallMode::kFusedExperts, "tokmajor");
-    std::int64_t differ = 0;
-    for (std::size_t i = 0; i < fused.size(); ++i) differ += fused[i] != chain[i];
+    const std::int64_t differ = values_differing(fused, chain);
     EXPECT_EQ(differ, 0) << "M=" << M << ": " << differ << " of " << fused.size()
                          << " output values differ from the token-major chain's";
   }
@@ -97,47 +110,35 @@ TEST(Sm90ExpertMlp, RoutingEdgeCases) {
   {
     CaseSpec s = qwen30_tp8(40, 14);  // half the experts without tokens
     s.pattern = RoutingPattern::kSkewed;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 40, "skewed");
+    check_case(s, 40, "skewed");
   }
   {
     CaseSpec s = qwen30_tp8(9, 15);  // k = E, odd E, a smaller K
     s.E = 7;
     s.k = 7;
     s.K = 320;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 9, "k = E = 7, K = 320");
+    check_case(s, 9, "k = E = 7, K = 320");
   }
   {
     CaseSpec s = qwen30_tp8(24, 16);  // expert_map: odd global ids on another rank (-1)
     s.expert_map = true;
     s.E = 64;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 24, "expert_map with -1");
+    check_case(s, 24, "expert_map with -1");
   }
   {
     CaseSpec s = qwen30_tp8(48, 17);
     s.weight_on_input = true;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 48, "router weight on the input");
+    check_case(s, 48, "router weight on the input");
   }
   {
     CaseSpec s = qwen30_tp8(48, 18);
     s.act_dtype = DType::kFp16;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 48, "fp16");
+    check_case(s, 48, "fp16");
   }
   {
     CaseSpec s = qwen30_tp8(20, 19);
     s.activation.kind = Activation::kGelu;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 20, "gelu");
+    check_case(s, 20, "gelu");
   }
 }
 
@@ -156,8 +157,7 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
       on = run_checked(d, c, 64, std::string(scheme_name(scheme)) + " evict-first");
     }
     off = run_checked(d, c, 64, std::string(scheme_name(scheme)) + " no hint");
-    std::int64_t differ = 0;
-    for (std::size_t i = 0; i < on.size(); ++i) differ += on[i] != off[i];
+    const std::int64_t differ = values_differing(on, off);
     EXPECT_EQ(differ, 0) << scheme_name(scheme) << ": " << differ << " values differ with the hint";
   }
 }
@@ -181,8 +181,7 @@ TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
         one = run_checked(d, c, M, "one-CTA quantization N=" + std::to_string(n) + " M=" + std::to_string(M));
       }
       two = run_checked(d, c, M, "two launches N=" + std::to_string(n) + " M=" + std::to_string(M));
-      std::int64_t differ = 0;
-      for (std::size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
+      const std::int64_t differ = values_differing(one, two);
       EXPECT_EQ(differ, 0) << "N=" << n << " M=" << M << ": " << differ << " values differ";
     }
   }
@@ -207,18 +206,14 @@ TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
     s.scheme = Scheme::kFp8PerTensor;
     s.weight_on_input = true;
     s.act_dtype = DType::kFp16;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 48, "fp8, fp16 activations, router weight on the input");
+    check_case(s, 48, "fp8, fp16 activations, router weight on the input");
   }
   {
     CaseSpec s = qwen30_tp8(150, 29);  // one expert's 150 rows: three units, three scales
     s.scheme = Scheme::kFp8PerTensor;
     s.pattern = RoutingPattern::kAllToOne;
     s.hot_expert = 3;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 150, "fp8, all to one expert");
+    check_case(s, 150, "fp8, all to one expert");
   }
 }
 
@@ -271,9 +266,7 @@ TEST(Sm90ExpertMlp, ClusterSlicesEdgeCases) {
     s.pattern = RoutingPattern::kAllToOne;
     s.hot_expert = 9;
     s.scheme = Scheme::kFp8PerTensor;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 150, "N = 192 fp8, all to one expert");
+    check_case(s, 150, "N = 192 fp8, all to one expert");
   }
   {
     CaseSpec s = qwen30_tp8(37, 54);  // four slices, the last 64 columns; k = E, odd E, a short K
@@ -283,9 +276,7 @@ TEST(Sm90ExpertMlp, ClusterSlicesEdgeCases) {
     s.K = 384;
     for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
       s.scheme = scheme;
-      MoeCase c = make_case(s);
-      DeviceCase d(c);
-      run_checked(d, c, 37, std::string("N = 352, k = E = 7 ") + scheme_name(scheme));
+      check_case(s, 37, std::string("N = 352, k = E = 7 ") + scheme_name(scheme));
     }
   }
   {
@@ -294,25 +285,19 @@ TEST(Sm90ExpertMlp, ClusterSlicesEdgeCases) {
     s.E = 64;
     s.act_dtype = DType::kFp16;
     s.weight_on_input = true;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 24, "N = 192, expert_map with -1, fp16, weight on input");
+    check_case(s, 24, "N = 192, expert_map with -1, fp16, weight on input");
   }
   {
     CaseSpec s = qwen235_tp8(48, 56);  // fp8 with static scales (the intermediate's as given)
     s.scheme = Scheme::kFp8PerTensor;
     s.static_scales = true;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 48, "N = 192 fp8, static scales");
+    check_case(s, 48, "N = 192 fp8, static scales");
   }
   {
     CaseSpec s = qwen235_tp8(20, 57);  // N = 160: two slices, the second 64 columns; gelu
     s.N = 160;
     s.activation.kind = Activation::kGelu;
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    run_checked(d, c, 20, "N = 160, gelu");
+    check_case(s, 20, "N = 160, gelu");
   }
 }
 
@@ -324,8 +309,7 @@ TEST(Sm90ExpertMlp, ClusterSlicesSameBitsAsTheTokenMajorChain) {
   DeviceCase d(c);
   const std::vector<std::uint16_t> fused = run_checked(d, c, 64, "N = 192 M=64");
   const std::vector<std::uint16_t> chain = d.run(64, CallMode::kFusedExperts, "tokmajor");
-  std::int64_t differ = 0;
-  for (std::size_t i = 0; i < fused.size(); ++i) differ += fused[i] != chain[i];
+  const std::int64_t differ = values_differing(fused, chain);
   EXPECT_EQ(differ, 0) << differ << " of " << fused.size() << " output values differ from the token-major chain's";
 }
 
@@ -452,9 +436,7 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
       s.K = 256;
       s.N = n;
       s.scheme = scheme;
-      MoeCase c = make_case(s);
-      DeviceCase d(c);
-      run_checked(d, c, 6, std::string("small ") + scheme_name(scheme) + " N=" + std::to_string(n));
+      check_case(s, 6, std::string("small ") + scheme_name(scheme) + " N=" + std::to_string(n));
     }
   }
 }
