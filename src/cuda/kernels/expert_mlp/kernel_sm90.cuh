@@ -176,7 +176,7 @@ struct ExpertMlp {
       // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
       // then each stage's token rows, once the consumers placed the unit's slots, and past the first
       // `ahead` stages a stage's w13 boxes and rows together.
-      const int ahead = min(kStages, p.k_stages);
+      const int ahead = min(kAheadStages, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
@@ -413,6 +413,17 @@ struct ExpertMlp {
     }
   }
 
+  // GEMM2's first kSteps k steps of one chunk: acc += h chunk x w2 stage (descriptors dh, db). The
+  // fence sits inside each case of the caller's switch on kSteps (before it, ptxas injects a
+  // warpgroup.arrive in every case, C7519).
+  template <int kSteps>
+  static __device__ __forceinline__ void gemm2_steps(float (&acc)[128], std::uint64_t dh, std::uint64_t db) {
+    sm90::fence_regs<128>(acc);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh + 2 * kk, db + 2 * kk, 1);
+  }
+
   // ---- consumer warpgroup ----
   static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int t = threadIdx.x;  // 0..127
@@ -542,12 +553,16 @@ struct ExpertMlp {
           const long long w0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.full + 8 * stage, phase);
           if (rec != nullptr) waited += clock64() - w0;
-          sm90::fence_regs<128>(acc);
-          sm90::wgmma_fence();
           const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
           const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh + 2 * kk, db + 2 * kk, 1);
+          // The last chunk's k steps past N (all zeros) are skipped: N = 96 takes 6 k16 steps, not 8.
+          const int nk = c + 1 < p.g2_chunks ? 4 : p.g2_last_steps;  // uniform
+          switch (nk) {  // one straight-line group a case, its own fence first
+            case 1: gemm2_steps<1>(acc, dh, db); break;
+            case 2: gemm2_steps<2>(acc, dh, db); break;
+            case 3: gemm2_steps<3>(acc, dh, db); break;
+            default: gemm2_steps<4>(acc, dh, db);
+          }
           sm90::wgmma_commit();
           sm90::fence_regs<128>(acc);
           if (c > 0) {

@@ -145,6 +145,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.slices = sh.slices;
   kp.h_chunks = sh.h_chunks;
   kp.g2_chunks = sh.g2_chunks;
+  kp.g2_last_steps = sh.g2_last_steps;
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;

@@ -35,6 +35,7 @@ struct KernelParams {
   int slices;                      // S = ceil(N / kN), N the intermediate size: the cluster's CTAs (1: none)
   int h_chunks;                    // h's 128-byte column chunks in shared memory (S kN columns)
   int g2_chunks;                   // GEMM2's stages a tile: ceil(N x element bytes / 128)
+  int g2_last_steps;               // k steps of the last of them that reach N (1..4; the rest are zeros)
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
   int evict_first;                 // the weights' TMA with an L2 evict-first hint (MOEKIT_EXPERT_MLP_EVICT_FIRST=1)
