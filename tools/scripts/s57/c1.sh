@@ -30,8 +30,14 @@ if [ -x $MB ]; then
   timeout 170 bash tools/scripts/ab_bench.sh $O/ab-mid-s57 2 "env MOEKIT_PATH=expert_mlp $MB" "env MOEKIT_PATH=expert_mlp $BB" $Q 2>&1 \
     | grep -E "^\| (qwen|TP8)|failed" | head -n 10
 fi
-echo "== the cluster form (B, forced) against auto (A): qwen3-235b, deepseek-v3 TP8 (left $(left)s)"
-timeout $(( $(left) - 25 )) bash tools/scripts/ab_bench.sh $O/ab-cluster 1 "$BB" "env MOEKIT_PATH=expert_mlp $BB" \
-  $CHK --preset qwen3-235b-a22b,deepseek-v3 --tokens 16,64,256 --scheme bf16,fp8_per_tensor 2>&1 | grep -E "^\| (qwen|deep|TP8)|failed" | head -n 24
+if [ $(left) -gt 200 ]; then  # the whole GPU suite (the tree to merge), then the cluster A/B with what is left
+  MOEKIT_STEPS=gpu-suite MOEKIT_T_GPU=170 bash tools/scripts/gpu_check.sh $O/suite >$O/suite.txt 2>&1
+  tail -n 3 $O/suite.txt; grep -E "tests passed|tests failed|\(Failed\)|Timeout|FAILED  \]" $O/suite/gpu_tests.log | head -10
+fi
+if [ $(left) -gt 90 ]; then
+  echo "== the cluster form (B, forced) against auto (A): qwen3-235b, deepseek-v3 TP8 (left $(left)s)"
+  timeout $(( $(left) - 25 )) bash tools/scripts/ab_bench.sh $O/ab-cluster 1 "$BB" "env MOEKIT_PATH=expert_mlp $BB" \
+    $CHK --preset qwen3-235b-a22b,deepseek-v3 --tokens 16,64,256 --scheme bf16,fp8_per_tensor 2>&1 | grep -E "^\| (qwen|deep|TP8)|failed" | head -n 24
+fi
 echo "done, left $(left)s"
 bash tools/scripts/pack_out.sh $O
