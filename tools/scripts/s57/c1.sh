@@ -27,7 +27,7 @@ CHK="--backend cuda --tp 8 --no-baseline --no-host-time --check"
 Q="$CHK --preset qwen3-30b-a3b --tokens 16,64,256 --scheme bf16,fp8_per_tensor"
 if [ -x $MB ]; then
   echo "== A/B s55-next (mid) -> this tree, expert_mlp forced"
-  timeout 170 bash tools/scripts/ab_bench.sh $O/ab-mid-s57 2 "env MOEKIT_PATH=expert_mlp $MB" "env MOEKIT_PATH=expert_mlp $BB" $Q 2>&1 \
+  timeout 170 bash tools/scripts/ab_bench.sh $O/ab-mid-s57 ${REPS:-2} "env MOEKIT_PATH=expert_mlp $MB" "env MOEKIT_PATH=expert_mlp $BB" $Q 2>&1 \
     | grep -E "^\| (qwen|TP8)|failed" | head -n 10
 fi
 if [ $(left) -gt 200 ]; then  # the whole GPU suite (the tree to merge), then the cluster A/B with what is left
