@@ -78,20 +78,32 @@ struct Unit {
   int count;  // rows, 1..64
 };
 
+// kCluster: the cluster form (S > 1 ranks, h pushed to the peers, GEMM2 over N's chunks a stage);
+// else one CTA a unit with N <= kN, compiled without any of the cluster's code, GEMM2 one wgmma
+// group over h's fixed kN columns a tile (the form session 55 measured; the cluster's code in the
+// one-CTA kernel cost 0.88-1.01x at qwen3-30b TP8, docs/perf.md "Session 58").
 // kTimed: the phase timer's stamps compiled in (the instantiation a launch takes while a test set
 // a phase buffer, set_expert_mlp_phase_buffer); the untimed kernels carry none of them.
-template <Operand kOp, bool kTimed = false>
+template <Operand kOp, bool kCluster, bool kTimed = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
+  // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
+  // e4m3), its 128-byte chunks (2; e4m3 1) and the steps in chunk 0. Columns past N (N < kN, forced
+  // only) are zeros in h and in w2 (TMA's fill) alike.
+  static constexpr int kSteps2 = kN * kElemBytes / 32;
+  static constexpr int kChunks2 = (kN * kElemBytes + kKBytes - 1) / kKBytes;
+  static constexpr int kSteps2First = kSteps2 < 4 ? kSteps2 : 4;
+  // GEMM2's K stages a 256-column output tile.
+  static __device__ __forceinline__ int g2_chunks(const KernelParams& p) { return kCluster ? p.g2_chunks : kChunks2; }
 
   // The unit's slice on this CTA of its cluster.
   struct Slice {
-    int rank;   // r: h columns 96r .. 96r + 95
-    int peers;  // S - 1
+    int rank;   // r: h columns 96r .. 96r + 95 (0 in the one-CTA form)
+    int peers;  // S - 1 (0 in the one-CTA form)
     // The i-th other rank of the cluster (i < peers).
     __device__ __forceinline__ std::uint32_t peer(int i) const {
       return static_cast<std::uint32_t>(i < rank ? i : i + 1);
@@ -168,7 +180,7 @@ struct ExpertMlp {
       if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
-    const int S = p.slices, r = sl.rank;
+    const int S = kCluster ? p.slices : 1, r = kCluster ? sl.rank : 0;
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       const Unit t = unit_of(p, s, u, hint);
@@ -217,7 +229,7 @@ struct ExpertMlp {
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), w2's 256 rows a 128-byte
       // chunk of h's N columns (past N: TMA's zeros, against h's zeros).
       for (int o = r; o < p.out_tiles; o += S) {
-        for (int c = 0; c < p.g2_chunks; ++c) {
+        for (int c = 0; c < g2_chunks(p); ++c) {
           const long long c0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);
@@ -278,7 +290,7 @@ struct ExpertMlp {
       word = pack2<kF16>(v0, v1);
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(word) : "memory");
     }
-    if (sl.peers == 0) return;  // uniform
+    if (!kCluster) return;
     const int first = lane & ~3;
     const std::uint32_t w1 = __shfl_sync(0xffffffffu, word, first + 1);
     const std::uint32_t w2 = __shfl_sync(0xffffffffu, word, first + 2);
@@ -286,7 +298,7 @@ struct ExpertMlp {
     if ((lane & 3) != 0) return;
 #pragma unroll
     for (int i = 0; i < kMaxSlices - 1; ++i) {
-      if (i >= sl.peers) break;
+      if (i >= sl.peers) break;  // uniform
       const std::uint32_t dst = sm90::map_to_rank(s.h + off, sl.peer(i));
       const std::uint32_t bar = sm90::map_to_rank(s.h_full, sl.peer(i));
       if constexpr (kFp8) sm90::st_async_v2_b32(dst, word | (w1 << 16), w2 | (w3 << 16), bar);
@@ -299,17 +311,16 @@ struct ExpertMlp {
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
   // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
-  // unit's rows, whose accumulators are stale shared memory's). `store`: the 24 values x inv_h into
+  // unit's rows, whose accumulators are stale shared memory's). kStore: the 24 values x inv_h into
   // GEMM2's A tile at row q, columns 96 rank + n; else the absmax of the values folded into amax
-  // (fp8's dynamic scale), returned. The caller runs it as rolled loops over the pass and the half
-  // (h selects the accumulator registers by FSEL, `store` is a uniform branch a value pair), so one
-  // copy of the code is fetched and run two or four times: the kernel runs it once a unit, cold,
-  // while the weight stream holds the memory system (docs/perf.md "Session 55"). The kind's switch
-  // sits outside (per-value switching made 48 divergent blocks).
-  template <Activation kKind>
+  // (fp8's dynamic scale), returned. The caller runs the half as a rolled loop (h selects the
+  // accumulator registers by FSEL), so the code is fetched once and run twice: the kernel runs it
+  // once a unit, cold, while the weight stream holds the memory system (docs/perf.md "Session 55").
+  // The kind's switch sits outside (per-value switching made 48 divergent blocks).
+  template <Activation kKind, bool kStore>
   static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const Slice& sl,
                                                    const float (&acc1)[64], const float (&acc2)[32], int h, bool live,
-                                                   float fr, int q, int lane, bool store, float inv_h, float amax) {
+                                                   float fr, int q, int lane, float inv_h, float amax) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       float v[2];
@@ -322,71 +333,67 @@ struct ExpertMlp {
         const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
         const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
         v[c] = live ? a : 0.0f;
+        if constexpr (!kStore) amax = numerics::fold_absmax(amax, v[c]);
       }
-      if (store) {
+      if constexpr (kStore) {
         const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-        store_h(s, sl, q, sl.rank * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
-      } else {
-        amax = numerics::fold_absmax(numerics::fold_absmax(amax, v[0]), v[1]);
+        store_h(s, sl, q, (kCluster ? sl.rank * kN : 0) + n, v[0] * inv_h, v[1] * inv_h, lane);
       }
     }
     return amax;
   }
 
-  // The unit's h slice into GEMM2's A tiles (this CTA's and the peers') for one activation kind;
-  // returns the scale h was divided by (fp8: the static intermediate scale or dynamic_scale of the
-  // unit's absmax; else 1). fp8 with a dynamic scale runs two passes of the same code: the absmax
-  // (the four warps' maxima through `red`, then, on a cluster, every rank's through red_cluster and
-  // the amax barrier, so all ranks take the same scale), then the stores. With peers, the stores
-  // wait until every rank's GEMM2 of the previous unit is past its reads of h (h_empty).
+  // The unit's h slice into GEMM2's A tiles (this CTA's and, on a cluster, the peers') for one
+  // activation kind; returns the scale h was divided by (fp8: the static intermediate scale or
+  // dynamic_scale of the unit's absmax; else 1). fp8 with a dynamic scale runs the halves twice:
+  // the absmax first (the four warps' maxima through `red`, then, on a cluster, every rank's
+  // through red_cluster and the amax barrier, so all ranks take the same scale), then the stores.
+  // On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its reads of
+  // h (h_empty).
   template <Activation kKind>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
                                                      const float (&acc1)[64], const float (&acc2)[32],
                                                      const bool (&live)[2], const float (&fr)[2], int warp, int lane,
                                                      int j) {
     const int q0 = 16 * warp + (lane >> 2);
-    float s_h = 1.0f, inv_h = 1.0f, amax = 0.0f;
-    bool dynamic = false;
+    float s_h = 1.0f;
     if constexpr (kFp8) {
-      dynamic = p.a2_scale == nullptr;
-      if (!dynamic) {
+      if (p.a2_scale != nullptr) {
         s_h = p.a2_scale[0];
-        inv_h = 1.0f / s_h;
-      }
-    }
+      } else {
+        float amax = 0.0f;
 #pragma unroll 1
-    for (int pass = dynamic ? 0 : 1; pass < 2; ++pass) {
-      if (pass == 1) {
-        if (dynamic) {
-          amax = warp_max(amax);
-          if (lane == 0) s.red[warp] = amax;
-          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-          amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
-          if (sl.peers > 0) {  // every peer's absmax into red_cluster by st.async, counted by amax_bar
-            float* rc = s.red_cluster + (j & 1) * kMaxSlices;
-            if (warp == 0 && lane == 0) {
-              sm90::mbar_arrive_expect_tx(s.amax_bar, 4u * static_cast<std::uint32_t>(sl.peers));
-              const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
-              for (int i = 0; i < sl.peers; ++i)
-                sm90::st_async_f32(sm90::map_to_rank(mine, sl.peer(i)), amax, sm90::map_to_rank(s.amax_bar, sl.peer(i)));
-            }
-            sm90::mbar_wait_cluster(s.amax_bar, j & 1);
-            for (int i = 0; i < sl.peers; ++i) amax = fmaxf(amax, rc[sl.peer(i)]);
+        for (int h = 0; h < 2; ++h)
+          amax = act_half<kKind, false>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
+                                        q0 + 8 * h, lane, 1.0f, amax);
+        amax = warp_max(amax);
+        if (lane == 0) s.red[warp] = amax;
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+        if constexpr (kCluster) {  // every peer's absmax into red_cluster by st.async, counted by amax_bar
+          float* rc = s.red_cluster + (j & 1) * kMaxSlices;
+          if (warp == 0 && lane == 0) {
+            sm90::mbar_arrive_expect_tx(s.amax_bar, 4u * static_cast<std::uint32_t>(sl.peers));
+            const std::uint32_t mine = sm90::smem_addr(rc + sl.rank);
+            for (int i = 0; i < sl.peers; ++i)
+              sm90::st_async_f32(sm90::map_to_rank(mine, sl.peer(i)), amax, sm90::map_to_rank(s.amax_bar, sl.peer(i)));
           }
-          s_h = numerics::dynamic_scale(amax);
-          inv_h = 1.0f / s_h;
+          sm90::mbar_wait_cluster(s.amax_bar, j & 1);
+          for (int i = 0; i < sl.peers; ++i) amax = fmaxf(amax, rc[sl.peer(i)]);
         }
-        if (sl.peers > 0) {
-          if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
-          // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
-          if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
-        }
+        s_h = numerics::dynamic_scale(amax);
       }
-#pragma unroll 1
-      for (int h = 0; h < 2; ++h)
-        amax = act_half<kKind>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
-                               q0 + 8 * h, lane, pass != 0, inv_h, amax);
     }
+    if constexpr (kCluster) {
+      if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+      // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
+      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
+    }
+    const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h)
+      act_half<kKind, true>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
+                            lane, inv_h, 0.0f);
     return s_h;
   }
 
@@ -428,7 +435,7 @@ struct ExpertMlp {
   static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int t = threadIdx.x;  // 0..127
     const int warp = t >> 5, lane = t & 31;
-    const int S = p.slices;
+    const int S = kCluster ? p.slices : 1;
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
     std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -530,51 +537,82 @@ struct ExpertMlp {
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      if (sl.peers > 0) {  // every peer's slice has landed in this tile (h_full's bytes), then the same
+      if constexpr (kCluster) {  // every peer's slice has landed in this tile (h_full's bytes), then the same
         sm90::mbar_wait_cluster(s.h_full, j & 1);
         sm90::fence_proxy_async_shared_cta();
       }
       lap(2);
 
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), wgmma m64n256 over h's N
-      // columns, a 128-byte chunk a stage (4 k steps: k16 of 16-bit, k32 of e4m3; zeros past N in
+      // columns (one CTA: h's kN columns, one group a tile), on a cluster a 128-byte chunk a stage (4 k steps: k16 of 16-bit, k32 of e4m3; zeros past N in
       // h and w2 alike), one group a chunk as GEMM1's K loop runs, then the stores of y = acc x the
       // unit's dequantization x the router weight (unless on the input).
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
-      for (int o = sl.rank; o < p.out_tiles; o += S) {
+      for (int o = kCluster ? sl.rank : 0; o < p.out_tiles; o += S) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
         const long long t0 = rec != nullptr ? clock64() : 0;
         long long waited = 0;
-        int prev2 = 0;
-        for (int c = 0; c < p.g2_chunks; ++c) {
-          const long long w0 = rec != nullptr ? clock64() : 0;
+        if constexpr (!kCluster) {
+          // One CTA: the tile's kChunks2 stages landed, then one group of kSteps2 wgmmas (no wait
+          // between them: a wait inside a group makes ptxas serialize every wgmma of the kernel, C7520).
+          const int s0 = stage;
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          if (rec != nullptr) waited += clock64() - w0;
-          const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
-          const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
-          // The last chunk's k steps past N (all zeros) are skipped: N = 96 takes 6 k16 steps, not 8.
-          const int nk = c + 1 < p.g2_chunks ? 4 : p.g2_last_steps;  // uniform
-          switch (nk) {  // one straight-line group a case, its own fence first
-            case 1: gemm2_steps<1>(acc, dh, db); break;
-            case 2: gemm2_steps<2>(acc, dh, db); break;
-            case 3: gemm2_steps<3>(acc, dh, db); break;
-            default: gemm2_steps<4>(acc, dh, db);
-          }
-          sm90::wgmma_commit();
-          sm90::fence_regs<128>(acc);
-          if (c > 0) {
-            sm90::wgmma_wait<1>();
-            release(s, prev2, lane);
-          }
-          prev2 = stage;
           next_stage(stage, phase);
+          int s1 = s0;
+          if constexpr (kChunks2 > 1) {
+            s1 = stage;
+            sm90::mbar_wait(s.full + 8 * stage, phase);
+            next_stage(stage, phase);
+          }
+          if (rec != nullptr) waited = clock64() - t0;
+          sm90::fence_regs<128>(acc);
+          sm90::wgmma_fence();
+          const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
+          const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kHChunkBytes);
+          const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
+          const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
+#pragma unroll
+          for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
+#pragma unroll
+          for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk)
+            sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs<128>(acc);
+          release(s, s0, lane);
+          if constexpr (kChunks2 > 1) release(s, s1, lane);
+        } else {
+          int prev2 = 0;
+          for (int c = 0; c < p.g2_chunks; ++c) {
+            const long long w0 = rec != nullptr ? clock64() : 0;
+            sm90::mbar_wait(s.full + 8 * stage, phase);
+            if (rec != nullptr) waited += clock64() - w0;
+            const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
+            const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
+            // The last chunk's k steps past N (all zeros) are skipped: N = 96 takes 6 k16 steps, not 8.
+            const int nk = c + 1 < p.g2_chunks ? 4 : p.g2_last_steps;  // uniform
+            switch (nk) {  // one straight-line group a case, its own fence first
+              case 1: gemm2_steps<1>(acc, dh, db); break;
+              case 2: gemm2_steps<2>(acc, dh, db); break;
+              case 3: gemm2_steps<3>(acc, dh, db); break;
+              default: gemm2_steps<4>(acc, dh, db);
+            }
+            sm90::wgmma_commit();
+            sm90::fence_regs<128>(acc);
+            if (c > 0) {
+              sm90::wgmma_wait<1>();
+              release(s, prev2, lane);
+            }
+            prev2 = stage;
+            next_stage(stage, phase);
+          }
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs<128>(acc);
+          release(s, prev2, lane);
         }
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs<128>(acc);
-        release(s, prev2, lane);
         const long long c2 = rec != nullptr ? clock64() : 0;
         if (rec != nullptr) {
           g2[0] += static_cast<std::uint64_t>(waited);
@@ -601,7 +639,7 @@ struct ExpertMlp {
       // unit): GEMM2's reads of h are complete (wgmma.wait_group 0, then the barrier above) before
       // it is sent, which is what the peers' next pushes need; CUTLASS's ClusterBarrier hands
       // multicast stages back the same way. Not a formal release-acquire pair across CTAs.
-      if (sl.peers > 0 && t == 0)
+      if (kCluster && t == 0)
         for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_remote(sm90::map_to_rank(s.h_empty, q));
     }
     if (rec != nullptr) {
@@ -618,10 +656,10 @@ struct ExpertMlp {
   }
 };
 
-template <Operand kOp, bool kTimed = false>
+template <Operand kOp, bool kCluster, bool kTimed = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp, kTimed>;
+  using K = ExpertMlp<kOp, kCluster, kTimed>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -656,7 +694,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     }
     sm90::mbar_init(s.slots_bar, 1);
     sm90::mbar_init(s.slots_bar + 8, 1);
-    if (p.slices > 1) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
+    if constexpr (kCluster) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
       sm90::mbar_init(s.h_full, 1);
       sm90::mbar_init(s.h_empty, p.slices);
       sm90::mbar_init(s.amax_bar, 1);
@@ -675,7 +713,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   for (int e = tid; e <= E; e += kThreads) s.counts[e] = 0;
   // On a cluster, every rank's barriers are set up and its h zeroed before any peer arrives on
   // them or pushes h into it.
-  if (p.slices > 1) sm90::cluster_sync_all();
+  if constexpr (kCluster) sm90::cluster_sync_all();
   else __syncthreads();
   const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, p.slots, p.num_experts_global, E, tid,
                                                kThreads, s.slot_e, s.counts);
@@ -710,21 +748,23 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
   // This CTA's slice of h (clusters along x: rank = blockIdx.x % S).
   typename K::Slice sl;
-  sl.rank = static_cast<int>(blockIdx.x) % p.slices;
-  sl.peers = p.slices - 1;
+  sl.rank = kCluster ? static_cast<int>(blockIdx.x) % p.slices : 0;
+  sl.peers = kCluster ? p.slices - 1 : 0;
 
   if (tid < kConsumerThreads) K::consume(p, s, sl, units);
   else K::produce(p, s, sl, units);
   // No rank leaves while a peer may still push h into it or arrive on its barriers.
-  if (p.slices > 1) sm90::cluster_sync_all();
+  if constexpr (kCluster) sm90::cluster_sync_all();
 #endif
 }
 
 template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, kTimed>;
-  static std::atomic<std::uint64_t> raised{0};
-  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code).
+  const bool cluster = kp.slices > 1;
+  auto* kernel = cluster ? &expert_mlp_sm90_kernel<kOp, true, kTimed> : &expert_mlp_sm90_kernel<kOp, false, kTimed>;
+  static std::atomic<std::uint64_t> raised[2] = {{0}, {0}};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised[cluster ? 1 : 0]);
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),
@@ -735,7 +775,7 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
 
 template <Operand kOp>
 int max_active_clusters_sm90(int slices) {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, false>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, true, false>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   cudaLaunchAttribute attrs[1];

@@ -14,12 +14,19 @@ template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int
 template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
 
-// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily.
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false>);
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, false>);
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false>);
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true>);
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true>);
-MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true>);
+// Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. The one-CTA and
+// the cluster form (kCluster), each untimed and timed.
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, false, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true>);
 
 }  // namespace moekit::cuda::expert_mlp
