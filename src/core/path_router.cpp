@@ -279,16 +279,21 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
   // The per-expert MLP kernel first where it can run the call and its slot range holds
   // (RouterTable::expert_mlp_*).
+  // One CTA a unit (N = 96) and the cluster form (N = 192) each have their own measured band.
+  const double n = static_cast<double>(p.intermediate_size);
+  const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
+  const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
+  const double lo = one_cta_band ? kRouterTable.expert_mlp_min_slots : kRouterTable.expert_mlp_cluster_min_slots;
+  const double hi = one_cta_band ? kRouterTable.expert_mlp_max_slots : kRouterTable.expert_mlp_cluster_max_slots;
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
-      (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) &&
-      static_cast<double>(p.intermediate_size) >= kRouterTable.expert_mlp_auto_min_n &&
-      static_cast<double>(p.intermediate_size) <= kRouterTable.expert_mlp_auto_max_n &&
-      plan.local_slots >= kRouterTable.expert_mlp_min_slots && plan.local_slots <= kRouterTable.expert_mlp_max_slots) {
+      (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) && (one_cta_band || cluster_band) &&
+      plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;
     if (in.want_reason)
-      plan.reason = "slots " + fmt(plan.local_slots) + " in [" + fmt(kRouterTable.expert_mlp_min_slots) + ", " +
-                    fmt(kRouterTable.expert_mlp_max_slots) + "], N=" + std::to_string(p.intermediate_size) +
-                    ": expert_mlp, one CTA an expert's token tile through both GEMMs, then the combine";
+      plan.reason = "slots " + fmt(plan.local_slots) + " in [" + fmt(lo) + ", " + fmt(hi) + "], N=" +
+                    std::to_string(p.intermediate_size) +
+                    (one_cta_band ? ": expert_mlp, one CTA an expert's token tile through both GEMMs, then the combine"
+                                  : ": expert_mlp, a cluster an expert's token tile through both GEMMs, then the combine");
     return plan;
   }
   // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run and its

@@ -261,11 +261,23 @@ struct RouterTable {
   // 43.3 -> 34.7 µs on gemv(mma) before, M = 64 55.5 -> 44.7 on token-major before).
   bool expert_mlp_fp8_in_auto = true;
   // The shards auto sends to it: intermediate_size from expert_mlp_auto_min_n to _max_n (N = 96:
-  // one CTA a unit, measured above). The cluster form (N up to 384 on clusters of ceil(N / 96)
-  // CTAs: qwen3-235b and deepseek-v3 at TP8) and the narrower shards it also runs (N = 16..80:
-  // qwen3-30b at TP16) run forced by name until a same-run sweep measures them (docs/router.md).
+  // one CTA a unit, measured above). The narrower shards it also runs (N = 16..80: qwen3-30b at
+  // TP16) run forced by name until a same-run sweep measures them (docs/router.md).
   double expert_mlp_auto_min_n = 96.0;
   double expert_mlp_auto_max_n = 96.0;
+  // The cluster form (clusters of ceil(N / 96) CTAs) in auto from expert_mlp_cluster_min_n to _max_n
+  // (N = 192: qwen3-235b TP8, clusters of 2) and expert_mlp_cluster_min_slots to _max_slots local
+  // slots, both schemes. Session 58's same-run sweep against the previous auto choice (H100,
+  // ba47a2b, two repeats, check on; bench/results/2026-12-06-ba47a2b-h100-cluster-vs-auto-sweep-tp8.md):
+  // qwen3-235b TP8 M = 24..512 (192..4096 slots) bf16 1.040-1.061x, fp8 1.023-1.058x (M = 64 bf16
+  // 226.8 -> 215.5 µs); M = 20 (160 slots) bf16 0.996x, fp8 1.091x; M = 16 (128) 0.94-0.97x.
+  // deepseek-v3 TP8 (N = 256, clusters of 3) stays off: at M = 4..32 it ran 0.86-1.18x, up and
+  // down with M (M = 12, 16, 18 ahead; 14, 20 behind: the units' rounds over 44 clusters, which
+  // the host cannot see before the routing runs).
+  double expert_mlp_cluster_min_n = 97.0;
+  double expert_mlp_cluster_max_n = 192.0;
+  double expert_mlp_cluster_min_slots = 160.0;
+  double expert_mlp_cluster_max_slots = 4096.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

@@ -818,7 +818,7 @@ TEST(CpuSameProblem, EveryFieldCounts) {
 
 TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto from 128 to 2048 local slots where
-  // it can run the call and N = 96 (fp8_per_tensor by its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
+  // it can run the call and N = 96, and the cluster form's band at N = 192 (fp8_per_tensor by its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
   // = 0 (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;
@@ -832,8 +832,19 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
   EXPECT_FALSE(choose_paths(m8, in).expert_mlp);    // 64 slots: gemv(mma) keeps it
   EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
-  const MoeProblem wide = preset("qwen3-235b-a22b", 64, 8);  // N = 192: the cluster form, forced only
-  EXPECT_FALSE(choose_paths(wide, in).expert_mlp);
+  // N = 192: the cluster form's band, 160 to 4096 slots (M = 20..512 at k = 8).
+  const MoeProblem wide = preset("qwen3-235b-a22b", 64, 8);
+  EXPECT_EQ(wide.intermediate_size, 192);
+  EXPECT_TRUE(choose_paths(wide, in).expert_mlp);
+  EXPECT_NE(choose_paths(wide, in).reason.find("a cluster an expert's token tile"), std::string::npos)
+      << choose_paths(wide, in).reason;
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 20, 8), in).expert_mlp);
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 512, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 16, 8), in).expert_mlp);   // 128 slots: behind auto
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 513, 8), in).expert_mlp);  // past 4096 slots
+  const MoeProblem ds = preset("deepseek-v3", 16, 8);  // N = 256: measured up and down, forced only
+  EXPECT_EQ(ds.intermediate_size, 256);
+  EXPECT_FALSE(choose_paths(ds, in).expert_mlp);
   const MoeProblem narrow = preset("qwen3-30b-a3b", 64, 16);  // N = 48: not measured, forced only
   EXPECT_EQ(narrow.intermediate_size, 48);
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
@@ -844,7 +855,7 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   in.forced = "expert_mlp";
   EXPECT_TRUE(choose_paths(m8, in).expert_mlp);  // forced: any call it can run
   EXPECT_EQ(choose_paths(m8, in).reason, "forced");
-  EXPECT_TRUE(choose_paths(wide, in).expert_mlp);
+  EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
   EXPECT_TRUE(choose_paths(narrow, in).expert_mlp);
   in.expert_mlp_ok = false;
   in.expert_mlp_why = "expert_mlp: intermediate_size must be a multiple of 16 up to 384";
