@@ -310,17 +310,41 @@ struct ExpertMlp {
   static constexpr std::uint32_t kHSliceBytes = kBlockM * kN * kElemBytes;
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
-  // a thread's (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past the
-  // unit's rows, whose accumulators are stale shared memory's). kStore: the 24 values x inv_h into
-  // GEMM2's A tile at row q, columns 96 rank + n; else the absmax of the values folded into amax
-  // (fp8's dynamic scale), returned. The caller runs the half as a rolled loop (h selects the
-  // accumulator registers by FSEL), so the code is fetched once and run twice: the kernel runs it
-  // once a unit, cold, while the weight stream holds the memory system (docs/perf.md "Session 55").
-  // The kind's switch sits outside (per-value switching made 48 divergent blocks).
-  template <Activation kKind, bool kStore>
-  static __device__ __forceinline__ float act_half(const KernelParams& p, const Smem& s, const Slice& sl,
-                                                   const float (&acc1)[64], const float (&acc2)[32], int h, bool live,
-                                                   float fr, int q, int lane, float inv_h, float amax) {
+  // a thread's 24 (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past
+  // the unit's rows, whose accumulators are stale shared memory's), written in place over the gate
+  // accumulators, its absmax folded into amax (fp8's dynamic scale; unused otherwise). The caller
+  // runs the half as a rolled loop (h selects the accumulator registers by FSEL), so the code is
+  // fetched once and run twice: the kernel runs it once a unit, cold, while the weight stream holds
+  // the memory system (docs/perf.md "Session 55"). Computed once a unit: the stores read the values
+  // back (store_half), where fp8's dynamic scale used to run the activation twice, for the absmax
+  // and again for the stores. The kind's switch sits outside (per-value switching made 48
+  // divergent blocks).
+  template <Activation kKind>
+  static __device__ __forceinline__ float act_half(const KernelParams& p, float (&acc1)[64], float (&acc2)[32], int h,
+                                                   bool live, float fr, float amax) {
+#pragma unroll
+    for (int i = 0; i < 12; ++i) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float& g0 = i < 8 ? acc1[4 * i + c] : acc2[4 * (i - 8) + c];
+        float& g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
+        const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
+        const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
+        const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
+        const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
+        const float v = live ? a : 0.0f;
+        amax = numerics::fold_absmax(amax, v);
+        g0 = h != 0 ? g0 : v;
+        g1 = h != 0 ? v : g1;
+      }
+    }
+    return amax;
+  }
+
+  // Row half h's 24 activation values (act_half's, in the gate accumulators) x inv_h into GEMM2's A
+  // tile at row q, columns 96 rank + n (and, on a cluster, the peers' tiles).
+  static __device__ __forceinline__ void store_half(const Smem& s, const Slice& sl, const float (&acc1)[64],
+                                                    const float (&acc2)[32], int h, int q, int lane, float inv_h) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       float v[2];
@@ -328,44 +352,34 @@ struct ExpertMlp {
       for (int c = 0; c < 2; ++c) {
         const float g0 = i < 8 ? acc1[4 * i + c] : acc2[4 * (i - 8) + c];
         const float g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
-        const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
-        const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
-        const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
-        const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
-        v[c] = live ? a : 0.0f;
-        if constexpr (!kStore) amax = numerics::fold_absmax(amax, v[c]);
+        v[c] = h != 0 ? g1 : g0;
       }
-      if constexpr (kStore) {
-        const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-        store_h(s, sl, q, (kCluster ? sl.rank * kN : 0) + n, v[0] * inv_h, v[1] * inv_h, lane);
-      }
+      const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
+      store_h(s, sl, q, (kCluster ? sl.rank * kN : 0) + n, v[0] * inv_h, v[1] * inv_h, lane);
     }
-    return amax;
   }
 
   // The unit's h slice into GEMM2's A tiles (this CTA's and, on a cluster, the peers') for one
   // activation kind; returns the scale h was divided by (fp8: the static intermediate scale or
-  // dynamic_scale of the unit's absmax; else 1). fp8 with a dynamic scale runs the halves twice:
-  // the absmax first (the four warps' maxima through `red`, then, on a cluster, every rank's
-  // through red_cluster and the amax barrier, so all ranks take the same scale), then the stores.
-  // On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its reads of
-  // h (h_empty).
+  // dynamic_scale of the unit's absmax; else 1). The activation runs once (act_half, both halves);
+  // fp8 with a dynamic scale then takes the absmax over the four warps (`red`) and, on a cluster,
+  // over every rank (red_cluster and the amax barrier, so all ranks take the same scale); then the
+  // stores. On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its
+  // reads of h (h_empty).
   template <Activation kKind>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
-                                                     const float (&acc1)[64], const float (&acc2)[32],
-                                                     const bool (&live)[2], const float (&fr)[2], int warp, int lane,
-                                                     int j) {
+                                                     float (&acc1)[64], float (&acc2)[32], const bool (&live)[2],
+                                                     const float (&fr)[2], int warp, int lane, int j) {
     const int q0 = 16 * warp + (lane >> 2);
+    float amax = 0.0f;
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h)
+      amax = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax);
     float s_h = 1.0f;
     if constexpr (kFp8) {
       if (p.a2_scale != nullptr) {
         s_h = p.a2_scale[0];
       } else {
-        float amax = 0.0f;
-#pragma unroll 1
-        for (int h = 0; h < 2; ++h)
-          amax = act_half<kKind, false>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
-                                        q0 + 8 * h, lane, 1.0f, amax);
         amax = warp_max(amax);
         if (lane == 0) s.red[warp] = amax;
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
@@ -391,9 +405,7 @@ struct ExpertMlp {
     }
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
-    for (int h = 0; h < 2; ++h)
-      act_half<kKind, true>(p, s, sl, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], q0 + 8 * h,
-                            lane, inv_h, 0.0f);
+    for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
     return s_h;
   }
 
