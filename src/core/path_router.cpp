@@ -291,9 +291,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     plan.expert_mlp = true;
     if (in.want_reason)
       plan.reason = "slots " + fmt(plan.local_slots) + " in [" + fmt(lo) + ", " + fmt(hi) + "], N=" +
-                    std::to_string(p.intermediate_size) +
-                    (one_cta_band ? ": expert_mlp, one CTA an expert's token tile through both GEMMs, then the combine"
-                                  : ": expert_mlp, a cluster an expert's token tile through both GEMMs, then the combine");
+                    std::to_string(p.intermediate_size) + ": expert_mlp, " + (one_cta_band ? "one CTA" : "a cluster") +
+                    " an expert's token tile through both GEMMs, then the combine";
     return plan;
   }
   // fp8_per_channel on the smallest shards: decode past a few tokens, where it can run and its

@@ -817,9 +817,10 @@ TEST(CpuSameProblem, EveryFieldCounts) {
 }
 
 TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
-  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto from 128 to 2048 local slots where
-  // it can run the call and N = 96, and the cluster form's band at N = 192 (fp8_per_tensor by its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP
-  // = 0 (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
+  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto where it can run the call, from 128
+  // to 2048 local slots at N = 96 and over the cluster form's band at N = 192 (fp8_per_tensor by
+  // its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP = 0
+  // (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;
   in.swapab_ok[0] = in.swapab_ok[1] = in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;

@@ -97,13 +97,17 @@ struct ExpertMlp {
   static constexpr int kSteps2 = kN * kElemBytes / 32;
   static constexpr int kChunks2 = (kN * kElemBytes + kKBytes - 1) / kKBytes;
   static constexpr int kSteps2First = kSteps2 < 4 ? kSteps2 : 4;
-  // GEMM2's K stages a 256-column output tile.
+  // GEMM2's K stages a 256-column output tile, and the CTAs a unit runs on (S): compile-time
+  // constants in the one-CTA form.
   static __device__ __forceinline__ int g2_chunks(const KernelParams& p) { return kCluster ? p.g2_chunks : kChunks2; }
+  static __device__ __forceinline__ int slices(const KernelParams& p) { return kCluster ? p.slices : 1; }
 
-  // The unit's slice on this CTA of its cluster.
+  // The unit's slice on this CTA of its cluster (read through r(): 0 at compile time in the
+  // one-CTA form).
   struct Slice {
-    int rank;   // r: h columns 96r .. 96r + 95 (0 in the one-CTA form)
-    int peers;  // S - 1 (0 in the one-CTA form)
+    int rank;   // r: h columns 96r .. 96r + 95
+    int peers;  // S - 1
+    __device__ __forceinline__ int r() const { return kCluster ? rank : 0; }
     // The i-th other rank of the cluster (i < peers).
     __device__ __forceinline__ std::uint32_t peer(int i) const {
       return static_cast<std::uint32_t>(i < rank ? i : i + 1);
@@ -180,7 +184,7 @@ struct ExpertMlp {
       if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
-    const int S = kCluster ? p.slices : 1, r = kCluster ? sl.rank : 0;
+    const int S = slices(p), r = sl.r();
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       const Unit t = unit_of(p, s, u, hint);
@@ -355,7 +359,7 @@ struct ExpertMlp {
         v[c] = h != 0 ? g1 : g0;
       }
       const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-      store_h(s, sl, q, (kCluster ? sl.rank * kN : 0) + n, v[0] * inv_h, v[1] * inv_h, lane);
+      store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
     }
   }
 
@@ -447,7 +451,7 @@ struct ExpertMlp {
   static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int t = threadIdx.x;  // 0..127
     const int warp = t >> 5, lane = t & 31;
-    const int S = kCluster ? p.slices : 1;
+    const int S = slices(p);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
     std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -555,13 +559,14 @@ struct ExpertMlp {
       }
       lap(2);
 
-      // GEMM2: per 256-column output tile of this rank (r, r + S, ...), wgmma m64n256 over h's N
-      // columns (one CTA: h's kN columns, one group a tile), on a cluster a 128-byte chunk a stage (4 k steps: k16 of 16-bit, k32 of e4m3; zeros past N in
-      // h and w2 alike), one group a chunk as GEMM1's K loop runs, then the stores of y = acc x the
-      // unit's dequantization x the router weight (unless on the input).
+      // GEMM2: per 256-column output tile of this rank (r, r + S, ...), wgmma m64n256 over h's
+      // columns (one CTA: its kN columns, one group a tile; a cluster: N columns a 128-byte chunk a
+      // stage, 4 k steps of k16 of 16-bit or k32 of e4m3, zeros past N in h and w2 alike, one group a
+      // chunk as GEMM1's K loop runs), then the stores of y = acc x the unit's dequantization x the
+      // router weight (unless on the input).
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
-      for (int o = kCluster ? sl.rank : 0; o < p.out_tiles; o += S) {
+      for (int o = sl.r(); o < p.out_tiles; o += S) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -760,8 +765,8 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
   // This CTA's slice of h (clusters along x: rank = blockIdx.x % S).
   typename K::Slice sl;
-  sl.rank = kCluster ? static_cast<int>(blockIdx.x) % p.slices : 0;
-  sl.peers = kCluster ? p.slices - 1 : 0;
+  sl.rank = static_cast<int>(blockIdx.x) % p.slices;
+  sl.peers = p.slices - 1;
 
   if (tid < kConsumerThreads) K::consume(p, s, sl, units);
   else K::produce(p, s, sl, units);
