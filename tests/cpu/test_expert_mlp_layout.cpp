@@ -43,9 +43,10 @@ TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
   for (bool fp8 : {false, true}) {
     for (int n : {16, 96, 192, 256, 352, 384}) {
       const int hc = em::slice_shape(n, fp8).h_chunks;
+      const bool one_cta = em::slice_shape(n, fp8).slices == 1;
       for (int E : {1, 7, 128, 256, em::kMaxExperts}) {
         for (int slots : {1, 2048, em::kMaxSlots}) {
-          const em::SmemLayout l = em::smem_layout(E, slots, hc);
+          const em::SmemLayout l = em::smem_layout(E, slots, hc, one_cta);
           SCOPED_TRACE(testing::Message() << "N=" << n << " fp8=" << fp8 << " E=" << E << " slots=" << slots);
           EXPECT_EQ(l.ring % 1024, 0);  // 128-byte swizzled TMA tiles and wgmma operands
           EXPECT_EQ(l.h % 1024, 0);
@@ -66,16 +67,21 @@ TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
               {l.counts, (E + 1) * 4},
               {l.prefix, (E + 1) * 4},
               {l.slot_e, slots * 2},
+              {l.act_stage, one_cta ? em::kActStageBytes : 0},
           };
           for (std::size_t i = 0; i + 1 < regions.size(); ++i)
             EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first) << "region " << i;
           EXPECT_LE(regions.back().first + regions.back().second + 1024, l.bytes);  // alignment slack
+          EXPECT_EQ(l.act_stage % 16, 0);
+          EXPECT_LE(l.bytes, em::kSmemLimit);
         }
       }
     }
   }
-  // The largest tables the support check takes still fit with the largest h (16-bit, four slices).
-  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks).bytes, em::kSmemLimit);
+  // The largest tables the support check takes still fit with the largest h (16-bit, four slices),
+  // and with the one-CTA form's activation stage.
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks, false).bytes, em::kSmemLimit);
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, 2, true).bytes, em::kSmemLimit);
 }
 
 }  // namespace

@@ -162,6 +162,54 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, StagedActivationGivesTheSameBits) {
+  // The one-CTA form's staged activation (default) against its straight-line form
+  // (MOEKIT_EXPERT_MLP_STAGED_ACT=0): the same bits, every activation kind, bf16, fp16 and fp8 with
+  // the dynamic and the static intermediate scale, the router weight on the input, and one and two
+  // units a CTA (M = 512 with every token on one hot expert: its 8 units and ~127 others, past the
+  // grid's 132 CTAs).
+  SKIP_WITHOUT_SM90();
+  struct Variant {
+    Scheme scheme;
+    DType act_dtype;
+    Activation kind;
+    bool static_h;
+    bool weight_on_input;
+    std::int64_t M;
+  };
+  const Variant vs[] = {{Scheme::kBf16, DType::kBf16, Activation::kSilu, false, false, 64},
+                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, false, false, 64},
+                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, true, false, 16},
+                        {Scheme::kBf16, DType::kFp16, Activation::kGelu, false, false, 20},
+                        {Scheme::kBf16, DType::kBf16, Activation::kSwigluOai, false, true, 33},
+                        {Scheme::kFp8PerTensor, DType::kFp16, Activation::kGelu, false, true, 7},
+                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, false, false, 512},
+                        {Scheme::kBf16, DType::kBf16, Activation::kSilu, false, false, 512}};
+  for (const Variant& v : vs) {
+    CaseSpec s = qwen30_tp8(v.M, 73);
+    s.scheme = v.scheme;
+    s.act_dtype = v.act_dtype;
+    s.activation.kind = v.kind;
+    s.static_scales = v.static_h;
+    s.weight_on_input = v.weight_on_input;
+    if (v.M > 256) {
+      s.pattern = RoutingPattern::kAllToOne;
+      s.hot_expert = 7;
+    }
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::string what = s.name();
+    const std::vector<std::uint16_t> staged = run_checked(d, c, v.M, what + " staged");
+    std::vector<std::uint16_t> straight;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_STAGED_ACT", "0");
+      straight = run_checked(d, c, v.M, what + " straight-line");
+    }
+    const std::int64_t differ = values_differing(staged, straight);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between the two forms";
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

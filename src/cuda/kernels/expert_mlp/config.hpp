@@ -38,6 +38,10 @@ inline constexpr int kConsumerBarrier = 1;    // named barrier of the consumer w
 inline constexpr int kMaxSlots = 4096;        // M x k (slot_e table: 2 bytes a slot)
 inline constexpr int kMaxExperts = 1024;
 inline constexpr int kSmemLimit = 227 * 1024;
+// The one-CTA form's activation stages a row half's 24 (gate, up) pairs of each consumer thread in
+// shared memory (fp32, value k of thread t at k x 128 + t) and runs over them as a rolled loop.
+inline constexpr int kStageValues = 48;
+inline constexpr int kActStageBytes = kStageValues * kConsumerThreads * 4;  // 24 KB
 
 // How a shard of intermediate size N runs (fp8: e4m3 h and w2, else 16-bit).
 struct SliceShape {
@@ -76,11 +80,13 @@ struct SmemLayout {
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
+  int act_stage;   // float [kStageValues][128] (the one-CTA form; else empty): a row half's (gate, up) pairs
   int bytes;       // total, with 1024 bytes of alignment slack
 };
 
-// h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)).
-constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
+// h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)); one_cta: the form
+// without a cluster (S = 1), which stages its activation (act_stage).
+constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, bool one_cta) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
@@ -96,8 +102,14 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
   l.counts = l.red_cluster + 2 * kMaxSlices * 4;
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
-  l.bytes = l.slot_e + ((slots * 2 + 15) / 16) * 16 + 1024;
+  l.act_stage = (l.slot_e + slots * 2 + 15) / 16 * 16;
+  l.bytes = l.act_stage + (one_cta ? kActStageBytes : 0) + 1024;
   return l;
 }
+// The largest tables fit with the one-CTA form's stage (h of 96 16-bit columns: 2 chunks) and with
+// the cluster form's largest h (four slices, no stage).
+static_assert(smem_layout(kMaxExperts, kMaxSlots, 2, true).bytes <= kSmemLimit, "one-CTA layout exceeds 227 KB");
+static_assert(smem_layout(kMaxExperts, kMaxSlots, kMaxHChunks, false).bytes <= kSmemLimit,
+              "cluster layout exceeds 227 KB");
 
 }  // namespace moekit::cuda::expert_mlp

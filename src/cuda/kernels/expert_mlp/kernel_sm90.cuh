@@ -125,6 +125,7 @@ struct ExpertMlp {
     int* counts;  // row offsets after the table
     int* prefix;
     std::int16_t* slot_e;
+    float* act_stage;  // the one-CTA form's activation stage (kStageValues x 128 floats)
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -413,6 +414,82 @@ struct ExpertMlp {
     return s_h;
   }
 
+  // The one-CTA form's activation, the same values as activation() from much less code: per row
+  // half, the thread's 24 (gate, up) pairs go to its column of the stage in shared memory (value k
+  // at k x 128 + t: a warp's stores and loads hit 32 banks), then one rolled loop over the 12
+  // column groups reads them back, runs the kind's activation on two pairs and stores them into
+  // h (fp8 with a dynamic scale: a first pass over both halves takes the absmax, then the
+  // stores). Its unrolled part is the staging (a select and a store a value); the activation,
+  // quantization and stores are one iteration's code. activation()'s straight-line form is ~600
+  // instructions a kind, run once a unit after GEMM1 and fetched cold while the weight stream
+  // holds the memory system: 5-8 µs a unit (docs/perf.md "Session 59"); fetched early instead
+  // (a warm pass), the fetch stalled the stream as long. The same bits: the same fr products,
+  // activation and rounding a value, and the absmax is a max (order-free).
+  template <Activation kKind>
+  static __device__ __forceinline__ float activation_staged(const KernelParams& p, const Smem& s, const Slice& sl,
+                                                            const float (&acc1)[64], const float (&acc2)[32],
+                                                            const bool (&live)[2], const float (&fr)[2], int warp,
+                                                            int lane) {
+    const int t = threadIdx.x;  // 0..127
+    const int q0 = 16 * warp + (lane >> 2);
+    float* st = s.act_stage + t;
+    const bool dynamic = kFp8 && p.a2_scale == nullptr;
+    float s_h = 1.0f, inv_h = 1.0f;
+    if (kFp8 && !dynamic) {
+      s_h = p.a2_scale[0];
+      inv_h = 1.0f / s_h;
+    }
+    float amax = 0.0f;
+#pragma unroll 1
+    for (int pass = dynamic ? 0 : 1; pass < 2; ++pass) {  // 0: the absmax (fp8, dynamic scale); 1: the stores
+#pragma unroll 1
+      for (int h = 0; h < 2; ++h) {
+        // Pair 2i + c of the half: gate at row 4i + 2c, up at 4i + 2c + 1.
+#pragma unroll
+        for (int i = 0; i < 12; ++i) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float g0 = i < 8 ? acc1[4 * i + c] : acc2[4 * (i - 8) + c];
+            const float g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
+            const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
+            const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
+            st[(4 * i + 2 * c) * kConsumerThreads] = h != 0 ? g1 : g0;
+            st[(4 * i + 2 * c + 1) * kConsumerThreads] = h != 0 ? u1 : u0;
+          }
+        }
+        const bool lv = h != 0 ? live[1] : live[0];
+        const float f = h != 0 ? fr[1] : fr[0];
+        const int q = q0 + 8 * h;
+#pragma unroll 1
+        for (int i = 0; i < 12; ++i) {
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float g = st[(4 * i + 2 * c) * kConsumerThreads] * f;
+            const float u = st[(4 * i + 2 * c + 1) * kConsumerThreads] * f;
+            const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, u, p.alpha, p.limit);
+            v[c] = lv ? a : 0.0f;
+          }
+          if (pass == 0) {
+            amax = numerics::fold_absmax(numerics::fold_absmax(amax, v[0]), v[1]);
+          } else {
+            const int n = (i < 8 ? 8 * i : 64 + 8 * (i - 8)) + 2 * (lane & 3);
+            store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
+          }
+        }
+      }
+      if (pass == 0) {  // the unit's scale: the absmax over the four warps
+        amax = warp_max(amax);
+        if (lane == 0) s.red[warp] = amax;
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+        s_h = numerics::dynamic_scale(amax);
+        inv_h = 1.0f / s_h;
+      }
+    }
+    return s_h;
+  }
+
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
   // when kHalf, else bf16) for the thread's live rows h, jj < 32 while col0 + 8 jj < K. The row's address
   // once, a word store a value pair at a fixed offset, the column bound a predicate: ~5
@@ -541,14 +618,26 @@ struct ExpertMlp {
       const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
       const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
       float s_h;
-      switch (p.act) {
-        case Activation::kGelu:
-          s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-          break;
-        case Activation::kSwigluOai:
-          s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-          break;
-        default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+      if (kCluster || p.staged_act == 0) {  // straight-line (the cluster form; the one-CTA A/B switch's off side)
+        switch (p.act) {
+          case Activation::kGelu:
+            s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            break;
+          case Activation::kSwigluOai:
+            s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            break;
+          default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+        }
+      } else {  // the one-CTA form: staged (less code to fetch cold)
+        switch (p.act) {
+          case Activation::kGelu:
+            s_h = activation_staged<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane);
+            break;
+          case Activation::kSwigluOai:
+            s_h = activation_staged<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane);
+            break;
+          default: s_h = activation_staged<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane);
+        }
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
@@ -697,6 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.counts = reinterpret_cast<int*>(base + L.counts);
   s.prefix = reinterpret_cast<int*>(base + L.prefix);
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
+  s.act_stage = reinterpret_cast<float*>(base + L.act_stage);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)

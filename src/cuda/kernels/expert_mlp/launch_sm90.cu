@@ -49,8 +49,9 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks).bytes >
-      kSmemLimit)
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
+                  sh.slices == 1)
+          .bytes > kSmemLimit)
     return fail("the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
   if (!device.empty()) {
@@ -65,6 +66,11 @@ namespace {
 // MOEKIT_EXPERT_MLP_EVICT_FIRST=1: the weights' TMA with an L2 evict-first hint (branch s55-next,
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
+
+// MOEKIT_EXPERT_MLP_STAGED_ACT=0: the one-CTA form's activation as straight-line code (the cluster
+// form's) instead of staged in shared memory (kernel_sm90.cuh, activation_staged); the same bits;
+// unset or 1: staged; anything else an error.
+bool staged_act() { return detail::env_switch(detail::EnvVar::kExpertMlpStagedAct, true); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
@@ -96,6 +102,7 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   (void)evict_first();  // throws on a bad value
+  (void)staged_act();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -149,6 +156,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
+  kp.staged_act = staged_act() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
@@ -158,7 +166,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks, sh.slices == 1);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
