@@ -551,9 +551,12 @@ struct ExpertMlp {
       float* uw = s.unit_w + (j & 1) * kBlockM;
       slot_routing::place_window(s.slot_e, p.slots, un.e, un.r0, un.r0 + un.count, t, kConsumerBarrier, s.warp_rows,
                                  us);
+      // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
+      // gather of the unit's token rows may start, before the router weights' global loads below
+      // (only this epilogue and the activation read them), so it does not wait a DRAM round trip.
+      if (t == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      if (t == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       lap(0);
       // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
       int slot[2];
