@@ -812,9 +812,11 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     sm90::fence_mbarrier_init_cluster();
     sm90::fence_proxy_async_shared_cta();
   }
-  // h's tile zeroed once: its columns past the S slices' (up to GEMM2's last chunk) are never
-  // written and meet w2's zeros past N; every unit rewrites the rest.
-  {
+  // The cluster form's h tile zeroed once: its columns past the S slices' (up to GEMM2's last
+  // chunk) are never written and meet w2's zeros past N; every unit rewrites the rest. The one-CTA
+  // form's GEMM2 reads h's first kN columns only (kSteps2), all of which every unit writes (zeros
+  // past N and in rows past the unit's), so its tile needs no zeroing.
+  if constexpr (kCluster) {
     std::uint32_t* h = reinterpret_cast<std::uint32_t*>(base + L.h);
     for (int i = tid; i < p.h_chunks * kHChunkBytes / 4; i += kThreads) h[i] = 0u;
     sm90::fence_proxy_async_shared_cta();
