@@ -870,13 +870,20 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 #endif
 }
 
+// The instantiation, its shared-memory limit raised once a process and device (one record an
+// instantiation, whichever of the launch and the occupancy query asks first).
+template <Operand kOp, bool kCluster, bool kTimed>
+auto* raised_kernel() {
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  return kernel;
+}
+
 template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code).
-  const bool cluster = kp.slices > 1;
-  auto* kernel = cluster ? &expert_mlp_sm90_kernel<kOp, true, kTimed> : &expert_mlp_sm90_kernel<kOp, false, kTimed>;
-  static std::atomic<std::uint64_t> raised[2] = {{0}, {0}};
-  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised[cluster ? 1 : 0]);
+  auto* kernel = kp.slices > 1 ? raised_kernel<kOp, true, kTimed>() : raised_kernel<kOp, false, kTimed>();
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),
@@ -887,9 +894,7 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
 
 template <Operand kOp>
 int max_active_clusters_sm90(int slices) {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, true, false>;
-  static std::atomic<std::uint64_t> raised{0};
-  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
+  auto* kernel = raised_kernel<kOp, true, false>();
   cudaLaunchAttribute attrs[1];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(slices), kThreads, kSmemLimit, nullptr, slices,
                                                  attrs);
