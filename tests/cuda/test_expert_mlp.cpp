@@ -162,36 +162,33 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
-TEST(Sm90ExpertMlp, StagedActivationGivesTheSameBits) {
-  // The one-CTA form's staged activation (default) against its straight-line form
-  // (MOEKIT_EXPERT_MLP_STAGED_ACT=0): the same bits, every activation kind, bf16, fp16 and fp8 with
-  // the dynamic and the static intermediate scale, the router weight on the input, and one and two
-  // units a CTA (M = 512 with every token on one hot expert: its 8 units and ~127 others, past the
-  // grid's 132 CTAs).
+// An environment switch and its value.
+struct Setting {
+  const char* name;
+  const char* value;
+};
+
+TEST(Sm90ExpertMlp, RingDepthAndSlotHandoffGiveTheSameBits) {
+  // The ring's depth (MOEKIT_EXPERT_MLP_STAGES 3..6; the default six where they fit), the GEMM1
+  // stages issued before the slot list (MOEKIT_EXPERT_MLP_AHEAD) and where the slot list is handed
+  // to the producer (MOEKIT_EXPERT_MLP_SLOTS_LATE=1) move only when data lands: the same bits as
+  // the default, bf16 and fp8 (dynamic intermediate scale), the one-CTA form and the cluster form
+  // (N = 192: two slices), one unit a CTA and several (M = 512 with every token on one hot expert:
+  // its 8 units and ~127 others, past the grid's 132 CTAs).
   SKIP_WITHOUT_SM90();
   struct Variant {
     Scheme scheme;
-    DType act_dtype;
-    Activation kind;
-    bool static_h;
-    bool weight_on_input;
+    std::int64_t N;
     std::int64_t M;
   };
-  const Variant vs[] = {{Scheme::kBf16, DType::kBf16, Activation::kSilu, false, false, 64},
-                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, false, false, 64},
-                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, true, false, 16},
-                        {Scheme::kBf16, DType::kFp16, Activation::kGelu, false, false, 20},
-                        {Scheme::kBf16, DType::kBf16, Activation::kSwigluOai, false, true, 33},
-                        {Scheme::kFp8PerTensor, DType::kFp16, Activation::kGelu, false, true, 7},
-                        {Scheme::kFp8PerTensor, DType::kBf16, Activation::kSilu, false, false, 512},
-                        {Scheme::kBf16, DType::kBf16, Activation::kSilu, false, false, 512}};
+  const Variant vs[] = {{Scheme::kBf16, 96, 64},   {Scheme::kFp8PerTensor, 96, 20},  {Scheme::kBf16, 96, 512},
+                        {Scheme::kFp8PerTensor, 96, 512}, {Scheme::kBf16, 192, 33}, {Scheme::kFp8PerTensor, 192, 64}};
+  const Setting settings[] = {{"MOEKIT_EXPERT_MLP_STAGES", "3"}, {"MOEKIT_EXPERT_MLP_STAGES", "5"},
+                              {"MOEKIT_EXPERT_MLP_AHEAD", "3"},  {"MOEKIT_EXPERT_MLP_SLOTS_LATE", "1"}};
   for (const Variant& v : vs) {
-    CaseSpec s = qwen30_tp8(v.M, 73);
+    CaseSpec s = qwen30_tp8(v.M, 79);
     s.scheme = v.scheme;
-    s.act_dtype = v.act_dtype;
-    s.activation.kind = v.kind;
-    s.static_scales = v.static_h;
-    s.weight_on_input = v.weight_on_input;
+    s.N = v.N;
     if (v.M > 256) {
       s.pattern = RoutingPattern::kAllToOne;
       s.hot_expert = 7;
@@ -199,14 +196,39 @@ TEST(Sm90ExpertMlp, StagedActivationGivesTheSameBits) {
     MoeCase c = make_case(s);
     DeviceCase d(c);
     const std::string what = s.name();
-    const std::vector<std::uint16_t> staged = run_checked(d, c, v.M, what + " staged");
-    std::vector<std::uint16_t> straight;
-    {
-      ScopedEnv e("MOEKIT_EXPERT_MLP_STAGED_ACT", "0");
-      straight = run_checked(d, c, v.M, what + " straight-line");
+    const std::vector<std::uint16_t> base = run_checked(d, c, v.M, what + " default");
+    for (const Setting& e : settings) {
+      std::vector<std::uint16_t> other;
+      {
+        ScopedEnv env(e.name, e.value);
+        other = run_checked(d, c, v.M, what + " " + e.name + "=" + e.value);
+      }
+      const std::int64_t differ = values_differing(base, other);
+      EXPECT_EQ(differ, 0) << what << " " << e.name << "=" << e.value << ": " << differ << " values differ";
     }
-    const std::int64_t differ = values_differing(staged, straight);
-    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between the two forms";
+  }
+}
+
+TEST(Sm90ExpertMlp, RingSwitchesRejectBadValues) {
+  // The A/B switches' bad values: an error naming the variable, nothing launched.
+  SKIP_WITHOUT_SM90();
+  CaseSpec s = qwen30_tp8(16, 81);
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  const Setting bad[] = {{"MOEKIT_EXPERT_MLP_STAGES", "2"}, {"MOEKIT_EXPERT_MLP_STAGES", "7"},
+                         {"MOEKIT_EXPERT_MLP_STAGES", "5x"}, {"MOEKIT_EXPERT_MLP_AHEAD", "0"},
+                         {"MOEKIT_EXPERT_MLP_SLOTS_LATE", "2"}};
+  for (const Setting& e : bad) {
+    ScopedEnv env(e.name, e.value);
+    const int before = cuda::expert_mlp_launches();
+    try {
+      d.run(16, CallMode::kFusedExperts, "expert_mlp");
+      ADD_FAILURE() << e.name << "=" << e.value << " did not throw";
+    } catch (const Error& x) {
+      EXPECT_EQ(x.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(x.what()).find(e.name), std::string::npos) << x.what();
+    }
+    EXPECT_EQ(cuda::expert_mlp_launches(), before);
   }
 }
 

@@ -125,11 +125,11 @@ struct ExpertMlp {
     int* counts;  // row offsets after the table
     int* prefix;
     std::int16_t* slot_e;
-    float* act_stage;  // the one-CTA form's activation stage (kStageValues x 128 floats)
   };
 
-  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
-    if (++stage == kStages) {
+  // The ring's next stage: p.stages of them (kMaxStages at most; ring_stages() in config.hpp).
+  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase, int stages) {
+    if (++stage == stages) {
       stage = 0;
       phase ^= 1;
     }
@@ -193,12 +193,12 @@ struct ExpertMlp {
       // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
       // then each stage's token rows, once the consumers placed the unit's slots, and past the first
       // `ahead` stages a stage's w13 boxes and rows together.
-      const int ahead = min(kAheadStages, p.k_stages);
+      const int ahead = min(p.ahead, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
         issue_w13(p, s, t.e, r, kb, wstage, wphase, lane, load, rec, j, empty_wait);
-        next_stage(wstage, wphase);
+        next_stage(wstage, wphase, p.stages);
       }
       {
         const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
@@ -229,7 +229,7 @@ struct ExpertMlp {
           sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), src, 16);
         }
         sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
-        next_stage(stage, phase);
+        next_stage(stage, phase, p.stages);
       }
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), w2's 256 rows a 128-byte
       // chunk of h's N columns (past N: TMA's zeros, against h's zeros).
@@ -244,7 +244,7 @@ struct ExpertMlp {
             load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
-          next_stage(stage, phase);
+          next_stage(stage, phase, p.stages);
         }
       }
     }
@@ -414,82 +414,6 @@ struct ExpertMlp {
     return s_h;
   }
 
-  // The one-CTA form's activation, the same values as activation() from much less code: per row
-  // half, the thread's 24 (gate, up) pairs go to its column of the stage in shared memory (value k
-  // at k x 128 + t: a warp's stores and loads hit 32 banks), then one rolled loop over the 12
-  // column groups reads them back, runs the kind's activation on two pairs and stores them into
-  // h (fp8 with a dynamic scale: a first pass over both halves takes the absmax, then the
-  // stores). Its unrolled part is the staging (a select and a store a value); the activation,
-  // quantization and stores are one iteration's code. activation()'s straight-line form is ~600
-  // instructions a kind, run once a unit after GEMM1 and fetched cold while the weight stream
-  // holds the memory system: 5-8 µs a unit (docs/perf.md "Session 59"); fetched early instead
-  // (a warm pass), the fetch stalled the stream as long. The same bits: the same fr products,
-  // activation and rounding a value, and the absmax is a max (order-free).
-  template <Activation kKind>
-  static __device__ __forceinline__ float activation_staged(const KernelParams& p, const Smem& s, const Slice& sl,
-                                                            const float (&acc1)[64], const float (&acc2)[32],
-                                                            const bool (&live)[2], const float (&fr)[2], int warp,
-                                                            int lane) {
-    const int t = threadIdx.x;  // 0..127
-    const int q0 = 16 * warp + (lane >> 2);
-    float* st = s.act_stage + t;
-    const bool dynamic = kFp8 && p.a2_scale == nullptr;
-    float s_h = 1.0f, inv_h = 1.0f;
-    if (kFp8 && !dynamic) {
-      s_h = p.a2_scale[0];
-      inv_h = 1.0f / s_h;
-    }
-    float amax = 0.0f;
-#pragma unroll 1
-    for (int pass = dynamic ? 0 : 1; pass < 2; ++pass) {  // 0: the absmax (fp8, dynamic scale); 1: the stores
-#pragma unroll 1
-      for (int h = 0; h < 2; ++h) {
-        // Pair 2i + c of the half: gate at row 4i + 2c, up at 4i + 2c + 1.
-#pragma unroll
-        for (int i = 0; i < 12; ++i) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float g0 = i < 8 ? acc1[4 * i + c] : acc2[4 * (i - 8) + c];
-            const float g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
-            const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
-            const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
-            st[(4 * i + 2 * c) * kConsumerThreads] = h != 0 ? g1 : g0;
-            st[(4 * i + 2 * c + 1) * kConsumerThreads] = h != 0 ? u1 : u0;
-          }
-        }
-        const bool lv = h != 0 ? live[1] : live[0];
-        const float f = h != 0 ? fr[1] : fr[0];
-        const int q = q0 + 8 * h;
-#pragma unroll 1
-        for (int i = 0; i < 12; ++i) {
-          float v[2];
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float g = st[(4 * i + 2 * c) * kConsumerThreads] * f;
-            const float u = st[(4 * i + 2 * c + 1) * kConsumerThreads] * f;
-            const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, u, p.alpha, p.limit);
-            v[c] = lv ? a : 0.0f;
-          }
-          if (pass == 0) {
-            amax = numerics::fold_absmax(numerics::fold_absmax(amax, v[0]), v[1]);
-          } else {
-            const int n = (i < 8 ? 8 * i : 64 + 8 * (i - 8)) + 2 * (lane & 3);
-            store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
-          }
-        }
-      }
-      if (pass == 0) {  // the unit's scale: the absmax over the four warps
-        amax = warp_max(amax);
-        if (lane == 0) s.red[warp] = amax;
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
-        s_h = numerics::dynamic_scale(amax);
-        inv_h = 1.0f / s_h;
-      }
-    }
-    return s_h;
-  }
-
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
   // when kHalf, else bf16) for the thread's live rows h, jj < 32 while col0 + 8 jj < K. The row's address
   // once, a word store a value pair at a fixed offset, the column bound a predicate: ~5
@@ -554,9 +478,11 @@ struct ExpertMlp {
       // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
       // gather of the unit's token rows may start, before the router weights' global loads below
       // (only this epilogue and the activation read them), so it does not wait a DRAM round trip.
-      if (t == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
+      // p.slots_late (MOEKIT_EXPERT_MLP_SLOTS_LATE=1, for the A/B): after them, as until s61.
+      if (t == 0 && p.slots_late == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (t == 0 && p.slots_late != 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       lap(0);
       // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
       int slot[2];
@@ -606,7 +532,7 @@ struct ExpertMlp {
           release(s, prev, lane);
         }
         prev = stage;
-        next_stage(stage, phase);
+        next_stage(stage, phase, p.stages);
       }
       sm90::wgmma_wait<0>();
       sm90::fence_regs<64>(acc1);
@@ -621,26 +547,14 @@ struct ExpertMlp {
       const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
       const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
       float s_h;
-      if (kCluster || p.staged_act == 0) {  // straight-line (the cluster form; the one-CTA A/B switch's off side)
-        switch (p.act) {
-          case Activation::kGelu:
-            s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-            break;
-          case Activation::kSwigluOai:
-            s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-            break;
-          default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-        }
-      } else {  // the one-CTA form: staged (less code to fetch cold)
-        switch (p.act) {
-          case Activation::kGelu:
-            s_h = activation_staged<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane);
-            break;
-          case Activation::kSwigluOai:
-            s_h = activation_staged<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane);
-            break;
-          default: s_h = activation_staged<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane);
-        }
+      switch (p.act) {
+        case Activation::kGelu:
+          s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          break;
+        case Activation::kSwigluOai:
+          s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          break;
+        default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
@@ -669,12 +583,12 @@ struct ExpertMlp {
           // between them: a wait inside a group makes ptxas serialize every wgmma of the kernel, C7520).
           const int s0 = stage;
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          next_stage(stage, phase);
+          next_stage(stage, phase, p.stages);
           int s1 = s0;
           if constexpr (kChunks2 > 1) {
             s1 = stage;
             sm90::mbar_wait(s.full + 8 * stage, phase);
-            next_stage(stage, phase);
+            next_stage(stage, phase, p.stages);
           }
           if (rec != nullptr) waited = clock64() - t0;
           sm90::fence_regs<128>(acc);
@@ -716,7 +630,7 @@ struct ExpertMlp {
               release(s, prev2, lane);
             }
             prev2 = stage;
-            next_stage(stage, phase);
+            next_stage(stage, phase, p.stages);
           }
           sm90::wgmma_wait<0>();
           sm90::fence_regs<128>(acc);
@@ -789,7 +703,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.counts = reinterpret_cast<int*>(base + L.counts);
   s.prefix = reinterpret_cast<int*>(base + L.prefix);
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
-  s.act_stage = reinterpret_cast<float*>(base + L.act_stage);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -798,7 +711,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
     sm90::prefetch_tensormap(&p.tmap_w2);
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < p.stages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
       sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/env.hpp"
@@ -50,7 +51,7 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
-                  sh.slices == 1)
+                  kMinStages)
           .bytes > kSmemLimit)
     return fail("the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
@@ -67,10 +68,40 @@ namespace {
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
-// MOEKIT_EXPERT_MLP_STAGED_ACT=0: the one-CTA form's activation as straight-line code (the cluster
-// form's) instead of staged in shared memory (kernel_sm90.cuh, activation_staged); the same bits;
-// unset or 1: staged; anything else an error.
-bool staged_act() { return detail::env_switch(detail::EnvVar::kExpertMlpStagedAct, true); }
+// MOEKIT_EXPERT_MLP_SLOTS_LATE=1: the consumers hand a unit's slot list to the producer after
+// the router weights' loads (as until branch s61), for the A/B; unset or 0: before them.
+bool slots_late() { return detail::env_switch(detail::EnvVar::kExpertMlpSlotsLate, false); }
+
+// An integer switch in [lo, hi], `unset` when the variable is unset or empty; anything else throws.
+int env_int_in(detail::EnvVar var, int lo, int hi, int unset) {
+  const char* v = detail::env_value(var);
+  if (v == nullptr || *v == '\0') return unset;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < lo || x > hi)
+    throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected an integer in [" +
+                                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return static_cast<int>(x);
+}
+
+// The ring's stages: ring_stages() (six where they fit, else five), or MOEKIT_EXPERT_MLP_STAGES
+// (3..6, for the A/B; an error where that layout does not fit).
+int stages_for(int E, int P, int h_chunks) {
+  using namespace expert_mlp;
+  const int n = env_int_in(detail::EnvVar::kExpertMlpStages, 3, kMaxStages, 0);
+  if (n == 0) return ring_stages(E, P, h_chunks);
+  if (smem_layout(E, P, h_chunks, n).bytes > kSmemLimit)
+    throw Error(Status::kInvalidArgument, "MOEKIT_EXPERT_MLP_STAGES = " + std::to_string(n) +
+                                              ": that ring does not fit in shared memory at this shape");
+  return n;
+}
+
+// GEMM1 stages whose weights go out before the producer waits for a unit's slot list:
+// kAheadStages, or MOEKIT_EXPERT_MLP_AHEAD (1..6, for the A/B; at most the ring's stages).
+int ahead_stages(int stages) {
+  return std::min(stages, env_int_in(detail::EnvVar::kExpertMlpAhead, 1, expert_mlp::kMaxStages,
+                                     expert_mlp::kAheadStages));
+}
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
@@ -102,8 +133,10 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   (void)evict_first();  // throws on a bad value
-  (void)staged_act();
+  (void)slots_late();
+  (void)ahead_stages(expert_mlp::kMinStages);
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
+  (void)stages_for(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
 
@@ -156,7 +189,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
-  kp.staged_act = staged_act() ? 1 : 0;
+  kp.slots_late = slots_late() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
@@ -166,7 +199,9 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks, sh.slices == 1);
+  kp.stages = stages_for(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
+  kp.ahead = ahead_stages(kp.stages);
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks, kp.stages);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
