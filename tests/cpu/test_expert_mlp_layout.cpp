@@ -45,18 +45,17 @@ TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
       const int hc = em::slice_shape(n, fp8).h_chunks;
       for (int E : {1, 7, 128, 256, em::kMaxExperts}) {
         for (int slots : {1, 2048, em::kMaxSlots}) {
-          const int stages = em::ring_stages(E, slots, hc);
-          const em::SmemLayout l = em::smem_layout(E, slots, hc, stages);
+          const em::SmemLayout l = em::smem_layout(E, slots, hc);
           SCOPED_TRACE(testing::Message() << "N=" << n << " fp8=" << fp8 << " E=" << E << " slots=" << slots);
           EXPECT_EQ(l.ring % 1024, 0);  // 128-byte swizzled TMA tiles and wgmma operands
           EXPECT_EQ(l.h % 1024, 0);
           for (int bar : {l.full_bar, l.empty_bar, l.slots_bar, l.cluster_bar}) EXPECT_EQ(bar % 8, 0);
           // Regions in order, each ending where the next begins or before.
           const std::vector<std::pair<int, int>> regions = {
-              {l.ring, stages * em::kStageBytes},
+              {l.ring, em::kStages * em::kStageBytes},
               {l.h, hc * em::kHChunkBytes},
-              {l.full_bar, 8 * em::kMaxStages},
-              {l.empty_bar, 8 * em::kMaxStages},
+              {l.full_bar, 8 * em::kStages},
+              {l.empty_bar, 8 * em::kStages},
               {l.slots_bar, 16},
               {l.unit_slot, 2 * em::kBlockM * 4},
               {l.unit_w, 2 * em::kBlockM * 4},
@@ -71,17 +70,12 @@ TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
           for (std::size_t i = 0; i + 1 < regions.size(); ++i)
             EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first) << "region " << i;
           EXPECT_LE(regions.back().first + regions.back().second + 1024, l.bytes);  // alignment slack
-          if (em::slice_shape(n, fp8).slices == 1) EXPECT_EQ(stages, em::kMaxStages);  // the one-CTA form
-          EXPECT_LE(l.bytes, em::kSmemLimit);
         }
       }
     }
   }
-  // The largest tables the support check takes still fit with the largest h (16-bit, four slices)
-  // and five stages, and with the one-CTA form's h and six.
-  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks, em::kMinStages).bytes, em::kSmemLimit);
-  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, 2, em::kMaxStages).bytes, em::kSmemLimit);
-  EXPECT_EQ(em::ring_stages(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks), em::kMinStages);
+  // The largest tables the support check takes still fit with the largest h (16-bit, four slices).
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks).bytes, em::kSmemLimit);
 }
 
 }  // namespace

@@ -162,19 +162,12 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
-// An environment switch and its value.
-struct Setting {
-  const char* name;
-  const char* value;
-};
-
-TEST(Sm90ExpertMlp, RingDepthAndSlotHandoffGiveTheSameBits) {
-  // The ring's depth (MOEKIT_EXPERT_MLP_STAGES 3..6; the default six where they fit), the GEMM1
-  // stages issued before the slot list (MOEKIT_EXPERT_MLP_AHEAD) and where the slot list is handed
-  // to the producer (MOEKIT_EXPERT_MLP_SLOTS_LATE=1) move only when data lands: the same bits as
-  // the default, bf16 and fp8 (dynamic intermediate scale), the one-CTA form and the cluster form
+TEST(Sm90ExpertMlp, SlotHandoffsGiveTheSameBits) {
+  // Where and how the consumers hand a unit's slot list to the producer
+  // (MOEKIT_EXPERT_MLP_SLOT_HANDOFF 1..3 against the default 0) moves only when data lands: the
+  // same bits, bf16 and fp8 (dynamic intermediate scale), the one-CTA form and the cluster form
   // (N = 192: two slices), one unit a CTA and several (M = 512 with every token on one hot expert:
-  // its 8 units and ~127 others, past the grid's 132 CTAs).
+  // its 8 units and ~127 others, past the grid's 132 CTAs, so both slot-list buffers turn over).
   SKIP_WITHOUT_SM90();
   struct Variant {
     Scheme scheme;
@@ -182,9 +175,7 @@ TEST(Sm90ExpertMlp, RingDepthAndSlotHandoffGiveTheSameBits) {
     std::int64_t M;
   };
   const Variant vs[] = {{Scheme::kBf16, 96, 64},   {Scheme::kFp8PerTensor, 96, 20},  {Scheme::kBf16, 96, 512},
-                        {Scheme::kFp8PerTensor, 96, 512}, {Scheme::kBf16, 192, 33}, {Scheme::kFp8PerTensor, 192, 64}};
-  const Setting settings[] = {{"MOEKIT_EXPERT_MLP_STAGES", "3"}, {"MOEKIT_EXPERT_MLP_STAGES", "5"},
-                              {"MOEKIT_EXPERT_MLP_AHEAD", "3"},  {"MOEKIT_EXPERT_MLP_SLOTS_LATE", "1"}};
+                        {Scheme::kFp8PerTensor, 96, 512}, {Scheme::kBf16, 192, 33}, {Scheme::kFp8PerTensor, 192, 512}};
   for (const Variant& v : vs) {
     CaseSpec s = qwen30_tp8(v.M, 79);
     s.scheme = v.scheme;
@@ -196,37 +187,34 @@ TEST(Sm90ExpertMlp, RingDepthAndSlotHandoffGiveTheSameBits) {
     MoeCase c = make_case(s);
     DeviceCase d(c);
     const std::string what = s.name();
-    const std::vector<std::uint16_t> base = run_checked(d, c, v.M, what + " default");
-    for (const Setting& e : settings) {
+    const std::vector<std::uint16_t> base = run_checked(d, c, v.M, what + " hand-off 0");
+    for (const char* mode : {"1", "2", "3"}) {
       std::vector<std::uint16_t> other;
       {
-        ScopedEnv env(e.name, e.value);
-        other = run_checked(d, c, v.M, what + " " + e.name + "=" + e.value);
+        ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", mode);
+        other = run_checked(d, c, v.M, what + " hand-off " + mode);
       }
       const std::int64_t differ = values_differing(base, other);
-      EXPECT_EQ(differ, 0) << what << " " << e.name << "=" << e.value << ": " << differ << " values differ";
+      EXPECT_EQ(differ, 0) << what << " hand-off " << mode << ": " << differ << " values differ";
     }
   }
 }
 
-TEST(Sm90ExpertMlp, RingSwitchesRejectBadValues) {
-  // The A/B switches' bad values: an error naming the variable, nothing launched.
+TEST(Sm90ExpertMlp, SlotHandoffRejectsBadValues) {
+  // The A/B switch's bad values: an error naming the variable, nothing launched.
   SKIP_WITHOUT_SM90();
   CaseSpec s = qwen30_tp8(16, 81);
   MoeCase c = make_case(s);
   DeviceCase d(c);
-  const Setting bad[] = {{"MOEKIT_EXPERT_MLP_STAGES", "2"}, {"MOEKIT_EXPERT_MLP_STAGES", "7"},
-                         {"MOEKIT_EXPERT_MLP_STAGES", "5x"}, {"MOEKIT_EXPERT_MLP_AHEAD", "0"},
-                         {"MOEKIT_EXPERT_MLP_SLOTS_LATE", "2"}};
-  for (const Setting& e : bad) {
-    ScopedEnv env(e.name, e.value);
+  for (const char* bad : {"4", "x", "01", "-1"}) {
+    ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", bad);
     const int before = cuda::expert_mlp_launches();
     try {
       d.run(16, CallMode::kFusedExperts, "expert_mlp");
-      ADD_FAILURE() << e.name << "=" << e.value << " did not throw";
+      ADD_FAILURE() << "MOEKIT_EXPERT_MLP_SLOT_HANDOFF=" << bad << " did not throw";
     } catch (const Error& x) {
       EXPECT_EQ(x.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(x.what()).find(e.name), std::string::npos) << x.what();
+      EXPECT_NE(std::string(x.what()).find("MOEKIT_EXPERT_MLP_SLOT_HANDOFF"), std::string::npos) << x.what();
     }
     EXPECT_EQ(cuda::expert_mlp_launches(), before);
   }
@@ -509,6 +497,12 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
       check_case(s, 6, std::string("small ") + scheme_name(scheme) + " N=" + std::to_string(n));
     }
   }
+  // Several units a CTA (~450 experts hit over a grid of at most 132 CTAs), so each of the two
+  // slot-list buffers is rewritten while the producer may still hold the one before.
+  CaseSpec s = qwen30_tp8(128, 29);
+  s.E = 512;
+  s.K = 256;
+  check_case(s, 128, "several units a CTA");
 }
 
 }  // namespace

@@ -26,11 +26,7 @@ static_assert(kOutTile * kKBytes == kStageBytes, "GEMM1 and GEMM2 stages are the
 inline constexpr int kMaxSlices = 4;                            // S: N at most 384
 inline constexpr int kHChunkBytes = kBlockM * kKBytes;          // 8 KB: 64 rows x 128 bytes of h
 inline constexpr int kMaxHChunks = kMaxSlices * kN * 2 / kKBytes;  // 6 (16-bit h of 384 columns)
-// The ring's stages (a run-time count, p.stages): kMaxStages where the layout fits (the one-CTA
-// form: its h is 16 KB at most, so six 32 KB stages fit beside the largest tables), else
-// kMinStages (the cluster form's h reaches 48 KB). ring_stages() below picks.
-inline constexpr int kMaxStages = 6;
-inline constexpr int kMinStages = 5;
+inline constexpr int kStages = 5;
 // GEMM1 stages whose w13 boxes go out before the producer waits for the unit's slot list (and, in
 // fp8, for hidden's quantization). One: with all five, the first stage's token rows queued behind
 // 120 KB of weights and landed 2.3-4.3 µs later (s56 on an H100, qwen3-30b TP8, 0.91-0.97x).
@@ -66,10 +62,10 @@ static_assert(slice_shape(256, true).slices == 3 && slice_shape(256, true).h_chu
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory.
 struct SmemLayout {
-  int ring;        // stages x kStageBytes
+  int ring;        // kStages x kStageBytes
   int h;           // h as GEMM2's A: h_chunks x [64 rows][128 B], 128-byte swizzle
-  int full_bar;    // uint64 [kMaxStages]: lane 0's expect_tx arrival + 32 gather arrivals
-  int empty_bar;   // uint64 [kMaxStages]: the 4 consumer warps
+  int full_bar;    // uint64 [kStages]: lane 0's expect_tx arrival + 32 gather arrivals
+  int empty_bar;   // uint64 [kStages]: the 4 consumer warps
   int slots_bar;   // uint64 [2]: a unit's slot list placed (consumer thread 0), by unit parity
   int unit_slot;   // int [2][64]: the unit's slots, by unit parity
   int unit_w;      // float [2][64]: their router weights
@@ -83,14 +79,14 @@ struct SmemLayout {
   int bytes;       // total, with 1024 bytes of alignment slack
 };
 
-// h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)); stages: the ring's.
-constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int stages) {
+// h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)).
+constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
   SmemLayout l{};
   l.ring = 0;
-  l.h = stages * kStageBytes;
+  l.h = kStages * kStageBytes;
   l.full_bar = l.h + h_chunks * kHChunkBytes;
-  l.empty_bar = l.full_bar + 8 * kMaxStages;
-  l.slots_bar = l.empty_bar + 8 * kMaxStages;
+  l.empty_bar = l.full_bar + 8 * kStages;
+  l.slots_bar = l.empty_bar + 8 * kStages;
   l.unit_slot = l.slots_bar + 16;
   l.unit_w = l.unit_slot + 2 * kBlockM * 4;
   l.warp_rows = l.unit_w + 2 * kBlockM * 4;
@@ -103,16 +99,5 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.bytes = l.slot_e + ((slots * 2 + 15) / 16) * 16 + 1024;
   return l;
 }
-
-// The ring's stages for a shape: kMaxStages where that layout fits, else kMinStages (which always
-// fits: the support check's bound).
-constexpr int ring_stages(int num_experts, int slots, int h_chunks) {
-  return smem_layout(num_experts, slots, h_chunks, kMaxStages).bytes <= kSmemLimit ? kMaxStages : kMinStages;
-}
-// The one-CTA form (h of 96 16-bit columns: 2 chunks) has six stages at the largest tables; the
-// cluster form's largest h (four slices) fits five.
-static_assert(ring_stages(kMaxExperts, kMaxSlots, 2) == kMaxStages, "one-CTA layout: six stages");
-static_assert(smem_layout(kMaxExperts, kMaxSlots, kMaxHChunks, kMinStages).bytes <= kSmemLimit,
-              "cluster layout exceeds 227 KB");
 
 }  // namespace moekit::cuda::expert_mlp

@@ -127,9 +127,8 @@ struct ExpertMlp {
     std::int16_t* slot_e;
   };
 
-  // The ring's next stage: p.stages of them (kMaxStages at most; ring_stages() in config.hpp).
-  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase, int stages) {
-    if (++stage == stages) {
+  static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
+    if (++stage == kStages) {
       stage = 0;
       phase ^= 1;
     }
@@ -193,12 +192,12 @@ struct ExpertMlp {
       // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
       // then each stage's token rows, once the consumers placed the unit's slots, and past the first
       // `ahead` stages a stage's w13 boxes and rows together.
-      const int ahead = min(p.ahead, p.k_stages);
+      const int ahead = min(kAheadStages, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
         issue_w13(p, s, t.e, r, kb, wstage, wphase, lane, load, rec, j, empty_wait);
-        next_stage(wstage, wphase, p.stages);
+        next_stage(wstage, wphase);
       }
       {
         const std::uint64_t w0 = rec != nullptr ? sm90::globaltimer_ns() : 0;
@@ -229,7 +228,7 @@ struct ExpertMlp {
           sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), src, 16);
         }
         sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
-        next_stage(stage, phase, p.stages);
+        next_stage(stage, phase);
       }
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), w2's 256 rows a 128-byte
       // chunk of h's N columns (past N: TMA's zeros, against h's zeros).
@@ -244,7 +243,7 @@ struct ExpertMlp {
             load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
-          next_stage(stage, phase, p.stages);
+          next_stage(stage, phase);
         }
       }
     }
@@ -478,11 +477,20 @@ struct ExpertMlp {
       // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
       // gather of the unit's token rows may start, before the router weights' global loads below
       // (only this epilogue and the activation read them), so it does not wait a DRAM round trip.
-      // p.slots_late (MOEKIT_EXPERT_MLP_SLOTS_LATE=1, for the A/B): after them, as until s61.
-      if (t == 0 && p.slots_late == 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
+      // p.slot_handoff (MOEKIT_EXPERT_MLP_SLOT_HANDOFF, for the A/B and racecheck): 0 thread 0
+      // arrives; 1 after the router weights (as until s61); 2 one more warpgroup barrier, then
+      // thread 0; 3 each warp's lane 0 after __syncwarp (the barrier's count 4).
+      const std::uint32_t slots_bar = s.slots_bar + 8 * (j & 1);
+      if (p.slot_handoff == 2) sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (p.slot_handoff == 3) {
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(slots_bar);
+      } else if (t == 0 && p.slot_handoff != 1) {
+        sm90::mbar_arrive(slots_bar);
+      }
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      if (t == 0 && p.slots_late != 0) sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
+      if (t == 0 && p.slot_handoff == 1) sm90::mbar_arrive(slots_bar);
       lap(0);
       // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
       int slot[2];
@@ -532,7 +540,7 @@ struct ExpertMlp {
           release(s, prev, lane);
         }
         prev = stage;
-        next_stage(stage, phase, p.stages);
+        next_stage(stage, phase);
       }
       sm90::wgmma_wait<0>();
       sm90::fence_regs<64>(acc1);
@@ -583,12 +591,12 @@ struct ExpertMlp {
           // between them: a wait inside a group makes ptxas serialize every wgmma of the kernel, C7520).
           const int s0 = stage;
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          next_stage(stage, phase, p.stages);
+          next_stage(stage, phase);
           int s1 = s0;
           if constexpr (kChunks2 > 1) {
             s1 = stage;
             sm90::mbar_wait(s.full + 8 * stage, phase);
-            next_stage(stage, phase, p.stages);
+            next_stage(stage, phase);
           }
           if (rec != nullptr) waited = clock64() - t0;
           sm90::fence_regs<128>(acc);
@@ -630,7 +638,7 @@ struct ExpertMlp {
               release(s, prev2, lane);
             }
             prev2 = stage;
-            next_stage(stage, phase, p.stages);
+            next_stage(stage, phase);
           }
           sm90::wgmma_wait<0>();
           sm90::fence_regs<128>(acc);
@@ -711,12 +719,13 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
     sm90::prefetch_tensormap(&p.tmap_w2);
-    for (int i = 0; i < p.stages; ++i) {
+    for (int i = 0; i < kStages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
       sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
     }
-    sm90::mbar_init(s.slots_bar, 1);
-    sm90::mbar_init(s.slots_bar + 8, 1);
+    const int handoff = p.slot_handoff == 3 ? kConsumerThreads / 32 : 1;  // arrivals a slot list
+    sm90::mbar_init(s.slots_bar, handoff);
+    sm90::mbar_init(s.slots_bar + 8, handoff);
     if constexpr (kCluster) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
       sm90::mbar_init(s.h_full, 1);
       sm90::mbar_init(s.h_empty, p.slices);

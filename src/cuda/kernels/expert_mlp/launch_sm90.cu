@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "core/env.hpp"
@@ -50,9 +49,8 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
-                  kMinStages)
-          .bytes > kSmemLimit)
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks).bytes >
+      kSmemLimit)
     return fail("the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
   if (!device.empty()) {
@@ -68,39 +66,14 @@ namespace {
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
-// MOEKIT_EXPERT_MLP_SLOTS_LATE=1: the consumers hand a unit's slot list to the producer after
-// the router weights' loads (as until branch s61), for the A/B; unset or 0: before them.
-bool slots_late() { return detail::env_switch(detail::EnvVar::kExpertMlpSlotsLate, false); }
-
-// An integer switch in [lo, hi], `unset` when the variable is unset or empty; anything else throws.
-int env_int_in(detail::EnvVar var, int lo, int hi, int unset) {
+// MOEKIT_EXPERT_MLP_SLOT_HANDOFF (0..3, default 0; for the A/B and racecheck): how the consumers
+// hand a unit's slot list to the producer (kernel_sm90.cuh, consume()).
+int slot_handoff() {
+  const detail::EnvVar var = detail::EnvVar::kExpertMlpSlotHandoff;
   const char* v = detail::env_value(var);
-  if (v == nullptr || *v == '\0') return unset;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi)
-    throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected an integer in [" +
-                                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return static_cast<int>(x);
-}
-
-// The ring's stages: ring_stages() (six where they fit, else five), or MOEKIT_EXPERT_MLP_STAGES
-// (3..6, for the A/B; an error where that layout does not fit).
-int stages_for(int E, int P, int h_chunks) {
-  using namespace expert_mlp;
-  const int n = env_int_in(detail::EnvVar::kExpertMlpStages, 3, kMaxStages, 0);
-  if (n == 0) return ring_stages(E, P, h_chunks);
-  if (smem_layout(E, P, h_chunks, n).bytes > kSmemLimit)
-    throw Error(Status::kInvalidArgument, "MOEKIT_EXPERT_MLP_STAGES = " + std::to_string(n) +
-                                              ": that ring does not fit in shared memory at this shape");
-  return n;
-}
-
-// GEMM1 stages whose weights go out before the producer waits for a unit's slot list:
-// kAheadStages, or MOEKIT_EXPERT_MLP_AHEAD (1..6, for the A/B; at most the ring's stages).
-int ahead_stages(int stages) {
-  return std::min(stages, env_int_in(detail::EnvVar::kExpertMlpAhead, 1, expert_mlp::kMaxStages,
-                                     expert_mlp::kAheadStages));
+  if (v == nullptr || *v == '\0') return 0;
+  if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') return v[0] - '0';
+  throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected 0, 1, 2 or 3");
 }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
@@ -133,10 +106,8 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   (void)evict_first();  // throws on a bad value
-  (void)slots_late();
-  (void)ahead_stages(expert_mlp::kMinStages);
+  (void)slot_handoff();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  (void)stages_for(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
 
@@ -189,7 +160,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
-  kp.slots_late = slots_late() ? 1 : 0;
+  kp.slot_handoff = slot_handoff();
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
@@ -199,9 +170,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.stages = stages_for(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
-  kp.ahead = ahead_stages(kp.stages);
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks, kp.stages);
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
