@@ -164,7 +164,7 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
 
 TEST(Sm90ExpertMlp, SlotHandoffsGiveTheSameBits) {
   // Where and how the consumers hand a unit's slot list to the producer
-  // (MOEKIT_EXPERT_MLP_SLOT_HANDOFF 1..3 against the default 0) moves only when data lands: the
+  // (MOEKIT_EXPERT_MLP_SLOT_HANDOFF 1..4 against the default 0) moves only when data lands: the
   // same bits, bf16 and fp8 (dynamic intermediate scale), the one-CTA form and the cluster form
   // (N = 192: two slices), one unit a CTA and several (M = 512 with every token on one hot expert:
   // its 8 units and ~127 others, past the grid's 132 CTAs, so both slot-list buffers turn over).
@@ -188,7 +188,7 @@ TEST(Sm90ExpertMlp, SlotHandoffsGiveTheSameBits) {
     DeviceCase d(c);
     const std::string what = s.name();
     const std::vector<std::uint16_t> base = run_checked(d, c, v.M, what + " hand-off 0");
-    for (const char* mode : {"1", "2", "3"}) {
+    for (const char* mode : {"1", "2", "3", "4"}) {
       std::vector<std::uint16_t> other;
       {
         ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", mode);
@@ -206,7 +206,7 @@ TEST(Sm90ExpertMlp, SlotHandoffRejectsBadValues) {
   CaseSpec s = qwen30_tp8(16, 81);
   MoeCase c = make_case(s);
   DeviceCase d(c);
-  for (const char* bad : {"4", "x", "01", "-1"}) {
+  for (const char* bad : {"5", "x", "01", "-1"}) {
     ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", bad);
     const int before = cuda::expert_mlp_launches();
     try {

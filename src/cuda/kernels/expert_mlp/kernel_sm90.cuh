@@ -479,10 +479,13 @@ struct ExpertMlp {
       // (only this epilogue and the activation read them), so it does not wait a DRAM round trip.
       // p.slot_handoff (MOEKIT_EXPERT_MLP_SLOT_HANDOFF, for the A/B and racecheck): 0 thread 0
       // arrives; 1 after the router weights (as until s61); 2 one more warpgroup barrier, then
-      // thread 0; 3 each warp's lane 0 after __syncwarp (the barrier's count 4).
+      // thread 0; 3 each warp's lane 0 after __syncwarp (the barrier's count 4); 4 every consumer
+      // thread (count 128), so each writer of the list releases its own stores.
       const std::uint32_t slots_bar = s.slots_bar + 8 * (j & 1);
       if (p.slot_handoff == 2) sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      if (p.slot_handoff == 3) {
+      if (p.slot_handoff == 4) {
+        sm90::mbar_arrive(slots_bar);
+      } else if (p.slot_handoff == 3) {
         __syncwarp();
         if (lane == 0) sm90::mbar_arrive(slots_bar);
       } else if (t == 0 && p.slot_handoff != 1) {
@@ -723,7 +726,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
       sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
     }
-    const int handoff = p.slot_handoff == 3 ? kConsumerThreads / 32 : 1;  // arrivals a slot list
+    const int handoff = p.slot_handoff == 4   ? kConsumerThreads
+                        : p.slot_handoff == 3 ? kConsumerThreads / 32
+                                              : 1;  // arrivals a slot list
     sm90::mbar_init(s.slots_bar, handoff);
     sm90::mbar_init(s.slots_bar + 8, handoff);
     if constexpr (kCluster) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival

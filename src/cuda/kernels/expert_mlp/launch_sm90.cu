@@ -66,14 +66,14 @@ namespace {
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
-// MOEKIT_EXPERT_MLP_SLOT_HANDOFF (0..3, default 0; for the A/B and racecheck): how the consumers
+// MOEKIT_EXPERT_MLP_SLOT_HANDOFF (0..4, default 0; for the A/B and racecheck): how the consumers
 // hand a unit's slot list to the producer (kernel_sm90.cuh, consume()).
 int slot_handoff() {
   const detail::EnvVar var = detail::EnvVar::kExpertMlpSlotHandoff;
   const char* v = detail::env_value(var);
   if (v == nullptr || *v == '\0') return 0;
-  if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') return v[0] - '0';
-  throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected 0, 1, 2 or 3");
+  if (v[0] >= '0' && v[0] <= '4' && v[1] == '\0') return v[0] - '0';
+  throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected 0, 1, 2, 3 or 4");
 }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
