@@ -55,7 +55,6 @@ enum class EnvVar : int {
   kExpertMlp,          // MOEKIT_EXPERT_MLP (cuda/backend.cu)
   kExpertMlpEvictFirst, // MOEKIT_EXPERT_MLP_EVICT_FIRST (cuda/kernels/expert_mlp/launch_sm90.cu)
   kExpertMlpQuantOneCta, // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA (cuda/backend.cu)
-  kExpertMlpSlotHandoff, // MOEKIT_EXPERT_MLP_SLOT_HANDOFF (cuda/kernels/expert_mlp/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

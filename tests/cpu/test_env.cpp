@@ -62,7 +62,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kKshortGemm2, "MOEKIT_KSHORT_GEMM2"},
       {EnvVar::kExpertMlp, "MOEKIT_EXPERT_MLP"},
       {EnvVar::kExpertMlpEvictFirst, "MOEKIT_EXPERT_MLP_EVICT_FIRST"},
-      {EnvVar::kExpertMlpSlotHandoff, "MOEKIT_EXPERT_MLP_SLOT_HANDOFF"},
       {EnvVar::kExpertMlpQuantOneCta, "MOEKIT_EXPERT_MLP_QUANT_ONE_CTA"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},

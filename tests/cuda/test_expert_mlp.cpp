@@ -162,64 +162,6 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
-TEST(Sm90ExpertMlp, SlotHandoffsGiveTheSameBits) {
-  // Where and how the consumers hand a unit's slot list to the producer
-  // (MOEKIT_EXPERT_MLP_SLOT_HANDOFF 1..4 against the default 0) moves only when data lands: the
-  // same bits, bf16 and fp8 (dynamic intermediate scale), the one-CTA form and the cluster form
-  // (N = 192: two slices), one unit a CTA and several (M = 512 with every token on one hot expert:
-  // its 8 units and ~127 others, past the grid's 132 CTAs, so both slot-list buffers turn over).
-  SKIP_WITHOUT_SM90();
-  struct Variant {
-    Scheme scheme;
-    std::int64_t N;
-    std::int64_t M;
-  };
-  const Variant vs[] = {{Scheme::kBf16, 96, 64},   {Scheme::kFp8PerTensor, 96, 20},  {Scheme::kBf16, 96, 512},
-                        {Scheme::kFp8PerTensor, 96, 512}, {Scheme::kBf16, 192, 33}, {Scheme::kFp8PerTensor, 192, 512}};
-  for (const Variant& v : vs) {
-    CaseSpec s = qwen30_tp8(v.M, 79);
-    s.scheme = v.scheme;
-    s.N = v.N;
-    if (v.M > 256) {
-      s.pattern = RoutingPattern::kAllToOne;
-      s.hot_expert = 7;
-    }
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    const std::string what = s.name();
-    const std::vector<std::uint16_t> base = run_checked(d, c, v.M, what + " hand-off 0");
-    for (const char* mode : {"1", "2", "3", "4"}) {
-      std::vector<std::uint16_t> other;
-      {
-        ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", mode);
-        other = run_checked(d, c, v.M, what + " hand-off " + mode);
-      }
-      const std::int64_t differ = values_differing(base, other);
-      EXPECT_EQ(differ, 0) << what << " hand-off " << mode << ": " << differ << " values differ";
-    }
-  }
-}
-
-TEST(Sm90ExpertMlp, SlotHandoffRejectsBadValues) {
-  // The A/B switch's bad values: an error naming the variable, nothing launched.
-  SKIP_WITHOUT_SM90();
-  CaseSpec s = qwen30_tp8(16, 81);
-  MoeCase c = make_case(s);
-  DeviceCase d(c);
-  for (const char* bad : {"5", "x", "01", "-1"}) {
-    ScopedEnv env("MOEKIT_EXPERT_MLP_SLOT_HANDOFF", bad);
-    const int before = cuda::expert_mlp_launches();
-    try {
-      d.run(16, CallMode::kFusedExperts, "expert_mlp");
-      ADD_FAILURE() << "MOEKIT_EXPERT_MLP_SLOT_HANDOFF=" << bad << " did not throw";
-    } catch (const Error& x) {
-      EXPECT_EQ(x.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(x.what()).find("MOEKIT_EXPERT_MLP_SLOT_HANDOFF"), std::string::npos) << x.what();
-    }
-    EXPECT_EQ(cuda::expert_mlp_launches(), before);
-  }
-}
-
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

@@ -66,16 +66,6 @@ namespace {
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
-// MOEKIT_EXPERT_MLP_SLOT_HANDOFF (0..4, default 0; for the A/B and racecheck): how the consumers
-// hand a unit's slot list to the producer (kernel_sm90.cuh, consume()).
-int slot_handoff() {
-  const detail::EnvVar var = detail::EnvVar::kExpertMlpSlotHandoff;
-  const char* v = detail::env_value(var);
-  if (v == nullptr || *v == '\0') return 0;
-  if (v[0] >= '0' && v[0] <= '4' && v[1] == '\0') return v[0] - '0';
-  throw Error(Status::kInvalidArgument, std::string(detail::env_name(var)) + " = '" + v + "', expected 0, 1, 2, 3 or 4");
-}
-
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -106,7 +96,6 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   (void)evict_first();  // throws on a bad value
-  (void)slot_handoff();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -160,7 +149,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
-  kp.slot_handoff = slot_handoff();
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

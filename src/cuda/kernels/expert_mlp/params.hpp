@@ -39,7 +39,6 @@ struct KernelParams {
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
   int evict_first;                 // the weights' TMA with an L2 evict-first hint (MOEKIT_EXPERT_MLP_EVICT_FIRST=1)
-  int slot_handoff;                // how the consumers hand a unit's slot list over (MOEKIT_EXPERT_MLP_SLOT_HANDOFF, 0..4)
   // fp8_per_tensor (the e4m3 instantiation): hidden's scale [1] (the quantization launch's), the
   // weights' per-expert scales [E], and the intermediate's static scale [1] or null: then each unit
   // scales its own h (dynamic_scale of its absmax; docs/design.md "The per-expert MLP path").
