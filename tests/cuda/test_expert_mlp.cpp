@@ -439,6 +439,12 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
       check_case(s, 6, std::string("small ") + scheme_name(scheme) + " N=" + std::to_string(n));
     }
   }
+  // Several units a CTA (~450 experts hit over a grid of at most 132 CTAs), so each of the two
+  // slot-list buffers is rewritten while the producer may still hold the one before.
+  CaseSpec s = qwen30_tp8(128, 29);
+  s.E = 512;
+  s.K = 256;
+  check_case(s, 128, "several units a CTA");
 }
 
 }  // namespace

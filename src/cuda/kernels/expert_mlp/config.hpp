@@ -66,7 +66,7 @@ struct SmemLayout {
   int h;           // h as GEMM2's A: h_chunks x [64 rows][128 B], 128-byte swizzle
   int full_bar;    // uint64 [kStages]: lane 0's expect_tx arrival + 32 gather arrivals
   int empty_bar;   // uint64 [kStages]: the 4 consumer warps
-  int slots_bar;   // uint64 [2]: a unit's slot list placed (consumer thread 0), by unit parity
+  int slots_bar;   // uint64 [2]: a unit's slot list placed (every consumer thread arrives), by unit parity
   int unit_slot;   // int [2][64]: the unit's slots, by unit parity
   int unit_w;      // float [2][64]: their router weights
   int warp_rows;   // int [4]: place_window's per-warp counts
