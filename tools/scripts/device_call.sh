@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The pieces every branch's device call repeats (sessions 55-62 copied them script to script),
+# sourced by a call script run on the device machine from the repository root with $OUT set:
+#   source tools/scripts/device_call.sh     # LIMIT (seconds, default 585) before sourcing
+#   start_main_build                        # main's moekit-bench from .ab/mid, in the background
+#   build_tree || exit 1                    # this tree: gpu_check.sh's configure and build
+#   run_tests FILTER [SECONDS]              # the GPU tests, their summary and failures
+#   ab NAME "A prefix" "B prefix" ARGS...   # ab_bench.sh into $O/ab-NAME, its summary rows
+#   finish                                  # pack $O (pack_out.sh)
+# Sets O ($OUT), B (the build), BB (its moekit-bench), MB (main's, once start_main_build ran).
+T0=$(date +%s); LIMIT=${LIMIT:-585}
+left() { echo $((LIMIT - ($(date +%s) - T0))); }
+O=$OUT; mkdir -p "$O"
+B=build/cuda-release; BB=$B/tools/bench/moekit-bench; MB=build/mid/tools/bench/moekit-bench; MAIN_PID=
+nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee "$O/gpu.txt"
+
+# main (tools/scripts/ab_base.sh main .ab/mid before the call; carry ".ab/mid"), bench only.
+start_main_build() {
+  ( cmake -S .ab/mid -B build/mid -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
+      >"$O/mid-configure.log" 2>&1 && cmake --build build/mid --target moekit-bench -j 4 >"$O/mid-build.log" 2>&1 ) &
+  MAIN_PID=$!
+}
+wait_main_build() { [ -n "$MAIN_PID" ] && wait "$MAIN_PID"; [ -x "$MB" ]; }
+
+build_tree() {
+  MOEKIT_STEPS=configure,build bash tools/scripts/gpu_check.sh "$O/b" >"$O/build.txt" 2>&1
+  tail -n 1 "$O/build.txt"
+  [ -x "$BB" ] || { echo "no build"; finish; return 1; }
+}
+
+run_tests() {  # gtest filter, time limit
+  timeout "${2:-200}" $B/tests/moekit_cuda_tests --gtest_filter="$1" >"$O/tests.log" 2>&1
+  echo "tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$O/tests.log" | tr '\n' ' ') (left $(left)s)"
+  grep -E "FAILED|Failure|differ" "$O/tests.log" | head -20
+}
+
+ab() {  # name "A prefix" "B prefix" bench args...
+  local n=$1 a=$2 b=$3; shift 3
+  echo "== $n (left $(left)s)"
+  timeout "${AB_SECONDS:-120}" bash tools/scripts/ab_bench.sh "$O/ab-$n" "${REPS:-2}" "$a" "$b" "$@" 2>&1 |
+    grep -E "^\| (qwen|deep|mix|gpt|TP)|failed" | head -n 14
+}
+
+finish() { echo "done, left $(left)s"; bash tools/scripts/pack_out.sh "$O"; }
