@@ -283,7 +283,9 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   const double n = static_cast<double>(p.intermediate_size);
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
-  const double lo = one_cta_band ? kRouterTable.expert_mlp_min_slots : kRouterTable.expert_mlp_cluster_min_slots;
+  const double lo = !one_cta_band                         ? kRouterTable.expert_mlp_cluster_min_slots
+                    : p.scheme == Scheme::kFp8PerTensor ? kRouterTable.expert_mlp_fp8_min_slots
+                                                        : kRouterTable.expert_mlp_min_slots;
   const double hi = one_cta_band ? kRouterTable.expert_mlp_max_slots : kRouterTable.expert_mlp_cluster_max_slots;
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) && (one_cta_band || cluster_band) &&

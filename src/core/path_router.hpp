@@ -248,8 +248,14 @@ struct RouterTable {
   // TP8 bf16, against the previous auto choice: M = 16 / 32 / 64 / 128 / 256 (128..2048 slots)
   // 1.09-1.11x (M = 64 73.4 -> 67.0 µs, M = 256 79.3 -> 72.6), M = 8 (64 slots) 0.97x, M = 1..4
   // 0.37-0.72x (8..31 experts: one SM streams each expert's 1.1 MB alone). Past 2048 slots not
-  // measured.
-  double expert_mlp_min_slots = 128.0;
+  // measured. Session 61's same-run path sweep (expert_mlp forced against auto, H100, two repeats,
+  // check on; bench/results/2026-12-06-d10f69f-h100-s67-expert-mlp-sweep-tp8.md) moved the start
+  // down to 96 slots for bf16 / fp16 (M = 12: 44.7 against gemv(mma)'s 46.9 µs, M = 14 45.6 against
+  // 49.2; M = 10 43.3 against 40.3 stays on gemv(mma)) and to expert_mlp_fp8_min_slots = 48 for
+  // fp8_per_tensor (M = 6..14 1.08-1.31x: M = 8 29.2 against 33.6 µs, M = 14 30.3 against 39.7;
+  // M = 5 29.2 against 26.0 stays on gemv(mma)).
+  double expert_mlp_min_slots = 96.0;
+  double expert_mlp_fp8_min_slots = 48.0;
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
   // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale), over the

@@ -832,6 +832,14 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_NE(choose_paths(m16, in).log_line(m16).find("-> expert_mlp |"), std::string::npos);
   EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
   EXPECT_FALSE(choose_paths(m8, in).expert_mlp);    // 64 slots: gemv(mma) keeps it
+  // Its band starts at 96 slots for bf16 (M = 12) and 48 for fp8_per_tensor (M = 6; session 61).
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 12, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 10, 8), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 6, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 5, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
   // N = 192: the cluster form's band, 160 to 4096 slots (M = 20..512 at k = 8).
   const MoeProblem wide = preset("qwen3-235b-a22b", 64, 8);

@@ -346,8 +346,9 @@ TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
 }
 
 TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
-  // docs/router.md: auto from 128 to 2048 local slots (qwen3-30b TP8 bf16 M = 16..256); below, the
-  // router's other paths; MOEKIT_EXPERT_MLP=0 keeps auto off it; MOEKIT_LOG_DISPATCH names it.
+  // docs/router.md: auto from 96 to 2048 local slots (qwen3-30b TP8 bf16 M = 12..256; fp8_per_tensor
+  // from 48, M = 6); below, the router's other paths; MOEKIT_EXPERT_MLP=0 keeps auto off it;
+  // MOEKIT_LOG_DISPATCH names it.
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(32, 24));
   DeviceCase d(c);
@@ -357,11 +358,16 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
   FusedExpertsArgs h = c.host_args(host_out.data());
   EXPECT_EQ(describe_dispatch(describe(h), o), "expert_mlp");
   {
-    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: the same range (RouterTable::expert_mlp_fp8_in_auto)
+    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 48 slots (RouterTable::expert_mlp_fp8_min_slots)
     s8.scheme = Scheme::kFp8PerTensor;
     MoeCase c8 = make_case(s8);
     std::vector<std::uint16_t> out8(static_cast<std::size_t>(32 * c8.spec.K));
-    EXPECT_EQ(describe_dispatch(describe(c8.host_args(out8.data())), o), "expert_mlp");
+    FusedExpertsArgs h8 = c8.host_args(out8.data());
+    EXPECT_EQ(describe_dispatch(describe(h8), o), "expert_mlp");
+    for (TensorView* v : {&h8.hidden, &h8.topk_ids, &h8.topk_weights, &h8.out}) v->shape[0] = 6;
+    EXPECT_EQ(describe_dispatch(describe(h8), o), "expert_mlp");  // 48 slots
+    for (TensorView* v : {&h8.hidden, &h8.topk_ids, &h8.topk_weights, &h8.out}) v->shape[0] = 5;
+    EXPECT_NE(describe_dispatch(describe(h8), o), "expert_mlp");  // 40 slots: gemv(mma)
   }
   for (TensorView* v : {&h.hidden, &h.topk_ids, &h.topk_weights, &h.out}) v->shape[0] = 8;
   EXPECT_NE(describe_dispatch(describe(h), o), "expert_mlp");
