@@ -355,22 +355,24 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
   Options o;
   o.backend = Backend::kCuda;
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(32 * c.spec.K));
-  FusedExpertsArgs h = c.host_args(host_out.data());
-  EXPECT_EQ(describe_dispatch(describe(h), o), "expert_mlp");
+  const FusedExpertsArgs h = c.host_args(host_out.data());
+  // The plan auto describes for the first M tokens of a call's arguments.
+  const auto dispatch_at = [&o](FusedExpertsArgs a, std::int64_t M) {
+    for (TensorView* v : {&a.hidden, &a.topk_ids, &a.topk_weights, &a.out}) v->shape[0] = M;
+    return describe_dispatch(describe(a), o);
+  };
+  EXPECT_EQ(dispatch_at(h, 32), "expert_mlp");
   {
     CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 48 slots (RouterTable::expert_mlp_fp8_min_slots)
     s8.scheme = Scheme::kFp8PerTensor;
     MoeCase c8 = make_case(s8);
     std::vector<std::uint16_t> out8(static_cast<std::size_t>(32 * c8.spec.K));
-    FusedExpertsArgs h8 = c8.host_args(out8.data());
-    EXPECT_EQ(describe_dispatch(describe(h8), o), "expert_mlp");
-    for (TensorView* v : {&h8.hidden, &h8.topk_ids, &h8.topk_weights, &h8.out}) v->shape[0] = 6;
-    EXPECT_EQ(describe_dispatch(describe(h8), o), "expert_mlp");  // 48 slots
-    for (TensorView* v : {&h8.hidden, &h8.topk_ids, &h8.topk_weights, &h8.out}) v->shape[0] = 5;
-    EXPECT_NE(describe_dispatch(describe(h8), o), "expert_mlp");  // 40 slots: gemv(mma)
+    const FusedExpertsArgs h8 = c8.host_args(out8.data());
+    EXPECT_EQ(dispatch_at(h8, 32), "expert_mlp");
+    EXPECT_EQ(dispatch_at(h8, 6), "expert_mlp");  // 48 slots
+    EXPECT_NE(dispatch_at(h8, 5), "expert_mlp");  // 40 slots: gemv(mma)
   }
-  for (TensorView* v : {&h.hidden, &h.topk_ids, &h.topk_weights, &h.out}) v->shape[0] = 8;
-  EXPECT_NE(describe_dispatch(describe(h), o), "expert_mlp");
+  EXPECT_NE(dispatch_at(h, 8), "expert_mlp");  // bf16, 64 slots: gemv(mma)
   for (std::int64_t M : {8, 16, 32}) {
     const int before = cuda::expert_mlp_launches();
     std::string err;
