@@ -162,6 +162,43 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, LeanGatherGivesTheSameBits) {
+  // The producer's lean gather (the default: each row's source once a unit, only the unit's live
+  // groups of 4 rows copied a stage) against MOEKIT_EXPERT_MLP_LEAN_GATHER=0 (all 16 rows a lane,
+  // predicated, every stage): the same bytes in the same places, so the same bits. Units of 1..64
+  // rows: M = 3 with k = 8 over 128 experts (1-row units), M = 37 / 200 from the logits (units of a
+  // few rows), M = 203 with every token's first slot on one expert (three full 64-row tiles and one
+  // of 11 rows: a last group of 4 only partly live); bf16, fp8 and the cluster form (N = 192).
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    Scheme scheme;
+    std::int64_t m, n;
+    RoutingPattern pattern;
+  };
+  for (const Run& run : {Run{Scheme::kBf16, 3, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kBf16, 203, 96, RoutingPattern::kAllToOne},
+                         Run{Scheme::kFp8PerTensor, 37, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kFp8PerTensor, 203, 96, RoutingPattern::kAllToOne},
+                         Run{Scheme::kBf16, 200, 192, RoutingPattern::kFromLogits}}) {
+    CaseSpec s = qwen30_tp8(run.m, 71 + static_cast<int>(run.m));
+    s.scheme = run.scheme;
+    s.N = run.n;
+    s.pattern = run.pattern;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::string what = std::string(scheme_name(run.scheme)) + " M = " + std::to_string(run.m) +
+                             " N = " + std::to_string(run.n);
+    std::vector<std::uint16_t> lean, full;
+    lean = run_checked(d, c, run.m, what + " lean");
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_LEAN_GATHER", "0");
+      full = run_checked(d, c, run.m, what + " predicated");
+    }
+    const std::int64_t differ = values_differing(lean, full);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between the two gathers";
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at
