@@ -54,6 +54,7 @@ enum class EnvVar : int {
   kKshortGemm2,        // MOEKIT_KSHORT_GEMM2 (cuda/kernels/kshort/launch_sm90.cu)
   kExpertMlp,          // MOEKIT_EXPERT_MLP (cuda/backend.cu)
   kExpertMlpEvictFirst, // MOEKIT_EXPERT_MLP_EVICT_FIRST (cuda/kernels/expert_mlp/launch_sm90.cu)
+  kExpertMlpLeanGather, // MOEKIT_EXPERT_MLP_LEAN_GATHER
   kExpertMlpQuantOneCta, // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA (cuda/backend.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS

@@ -279,21 +279,32 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // CpuPathRouter.DecodeReadsNoOtherAnswer).
   // The per-expert MLP kernel first where it can run the call and its slot range holds
   // (RouterTable::expert_mlp_*).
-  // One CTA a unit (N = 96) and the cluster form (N = 192) each have their own measured band.
+  // One CTA a unit (N = 96) and the cluster form (N = 97..256) each have their own measured band.
   const double n = static_cast<double>(p.intermediate_size);
+  const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
-  const double lo = !one_cta_band                         ? kRouterTable.expert_mlp_cluster_min_slots
-                    : p.scheme == Scheme::kFp8PerTensor ? kRouterTable.expert_mlp_fp8_min_slots
-                                                        : kRouterTable.expert_mlp_min_slots;
-  const double hi = one_cta_band ? kRouterTable.expert_mlp_max_slots : kRouterTable.expert_mlp_cluster_max_slots;
+  // The cluster form: one round of units while the expected units (touched experts: a unit each
+  // below 64 slots an expert) fit the resident clusters.
+  const bool one_round = in.expert_mlp_clusters > 0 &&
+                         plan.touched <= static_cast<double>(in.expert_mlp_clusters);
+  double lo = per_tensor ? kRouterTable.expert_mlp_fp8_min_slots : kRouterTable.expert_mlp_min_slots;
+  double hi = kRouterTable.expert_mlp_max_slots;
+  if (!one_cta_band) {
+    lo = !one_round ? kRouterTable.expert_mlp_cluster_min_slots
+         : per_tensor ? kRouterTable.expert_mlp_cluster_one_round_fp8_min_slots
+                    : kRouterTable.expert_mlp_cluster_one_round_min_slots;
+    hi = n >= kRouterTable.expert_mlp_cluster_wide_n ? kRouterTable.expert_mlp_cluster_wide_max_slots
+                                                     : kRouterTable.expert_mlp_cluster_max_slots;
+  }
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) && (one_cta_band || cluster_band) &&
       plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;
     if (in.want_reason)
       plan.reason = "slots " + fmt(plan.local_slots) + " in [" + fmt(lo) + ", " + fmt(hi) + "], N=" +
-                    std::to_string(p.intermediate_size) + ": expert_mlp, " + (one_cta_band ? "one CTA" : "a cluster") +
+                    std::to_string(p.intermediate_size) + ": expert_mlp, " +
+                    (one_cta_band ? "one CTA" : one_round ? "a cluster (one round)" : "a cluster") +
                     " an expert's token tile through both GEMMs, then the combine";
     return plan;
   }

@@ -253,9 +253,13 @@ struct RouterTable {
   // down to 96 slots for bf16 / fp16 (M = 12: 44.7 against gemv(mma)'s 46.9 µs, M = 14 45.6 against
   // 49.2; M = 10 43.3 against 40.3 stays on gemv(mma)) and to expert_mlp_fp8_min_slots = 48 for
   // fp8_per_tensor (M = 6..14 1.08-1.31x: M = 8 29.2 against 33.6 µs, M = 14 30.3 against 39.7;
-  // M = 5 29.2 against 26.0 stays on gemv(mma)).
-  double expert_mlp_min_slots = 96.0;
-  double expert_mlp_fp8_min_slots = 48.0;
+  // M = 5 29.2 against 26.0 stays on gemv(mma)). Session 62's producer lean gather (a unit's live
+  // token rows only, 1.15-1.23x at M = 8) and its same-run path sweep (H100, two repeats, check on;
+  // bench/results/2026-12-06-3f3c453-h100-s68-path-sweep-tp8.md) moved them to 48 (bf16 M = 6 / 8 /
+  // 10: 34.0 / 34.7 / 35.4 against gemv(mma)'s 35.5 / 39.1 / 40.4 µs; M = 5 33.8 against 30.5 stays)
+  // and 40 (fp8 M = 5: 24.8 against 26.1; M = 4 24.6 against 23.1 stays).
+  double expert_mlp_min_slots = 48.0;
+  double expert_mlp_fp8_min_slots = 40.0;
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
   // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale), over the
@@ -277,13 +281,29 @@ struct RouterTable {
   // ba47a2b, two repeats, check on; bench/results/2026-12-06-ba47a2b-h100-cluster-vs-auto-sweep-tp8.md):
   // qwen3-235b TP8 M = 24..512 (192..4096 slots) bf16 1.040-1.061x, fp8 1.023-1.058x (M = 64 bf16
   // 226.8 -> 215.5 µs); M = 20 (160 slots) bf16 0.996x, fp8 1.091x; M = 16 (128) 0.94-0.97x.
-  // deepseek-v3 TP8 (N = 256, clusters of 3) stays off: at M = 4..32 it ran 0.86-1.18x, up and
-  // down with M (M = 12, 16, 18 ahead; 14, 20 behind: the units' rounds over 44 clusters, which
-  // the host cannot see before the routing runs).
+  // deepseek-v3 TP8 (N = 256, clusters of 3) stayed off: at M = 4..32 it ran 0.86-1.18x, up and
+  // down with M (M = 12, 16, 18 ahead; 14, 20 behind: the units' rounds over 44 clusters).
+  // Session 62 (the lean gather; the same sweep as expert_mlp_min_slots): the cluster form's units
+  // run in rounds over the clusters resident at once (RouterInputs::expert_mlp_clusters), and a
+  // call whose units fit one round wins from few slots, one that needs two only from more:
+  // qwen3-235b TP8 (66 clusters of 2 on an H100) M = 8 (64 slots, ~50 experts) bf16 94.3 against
+  // gemv(mma)'s 102.8 µs, fp8 57.2 against 67.6, fp8 M = 4 41.8 against 44.7, but M = 12 (96 slots,
+  // ~68 experts: two rounds) 153.1 against 132.4 and 95.1 against 88.8, M = 16 (128) ahead again
+  // (159.0 / 97.9 against 169.5 / 102.4); deepseek-v3 TP8 (39 clusters of 3) fp8 M = 4 72.5
+  // against 87.8, M = 16 / 32 154.8 / 209.8 against 188.3 / 220.0, bf16 M = 16 / 32 276.7 / 378.2
+  // against 295.2 / 386.4, M = 64 (512 slots) behind token-major (bf16 509.6 against 498.8). So:
+  // from expert_mlp_cluster_min_slots where the expected units (distinct local experts of the
+  // slots under uniform routing) exceed the resident clusters, from the one-round minimum per
+  // scheme where they fit; up to expert_mlp_cluster_max_slots at N <= 192 and to
+  // expert_mlp_cluster_wide_max_slots past it (clusters of 3).
   double expert_mlp_cluster_min_n = 97.0;
-  double expert_mlp_cluster_max_n = 192.0;
-  double expert_mlp_cluster_min_slots = 160.0;
+  double expert_mlp_cluster_max_n = 256.0;
+  double expert_mlp_cluster_min_slots = 128.0;
+  double expert_mlp_cluster_one_round_min_slots = 64.0;
+  double expert_mlp_cluster_one_round_fp8_min_slots = 32.0;
   double expert_mlp_cluster_max_slots = 4096.0;
+  double expert_mlp_cluster_wide_n = 193.0;  // from here: clusters of 3 and more
+  double expert_mlp_cluster_wide_max_slots = 256.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at
@@ -415,6 +435,9 @@ struct RouterInputs {
   std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
   bool expert_mlp_ok = false;       ///< the per-expert MLP kernel can run this call
   bool expert_mlp_in_auto = true;   ///< auto may pick it (MOEKIT_EXPERT_MLP=0 turns that off: A/Bs)
+  /// Its units' slots at once on this device: the clusters of ceil(N / 96) CTAs resident together
+  /// (one CTA an SM at N <= 96); 0: unknown (the cluster form's one-round band is then off).
+  int expert_mlp_clusters = 0;
   std::string expert_mlp_why;       ///< why not ("": not built in this version, as fused_why)
   bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call
   bool gemv_mma_ok = false;         ///< the GEMV decode path's tensor-core kernel can run this call

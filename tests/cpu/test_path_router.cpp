@@ -817,43 +817,66 @@ TEST(CpuSameProblem, EveryFieldCounts) {
 }
 
 TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
-  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto where it can run the call, from 128
-  // to 2048 local slots at N = 96 and over the cluster form's band at N = 192 (fp8_per_tensor by
-  // its own switch), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP = 0
+  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto where it can run the call, from 48
+  // (bf16) or 40 (fp8_per_tensor) to 2048 local slots at N = 96, and over the cluster form's band
+  // at N = 97..256 (from 128 slots, from 64 / 32 where the expected units fit the resident
+  // clusters in one round), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP = 0
   // (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;
   in.swapab_ok[0] = in.swapab_ok[1] = in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
-  const MoeProblem m16 = preset("qwen3-30b-a3b", 16, 8), m8 = preset("qwen3-30b-a3b", 8, 8);
+  const MoeProblem m16 = preset("qwen3-30b-a3b", 16, 8), m5 = preset("qwen3-30b-a3b", 5, 8);
   const MoeProblem m256 = preset("qwen3-30b-a3b", 256, 8), m257 = preset("qwen3-30b-a3b", 257, 8);
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);  // expert_mlp_ok false by default (not built)
   in.expert_mlp_ok = true;
   EXPECT_EQ(choose_paths(m16, in).describe(), "expert_mlp");
   EXPECT_NE(choose_paths(m16, in).log_line(m16).find("-> expert_mlp |"), std::string::npos);
   EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
-  EXPECT_FALSE(choose_paths(m8, in).expert_mlp);    // 64 slots: gemv(mma) keeps it
-  // Its band starts at 96 slots for bf16 (M = 12) and 48 for fp8_per_tensor (M = 6; session 61).
-  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 12, 8), in).expert_mlp);
-  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 10, 8), in).expert_mlp);
-  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 6, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+  EXPECT_FALSE(choose_paths(m5, in).expert_mlp);    // 40 slots: gemv(mma) keeps it
+  // Its band starts at 48 slots for bf16 (M = 6) and 40 for fp8_per_tensor (M = 5; session 62).
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 6, 8), in).expert_mlp);
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 5, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
-  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 5, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
-  // N = 192: the cluster form's band, 160 to 4096 slots (M = 20..512 at k = 8).
+  // N = 192: the cluster form's band, 128 to 4096 slots (M = 16..512 at k = 8) while the resident
+  // clusters are unknown.
   const MoeProblem wide = preset("qwen3-235b-a22b", 64, 8);
   EXPECT_EQ(wide.intermediate_size, 192);
   EXPECT_TRUE(choose_paths(wide, in).expert_mlp);
   EXPECT_NE(choose_paths(wide, in).reason.find("a cluster an expert's token tile"), std::string::npos)
       << choose_paths(wide, in).reason;
-  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 20, 8), in).expert_mlp);
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 16, 8), in).expert_mlp);
   EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 512, 8), in).expert_mlp);
-  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 16, 8), in).expert_mlp);   // 128 slots: behind auto
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 12, 8), in).expert_mlp);   // 96 slots
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).expert_mlp);    // one round unknown
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 513, 8), in).expert_mlp);  // past 4096 slots
-  const MoeProblem ds = preset("deepseek-v3", 16, 8);  // N = 256: measured up and down, forced only
+  // N = 256 (clusters of 3): 128 to 256 slots.
+  const MoeProblem ds = preset("deepseek-v3", 16, 8);
   EXPECT_EQ(ds.intermediate_size, 256);
-  EXPECT_FALSE(choose_paths(ds, in).expert_mlp);
+  EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
+  EXPECT_TRUE(choose_paths(preset("deepseek-v3", 32, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 64, 8), in).expert_mlp);  // 512 slots: token-major
+  // One round: the expected units (touched experts) within the resident clusters, from 64 slots
+  // (bf16) and 32 (fp8). qwen3-235b on 66 clusters of 2: M = 8 (~52 experts) and fp8 M = 4 (32
+  // slots) take it, bf16 M = 4 does not, M = 12 (~69 experts: two rounds) does not.
+  in.expert_mlp_clusters = 66;
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).expert_mlp);
+  EXPECT_NE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).reason.find("one round"), std::string::npos);
+  EXPECT_EQ(choose_paths(preset("qwen3-235b-a22b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 4, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 12, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);  // 16 slots
+  // deepseek-v3 on 39 clusters of 3: fp8 M = 4 (~31 experts) takes it, M = 8 (~58: two rounds) not.
+  in.expert_mlp_clusters = 39;
+  EXPECT_EQ(choose_paths(preset("deepseek-v3", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  in.expert_mlp_clusters = 0;
   const MoeProblem narrow = preset("qwen3-30b-a3b", 64, 16);  // N = 48: not measured, forced only
   EXPECT_EQ(narrow.intermediate_size, 48);
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
@@ -862,8 +885,8 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   in.expert_mlp_in_auto = false;
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
   in.forced = "expert_mlp";
-  EXPECT_TRUE(choose_paths(m8, in).expert_mlp);  // forced: any call it can run
-  EXPECT_EQ(choose_paths(m8, in).reason, "forced");
+  EXPECT_TRUE(choose_paths(m5, in).expert_mlp);  // forced: any call it can run
+  EXPECT_EQ(choose_paths(m5, in).reason, "forced");
   EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
   EXPECT_TRUE(choose_paths(narrow, in).expert_mlp);
   in.expert_mlp_ok = false;

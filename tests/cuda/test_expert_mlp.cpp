@@ -162,6 +162,43 @@ TEST(Sm90ExpertMlp, EvictFirstHintGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, LeanGatherGivesTheSameBits) {
+  // The producer's lean gather (the default: each row's source once a unit, only the unit's live
+  // groups of 4 rows copied a stage) against MOEKIT_EXPERT_MLP_LEAN_GATHER=0 (all 16 rows a lane,
+  // predicated, every stage): the same bytes in the same places, so the same bits. Units of 1..64
+  // rows: M = 3 with k = 8 over 128 experts (1-row units), M = 37 / 200 from the logits (units of a
+  // few rows), M = 203 with every token's first slot on one expert (three full 64-row tiles and one
+  // of 11 rows: a last group of 4 only partly live); bf16, fp8 and the cluster form (N = 192).
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    Scheme scheme;
+    std::int64_t m, n;
+    RoutingPattern pattern;
+  };
+  for (const Run& run : {Run{Scheme::kBf16, 3, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kBf16, 203, 96, RoutingPattern::kAllToOne},
+                         Run{Scheme::kFp8PerTensor, 37, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kFp8PerTensor, 203, 96, RoutingPattern::kAllToOne},
+                         Run{Scheme::kBf16, 200, 192, RoutingPattern::kFromLogits}}) {
+    CaseSpec s = qwen30_tp8(run.m, 71 + static_cast<int>(run.m));
+    s.scheme = run.scheme;
+    s.N = run.n;
+    s.pattern = run.pattern;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::string what = std::string(scheme_name(run.scheme)) + " M = " + std::to_string(run.m) +
+                             " N = " + std::to_string(run.n);
+    std::vector<std::uint16_t> lean, full;
+    lean = run_checked(d, c, run.m, what + " lean");
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_LEAN_GATHER", "0");
+      full = run_checked(d, c, run.m, what + " predicated");
+    }
+    const std::int64_t differ = values_differing(lean, full);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between the two gathers";
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at
@@ -346,8 +383,10 @@ TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
 }
 
 TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
-  // docs/router.md: auto from 96 to 2048 local slots (qwen3-30b TP8 bf16 M = 12..256; fp8_per_tensor
-  // from 48, M = 6); below, the router's other paths; MOEKIT_EXPERT_MLP=0 keeps auto off it;
+  // docs/router.md: auto from 48 to 2048 local slots (qwen3-30b TP8 bf16 M = 6..256; fp8_per_tensor
+  // from 40, M = 5); below, the router's other paths; the cluster form (qwen3-235b TP8, N = 192)
+  // from 64 slots where its expected units fit the resident clusters in one round (M = 8), not at
+  // 96 (M = 12: two rounds), again from 128; MOEKIT_EXPERT_MLP=0 keeps auto off it;
   // MOEKIT_LOG_DISPATCH names it.
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(32, 24));
@@ -363,17 +402,36 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
   };
   EXPECT_EQ(dispatch_at(h, 32), "expert_mlp");
   {
-    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 48 slots (RouterTable::expert_mlp_fp8_min_slots)
+    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 40 slots (RouterTable::expert_mlp_fp8_min_slots)
     s8.scheme = Scheme::kFp8PerTensor;
     MoeCase c8 = make_case(s8);
     std::vector<std::uint16_t> out8(static_cast<std::size_t>(32 * c8.spec.K));
     const FusedExpertsArgs h8 = c8.host_args(out8.data());
     EXPECT_EQ(dispatch_at(h8, 32), "expert_mlp");
-    EXPECT_EQ(dispatch_at(h8, 6), "expert_mlp");  // 48 slots
-    EXPECT_NE(dispatch_at(h8, 5), "expert_mlp");  // 40 slots: gemv(mma)
+    EXPECT_EQ(dispatch_at(h8, 5), "expert_mlp");  // 40 slots
+    EXPECT_NE(dispatch_at(h8, 4), "expert_mlp");  // 32 slots: gemv(mma)
   }
-  EXPECT_NE(dispatch_at(h, 8), "expert_mlp");  // bf16, 64 slots: gemv(mma)
-  for (std::int64_t M : {8, 16, 32}) {
+  EXPECT_EQ(dispatch_at(h, 6), "expert_mlp");  // bf16, 48 slots
+  EXPECT_NE(dispatch_at(h, 5), "expert_mlp");  // bf16, 40 slots: gemv(mma)
+  {
+    // The cluster form's one round: qwen3-235b TP8's shard (E = 128, k = 8, N = 192; K cut to 1024
+    // here: the router reads E, k, N and the slots) on this GPU's resident clusters of 2 (66 on an
+    // H100 SXM: M = 8's ~52 expected experts fit, M = 12's ~69 do not).
+    CaseSpec sw = qwen30_tp8(16, 26);
+    sw.N = 192;
+    sw.K = 1024;
+    MoeCase cw = make_case(sw);
+    std::vector<std::uint16_t> outw(static_cast<std::size_t>(16 * cw.spec.K));
+    const FusedExpertsArgs hw = cw.host_args(outw.data());
+    const int clusters = cuda::expert_mlp_resident_units(describe(hw));
+    EXPECT_GT(clusters, 0);
+    if (clusters >= 52 && clusters < 69) {
+      EXPECT_EQ(dispatch_at(hw, 8), "expert_mlp");   // 64 slots, ~52 experts: one round
+      EXPECT_NE(dispatch_at(hw, 12), "expert_mlp");  // 96 slots, ~69 experts: two rounds
+    }
+    EXPECT_EQ(dispatch_at(hw, 16), "expert_mlp");  // 128 slots
+  }
+  for (std::int64_t M : {5, 6, 16, 32}) {
     const int before = cuda::expert_mlp_launches();
     std::string err;
     std::vector<std::uint16_t> bits;
@@ -383,8 +441,8 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
       bits = d.run(M, CallMode::kFusedExperts, "auto");
       err = ::testing::internal::GetCapturedStderr();
     }
-    EXPECT_EQ(cuda::expert_mlp_launches(), before + (M >= 16 ? 1 : 0)) << "M=" << M;
-    EXPECT_EQ(err.find("-> expert_mlp |") != std::string::npos, M >= 16) << err;
+    EXPECT_EQ(cuda::expert_mlp_launches(), before + (M >= 6 ? 1 : 0)) << "M=" << M;
+    EXPECT_EQ(err.find("-> expert_mlp |") != std::string::npos, M >= 6) << err;
     EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme,
                            "auto M=" + std::to_string(M)));
   }

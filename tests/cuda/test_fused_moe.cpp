@@ -1312,10 +1312,12 @@ TEST(Sm90Dispatch, LogLinePerCall) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_NE(err.find("moekit dispatch: M=17 E=16 k=4 K=256 N=128 bf16"), std::string::npos) << err;
   EXPECT_NE(err.find("path=auto"), std::string::npos) << err;
-  // M = 17 x k = 4 slots on experts of 128 x 256: gemv(mma) since the router took the smallest
-  // bf16 shard experts to 20 tokens (session 37), else decode or the GEMM pair: the log names it.
-  EXPECT_TRUE(err.find("-> gemv(mma) |") != std::string::npos || err.find("-> gemv |") != std::string::npos ||
-              err.find("-> decode |") != std::string::npos || err.find("gemm1=") != std::string::npos)
+  // M = 17 x k = 4 slots on experts of 128 x 256: the per-expert MLP kernel's cluster form since
+  // its one-round band (68 slots on 16 experts, within the resident clusters of 2; session 62),
+  // else gemv(mma), decode or the GEMM pair: the log names it.
+  EXPECT_TRUE(err.find("-> expert_mlp |") != std::string::npos || err.find("-> gemv(mma) |") != std::string::npos ||
+              err.find("-> gemv |") != std::string::npos || err.find("-> decode |") != std::string::npos ||
+              err.find("gemm1=") != std::string::npos)
       << err;
 }
 

@@ -172,6 +172,10 @@ struct ExpertMlp {
   static __device__ void produce(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
     const int lane = threadIdx.x - kConsumerThreads;
     const int chunk = lane & 7;  // 16-byte chunk of a 128-byte K stage this lane copies
+    // The lean gather's place of row (lane >> 3) + 4 i in a stage's A tile, less 512 i: by i % 2.
+    const std::uint32_t place[2] = {
+        static_cast<std::uint32_t>((lane >> 3) * kKBytes + ((chunk ^ (lane >> 3)) << 4)),
+        static_cast<std::uint32_t>((lane >> 3) * kKBytes + ((chunk ^ ((lane >> 3) + 4)) << 4))};
     const std::int64_t row_bytes = static_cast<std::int64_t>(p.hidden_size) * kElemBytes;
     const std::uint8_t* hidden = static_cast<const std::uint8_t*>(p.hidden);
     int stage = 0, hint = -1;
@@ -208,24 +212,47 @@ struct ExpertMlp {
       // quantization launch, this kernel's programmatic predecessor, has completed (a no-op when
       // launched without the attribute, and once it returned).
       if (j == 0) pdl_wait();
-      int tok[kBlockM / 4];  // token of rows (lane >> 3) + 4 i; -1 past the unit's rows
-      {
-        const int* us = s.unit_slot + (j & 1) * kBlockM;
+      // The unit's token rows: lane copies 16-byte chunk `chunk` of rows (lane >> 3) + 4 i. The lean
+      // gather (p.lean_gather, the default) sets each row's source once a unit and copies, each
+      // stage, only the unit's groups of 4 rows that hold one of its rows (a uniform break at
+      // `groups`): a 1..4-row unit, most of them at M <= 128, costs a lane one copy a stage. The
+      // predicated form (MOEKIT_EXPERT_MLP_LEAN_GATHER=0, kept for the A/B) runs all 16 rows a lane
+      // with their 64-bit addresses every stage (~150 instructions a stage, docs/perf.md "Session 61").
+      const int* us = s.unit_slot + (j & 1) * kBlockM;
+      const bool lean = p.lean_gather != 0;
+      const int groups = (t.count + 3) >> 2;                 // 1..16, the same in every lane
+      const int mine = max(0, (t.count - (lane >> 3) + 3) >> 2);  // this lane's rows: i < mine
+      const std::uint8_t* src[kBlockM / 4];  // lean: row (lane >> 3) + 4 i's chunk at K = 0 (i < mine)
+      int tok[kBlockM / 4];                  // predicated: its token; -1 past the unit's rows
 #pragma unroll
-        for (int i = 0; i < kBlockM / 4; ++i) {
-          const int row = (lane >> 3) + 4 * i;
-          tok[i] = row < t.count ? us[row] / p.top_k : -1;
+      for (int i = 0; i < kBlockM / 4; ++i) {
+        const int row = (lane >> 3) + 4 * i;
+        tok[i] = row < t.count ? us[row] / p.top_k : -1;
+        if (lean) {
+          if (i >= groups) break;  // uniform; the rest are never read
+          src[i] = hidden + (tok[i] >= 0 ? tok[i] : 0) * row_bytes + chunk * 16;
         }
       }
       for (int kb = 0; kb < p.k_stages; ++kb) {
         if (kb >= ahead) issue_w13(p, s, t.e, r, kb, stage, phase, lane, load, rec, j, empty_wait);
         const std::uint32_t dst = s.ring + stage * kStageBytes;
+        if (lean) {
+          const int koff = kb * kKBytes;
 #pragma unroll
-        for (int i = 0; i < kBlockM / 4; ++i) {
-          if (tok[i] < 0) continue;
-          const int row = (lane >> 3) + 4 * i;
-          const std::uint8_t* src = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
-          sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), src, 16);
+          for (int i = 0; i < kBlockM / 4; ++i) {
+            if (i >= groups) break;  // uniform
+            // Row (lane >> 3) + 4 i at 128 (lane >> 3) + 512 i, its chunk swizzled by row % 8 =
+            // (lane >> 3) + 4 (i % 2).
+            if (i < mine) sm90::cp_async_16_zfill(dst + 512 * i + place[i & 1], src[i] + koff, 16);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kBlockM / 4; ++i) {
+            if (tok[i] < 0) continue;
+            const int row = (lane >> 3) + 4 * i;
+            const std::uint8_t* g = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
+            sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), g, 16);
+          }
         }
         sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
         next_stage(stage, phase);

@@ -66,6 +66,10 @@ namespace {
 // for its A/B); unset or 0: without; anything else an error.
 bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
 
+// MOEKIT_EXPERT_MLP_LEAN_GATHER=0: the producer's predicated gather of all 16 rows a lane every
+// stage (the form before session 62, for the A/B); unset or 1: the lean gather; anything else an error.
+bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGather, true); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -96,8 +100,21 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
   (void)evict_first();  // throws on a bad value
+  (void)lean_gather();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
+}
+
+int expert_mlp_resident_units(const MoeProblem& p) noexcept {
+  try {
+    const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+    const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
+    if (sh.slices > expert_mlp::kMaxSlices) return 0;
+    return sh.slices == 1 ? gemm_common::sm_count_of_current_device()
+                          : expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
+  } catch (...) {
+    return 0;
+  }
 }
 
 int expert_mlp_launches() { return launches; }
@@ -149,6 +166,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
+  kp.lean_gather = lean_gather() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

@@ -39,6 +39,7 @@ struct KernelParams {
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
   int evict_first;                 // the weights' TMA with an L2 evict-first hint (MOEKIT_EXPERT_MLP_EVICT_FIRST=1)
+  int lean_gather;                 // the producer's token rows a unit's live groups only (MOEKIT_EXPERT_MLP_LEAN_GATHER=0: off)
   // fp8_per_tensor (the e4m3 instantiation): hidden's scale [1] (the quantization launch's), the
   // weights' per-expert scales [E], and the intermediate's static scale [1] or null: then each unit
   // scales its own h (dynamic_scale of its absmax; docs/design.md "The per-expert MLP path").
