@@ -294,8 +294,9 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     lo = !one_round ? kRouterTable.expert_mlp_cluster_min_slots
          : per_tensor ? kRouterTable.expert_mlp_cluster_one_round_fp8_min_slots
                     : kRouterTable.expert_mlp_cluster_one_round_min_slots;
-    hi = n >= kRouterTable.expert_mlp_cluster_wide_n ? kRouterTable.expert_mlp_cluster_wide_max_slots
-                                                     : kRouterTable.expert_mlp_cluster_max_slots;
+    hi = n < kRouterTable.expert_mlp_cluster_wide_n ? kRouterTable.expert_mlp_cluster_max_slots
+         : per_tensor                               ? kRouterTable.expert_mlp_cluster_wide_max_slots
+                                                    : kRouterTable.expert_mlp_cluster_wide_bf16_max_slots;
   }
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) && (one_cta_band || cluster_band) &&

@@ -295,7 +295,10 @@ struct RouterTable {
   // from expert_mlp_cluster_min_slots where the expected units (distinct local experts of the
   // slots under uniform routing) exceed the resident clusters, from the one-round minimum per
   // scheme where they fit; up to expert_mlp_cluster_max_slots at N <= 192 and to
-  // expert_mlp_cluster_wide_max_slots past it (clusters of 3).
+  // expert_mlp_cluster_wide_max_slots past it (clusters of 3), in bf16 / fp16 to
+  // expert_mlp_cluster_wide_bf16_max_slots: deepseek-v3 bf16 M = 32 (256 slots) ran 303.1 µs on it
+  // in an H200 grid against token-major's 291.1 in the grid before (ed8a823; 378.2 against 386.4
+  // in the H100's same-run sweep), so it stays on token-major.
   double expert_mlp_cluster_min_n = 97.0;
   double expert_mlp_cluster_max_n = 256.0;
   double expert_mlp_cluster_min_slots = 128.0;
@@ -304,6 +307,7 @@ struct RouterTable {
   double expert_mlp_cluster_max_slots = 4096.0;
   double expert_mlp_cluster_wide_n = 193.0;  // from here: clusters of 3 and more
   double expert_mlp_cluster_wide_max_slots = 256.0;
+  double expert_mlp_cluster_wide_bf16_max_slots = 128.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

@@ -854,12 +854,14 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 12, 8), in).expert_mlp);   // 96 slots
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).expert_mlp);    // one round unknown
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 513, 8), in).expert_mlp);  // past 4096 slots
-  // N = 256 (clusters of 3): 128 to 256 slots.
+  // N = 256 (clusters of 3): 128 to 256 slots in fp8_per_tensor, to 128 in bf16.
   const MoeProblem ds = preset("deepseek-v3", 16, 8);
   EXPECT_EQ(ds.intermediate_size, 256);
   EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
-  EXPECT_TRUE(choose_paths(preset("deepseek-v3", 32, 8), in).expert_mlp);
-  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 64, 8), in).expert_mlp);  // 512 slots: token-major
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 32, 8), in).expert_mlp);  // bf16, 256 slots: token-major
+  EXPECT_EQ(choose_paths(preset("deepseek-v3", 32, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp);  // 512 slots
   // One round: the expected units (touched experts) within the resident clusters, from 64 slots
   // (bf16) and 32 (fp8). qwen3-235b on 66 clusters of 2: M = 8 (~52 experts) and fp8 M = 4 (32
   // slots) take it, bf16 M = 4 does not, M = 12 (~69 experts: two rounds) does not.
