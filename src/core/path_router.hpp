@@ -282,7 +282,7 @@ struct RouterTable {
   // qwen3-235b TP8 M = 24..512 (192..4096 slots) bf16 1.040-1.061x, fp8 1.023-1.058x (M = 64 bf16
   // 226.8 -> 215.5 µs); M = 20 (160 slots) bf16 0.996x, fp8 1.091x; M = 16 (128) 0.94-0.97x.
   // deepseek-v3 TP8 (N = 256, clusters of 3) stayed off: at M = 4..32 it ran 0.86-1.18x, up and
-  // down with M (M = 12, 16, 18 ahead; 14, 20 behind: the units' rounds over 44 clusters).
+  // down with M (M = 12, 16, 18 ahead; 14, 20 behind: the units' rounds over 39 clusters of 3).
   // Session 62 (the lean gather; the same sweep as expert_mlp_min_slots): the cluster form's units
   // run in rounds over the clusters resident at once (RouterInputs::expert_mlp_clusters), and a
   // call whose units fit one round wins from few slots, one that needs two only from more:
