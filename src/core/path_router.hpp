@@ -439,8 +439,8 @@ struct RouterInputs {
   std::string decode_why;           ///< why not ("": not built in this version, as fused_why)
   bool expert_mlp_ok = false;       ///< the per-expert MLP kernel can run this call
   bool expert_mlp_in_auto = true;   ///< auto may pick it (MOEKIT_EXPERT_MLP=0 turns that off: A/Bs)
-  /// Its units' slots at once on this device: the clusters of ceil(N / 96) CTAs resident together
-  /// (one CTA an SM at N <= 96); 0: unknown (the cluster form's one-round band is then off).
+  /// The cluster form's clusters of ceil(N / 96) CTAs resident together on this device (its units
+  /// at once); 0: unknown or the one-CTA form (the cluster form's one-round band is then off).
   int expert_mlp_clusters = 0;
   std::string expert_mlp_why;       ///< why not ("": not built in this version, as fused_why)
   bool gemv_cuda_ok = false;        ///< the GEMV decode path's CUDA-core kernel can run this call

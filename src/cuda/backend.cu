@@ -325,7 +325,7 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
     if (need_why) in.expert_mlp_why = "expert_mlp: hidden, w13 and w2 must be 16-byte aligned";
   }
   in.expert_mlp_in_auto = detail::expert_mlp_in_auto_enabled();
-  if (in.expert_mlp_ok) in.expert_mlp_clusters = expert_mlp_resident_units(p);
+  if (in.expert_mlp_ok) in.expert_mlp_clusters = expert_mlp_resident_clusters(p);
   in.gemv_cuda_ok = gemv.cuda;
   in.gemv_mma_ok = gemv.mma;
   if (gemv.any() && device_attribute<cudaDevAttrCooperativeLaunch>(device) == 0) {

@@ -423,7 +423,7 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
     MoeCase cw = make_case(sw);
     std::vector<std::uint16_t> outw(static_cast<std::size_t>(16 * cw.spec.K));
     const FusedExpertsArgs hw = cw.host_args(outw.data());
-    const int clusters = cuda::expert_mlp_resident_units(describe(hw));
+    const int clusters = cuda::expert_mlp_resident_clusters(describe(hw));
     EXPECT_GT(clusters, 0);
     if (clusters >= 52 && clusters < 69) {
       EXPECT_EQ(dispatch_at(hw, 8), "expert_mlp");   // 64 slots, ~52 experts: one round

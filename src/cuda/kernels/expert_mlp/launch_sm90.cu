@@ -105,13 +105,12 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
 
-int expert_mlp_resident_units(const MoeProblem& p) noexcept {
+int expert_mlp_resident_clusters(const MoeProblem& p) noexcept {
   try {
     const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
     const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
-    if (sh.slices > expert_mlp::kMaxSlices) return 0;
-    return sh.slices == 1 ? gemm_common::sm_count_of_current_device()
-                          : expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
+    if (sh.slices < 2 || sh.slices > expert_mlp::kMaxSlices) return 0;
+    return expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
   } catch (...) {
     return 0;
   }

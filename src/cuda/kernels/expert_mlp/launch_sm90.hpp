@@ -49,11 +49,11 @@ bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2)
 // same errors where it reads the switch and sizes the grid.
 void expert_mlp_check_launchable(const MoeProblem& problem);
 
-// The units the call's kernel runs at once on the current device: clusters of ceil(N / 96) CTAs
-// resident together (the occupancy query, asked once a device and shape), or the SM count where
-// N <= 96; 0 where the query fails (no cluster fits). For the router (RouterInputs::expert_mlp_clusters).
-// Never throws.
-int expert_mlp_resident_units(const MoeProblem& problem) noexcept;
+// The cluster form's units at once on the current device: clusters of S = ceil(N / 96) CTAs
+// resident together (expert_mlp_max_clusters' occupancy query, asked once a device and shape); 0
+// for the one-CTA form (N <= 96: the router does not read it there) and where no cluster fits.
+// For the router (RouterInputs::expert_mlp_clusters). Never throws.
+int expert_mlp_resident_clusters(const MoeProblem& problem) noexcept;
 
 // Enqueues the kernel on `stream` (cudaStream_t); y's rows of the local slots are written, the
 // others untouched. No allocation, no host synchronization: CUDA-graph capturable. Throws
