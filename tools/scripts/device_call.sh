@@ -6,6 +6,9 @@
 #   build_tree || exit 1                    # this tree: gpu_check.sh's configure and build
 #   run_tests FILTER [SECONDS]              # the GPU tests, their summary and failures
 #   ab NAME "A prefix" "B prefix" ARGS...   # ab_bench.sh into $O/ab-NAME, its summary rows
+#   sanitize TOOL FILTER [SECONDS]          # compute-sanitizer TOOL on the GPU tests FILTER, its summary
+#   phase_tables VAR VALUE...               # Sm90ExpertMlp.PhaseBreakdown once per VAR=VALUE
+#   grid_tp8 PREVIOUS.json                  # the TP8 grid (auto, baselines, check on) and its report
 #   finish                                  # pack $O (pack_out.sh)
 # Sets O ($OUT), B (the build), BB (its moekit-bench), MB (main's, once start_main_build ran).
 T0=$(date +%s); LIMIT=${LIMIT:-585}
@@ -39,6 +42,27 @@ ab() {  # name "A prefix" "B prefix" bench args...
   echo "== $n (left $(left)s)"
   timeout "${AB_SECONDS:-120}" bash tools/scripts/ab_bench.sh "$O/ab-$n" "${REPS:-2}" "$a" "$b" "$@" 2>&1 |
     grep -E "^\| (qwen|deep|mix|gpt|TP)|failed" | head -n 14
+}
+
+sanitize() {  # tool (memcheck, racecheck), gtest filter, time limit
+  timeout "${3:-100}" compute-sanitizer --tool "$1" $B/tests/moekit_cuda_tests --gtest_filter="$2" >"$O/$1.log" 2>&1
+  echo "$1 rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/$1.log" | tail -1) (left $(left)s)"
+}
+
+phase_tables() {  # environment variable, its values: $O/phases-VAR-VALUE.log each
+  local var=$1 v; shift
+  for v in "$@"; do
+    env "$var=$v" timeout 60 $B/tests/moekit_cuda_tests --gtest_filter=Sm90ExpertMlp.PhaseBreakdown \
+      >"$O/phases-$var-$v.log" 2>&1
+    echo "phases $var=$v rc=$? (left $(left)s)"
+  done
+}
+
+grid_tp8() {  # the previous grid of the same GPU, for grid_report.py's comparison
+  timeout $(( $(left) - 15 )) $BB --backend cuda --preset all --tp 8 --tokens 1,2,4,8,16,32,64,128,256 \
+    --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp8.json" >"$O/grid-tp8.log" 2>&1
+  echo "grid tp8 rc=$? (left $(left)s)"
+  python3 tools/scripts/grid_report.py "$O/grid-tp8.json" --previous "$1" --out "$O/grid-tp8-report.md" 2>&1 | head -n 4
 }
 
 finish() { echo "done, left $(left)s"; bash tools/scripts/pack_out.sh "$O"; }

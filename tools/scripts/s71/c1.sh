@@ -16,17 +16,11 @@ build_tree || exit 1
 echo "built (left $(left)s)"
 run_tests "Sm90ExpertMlp.*:-Sm90ExpertMlp.PhaseBreakdown" 80
 grep "\[ swap" $O/tests.log
-timeout 60 compute-sanitizer --tool memcheck $B/tests/moekit_cuda_tests \
-  --gtest_filter=Sm90ExpertMlp.SwapGemm2MatchesReference >$O/memcheck.log 2>&1
-echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $O/memcheck.log | tail -1) (left $(left)s)"
+sanitize memcheck Sm90ExpertMlp.SwapGemm2MatchesReference 60
 for n in 16 8; do
   REPS=2 AB_SECONDS=60 ab q30-swap-0-$n "env MOEKIT_EXPERT_MLP_SWAP_GEMM2=0 $BB" "env MOEKIT_EXPERT_MLP_SWAP_GEMM2=$n $BB" \
     --backend cuda --tp 8 --no-baseline --no-host-time --check --preset qwen3-30b-a3b --tokens 6,8,16,32,64,128,256 \
     --scheme bf16,fp8_per_tensor
 done
-for g in 0 16; do
-  MOEKIT_EXPERT_MLP_SWAP_GEMM2=$g timeout 30 $B/tests/moekit_cuda_tests --gtest_filter=Sm90ExpertMlp.PhaseBreakdown \
-    >$O/phases-swap$g.log 2>&1
-  echo "phases swap=$g rc=$? (left $(left)s)"
-done
+phase_tables MOEKIT_EXPERT_MLP_SWAP_GEMM2 0 16
 finish

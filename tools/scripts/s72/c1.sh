@@ -15,16 +15,8 @@ build_tree || exit 1
 echo "built (left $(left)s)"
 run_tests "Sm90ExpertMlp.*:-Sm90ExpertMlp.PhaseBreakdown" 90
 grep "\[ swap" $O/tests.log
-for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool $tool $B/tests/moekit_cuda_tests \
-    --gtest_filter=Sm90ExpertMlp.WarmPassGivesTheSameBits >$O/$tool.log 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.log | tail -1) (left $(left)s)"
-done
+for tool in memcheck racecheck; do sanitize $tool Sm90ExpertMlp.WarmPassGivesTheSameBits 120; done
 REPS=2 AB_SECONDS=60 ab q30-warm "env MOEKIT_EXPERT_MLP_WARM_ACT=0 $BB" "$BB" --backend cuda --tp 8 --no-baseline \
   --no-host-time --check --preset qwen3-30b-a3b --tokens 6,8,16,32,64,128,256 --scheme bf16,fp8_per_tensor
-for g in 0 1; do
-  MOEKIT_EXPERT_MLP_WARM_ACT=$g timeout 30 $B/tests/moekit_cuda_tests --gtest_filter=Sm90ExpertMlp.PhaseBreakdown \
-    >$O/phases-warm$g.log 2>&1
-  echo "phases warm=$g rc=$? (left $(left)s)"
-done
+phase_tables MOEKIT_EXPERT_MLP_WARM_ACT 0 1
 finish
