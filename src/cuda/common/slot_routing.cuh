@@ -19,20 +19,71 @@
 
 namespace moekit::cuda::slot_routing {
 
-// Slots a thread has in flight at once in map_and_count: each batch's id loads, then its map
-// loads, are issued before any is used, so that the dependent global loads (~1 us each after the
-// L2 flush) come one round per kIdBatch * threads slots instead of one per `threads`.
+// Slots a thread has in flight at once in map_and_count's scalar form: each batch's id loads, then
+// its map loads, are issued before any is used, so that the dependent global loads (~1 us each
+// after the L2 flush) come one round per kIdBatch * threads slots instead of one per `threads`.
 inline constexpr int kIdBatch = 4;
+
+// One slot of map_and_count: its local expert into slot_e[sl] and count; whether it needs
+// record_faults (an id out of range other than -1, or a map entry out of range other than -1).
+template <class SlotE>
+__device__ __forceinline__ bool map_one(int sl, int id, int e, int Eg, int E, SlotE* slot_e, int* count) {
+  const bool in = id >= 0 && id < Eg;
+  bool bad = false;
+  if (!in || e < 0 || e >= E) {
+    bad = in ? e != -1 : id != -1;
+    e = -1;
+  }
+  slot_e[sl] = static_cast<SlotE>(e);
+  if (e >= 0) atomicAdd(count + e, 1);
+  return bad;
+}
 
 // Every thread of a CTA of `threads` threads (`tid` its index): slot_e[sl] = the local expert of
 // slot sl of `ids` [P] (through expert_map [Eg] when given; -1 when the id or entry is out of
 // range, -1, or on another rank), and count[e] += its slots (count zeroed and ordered before by the
 // caller). Returns whether a slot of this thread needs record_faults: an id out of range other
 // than -1 (a masked slot), or an entry out of range other than -1 (an expert on another rank).
+//
+// Without a map and with ids 16-byte aligned (every call the benches make, and torch's tensors),
+// a thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
+// flight at once: one DRAM round up to 16 * threads slots (2,560 at 160 threads), where the scalar
+// form below takes one a kIdBatch * threads (640). The quads are then taken one a pass of a loop
+// that is not unrolled (the registers rotate), so the code is the scalar form's size: the routing
+// runs once a call, fetched cold while the weight stream fills the memory system, and a wider
+// unrolled batch cost more than its rounds saved (docs/perf.md "Session 61", s64). The same
+// slots get the same experts and counts as the scalar form (the counts are sums, order-free).
 template <class SlotE>
 __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std::int32_t* expert_map, int P, int Eg,
                                               int E, int tid, int threads, SlotE* slot_e, int* count) {
   bool bad = false;
+  if (expert_map == nullptr && (reinterpret_cast<std::uintptr_t>(ids) & 15u) == 0) {
+    const int quads = P >> 2;  // whole quads; the last P % 4 slots below
+    const int4* ids4 = reinterpret_cast<const int4*>(ids);
+    for (int q0 = tid; q0 < quads; q0 += kIdBatch * threads) {
+      int4 v[kIdBatch];
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int q = q0 + j * threads;
+        v[j] = q < quads ? ids4[q] : make_int4(-1, -1, -1, -1);
+      }
+#pragma unroll 1
+      for (int j = 0, q = q0; j < kIdBatch && q < quads; ++j, q += threads) {
+        const int4 c = v[0];
+#pragma unroll
+        for (int i = 0; i + 1 < kIdBatch; ++i) v[i] = v[i + 1];
+        bad |= map_one(4 * q + 0, c.x, c.x, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 1, c.y, c.y, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 2, c.z, c.z, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 3, c.w, c.w, Eg, E, slot_e, count);
+      }
+    }
+    for (int sl = 4 * quads + tid; sl < P; sl += threads) {
+      const int id = ids[sl];
+      bad |= map_one(sl, id, id, Eg, E, slot_e, count);
+    }
+    return bad;
+  }
   for (int s0 = tid; s0 < P; s0 += kIdBatch * threads) {
     int id[kIdBatch], e[kIdBatch];
 #pragma unroll
@@ -48,16 +99,7 @@ __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std
 #pragma unroll
     for (int j = 0; j < kIdBatch; ++j) {
       const int sl = s0 + j * threads;
-      if (sl < P) {
-        const bool in = id[j] >= 0 && id[j] < Eg;
-        int ej = e[j];
-        if (!in || ej < 0 || ej >= E) {
-          bad = bad || (in ? ej != -1 : id[j] != -1);
-          ej = -1;
-        }
-        slot_e[sl] = static_cast<SlotE>(ej);
-        if (ej >= 0) atomicAdd(count + ej, 1);
-      }
+      if (sl < P) bad |= map_one(sl, id[j], e[j], Eg, E, slot_e, count);
     }
   }
   return bad;
