@@ -44,6 +44,8 @@ __device__ __forceinline__ bool map_one(int sl, int id, int e, int Eg, int E, Sl
 // range, -1, or on another rank), and count[e] += its slots (count zeroed and ordered before by the
 // caller). Returns whether a slot of this thread needs record_faults: an id out of range other
 // than -1 (a masked slot), or an entry out of range other than -1 (an expert on another rank).
+// The two forms below give a thread different slots, neither of them record_faults' own: a caller
+// records when any thread of the CTA returned true (__syncthreads_or), with every thread.
 //
 // Without a map and with ids 16-byte aligned (every call the benches make, and torch's tensors),
 // a thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
@@ -105,8 +107,8 @@ __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std
   return bad;
 }
 
-// Every thread of the recording CTA whose map_and_count returned true: each bad id or map entry of
-// its slots goes to `rec` (the first fault wins; the helpers ignore -1). The slot is already
+// Every thread of the recording CTA, where one of its threads' map_and_count returned true: each
+// bad id or map entry of the call's slots goes to `rec` (the first fault wins; the helpers ignore -1). The slot is already
 // dropped; this only reports it.
 __device__ __forceinline__ void record_faults(const std::int32_t* ids, const std::int32_t* expert_map, int P, int Eg,
                                               int E, int top_k, FaultRecord* rec, int tid, int threads) {

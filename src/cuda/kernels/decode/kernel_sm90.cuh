@@ -936,9 +936,10 @@ struct Decode {
     // split call routes the same ids again and records nothing).
     const bool bad = slot_routing::map_and_count(p.topk_ids, p.expert_map, P, p.num_experts_global, E, tid, kThreads,
                                                  s.slot_e, s.cur);
-    if (bad && blockIdx.x == 0 && !kDownHalf)
+    // (A thread's slots in map_and_count are not record_faults' slots of that thread: the CTA's
+    // vote decides, and every thread of CTA 0 records.)
+    if (__syncthreads_or(bad) && blockIdx.x == 0 && !kDownHalf)
       slot_routing::record_faults(p.topk_ids, p.expert_map, P, p.num_experts_global, E, p.top_k, p.faults, tid, kThreads);
-    __syncthreads();
     // Offsets and the work-item prefix (warp 0, 32 experts a step). Each item's consumers place
     // its slots themselves (gather_slots).
     if (tid < 32) {

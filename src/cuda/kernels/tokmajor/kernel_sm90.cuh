@@ -292,9 +292,10 @@ struct TokMajor {
     __syncthreads();
     // off[e + 1]: expert e's slots, for now (common/slot_routing.cuh).
     const bool bad = slot_routing::map_and_count(p.route_ids, p.route_map, P, Eg, E, tid, kThreads, s.slot_e, s.off + 1);
-    if (bad && blockIdx.x == 0)
+    // (A thread's slots in map_and_count are not record_faults' slots of that thread: the CTA's
+    // vote decides, and every thread of CTA 0 records.)
+    if (__syncthreads_or(bad) && blockIdx.x == 0)
       slot_routing::record_faults(p.route_ids, p.route_map, P, Eg, E, p.top_k, p.route_faults, tid, kThreads);
-    __syncthreads();
     // The counts become offsets: warp 0, an inclusive scan of 32 experts a step.
     if (tid < 32) {
       int run = 0;
