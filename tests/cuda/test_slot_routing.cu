@@ -1,8 +1,9 @@
 // The in-kernel routing's first step (src/cuda/common/slot_routing.cuh, map_and_count), run
 // alone in a test kernel: each slot's local expert, the experts' counts and the fault flag,
-// against the same rule computed on the host. Both of its forms: the 16-byte quads (no expert map,
-// ids 16-byte aligned, the form every public call takes, since CUDA tensors are 16-byte aligned)
-// and the scalar batches (an expert map, or ids at an address that is not a multiple of 16),
+// against the same rule computed on the host. Both of its forms: the 16-byte quads (past one
+// scalar round of 4 x threads slots, no expert map, ids 16-byte aligned: what every public call
+// past that size takes, since CUDA tensors are 16-byte aligned) and the scalar batches (up to one
+// round, an expert map, or ids at an address that is not a multiple of 16),
 // at slot counts around its rounds (1, 3, 4, 5, 639..641, 2047..2049, 2561, 4099) and thread
 // counts of the three kernels that call it (128 + 32, 384, 256), with masked ids (-1), ids out of
 // range and map entries of -1 or out of range among the slots (label gpu).

@@ -44,22 +44,25 @@ __device__ __forceinline__ bool map_one(int sl, int id, int e, int Eg, int E, Sl
 // range, -1, or on another rank), and count[e] += its slots (count zeroed and ordered before by the
 // caller). Returns whether a slot of this thread needs record_faults: an id out of range other
 // than -1 (a masked slot), or an entry out of range other than -1 (an expert on another rank).
-// The two forms below give a thread different slots, neither of them record_faults' own: a caller
-// records when any thread of the CTA returned true (__syncthreads_or), with every thread.
+// The quads below give a thread other slots than record_faults' own: a caller records when any
+// thread of the CTA returned true (__syncthreads_or), with every thread.
 //
-// Without a map and with ids 16-byte aligned (every call the benches make, and torch's tensors),
-// a thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
-// flight at once: one DRAM round up to 16 * threads slots (2,560 at 160 threads), where the scalar
-// form below takes one a kIdBatch * threads (640). The quads are then taken one a pass of a loop
-// that is not unrolled (the registers rotate), so the code is the scalar form's size: the routing
-// runs once a call, fetched cold while the weight stream fills the memory system, and a wider
-// unrolled batch cost more than its rounds saved (docs/perf.md "Session 61", s64). The same
-// slots get the same experts and counts as the scalar form (the counts are sums, order-free).
+// Past one round of the scalar form below (P > kIdBatch * threads: 640 slots at expert_mlp's 160
+// threads), without a map and with ids 16-byte aligned (every public call: CUDA tensors are), a
+// thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
+// flight at once: one DRAM round up to 16 * threads slots (2,560), where the scalar form takes one
+// a kIdBatch * threads (qwen3-30b TP8 M = 256, 2,048 slots: the routing 4.9 -> 2.3 µs, H100, s74).
+// Up to one round the scalar form stays (its slots spread over all the threads). The quads are
+// taken one a pass of a loop that is not unrolled (the registers rotate), so the code is the
+// scalar form's size: the routing runs once a call, fetched cold while the weight stream fills
+// the memory system, and a wider unrolled batch cost more than its rounds saved (docs/perf.md
+// "Session 61", s64). The same slots get the same experts and counts as the scalar form (the
+// counts are sums, order-free).
 template <class SlotE>
 __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std::int32_t* expert_map, int P, int Eg,
                                               int E, int tid, int threads, SlotE* slot_e, int* count) {
   bool bad = false;
-  if (expert_map == nullptr && (reinterpret_cast<std::uintptr_t>(ids) & 15u) == 0) {
+  if (expert_map == nullptr && P > kIdBatch * threads && (reinterpret_cast<std::uintptr_t>(ids) & 15u) == 0) {
     const int quads = P >> 2;  // whole quads; the last P % 4 slots below
     const int4* ids4 = reinterpret_cast<const int4*>(ids);
     for (int q0 = tid; q0 < quads; q0 += kIdBatch * threads) {
