@@ -39,62 +39,56 @@ __device__ __forceinline__ bool map_one(int sl, int id, int e, int Eg, int E, Sl
   return bad;
 }
 
-// map_and_count past one scalar round, without a map, ids 16-byte aligned: a thread loads its
-// quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in flight at once,
-// one DRAM round up to 16 * threads slots (2,560 at expert_mlp's 160 threads) where the scalar
-// form takes one a kIdBatch * threads (640): qwen3-30b TP8 M = 256, 2,048 slots, routed in 2.3
-// instead of 4.9 µs (H100, s74). The quads are taken one a pass of a loop that is not unrolled
-// (the registers rotate), so the code stays the scalar form's size, and the function is not
-// inlined, so the kernels' code for calls of one round (most decode calls) is laid out as without
-// it: the routing runs once a call, fetched cold while the weight stream fills the memory system
-// (a wider unrolled batch cost more than its rounds saved, docs/perf.md "Session 61", s64; this
-// form inlined cost bf16 calls of one round ~2 %, s74). Same slots, same experts, same counts.
-template <class SlotE>
-__device__ __noinline__ bool map_and_count_quads(const std::int32_t* ids, int P, int Eg, int E, int tid, int threads,
-                                                 SlotE* slot_e, int* count) {
-  bool bad = false;
-  const int quads = P >> 2;  // whole quads; the last P % 4 slots after them
-  const int4* ids4 = reinterpret_cast<const int4*>(ids);
-  for (int q0 = tid; q0 < quads; q0 += kIdBatch * threads) {
-    int4 v[kIdBatch];
-#pragma unroll
-    for (int j = 0; j < kIdBatch; ++j) {
-      const int q = q0 + j * threads;
-      v[j] = q < quads ? ids4[q] : make_int4(-1, -1, -1, -1);
-    }
-#pragma unroll 1
-    for (int j = 0, q = q0; j < kIdBatch && q < quads; ++j, q += threads) {
-      const int4 c = v[0];
-#pragma unroll
-      for (int i = 0; i + 1 < kIdBatch; ++i) v[i] = v[i + 1];
-      bad |= map_one(4 * q + 0, c.x, c.x, Eg, E, slot_e, count);
-      bad |= map_one(4 * q + 1, c.y, c.y, Eg, E, slot_e, count);
-      bad |= map_one(4 * q + 2, c.z, c.z, Eg, E, slot_e, count);
-      bad |= map_one(4 * q + 3, c.w, c.w, Eg, E, slot_e, count);
-    }
-  }
-  for (int sl = 4 * quads + tid; sl < P; sl += threads) {
-    const int id = ids[sl];
-    bad |= map_one(sl, id, id, Eg, E, slot_e, count);
-  }
-  return bad;
-}
-
 // Every thread of a CTA of `threads` threads (`tid` its index): slot_e[sl] = the local expert of
 // slot sl of `ids` [P] (through expert_map [Eg] when given; -1 when the id or entry is out of
 // range, -1, or on another rank), and count[e] += its slots (count zeroed and ordered before by the
 // caller). Returns whether a slot of this thread needs record_faults: an id out of range other
 // than -1 (a masked slot), or an entry out of range other than -1 (an expert on another rank).
-// Past one round of the batches below (P > kIdBatch * threads), without a map and with ids
-// 16-byte aligned (every public call: CUDA tensors are), map_and_count_quads runs instead; its
-// quads give a thread other slots than record_faults' own, so a caller records when any thread of
-// the CTA returned true (__syncthreads_or), with every thread.
+// The quads below give a thread other slots than record_faults' own: a caller records when any
+// thread of the CTA returned true (__syncthreads_or), with every thread.
+//
+// Past one round of the scalar form below (P > kIdBatch * threads: 640 slots at expert_mlp's 160
+// threads), without a map and with ids 16-byte aligned (every public call: CUDA tensors are), a
+// thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
+// flight at once: one DRAM round up to 16 * threads slots (2,560), where the scalar form takes one
+// a kIdBatch * threads (qwen3-30b TP8 M = 256, 2,048 slots: the routing 4.9 -> 2.3 µs, H100, s74).
+// Up to one round the scalar form stays (its slots spread over all the threads). The quads are
+// taken one a pass of a loop that is not unrolled (the registers rotate), so the code is the
+// scalar form's size: the routing runs once a call, fetched cold while the weight stream fills
+// the memory system, and a wider unrolled batch cost more than its rounds saved (docs/perf.md
+// "Session 61", s64). The same slots get the same experts and counts as the scalar form (the
+// counts are sums, order-free).
 template <class SlotE>
 __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std::int32_t* expert_map, int P, int Eg,
                                               int E, int tid, int threads, SlotE* slot_e, int* count) {
-  if (expert_map == nullptr && P > kIdBatch * threads && (reinterpret_cast<std::uintptr_t>(ids) & 15u) == 0)
-    return map_and_count_quads(ids, P, Eg, E, tid, threads, slot_e, count);
   bool bad = false;
+  if (expert_map == nullptr && P > kIdBatch * threads && (reinterpret_cast<std::uintptr_t>(ids) & 15u) == 0) {
+    const int quads = P >> 2;  // whole quads; the last P % 4 slots below
+    const int4* ids4 = reinterpret_cast<const int4*>(ids);
+    for (int q0 = tid; q0 < quads; q0 += kIdBatch * threads) {
+      int4 v[kIdBatch];
+#pragma unroll
+      for (int j = 0; j < kIdBatch; ++j) {
+        const int q = q0 + j * threads;
+        v[j] = q < quads ? ids4[q] : make_int4(-1, -1, -1, -1);
+      }
+#pragma unroll 1
+      for (int j = 0, q = q0; j < kIdBatch && q < quads; ++j, q += threads) {
+        const int4 c = v[0];
+#pragma unroll
+        for (int i = 0; i + 1 < kIdBatch; ++i) v[i] = v[i + 1];
+        bad |= map_one(4 * q + 0, c.x, c.x, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 1, c.y, c.y, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 2, c.z, c.z, Eg, E, slot_e, count);
+        bad |= map_one(4 * q + 3, c.w, c.w, Eg, E, slot_e, count);
+      }
+    }
+    for (int sl = 4 * quads + tid; sl < P; sl += threads) {
+      const int id = ids[sl];
+      bad |= map_one(sl, id, id, Eg, E, slot_e, count);
+    }
+    return bad;
+  }
   for (int s0 = tid; s0 < P; s0 += kIdBatch * threads) {
     int id[kIdBatch], e[kIdBatch];
 #pragma unroll
