@@ -230,6 +230,47 @@ TEST(Sm90Faults, ExpertMlpRecordsBadIdsAndMapEntries) {
   clear_faults();
 }
 
+// The in-kernel routing past one round of its scalar batches loads the ids as 16-byte quads
+// (common/slot_routing.cuh: no expert map, more than 4 x threads slots), which give a thread other
+// slots than record_faults scans; the kernels record after the CTA's vote. No map, a bad id at
+// token 2 and at the last token: decode at M = 600 (1,200 slots, past its 1,024) and the per-expert
+// MLP kernel at M = 400 (800 slots, past its 640) record it and give the masked call's output.
+// (The token-major chain's combine records the same fault, so it is not told apart here.)
+// (Added in session 63 after its last GPU run: first run pending.)
+TEST(Sm90Faults, QuadRoutingRecordsBadIds) {
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* path;
+    i64 M, N;
+  };
+  for (const Run& r : {Run{"decode", 600, 128}, Run{"expert_mlp", 400, 96}}) {
+    CaseSpec s = spec(false, r.M);
+    s.N = r.N;
+    MoeCase c = make_case(s);
+    GpuCase g(c);
+    for (const i64 row : {i64{2}, r.M - 1}) {
+      const std::string label = std::string(r.path) + " M=" + std::to_string(r.M) + " row " + std::to_string(row);
+      std::vector<std::int32_t> ids = c.topk_ids;
+      ids[static_cast<std::size_t>(row * 2 + 1)] = -1;
+      g.set_ids(ids);
+      clear_faults();
+      const auto masked = g.run(g.options(r.path));
+      EXPECT_FALSE(take_fault(nullptr, cuda_options())) << label;
+      ids[static_cast<std::size_t>(row * 2 + 1)] = 1 << 20;
+      g.set_ids(ids);
+      EXPECT_TRUE(g.run(g.options(r.path)) == masked) << label << ": a bad id changed other slots";
+      Fault f;
+      ASSERT_TRUE(take_fault(&f, cuda_options())) << label << ": not recorded";
+      EXPECT_EQ(f.tensor, FaultTensor::kTopkIds) << label;
+      EXPECT_EQ(f.row, row) << label;
+      EXPECT_EQ(f.slot, 1) << label;
+      EXPECT_EQ(f.value, 1 << 20) << label;
+    }
+    g.set_ids(c.topk_ids);
+  }
+  clear_faults();
+}
+
 // The GEMV path routes calls of at most 32 slots with one warp (MOEKIT_GEMV_WARP_ROUTE, default
 // on) and larger ones with the CTA's counts: both record a bad id and a bad map entry as the other
 // paths do, give the masked output, and give each other's bits. M = 5 x k = 2 (the warp) and,

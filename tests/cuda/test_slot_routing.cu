@@ -4,9 +4,10 @@
 // scalar round of 4 x threads slots, no expert map, ids 16-byte aligned: what every public call
 // past that size takes, since CUDA tensors are 16-byte aligned) and the scalar batches (up to one
 // round, an expert map, or ids at an address that is not a multiple of 16),
-// at slot counts around its rounds (1, 3, 4, 5, 639..641, 2047..2049, 2561, 4099) and thread
-// counts of the three kernels that call it (128 + 32, 384, 256), with masked ids (-1), ids out of
-// range and map entries of -1 or out of range among the slots (label gpu).
+// at slot counts around the thresholds of the three callers' thread counts (160: 640, 256: 1024,
+// 384: 1536), tails of 1..3 slots past the last quad, and one slot count past 16 x 160 (4099, a
+// second pass of the quads), with masked ids (-1), ids out of range and map entries of -1 or out
+// of range among the slots (label gpu).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -81,7 +82,7 @@ TEST(Sm90SlotRouting, MapAndCountBothFormsMatchTheHostRule) {
   DevPtr d_count = dev_alloc(kMaxExperts * 4);
   DevPtr d_bad = dev_alloc(4);
   DevPtr d_map = upload(map);
-  for (const int P : {1, 3, 4, 5, 639, 640, 641, 2047, 2048, 2049, 2561, 4099}) {
+  for (const int P : {1, 3, 4, 5, 639, 640, 641, 1024, 1025, 1026, 1536, 1537, 2047, 2048, 2049, 2561, 4099}) {
     for (const int threads : {160, 384, 256}) {
       for (const bool with_map : {false, true}) {
         for (const int offset : {0, 1}) {  // ids at +0 or +4 bytes from a 256-byte-aligned buffer

@@ -49,9 +49,10 @@ __device__ __forceinline__ bool map_one(int sl, int id, int e, int Eg, int E, Sl
 //
 // Past one round of the scalar form below (P > kIdBatch * threads: 640 slots at expert_mlp's 160
 // threads), without a map and with ids 16-byte aligned (every public call: CUDA tensors are), a
-// thread loads its quads of 4 ids (q = tid + j * threads, j < kIdBatch) as 16-byte loads, all in
-// flight at once: one DRAM round up to 16 * threads slots (2,560), where the scalar form takes one
-// a kIdBatch * threads (qwen3-30b TP8 M = 256, 2,048 slots: the routing 4.9 -> 2.3 µs, H100, s74).
+// thread loads its quads of 4 ids (q = q0 + j * threads, j < kIdBatch; q0 = tid, then tid +
+// kIdBatch * threads past 16 * threads slots) as 16-byte loads, all in flight at once: one DRAM
+// round up to 16 * threads slots (2,560), where the scalar form takes one a kIdBatch * threads
+// (qwen3-30b TP8 M = 256, 2,048 slots: the routing 4.9 -> 2.3 µs, H100, session 63).
 // Up to one round the scalar form stays (its slots spread over all the threads). The quads are
 // taken one a pass of a loop that is not unrolled (the registers rotate), so the code is the
 // scalar form's size: the routing runs once a call, fetched cold while the weight stream fills
