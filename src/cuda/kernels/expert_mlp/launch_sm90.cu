@@ -73,25 +73,28 @@ bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGat
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
+// Where none fits (-1 in the cache) every later call throws at once: the router reads this at
+// every call of the cluster form's shapes (expert_mlp_resident_clusters), which must not repeat
+// the occupancy query a call.
 int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
   using namespace expert_mlp;
   constexpr int kDevices = 64;
-  static std::atomic<int> cached[kDevices][kMaxSlices + 1][3];  // zero-initialized (static)
+  static std::atomic<int> cached[kDevices][kMaxSlices + 1][3];  // zero-initialized (static): not asked yet
   int dev = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
   const int op = fp8 ? 2 : act == DType::kFp16 ? 1 : 0;
   std::atomic<int>* slot = dev >= 0 && dev < kDevices ? &cached[dev][slices][op] : nullptr;
-  if (slot != nullptr) {
-    const int v = slot->load(std::memory_order_relaxed);
-    if (v > 0) return v;
+  int n = slot != nullptr ? slot->load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    n = fp8 ? max_active_clusters_sm90<Operand::kE4m3>(slices)
+            : act == DType::kFp16 ? max_active_clusters_sm90<Operand::kF16>(slices)
+                                  : max_active_clusters_sm90<Operand::kBf16>(slices);
+    if (n < 1) n = -1;
+    if (slot != nullptr) slot->store(n, std::memory_order_relaxed);
   }
-  const int n = fp8 ? max_active_clusters_sm90<Operand::kE4m3>(slices)
-                    : act == DType::kFp16 ? max_active_clusters_sm90<Operand::kF16>(slices)
-                                          : max_active_clusters_sm90<Operand::kBf16>(slices);
   if (n < 1)
     throw Error(Status::kNotSupported, "expert_mlp: no cluster of " + std::to_string(slices) +
                                            " CTAs fits on this device");
-  if (slot != nullptr) slot->store(n, std::memory_order_relaxed);
   return n;
 }
 
