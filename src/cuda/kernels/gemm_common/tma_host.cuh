@@ -11,6 +11,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -215,19 +216,34 @@ inline CUtensorMapDataType weight_tmap_dtype(bool fp8, DType act) {
 // naming `who` when the driver refuses it.
 inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
                                std::int64_t rows, std::int64_t experts, int box_rows, const char* who) {
-  // A serving engine calls with the same few dozen weight tensors every step: the last maps
-  // encoded on this thread are kept (the key is everything the map encodes; the map holds no
-  // data, so a freed and reused address with the same shape gives the same map).
+  // A serving engine calls with the same weight tensors every step: the maps encoded on this
+  // thread are kept (the key is everything the map encodes; the map holds no data, so a freed and
+  // reused address with the same shape gives the same map). A whole model's layers need one or two
+  // maps each per kernel family, more than the 32 the first cache kept, which an eager caller then
+  // encoded again every call (~1 us each): 128 sets of two, the key hashed to its set, the way
+  // written longer ago replaced.
   struct Cached {
     const void* base;
     std::int64_t inner, rows, experts;
     int box_rows, fp8, act;
     CUtensorMap map;
   };
-  constexpr int kCached = 32;
-  thread_local Cached cache[kCached] = {};
-  thread_local int next_slot = 0;
-  for (const Cached& c : cache) {
+  constexpr int kSets = 128;
+  struct Cache {
+    Cached way[kSets][2];
+    std::uint8_t next_way[kSets];
+  };
+  // On the heap at a thread's first encode (~50 KB): the library's thread-local storage stays a
+  // pointer (a dlopen'ed module, Python's, has little static TLS to spare).
+  thread_local std::unique_ptr<Cache> cache;
+  if (!cache) cache = std::make_unique<Cache>();  // value-initialized: every entry's base null
+  std::uint64_t h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(base)) >> 4;
+  for (const std::uint64_t v : {static_cast<std::uint64_t>(inner), static_cast<std::uint64_t>(rows),
+                                static_cast<std::uint64_t>(experts),
+                                static_cast<std::uint64_t>(box_rows) * 4 + (fp8 ? 2 : 0) + (act == DType::kFp16 ? 1 : 0)})
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  const int set = static_cast<int>((h >> 32) % kSets);
+  for (const Cached& c : cache->way[set]) {
     if (c.base == base && c.base != nullptr && c.inner == inner && c.rows == rows && c.experts == experts &&
         c.box_rows == box_rows && c.fp8 == static_cast<int>(fp8) && c.act == static_cast<int>(act)) {
       *map = c.map;
@@ -250,8 +266,8 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
        << experts << ", " << rows << ", " << inner << "]";
     throw Error(Status::kCudaError, os.str());
   }
-  Cached& c = cache[next_slot];
-  next_slot = (next_slot + 1) % kCached;
+  Cached& c = cache->way[set][cache->next_way[set]];
+  cache->next_way[set] ^= 1u;
   c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), *map};
 }
 
