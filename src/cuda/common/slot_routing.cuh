@@ -112,8 +112,8 @@ __device__ __forceinline__ bool map_and_count(const std::int32_t* ids, const std
 }
 
 // Every thread of the recording CTA, where one of its threads' map_and_count returned true: each
-// bad id or map entry of the call's slots goes to `rec` (the first fault wins; the helpers ignore -1). The slot is already
-// dropped; this only reports it.
+// bad id or map entry of the call's slots goes to `rec` (the first fault wins; the helpers ignore
+// -1). The slot is already dropped; this only reports it.
 __device__ __forceinline__ void record_faults(const std::int32_t* ids, const std::int32_t* expert_map, int P, int Eg,
                                               int E, int top_k, FaultRecord* rec, int tid, int threads) {
   for (int sl = tid; sl < P; sl += threads) {
