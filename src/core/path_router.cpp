@@ -299,7 +299,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                                     : kRouterTable.expert_mlp_cluster_wide_bf16_max_slots;
   }
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
-      (p.scheme == Scheme::kBf16 || kRouterTable.expert_mlp_fp8_in_auto) && (one_cta_band || cluster_band) &&
+      (p.scheme == Scheme::kBf16 || (per_tensor && kRouterTable.expert_mlp_fp8_in_auto)) && (one_cta_band || cluster_band) &&
       plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;
     if (in.want_reason)

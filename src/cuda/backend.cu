@@ -487,8 +487,9 @@ void launch_chain_combine(const detail::MoeCall& call, const void* y, DType y_dt
 // launch writing y in the activation dtype, then the combine as its programmatic dependent
 // (MOEKIT_PDL=0: a plain launch). fp8_per_tensor: hidden quantized first (the chain's step 2:
 // static scale, the one-CTA kernel, or its absmax into the zeroed word), each unit scaling its own
-// h (docs/design.md); the kernel is then the quantization's programmatic dependent, so its routing
-// and its first weight stages overlap the quantization (it waits before it reads hidden's rows).
+// h (docs/design.md); fp8_per_channel: hidden quantized a row at a time, h a slot row at a time in
+// the kernel. The kernel is then the quantization's programmatic dependent, so its routing and its
+// first weight stages overlap the quantization (it waits before it reads hidden's rows).
 void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const std::int32_t* topk_ids) {
   const MoeProblem& p = call.problem;
   const bool pdl = pdl_enabled();
@@ -496,14 +497,16 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   ExpertMlpArgs a;
   a.problem = p;
   a.hidden = call.hidden;
-  if (p.scheme == Scheme::kFp8PerTensor) {
+  if (p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kFp8PerChannel) {
+    // fp8_per_channel: hidden's rows quantized by the chain's per-row launch (a scale a token row).
     QuantParams qp = hidden_quant_params(call, L);
     // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1 (branch s56, off until its A/B): a dynamic scale up to
     // kExpertMlpOneCtaQuantElems in the one-CTA kernel (~1 us an SM per 32 K elements), which the
     // kernel's routing and first weight stages overlap, instead of the memset, the absmax launch
     // and the quantization launch; the same bits (the block max is the atomicMax word's value).
     constexpr std::int64_t kExpertMlpOneCtaQuantElems = 256 * 1024;
-    qp.one_cta = detail::env_switch(detail::EnvVar::kExpertMlpQuantOneCta, false) &&
+    qp.one_cta = p.scheme == Scheme::kFp8PerTensor &&
+                 detail::env_switch(detail::EnvVar::kExpertMlpQuantOneCta, false) &&
                  p.num_tokens * p.hidden_size <= kExpertMlpOneCtaQuantElems;
     if (quant_needs_zeroed_absmax(qp))
       MOEKIT_CUDA_CHECK(cudaMemsetAsync(qp.absmax, 0, sizeof(std::uint32_t), static_cast<cudaStream_t>(call.stream)));

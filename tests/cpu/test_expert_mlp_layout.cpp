@@ -78,5 +78,28 @@ TEST(CpuExpertMlpLayout, RegionsAreAlignedDisjointAndFit) {
   EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::kMaxHChunks).bytes, em::kSmemLimit);
 }
 
+TEST(CpuExpertMlpLayout, PerChannelScalesFollowTheSlotTable) {
+  // fp8_per_channel (one CTA a unit, e4m3's one h chunk): the unit's w13 scales (2 kN) and w2
+  // scales (K padded to whole 256-column tiles) after slot_e, 4-byte aligned (its 4-byte cp.async;
+  // 8 at odd E), inside the layout; qwen3-30b TP8 (K = 2048) fits with the largest tables the
+  // support check takes.
+  EXPECT_EQ(em::channel_scale_floats(2048), 2 * em::kN + 2048);
+  EXPECT_EQ(em::channel_scale_floats(2000), 2 * em::kN + 2048);
+  const int hc = em::slice_shape(96, true).h_chunks;
+  for (int E : {7, 128}) {
+  for (int slots : {1, 2048, em::kMaxSlots}) {
+    const int floats = em::channel_scale_floats(2048);
+    const em::SmemLayout l = em::smem_layout(E, slots, hc, floats);
+    const em::SmemLayout plain = em::smem_layout(E, slots, hc);
+    EXPECT_EQ(l.scales % 4, 0);
+    EXPECT_GE(l.scales, l.slot_e + slots * 2);
+    EXPECT_EQ(l.scales, plain.scales);                      // the same regions before it
+    EXPECT_EQ(l.bytes, plain.bytes + floats * 4);           // and only its floats more
+    EXPECT_LE(l.scales + floats * 4 + 1024, l.bytes);
+  }
+  }
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, hc, em::channel_scale_floats(2048)).bytes, em::kSmemLimit);
+}
+
 }  // namespace
 }  // namespace moekit

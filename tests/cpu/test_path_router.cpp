@@ -884,6 +884,9 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);  // fp8: by its own switch
+  // fp8_per_channel runs on it (one CTA a unit) forced only: not measured against the other paths.
+  const MoeProblem channel = preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerChannel);
+  EXPECT_FALSE(choose_paths(channel, in).expert_mlp);
   in.expert_mlp_in_auto = false;
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
   in.forced = "expert_mlp";
@@ -891,6 +894,7 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_EQ(choose_paths(m5, in).reason, "forced");
   EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
   EXPECT_TRUE(choose_paths(narrow, in).expert_mlp);
+  EXPECT_TRUE(choose_paths(channel, in).expert_mlp);
   in.expert_mlp_ok = false;
   in.expert_mlp_why = "expert_mlp: intermediate_size must be a multiple of 16 up to 384";
   try {

@@ -254,6 +254,62 @@ TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
   }
 }
 
+TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
+  // fp8_per_channel on the one-CTA form (forced by name; auto does not take it): hidden quantized
+  // a token row at a time by the chain's launch, the w13 scales a gate / up row and the w2 scales
+  // an output column (the expert's, in shared memory a unit), h's scale a slot row (the
+  // reference's quantization points), within the scheme's bounds of the reference; the BRIEF §5
+  // cases it takes: tile-boundary M, every token's first slot on one expert (three units of one
+  // expert), experts without tokens, k = E with odd E and a K that is not a multiple of 256 (a
+  // partial last output tile: the w2 scales past K are zeros), expert_map with -1, the router
+  // weight on the input, fp16 activations, gelu, and N = 48 (w13 scales past N are zeros).
+  // (Added in session 63 after its last GPU run: first run pending.)
+  SKIP_WITHOUT_SM90();
+  {
+    CaseSpec s = qwen30_tp8(256, 41);
+    s.scheme = Scheme::kFp8PerChannel;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 3, 16, 64, 65, 256})
+      run_checked(d, c, M, "fp8_per_channel M=" + std::to_string(M));
+  }
+  struct Variant {
+    const char* what;
+    void (*set)(CaseSpec&);
+    std::int64_t M;
+  };
+  const Variant variants[] = {
+      {"all to one expert", [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; s.hot_expert = 3; }, 150},
+      {"skewed", [](CaseSpec& s) { s.pattern = RoutingPattern::kSkewed; }, 40},
+      {"k = E = 7, K = 384", [](CaseSpec& s) { s.E = 7; s.k = 7; s.K = 384; }, 9},
+      {"expert_map with -1", [](CaseSpec& s) { s.expert_map = true; s.E = 64; }, 24},
+      {"router weight on the input, fp16", [](CaseSpec& s) { s.weight_on_input = true; s.act_dtype = DType::kFp16; }, 48},
+      {"gelu", [](CaseSpec& s) { s.activation.kind = Activation::kGelu; }, 20},
+      {"N = 48", [](CaseSpec& s) { s.N = 48; }, 32},
+  };
+  std::uint64_t seed = 42;
+  for (const Variant& v : variants) {
+    CaseSpec s = qwen30_tp8(v.M, ++seed);
+    s.scheme = Scheme::kFp8PerChannel;
+    v.set(s);
+    check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
+  }
+  // The cluster form does not take it: N = 192 forced is an error naming why.
+  CaseSpec s = qwen30_tp8(16, 60);
+  s.scheme = Scheme::kFp8PerChannel;
+  s.N = 192;
+  MoeCase c = make_case(s);
+  DeviceCase d(c);
+  try {
+    d.run(16, CallMode::kFusedExperts, "expert_mlp");
+    ADD_FAILURE() << "fp8_per_channel at N = 192 forced on expert_mlp did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("fp8_per_channel takes intermediate_size up to"), std::string::npos)
+        << e.what();
+  }
+}
+
 // The cluster form (N > 96: a unit on ceil(N / 96) CTAs, each a 96-column slice of h pushed into
 // every rank's tile, GEMM2's output tiles split over the ranks).
 
@@ -492,7 +548,8 @@ TEST(Sm90ExpertMlp, ZeroTokensForcedLaunchesNothing) {
 }
 
 TEST(Sm90ExpertMlp, SmallForSanitizers) {
-  // Small calls for compute-sanitizer (gpu_check.sh's memcheck and racecheck filters): bf16, fp8.
+  // Small calls for compute-sanitizer (gpu_check.sh's memcheck and racecheck filters): bf16, fp8
+  // per tensor and per channel.
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     for (std::int64_t n : {96, 224}) {  // one CTA a unit; a cluster of three (the last slice 32 columns)
@@ -506,11 +563,23 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
     }
   }
   // Several units a CTA (~450 experts hit over a grid of at most 132 CTAs), so each of the two
-  // slot-list buffers is rewritten while the producer may still hold the one before.
-  CaseSpec s = qwen30_tp8(128, 29);
-  s.E = 512;
-  s.K = 256;
-  check_case(s, 128, "several units a CTA");
+  // slot-list buffers is rewritten while the producer may still hold the one before; and in
+  // fp8_per_channel the unit's scales in shared memory, re-staged for each next expert.
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerChannel}) {
+    CaseSpec s = qwen30_tp8(128, 29);
+    s.E = 512;
+    s.K = 256;
+    s.scheme = scheme;
+    check_case(s, 128, std::string("several units a CTA, ") + scheme_name(scheme));
+  }
+  {
+    CaseSpec s = qwen30_tp8(6, 23);  // fp8_per_channel, one unit a CTA
+    s.E = 16;
+    s.k = 4;
+    s.K = 256;
+    s.scheme = Scheme::kFp8PerChannel;
+    check_case(s, 6, "small fp8_per_channel");
+  }
 }
 
 }  // namespace

@@ -76,11 +76,20 @@ struct SmemLayout {
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
+  int scales;      // float [scale_floats] (fp8_per_channel only): w13 scales [2 kN], w2 scales [K padded]
   int bytes;       // total, with 1024 bytes of alignment slack
 };
 
+// fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded
+// to whole output tiles.
+constexpr int channel_scale_floats(int hidden_size) {
+  return 2 * kN + (hidden_size + kOutTile - 1) / kOutTile * kOutTile;
+}
+
 // h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)).
-constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
+// scale_floats: fp8_per_channel's per-unit scales (the expert's w13 scales of kN gate and kN up
+// columns, then its w2 scales of K output columns, padded to whole 256-column tiles); 0 otherwise.
+constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
@@ -96,7 +105,8 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks) {
   l.counts = l.red_cluster + 2 * kMaxSlices * 4;
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
-  l.bytes = l.slot_e + ((slots * 2 + 15) / 16) * 16 + 1024;
+  l.scales = l.slot_e + ((slots * 2 + 15) / 16) * 16;
+  l.bytes = l.scales + scale_floats * 4 + 1024;
   return l;
 }
 

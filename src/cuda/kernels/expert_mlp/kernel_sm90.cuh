@@ -35,7 +35,9 @@
 // take hidden's scale x the expert's w13 scale, h is quantized with the unit's own dynamic scale
 // (the absmax of its rows' h over the cluster) or the static intermediate scale, and GEMM2 (a
 // 128-column chunk a stage, 4 k32 steps) takes that scale x the expert's w2 scale (docs/design.md:
-// where this differs from the reference).
+// where this differs from the reference). fp8_per_channel (kChannel, one CTA a unit): hidden's
+// scale a token row, the expert's w13 / w2 scales a weight row (staged in shared memory a unit), h's
+// scale a slot row: the reference's quantization points.
 #pragma once
 
 #include <cuda.h>
@@ -84,11 +86,16 @@ struct Unit {
 // one-CTA kernel cost 0.88-1.01x at qwen3-30b TP8, docs/perf.md "Session 58").
 // kTimed: the phase timer's stamps compiled in (the instantiation a launch takes while a test set
 // a phase buffer, set_expert_mlp_phase_buffer); the untimed kernels carry none of them.
-template <Operand kOp, bool kCluster, bool kTimed = false>
+// kChannel: fp8_per_channel (e4m3, one CTA a unit only): hidden's scale per token row, the w13
+// scales per gate / up row and the w2 scales per output column (the expert's, staged in shared
+// memory a unit by cp.async), and h's scale per slot row, dynamic_scale of the row's absmax over
+// its N columns, which one CTA holds: the reference's quantization points, the reference's scales.
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
+  static_assert(!kChannel || (kFp8 && !kCluster), "fp8_per_channel: the e4m3 one-CTA form only");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -125,6 +132,7 @@ struct ExpertMlp {
     int* counts;  // row offsets after the table
     int* prefix;
     std::int16_t* slot_e;
+    float* scales;  // kChannel: the unit's w13 scales [2 kN] (gate, up), then its w2 scales [K padded]
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -350,9 +358,11 @@ struct ExpertMlp {
   // back (store_half), where fp8's dynamic scale used to run the activation twice, for the absmax
   // and again for the stores. The kind's switch sits outside (per-value switching made 48
   // divergent blocks).
+  // kChannel: cs13 holds the unit's w13 scales (gate column n at n, up at kN + n), each pair's
+  // taken with the row's fr (hidden's row scale x the router weight on the input).
   template <Activation kKind>
   static __device__ __forceinline__ float act_half(const KernelParams& p, float (&acc1)[64], float (&acc2)[32], int h,
-                                                   bool live, float fr, float amax) {
+                                                   bool live, float fr, float amax, const float* cs13, int lane) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
 #pragma unroll
@@ -361,7 +371,13 @@ struct ExpertMlp {
         float& g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
         const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
         const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
-        const float g = (h != 0 ? g1 : g0) * fr, uu = (h != 0 ? u1 : u0) * fr;
+        float fg = fr, fu = fr;
+        if constexpr (kChannel) {
+          const int n = (i < 8 ? 8 * i : 64 + 8 * (i - 8)) + 2 * (lane & 3) + c;
+          fg = fr * cs13[n];
+          fu = fr * cs13[kN + n];
+        }
+        const float g = (h != 0 ? g1 : g0) * fg, uu = (h != 0 ? u1 : u0) * fu;
         const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
         const float v = live ? a : 0.0f;
         amax = numerics::fold_absmax(amax, v);
@@ -405,7 +421,7 @@ struct ExpertMlp {
     float amax = 0.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h)
-      amax = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax);
+      amax = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax, nullptr, lane);
     float s_h = 1.0f;
     if constexpr (kFp8) {
       if (p.a2_scale != nullptr) {
@@ -440,15 +456,45 @@ struct ExpertMlp {
     return s_h;
   }
 
+  // kChannel's activation: as activation(), with the w13 column scales (s.scales) in act_half and
+  // one scale a row: s_h[h] = dynamic_scale of row q0 + 8 h's absmax over its N columns, which the
+  // four lanes of a quad hold (24 each), the reference's per-slot intermediate scale.
+  template <Activation kKind>
+  static __device__ __forceinline__ void activation_channel(const KernelParams& p, const Smem& s, const Slice& sl,
+                                                            float (&acc1)[64], float (&acc2)[32],
+                                                            const bool (&live)[2], const float (&fr)[2], int warp,
+                                                            int lane, float (&s_h)[2]) {
+    const int q0 = 16 * warp + (lane >> 2);
+    float amax0 = 0.0f, amax1 = 0.0f;
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      const float a = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], 0.0f,
+                                      s.scales, lane);
+      if (h == 0) amax0 = a;
+      else amax1 = a;
+    }
+    amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, 1));
+    amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, 2));
+    amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 1));
+    amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 2));
+    s_h[0] = numerics::dynamic_scale(amax0);
+    s_h[1] = numerics::dynamic_scale(amax1);
+    const float inv0 = 1.0f / s_h[0], inv1 = 1.0f / s_h[1];
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
+  }
+
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
   // when kHalf, else bf16) for the thread's live rows h, jj < 32 while col0 + 8 jj < K. The row's address
   // once, a word store a value pair at a fixed offset, the column bound a predicate: ~5
   // instructions a pair, where 64-bit column arithmetic and a branch a pair took ~17 and kept
   // warp 0 in its stores for 5-20 µs of a unit while the other warps waited at the next tile's
   // wgmma (the GEMM2 phase split, docs/perf.md "Session 55").
+  // kChannel: cs2 points at the unit's w2 scales of this thread's first column (col0; shared
+  // memory, zeros past K), each value's own.
   template <bool kHalf>
   static __device__ __forceinline__ void store_y(const KernelParams& p, const float (&acc)[128], const int (&slot)[2],
-                                                 const float (&f)[2], int col0) {
+                                                 const float (&f)[2], int col0, const float* cs2 = nullptr) {
     const int lim = p.hidden_size - col0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -457,7 +503,12 @@ struct ExpertMlp {
                                                             (static_cast<std::int64_t>(slot[h]) * p.hidden_size + col0) * 2);
 #pragma unroll
       for (int jj = 0; jj < kOutTile / 8; ++jj) {
-        const std::uint32_t bits = pack2<kHalf>(acc[4 * jj + 2 * h] * f[h], acc[4 * jj + 2 * h + 1] * f[h]);
+        float v0 = acc[4 * jj + 2 * h] * f[h], v1 = acc[4 * jj + 2 * h + 1] * f[h];
+        if constexpr (kChannel) {
+          v0 *= cs2[8 * jj];
+          v1 *= cs2[8 * jj + 1];
+        }
+        const std::uint32_t bits = pack2<kHalf>(v0, v1);
         if (8 * jj < lim) row[4 * jj] = bits;
       }
     }
@@ -529,8 +580,30 @@ struct ExpertMlp {
       if constexpr (kFp8) {
         if (j == 0) pdl_wait();
       }
-      const float s13 = kFp8 ? p.a_scale[0] * p.w13_scale[un.e] : 1.0f;
-      const float s2 = kFp8 ? p.w2_scale[un.e] : 1.0f;
+      const float s13 = kFp8 && !kChannel ? p.a_scale[0] * p.w13_scale[un.e] : 1.0f;
+      const float s2 = kFp8 && !kChannel ? p.w2_scale[un.e] : 1.0f;
+      // kChannel: the expert's w13 scales (gate rows, up rows; zeros past N) and w2 scales (zeros past
+      // K) into s.scales by cp.async, in flight through GEMM1 (every consumer is past its reads of
+      // the previous unit's: the barrier that ends a unit), and hidden's scale of each of this
+      // thread's rows (the quantization launch's, after this kernel's wait for it above).
+      float xs[2] = {1.0f, 1.0f};
+      if constexpr (kChannel) {
+        const int N = p.n_cols;
+        const float* w13s = p.w13_scale + static_cast<std::int64_t>(un.e) * 2 * N;
+        const float* w2s = p.w2_scale + static_cast<std::int64_t>(un.e) * p.hidden_size;
+        for (int i = t; i < 2 * kN; i += kConsumerThreads) {
+          const int n = i < kN ? i : i - kN;
+          const bool ok = n < N;
+          sm90::cp_async_4_zfill(sm90::smem_addr(s.scales + i), ok ? w13s + (i < kN ? n : N + n) : w13s, ok ? 4 : 0);
+        }
+        for (int i = t; i < p.out_tiles * kOutTile; i += kConsumerThreads) {
+          const bool ok = i < p.hidden_size;
+          sm90::cp_async_4_zfill(sm90::smem_addr(s.scales + 2 * kN + i), ok ? w2s + i : w2s, ok ? 4 : 0);
+        }
+        sm90::cp_async_commit();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) xs[h] = slot[h] >= 0 ? p.a_scale[slot[h] / p.top_k] : 0.0f;
+      }
       // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
       float acc1[64], acc2[32];
 #pragma unroll
@@ -574,16 +647,34 @@ struct ExpertMlp {
       // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
       // the unit's rows get zeros.
       const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
-      const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
-      float s_h;
-      switch (p.act) {
-        case Activation::kGelu:
-          s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-          break;
-        case Activation::kSwigluOai:
-          s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-          break;
-        default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+      float s_row[2];  // h's scale of each of the thread's rows (the unit's, or kChannel the row's)
+      if constexpr (kChannel) {
+        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * xs[0], (p.weight_on_input ? tw[1] : 1.0f) * xs[1]};
+        // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
+        sm90::cp_async_wait_all_groups();
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        switch (p.act) {
+          case Activation::kGelu:
+            activation_channel<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+            break;
+          case Activation::kSwigluOai:
+            activation_channel<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+            break;
+          default: activation_channel<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+        }
+      } else {
+        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
+        float s_h;
+        switch (p.act) {
+          case Activation::kGelu:
+            s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            break;
+          case Activation::kSwigluOai:
+            s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            break;
+          default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+        }
+        s_row[0] = s_row[1] = s_h;
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
@@ -600,7 +691,8 @@ struct ExpertMlp {
       // chunk as GEMM1's K loop runs), then the stores of y = acc x the unit's dequantization x the
       // router weight (unless on the input).
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
-      const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_h * s2), (p.weight_on_input ? 1.0f : tw[1]) * (s_h * s2)};
+      const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_row[0] * s2),
+                          (p.weight_on_input ? 1.0f : tw[1]) * (s_row[1] * s2)};
       for (int o = sl.r(); o < p.out_tiles; o += S) {
         float acc[128];
 #pragma unroll
@@ -674,8 +766,9 @@ struct ExpertMlp {
         // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
         const int col0 = o * kOutTile + 2 * (lane & 3);
         if constexpr (kFp8) {
-          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0);
-          else store_y<false>(p, acc, slot, f, col0);
+          const float* cs2 = kChannel ? s.scales + 2 * kN + col0 : nullptr;
+          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0, cs2);
+          else store_y<false>(p, acc, slot, f, col0, cs2);
         } else {
           store_y<kF16>(p, acc, slot, f, col0);
         }
@@ -708,10 +801,10 @@ struct ExpertMlp {
   }
 };
 
-template <Operand kOp, bool kCluster, bool kTimed = false>
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp, kCluster, kTimed>;
+  using K = ExpertMlp<kOp, kCluster, kTimed, kChannel>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -732,6 +825,8 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.counts = reinterpret_cast<int*>(base + L.counts);
   s.prefix = reinterpret_cast<int*>(base + L.prefix);
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
+  s.scales = nullptr;
+  if constexpr (kChannel) s.scales = reinterpret_cast<float*>(base + L.scales);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -814,9 +909,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
 // The instantiation, its shared-memory limit raised once a process and device (one record an
 // instantiation, whichever of the launch and the occupancy query asks first).
-template <Operand kOp, bool kCluster, bool kTimed>
+template <Operand kOp, bool kCluster, bool kTimed, bool kChannel = false>
 auto* raised_kernel() {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed, kChannel>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   return kernel;
@@ -830,6 +925,17 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),
                                                  static_cast<cudaStream_t>(stream), kp.slices, attrs);
+  add_pdl_attribute(cfg, attrs, pdl);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+}
+
+template <bool kTimed>
+void run_expert_mlp_channel_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
+  auto* kernel = raised_kernel<Operand::kE4m3, false, kTimed, true>();  // one CTA a unit only
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
+                                                 static_cast<std::size_t>(kp.smem.bytes),
+                                                 static_cast<cudaStream_t>(stream), 1, attrs);
   add_pdl_attribute(cfg, attrs, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }

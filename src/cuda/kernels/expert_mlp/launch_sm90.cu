@@ -35,8 +35,9 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
     if (why != nullptr) *why = std::string("expert_mlp: ") + msg + (v >= 0 ? std::to_string(v) : std::string());
     return false;
   };
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
-  if (p.scheme != Scheme::kBf16 && !fp8) return fail("bf16 or fp8_per_tensor scheme only");
+  const bool channel = p.scheme == Scheme::kFp8PerChannel;
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || channel;
+  if (p.scheme != Scheme::kBf16 && !fp8) return fail("bf16, fp8_per_tensor or fp8_per_channel scheme only");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
   if (p.has_bias13 || p.has_bias2) return fail("no biases");
@@ -49,9 +50,13 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks).bytes >
-      kSmemLimit)
-    return fail("the routing tables do not fit in shared memory");
+  // fp8_per_channel: one CTA a unit (h's per-row scale needs the whole row on one CTA).
+  if (channel && sh.slices > 1) return fail("fp8_per_channel takes intermediate_size up to ", kN);
+  const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks, scale_floats)
+          .bytes > kSmemLimit)
+    return fail(channel ? "the routing tables and the per-channel scales do not fit in shared memory"
+                        : "the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
   if (!device.empty()) {
     if (why != nullptr) *why = "expert_mlp: " + device;
@@ -101,7 +106,7 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 }  // namespace
 
 void expert_mlp_check_launchable(const MoeProblem& p) {
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kFp8PerChannel;
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
@@ -110,7 +115,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
 
 int expert_mlp_resident_clusters(const MoeProblem& p) noexcept {
   try {
-    const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+    const bool fp8 = p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kFp8PerChannel;
     const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
     if (sh.slices < 2 || sh.slices > expert_mlp::kMaxSlices) return 0;
     return expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
@@ -141,7 +146,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor;
+  const bool channel = p.scheme == Scheme::kFp8PerChannel;
+  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || channel;
   KernelParams kp{};
   // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
   gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
@@ -172,13 +178,16 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
-  kp.a2_scale = a.a2_scale;
+  kp.a2_scale = channel ? nullptr : a.a2_scale;
+  kp.n_cols = static_cast<int>(N);
   if (fp8 && (a.a_scale == nullptr || a.w13_scale == nullptr || a.w2_scale == nullptr))
-    throw Error(Status::kInvalidArgument, "expert_mlp: fp8_per_tensor needs hidden's and the weights' scales");
+    throw Error(Status::kInvalidArgument, std::string("expert_mlp: ") + scheme_name(p.scheme) +
+                                              " needs hidden's and the weights' scales");
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks);
+  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks,
+                        channel ? channel_scale_floats(static_cast<int>(K)) : 0);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
@@ -189,7 +198,10 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
-  if (fp8) {
+  if (channel) {  // one CTA a unit (expert_mlp_supported)
+    if (timed) expert_mlp::run_expert_mlp_channel_sm90<true>(kp, grid, stream, a.pdl);
+    else expert_mlp::run_expert_mlp_channel_sm90<false>(kp, grid, stream, a.pdl);
+  } else if (fp8) {
     if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream, a.pdl);
     else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream, a.pdl);
   } else if (p.act_dtype == DType::kFp16) {

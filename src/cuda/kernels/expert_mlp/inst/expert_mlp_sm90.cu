@@ -1,4 +1,5 @@
-// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor).
+// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor), and
+// e4m3 per channel (fp8_per_channel, one CTA a unit).
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/expert_mlp/kernel_sm90.cuh"
 
@@ -13,6 +14,8 @@ template int max_active_clusters_sm90<Operand::kE4m3>(int);
 template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_channel_sm90<false>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_channel_sm90<true>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. The one-CTA and
 // the cluster form (kCluster), each untimed and timed.
@@ -28,5 +31,8 @@ MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true>);
+// fp8_per_channel: the e4m3 one-CTA form with kChannel, untimed and timed.
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, true, true>);
 
 }  // namespace moekit::cuda::expert_mlp
