@@ -21,7 +21,7 @@ grep -E "^(gpu-suite|memcheck|racecheck) |gpu suite:|ptxas" "$O/check.txt" | hea
 grep -E "\(Failed\)|\*\*\*Failed|Timeout" "$O/check/gpu_tests.log" | head -10
 echo "suite done (left $(left)s)"
 sanitize memcheck "Sm90SlotRouting.*:Sm90Faults.QuadRoutingRecordsBadIds:Sm90SwapAbGemm.EightByteRowPairsGiveTheCopiesBits:Sm90ExpertMlp.Fp8PerChannelMatchesReference" 100
-REPS=2 AB_SECONDS=$(( $(left) - 20 )) ab gptoss-rows8 "env MOEKIT_SWAPAB_ROWS8_TMA=0 $BB" "$BB" --backend cuda --tp 8 --no-baseline \
+REPS=2 AB_SECONDS=$(( $(left) - 60 )) ab gptoss-rows8 "env MOEKIT_SWAPAB_ROWS8_TMA=0 $BB" "$BB" --backend cuda --tp 8 --no-baseline \
   --no-host-time --check --preset gpt-oss-120b --tokens 16,32,64,128,256 --scheme fp8_per_tensor,fp8_per_channel
 wait_main_build && echo "main built (left $(left)s)"
 finish
