@@ -428,8 +428,7 @@ TEST(Sm90SwapAbGemm, WideStagesMatchReference) {
 // split-K the ranks' K ranges are cut at different blocks, so the partial sums differ.)
 TEST(Sm90SwapAbGemm, WideStagesBitwiseEqualToOneBlock) {
   SKIP_WITHOUT_SM90();
-  // (gemm2 360 x 2880: GEMM2 rows of 8 bytes, through TMA as row pairs at split 1 unless
-  // MOEKIT_SWAPAB_ROWS8_TMA=0.)
+  // (gemm2 360 x 2880: GEMM2 rows of 8 bytes, copied by the producer, not TMA.)
   for (Case c : {gemm1(Scheme::kBf16, 208, 360), gemm2(Scheme::kFp8PerTensor, 2880, 384),
                  gemm1(Scheme::kFp8PerTensor, 128, 2880), gemm2(Scheme::kFp8PerTensor, 360, 2880)}) {
     c.rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
@@ -505,57 +504,6 @@ TEST(Sm90SwapAbGemm, Gemm2TwoCtasAnSmBitwiseEqualToOne) {
     const std::vector<float> one = run_with_env(c, "MOEKIT_SWAPAB_GEMM2_CTAS", "1");
     expect_same_bits(one, run_with_env(c, "MOEKIT_SWAPAB_GEMM2_CTAS", "2"),
                      c.describe() + ": two CTAs an SM differ bitwise from one");
-  }
-}
-
-// GEMM2's weights of 8-byte but not 16-byte rows through TMA as row pairs (the default at split
-// 1 with an even row count; MOEKIT_SWAPAB_ROWS8_TMA=0 keeps the producer's 8-byte copies): the
-// tile's rows land permuted (even rows, then odd) and the epilogue maps them back, so each output
-// is the same products in the same order: the reference's values and the copies' bits. gpt-oss fp8
-// TP8 (K = 360 bytes) dense and decode-shaped with biases, per channel, several tiles an item with
-// the router weight on the input and a NaN token row, wide stages (16-byte token rows of bf16 K =
-// 100 and fp16 K = 36), a last tile of 40 rows (n_out = 1000) and an odd row count (n_out = 999,
-// which stays on the copies).
-TEST(Sm90SwapAbGemm, EightByteRowPairsGiveTheCopiesBits) {
-  SKIP_WITHOUT_SM90();
-  const std::vector<int> decode_rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
-  std::vector<Case> cases;
-  int seed = 140;
-  for (bool decode : {false, true}) {
-    Case c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
-    if (decode) c.rows = decode_rows;
-    c.bias = true;
-    c.bias_dtype = DType::kBf16;
-    cases.push_back(c);
-  }
-  Case c = gemm2(Scheme::kFp8PerChannel, 360, 2880);
-  c.rows = decode_rows;
-  cases.push_back(c);
-  c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
-  c.tiles_per_item = 3;
-  c.weight_on_input = true;
-  c.nan_a_row = 2;
-  cases.push_back(c);
-  c = gemm2(Scheme::kBf16, 100, 256);
-  c.bias = true;
-  c.rows = decode_rows;
-  cases.push_back(c);
-  c = gemm2(Scheme::kBf16, 36, 512);
-  c.act_dtype = DType::kFp16;
-  c.weights = 2;
-  c.rows = decode_rows;  // wide stages: the second block wholly past K = 72 bytes in both boxes
-  cases.push_back(c);
-  for (std::int64_t n_out : {1000, 999}) {
-    c = gemm2(Scheme::kFp8PerTensor, 360, n_out);
-    c.bias = true;
-    cases.push_back(c);
-  }
-  for (Case k : cases) {
-    k.split_k = 1;
-    k.seed = ++seed;
-    const std::vector<float> copies = run_with_env(k, "MOEKIT_SWAPAB_ROWS8_TMA", "0");
-    expect_same_bits(copies, run_with_env(k, "MOEKIT_SWAPAB_ROWS8_TMA", "1"),
-                     k.describe() + ": the row-pair maps differ bitwise from the 8-byte copies");
   }
 }
 

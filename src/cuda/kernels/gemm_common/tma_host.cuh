@@ -214,16 +214,8 @@ inline CUtensorMapDataType weight_tmap_dtype(bool fp8, DType act) {
 // map (dims innermost first; strides in bytes of dims 1 and 2), box [128 bytes of the inner dim,
 // box_rows rows, 1 expert], 128-byte swizzle, zeros outside the tensor. Throws Error(kCudaError)
 // naming `who` when the driver refuses it.
-//
-// Row pairs (`pairs` 1 or 2): weights whose rows are 8-byte but not 16-byte multiples, which no
-// plain map describes (strides must be multiples of 16 bytes), seen as [experts, rows / 2, 2 *
-// inner] (rows even: a pair of rows is a 16-byte multiple, and so is an expert). pairs = 1 maps the
-// even rows (dim 0 = inner: the box's bytes past a row are zeros, not the odd row's first bytes),
-// pairs = 2 the odd ones (dim 0 = 2 * inner, loaded from coordinate inner: past the pair, zeros);
-// `rows` counts rows, the map's dim 1 is rows / 2, a box covers box_rows pairs.
 inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
-                               std::int64_t rows, std::int64_t experts, int box_rows, const char* who,
-                               int pairs = 0) {
+                               std::int64_t rows, std::int64_t experts, int box_rows, const char* who) {
   // A serving engine calls with the same weight tensors every step: the maps encoded on this
   // thread are kept (the key is everything the map encodes; the map holds no data, so a freed and
   // reused address with the same shape gives the same map). A whole model's layers need one or two
@@ -233,7 +225,7 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   struct Cached {
     const void* base;
     std::int64_t inner, rows, experts;
-    int box_rows, fp8, act, pairs;
+    int box_rows, fp8, act;
     CUtensorMap map;
   };
   constexpr int kSets = 128;
@@ -248,24 +240,20 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   std::uint64_t h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(base)) >> 4;
   for (const std::uint64_t v : {static_cast<std::uint64_t>(inner), static_cast<std::uint64_t>(rows),
                                 static_cast<std::uint64_t>(experts),
-                                static_cast<std::uint64_t>(box_rows) * 16 + static_cast<std::uint64_t>(pairs) * 4 +
-                                    (fp8 ? 2 : 0) + (act == DType::kFp16 ? 1 : 0)})
+                                static_cast<std::uint64_t>(box_rows) * 4 + (fp8 ? 2 : 0) + (act == DType::kFp16 ? 1 : 0)})
     h = (h ^ v) * 0x9E3779B97F4A7C15ull;
   const int set = static_cast<int>((h >> 32) % kSets);
   for (const Cached& c : cache->way[set]) {
     if (c.base == base && c.base != nullptr && c.inner == inner && c.rows == rows && c.experts == experts &&
-        c.box_rows == box_rows && c.fp8 == static_cast<int>(fp8) && c.act == static_cast<int>(act) &&
-        c.pairs == pairs) {
+        c.box_rows == box_rows && c.fp8 == static_cast<int>(fp8) && c.act == static_cast<int>(act)) {
       *map = c.map;
       return;
     }
   }
   const std::int64_t es = fp8 ? 1 : 2;
-  const std::int64_t dim0 = pairs == 2 ? 2 * inner : inner, dim1 = pairs != 0 ? rows / 2 : rows;
-  const std::int64_t pitch = (pairs != 0 ? 2 : 1) * inner * es;  // bytes from one dim-1 index to the next
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim0), static_cast<cuuint64_t>(dim1),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(experts)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(pitch), static_cast<cuuint64_t>(rows * inner * es)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType dtype = weight_tmap_dtype(fp8, act);
@@ -275,12 +263,12 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   if (res != CUDA_SUCCESS) {
     std::ostringstream os;
     os << who << ": cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(res) << ") for weights ["
-       << experts << ", " << rows << ", " << inner << "]" << (pairs != 0 ? " as row pairs" : "");
+       << experts << ", " << rows << ", " << inner << "]";
     throw Error(Status::kCudaError, os.str());
   }
   Cached& c = cache->way[set][cache->next_way[set]];
   cache->next_way[set] ^= 1u;
-  c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), pairs, *map};
+  c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), *map};
 }
 
 // The weights B [E, rows_b, k_dim] of a grouped GEMM `p`.

@@ -63,10 +63,6 @@ __device__ __forceinline__ bool find_item(int w, const int* s_off, const int* s_
   return true;
 }
 
-// Weight row (within its 64-row tile) of tile row m under the row-pair maps (params.hpp b_pairs):
-// the even rows' box lands as tile rows 0..31, the odd rows' as 32..63.
-__device__ __forceinline__ int pair_row(int m) { return m < kTileRows / 2 ? 2 * m : 2 * (m - kTileRows / 2) + 1; }
-
 // wgmma N used for an item: the smallest of 8, 16, 32, 64 that holds its tokens.
 __device__ __forceinline__ int token_width(int count) {
   return count <= 8 ? 8 : count <= 16 ? 16 : count <= 32 ? 32 : 64;
@@ -130,12 +126,9 @@ struct SwapAb {
     const int t = threadIdx.x;      // 0..127
     const int chunk16 = t & 7;      // 16-byte chunk of the 128-byte K slice this thread copies
     const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
-    // GEMM2 on rows of 8 but not 16 bytes (params.hpp b_rows8): no plain TMA map; the other
+    // GEMM2 on rows of 8 but not 16 bytes (params.hpp b_rows8): no TMA; the other
     // instantiations compile without this path.
     const bool rows8 = !kGateUp && !kBlock128 && p.b_rows8 != nullptr;
-    // Those weights through TMA as row pairs (params.hpp b_pairs; split 1, as the host encodes
-    // them only there): two boxes a K block.
-    const bool pairs = rows8 && p.b_pairs != 0 && s.split == 1;
     int ks_begin, ks_end;
     k_range(s, ks_begin, ks_end);
     int stage = 0;
@@ -172,7 +165,7 @@ struct SwapAb {
         for (int ks = ks_begin; ks < ks_end; ++ks) {
           const std::uint32_t full = s.full + 8 * stage;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
-          if (rows8 && !pairs) {
+          if (rows8) {
             // 8-byte rows (params.hpp b_rows8): the warpgroup copies the weight tiles below; this
             // is the arrival that the TMA thread's expect_tx makes otherwise.
             if (t == 0) sm90::mbar_arrive(full);
@@ -184,16 +177,8 @@ struct SwapAb {
 #pragma unroll
             for (int blk = 0; blk < kB; ++blk) {
               const int k0 = (ks * kB + blk) * kElemsPerBlock;
-              if (pairs) {
-                // The tile's 32 row pairs: even rows as tile rows 0..31, odd rows as 32..63 (a box
-                // of half the bytes each; both maps give zeros past a row's K).
-                const std::uint32_t dst = a_addr<kB>(s, stage, blk, 0);
-                sm90::tma_load_3d(dst, &p.tmap_b, full, k0, row_gate / 2, it.e);
-                sm90::tma_load_3d(dst + kTileBytes / 2, &p.tmap_b_odd, full, p.b_odd_k0 + k0, row_gate / 2, it.e);
-              } else {
-                sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 0), &p.tmap_b, full, k0, row_gate, it.e);
-                if (kGateUp) sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 1), &p.tmap_b, full, k0, row_up, it.e);
-              }
+              sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 0), &p.tmap_b, full, k0, row_gate, it.e);
+              if (kGateUp) sm90::tma_load_3d(a_addr<kB>(s, stage, blk, 1), &p.tmap_b, full, k0, row_up, it.e);
             }
           }
           if (tile == it.tile && ks == ks_begin) {
@@ -236,7 +221,7 @@ struct SwapAb {
                 }
               }
             }
-            if (rows8 && !pairs) {
+            if (rows8) {
               // The weight tile: 64 rows x 128 bytes of K, thread t the 8-byte column c8 = t % 16
               // of rows r0 + 8 j (r0 = t / 16), in the 128-byte swizzle TMA would write (16-byte
               // chunk c of row r at c ^ (r % 8); r % 8 = r0). Rows past rows_b and bytes past the
@@ -285,9 +270,6 @@ struct SwapAb {
     const int warp = t >> 5, lane = t & 31;
     int ks_begin, ks_end;
     k_range(s, ks_begin, ks_end);
-    // The weights as row pairs (params.hpp b_pairs; split 1 only): tile row m is weight row
-    // pair_row(m), so the epilogue's per-row values and out_stage rows follow pair_row.
-    const bool pairs = !kGateUp && !kBlock128 && p.b_rows8 != nullptr && p.b_pairs != 0 && s.split == 1;
 
     // Per-token values for the epilogue (thread t < count holds token t), read once per item and
     // stored to shared memory after each tile's main loop. The producer staged the slots (and,
@@ -322,8 +304,7 @@ struct SwapAb {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int g = i >> 1, h = i & 1;
-          const int rloc = warp * 16 + (lane >> 2) + 8 * h;
-          const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + (pairs ? pair_row(rloc) : rloc);
+          const std::int64_t n = static_cast<std::int64_t>(tile) * kTileRows + warp * 16 + (lane >> 2) + 8 * h;
           live[i] = (g == 0 || kGateUp) && n < p.n_out;
           idx[i] = static_cast<std::int64_t>(it.e) * p.rows_b + (g == 1 ? p.n_out : 0) + n;
         }
@@ -550,7 +531,6 @@ struct SwapAb {
           for (int h = 0; h < 2; ++h) {
             if ((2 * warp + h) / groups_per_rank != s.rank) continue;
             const int rloc = warp * 16 + (lane >> 2) + 8 * h;
-            const int rout = pairs ? pair_row(rloc) : rloc;  // its weight row: the output column in the tile
             const int i = 4 * j + 2 * h + c;
             float v0 = acc0[i];
             if (scaled) v0 = v0 * tscale * bsc[0][h];
@@ -563,7 +543,7 @@ struct SwapAb {
             } else {
               v0 += bia[0][h];
               if (!p.weight_on_input) v0 *= tweight;
-              so0[col * kOutStride + rout] = v0;
+              so0[col * kOutStride + rloc] = v0;
             }
           }
         }
@@ -665,8 +645,7 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
 
   const int E = p.num_experts;
   if (threadIdx.x == 0) {
-    if (p.b_rows8 == nullptr || p.b_pairs != 0) sm90::prefetch_tensormap(&p.tmap_b);  // else not encoded (params.hpp)
-    if (p.b_rows8 != nullptr && p.b_pairs != 0) sm90::prefetch_tensormap(&p.tmap_b_odd);
+    if (p.b_rows8 == nullptr) sm90::prefetch_tensormap(&p.tmap_b);  // else not encoded (params.hpp)
     const int bar_stages = max(L.stages, p.allow_wide ? p.smem_wide.stages : 0);
     for (int i = 0; i < bar_stages; ++i) {
       // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.

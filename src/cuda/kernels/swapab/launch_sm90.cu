@@ -56,15 +56,6 @@ bool gemm2_two_ctas(int num_k_stages) {
   return num_k_stages <= kTwoCtasMaxKStages;
 }
 
-// GEMM2's weights of 8-byte but not 16-byte rows through TMA as row pairs (params.hpp b_pairs;
-// gpt-oss fp8 at TP8, 360-byte rows) where the call runs at split 1 with an even row count; the
-// 8-byte copies of the producer warpgroup otherwise. MOEKIT_SWAPAB_ROWS8_TMA=0 keeps the copies
-// (A/Bs, the test that compares the two bit for bit); read at every launch.
-bool rows8_tma_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kSwapabRows8Tma);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
@@ -128,20 +119,9 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
 
   KernelParams kp{};
   if (swapab::rows8_applies(gate_up, p.scheme == Scheme::kFp8Block128, p.k_dim * es)) {
-    // Rows of 8 but not 16 bytes: no plain TMA map describes them. As row pairs (split 1, rows_b
-    // even), two maps of 32-pair boxes; else the producer copies them itself.
+    // Rows of 8 but not 16 bytes: no TMA map describes them; the producer copies them itself.
     kp.b_rows8 = static_cast<const std::uint8_t*>(p.b);
     kp.b_row_bytes = p.k_dim * es;
-    // (2 k_dim < 2^31: the odd map's K coordinates are ints and its dim 0 a 32-bit extent.)
-    if (split_k == 1 && rows_b % 2 == 0 && 2 * p.k_dim < (std::int64_t{1} << 31) && rows8_tma_enabled()) {
-      const bool fp8 = p.scheme != Scheme::kBf16;
-      gemm_common::encode_weight_tmap(&kp.tmap_b, p.b, fp8, p.act_dtype, p.k_dim, rows_b, p.num_experts,
-                                      swapab::kTileRows / 2, "swapab_sm90", 1);
-      gemm_common::encode_weight_tmap(&kp.tmap_b_odd, p.b, fp8, p.act_dtype, p.k_dim, rows_b, p.num_experts,
-                                      swapab::kTileRows / 2, "swapab_sm90", 2);
-      kp.b_pairs = 1;
-      kp.b_odd_k0 = static_cast<int>(p.k_dim);
-    }
   } else {
     // Weights [E, rows_b, k_dim], a box of 128 bytes of K by one 64-row tile.
     gemm_common::encode_weight_tmap(&kp.tmap_b, p, rows_b, swapab::kTileRows, "swapab_sm90");

@@ -33,20 +33,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // which no TMA map can describe (strides must be multiples of 16 bytes): the weights
   // [E, rows_b, b_row_bytes] read by the producer warpgroup's 8-byte cp.async into the same
   // swizzled tiles (tmap_b is not encoded), and the token rows in 8-byte halves. Null otherwise.
-  // (Since b_pairs below, at split 1 with an even row count the weights go through TMA after all.)
   const std::uint8_t* b_rows8;
   std::int64_t b_row_bytes;  // k_dim * element bytes, where b_rows8 is set
-  // Those weights through TMA after all, as row pairs (gemm_common::encode_weight_tmap's pairs):
-  // tmap_b holds the even rows of a tile's 32 pairs, tmap_b_odd the odd ones (loaded from K
-  // coordinate b_odd_k0 = k_dim), the two boxes landing as tile rows 0..31 and 32..63, so tile
-  // row m holds weight row pair_row(m) (kernel_sm90.cuh); the consumers' epilogue maps them back. Split 1 only
-  // (the split-K exchange owns rows by tile row), even rows_b; MOEKIT_SWAPAB_ROWS8_TMA=0 keeps the
-  // 8-byte copies. b_rows8 stays set (the token rows are still copied in 8-byte halves).
-  int b_pairs;
-  int b_odd_k0;
-  CUtensorMap tmap_b_odd;
 };
-
 
 // The row pitch (k_dim x element bytes) Swap-AB needs a multiple of: 8 where its 8-byte-row
 // producer can run (GEMM2, not fp8_block128), else 16 (TMA).
