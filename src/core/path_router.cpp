@@ -282,13 +282,17 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // One CTA a unit (N = 96) and the cluster form (N = 97..256) each have their own measured band.
   const double n = static_cast<double>(p.intermediate_size);
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
+  // fp8_per_channel: the one-CTA form only (the cluster form declines it), its own slot floor.
+  const bool per_channel = p.scheme == Scheme::kFp8PerChannel;
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
   // The cluster form: one round of units while the expected units (touched experts: a unit each
   // below 64 slots an expert) fit the resident clusters.
   const bool one_round = in.expert_mlp_clusters > 0 &&
                          plan.touched <= static_cast<double>(in.expert_mlp_clusters);
-  double lo = per_tensor ? kRouterTable.expert_mlp_fp8_min_slots : kRouterTable.expert_mlp_min_slots;
+  double lo = per_tensor    ? kRouterTable.expert_mlp_fp8_min_slots
+             : per_channel ? kRouterTable.expert_mlp_channel_min_slots
+                           : kRouterTable.expert_mlp_min_slots;
   double hi = kRouterTable.expert_mlp_max_slots;
   if (!one_cta_band) {
     lo = !one_round ? kRouterTable.expert_mlp_cluster_min_slots
@@ -299,7 +303,9 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                                                     : kRouterTable.expert_mlp_cluster_wide_bf16_max_slots;
   }
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
-      (p.scheme == Scheme::kBf16 || (per_tensor && kRouterTable.expert_mlp_fp8_in_auto)) && (one_cta_band || cluster_band) &&
+      (p.scheme == Scheme::kBf16 || (per_tensor && kRouterTable.expert_mlp_fp8_in_auto) ||
+       (per_channel && kRouterTable.expert_mlp_channel_in_auto && one_cta_band)) &&
+      (one_cta_band || cluster_band) &&
       plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;
     if (in.want_reason)

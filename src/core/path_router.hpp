@@ -242,7 +242,7 @@ struct RouterTable {
   double gemv_mma_channel_tiny_n_max_tokens = 4.0;
   bool decode_in_auto = true;
   // The per-expert MLP kernel (kernels/expert_mlp/), when it can run the call (bf16 / fp16, and
-  // fp8_per_tensor by the switch below, at N = 96: qwen3-30b TP8), ahead of everything else from expert_mlp_min_slots to expert_mlp_max_slots
+  // fp8_per_tensor and fp8_per_channel by the switches below, at N = 96: qwen3-30b TP8), ahead of everything else from expert_mlp_min_slots to expert_mlp_max_slots
   // local slots. Session 54's same-run A/B on an H100 (MOEKIT_EXPERT_MLP 0 against 1 at 2c40191,
   // two repeats, check on; bench/results/2026-12-05-2c40191-h100-expert-mlp-ab-tp8.md), qwen3-30b
   // TP8 bf16, against the previous auto choice: M = 16 / 32 / 64 / 128 / 256 (128..2048 slots)
@@ -270,6 +270,15 @@ struct RouterTable {
   // expert-mlp-auto-ab-tp8.md): qwen3-30b TP8 fp8 M = 16 / 32 / 64 / 128 / 256 1.19-1.29x (M = 16
   // 43.3 -> 34.7 µs on gemv(mma) before, M = 64 55.5 -> 44.7 on token-major before).
   bool expert_mlp_fp8_in_auto = true;
+  // fp8_per_channel on its one-CTA form (hidden quantized a token row at a time, the intermediate a
+  // slot row at a time, the weights' channel scales staged in shared memory; the cluster form
+  // declines it), from expert_mlp_channel_min_slots to expert_mlp_max_slots. Session 64's same-run
+  // A/B (s79, H100, two repeats, check on; bench/results/2026-12-06-*-h100-s79-channel-ab-tp8*),
+  // qwen3-30b TP8, against the previous auto choice: M = 8 / 16 / 64 / 256 (64..2048 slots) 1.31 /
+  // 1.61 / 1.91 / 2.10x (M = 64 79.4 -> 41.6 µs on token-major before, M = 256 97.0 -> 46.3),
+  // M = 4 (32 slots) 27.9 against 28.9 and M = 1 / 2 17.7 / 19.0 against 27.1 / 29.3 stay.
+  double expert_mlp_channel_min_slots = 48.0;
+  bool expert_mlp_channel_in_auto = true;
   // The shards auto sends to it: intermediate_size from expert_mlp_auto_min_n to _max_n (N = 96:
   // one CTA a unit, measured above). The narrower shards it also runs (N = 16..80: qwen3-30b at
   // TP16) run forced by name until a same-run sweep measures them (docs/router.md).
