@@ -273,9 +273,9 @@ struct RouterTable {
   // fp8_per_channel on its one-CTA form (hidden quantized a token row at a time, the intermediate a
   // slot row at a time, the weights' channel scales staged in shared memory; the cluster form
   // declines it), from expert_mlp_channel_min_slots to expert_mlp_max_slots. Session 64's same-run
-  // A/B (s79, H100, two repeats, check on; bench/results/2026-12-06-*-h100-s79-channel-ab-tp8*),
+  // A/B (s79, H100, two repeats, check on; bench/results/2026-12-06-db16506-h100-s79-channel-ab-tp8*),
   // qwen3-30b TP8, against the previous auto choice: M = 8 / 16 / 64 / 256 (64..2048 slots) 1.31 /
-  // 1.61 / 1.91 / 2.10x (M = 64 79.4 -> 41.6 µs on token-major before, M = 256 97.0 -> 46.3),
+  // 1.61 / 1.91 / 2.10x (M = 64 79.4 -> 41.6 µs on decode before, M = 256 97.0 -> 46.3 on token-major),
   // M = 4 (32 slots) 27.9 against 28.9 and M = 1 / 2 17.7 / 19.0 against 27.1 / 29.3 stay.
   double expert_mlp_channel_min_slots = 48.0;
   bool expert_mlp_channel_in_auto = true;
