@@ -255,7 +255,8 @@ TEST(Sm90ExpertMlp, Fp8PerTensorMatchesReference) {
 }
 
 TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
-  // fp8_per_channel on the one-CTA form (forced by name; auto does not take it): hidden quantized
+  // fp8_per_channel on the one-CTA form (forced by name; the cluster form's cases are in
+  // ClusterSlicesFp8PerChannelMatchReference): hidden quantized
   // a token row at a time by the chain's launch, the w13 scales a gate / up row and the w2 scales
   // an output column (the expert's, in shared memory a unit), h's scale a slot row (the
   // reference's quantization points), within the scheme's bounds of the reference; the BRIEF §5
@@ -263,7 +264,6 @@ TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
   // expert), experts without tokens, k = E with odd E and a K that is not a multiple of 256 (a
   // partial last output tile: the w2 scales past K are zeros), expert_map with -1, the router
   // weight on the input, fp16 activations, gelu, and N = 48 (w13 scales past N are zeros).
-  // (Added in session 63 after its last GPU run: first run pending.)
   SKIP_WITHOUT_SM90();
   {
     CaseSpec s = qwen30_tp8(256, 41);
@@ -293,20 +293,6 @@ TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
     s.scheme = Scheme::kFp8PerChannel;
     v.set(s);
     check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
-  }
-  // The cluster form does not take it: N = 192 forced is an error naming why.
-  CaseSpec s = qwen30_tp8(16, 60);
-  s.scheme = Scheme::kFp8PerChannel;
-  s.N = 192;
-  MoeCase c = make_case(s);
-  DeviceCase d(c);
-  try {
-    d.run(16, CallMode::kFusedExperts, "expert_mlp");
-    ADD_FAILURE() << "fp8_per_channel at N = 192 forced on expert_mlp did not throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("fp8_per_channel takes intermediate_size up to"), std::string::npos)
-        << e.what();
   }
 }
 
@@ -391,6 +377,50 @@ TEST(Sm90ExpertMlp, ClusterSlicesEdgeCases) {
     s.N = 160;
     s.activation.kind = Activation::kGelu;
     check_case(s, 20, "N = 160, gelu");
+  }
+}
+
+TEST(Sm90ExpertMlp, ClusterSlicesFp8PerChannelMatchReference) {
+  // fp8_per_channel on the cluster form: each rank stages its slice's w13 scales, and a row's h
+  // scale is the max of the ranks' slice absmaxes (exchanged a row a float), so the reference's
+  // per-slot scale. qwen3-235b TP8 (two slices) at M = 1 / 16 / 65 / 256 (several units a cluster),
+  // deepseek-v3 TP8 (three, the last 64 columns), four slices with a last one of 64 columns and
+  // k = E = 7 with a short K, one expert's 150 rows (three units, a scale a row each), expert_map
+  // with -1 with fp16 and the router weight on the input, and gelu at N = 160.
+  SKIP_WITHOUT_SM90();
+  {
+    CaseSpec s = qwen235_tp8(256, 61);
+    s.scheme = Scheme::kFp8PerChannel;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 16, 65, 256})
+      run_checked(d, c, M, "qwen3-235b TP8 fp8_per_channel M=" + std::to_string(M));
+  }
+  {
+    CaseSpec s = deepseek_tp8(64, 62);
+    s.scheme = Scheme::kFp8PerChannel;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 64}) run_checked(d, c, M, "deepseek-v3 TP8 fp8_per_channel M=" + std::to_string(M));
+  }
+  struct Variant {
+    const char* what;
+    void (*set)(CaseSpec&);
+    std::int64_t M;
+  };
+  const Variant variants[] = {
+      {"N = 352, k = E = 7, K = 384", [](CaseSpec& s) { s.N = 352; s.E = 7; s.k = 7; s.K = 384; }, 37},
+      {"N = 192, all to one expert", [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; s.hot_expert = 9; }, 150},
+      {"N = 192, expert_map with -1, fp16, weight on input",
+       [](CaseSpec& s) { s.expert_map = true; s.E = 64; s.act_dtype = DType::kFp16; s.weight_on_input = true; }, 24},
+      {"N = 160, gelu", [](CaseSpec& s) { s.N = 160; s.activation.kind = Activation::kGelu; }, 20},
+  };
+  std::uint64_t seed = 62;
+  for (const Variant& v : variants) {
+    CaseSpec s = qwen235_tp8(v.M, ++seed);
+    s.scheme = Scheme::kFp8PerChannel;
+    v.set(s);
+    check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
   }
 }
 
@@ -551,7 +581,7 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
   // Small calls for compute-sanitizer (gpu_check.sh's memcheck and racecheck filters): bf16, fp8
   // per tensor and per channel.
   SKIP_WITHOUT_SM90();
-  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
     for (std::int64_t n : {96, 224}) {  // one CTA a unit; a cluster of three (the last slice 32 columns)
       CaseSpec s = qwen30_tp8(6, 23);
       s.E = 16;
@@ -573,12 +603,12 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
     check_case(s, 128, std::string("several units a CTA, ") + scheme_name(scheme));
   }
   {
-    CaseSpec s = qwen30_tp8(6, 23);  // fp8_per_channel, one unit a CTA
-    s.E = 16;
-    s.k = 4;
+    CaseSpec s = qwen30_tp8(64, 31);  // fp8_per_channel on clusters of two, several units a cluster
+    s.E = 512;
     s.K = 256;
+    s.N = 192;
     s.scheme = Scheme::kFp8PerChannel;
-    check_case(s, 6, "small fp8_per_channel");
+    check_case(s, 64, "several units a cluster, fp8_per_channel");
   }
 }
 

@@ -35,9 +35,10 @@
 // take hidden's scale x the expert's w13 scale, h is quantized with the unit's own dynamic scale
 // (the absmax of its rows' h over the cluster) or the static intermediate scale, and GEMM2 (a
 // 128-column chunk a stage, 4 k32 steps) takes that scale x the expert's w2 scale (docs/design.md:
-// where this differs from the reference). fp8_per_channel (kChannel, one CTA a unit): hidden's
+// where this differs from the reference). fp8_per_channel (kChannel, either form): hidden's
 // scale a token row, the expert's w13 / w2 scales a weight row (staged in shared memory a unit), h's
-// scale a slot row: the reference's quantization points.
+// scale a slot row (on a cluster, each row's absmax over every rank's slice, exchanged as the
+// per-tensor form exchanges the unit's): the reference's quantization points.
 #pragma once
 
 #include <cuda.h>
@@ -86,16 +87,17 @@ struct Unit {
 // one-CTA kernel cost 0.88-1.01x at qwen3-30b TP8, docs/perf.md "Session 58").
 // kTimed: the phase timer's stamps compiled in (the instantiation a launch takes while a test set
 // a phase buffer, set_expert_mlp_phase_buffer); the untimed kernels carry none of them.
-// kChannel: fp8_per_channel (e4m3, one CTA a unit only): hidden's scale per token row, the w13
-// scales per gate / up row and the w2 scales per output column (the expert's, staged in shared
-// memory a unit by cp.async), and h's scale per slot row, dynamic_scale of the row's absmax over
-// its N columns, which one CTA holds: the reference's quantization points, the reference's scales.
+// kChannel: fp8_per_channel (e4m3): hidden's scale per token row, the w13 scales per gate / up
+// row (the rank's slice of them) and the w2 scales per output column (the expert's, staged in
+// shared memory a unit by cp.async), and h's scale per slot row, dynamic_scale of the row's absmax
+// over its N columns (one CTA holds the row; a cluster's ranks exchange their slices' row absmaxes
+// through red_cluster, a row each): the reference's quantization points, the reference's scales.
 template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
-  static_assert(!kChannel || (kFp8 && !kCluster), "fp8_per_channel: the e4m3 one-CTA form only");
+  static_assert(!kChannel || kFp8, "fp8_per_channel: the e4m3 kernels only");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -132,7 +134,7 @@ struct ExpertMlp {
     int* counts;  // row offsets after the table
     int* prefix;
     std::int16_t* slot_e;
-    float* scales;  // kChannel: the unit's w13 scales [2 kN] (gate, up), then its w2 scales [K padded]
+    float* scales;  // kChannel: the unit's w13 scales [2 kN] (the slice's gate, up), then its w2 scales [K padded]
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -458,12 +460,15 @@ struct ExpertMlp {
 
   // kChannel's activation: as activation(), with the w13 column scales (s.scales) in act_half and
   // one scale a row: s_h[h] = dynamic_scale of row q0 + 8 h's absmax over its N columns, which the
-  // four lanes of a quad hold (24 each), the reference's per-slot intermediate scale.
+  // four lanes of a quad hold (24 each), the reference's per-slot intermediate scale. On a cluster
+  // the quad's lane 0 pushes its two rows' slice absmaxes into every peer's red_cluster (a row a
+  // float, [parity][rank][row]) by st.async, counted on the peer's amax barrier, and each row's
+  // scale is the max over the ranks: the same scale on every rank, as the per-tensor form's.
   template <Activation kKind>
   static __device__ __forceinline__ void activation_channel(const KernelParams& p, const Smem& s, const Slice& sl,
                                                             float (&acc1)[64], float (&acc2)[32],
                                                             const bool (&live)[2], const float (&fr)[2], int warp,
-                                                            int lane, float (&s_h)[2]) {
+                                                            int lane, int j, float (&s_h)[2]) {
     const int q0 = 16 * warp + (lane >> 2);
     float amax0 = 0.0f, amax1 = 0.0f;
 #pragma unroll 1
@@ -477,8 +482,32 @@ struct ExpertMlp {
     amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, 2));
     amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 1));
     amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 2));
+    if constexpr (kCluster) {
+      float* rc = s.red_cluster + (j & 1) * kMaxSlices * kBlockM;
+      if (warp == 0 && lane == 0)
+        sm90::mbar_arrive_expect_tx(s.amax_bar, 4u * kBlockM * static_cast<std::uint32_t>(sl.peers));
+      if ((lane & 3) == 0) {
+        const std::uint32_t mine = sm90::smem_addr(rc + sl.rank * kBlockM + q0);
+        for (int i = 0; i < sl.peers; ++i) {
+          const std::uint32_t peer = sl.peer(i);
+          sm90::st_async_f32(sm90::map_to_rank(mine, peer), amax0, sm90::map_to_rank(s.amax_bar, peer));
+          sm90::st_async_f32(sm90::map_to_rank(mine + 32, peer), amax1, sm90::map_to_rank(s.amax_bar, peer));
+        }
+      }
+      sm90::mbar_wait_cluster(s.amax_bar, j & 1);
+      for (int i = 0; i < sl.peers; ++i) {
+        const float* r = rc + static_cast<int>(sl.peer(i)) * kBlockM + q0;
+        amax0 = fmaxf(amax0, r[0]);
+        amax1 = fmaxf(amax1, r[8]);
+      }
+    }
     s_h[0] = numerics::dynamic_scale(amax0);
     s_h[1] = numerics::dynamic_scale(amax1);
+    if constexpr (kCluster) {
+      if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+      // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
+      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
+    }
     const float inv0 = 1.0f / s_h[0], inv1 = 1.0f / s_h[1];
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
@@ -592,7 +621,7 @@ struct ExpertMlp {
         const float* w13s = p.w13_scale + static_cast<std::int64_t>(un.e) * 2 * N;
         const float* w2s = p.w2_scale + static_cast<std::int64_t>(un.e) * p.hidden_size;
         for (int i = t; i < 2 * kN; i += kConsumerThreads) {
-          const int n = i < kN ? i : i - kN;
+          const int n = sl.r() * kN + (i < kN ? i : i - kN);  // the slice's column n of N
           const bool ok = n < N;
           sm90::cp_async_4_zfill(sm90::smem_addr(s.scales + i), ok ? w13s + (i < kN ? n : N + n) : w13s, ok ? 4 : 0);
         }
@@ -655,12 +684,12 @@ struct ExpertMlp {
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
         switch (p.act) {
           case Activation::kGelu:
-            activation_channel<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+            activation_channel<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
             break;
           case Activation::kSwigluOai:
-            activation_channel<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+            activation_channel<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
             break;
-          default: activation_channel<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, s_row);
+          default: activation_channel<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
         }
       } else {
         const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
@@ -931,11 +960,13 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
 
 template <bool kTimed>
 void run_expert_mlp_channel_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = raised_kernel<Operand::kE4m3, false, kTimed, true>();  // one CTA a unit only
+  // The cluster form exactly where S > 1, as run_expert_mlp_sm90.
+  auto* kernel = kp.slices > 1 ? raised_kernel<Operand::kE4m3, true, kTimed, true>()
+                               : raised_kernel<Operand::kE4m3, false, kTimed, true>();
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),
-                                                 static_cast<cudaStream_t>(stream), 1, attrs);
+                                                 static_cast<cudaStream_t>(stream), kp.slices, attrs);
   add_pdl_attribute(cfg, attrs, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 }

@@ -50,8 +50,6 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  // fp8_per_channel: one CTA a unit (h's per-row scale needs the whole row on one CTA).
-  if (channel && sh.slices > 1) return fail("fp8_per_channel takes intermediate_size up to ", kN);
   const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
   if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks, scale_floats)
           .bytes > kSmemLimit)
@@ -198,7 +196,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
-  if (channel) {  // one CTA a unit (expert_mlp_supported)
+  if (channel) {
     if (timed) expert_mlp::run_expert_mlp_channel_sm90<true>(kp, grid, stream, a.pdl);
     else expert_mlp::run_expert_mlp_channel_sm90<false>(kp, grid, stream, a.pdl);
   } else if (fp8) {

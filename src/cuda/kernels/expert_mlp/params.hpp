@@ -43,7 +43,7 @@ struct KernelParams {
   // fp8_per_tensor (the e4m3 instantiation): hidden's scale [1] (the quantization launch's), the
   // weights' per-expert scales [E], and the intermediate's static scale [1] or null: then each unit
   // scales its own h (dynamic_scale of its absmax; docs/design.md "The per-expert MLP path").
-  // fp8_per_channel (the e4m3 kChannel instantiation, one CTA a unit): hidden's scales [M] (one a
+  // fp8_per_channel (the e4m3 kChannel instantiations, either form): hidden's scales [M] (one a
   // token row), the w13 scales [E, 2N] and the w2 scales [E, K] (one a weight row); no static
   // intermediate scale (h's is per slot row).
   const float* a_scale;
@@ -86,7 +86,7 @@ enum PhaseWord : int {
 // as the programmatic dependent of the kernel before it when `pdl`.
 template <Operand kOp, bool kTimed>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
-// The fp8_per_channel instantiation (e4m3, one CTA a unit; kp.slices == 1).
+// The fp8_per_channel instantiations (e4m3; the cluster form where kp.slices > 1).
 template <bool kTimed>
 void run_expert_mlp_channel_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 

@@ -1,5 +1,5 @@
 // Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor), and
-// e4m3 per channel (fp8_per_channel, one CTA a unit).
+// e4m3 per channel (fp8_per_channel, both forms).
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/expert_mlp/kernel_sm90.cuh"
 
@@ -31,8 +31,10 @@ MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true>);
-// fp8_per_channel: the e4m3 one-CTA form with kChannel, untimed and timed.
+// fp8_per_channel: the e4m3 one-CTA and cluster forms with kChannel, untimed and timed.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, true, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, true>);
 
 }  // namespace moekit::cuda::expert_mlp
