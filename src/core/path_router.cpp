@@ -282,7 +282,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   // One CTA a unit (N = 96) and the cluster form (N = 97..256) each have their own measured band.
   const double n = static_cast<double>(p.intermediate_size);
   const bool per_tensor = p.scheme == Scheme::kFp8PerTensor;
-  // fp8_per_channel: the one-CTA form only (the cluster form declines it), its own slot floor.
+  // fp8_per_channel: its own slot ranges on either form (RouterTable::expert_mlp_channel_*).
   const bool per_channel = p.scheme == Scheme::kFp8PerChannel;
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
@@ -294,7 +294,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
              : per_channel ? kRouterTable.expert_mlp_channel_min_slots
                            : kRouterTable.expert_mlp_min_slots;
   double hi = kRouterTable.expert_mlp_max_slots;
-  if (!one_cta_band) {
+  if (!one_cta_band && per_channel) {
+    lo = kRouterTable.expert_mlp_channel_cluster_min_slots;
+    hi = kRouterTable.expert_mlp_channel_cluster_max_slots;
+  } else if (!one_cta_band) {
     lo = !one_round ? kRouterTable.expert_mlp_cluster_min_slots
          : per_tensor ? kRouterTable.expert_mlp_cluster_one_round_fp8_min_slots
                     : kRouterTable.expert_mlp_cluster_one_round_min_slots;
@@ -304,7 +307,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   }
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || (per_tensor && kRouterTable.expert_mlp_fp8_in_auto) ||
-       (per_channel && kRouterTable.expert_mlp_channel_in_auto && one_cta_band)) &&
+       (per_channel && kRouterTable.expert_mlp_channel_in_auto)) &&
       (one_cta_band || cluster_band) &&
       plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;

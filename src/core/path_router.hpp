@@ -279,6 +279,17 @@ struct RouterTable {
   // M = 4 (32 slots) 27.9 against 28.9 and M = 1 / 2 17.7 / 19.0 against 27.1 / 29.3 stay.
   double expert_mlp_channel_min_slots = 48.0;
   bool expert_mlp_channel_in_auto = true;
+  // ... and on the cluster form (N = 97..256, expert_mlp_cluster_min_n / _max_n; the ranks exchange
+  // their slices' row absmaxes) from _cluster_min_slots to _cluster_max_slots, one rule for every
+  // round count. Session 64's same-run A/B (s80, H100, two repeats, check on;
+  // bench/results/2026-12-06-6ab2554-h100-s80-channel-cluster-ab-tp8.md), auto against expert_mlp
+  // forced: qwen3-235b TP8 (N = 192) M = 8 / 16 / 32 / 64 / 128 / 256 1.16 / 1.22 / 1.38 / 1.47 / 1.52 /
+  // 1.50x (M = 128 200.1 -> 131.3 µs on token-major before), M = 4 (32 slots) 1.00x, M = 1 / 2 0.49
+  // / 0.71x; deepseek-v3 TP8 (N = 256, clusters of 3) M = 4..256 1.09-1.37x (M = 128 420.1 -> 306.4),
+  // M = 1 / 2 0.52 / 0.82x. Past 2048 slots not measured (deepseek-v3's scales and tables stop
+  // fitting in shared memory near there: expert_mlp_supported).
+  double expert_mlp_channel_cluster_min_slots = 32.0;
+  double expert_mlp_channel_cluster_max_slots = 2048.0;
   // The shards auto sends to it: intermediate_size from expert_mlp_auto_min_n to _max_n (N = 96:
   // one CTA a unit, measured above). The narrower shards it also runs (N = 16..80: qwen3-30b at
   // TP16) run forced by name until a same-run sweep measures them (docs/router.md).

@@ -93,17 +93,21 @@ TEST(CpuExpertMlpLayout, PerChannelScalesFollowTheSlotTable) {
     const em::SmemLayout plain = em::smem_layout(E, slots, hc);
     EXPECT_EQ(l.scales % 4, 0);
     EXPECT_GE(l.scales, l.slot_e + slots * 2);
-    // Its row absmaxes on a cluster ([2][kMaxSlices][kBlockM] in red_cluster) before the tables,
-    // then the same regions; only those floats and its scales more.
-    EXPECT_EQ(l.counts, l.red_cluster + em::red_cluster_floats(true) * 4);
-    EXPECT_EQ(l.scales, plain.scales + (em::red_cluster_floats(true) - em::red_cluster_floats(false)) * 4);
-    EXPECT_EQ(l.bytes, plain.bytes + (floats + em::red_cluster_floats(true) - em::red_cluster_floats(false)) * 4);
+    EXPECT_EQ(l.scales, plain.scales);             // the same regions before it
+    EXPECT_EQ(l.bytes, plain.bytes + floats * 4);  // and only its floats more
     EXPECT_LE(l.scales + floats * 4 + 1024, l.bytes);
+    // On a cluster its row absmaxes ([2][kMaxSlices][kBlockM] in red_cluster) before the tables:
+    // those floats more.
+    const em::SmemLayout c = em::smem_layout(E, slots, hc, floats, /*row_absmax=*/true);
+    EXPECT_EQ(c.counts, c.red_cluster + em::red_cluster_floats(true) * 4);
+    EXPECT_EQ(c.bytes, l.bytes + (em::red_cluster_floats(true) - em::red_cluster_floats(false)) * 4);
+    EXPECT_EQ(c.scales % 4, 0);
   }
   }
   EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, hc, em::channel_scale_floats(2048)).bytes, em::kSmemLimit);
   // The cluster form: qwen3-235b TP8 (N = 192, K = 4096, E = 128) fits with the largest slot table.
-  EXPECT_LE(em::smem_layout(128, em::kMaxSlots, em::slice_shape(192, true).h_chunks, em::channel_scale_floats(4096)).bytes,
+  EXPECT_LE(em::smem_layout(128, em::kMaxSlots, em::slice_shape(192, true).h_chunks, em::channel_scale_floats(4096), true)
+                .bytes,
             em::kSmemLimit);
 }
 

@@ -884,14 +884,22 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);  // fp8: by its own switch
-  // fp8_per_channel on its one-CTA form from its own slot floor (48: M = 8 at k = 8), by its switch;
-  // never on the cluster form (qwen3-235b TP8, N = 192), which declines it.
+  // fp8_per_channel on its one-CTA form from its own slot floor (48: M = 8 at k = 8), by its switch,
+  // and on the cluster form from 32 slots (qwen3-235b TP8, N = 192: M = 4; deepseek-v3 TP8, N = 256)
+  // to 2048, whatever the round count.
   const MoeProblem channel = preset("qwen3-30b-a3b", 64, 8, Scheme::kFp8PerChannel);
   EXPECT_EQ(choose_paths(channel, in).expert_mlp, detail::kRouterTable.expert_mlp_channel_in_auto);
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8, Scheme::kFp8PerChannel), in).expert_mlp,
             detail::kRouterTable.expert_mlp_channel_in_auto);
   EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 4, 8, Scheme::kFp8PerChannel), in).expert_mlp);  // 32 slots
-  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 64, 8, Scheme::kFp8PerChannel), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("qwen3-235b-a22b", 64, 8, Scheme::kFp8PerChannel), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_channel_in_auto);
+  EXPECT_EQ(choose_paths(preset("qwen3-235b-a22b", 4, 8, Scheme::kFp8PerChannel), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_channel_in_auto);
+  EXPECT_EQ(choose_paths(preset("deepseek-v3", 256, 8, Scheme::kFp8PerChannel), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_channel_in_auto);
+  EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 2, 8, Scheme::kFp8PerChannel), in).expert_mlp);  // 16 slots
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 512, 8, Scheme::kFp8PerChannel), in).expert_mlp);    // 4096 slots
   in.expert_mlp_in_auto = false;
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
   in.forced = "expert_mlp";

@@ -73,7 +73,7 @@ struct SmemLayout {
   int red;         // float [4]: the consumer warps' h absmaxes (fp8, a unit's dynamic scale)
   int cluster_bar; // uint64 [3] (S > 1): h_full, amax (expect_tx + the peers' st.async bytes), h_empty (every rank)
   int red_cluster; // float [2][kMaxSlices] (S > 1): each rank's h absmax, by unit parity; fp8_per_channel
-                   // [2][kMaxSlices][kBlockM]: each rank's row absmaxes (red_cluster_floats)
+                   // on a cluster [2][kMaxSlices][kBlockM]: each rank's row absmaxes (red_cluster_floats)
   int counts;      // int [E + 1]: slots an expert, then (in place) row offsets
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
@@ -87,14 +87,16 @@ constexpr int channel_scale_floats(int hidden_size) {
   return 2 * kN + (hidden_size + kOutTile - 1) / kOutTile * kOutTile;
 }
 
-// red_cluster's floats: a unit's h absmax a rank, or (fp8_per_channel: scale_floats > 0) a row's a
-// rank, by unit parity.
+// red_cluster's floats: a unit's h absmax a rank, or (fp8_per_channel on a cluster) a row's a rank,
+// by unit parity.
 constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_row ? kBlockM : 1); }
 
 // h_chunks: h's 128-byte column chunks (ceil(S kN x element bytes / 128)).
 // scale_floats: fp8_per_channel's per-unit scales (the expert's w13 scales of kN gate and kN up
 // columns, then its w2 scales of K output columns, padded to whole 256-column tiles); 0 otherwise.
-constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0) {
+// row_absmax: fp8_per_channel on a cluster (red_cluster a row's absmax a rank).
+constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0,
+                                 bool row_absmax = false) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
@@ -107,7 +109,7 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.red = l.warp_rows + 16;
   l.cluster_bar = l.red + 16;
   l.red_cluster = l.cluster_bar + 24;
-  l.counts = l.red_cluster + red_cluster_floats(scale_floats > 0) * 4;
+  l.counts = l.red_cluster + red_cluster_floats(row_absmax) * 4;
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
   l.scales = l.slot_e + ((slots * 2 + 15) / 16) * 16;

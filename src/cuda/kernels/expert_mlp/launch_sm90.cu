@@ -51,7 +51,8 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
   const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks, scale_floats)
+  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks, scale_floats,
+                  channel && sh.slices > 1)
           .bytes > kSmemLimit)
     return fail(channel ? "the routing tables and the per-channel scales do not fit in shared memory"
                         : "the routing tables do not fit in shared memory");
@@ -185,7 +186,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
   kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks,
-                        channel ? channel_scale_floats(static_cast<int>(K)) : 0);
+                        channel ? channel_scale_floats(static_cast<int>(K)) : 0, channel && sh.slices > 1);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a
