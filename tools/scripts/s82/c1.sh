@@ -6,7 +6,8 @@
 #   1. build; Sm90Quant.* (the new PerTensorCooperativeMatchesCpuBitwise), the per-expert MLP
 #      kernel's fp8 tests (QuantOneCtaGivesTheSameBits: the one-CTA kernel's bits against the
 #      cooperative launch's), the fused-experts fp8 per-tensor combos (every path's chain);
-#   2. A/B MOEKIT_QUANT_COOP=0 -> default, auto, fp8_per_tensor, qwen3-30b and qwen3-235b TP8 (the per-expert MLP chains).
+#   2. A/B MOEKIT_QUANT_COOP=0 -> default, auto, fp8_per_tensor, qwen3-30b and qwen3-235b TP8 (the per-expert MLP
+#      chains) and mixtral TP8 (token-major routing in GEMM1: the launch after its memset).
 #   carry [".deps"]; tools/scripts/stamp_tree.sh first.
 set -u
 LIMIT=${LIMIT:-190}
@@ -15,5 +16,5 @@ build_tree || exit 1
 echo "built (left $(left)s)"
 run_tests "Sm90Quant.*:Sm90ExpertMlp.QuantOneCtaGivesTheSameBits:Sm90ExpertMlp.Fp8PerTensorMatchesReference:*AllCombosFp8PerTensor*:*TileBoundaryMFp8PerTensor*" 45
 REPS=2 AB_SECONDS=$(( $(left) - 10 )) ab coop "env MOEKIT_QUANT_COOP=0 $BB" "$BB" --backend cuda --tp 8 --no-baseline \
-  --no-host-time --check --preset qwen3-30b-a3b,qwen3-235b-a22b --tokens 32,64,256 --scheme fp8_per_tensor
+  --no-host-time --check --preset qwen3-30b-a3b,qwen3-235b-a22b,mixtral-8x7b --tokens 16,64,256 --scheme fp8_per_tensor
 finish
