@@ -408,6 +408,16 @@ struct ExpertMlp {
     }
   }
 
+  // On a cluster, before a unit's h is pushed: every rank's GEMM2 of the previous unit is past its
+  // reads of h (h_empty), and this unit's phase of h_full expects the peers' slices as bytes (their
+  // pushes may land first). Nothing on one CTA.
+  static __device__ __forceinline__ void h_push_begin(const Smem& s, const Slice& sl, int warp, int lane, int j) {
+    if constexpr (kCluster) {
+      if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
+      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
+    }
+  }
+
   // The unit's h slice into GEMM2's A tiles (this CTA's and, on a cluster, the peers') for one
   // activation kind; returns the scale h was divided by (fp8: the static intermediate scale or
   // dynamic_scale of the unit's absmax; else 1). The activation runs once (act_half, both halves);
@@ -447,11 +457,7 @@ struct ExpertMlp {
         s_h = numerics::dynamic_scale(amax);
       }
     }
-    if constexpr (kCluster) {
-      if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
-      // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
-      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
-    }
+    h_push_begin(s, sl, warp, lane, j);
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
@@ -503,11 +509,7 @@ struct ExpertMlp {
     }
     s_h[0] = numerics::dynamic_scale(amax0);
     s_h[1] = numerics::dynamic_scale(amax1);
-    if constexpr (kCluster) {
-      if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
-      // This unit's phase of h_full: the peers' slices, as bytes (their pushes may land first).
-      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
-    }
+    h_push_begin(s, sl, warp, lane, j);
     const float inv0 = 1.0f / s_h[0], inv1 = 1.0f / s_h[1];
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
@@ -946,23 +948,11 @@ auto* raised_kernel() {
   return kernel;
 }
 
-template <Operand kOp, bool kTimed>
+template <Operand kOp, bool kTimed, bool kChannel>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code).
-  auto* kernel = kp.slices > 1 ? raised_kernel<kOp, true, kTimed>() : raised_kernel<kOp, false, kTimed>();
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
-                                                 static_cast<std::size_t>(kp.smem.bytes),
-                                                 static_cast<cudaStream_t>(stream), kp.slices, attrs);
-  add_pdl_attribute(cfg, attrs, pdl);
-  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
-}
-
-template <bool kTimed>
-void run_expert_mlp_channel_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  // The cluster form exactly where S > 1, as run_expert_mlp_sm90.
-  auto* kernel = kp.slices > 1 ? raised_kernel<Operand::kE4m3, true, kTimed, true>()
-                               : raised_kernel<Operand::kE4m3, false, kTimed, true>();
+  auto* kernel = kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>()
+                               : raised_kernel<kOp, false, kTimed, kChannel>();
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),

@@ -198,8 +198,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
   if (channel) {
-    if (timed) expert_mlp::run_expert_mlp_channel_sm90<true>(kp, grid, stream, a.pdl);
-    else expert_mlp::run_expert_mlp_channel_sm90<false>(kp, grid, stream, a.pdl);
+    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true, true>(kp, grid, stream, a.pdl);
+    else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false, true>(kp, grid, stream, a.pdl);
   } else if (fp8) {
     if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream, a.pdl);
     else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream, a.pdl);

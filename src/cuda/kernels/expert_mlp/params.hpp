@@ -82,13 +82,11 @@ enum PhaseWord : int {
   kPhaseWords = 16
 };
 
-// Launches the instantiation on `stream` with `grid` persistent CTAs (kTimed: with the phase timer),
-// as the programmatic dependent of the kernel before it when `pdl`.
-template <Operand kOp, bool kTimed>
+// Launches the instantiation on `stream` with `grid` persistent CTAs (the cluster form where
+// kp.slices > 1; kTimed: with the phase timer; kChannel: fp8_per_channel, e4m3 only), as the
+// programmatic dependent of the kernel before it when `pdl`.
+template <Operand kOp, bool kTimed, bool kChannel = false>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
-// The fp8_per_channel instantiations (e4m3; the cluster form where kp.slices > 1).
-template <bool kTimed>
-void run_expert_mlp_channel_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 // Clusters of `slices` CTAs of the untimed instantiation resident at once on the current device at
 // the largest shared memory (cudaOccupancyMaxActiveClusters); 0 where the query fails.

@@ -14,8 +14,8 @@ template int max_active_clusters_sm90<Operand::kE4m3>(int);
 template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
 template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_channel_sm90<false>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_channel_sm90<true>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kE4m3, false, true>(const KernelParams&, int, void*, bool);
+template void run_expert_mlp_sm90<Operand::kE4m3, true, true>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. The one-CTA and
 // the cluster form (kCluster), each untimed and timed.
