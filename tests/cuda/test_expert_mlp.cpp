@@ -54,6 +54,22 @@ void check_case(const CaseSpec& s, std::int64_t M, const std::string& what) {
   run_checked(d, c, M, what);
 }
 
+// One fp8_per_channel case a variant of a base shape: `set` edits the spec, run at M tokens.
+struct ChannelVariant {
+  const char* what;
+  void (*set)(CaseSpec&);
+  std::int64_t M;
+};
+void check_channel_variants(CaseSpec (*base)(std::int64_t, std::uint64_t), const std::vector<ChannelVariant>& variants,
+                            std::uint64_t seed) {
+  for (const ChannelVariant& v : variants) {
+    CaseSpec s = base(v.M, ++seed);
+    s.scheme = Scheme::kFp8PerChannel;
+    v.set(s);
+    check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
+  }
+}
+
 // Output values whose bits differ between two runs of the same call.
 std::int64_t values_differing(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -273,12 +289,9 @@ TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
     for (std::int64_t M : {1, 3, 16, 64, 65, 256})
       run_checked(d, c, M, "fp8_per_channel M=" + std::to_string(M));
   }
-  struct Variant {
-    const char* what;
-    void (*set)(CaseSpec&);
-    std::int64_t M;
-  };
-  const Variant variants[] = {
+  check_channel_variants(
+      qwen30_tp8,
+      {
       {"all to one expert", [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; s.hot_expert = 3; }, 150},
       {"skewed", [](CaseSpec& s) { s.pattern = RoutingPattern::kSkewed; }, 40},
       {"k = E = 7, K = 384", [](CaseSpec& s) { s.E = 7; s.k = 7; s.K = 384; }, 9},
@@ -286,14 +299,8 @@ TEST(Sm90ExpertMlp, Fp8PerChannelMatchesReference) {
       {"router weight on the input, fp16", [](CaseSpec& s) { s.weight_on_input = true; s.act_dtype = DType::kFp16; }, 48},
       {"gelu", [](CaseSpec& s) { s.activation.kind = Activation::kGelu; }, 20},
       {"N = 48", [](CaseSpec& s) { s.N = 48; }, 32},
-  };
-  std::uint64_t seed = 42;
-  for (const Variant& v : variants) {
-    CaseSpec s = qwen30_tp8(v.M, ++seed);
-    s.scheme = Scheme::kFp8PerChannel;
-    v.set(s);
-    check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
-  }
+      },
+      42);
 }
 
 // The cluster form (N > 96: a unit on ceil(N / 96) CTAs, each a 96-column slice of h pushed into
@@ -403,25 +410,16 @@ TEST(Sm90ExpertMlp, ClusterSlicesFp8PerChannelMatchReference) {
     DeviceCase d(c);
     for (std::int64_t M : {1, 64}) run_checked(d, c, M, "deepseek-v3 TP8 fp8_per_channel M=" + std::to_string(M));
   }
-  struct Variant {
-    const char* what;
-    void (*set)(CaseSpec&);
-    std::int64_t M;
-  };
-  const Variant variants[] = {
+  check_channel_variants(
+      qwen235_tp8,
+      {
       {"N = 352, k = E = 7, K = 384", [](CaseSpec& s) { s.N = 352; s.E = 7; s.k = 7; s.K = 384; }, 37},
       {"N = 192, all to one expert", [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; s.hot_expert = 9; }, 150},
       {"N = 192, expert_map with -1, fp16, weight on input",
        [](CaseSpec& s) { s.expert_map = true; s.E = 64; s.act_dtype = DType::kFp16; s.weight_on_input = true; }, 24},
       {"N = 160, gelu", [](CaseSpec& s) { s.N = 160; s.activation.kind = Activation::kGelu; }, 20},
-  };
-  std::uint64_t seed = 62;
-  for (const Variant& v : variants) {
-    CaseSpec s = qwen235_tp8(v.M, ++seed);
-    s.scheme = Scheme::kFp8PerChannel;
-    v.set(s);
-    check_case(s, v.M, std::string("fp8_per_channel, ") + v.what);
-  }
+      },
+      62);
 }
 
 TEST(Sm90ExpertMlp, ClusterSlicesSameBitsAsTheTokenMajorChain) {
