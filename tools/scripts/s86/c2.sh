@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Not run: session 65 got no machine for it; s87 answered the question with an A/B instead.)
 # Session 65: does GEMM2's per-tile bias load set gpt-oss fp8's Swap-AB GEMM2 time? (K = 360: a
 # tile's main loop is two wide stages, shorter than a global load under the weight stream, and the
 # epilogue waits for the bias; stall sampling: the bias's conversion 7.7 % of samples.) Kernel
