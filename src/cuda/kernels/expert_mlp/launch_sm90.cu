@@ -25,6 +25,9 @@ thread_local int launches = 0;
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};  // the phase timer (tests only)
 std::atomic<int> g_phase_ctas{0};
 
+// The schemes the kernel runs on e4m3 weights (its e4m3 instantiations).
+bool fp8_scheme(Scheme s) { return s == Scheme::kFp8PerTensor || s == Scheme::kFp8PerChannel; }
+
 }  // namespace
 
 // Whether the kernel can run `p`; where not, the reason goes to `why` when given (a call that
@@ -36,7 +39,7 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
     return false;
   };
   const bool channel = p.scheme == Scheme::kFp8PerChannel;
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || channel;
+  const bool fp8 = fp8_scheme(p.scheme);
   if (p.scheme != Scheme::kBf16 && !fp8) return fail("bf16, fp8_per_tensor or fp8_per_channel scheme only");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
@@ -105,7 +108,7 @@ int expert_mlp_max_clusters(int slices, bool fp8, DType act) {
 }  // namespace
 
 void expert_mlp_check_launchable(const MoeProblem& p) {
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kFp8PerChannel;
+  const bool fp8 = fp8_scheme(p.scheme);
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
@@ -114,7 +117,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
 
 int expert_mlp_resident_clusters(const MoeProblem& p) noexcept {
   try {
-    const bool fp8 = p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kFp8PerChannel;
+    const bool fp8 = fp8_scheme(p.scheme);
     const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
     if (sh.slices < 2 || sh.slices > expert_mlp::kMaxSlices) return 0;
     return expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);
@@ -146,7 +149,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
   const bool channel = p.scheme == Scheme::kFp8PerChannel;
-  const bool fp8 = p.scheme == Scheme::kFp8PerTensor || channel;
+  const bool fp8 = fp8_scheme(p.scheme);
   KernelParams kp{};
   // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
   gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
