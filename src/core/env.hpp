@@ -44,6 +44,7 @@ enum class EnvVar : int {
   kGemvWarpRoute,      // MOEKIT_GEMV_WARP_ROUTE
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
+  kSwapabDirect,       // MOEKIT_SWAPAB_DIRECT
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)
   kTokmajorCluster,    // MOEKIT_TOKMAJOR_CLUSTER
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE

@@ -52,6 +52,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kGemvWarpRoute, "MOEKIT_GEMV_WARP_ROUTE"},
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
+      {EnvVar::kSwapabDirect, "MOEKIT_SWAPAB_DIRECT"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},
       {EnvVar::kTokmajorCluster, "MOEKIT_TOKMAJOR_CLUSTER"},
       {EnvVar::kTokmajorSchedule, "MOEKIT_TOKMAJOR_SCHEDULE"},

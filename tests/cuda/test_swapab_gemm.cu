@@ -507,6 +507,73 @@ TEST(Sm90SwapAbGemm, Gemm2TwoCtasAnSmBitwiseEqualToOne) {
   }
 }
 
+// GEMM2's direct epilogue (the default at split 1; MOEKIT_SWAPAB_DIRECT=0 keeps the staged one):
+// each consumer thread stores its own accumulators with the staged epilogue's arithmetic in its
+// order, so the output matches the reference and is bitwise the staged output: per tensor (8-byte
+// rows with bf16 biases, TMA rows), per channel, block128, bf16 and fp16 activations; router
+// weights by slot, in sorted order and on the input; ragged experts (token widths 8..64, items
+// walked in both buffer parities) and decode-sized ones (wide stages); several tiles per item; one
+// and two CTAs an SM; a NaN in one token row stays in its rows; graph replay. A bad value of the
+// switch is an error naming it.
+TEST(Sm90SwapAbGemm, Gemm2DirectEpilogueBitwiseEqualToStaged) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<int> decode_rows = {0, 1, 5, 16, 3, 0, 16, 8, 2};
+  int seed = 140;
+  std::vector<Case> cases;
+  for (bool decode : {false, true}) {
+    for (Case c : {gemm2(Scheme::kFp8PerTensor, 360, 2880), gemm2(Scheme::kBf16, 128, 2048), gemm2(Scheme::kFp8PerTensor, 384, 2880),
+                   gemm2(Scheme::kFp8PerChannel, 256, 1024), gemm2(Scheme::kFp8Block128, 256, 1024), gemm2(Scheme::kBf16, 36, 512)}) {
+      if (decode) c.rows = decode_rows;
+      c.split_k = 1;
+      c.seed = ++seed;
+      c.bias = seed % 2 == 0;
+      c.bias_dtype = DType::kBf16;
+      c.weights = seed % 3;
+      if (c.N == 36) c.act_dtype = DType::kFp16;
+      if (c.N == 128) c.tiles_per_item = decode ? 3 : 4;
+      cases.push_back(c);
+    }
+  }
+  Case c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
+  c.split_k = 1;
+  c.tiles_per_item = 3;
+  c.weight_on_input = true;
+  c.nan_a_row = 2;
+  c.bias = true;
+  c.seed = ++seed;
+  cases.push_back(c);
+  c = gemm2(Scheme::kBf16, 100, 256);
+  c.split_k = 1;
+  c.bias = true;
+  c.graph_replay = true;
+  c.seed = ++seed;
+  cases.push_back(c);
+  for (const Case& k : cases) {
+    for (const char* ctas : {"1", "2"}) {
+      moekit::testing::ScopedEnv two("MOEKIT_SWAPAB_GEMM2_CTAS", ctas);
+      std::vector<float> direct;
+      run_case(k, &direct);
+      expect_same_bits(direct, run_with_env(k, "MOEKIT_SWAPAB_DIRECT", "0"),
+                       k.describe() + " (CTAs an SM " + ctas + "): the direct epilogue differs bitwise from the staged one");
+    }
+  }
+  c = gemm2(Scheme::kFp8PerTensor, 360, 2880);
+  c.rows = decode_rows;
+  c.seed = ++seed;
+  moekit::testing::run_gemm_case(c, [&](const GroupedGemmParams& p, cudaStream_t stream) {
+    {
+      moekit::testing::ScopedEnv bad("MOEKIT_SWAPAB_DIRECT", "yes");
+      try {
+        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
+        ADD_FAILURE() << "MOEKIT_SWAPAB_DIRECT=yes launched";
+      } catch (const moekit::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("MOEKIT_SWAPAB_DIRECT"), std::string::npos) << e.what();
+      }
+    }
+    moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
+  });
+}
+
 TEST(Sm90SwapAbGemm, DeclinesUnalignedPitch) {
   // GEMM1 reads w13 through TMA: rows of K = 360 fp8 bytes are not a multiple of 16 (TMA's
   // stride rule). GEMM2 takes rows of 8 bytes (above) but not of 4, and not fp8_block128.

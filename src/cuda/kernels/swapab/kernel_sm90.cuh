@@ -264,8 +264,8 @@ struct SwapAb {
   template <int W, int kB>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
-                                                      std::uint32_t& phase, int& round, float a_scale0,
-                                                      float& hmax) {
+                                                      std::uint32_t& phase, int& round, int item_no,
+                                                      float a_scale0, float& hmax) {
     const int t = threadIdx.x - kProducerThreads;  // 0..127
     const int warp = t >> 5, lane = t & 31;
     int ks_begin, ks_end;
@@ -502,6 +502,51 @@ struct SwapAb {
         }
       }
 
+      if constexpr (!kGateUp) {
+        if (p.direct_epilogue) {
+          // GEMM2's direct epilogue (params.hpp; split 1): the item's token values go to shared
+          // memory once, at its first tile, double-buffered by item parity (a warp writes buffer
+          // b for item n + 2 only after item n + 1's barrier, which every warp reaches after its
+          // reads of item n); then each thread stores its own accumulators, with the staged
+          // epilogue's arithmetic in its order (the same bits), and no barrier a tile.
+          const int ibuf = item_no & 1;
+          if (tile == it.tile) {
+            if (t < kMaxTokens) {
+              s.tok_slot[ibuf * kMaxTokens + t] = slot;
+              s.tok_weight[ibuf * kMaxTokens + t] = tw;
+              s.tok_scale[ibuf * kMaxTokens + t] = ts;
+            }
+            sm90::named_barrier_sync(1, kConsumerThreads);
+          }
+          const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+          const std::int64_t n0 = static_cast<std::int64_t>(tile) * kTileRows;
+          const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
+          float* const out = static_cast<float*>(p.out);
+#pragma unroll
+          for (int j = 0; j < W / 8; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int col = 8 * j + 2 * (lane & 3) + c;  // token of the item
+              if (col >= it.count) continue;
+              const float tweight = s.tok_weight[ibuf * kMaxTokens + col];
+              const float tscale = s.tok_scale[ibuf * kMaxTokens + col];
+              float* const orow = out + static_cast<std::int64_t>(s.tok_slot[ibuf * kMaxTokens + col]) * p.n_out + n0;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int rloc = warp * 16 + (lane >> 2) + 8 * h;
+                if (rloc >= valid_rows) continue;
+                float v0 = acc0[4 * j + 2 * h + c];
+                if (scaled) v0 = v0 * tscale * bsc[0][h];
+                v0 += bia[0][h];
+                if (!p.weight_on_input) v0 *= tweight;
+                orow[rloc] = v0;
+              }
+            }
+          }
+          continue;
+        }
+      }
+
       // Publish the token values to the warpgroup (double-buffered by item parity: a warp writes
       // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
       // after finishing item i). The same barrier orders the out_stage writes below after every
@@ -589,6 +634,7 @@ struct SwapAb {
     int stage = 0;
     std::uint32_t phase = 0;
     int round = 0;
+    int item_no = 0;  // items this CTA walked (the direct epilogue's buffer parity)
     // Per tensor: the activation scale, once per CTA.
     const float a_scale0 = p.scale_mode == kScalePerTensor ? p.a_scale[0] : 1.0f;
     // out_absmax: |h| of every value this thread stores, over all its items (one atomic per warp
@@ -600,16 +646,17 @@ struct SwapAb {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       if constexpr (kB == kWideKBlocks) {  // items of at most kWideMaxTokens tokens
-        if (it.count <= 8) consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
-        else consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax);
+        if (it.count <= 8) consume_item<8, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax);
+        else consume_item<16, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax);
       } else {
         switch (token_width(it.count)) {
-          case 8: consume_item<8, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-          case 16: consume_item<16, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-          case 32: consume_item<32, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
-          default: consume_item<64, kB>(p, s, it, stage, phase, round, a_scale0, hmax); break;
+          case 8: consume_item<8, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax); break;
+          case 16: consume_item<16, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax); break;
+          case 32: consume_item<32, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax); break;
+          default: consume_item<64, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax); break;
         }
       }
+      ++item_no;
     }
     // Every consumer thread walks the same items, so its warps leave the loop together.
     if constexpr (kAbsmax) {

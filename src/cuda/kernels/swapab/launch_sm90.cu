@@ -56,6 +56,16 @@ bool gemm2_two_ctas(int num_k_stages) {
   return num_k_stages <= kTwoCtasMaxKStages;
 }
 
+// GEMM2's direct epilogue (params.hpp direct_epilogue) at split 1; MOEKIT_SWAPAB_DIRECT=0 keeps the
+// staged one (A/Bs, the test that compares the two bit for bit); read at every launch; a value
+// other than 0 or 1 is an error.
+bool direct_epilogue_enabled() {
+  const char* v = detail::env_value(detail::EnvVar::kSwapabDirect);
+  if (v == nullptr || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  throw Error(Status::kInvalidArgument, std::string("MOEKIT_SWAPAB_DIRECT = '") + v + "', expected 0 or 1");
+}
+
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
@@ -150,6 +160,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
   kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks, smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
+  kp.direct_epilogue = !gate_up && split == 1 && direct_epilogue_enabled();
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).

@@ -35,6 +35,11 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // swizzled tiles (tmap_b is not encoded), and the token rows in 8-byte halves. Null otherwise.
   const std::uint8_t* b_rows8;
   std::int64_t b_row_bytes;  // k_dim * element bytes, where b_rows8 is set
+  // GEMM2 at split 1: each consumer thread stores its own accumulators (scaled, biased, weighted)
+  // straight to y, with no shared-memory staging and no CTA barrier a tile (the token values go to
+  // shared memory once an item). The same bits as the staged epilogue. MOEKIT_SWAPAB_DIRECT=0 keeps
+  // the staged one (launch_sm90.cu).
+  bool direct_epilogue;
 };
 
 // The row pitch (k_dim x element bytes) Swap-AB needs a multiple of: 8 where its 8-byte-row
