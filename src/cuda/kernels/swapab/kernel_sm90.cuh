@@ -261,6 +261,26 @@ struct SwapAb {
   }
 
   // ---- consumer warpgroup: wgmma main loop over K, split-K reduction, epilogue ----
+  // The item's token values for the epilogue (thread t < 64 holds token t's) into buffer `buf`
+  // of the warpgroup's double buffer; a CTA barrier publishes them.
+  static __device__ __forceinline__ void publish_tokens(const Smem& s, int buf, int t, int slot, float tw, float ts) {
+    if (t < kMaxTokens) {
+      s.tok_slot[buf * kMaxTokens + t] = slot;
+      s.tok_weight[buf * kMaxTokens + t] = tw;
+      s.tok_scale[buf * kMaxTokens + t] = ts;
+    }
+  }
+  // GEMM2's value of y from an accumulator: the scales (per tensor / per channel), then the bias,
+  // then the router weight on the output. Both epilogues (staged and direct) call it: the same
+  // operations in the same order, the same bits.
+  static __device__ __forceinline__ float y_value(const KernelParams& p, bool scaled, float acc, float tscale,
+                                                  float bscale, float bias, float tweight) {
+    if (scaled) acc = acc * tscale * bscale;
+    acc += bias;
+    if (!p.weight_on_input) acc *= tweight;
+    return acc;
+  }
+
   template <int W, int kB>
   static __device__ __forceinline__ void consume_item(const KernelParams& p, const Smem& s,
                                                       const Item& it, int& stage,
@@ -511,11 +531,7 @@ struct SwapAb {
           // epilogue's arithmetic in its order (the same bits), and no barrier a tile.
           const int ibuf = item_no & 1;
           if (tile == it.tile) {
-            if (t < kMaxTokens) {
-              s.tok_slot[ibuf * kMaxTokens + t] = slot;
-              s.tok_weight[ibuf * kMaxTokens + t] = tw;
-              s.tok_scale[ibuf * kMaxTokens + t] = ts;
-            }
+            publish_tokens(s, ibuf, t, slot, tw, ts);
             sm90::named_barrier_sync(1, kConsumerThreads);
           }
           const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
@@ -535,11 +551,7 @@ struct SwapAb {
               for (int h = 0; h < 2; ++h) {
                 const int rloc = warp * 16 + (lane >> 2) + 8 * h;
                 if (rloc >= valid_rows) continue;
-                float v0 = acc0[4 * j + 2 * h + c];
-                if (scaled) v0 = v0 * tscale * bsc[0][h];
-                v0 += bia[0][h];
-                if (!p.weight_on_input) v0 *= tweight;
-                orow[rloc] = v0;
+                orow[rloc] = y_value(p, scaled, acc0[4 * j + 2 * h + c], tscale, bsc[0][h], bia[0][h], tweight);
               }
             }
           }
@@ -551,11 +563,7 @@ struct SwapAb {
       // buffer b for item i+2 only after the first barrier of item i+1, which every warp reaches
       // after finishing item i). The same barrier orders the out_stage writes below after every
       // warp's reads of the previous item.
-      if (t < kMaxTokens) {
-        s.tok_slot[buf * kMaxTokens + t] = slot;
-        s.tok_weight[buf * kMaxTokens + t] = tw;
-        s.tok_scale[buf * kMaxTokens + t] = ts;
-      }
+      publish_tokens(s, buf, t, slot, tw, ts);
       sm90::named_barrier_sync(1, kConsumerThreads);
 
       // Epilogue phase 1, in registers: scales, router weight, bias, for the row groups this CTA
@@ -577,18 +585,16 @@ struct SwapAb {
             if ((2 * warp + h) / groups_per_rank != s.rank) continue;
             const int rloc = warp * 16 + (lane >> 2) + 8 * h;
             const int i = 4 * j + 2 * h + c;
-            float v0 = acc0[i];
-            if (scaled) v0 = v0 * tscale * bsc[0][h];
             if (kGateUp) {
+              float v0 = acc0[i];
+              if (scaled) v0 = v0 * tscale * bsc[0][h];
               float v1 = acc1[i];
               if (scaled) v1 = v1 * tscale * bsc[1][h];
               if (p.weight_on_input) { v0 *= tweight; v1 *= tweight; }
               so0[col * kOutStride + rloc] = v0 + bia[0][h];
               so1[col * kOutStride + rloc] = v1 + bia[1][h];
             } else {
-              v0 += bia[0][h];
-              if (!p.weight_on_input) v0 *= tweight;
-              so0[col * kOutStride + rloc] = v0;
+              so0[col * kOutStride + rloc] = y_value(p, scaled, acc0[i], tscale, bsc[0][h], bia[0][h], tweight);
             }
           }
         }

@@ -57,8 +57,8 @@ bool gemm2_two_ctas(int num_k_stages) {
 }
 
 // GEMM2's direct epilogue (params.hpp direct_epilogue) at split 1; MOEKIT_SWAPAB_DIRECT=0 keeps the
-// staged one (A/Bs, the test that compares the two bit for bit); read at every launch; a value
-// other than 0 or 1 is an error.
+// staged one (A/Bs, the test that compares the two bit for bit); read at every launch, GEMM1's and
+// split-K's too, where a value other than 0 or 1 is an error as well.
 bool direct_epilogue_enabled() {
   const char* v = detail::env_value(detail::EnvVar::kSwapabDirect);
   if (v == nullptr || std::strcmp(v, "1") == 0) return true;
@@ -119,6 +119,8 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
        << swapab::kMaxTilesPerItem;
     throw Error(Status::kInvalidArgument, os.str());
   }
+  // Checked on every launch, where it applies or not (a bad value is an error everywhere).
+  const bool direct_on = direct_epilogue_enabled();
   if (p.max_rows == 0) return;
   std::string why;
   if (!can_implement_swapab_sm90(p, &why)) throw Error(Status::kNotSupported, why);
@@ -160,7 +162,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
   kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks, smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
-  kp.direct_epilogue = !gate_up && split == 1 && direct_epilogue_enabled();
+  kp.direct_epilogue = !gate_up && split == 1 && direct_on;
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
