@@ -4,6 +4,7 @@
 #   source tools/scripts/device_call.sh     # LIMIT (seconds, default 585) before sourcing
 #   start_main_build                        # main's moekit-bench from .ab/mid, in the background
 #   build_tree || exit 1                    # this tree: gpu_check.sh's configure and build
+#   build_bench || exit 1                   # this tree's moekit-bench alone (calls that only time)
 #   run_tests FILTER [SECONDS]              # the GPU tests, their summary and failures
 #   ab NAME "A prefix" "B prefix" ARGS...   # ab_bench.sh into $O/ab-NAME, its summary rows
 #   sanitize TOOL FILTER [SECONDS]          # compute-sanitizer TOOL on the GPU tests FILTER, its summary
@@ -29,6 +30,13 @@ build_tree() {
   MOEKIT_STEPS=configure,build bash tools/scripts/gpu_check.sh "$O/b" >"$O/build.txt" 2>&1
   tail -n 1 "$O/build.txt"
   [ -x "$BB" ] || { echo "no build"; finish; return 1; }
+}
+
+build_bench() {  # moekit-bench alone, no tests: sets BB to it
+  cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=OFF \
+    -DMOEKIT_GTEST_SOURCE_DIR=$PWD/.deps/googletest >"$O/configure.log" 2>&1 &&
+    cmake --build build/bench --target moekit-bench -j 16 >"$O/build.log" 2>&1 || { tail -30 "$O/build.log"; return 1; }
+  BB=build/bench/tools/bench/moekit-bench
 }
 
 run_tests() {  # gtest filter, time limit

@@ -5,20 +5,9 @@
 # only; A/B auto -> split 2 (and 4 at M = 16, 32); GEMM1's kernel time both ways at M = 16 / 64.
 set -u
 LIMIT=${LIMIT:-420}
-T0=$(date +%s); left() { echo $((LIMIT - ($(date +%s) - T0))); }
-O=$OUT; mkdir -p "$O"
-nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee "$O/gpu.txt"
-cmake -S . -B build/s93 -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=OFF \
-  -DMOEKIT_GTEST_SOURCE_DIR=$PWD/.deps/googletest >"$O/configure.log" 2>&1
-cmake --build build/s93 --target moekit-bench -j 16 >"$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-BB=build/s93/tools/bench/moekit-bench
+source tools/scripts/device_call.sh
+build_bench || exit 1
 echo "built (left $(left)s)"
-ab() {
-  local n=$1 a=$2 b=$3; shift 3
-  echo "== $n (left $(left)s)"
-  timeout "${AB_SECONDS:-120}" bash tools/scripts/ab_bench.sh "$O/ab-$n" 2 "$a" "$b" "$@" 2>&1 |
-    grep -E "^\| (qwen|deep|mix|gpt|TP|scheme)|failed" | head -n 16
-}
 AB_SECONDS=120 ab split2 "$BB" "env MOEKIT_SWAPAB_GEMM1_SPLIT=2 $BB" --backend cuda --tp 8 --no-baseline --no-host-time \
   --check --preset gpt-oss-120b --tokens 16,32,64,128,256 --scheme fp8_per_tensor,bf16
 AB_SECONDS=50 ab split4 "$BB" "env MOEKIT_SWAPAB_GEMM1_SPLIT=4 $BB" --backend cuda --tp 8 --no-baseline --no-host-time \
@@ -32,4 +21,4 @@ for m in 16 64; do for v in 1 2; do
     --iters 1 --no-baseline --no-host-time >"$O/ncu-m$m-split$v.txt" 2>&1
   echo "ncu M=$m split=$v: $(grep -A8 'swapab_sm90_kernel<[A-Za-z0-9]*, 1, 0>' "$O/ncu-m$m-split$v.txt" | grep -E 'gpu__time' | awk '{print $NF}') us (left $(left)s)"
 done; done
-echo "done (left $(left)s)"
+finish
