@@ -33,14 +33,18 @@ inline constexpr int kSmemLimit = 227 * 1024;
 // instantiations' launch bounds ask for two CTAs).
 inline constexpr int kSmemLimitTwoCtas = 113 * 1024;
 // Wide stages: where no expert has more than kWideMaxTokens rows (decode; every CTA decides from
-// the same expert offsets), a stage spans kWideKBlocks 128-byte K blocks with token tiles of
+// the same expert offsets), a stage spans several 128-byte K blocks with token tiles of
 // kWideMaxTokens rows, so the consumer's per-stage work (barrier waits, descriptors, the release)
-// and the producer's are paid once per two blocks. Stage counts: GEMM1 5 x 36 KB, GEMM2 10 x 20 KB.
-// Not for fp8_block128 (a stage is one 128-wide scale group there).
-inline constexpr int kWideKBlocks = 2;
+// and the producer's are paid once per wide_kblocks blocks. GEMM1 two blocks a stage (5 x 36 KB);
+// GEMM2 three (its K is short at TP8: gpt-oss fp8's 360 bytes are one stage a tile, not two;
+// 6 x 30 KB on one CTA an SM, 3 on two). Not for fp8_block128 (a stage is one 128-wide scale group
+// there).
+inline constexpr int kWideKBlocksGateUp = 2;
+inline constexpr int kWideKBlocksScatter = 3;
 inline constexpr int kWideMaxTokens = 16;
 inline constexpr int kMaxStagesGateUpWide = 5;
-inline constexpr int kMaxStagesScatterWide = 10;
+inline constexpr int kMaxStagesScatterWide = 6;
+constexpr int wide_kblocks(bool gate_up) { return gate_up ? kWideKBlocksGateUp : kWideKBlocksScatter; }
 // The barriers sit at the start of the layout, in a region of their own for every stage count,
 // so that a CTA initializes them before it knows which layout its call takes.
 inline constexpr int kBarrierRegionBytes = 1024;
@@ -71,7 +75,7 @@ inline constexpr int kRecvBlockFloats = (kMaxTokens / 4) * 32;
 
 constexpr int planes(bool gate_up) { return gate_up ? 2 : 1; }
 // K blocks of 128 bytes a stage spans and the token rows of its token tiles.
-constexpr int token_rows(int kblocks) { return kblocks == kWideKBlocks ? kWideMaxTokens : kMaxTokens; }
+constexpr int token_rows(int kblocks) { return kblocks > 1 ? kWideMaxTokens : kMaxTokens; }
 constexpr int max_stages(bool gate_up, int kblocks = 1) {
   return kblocks == 1 ? (gate_up ? kMaxStagesGateUp : kMaxStagesScatter)
                       : (gate_up ? kMaxStagesGateUpWide : kMaxStagesScatterWide);
@@ -140,14 +144,14 @@ constexpr SmemLayout smem_layout(bool gate_up, int num_experts, int split, int k
 
 static_assert(smem_layout(true, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "GEMM1 layout exceeds 227 KB");
 static_assert(smem_layout(false, kMaxExperts, kMaxSplitK).bytes <= kSmemLimit, "GEMM2 layout exceeds 227 KB");
-static_assert(smem_layout(true, kMaxExperts, kMaxSplitK, kWideKBlocks).bytes <= kSmemLimit, "wide GEMM1 layout exceeds 227 KB");
-static_assert(smem_layout(false, kMaxExperts, kMaxSplitK, kWideKBlocks).bytes <= kSmemLimit, "wide GEMM2 layout exceeds 227 KB");
+static_assert(smem_layout(true, kMaxExperts, kMaxSplitK, kWideKBlocksGateUp).bytes <= kSmemLimit, "wide GEMM1 layout exceeds 227 KB");
+static_assert(smem_layout(false, kMaxExperts, kMaxSplitK, kWideKBlocksScatter).bytes <= kSmemLimit, "wide GEMM2 layout exceeds 227 KB");
 static_assert(smem_layout(false, kMaxExperts, 1, 1, kSmemLimitTwoCtas).bytes <= kSmemLimitTwoCtas &&
-                  smem_layout(false, kMaxExperts, 1, kWideKBlocks, kSmemLimitTwoCtas).bytes <= kSmemLimitTwoCtas,
+                  smem_layout(false, kMaxExperts, 1, kWideKBlocksScatter, kSmemLimitTwoCtas).bytes <= kSmemLimitTwoCtas,
               "GEMM2's two-CTA layouts exceed half an SM");
 static_assert(smem_layout(true, kMaxExperts, 1).stages == kMaxStagesGateUp, "GEMM1 lost a stage");
 static_assert(smem_layout(false, kMaxExperts, 1).stages == kMaxStagesScatter, "GEMM2 lost a stage");
-static_assert(smem_layout(true, kMaxExperts, 1, kWideKBlocks).stages == kMaxStagesGateUpWide, "wide GEMM1 lost a stage");
-static_assert(smem_layout(false, kMaxExperts, 1, kWideKBlocks).stages == kMaxStagesScatterWide, "wide GEMM2 lost a stage");
+static_assert(smem_layout(true, kMaxExperts, 1, kWideKBlocksGateUp).stages == kMaxStagesGateUpWide, "wide GEMM1 lost a stage");
+static_assert(smem_layout(false, kMaxExperts, 1, kWideKBlocksScatter).stages == kMaxStagesScatterWide, "wide GEMM2 lost a stage");
 
 }  // namespace moekit::cuda::swapab

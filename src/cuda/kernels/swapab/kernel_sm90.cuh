@@ -75,6 +75,7 @@ template <class Tag, bool kGateUp, bool kBlock128>
 struct SwapAb {
   static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;  // one K block
   static constexpr int kPlanes = planes(kGateUp);
+  static constexpr int kWideB = wide_kblocks(kGateUp);  // K blocks of a wide stage (config.hpp)
   static constexpr int kElemsPerBlock = kStageKBytes / (std::is_same<Tag, sm90::E4m3Tag>::value ? 1 : 2);
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its stores for
   // out_absmax (params.hpp); the other instantiations compile as before.
@@ -651,7 +652,7 @@ struct SwapAb {
     for (int w = blockIdx.x / s.split;; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
-      if constexpr (kB == kWideKBlocks) {  // items of at most kWideMaxTokens tokens
+      if constexpr (kB > 1) {  // wide stages: items of at most kWideMaxTokens tokens
         if (it.count <= 8) consume_item<8, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax);
         else consume_item<16, kB>(p, s, it, stage, phase, round, item_no, a_scale0, hmax);
       } else {
@@ -742,7 +743,7 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   s.tiles = sm90::smem_addr(base + U.tiles_off);
   s.stages = U.stages;
   s.out_plane = U.out_plane_floats;
-  s.k_stages = wide ? (p.num_k_stages + kWideKBlocks - 1) / kWideKBlocks : p.num_k_stages;
+  s.k_stages = wide ? (p.num_k_stages + K::kWideB - 1) / K::kWideB : p.num_k_stages;
   s.a_scale = reinterpret_cast<float*>(base + U.a_scale_off);
   s.b_scale = reinterpret_cast<float*>(base + U.b_scale_off);
   s.slot_meta = reinterpret_cast<int*>(base + U.slot_off);
@@ -760,11 +761,11 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   if (threadIdx.x >= kProducerThreads) {
     if constexpr (kBlock128) K::template consume<1>(p, s);
     else if (!wide) K::template consume<1>(p, s);
-    else K::template consume<kWideKBlocks>(p, s);
+    else K::template consume<K::kWideB>(p, s);
   } else {
     if constexpr (kBlock128) K::template produce<1>(p, s);
     else if (!wide) K::template produce<1>(p, s);
-    else K::template produce<kWideKBlocks>(p, s);
+    else K::template produce<K::kWideB>(p, s);
   }
   // No CTA leaves while a peer may still write into its shared memory.
   if (s.split > 1) sm90::cluster_sync_relaxed();

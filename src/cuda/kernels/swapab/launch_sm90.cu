@@ -157,10 +157,10 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
                                   std::max(1, sms / split));
   const int smem_limit = two_ctas ? swapab::kSmemLimitTwoCtas : swapab::kSmemLimit;
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split, 1, smem_limit);
-  // Wide stages (two 128-byte K blocks) where every expert has at most 16 rows, which the kernel
+  // Wide stages (config.hpp wide_kblocks: 128-byte K blocks a stage) where every expert has at most 16 rows, which the kernel
   // checks on the device (the host knows only M*k); not fp8_block128 (a stage is one scale group).
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
-  kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::kWideKBlocks, smem_limit);
+  kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::wide_kblocks(gate_up), smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   kp.direct_epilogue = !gate_up && split == 1 && direct_on;
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);

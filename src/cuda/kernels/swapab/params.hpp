@@ -25,10 +25,10 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // GEMM1 (fp8_per_tensor, fp32 out): GroupedGemmParams::out_absmax, or null. Last, so that the
   // fields before it keep their offsets in every instantiation.
   std::uint32_t* out_absmax;
-  // Wide stages (config.hpp, kWideKBlocks): allowed (not fp8_block128, not MOEKIT_SWAPAB_KBLOCKS=1),
+  // Wide stages (config.hpp, wide_kblocks): allowed (not fp8_block128, not MOEKIT_SWAPAB_KBLOCKS=1),
   // and their layout; a CTA takes them when no expert has more than kWideMaxTokens rows.
   bool allow_wide;
-  SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, kWideKBlocks)
+  SmemLayout smem_wide;  // from smem_layout(gate_up, E, S, wide_kblocks(gate_up))
   // GEMM2 with rows of 8 but not 16 bytes (gpt-oss fp8 at TP8: w2 and h rows of N = 360 bytes),
   // which no TMA map can describe (strides must be multiples of 16 bytes): the weights
   // [E, rows_b, b_row_bytes] read by the producer warpgroup's 8-byte cp.async into the same
