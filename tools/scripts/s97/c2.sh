@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# After s97 (main with GEMM2's three-block wide stages): the TP8 grid at this commit, and s93's
+# measurement (GEMM1's split-K alone, tools/scripts/s93/) from a copy of the tree with its patch.
+# ~6 min, moekit-bench only; carry [".deps"].
+set -u
+LIMIT=${LIMIT:-500}
+source tools/scripts/device_call.sh
+V=/tmp/s93; rm -rf $V; mkdir -p $V
+tar --exclude=./build --exclude=./.ab -cf - . | tar -xf - -C $V
+( cd $V && git apply tools/scripts/s93/gemm1_split.patch 2>"$O/s93-apply.log" || patch -p1 <tools/scripts/s93/gemm1_split.patch >>"$O/s93-apply.log" 2>&1
+  cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=OFF \
+    -DMOEKIT_GTEST_SOURCE_DIR=$PWD/.deps/googletest >"$O/s93-configure.log" 2>&1 &&
+  cmake --build build/bench --target moekit-bench -j 6 >"$O/s93-build.log" 2>&1 ) &
+S93_PID=$!
+S93=$V/build/bench/tools/bench/moekit-bench
+build_bench || exit 1
+echo "built (left $(left)s)"
+grid_tp8 bench/results/2026-12-06-719576d-h100-s92-grid-tp8.json
+if wait "$S93_PID" && [ -x "$S93" ]; then
+  AB_SECONDS=110 ab s93-split2 "$S93" "env MOEKIT_SWAPAB_GEMM1_SPLIT=2 $S93" --backend cuda --tp 8 --no-baseline \
+    --no-host-time --check --preset gpt-oss-120b --tokens 16,32,64,128,256 --scheme fp8_per_tensor,bf16
+  for m in 16 64; do for v in 1 2; do
+    [ $(left) -gt 25 ] || break
+    MOEKIT_SWAPAB_GEMM1_SPLIT=$v timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+      -k regex:swapab_sm90_kernel -c 2 $S93 --backend cuda --preset gpt-oss-120b --tp 8 --tokens $m --scheme fp8_per_tensor \
+      --iters 1 --no-baseline --no-host-time >"$O/ncu-m$m-split$v.txt" 2>&1
+    echo "ncu M=$m split=$v: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-m$m-split$v.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (left $(left)s)"
+  done; done
+else
+  echo "no s93 build"; tail -5 "$O/s93-apply.log" "$O/s93-build.log"
+fi
+finish
