@@ -45,8 +45,14 @@
 //     list from a moekit-bench grid (its touched experts) and joins the floors to its rows: which
 //     misses of BRIEF §4's target the one-launch structure itself cannot reach.
 //
+//   - Swap-AB GEMM2's weight movement at gpt-oss fp8 TP8 M = 64 (--only-gemm2-tiles; session 67):
+//     the 23,040-byte contiguous tiles of 360-byte w2 rows through a producer / consumer ring, by
+//     one bulk copy a tile, 8-byte and 16-byte cp.async, on one and two CTAs an SM, against a
+//     contiguous stream of the same bytes: what the kernel's ~62 µs could come down to.
+//
 //   moekit-launch-floor [--iters N] [--json PATH]
-//                       [--only-swapab | --only-prefetch | --only-skeleton | --skeleton-points LIST]
+//                       [--only-swapab | --only-prefetch | --only-skeleton | --only-gemm2-tiles |
+//                        --skeleton-points LIST]
 //   LIST: comma-separated PRESET:TP:SCHEME:M:EXPERTS (SCHEME bf16 or fp8; EXPERTS touched, 1..256),
 //   e.g. qwen3-30b-a3b:8:fp8:1:8,deepseek-v3:8:bf16:16:74
 #include <cooperative_groups.h>
@@ -361,6 +367,65 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
     __syncthreads();
     if (threadIdx.x == 0 && c + kStages < chunks) issue(c + kStages);
   }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+// Swap-AB GEMM2's weight movement at gpt-oss fp8 TP8 with no math (--only-gemm2-tiles; session 67):
+// w2 rows of 360 bytes, so a 64-row tile is 23,040 contiguous bytes; items of three consecutive
+// tiles walked round robin over the grid, a ring of `stages` tiles between a producer warpgroup
+// and a consumer warpgroup (each consumer warp's lane 0 releases a stage, as the kernel's do). kMode
+// 0: one cp.async.bulk a tile (one thread; TMA cannot take the 360-byte pitch as 2D boxes, but the
+// whole tile is one 16-byte-aligned run); 1: the producer's 128 threads copy it in 8-byte cp.async
+// (the kernel's rows8 producer, without the swizzle); 2: in 16-byte cp.async.
+template <int kMode>
+__global__ void __launch_bounds__(256) w2_tile_kernel(const std::uint8_t* src, int items, int tiles_per_item,
+                                                      int tile_bytes, int stages, int* sink) {
+  namespace sm90 = moekit::cuda::sm90;
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[8], empty[8];
+  const int t = threadIdx.x & 127;
+  const std::uint32_t sbase = sm90::smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(sm90::smem_addr(&full[s]), kMode == 0 ? 1 : 128);
+      sm90::mbar_init(sm90::smem_addr(&empty[s]), 4);
+    }
+    sm90::fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+  int stage = 0;
+  std::uint32_t phase = 0;
+  int acc = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    for (int j = 0; j < tiles_per_item; ++j) {
+      const std::uint32_t fb = sm90::smem_addr(&full[stage]), eb = sm90::smem_addr(&empty[stage]);
+      const std::uint32_t dst = sbase + stage * tile_bytes;
+      if (threadIdx.x < 128) {
+        const std::uint8_t* g = src + (static_cast<std::int64_t>(w) * tiles_per_item + j) * tile_bytes;
+        sm90::mbar_wait(eb, phase ^ 1);
+        if (kMode == 0) {
+          if (t == 0) {
+            sm90::mbar_arrive_expect_tx(fb, static_cast<std::uint32_t>(tile_bytes));
+            sm90::bulk_copy_g2s(dst, g, static_cast<std::uint32_t>(tile_bytes), fb);
+          }
+        } else {
+          constexpr int kBytes = kMode == 1 ? 8 : 16;
+          for (int i = t; i < tile_bytes / kBytes; i += 128) {
+            if (kMode == 1) sm90::cp_async_8_zfill(dst + kBytes * i, g + kBytes * i, 8);
+            else sm90::cp_async_16_zfill(dst + kBytes * i, g + kBytes * i, 16);
+          }
+          sm90::cp_async_mbar_arrive_noinc(fb);
+        }
+      } else {
+        sm90::mbar_wait(fb, phase);
+        acc += reinterpret_cast<const int*>(smem + stage * tile_bytes)[t];
+        __syncwarp();
+        if ((t & 31) == 0) sm90::mbar_arrive(eb);
+      }
+      if (++stage == stages) { stage = 0; phase ^= 1; }
+    }
+  }
+  if (kMode != 0) sm90::cp_async_wait_all_groups();
   if (acc == 0x7fffffff) *sink = acc;
 }
 
@@ -868,6 +933,7 @@ int main(int argc, char** argv) {
   bool only_swapab = false;  // only the Swap-AB item-stream cases (session 23) and the decode box streams (24)
   bool only_prefetch = false;  // only the L2 prefetch cases (session 26)
   bool only_skeleton = false;  // only the one-launch decode skeleton (session 34)
+  bool only_gemm2_tiles = false;  // only Swap-AB GEMM2's tile movement at gpt-oss fp8 TP8 (session 67)
   std::string skeleton_points;  // --skeleton-points: the skeleton at these grid points (session 50)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) T.iters = std::atoi(argv[++i]);
@@ -875,16 +941,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only-swapab")) only_swapab = true;
     else if (!std::strcmp(argv[i], "--only-prefetch")) only_prefetch = true;
     else if (!std::strcmp(argv[i], "--only-skeleton")) only_skeleton = true;
+    else if (!std::strcmp(argv[i], "--only-gemm2-tiles")) only_gemm2_tiles = true;
     else if (!std::strcmp(argv[i], "--skeleton-points") && i + 1 < argc && argv[i + 1][0] != '\0')
       skeleton_points = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: moekit-launch-floor [--iters N] [--json PATH] [--only-swapab | --only-prefetch | "
-                   "--only-skeleton | --skeleton-points PRESET:TP:SCHEME:M:EXPERTS,...]\n");
+                   "--only-skeleton | --only-gemm2-tiles | --skeleton-points PRESET:TP:SCHEME:M:EXPERTS,...]\n");
       return 2;
     }
   }
-  if (!skeleton_points.empty() && (only_swapab || only_prefetch || only_skeleton)) {
+  if (!skeleton_points.empty() && (only_swapab || only_prefetch || only_skeleton || only_gemm2_tiles)) {
     std::fprintf(stderr, "moekit-launch-floor: --skeleton-points runs alone (not with --only-*)\n");
     return 2;
   }
@@ -1155,6 +1222,58 @@ int main(int argc, char** argv) {
   // 128-byte lines, from 128 CTAs), how fast a whole-grid reader then reads them, and the question
   // the chain asks: does prefetching during a 1-CTA kernel of 8 us (the routing launch's stand-in)
   // make the reader after it faster than the same 1-CTA kernel without the prefetch?
+  if (only_gemm2_tiles) {
+    // gpt-oss-120b fp8 TP8 at M = 64: ~110 touched experts x 2880 w2 rows of 360 bytes (118 MB, the
+    // Nsight Compute read of Swap-AB's GEMM2 there), 45 tiles of 64 rows an expert, items of 3
+    // tiles (the kernel's tiles_per_item at K = 360). Two CTAs an SM with 4 tiles a ring (92 KB,
+    // the kernel's layout holds 3 tiles at three K blocks a stage), one with 8; and a contiguous
+    // stream of the same bytes (stream_kernel) for the floor.
+    const int experts = 110, tile_rows = 64, row_bytes = 360, rows = 2880, tpi = 3;
+    const int tile_bytes = tile_rows * row_bytes;
+    const int items = experts * (rows / tile_rows) / tpi;
+    const std::int64_t bytes = static_cast<std::int64_t>(items) * tpi * tile_bytes;
+    std::uint8_t* w = nullptr;
+    LF_CHECK(cudaMalloc(&w, static_cast<std::size_t>(bytes)));
+    LF_CHECK(cudaMemset(w, 1, static_cast<std::size_t>(bytes)));
+    const void* kernels[3] = {(const void*)&w2_tile_kernel<0>, (const void*)&w2_tile_kernel<1>,
+                              (const void*)&w2_tile_kernel<2>};
+    const char* modes[3] = {"one cp.async.bulk a tile", "8-byte cp.async", "16-byte cp.async"};
+    for (const void* k : kernels)
+      LF_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * tile_bytes));
+    for (int mode = 0; mode < 3; ++mode) {
+      for (int per_sm : {2, 1}) {
+        const int ctas = T.sms * per_sm, stages = per_sm == 2 ? 4 : 8;
+        const std::uint8_t* srcp = w;
+        int it = items, tp = tpi, tb = tile_bytes, st = stages;
+        void* args[] = {&srcp, &it, &tp, &tb, &st, &sink};
+        const Timer::Times tm = T.times([&] {
+          launch(kernels[mode], dim3(ctas), dim3(256), static_cast<std::size_t>(stages) * tile_bytes, T.stream, 1, false,
+                 args);
+        });
+        char name[200];
+        std::snprintf(name, sizeof name, "gpt-oss fp8 TP8 w2 tiles, %.1f MB, %s, %d CTAs, %d-tile ring: %.2f TB/s",
+                      bytes / 1e6, modes[mode], ctas, stages, bytes / tm.us / 1e6);
+        add(name, tm);
+      }
+    }
+    {
+      const std::int64_t per = (bytes / T.sms + kStageBytes - 1) / kStageBytes * kStageBytes;
+      LF_CHECK(cudaFree(w));
+      LF_CHECK(cudaMalloc(&w, static_cast<std::size_t>(per * T.sms)));
+      LF_CHECK(cudaMemset(w, 1, static_cast<std::size_t>(per * T.sms)));
+      const std::uint8_t* srcp = w;
+      void* args[] = {&srcp, const_cast<std::int64_t*>(&per), &sink};
+      const Timer::Times tm = T.times([&] {
+        launch((const void*)&stream_kernel, dim3(T.sms), dim3(128), ring, T.stream, 1, false, args);
+      });
+      char name[200];
+      std::snprintf(name, sizeof name, "the same bytes contiguous, %d CTAs (stream_kernel): %.2f TB/s", T.sms,
+                    per * T.sms / tm.us / 1e6);
+      add(name, tm);
+    }
+    LF_CHECK(cudaFree(w));
+    return write_json();
+  }
   if (only_prefetch) {
     const int sms = prop.multiProcessorCount, pf_ctas = 128;
     for (const std::int64_t mb : {8, 24}) {
