@@ -10,6 +10,7 @@
 #   sanitize TOOL FILTER [SECONDS]          # compute-sanitizer TOOL on the GPU tests FILTER, its summary
 #   phase_tables VAR VALUE...               # Sm90ExpertMlp.PhaseBreakdown once per VAR=VALUE
 #   grid_tp8 PREVIOUS.json                  # the TP8 grid (auto, baselines, check on) and its report
+#   swapab_times NAME BIN BENCH_ARGS...     # Swap-AB GEMM1 / GEMM2 kernel times (Nsight Compute), one line
 #   finish                                  # pack $O (pack_out.sh)
 # Sets O ($OUT), B (the build), BB (its moekit-bench), MB (main's, once start_main_build ran).
 T0=$(date +%s); LIMIT=${LIMIT:-585}
@@ -71,6 +72,13 @@ grid_tp8() {  # the previous grid of the same GPU, for grid_report.py's comparis
     --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp8.json" >"$O/grid-tp8.log" 2>&1
   echo "grid tp8 rc=$? (left $(left)s)"
   python3 tools/scripts/grid_report.py "$O/grid-tp8.json" --previous "$1" --out "$O/grid-tp8-report.md" 2>&1 | head -n 4
+}
+
+swapab_times() {  # name, moekit-bench binary, its arguments (one call: --iters 1): $O/ncu-NAME.txt
+  local n=$1 bin=$2; shift 2
+  timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:swapab_sm90_kernel \
+    -c 2 "$bin" --backend cuda --iters 1 --no-baseline --no-host-time "$@" >"$O/ncu-$n.txt" 2>&1
+  echo "ncu $n: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-$n.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (GEMM1 GEMM2; left $(left)s)"
 }
 
 finish() { echo "done, left $(left)s"; bash tools/scripts/pack_out.sh "$O"; }

@@ -45,11 +45,7 @@ else
 fi
 for v in main tree g1; do
   bin=$BB; [ $v = main ] && bin=$MB; [ $v = g1 ] && bin=$G1
-  [ -x "$bin" ] || continue
-  timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:swapab_sm90_kernel -c 2 \
-    $bin --backend cuda --preset gpt-oss-120b --tp 8 --tokens 64 --scheme fp8_per_tensor --iters 1 --no-baseline \
-    --no-host-time >"$O/ncu-$v.txt" 2>&1
-  echo "ncu $v: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-$v.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (GEMM1 GEMM2; left $(left)s)"
+  [ -x "$bin" ] && swapab_times $v "$bin" --preset gpt-oss-120b --tp 8 --tokens 64 --scheme fp8_per_tensor
 done
 if [ $(left) -gt 200 ]; then
   timeout $(( $(left) - 20 )) $B/tests/moekit_cuda_tests >"$O/gpu-suite.log" 2>&1

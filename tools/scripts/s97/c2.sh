@@ -20,10 +20,7 @@ if wait "$S93_PID" && [ -x "$S93" ]; then
     --no-host-time --check --preset gpt-oss-120b --tokens 16,32,64,128,256 --scheme fp8_per_tensor,bf16
   for m in 16 64; do for v in 1 2; do
     [ $(left) -gt 25 ] || break
-    MOEKIT_SWAPAB_GEMM1_SPLIT=$v timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-      -k regex:swapab_sm90_kernel -c 2 $S93 --backend cuda --preset gpt-oss-120b --tp 8 --tokens $m --scheme fp8_per_tensor \
-      --iters 1 --no-baseline --no-host-time >"$O/ncu-m$m-split$v.txt" 2>&1
-    echo "ncu M=$m split=$v: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-m$m-split$v.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (left $(left)s)"
+    MOEKIT_SWAPAB_GEMM1_SPLIT=$v swapab_times m$m-split$v "$S93" --preset gpt-oss-120b --tp 8 --tokens $m --scheme fp8_per_tensor
   done; done
 else
   echo "no s93 build"; tail -5 "$O/s93-apply.log" "$O/s93-build.log"
