@@ -58,13 +58,8 @@ bool gemm2_two_ctas(int num_k_stages) {
 
 // GEMM2's direct epilogue (params.hpp direct_epilogue) at split 1; MOEKIT_SWAPAB_DIRECT=0 keeps the
 // staged one (A/Bs, the test that compares the two bit for bit); read at every launch, GEMM1's and
-// split-K's too, where a value other than 0 or 1 is an error as well.
-bool direct_epilogue_enabled() {
-  const char* v = detail::env_value(detail::EnvVar::kSwapabDirect);
-  if (v == nullptr || std::strcmp(v, "1") == 0) return true;
-  if (std::strcmp(v, "0") == 0) return false;
-  throw Error(Status::kInvalidArgument, std::string("MOEKIT_SWAPAB_DIRECT = '") + v + "', expected 0 or 1");
-}
+// split-K's too, where a value other than 0 or 1 is an error as well (detail::env_switch).
+bool direct_epilogue_enabled() { return detail::env_switch(detail::EnvVar::kSwapabDirect, true); }
 
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
@@ -157,8 +152,9 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
                                   std::max(1, sms / split));
   const int smem_limit = two_ctas ? swapab::kSmemLimitTwoCtas : swapab::kSmemLimit;
   kp.smem = swapab::smem_layout(gate_up, p.num_experts, split, 1, smem_limit);
-  // Wide stages (config.hpp wide_kblocks: 128-byte K blocks a stage) where every expert has at most 16 rows, which the kernel
-  // checks on the device (the host knows only M*k); not fp8_block128 (a stage is one scale group).
+  // Wide stages (config.hpp wide_kblocks: 128-byte K blocks a stage) where every expert has at
+  // most 16 rows, which the kernel checks on the device (the host knows only M*k); not
+  // fp8_block128 (a stage is one scale group).
   kp.allow_wide = p.scheme != Scheme::kFp8Block128 && wide_stages_enabled();
   kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::wide_kblocks(gate_up), smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
