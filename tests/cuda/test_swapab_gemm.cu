@@ -574,6 +574,40 @@ TEST(Sm90SwapAbGemm, Gemm2DirectEpilogueBitwiseEqualToStaged) {
   });
 }
 
+// Many items a CTA through the ring (the sanitizers' case for the stage hand-over and for the
+// item token metadata the producer stages at an item's first K stage, which a later item rewrites
+// in the same stage slot): 64 experts, n_out = 2048 (32 tiles), GEMM2 fp8 on 8-byte rows (N = 360)
+// and bf16 on TMA rows (N = 128), T = 1 and 3 tiles an item, decode experts (<= 16 rows, wide
+// stages) and ragged ones (up to 40 rows); every case against the reference, T = 1 and 3 bitwise
+// equal (the same tiles on other CTAs).
+TEST(Sm90SwapAbGemm, Gemm2ManyItemsPerCta) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<int> decode_rows = {0, 1, 5, 16, 3, 0, 16, 8, 2, 9, 16, 1, 0, 12, 7, 16, 4};
+  std::vector<int> many_decode(64), many_ragged(64);
+  std::mt19937 rng(7);
+  for (int e = 0; e < 64; ++e) {
+    many_decode[e] = decode_rows[e % decode_rows.size()];
+    many_ragged[e] = static_cast<int>(rng() % 41);
+  }
+  std::uint64_t seed = 240;
+  for (Case c : {gemm2(Scheme::kFp8PerTensor, 360, 2048), gemm2(Scheme::kBf16, 128, 2048)}) {
+    for (bool ragged : {false, true}) {
+      c.split_k = 1;
+      c.rows = ragged ? many_ragged : many_decode;
+      c.bias = ragged;
+      c.bias_dtype = DType::kBf16;
+      c.weights = ragged ? 1 : 2;
+      c.seed = seed++;
+      std::vector<float> one, three;
+      c.tiles_per_item = 1;
+      run_case(c, &one);
+      c.tiles_per_item = 3;
+      run_case(c, &three);
+      expect_same_bits(one, three, c.describe() + ": T = 1 and T = 3 differ bitwise");
+    }
+  }
+}
+
 TEST(Sm90SwapAbGemm, DeclinesUnalignedPitch) {
   // GEMM1 reads w13 through TMA: rows of K = 360 fp8 bytes are not a multiple of 16 (TMA's
   // stride rule). GEMM2 takes rows of 8 bytes (above) but not of 4, and not fp8_block128.

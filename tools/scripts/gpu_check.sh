@@ -28,7 +28,7 @@ OUT_DIR=$(cd "$OUT_DIR" && pwd)
 BUILD=${MOEKIT_BUILD_DIR:-$ROOT/build/cuda-release}
 JOBS=${MOEKIT_JOBS:-16}
 SAN_FILTER=${MOEKIT_SANITIZER_FILTER:-'Sm90FusedMoe.ZeroTokens/*:Sm90FusedMoe.KEqualsE/*:Sm90FusedMoe.ExpertMapWithRemoteExperts/*:Sm90FusedMoe.Fp8PerTensorStaticScales/*:Sm90FusedMoe.AllTokensOnOneExpert/*:Sm90Dispatch.*:Sm90SwapAbGemm.SplitKMatchesReference:Sm90SwapAbGemm.WideStagesMatchReference:Sm90RoutingQuant.*:Shapes/Sm90EpBookkeeping.*:Sm90TokMajorGemm.DynamicScheduleSmall:Sm90TokMajorGemm.EarlyWeightsSmall:Sm90TokmajorRoute.SmallForSanitizers:Sm90TokMajorGemm.KshortGemm2Small:Sm90ExpertMlp.SmallForSanitizers:Sm90Faults.*:Sm90Quant.*:Sm90Combine.*:Sm90RopeQuant.*-Sm90RopeQuant.SeventyThousandTokensInt64Offsets'}
-RACE_FILTER=${MOEKIT_RACECHECK_FILTER:-'Sm90FusedMoe.KEqualsE/*:Sm90FusedMoe.Fp8PerTensorStaticScales/*:Sm90SwapAbGemm.Bf16GateUpMatchesReference:Sm90SwapAbGemm.WideStagesBitwiseEqualToOneBlock:Shapes/Sm90EpBookkeeping.*:Sm90TokMajorGemm.DynamicScheduleSmall:Sm90TokMajorGemm.EarlyWeightsSmall:Sm90TokmajorRoute.SmallForSanitizers:Sm90TokMajorGemm.KshortGemm2Small:Sm90ExpertMlp.SmallForSanitizers'}
+RACE_FILTER=${MOEKIT_RACECHECK_FILTER:-'Sm90FusedMoe.KEqualsE/*:Sm90FusedMoe.Fp8PerTensorStaticScales/*:Sm90SwapAbGemm.Bf16GateUpMatchesReference:Sm90SwapAbGemm.WideStagesBitwiseEqualToOneBlock:Sm90SwapAbGemm.Gemm2ManyItemsPerCta:Shapes/Sm90EpBookkeeping.*:Sm90TokMajorGemm.DynamicScheduleSmall:Sm90TokMajorGemm.EarlyWeightsSmall:Sm90TokmajorRoute.SmallForSanitizers:Sm90TokMajorGemm.KshortGemm2Small:Sm90ExpertMlp.SmallForSanitizers'}
 SCRIPT_START=$(date +%s)
 
 declare -a STEP_NAMES=() STEP_RCS=() STEP_SECS=() STEP_LOGS=()
