@@ -352,8 +352,7 @@ struct SwapAb {
             if (!kBlock128 && p.sorted_weights) tw = s.a_scale[stage * kMaxTokens + t];
           }
           if (!kBlock128 && p.scale_mode == kScalePerTensor) bsc_e = s.b_scale[stage * 2];
-          // Every lane's reads precede its warp's release of the stage (lane 0's empty arrival).
-          __syncwarp();
+          // Every thread's reads precede its own arrival on the stage's empty barrier.
         } else {
           if (t < it.count) slot = p.sorted_slots[it.row_begin + t];
           if (p.scale_mode == kScalePerTensor) bsc_e = p.b_scale[it.e];
@@ -402,7 +401,7 @@ struct SwapAb {
           if (ks > ks_begin) {
             // The previous stage's group is done: its shared memory can be refilled.
             sm90::wgmma_wait<1>();
-            if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+            sm90::mbar_arrive(s.empty + 8 * prev);
           }
           prev = stage;
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
@@ -410,7 +409,7 @@ struct SwapAb {
         sm90::wgmma_wait<0>();
         sm90::fence_regs<W / 2>(acc0);
         if (kGateUp) sm90::fence_regs<W / 2>(acc1);
-        if (lane == 0) sm90::mbar_arrive(s.empty + 8 * prev);
+        sm90::mbar_arrive(s.empty + 8 * prev);
       } else {
         // block128: each stage is one 128-wide K group; its partial sum is scaled by the token's
         // group scale and the weight block's scale, then added (fp32) to the accumulator.
@@ -451,7 +450,7 @@ struct SwapAb {
               }
             }
           }
-          if (lane == 0) sm90::mbar_arrive(s.empty + 8 * stage);
+          sm90::mbar_arrive(s.empty + 8 * stage);
           if (++stage == s.stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -704,8 +703,9 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
     for (int i = 0; i < bar_stages; ++i) {
       // full: the TMA thread's expect_tx arrival + one cp.async arrival per producer thread.
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);
-      // empty: one arrival per consumer warp after its wgmma reads of the stage completed.
-      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads / 32);
+      // empty: one arrival per consumer thread once its wgmma reads of the stage completed (and
+      // its reads of the item's token metadata there: each thread's own arrival releases them).
+      sm90::mbar_init(s.empty + 8 * i, kConsumerThreads);
     }
     if (s.split > 1) {
       // red: one arrival (the owner's expect_tx) per item, plus the st.async bytes of the peers.
