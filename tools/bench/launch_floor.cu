@@ -49,6 +49,8 @@
 //     the 23,040-byte contiguous tiles of 360-byte w2 rows through a producer / consumer ring, by
 //     one bulk copy a tile, 8-byte and 16-byte cp.async, on one and two CTAs an SM, against a
 //     contiguous stream of the same bytes: what the kernel's ~62 µs could come down to.
+//     Session 68 added the kernel's own copy pattern (three swizzled 128-byte K blocks a stage,
+//     8-byte copies of rows 8 apart), bare and with the token rows and item metadata beside it.
 //
 //   moekit-launch-floor [--iters N] [--json PATH]
 //                       [--only-swapab | --only-prefetch | --only-skeleton | --only-gemm2-tiles |
@@ -426,6 +428,79 @@ __global__ void __launch_bounds__(256) w2_tile_kernel(const std::uint8_t* src, i
     }
   }
   if (kMode != 0) sm90::cp_async_wait_all_groups();
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+// The same tiles copied as Swap-AB's 8-byte-row producer copies them (--only-gemm2-tiles; session
+// 68): a stage is three 128-byte K blocks of the 64-row tile in the 128-byte swizzle (24,576 bytes
+// of shared memory, bytes past the 360-byte row zero-filled), thread t the 8-byte column t % 16 of
+// rows t / 16 + 8 j. kTokens adds what the kernel copies beside the weights: 16 token rows of 360
+// bytes a stage (8-byte halves, from a 64-row buffer that stays in L2) and, at an item's first
+// stage, 4-byte copies of 16 slots and 16 router weights (the item's metadata).
+template <bool kTokens>
+__global__ void __launch_bounds__(256) w2_tile_layout_kernel(const std::uint8_t* src, const std::uint8_t* tok,
+                                                             const int* meta, int items, int tiles_per_item,
+                                                             int stages, int* sink) {
+  namespace sm90 = moekit::cuda::sm90;
+  constexpr int kRowBytes = 360, kTileBytes = 64 * kRowBytes, kBlockBytes = 64 * 128;
+  constexpr int kTokBytes = 16 * 3 * 128, kStage = 3 * kBlockBytes + (kTokens ? kTokBytes + 128 : 0);
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t full[8], empty[8];
+  const int t = threadIdx.x & 127;
+  const std::uint32_t sbase = sm90::smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(sm90::smem_addr(&full[s]), 128);
+      sm90::mbar_init(sm90::smem_addr(&empty[s]), 4);
+    }
+    sm90::fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+  int stage = 0;
+  std::uint32_t phase = 0;
+  int acc = 0;
+  const int c8 = t & 15, r0 = t >> 4;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    for (int j = 0; j < tiles_per_item; ++j) {
+      const std::uint32_t fb = sm90::smem_addr(&full[stage]), eb = sm90::smem_addr(&empty[stage]);
+      const std::uint32_t dst = sbase + stage * kStage;
+      if (threadIdx.x < 128) {
+        const std::uint8_t* g = src + (static_cast<std::int64_t>(w) * tiles_per_item + j) * kTileBytes;
+        sm90::mbar_wait(eb, phase ^ 1);
+        if (kTokens) {
+          if (j == 0 && t < 32) sm90::cp_async_4_zfill(dst + 3 * kBlockBytes + kTokBytes + 4 * t, meta + (w * 16 + t) % 4096, 4);
+          // 16 token rows x 3 blocks x 16 chunks of 16 bytes, as two 8-byte halves each.
+          for (int i = t; i < 16 * 3 * 8; i += 128) {
+            const int row = i / 24, blk = (i / 8) % 3, ch = i % 8;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int kb = blk * 128 + ch * 16 + 8 * h;
+              const std::uint32_t d = dst + 3 * kBlockBytes + blk * 2048 + row * 128 + (((ch ^ (row & 7)) << 4) | (h << 3));
+              sm90::cp_async_8_zfill(d, kb < kRowBytes ? static_cast<const void*>(tok + (w % 4) * 16 * kRowBytes + row * kRowBytes + kb) : tok,
+                                     kb < kRowBytes ? 8 : 0);
+            }
+          }
+        }
+#pragma unroll
+        for (int blk = 0; blk < 3; ++blk) {
+          const int kb = blk * 128 + c8 * 8;
+          const std::uint32_t d = dst + blk * kBlockBytes + r0 * 128 + ((((c8 >> 1) ^ r0) << 4) | ((c8 & 1) << 3));
+#pragma unroll
+          for (int r = 0; r < 8; ++r)
+            sm90::cp_async_8_zfill(d + r * 1024, kb < kRowBytes ? static_cast<const void*>(g + (r0 + 8 * r) * kRowBytes + kb) : g,
+                                   kb < kRowBytes ? 8 : 0);
+        }
+        sm90::cp_async_mbar_arrive_noinc(fb);
+      } else {
+        sm90::mbar_wait(fb, phase);
+        acc += reinterpret_cast<const int*>(smem + stage * kStage)[t];
+        __syncwarp();
+        if ((t & 31) == 0) sm90::mbar_arrive(eb);
+      }
+      if (++stage == stages) { stage = 0; phase ^= 1; }
+    }
+  }
+  sm90::cp_async_wait_all_groups();
   if (acc == 0x7fffffff) *sink = acc;
 }
 
@@ -1255,6 +1330,39 @@ int main(int argc, char** argv) {
                       bytes / 1e6, modes[mode], ctas, stages, bytes / tm.us / 1e6);
         add(name, tm);
       }
+    }
+    {
+      // Swap-AB's own copy pattern (w2_tile_layout_kernel), bare and with the token rows and the
+      // item metadata, at the kernel's ring (three stages, two CTAs an SM) and one deeper.
+      std::uint8_t* tok = nullptr;
+      int* meta = nullptr;
+      LF_CHECK(cudaMalloc(&tok, 4 * 16 * row_bytes));
+      LF_CHECK(cudaMemset(tok, 2, 4 * 16 * row_bytes));
+      LF_CHECK(cudaMalloc(&meta, 4096 * sizeof(int)));
+      LF_CHECK(cudaMemset(meta, 0, 4096 * sizeof(int)));
+      const void* lk[2] = {(const void*)&w2_tile_layout_kernel<false>, (const void*)&w2_tile_layout_kernel<true>};
+      const int stage_smem[2] = {3 * 64 * 128, 3 * 64 * 128 + 16 * 3 * 128 + 128};
+      for (int tk = 0; tk < 2; ++tk) {
+        LF_CHECK(cudaFuncSetAttribute(lk[tk], cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * stage_smem[tk]));
+        for (int stages : {3, 4}) {
+          if (tk == 1 && stages == 4) continue;  // four stages of 30.8 KB leave one CTA an SM
+          const int ctas = 2 * T.sms;
+          const std::uint8_t* srcp = w;
+          const std::uint8_t* tokp = tok;
+          const int* metap = meta;
+          int it = items, tp = tpi, st = stages;
+          void* args[] = {&srcp, &tokp, &metap, &it, &tp, &st, &sink};
+          const Timer::Times tm = T.times([&] {
+            launch(lk[tk], dim3(ctas), dim3(256), static_cast<std::size_t>(stages) * stage_smem[tk], T.stream, 1, false, args);
+          });
+          char name[240];
+          std::snprintf(name, sizeof name, "gpt-oss fp8 TP8 w2 tiles, %.1f MB, Swap-AB's 8-byte pattern%s, %d CTAs, %d-stage ring: %.2f TB/s",
+                        bytes / 1e6, tk ? " + token rows + metadata" : "", ctas, stages, bytes / tm.us / 1e6);
+          add(name, tm);
+        }
+      }
+      LF_CHECK(cudaFree(tok));
+      LF_CHECK(cudaFree(meta));
     }
     {
       const std::int64_t per = (bytes / T.sms + kStageBytes - 1) / kStageBytes * kStageBytes;
