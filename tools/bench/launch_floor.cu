@@ -372,6 +372,30 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const std::uint8_t* src,
   if (acc == 0x7fffffff) *sink = acc;
 }
 
+// The ring of the --only-gemm2-tiles kernels below: thread 0 sets up `stages` full barriers of
+// `full_count` arrivals and empty barriers of one arrival a consumer warp (4); and the consumer's
+// turn at a stage: wait for it, read one word (the sum keeps the copies live), release it.
+__device__ __forceinline__ void w2_ring_init(std::uint64_t* full, std::uint64_t* empty, int stages, int full_count) {
+  namespace sm90 = moekit::cuda::sm90;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(sm90::smem_addr(&full[s]), full_count);
+      sm90::mbar_init(sm90::smem_addr(&empty[s]), 4);
+    }
+    sm90::fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ int w2_ring_consume(std::uint32_t fb, std::uint32_t eb, std::uint32_t phase,
+                                               const std::uint8_t* stage_smem, int t) {
+  namespace sm90 = moekit::cuda::sm90;
+  sm90::mbar_wait(fb, phase);
+  const int v = reinterpret_cast<const int*>(stage_smem)[t];
+  __syncwarp();
+  if ((t & 31) == 0) sm90::mbar_arrive(eb);
+  return v;
+}
+
 // Swap-AB GEMM2's weight movement at gpt-oss fp8 TP8 with no math (--only-gemm2-tiles; session 67):
 // w2 rows of 360 bytes, so a 64-row tile is 23,040 contiguous bytes; items of three consecutive
 // tiles walked round robin over the grid, a ring of `stages` tiles between a producer warpgroup
@@ -387,14 +411,7 @@ __global__ void __launch_bounds__(256) w2_tile_kernel(const std::uint8_t* src, i
   __shared__ __align__(8) std::uint64_t full[8], empty[8];
   const int t = threadIdx.x & 127;
   const std::uint32_t sbase = sm90::smem_addr(smem);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      sm90::mbar_init(sm90::smem_addr(&full[s]), kMode == 0 ? 1 : 128);
-      sm90::mbar_init(sm90::smem_addr(&empty[s]), 4);
-    }
-    sm90::fence_mbarrier_init_cluster();
-  }
-  __syncthreads();
+  w2_ring_init(full, empty, stages, kMode == 0 ? 1 : 128);
   int stage = 0;
   std::uint32_t phase = 0;
   int acc = 0;
@@ -419,10 +436,7 @@ __global__ void __launch_bounds__(256) w2_tile_kernel(const std::uint8_t* src, i
           sm90::cp_async_mbar_arrive_noinc(fb);
         }
       } else {
-        sm90::mbar_wait(fb, phase);
-        acc += reinterpret_cast<const int*>(smem + stage * tile_bytes)[t];
-        __syncwarp();
-        if ((t & 31) == 0) sm90::mbar_arrive(eb);
+        acc += w2_ring_consume(fb, eb, phase, smem + stage * tile_bytes, t);
       }
       if (++stage == stages) { stage = 0; phase ^= 1; }
     }
@@ -448,14 +462,7 @@ __global__ void __launch_bounds__(256) w2_tile_layout_kernel(const std::uint8_t*
   __shared__ __align__(8) std::uint64_t full[8], empty[8];
   const int t = threadIdx.x & 127;
   const std::uint32_t sbase = sm90::smem_addr(smem);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      sm90::mbar_init(sm90::smem_addr(&full[s]), 128);
-      sm90::mbar_init(sm90::smem_addr(&empty[s]), 4);
-    }
-    sm90::fence_mbarrier_init_cluster();
-  }
-  __syncthreads();
+  w2_ring_init(full, empty, stages, 128);
   int stage = 0;
   std::uint32_t phase = 0;
   int acc = 0;
@@ -492,10 +499,7 @@ __global__ void __launch_bounds__(256) w2_tile_layout_kernel(const std::uint8_t*
         }
         sm90::cp_async_mbar_arrive_noinc(fb);
       } else {
-        sm90::mbar_wait(fb, phase);
-        acc += reinterpret_cast<const int*>(smem + stage * kStage)[t];
-        __syncwarp();
-        if ((t & 31) == 0) sm90::mbar_arrive(eb);
+        acc += w2_ring_consume(fb, eb, phase, smem + stage * kStage, t);
       }
       if (++stage == stages) { stage = 0; phase ^= 1; }
     }
