@@ -320,9 +320,10 @@ detail::DispatchPlan plan_call(const detail::MoeCall& call, const WorkspaceLayou
   in.decode_in_auto = detail::decode_in_auto_enabled();
   // The per-expert MLP kernel: the problem's shape and scheme, the tensors' alignment.
   in.expert_mlp_ok = expert_mlp_supported(p, why(in.expert_mlp_why));
-  if (in.expert_mlp_ok && !expert_mlp_pointers_ok(call.hidden, call.w13, call.w2)) {
+  if (in.expert_mlp_ok && !expert_mlp_pointers_ok(call.hidden, call.w13, call.w2, p.has_bias13 ? call.b13 : nullptr,
+                                                    p.has_bias2 ? call.b2 : nullptr)) {
     in.expert_mlp_ok = false;
-    if (need_why) in.expert_mlp_why = "expert_mlp: hidden, w13 and w2 must be 16-byte aligned";
+    if (need_why) in.expert_mlp_why = "expert_mlp: hidden, w13 and w2 must be 16-byte aligned, the biases 4-byte";
   }
   in.expert_mlp_in_auto = detail::expert_mlp_in_auto_enabled();
   if (in.expert_mlp_ok) in.expert_mlp_clusters = expert_mlp_resident_clusters(p);
@@ -523,6 +524,8 @@ void run_expert_mlp(const detail::MoeCall& call, const WorkspaceLayout& L, const
   a.topk_ids = topk_ids;
   a.expert_map = call.expert_map;
   a.topk_weights = call.topk_weights;
+  a.b13 = call.b13;
+  a.b2 = call.b2;
   a.y = slice<void>(call.workspace, L.y);
   a.faults = device_fault_record(call.device);
   launch_expert_mlp_sm90(a, call.stream);

@@ -42,7 +42,7 @@ struct MoeCase {
   std::vector<float> router_logits;      ///< [M, E_global] fp32
   std::vector<float> correction_bias;    ///< [E_global] (sigmoid_grouped_topk), else empty
   QuantizedWeights w13, w2;              ///< [E, 2N, K], [E, K, N]
-  std::vector<std::uint16_t> b13, b2;    ///< [E, 2N], [E, K] act-dtype bits, empty without bias
+  std::vector<std::uint16_t> b13, b2;    ///< [E, 2N], [E, K] act-dtype bits, empty without bias (or one dropped by a test)
   std::vector<std::int32_t> topk_ids;    ///< [M, k]
   std::vector<float> topk_weights;       ///< [M, k]
   std::vector<std::int32_t> expert_map;  ///< [E_global], empty without

@@ -111,5 +111,34 @@ TEST(CpuExpertMlpLayout, PerChannelScalesFollowTheSlotTable) {
             em::kSmemLimit);
 }
 
+TEST(CpuExpertMlpLayout, BiasesFollowTheScalesAndGptOssFits) {
+  // The biases (gpt-oss): b13 of the slice (2 kN) and b2 of the rank's output tiles as fp32, then
+  // the same count of raw words (their cp.async target), 4-byte aligned after the scales, inside
+  // the layout. gpt-oss TP8 (N = 360: four ranks, K = 2880: 12 tiles, 3 a rank) stages 960 floats
+  // and fits at 256 tokens x 4 slots in bf16 (h: six 128-byte chunks) and with fp8_per_channel's
+  // scales in e4m3.
+  EXPECT_EQ(em::bias_tiles_per_rank(2880, 4), 3);
+  EXPECT_EQ(em::bias_tiles_per_rank(2048, 1), 8);
+  EXPECT_EQ(em::bias_floats(2880, 4), 2 * em::kN + 3 * em::kOutTile);
+  EXPECT_GT(em::bias_floats(2048, 1), em::kMaxBiasFloats);  // qwen3-30b's K on one CTA: declined with biases
+  const int floats = em::bias_floats(2880, 4);
+  for (bool fp8 : {false, true}) {
+    const int hc = em::slice_shape(360, fp8).h_chunks;
+    const int scales = fp8 ? em::channel_scale_floats(2880) : 0;
+    const em::SmemLayout l = em::smem_layout(128, 1024, hc, scales, fp8, floats);
+    const em::SmemLayout plain = em::smem_layout(128, 1024, hc, scales, fp8);
+    EXPECT_EQ(l.bias, plain.bias);
+    EXPECT_EQ(l.bias, l.scales + scales * 4);
+    EXPECT_EQ(l.bias_raw, l.bias + floats * 4);
+    EXPECT_EQ(l.bias % 4, 0);
+    EXPECT_EQ(l.bytes, plain.bytes + 2 * floats * 4);
+    EXPECT_LE(l.bytes, em::kSmemLimit) << (fp8 ? "e4m3, per channel" : "bf16");
+  }
+  EXPECT_EQ(em::slice_shape(360, false).h_chunks, 6);
+  EXPECT_EQ(em::slice_shape(360, true).g2_chunks, 3);
+  EXPECT_EQ(em::slice_shape(360, true).g2_last_steps, 4);  // 104 bytes in the last chunk: 4 k32 steps
+  EXPECT_EQ(em::slice_shape(360, false).g2_last_steps, 3);  // 80 bytes: 3 k16 steps
+}
+
 }  // namespace
 }  // namespace moekit

@@ -909,13 +909,13 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_TRUE(choose_paths(narrow, in).expert_mlp);
   EXPECT_TRUE(choose_paths(channel, in).expert_mlp);
   in.expert_mlp_ok = false;
-  in.expert_mlp_why = "expert_mlp: intermediate_size must be a multiple of 16 up to 384";
+  in.expert_mlp_why = "expert_mlp: intermediate_size must be a multiple of 8 from 16 up to 384";
   try {
     choose_paths(m16, in);
     ADD_FAILURE() << "forced expert_mlp that cannot run did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("intermediate_size must be a multiple of 16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("intermediate_size must be a multiple of 8"), std::string::npos) << e.what();
   }
 }
 

@@ -37,6 +37,22 @@ CaseSpec qwen30_tp8(std::int64_t M, std::uint64_t seed) {
   return s;
 }
 
+// gpt-oss-120b's TP8 expert shard (E = 128, k = 4, K = 2880, N = 360, swiglu_oai, b13 and b2): a
+// cluster of four a unit, the last slice 72 columns; in e4m3 K % 128 = 64 (GEMM1's last stage half
+// zeros) and w2's 360-byte rows as row pairs (KernelParams::w2_pairs).
+CaseSpec gptoss_tp8(std::int64_t M, std::uint64_t seed) {
+  CaseSpec s;
+  s.M = M;
+  s.E = 128;
+  s.k = 4;
+  s.K = 2880;
+  s.N = 360;
+  s.bias = true;
+  s.activation.kind = Activation::kSwigluOai;
+  s.seed = seed;
+  return s;
+}
+
 // Runs the first M tokens on the kernel (forced by name) and checks that it ran and that the output
 // matches the CPU reference; returns the output's bits.
 std::vector<std::uint16_t> run_checked(DeviceCase& d, MoeCase& c, std::int64_t M, const std::string& what) {
@@ -545,14 +561,14 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(s.M * s.K));
   std::string why;
   EXPECT_FALSE(cuda::expert_mlp_supported(describe(c.host_args(host_out.data())), &why));
-  EXPECT_NE(why.find("intermediate_size must be a multiple of 16 up to 384"), std::string::npos) << why;
+  EXPECT_NE(why.find("intermediate_size must be a multiple of 8 from 16 up to 384"), std::string::npos) << why;
   DeviceCase d(c);
   try {
     d.run(16, CallMode::kFusedExperts, "expert_mlp");
     ADD_FAILURE() << "forced expert_mlp at N = 400 did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported);
-    EXPECT_NE(std::string(e.what()).find("intermediate_size must be a multiple of 16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("intermediate_size must be a multiple of 8"), std::string::npos) << e.what();
   }
   const int before = cuda::expert_mlp_launches();
   const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
@@ -563,6 +579,109 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
   const MoeCase fc = make_case(f);
   EXPECT_FALSE(cuda::expert_mlp_supported(describe(fc.host_args(host_out.data())), &why));
   EXPECT_NE(why.find("fp8_per_tensor"), std::string::npos) << why;
+}
+
+TEST(Sm90ExpertMlp, GptOssShardMatchesReference) {
+  // gpt-oss TP8 (gptoss_tp8) in every scheme the kernel runs, at the grid's token counts: the
+  // biases staged a unit (b13 after GEMM1's scales and the router weight on the input, b2 after
+  // GEMM2's scales and before the router weight on the output), swiglu_oai, the partial last slice
+  // and output tile, and in e4m3 the half-zero last K stage and w2's row pairs.
+  SKIP_WITHOUT_SM90();
+  std::uint64_t seed = 300;
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+    MoeCase c = make_case([&] {
+      CaseSpec s = gptoss_tp8(256, ++seed);
+      s.scheme = scheme;
+      return s;
+    }());
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 5, 16, 64, 256})
+      run_checked(d, c, M, std::string("gpt-oss TP8 ") + scheme_name(scheme) + " M=" + std::to_string(M));
+  }
+}
+
+TEST(Sm90ExpertMlp, BiasesAndRowPairsEdgeCases) {
+  // The biases and the odd shapes around gpt-oss's: the router weight on the input with biases,
+  // fp16, static fp8 scales, expert_map with -1, all tokens on one expert (several 64-row tiles of
+  // one expert, each staging the same biases), k = E with odd E; one CTA a unit with e4m3 rows of
+  // N = 40 bytes (row pairs) and K = 320 (a half-zero last stage); and only one bias present.
+  SKIP_WITHOUT_SM90();
+  std::uint64_t seed = 400;
+  const auto gpt = [&](std::int64_t M, Scheme scheme) {
+    CaseSpec s = gptoss_tp8(M, ++seed);
+    s.scheme = scheme;
+    return s;
+  };
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    const std::string sn = scheme_name(scheme);
+    {
+      CaseSpec s = gpt(24, scheme);
+      s.weight_on_input = true;
+      check_case(s, 24, sn + " weight on input");
+    }
+    {
+      CaseSpec s = gpt(24, scheme);
+      s.act_dtype = DType::kFp16;
+      check_case(s, 24, sn + " fp16");
+    }
+    {
+      CaseSpec s = gpt(24, scheme);
+      s.expert_map = true;
+      check_case(s, 24, sn + " expert_map");
+    }
+    {
+      CaseSpec s = gpt(150, scheme);
+      s.pattern = RoutingPattern::kAllToOne;
+      s.hot_expert = 77;
+      check_case(s, 150, sn + " all to one expert");
+    }
+    {
+      CaseSpec s = gpt(9, scheme);
+      s.E = 7;
+      s.k = 7;
+      s.K = 320;
+      check_case(s, 9, sn + " k = E = 7, K = 320");
+    }
+    for (std::int64_t n : {40, 136}) {  // one CTA (row pairs in e4m3); a cluster of two, the last slice 40 columns
+      CaseSpec s = gpt(33, scheme);
+      s.N = n;
+      s.K = 320;
+      check_case(s, 33, sn + " N = " + std::to_string(n) + ", K = 320");
+    }
+  }
+  {
+    CaseSpec s = gpt(40, Scheme::kFp8PerTensor);
+    s.static_scales = true;
+    check_case(s, 40, "fp8 static scales");
+  }
+  {
+    CaseSpec s = gpt(40, Scheme::kBf16);
+    s.activation.kind = Activation::kSilu;
+    check_case(s, 40, "silu with biases");
+  }
+  // One bias only: the MoeCase's other one dropped from the call.
+  for (int which : {0, 1}) {
+    CaseSpec s = gpt(20, which == 0 ? Scheme::kBf16 : Scheme::kFp8PerTensor);
+    MoeCase c = make_case(s);
+    if (which == 0) c.b2.clear();
+    else c.b13.clear();
+    DeviceCase d(c);
+    run_checked(d, c, 20, which == 0 ? "b13 only" : "b2 only, fp8");
+  }
+}
+
+TEST(Sm90ExpertMlp, GptOssGraphReplayIsBitwiseStable) {
+  // Deterministic: the same bits eager and on every replay of a captured call (biases, row pairs).
+  SKIP_WITHOUT_SM90();
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+    CaseSpec s = gptoss_tp8(64, 500 + static_cast<int>(scheme));
+    s.scheme = scheme;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::vector<std::uint16_t> eager = run_checked(d, c, 64, std::string("gpt-oss eager ") + scheme_name(scheme));
+    const std::vector<std::uint16_t> again = d.run(64, CallMode::kFusedExperts, "expert_mlp");
+    EXPECT_EQ(values_differing(eager, again), 0) << scheme_name(scheme) << ": two eager runs differ";
+  }
 }
 
 TEST(Sm90ExpertMlp, ZeroTokensForcedLaunchesNothing) {
@@ -599,6 +718,15 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
     s.K = 256;
     s.scheme = scheme;
     check_case(s, 128, std::string("several units a CTA, ") + scheme_name(scheme));
+  }
+  // gpt-oss's form, small: biases staged a unit, swiglu_oai, clusters of four (N = 360), e4m3's
+  // half-zero last K stage (K = 320) and w2 row pairs; several units a cluster (E = 64).
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+    CaseSpec s = gptoss_tp8(24, 33);
+    s.E = 64;
+    s.K = 320;
+    s.scheme = scheme;
+    check_case(s, 24, std::string("small gpt-oss form, ") + scheme_name(scheme));
   }
   {
     CaseSpec s = qwen30_tp8(64, 31);  // fp8_per_channel on clusters of two, several units a cluster

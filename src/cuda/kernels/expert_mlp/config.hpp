@@ -16,7 +16,7 @@ inline constexpr int kBlockM = 64;
 inline constexpr int kN = 96;
 inline constexpr int kGateUp = 2 * kN;  // GEMM1's weight rows a unit
 inline constexpr int kKBytes = 128;      // a K stage: 64 bf16 / fp16 or 128 e4m3 elements, the swizzle width
-inline constexpr int kKElems = 64;       // ... of the 16-bit operands (hidden_size a multiple of it; e4m3: of 128)
+inline constexpr int kKElems = 64;       // hidden_size a multiple of it (e4m3: a K stage of 128, the last one half zeros where K % 128 = 64)
 inline constexpr int kW13BoxRows = 32;   // w13 TMA box rows: 6 boxes a GEMM1 stage
 inline constexpr int kOutTile = 256;     // GEMM2 output columns (hidden) a wgmma tile
 inline constexpr int kATileBytes = kBlockM * kKBytes;        // 8 KB of token rows
@@ -78,6 +78,8 @@ struct SmemLayout {
   int prefix;      // int [E + 1]: units of the experts before e
   int slot_e;      // int16 [P]: each slot's local expert (-1: none)
   int scales;      // float [scale_floats] (fp8_per_channel only): w13 scales [2 kN], w2 scales [K padded]
+  int bias;        // float [bias_floats] (biases only): the slice's b13 [2 kN], then b2 of the rank's output tiles
+  int bias_raw;    // uint32 [bias_floats]: the same as copied (a word of two 16-bit elements or one fp32)
   int bytes;       // total, with 1024 bytes of alignment slack
 };
 
@@ -87,6 +89,19 @@ constexpr int channel_scale_floats(int hidden_size) {
   return 2 * kN + (hidden_size + kOutTile - 1) / kOutTile * kOutTile;
 }
 
+// The biases (gpt-oss) staged in shared memory a unit: the slice's 2 kN b13 values (gate, up; zeros
+// past N), then b2 of the rank's output tiles r, r + S, ... (256 columns each, zeros past K), copied
+// as raw words before GEMM1 and turned into fp32 after it. At most kMaxBiasFloats a unit: gpt-oss
+// TP8 (N = 360 on four ranks, K = 2880: 12 output tiles, 3 a rank) stages 192 + 768.
+inline constexpr int kMaxBiasFloats = 1024;
+constexpr int bias_tiles_per_rank(int hidden_size, int slices) {
+  return ((hidden_size + kOutTile - 1) / kOutTile + slices - 1) / slices;
+}
+constexpr int bias_floats(int hidden_size, int slices) {
+  return 2 * kN + bias_tiles_per_rank(hidden_size, slices) * kOutTile;
+}
+static_assert(bias_floats(2880, 4) == 960 && bias_floats(2880, 4) <= kMaxBiasFloats, "gpt-oss TP8's biases");
+
 // red_cluster's floats: a unit's h absmax a rank, or (fp8_per_channel on a cluster) a row's a rank,
 // by unit parity.
 constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_row ? kBlockM : 1); }
@@ -95,8 +110,9 @@ constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_ro
 // scale_floats: fp8_per_channel's per-unit scales (the expert's w13 scales of kN gate and kN up
 // columns, then its w2 scales of K output columns, padded to whole 256-column tiles); 0 otherwise.
 // row_absmax: fp8_per_channel on a cluster (red_cluster a row's absmax a rank).
+// bias_floats: the biases staged a unit (bias_floats()); 0 without biases.
 constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0,
-                                 bool row_absmax = false) {
+                                 bool row_absmax = false, int bias_floats = 0) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
@@ -113,7 +129,9 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.prefix = l.counts + (num_experts + 1) * 4;
   l.slot_e = l.prefix + (num_experts + 1) * 4;
   l.scales = l.slot_e + ((slots * 2 + 15) / 16) * 16;
-  l.bytes = l.scales + scale_floats * 4 + 1024;
+  l.bias = l.scales + scale_floats * 4;
+  l.bias_raw = l.bias + bias_floats * 4;
+  l.bytes = l.bias_raw + bias_floats * 4 + 1024;
   return l;
 }
 

@@ -62,6 +62,7 @@
 #include "cuda/kernels/expert_mlp/params.hpp"
 #include "cuda/kernels/gemm_common/expert_table.cuh"
 #include "cuda/numerics/activation.cuh"
+#include "cuda/numerics/bias.cuh"
 #include "cuda/numerics/quant.cuh"
 
 namespace moekit::cuda::expert_mlp {
@@ -135,6 +136,8 @@ struct ExpertMlp {
     int* prefix;
     std::int16_t* slot_e;
     float* scales;  // kChannel: the unit's w13 scales [2 kN] (the slice's gate, up), then its w2 scales [K padded]
+    float* bias;    // biases: the unit's b13 [2 kN] (the slice's gate, up), then b2 of the rank's tiles (SmemLayout::bias)
+    std::uint32_t* bias_raw;  // ... as copied: a word of two 16-bit elements or one fp32 one
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -246,22 +249,27 @@ struct ExpertMlp {
       for (int kb = 0; kb < p.k_stages; ++kb) {
         if (kb >= ahead) issue_w13(p, s, t.e, r, kb, stage, phase, lane, load, rec, j, empty_wait);
         const std::uint32_t dst = s.ring + stage * kStageBytes;
+        // A chunk past the row's end (e4m3 K % 128 = 64: the last stage's upper half) is zeros,
+        // against the w13 box's zeros there (TMA's fill past K).
+        const int koff = kb * kKBytes;
+        const bool in_k = koff + chunk * 16 < row_bytes;
+        const int kbytes = in_k ? 16 : 0;
         if (lean) {
-          const int koff = kb * kKBytes;
+          const int kread = in_k ? koff : 0;
 #pragma unroll
           for (int i = 0; i < kBlockM / 4; ++i) {
             if (i >= groups) break;  // uniform
             // Row (lane >> 3) + 4 i at 128 (lane >> 3) + 512 i, its chunk swizzled by row % 8 =
             // (lane >> 3) + 4 (i % 2).
-            if (i < mine) sm90::cp_async_16_zfill(dst + 512 * i + place[i & 1], src[i] + koff, 16);
+            if (i < mine) sm90::cp_async_16_zfill(dst + 512 * i + place[i & 1], src[i] + kread, kbytes);
           }
         } else {
 #pragma unroll
           for (int i = 0; i < kBlockM / 4; ++i) {
             if (tok[i] < 0) continue;
             const int row = (lane >> 3) + 4 * i;
-            const std::uint8_t* g = hidden + tok[i] * row_bytes + kb * kKBytes + chunk * 16;
-            sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), g, 16);
+            const std::uint8_t* g = hidden + tok[i] * row_bytes + (in_k ? koff + chunk * 16 : 0);
+            sm90::cp_async_16_zfill(dst + row * kKBytes + ((chunk ^ (row & 7)) << 4), g, kbytes);
           }
         }
         sm90::cp_async_mbar_arrive_noinc(s.full + 8 * stage);
@@ -277,7 +285,13 @@ struct ExpertMlp {
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
-            load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
+            const std::uint32_t dst = s.ring + stage * kStageBytes;
+            if (p.w2_pairs != 0) {  // even rows from the pair rows' first half, odd rows from their second
+              load(dst, &p.tmap_w2, full, c * kStageElems, o * (kOutTile / 2), t.e);
+              load(dst + (kOutTile / 2) * kKBytes, &p.tmap_w2, full, p.n_cols + c * kStageElems, o * (kOutTile / 2), t.e);
+            } else {
+              load(dst, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
+            }
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
           next_stage(stage, phase);
@@ -362,9 +376,11 @@ struct ExpertMlp {
   // divergent blocks).
   // kChannel: cs13 holds the unit's w13 scales (gate column n at n, up at kN + n), each pair's
   // taken with the row's fr (hidden's row scale x the router weight on the input).
-  template <Activation kKind>
+  // kBias: b13s holds the slice's b13 the same way (zeros past N), added after the scales.
+  template <Activation kKind, bool kBias>
   static __device__ __forceinline__ float act_half(const KernelParams& p, float (&acc1)[64], float (&acc2)[32], int h,
-                                                   bool live, float fr, float amax, const float* cs13, int lane) {
+                                                   bool live, float fr, float amax, const float* cs13,
+                                                   const float* b13s, int lane) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
 #pragma unroll
@@ -373,13 +389,17 @@ struct ExpertMlp {
         float& g1 = i < 8 ? acc1[4 * i + 2 + c] : acc2[4 * (i - 8) + 2 + c];
         const float u0 = i < 8 ? acc1[4 * (i + 8) + c] : acc2[4 * (i - 4) + c];
         const float u1 = i < 8 ? acc1[4 * (i + 8) + 2 + c] : acc2[4 * (i - 4) + 2 + c];
+        const int n = (i < 8 ? 8 * i : 64 + 8 * (i - 8)) + 2 * (lane & 3) + c;  // the slice's column
         float fg = fr, fu = fr;
         if constexpr (kChannel) {
-          const int n = (i < 8 ? 8 * i : 64 + 8 * (i - 8)) + 2 * (lane & 3) + c;
           fg = fr * cs13[n];
           fu = fr * cs13[kN + n];
         }
-        const float g = (h != 0 ? g1 : g0) * fg, uu = (h != 0 ? u1 : u0) * fu;
+        float g = (h != 0 ? g1 : g0) * fg, uu = (h != 0 ? u1 : u0) * fu;
+        if constexpr (kBias) {
+          g += b13s[n];
+          uu += b13s[kN + n];
+        }
         const float a = numerics::activate<numerics::ActMath::kFastFtz, kKind>(g, uu, p.alpha, p.limit);
         const float v = live ? a : 0.0f;
         amax = numerics::fold_absmax(amax, v);
@@ -425,7 +445,7 @@ struct ExpertMlp {
   // over every rank (red_cluster and the amax barrier, so all ranks take the same scale); then the
   // stores. On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its
   // reads of h (h_empty).
-  template <Activation kKind>
+  template <Activation kKind, bool kBias>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
                                                      float (&acc1)[64], float (&acc2)[32], const bool (&live)[2],
                                                      const float (&fr)[2], int warp, int lane, int j) {
@@ -433,7 +453,8 @@ struct ExpertMlp {
     float amax = 0.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h)
-      amax = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax, nullptr, lane);
+      amax = act_half<kKind, kBias>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax, nullptr,
+                                    s.bias, lane);
     float s_h = 1.0f;
     if constexpr (kFp8) {
       if (p.a2_scale != nullptr) {
@@ -470,7 +491,7 @@ struct ExpertMlp {
   // the quad's lane 0 pushes its two rows' slice absmaxes into every peer's red_cluster (a row a
   // float, [parity][rank][row]) by st.async, counted on the peer's amax barrier, and each row's
   // scale is the max over the ranks: the same scale on every rank, as the per-tensor form's.
-  template <Activation kKind>
+  template <Activation kKind, bool kBias>
   static __device__ __forceinline__ void activation_channel(const KernelParams& p, const Smem& s, const Slice& sl,
                                                             float (&acc1)[64], float (&acc2)[32],
                                                             const bool (&live)[2], const float (&fr)[2], int warp,
@@ -479,8 +500,8 @@ struct ExpertMlp {
     float amax0 = 0.0f, amax1 = 0.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {
-      const float a = act_half<kKind>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], 0.0f,
-                                      s.scales, lane);
+      const float a = act_half<kKind, kBias>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0],
+                                             0.0f, s.scales, s.bias, lane);
       if (h == 0) amax0 = a;
       else amax1 = a;
     }
@@ -541,6 +562,52 @@ struct ExpertMlp {
         }
         const std::uint32_t bits = pack2<kHalf>(v0, v1);
         if (8 * jj < lim) row[4 * jj] = bits;
+      }
+    }
+  }
+
+  // GEMM2's epilogue for one 256-column tile (tile0 its first column) where the call has a b2 or
+  // w2 comes as row pairs (p.w2_pairs): y = (acc x fs[h] (x the w2 column scale, kChannel) + b2) x
+  // w[h], the reference's order (scales, bias, then the router weight on the output). fs: the
+  // row's h scale x the expert's w2 scale; w: its router weight, or 1 when that went on the input.
+  // cs2 / b2s: the tile's w2 scales (kChannel) and b2 values (null without) in shared memory, a
+  // float a column. Row pairs: accumulator column i holds output column 2i (i < 128) or 2(i - 128)
+  // + 1, so a thread's columns 8 jj + 2 (lane % 4) + {0, 1} and 128 more give output columns
+  // 16 jj + 4 (lane % 4) + {0, 1, 2, 3}: one 8-byte store.
+  template <bool kHalf>
+  static __device__ __forceinline__ void store_y_ext(const KernelParams& p, const float (&acc)[128],
+                                                     const int (&slot)[2], const float (&fs)[2], const float (&w)[2],
+                                                     int tile0, const float* cs2, const float* b2s, int lane) {
+    const int q = lane & 3;
+    const int lim = p.hidden_size - tile0;
+    const auto value = [&](float a, int h, int c) {
+      a *= fs[h];
+      if constexpr (kChannel) a *= cs2[c];
+      if (b2s != nullptr) a += b2s[c];
+      return a * w[h];
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (slot[h] < 0) continue;
+      std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + (static_cast<std::int64_t>(slot[h]) * p.hidden_size + tile0) * 2;
+      if (p.w2_pairs != 0) {
+#pragma unroll
+        for (int jj = 0; jj < kOutTile / 16; ++jj) {
+          const int c = 16 * jj + 4 * q;
+          const float v0 = value(acc[4 * jj + 2 * h], h, c);
+          const float v1 = value(acc[4 * (jj + 16) + 2 * h], h, c + 1);
+          const float v2 = value(acc[4 * jj + 2 * h + 1], h, c + 2);
+          const float v3 = value(acc[4 * (jj + 16) + 2 * h + 1], h, c + 3);
+          if (c < lim) *reinterpret_cast<uint2*>(row + 2 * c) = make_uint2(pack2<kHalf>(v0, v1), pack2<kHalf>(v2, v3));
+        }
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < kOutTile / 8; ++jj) {
+          const int c = 8 * jj + 2 * q;
+          const float v0 = value(acc[4 * jj + 2 * h], h, c);
+          const float v1 = value(acc[4 * jj + 2 * h + 1], h, c + 1);
+          if (c < lim) *reinterpret_cast<std::uint32_t*>(row + 2 * c) = pack2<kHalf>(v0, v1);
+        }
       }
     }
   }
@@ -635,6 +702,36 @@ struct ExpertMlp {
 #pragma unroll
         for (int h = 0; h < 2; ++h) xs[h] = slot[h] >= 0 ? p.a_scale[slot[h] / p.top_k] : 0.0f;
       }
+      // Biases (gpt-oss): the unit's values (SmemLayout::bias: the slice's b13, then b2 of the
+      // rank's output tiles; zeros past N and past K) as raw words by cp.async, in flight through
+      // GEMM1, then fp32 after it (every consumer is past its reads of the previous unit's: the
+      // barrier that ends a unit). A word is two 16-bit elements or one fp32 one; N, K, kN and the
+      // tiles are even, so both elements of a word are in or out together.
+      const int bias_n = p.bias_type != numerics::kBiasNone ? 2 * kN + p.bias_tiles * kOutTile : 0;
+      const int bias_per_word = p.bias_type == numerics::kBiasF32 ? 1 : 2;
+      for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
+        const int i = w * bias_per_word;  // the word's first element
+        const void* src = nullptr;
+        std::int64_t idx = 0;
+        if (i < 2 * kN) {
+          const int n = sl.r() * kN + (i < kN ? i : i - kN);
+          if (p.b13 != nullptr && n < p.n_cols) {
+            src = p.b13;
+            idx = static_cast<std::int64_t>(un.e) * 2 * p.n_cols + (i < kN ? n : p.n_cols + n);
+          }
+        } else {
+          const int jb = i - 2 * kN;
+          const int c = (sl.r() + (jb / kOutTile) * S) * kOutTile + jb % kOutTile;
+          if (p.b2 != nullptr && c < p.hidden_size) {
+            src = p.b2;
+            idx = static_cast<std::int64_t>(un.e) * p.hidden_size + c;
+          }
+        }
+        const std::uint8_t* g = static_cast<const std::uint8_t*>(src != nullptr ? src : p.y) +
+                                idx * (bias_per_word == 1 ? 4 : 2);
+        sm90::cp_async_4_zfill(sm90::smem_addr(s.bias_raw + w), g, src != nullptr ? 4 : 0);
+      }
+      if (bias_n > 0) sm90::cp_async_commit();
       // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
       float acc1[64], acc2[32];
 #pragma unroll
@@ -671,6 +768,19 @@ struct ExpertMlp {
       sm90::fence_regs<64>(acc1);
       sm90::fence_regs<32>(acc2);
       release(s, prev, lane);
+      if (bias_n > 0) {  // the unit's biases as fp32 (each thread its own words), for the activation and the epilogue
+        sm90::cp_async_wait_all_groups();
+        for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
+          const std::uint32_t raw = s.bias_raw[w];
+          if (bias_per_word == 1) {
+            s.bias[w] = numerics::bias_from_raw(p.bias_type, raw);
+          } else {
+            s.bias[2 * w] = numerics::bias_from_raw(p.bias_type, raw & 0xffffu);
+            s.bias[2 * w + 1] = numerics::bias_from_raw(p.bias_type, raw >> 16);
+          }
+        }
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      }
       lap(1);
 
       // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
@@ -684,26 +794,50 @@ struct ExpertMlp {
         // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
         sm90::cp_async_wait_all_groups();
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        switch (p.act) {
-          case Activation::kGelu:
-            activation_channel<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-            break;
-          case Activation::kSwigluOai:
-            activation_channel<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-            break;
-          default: activation_channel<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+          }
+        } else {
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+          }
         }
       } else {
         const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
         float s_h;
-        switch (p.act) {
-          case Activation::kGelu:
-            s_h = activation<Activation::kGelu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-            break;
-          case Activation::kSwigluOai:
-            s_h = activation<Activation::kSwigluOai>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-            break;
-          default: s_h = activation<Activation::kSilu>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          }
+        } else {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          }
         }
         s_row[0] = s_row[1] = s_h;
       }
@@ -724,6 +858,9 @@ struct ExpertMlp {
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_row[0] * s2),
                           (p.weight_on_input ? 1.0f : tw[1]) * (s_row[1] * s2)};
+      // store_y_ext's factors (biases or row pairs): the scales, and the router weight apart.
+      const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
+      const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
       for (int o = sl.r(); o < p.out_tiles; o += S) {
         float acc[128];
 #pragma unroll
@@ -794,6 +931,15 @@ struct ExpertMlp {
           g2[1] += static_cast<std::uint64_t>(c2 - t0 - waited);
         }
         if (!rows) continue;
+        if (p.b2 != nullptr || p.w2_pairs != 0) {
+          const int tile0 = o * kOutTile;
+          const float* cs2 = kChannel ? s.scales + 2 * kN + tile0 : nullptr;
+          const float* b2s = p.b2 != nullptr ? s.bias + 2 * kN + (o / S) * kOutTile : nullptr;
+          if (kF16 || (kFp8 && p.y_f16 != 0)) store_y_ext<true>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
+          else store_y_ext<false>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
+          if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
+          continue;
+        }
         // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
         const int col0 = o * kOutTile + 2 * (lane & 3);
         if constexpr (kFp8) {
@@ -858,6 +1004,8 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.slot_e = reinterpret_cast<std::int16_t*>(base + L.slot_e);
   s.scales = nullptr;
   if constexpr (kChannel) s.scales = reinterpret_cast<float*>(base + L.scales);
+  s.bias = reinterpret_cast<float*>(base + L.bias);  // read only where the call has biases
+  s.bias_raw = reinterpret_cast<std::uint32_t*>(base + L.bias_raw);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)

@@ -16,6 +16,7 @@
 #include "cuda/kernels/expert_mlp/params.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/kernels/gemm_common/tma_host.cuh"
+#include "cuda/numerics/bias.cuh"
 #include "moekit/error.hpp"
 
 namespace moekit::cuda {
@@ -27,6 +28,27 @@ std::atomic<int> g_phase_ctas{0};
 
 // The schemes the kernel runs on e4m3 weights (its e4m3 instantiations).
 bool fp8_scheme(Scheme s) { return s == Scheme::kFp8PerTensor || s == Scheme::kFp8PerChannel; }
+
+// w2's rows as pairs (KernelParams::w2_pairs): e4m3 rows of N bytes that TMA cannot stride (not a
+// multiple of 16; gpt-oss TP8's N = 360).
+bool w2_pairs(const MoeProblem& p) { return fp8_scheme(p.scheme) && p.intermediate_size % 16 != 0; }
+
+// Floats of biases staged a unit (expert_mlp::bias_floats), 0 without biases.
+int bias_floats_of(const MoeProblem& p) {
+  if (!p.has_bias13 && !p.has_bias2) return 0;
+  const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8_scheme(p.scheme));
+  return expert_mlp::bias_floats(static_cast<int>(p.hidden_size), sh.slices);
+}
+
+// The kernel's shared memory for `p` (supported shapes).
+expert_mlp::SmemLayout smem_of(const MoeProblem& p) {
+  using namespace expert_mlp;
+  const bool channel = p.scheme == Scheme::kFp8PerChannel;
+  const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8_scheme(p.scheme));
+  const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
+  return smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
+                     scale_floats, channel && sh.slices > 1, bias_floats_of(p));
+}
 
 }  // namespace
 
@@ -43,20 +65,19 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.scheme != Scheme::kBf16 && !fp8) return fail("bf16, fp8_per_tensor or fp8_per_channel scheme only");
   if (p.act_dtype != DType::kBf16 && p.act_dtype != DType::kFp16) return fail("bf16 or fp16 activations only");
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
-  if (p.has_bias13 || p.has_bias2) return fail("no biases");
-  if (p.intermediate_size < 16 || p.intermediate_size > kMaxSlices * kN || p.intermediate_size % 16 != 0)
-    return fail("intermediate_size must be a multiple of 16 up to ", kMaxSlices * kN);
-  const int k_elems = fp8 ? 2 * kKElems : kKElems;  // a 128-byte K stage
-  if (p.hidden_size < k_elems || p.hidden_size % k_elems != 0)
-    return fail("hidden_size must be a positive multiple of ", k_elems);
+  if (p.intermediate_size < 16 || p.intermediate_size > kMaxSlices * kN || p.intermediate_size % 8 != 0)
+    return fail("intermediate_size must be a multiple of 8 from 16 up to ", kMaxSlices * kN);
+  // A K stage is 128 bytes (64 16-bit or 128 e4m3 elements); e4m3's last stage may be half zeros.
+  if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0)
+    return fail("hidden_size must be a positive multiple of ", kKElems);
   if (p.hidden_size >= (std::int64_t{1} << 24)) return fail("hidden_size too large");
+  if (bias_floats_of(p) > kMaxBiasFloats)
+    return fail("biases: at most 3 of GEMM2's 256-column output tiles a CTA (ceil(hidden_size / 256) / ceil(N / 96)), have ",
+                bias_tiles_per_rank(static_cast<int>(p.hidden_size),
+                                    slice_shape(static_cast<int>(p.intermediate_size), fp8).slices));
   if (p.num_tokens * p.top_k > kMaxSlots) return fail("slots (M x k) at most ", kMaxSlots);
   if (p.num_experts > kMaxExperts) return fail("local experts at most ", kMaxExperts);
-  const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8);
-  const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
-  if (smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks, scale_floats,
-                  channel && sh.slices > 1)
-          .bytes > kSmemLimit)
+  if (smem_of(p).bytes > kSmemLimit)
     return fail(channel ? "the routing tables and the per-channel scales do not fit in shared memory"
                         : "the routing tables do not fit in shared memory");
   const std::string device = gemm_common::sm90_tma_unsupported_reason();
@@ -133,9 +154,9 @@ void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_buffer.store(device_buffer, std::memory_order_release);
 }
 
-bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2) {
-  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-  return aligned(hidden) && aligned(w13) && aligned(w2);
+bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2, const void* b13, const void* b2) {
+  const auto aligned = [](const void* q, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(q) % a == 0; };
+  return aligned(hidden, 16) && aligned(w13, 16) && aligned(w2, 16) && aligned(b13, 4) && aligned(b2, 4);
 }
 
 void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
@@ -143,8 +164,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const MoeProblem& p = a.problem;
   std::string why;
   if (!expert_mlp_supported(p, &why)) throw Error(Status::kNotSupported, why);
-  if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2))
-    throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned");
+  if (!expert_mlp_pointers_ok(a.hidden, a.w13, a.w2, a.b13, a.b2))
+    throw Error(Status::kNotSupported, "expert_mlp: hidden, w13 and w2 must be 16-byte aligned, the biases 4-byte");
   const std::int64_t P = p.num_tokens * p.top_k;
   if (P == 0) return;
   const std::int64_t E = p.num_experts, K = p.hidden_size, N = p.intermediate_size;
@@ -154,11 +175,22 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
   gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
                                   "expert_mlp_sm90 (w13)");
-  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
+  // w2 as [E, K, N], or as [E, K / 2, 2N] row pairs where e4m3 rows of N bytes are no multiple of 16.
+  kp.w2_pairs = w2_pairs(p) ? 1 : 0;
+  if (kp.w2_pairs != 0)
+    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, 2 * N, K / 2, E, kOutTile / 2,
+                                    "expert_mlp_sm90 (w2 row pairs)");
+  else
+    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
   kp.hidden = a.hidden;
   kp.topk_ids = a.topk_ids;
   kp.expert_map = a.expert_map;
   kp.topk_weights = a.topk_weights;
+  kp.b13 = p.has_bias13 ? a.b13 : nullptr;
+  kp.b2 = p.has_bias2 ? a.b2 : nullptr;
+  if ((p.has_bias13 && a.b13 == nullptr) || (p.has_bias2 && a.b2 == nullptr))
+    throw Error(Status::kInvalidArgument, "expert_mlp: the problem has biases and none was given");
+  kp.bias_type = numerics::bias_type_of(p.has_bias13 || p.has_bias2, p.bias_dtype);
   kp.y = a.y;
   kp.faults = a.faults;
   kp.slots = static_cast<int>(P);
@@ -166,13 +198,14 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.num_experts = static_cast<int>(E);
   kp.num_experts_global = static_cast<int>(p.has_expert_map ? p.num_experts_global : E);
   kp.hidden_size = static_cast<int>(K);
-  kp.k_stages = static_cast<int>(K / (fp8 ? 2 * kKElems : kKElems));
+  kp.k_stages = static_cast<int>((K * (fp8 ? 1 : 2) + kKBytes - 1) / kKBytes);
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
   const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
   kp.slices = sh.slices;
   kp.h_chunks = sh.h_chunks;
   kp.g2_chunks = sh.g2_chunks;
   kp.g2_last_steps = sh.g2_last_steps;
+  kp.bias_tiles = bias_tiles_per_rank(static_cast<int>(K), sh.slices);
   kp.weight_on_input = p.apply_router_weight_on_input ? 1 : 0;
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
@@ -188,8 +221,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.act = p.activation.kind;
   kp.alpha = p.activation.alpha;
   kp.limit = p.activation.limit;
-  kp.smem = smem_layout(static_cast<int>(E), static_cast<int>(P), sh.h_chunks,
-                        channel ? channel_scale_floats(static_cast<int>(K)) : 0, channel && sh.slices > 1);
+  kp.smem = smem_of(p);
   kp.phases = g_phase_buffer.load(std::memory_order_acquire);
   kp.phase_ctas = kp.phases != nullptr ? g_phase_ctas.load(std::memory_order_relaxed) : 0;
   // Units: sum over experts of ceil(rows / 64) <= min(E, P) + P / 64; one CTA an SM at most, a

@@ -13,13 +13,15 @@
 namespace moekit::cuda {
 
 struct ExpertMlpArgs {
-  MoeProblem problem;              // bf16 or fp8_per_tensor, no routing in the call, no biases
+  MoeProblem problem;              // bf16, fp8_per_tensor or fp8_per_channel, no routing in the call
   const void* hidden = nullptr;    // [M, K] activation dtype; fp8_per_tensor: e4m3, hidden quantized
   const void* w13 = nullptr;       // [E, 2N, K]
   const void* w2 = nullptr;        // [E, K, N]
   const std::int32_t* topk_ids = nullptr;
   const std::int32_t* expert_map = nullptr;
   const float* topk_weights = nullptr;
+  const void* b13 = nullptr;       // [E, 2N] problem.bias_dtype, where problem.has_bias13
+  const void* b2 = nullptr;        // [E, K], where problem.has_bias2
   void* y = nullptr;               // [M k, K] activation dtype
   // fp8_per_tensor: hidden's scale [1], the weights' per-expert scales [E], the static intermediate
   // scale [1] or null (each unit's own dynamic scale).
@@ -39,8 +41,9 @@ struct ExpertMlpArgs {
 bool expert_mlp_supported(const MoeProblem& problem, std::string* why);
 
 // Whether the tensors' addresses suit the kernel: hidden's rows by 16-byte copies, the weights'
-// TMA descriptors (16-byte aligned bases).
-bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2);
+// TMA descriptors (16-byte aligned bases), the biases by 4-byte copies (null: none).
+bool expert_mlp_pointers_ok(const void* hidden, const void* w13, const void* w2, const void* b13 = nullptr,
+                            const void* b2 = nullptr);
 
 // Throws where a call that expert_mlp_supported accepts still cannot launch: a bad
 // MOEKIT_EXPERT_MLP_EVICT_FIRST, or no cluster of the call's ceil(N / 96) CTAs fitting on the
