@@ -38,8 +38,9 @@ CaseSpec qwen30_tp8(std::int64_t M, std::uint64_t seed) {
 }
 
 // gpt-oss-120b's TP8 expert shard (E = 128, k = 4, K = 2880, N = 360, swiglu_oai, b13 and b2): a
-// cluster of four a unit, the last slice 72 columns; in e4m3 K % 128 = 64 (GEMM1's last stage half
-// zeros) and w2's 360-byte rows as row pairs (KernelParams::w2_pairs).
+// cluster of four a unit, the last slice 72 columns. e4m3 declines N = 360 (w2's 360-byte rows,
+// which a TMA map cannot stride); its e4m3 form here is N = 352 (gptoss_fp8_tp8), with K % 128 =
+// 64 (GEMM1's last stage half zeros).
 CaseSpec gptoss_tp8(std::int64_t M, std::uint64_t seed) {
   CaseSpec s;
   s.M = M;
@@ -50,6 +51,12 @@ CaseSpec gptoss_tp8(std::int64_t M, std::uint64_t seed) {
   s.bias = true;
   s.activation.kind = Activation::kSwigluOai;
   s.seed = seed;
+  return s;
+}
+CaseSpec gptoss_fp8_tp8(std::int64_t M, std::uint64_t seed, Scheme scheme = Scheme::kFp8PerTensor) {
+  CaseSpec s = gptoss_tp8(M, seed);
+  s.N = 352;
+  s.scheme = scheme;
   return s;
 }
 
@@ -582,35 +589,43 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
 }
 
 TEST(Sm90ExpertMlp, GptOssShardMatchesReference) {
-  // gpt-oss TP8 (gptoss_tp8) in every scheme the kernel runs, at the grid's token counts: the
-  // biases staged a unit (b13 after GEMM1's scales and the router weight on the input, b2 after
-  // GEMM2's scales and before the router weight on the output), swiglu_oai, the partial last slice
-  // and output tile, and in e4m3 the half-zero last K stage and w2's row pairs.
+  // gpt-oss TP8 (gptoss_tp8) at the grid's token counts: the biases staged a unit (b13 after
+  // GEMM1's scales and the router weight on the input, b2 after GEMM2's scales and before the router
+  // weight on the output), swiglu_oai, the partial last slice and output tile; its e4m3 form at N =
+  // 352 in both fp8 schemes (the half-zero last K stage); and fp8 at N = 360 declined with its
+  // reason, auto running it elsewhere.
   SKIP_WITHOUT_SM90();
   std::uint64_t seed = 300;
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
-    MoeCase c = make_case([&] {
-      CaseSpec s = gptoss_tp8(256, ++seed);
-      s.scheme = scheme;
-      return s;
-    }());
+    MoeCase c = make_case(scheme == Scheme::kBf16 ? gptoss_tp8(256, ++seed) : gptoss_fp8_tp8(256, ++seed, scheme));
     DeviceCase d(c);
     for (std::int64_t M : {1, 5, 16, 64, 256})
       run_checked(d, c, M, std::string("gpt-oss TP8 ") + scheme_name(scheme) + " M=" + std::to_string(M));
   }
+  CaseSpec f = gptoss_tp8(16, ++seed);
+  f.scheme = Scheme::kFp8PerTensor;
+  MoeCase c = make_case(f);
+  std::vector<std::uint16_t> host_out(static_cast<std::size_t>(f.M * f.K));
+  std::string why;
+  EXPECT_FALSE(cuda::expert_mlp_supported(describe(c.host_args(host_out.data())), &why));
+  EXPECT_NE(why.find("e4m3 w2 rows of N bytes must be a multiple of 16"), std::string::npos) << why;
+  DeviceCase d(c);
+  const int before = cuda::expert_mlp_launches();
+  const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
+  EXPECT_EQ(cuda::expert_mlp_launches(), before);
+  EXPECT_TRUE(rows_match(to_float(bits, f.act_dtype), reference_rows(c, 0, 16), f.K, f.scheme, "fp8 N = 360, auto"));
 }
 
-TEST(Sm90ExpertMlp, BiasesAndRowPairsEdgeCases) {
+TEST(Sm90ExpertMlp, BiasesEdgeCases) {
   // The biases and the odd shapes around gpt-oss's: the router weight on the input with biases,
   // fp16, static fp8 scales, expert_map with -1, all tokens on one expert (several 64-row tiles of
-  // one expert, each staging the same biases), k = E with odd E; one CTA a unit with e4m3 rows of
-  // N = 40 bytes (row pairs) and K = 320 (a half-zero last stage); and only one bias present.
+  // one expert, each staging the same biases), k = E with odd E; one CTA a unit at N = 40 (bf16) /
+  // 48 (e4m3) and K = 320 (e4m3: a half-zero last stage), a cluster of two at N = 136 / 144; and
+  // only one bias present.
   SKIP_WITHOUT_SM90();
   std::uint64_t seed = 400;
   const auto gpt = [&](std::int64_t M, Scheme scheme) {
-    CaseSpec s = gptoss_tp8(M, ++seed);
-    s.scheme = scheme;
-    return s;
+    return scheme == Scheme::kBf16 ? gptoss_tp8(M, ++seed) : gptoss_fp8_tp8(M, ++seed, scheme);
   };
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
     const std::string sn = scheme_name(scheme);
@@ -642,9 +657,9 @@ TEST(Sm90ExpertMlp, BiasesAndRowPairsEdgeCases) {
       s.K = 320;
       check_case(s, 9, sn + " k = E = 7, K = 320");
     }
-    for (std::int64_t n : {40, 136}) {  // one CTA (row pairs in e4m3); a cluster of two, the last slice 40 columns
+    for (std::int64_t n : {40, 136}) {  // one CTA; a cluster of two, the last slice 40 (e4m3: 48) columns
       CaseSpec s = gpt(33, scheme);
-      s.N = n;
+      s.N = scheme == Scheme::kBf16 ? n : n + 8;
       s.K = 320;
       check_case(s, 33, sn + " N = " + std::to_string(n) + ", K = 320");
     }
@@ -670,12 +685,12 @@ TEST(Sm90ExpertMlp, BiasesAndRowPairsEdgeCases) {
   }
 }
 
-TEST(Sm90ExpertMlp, GptOssGraphReplayIsBitwiseStable) {
-  // Deterministic: the same bits eager and on every replay of a captured call (biases, row pairs).
+TEST(Sm90ExpertMlp, GptOssRunsAreBitwiseStable) {
+  // Deterministic: the same bits on two runs of the same call (biases staged a unit).
   SKIP_WITHOUT_SM90();
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
-    CaseSpec s = gptoss_tp8(64, 500 + static_cast<int>(scheme));
-    s.scheme = scheme;
+    const std::uint64_t seed = 500 + static_cast<int>(scheme);
+    CaseSpec s = scheme == Scheme::kBf16 ? gptoss_tp8(64, seed) : gptoss_fp8_tp8(64, seed);
     MoeCase c = make_case(s);
     DeviceCase d(c);
     const std::vector<std::uint16_t> eager = run_checked(d, c, 64, std::string("gpt-oss eager ") + scheme_name(scheme));
@@ -719,13 +734,12 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
     s.scheme = scheme;
     check_case(s, 128, std::string("several units a CTA, ") + scheme_name(scheme));
   }
-  // gpt-oss's form, small: biases staged a unit, swiglu_oai, clusters of four (N = 360), e4m3's
-  // half-zero last K stage (K = 320) and w2 row pairs; several units a cluster (E = 64).
+  // gpt-oss's form, small: biases staged a unit, swiglu_oai, clusters of four (N = 360; e4m3 352),
+  // e4m3's half-zero last K stage (K = 320); several units a cluster (E = 64).
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
-    CaseSpec s = gptoss_tp8(24, 33);
+    CaseSpec s = scheme == Scheme::kBf16 ? gptoss_tp8(24, 33) : gptoss_fp8_tp8(24, 33, scheme);
     s.E = 64;
     s.K = 320;
-    s.scheme = scheme;
     check_case(s, 24, std::string("small gpt-oss form, ") + scheme_name(scheme));
   }
   {

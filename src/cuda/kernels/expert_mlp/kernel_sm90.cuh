@@ -285,13 +285,7 @@ struct ExpertMlp {
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
-            const std::uint32_t dst = s.ring + stage * kStageBytes;
-            if (p.w2_pairs != 0) {  // even rows from the pair rows' first half, odd rows from their second
-              load(dst, &p.tmap_w2, full, c * kStageElems, o * (kOutTile / 2), t.e);
-              load(dst + (kOutTile / 2) * kKBytes, &p.tmap_w2, full, p.n_cols + c * kStageElems, o * (kOutTile / 2), t.e);
-            } else {
-              load(dst, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
-            }
+            load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
           next_stage(stage, phase);
@@ -566,14 +560,11 @@ struct ExpertMlp {
     }
   }
 
-  // GEMM2's epilogue for one 256-column tile (tile0 its first column) where the call has a b2 or
-  // w2 comes as row pairs (p.w2_pairs): y = (acc x fs[h] (x the w2 column scale, kChannel) + b2) x
-  // w[h], the reference's order (scales, bias, then the router weight on the output). fs: the
-  // row's h scale x the expert's w2 scale; w: its router weight, or 1 when that went on the input.
-  // cs2 / b2s: the tile's w2 scales (kChannel) and b2 values (null without) in shared memory, a
-  // float a column. Row pairs: accumulator column i holds output column 2i (i < 128) or 2(i - 128)
-  // + 1, so a thread's columns 8 jj + 2 (lane % 4) + {0, 1} and 128 more give output columns
-  // 16 jj + 4 (lane % 4) + {0, 1, 2, 3}: one 8-byte store.
+  // GEMM2's epilogue for one 256-column tile (tile0 its first column) where the call has a b2:
+  // y = (acc x fs[h] (x the w2 column scale, kChannel) + b2) x w[h], the reference's order
+  // (scales, bias, then the router weight on the output). fs: the row's h scale x the expert's w2
+  // scale; w: its router weight, or 1 when that went on the input. cs2 / b2s: the tile's w2 scales
+  // (kChannel) and b2 values in shared memory, a float a column.
   template <bool kHalf>
   static __device__ __forceinline__ void store_y_ext(const KernelParams& p, const float (&acc)[128],
                                                      const int (&slot)[2], const float (&fs)[2], const float (&w)[2],
@@ -583,31 +574,18 @@ struct ExpertMlp {
     const auto value = [&](float a, int h, int c) {
       a *= fs[h];
       if constexpr (kChannel) a *= cs2[c];
-      if (b2s != nullptr) a += b2s[c];
-      return a * w[h];
+      return (a + b2s[c]) * w[h];
     };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (slot[h] < 0) continue;
       std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + (static_cast<std::int64_t>(slot[h]) * p.hidden_size + tile0) * 2;
-      if (p.w2_pairs != 0) {
 #pragma unroll
-        for (int jj = 0; jj < kOutTile / 16; ++jj) {
-          const int c = 16 * jj + 4 * q;
-          const float v0 = value(acc[4 * jj + 2 * h], h, c);
-          const float v1 = value(acc[4 * (jj + 16) + 2 * h], h, c + 1);
-          const float v2 = value(acc[4 * jj + 2 * h + 1], h, c + 2);
-          const float v3 = value(acc[4 * (jj + 16) + 2 * h + 1], h, c + 3);
-          if (c < lim) *reinterpret_cast<uint2*>(row + 2 * c) = make_uint2(pack2<kHalf>(v0, v1), pack2<kHalf>(v2, v3));
-        }
-      } else {
-#pragma unroll
-        for (int jj = 0; jj < kOutTile / 8; ++jj) {
-          const int c = 8 * jj + 2 * q;
-          const float v0 = value(acc[4 * jj + 2 * h], h, c);
-          const float v1 = value(acc[4 * jj + 2 * h + 1], h, c + 1);
-          if (c < lim) *reinterpret_cast<std::uint32_t*>(row + 2 * c) = pack2<kHalf>(v0, v1);
-        }
+      for (int jj = 0; jj < kOutTile / 8; ++jj) {
+        const int c = 8 * jj + 2 * q;
+        const float v0 = value(acc[4 * jj + 2 * h], h, c);
+        const float v1 = value(acc[4 * jj + 2 * h + 1], h, c + 1);
+        if (c < lim) *reinterpret_cast<std::uint32_t*>(row + 2 * c) = pack2<kHalf>(v0, v1);
       }
     }
   }
@@ -858,7 +836,7 @@ struct ExpertMlp {
       const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_row[0] * s2),
                           (p.weight_on_input ? 1.0f : tw[1]) * (s_row[1] * s2)};
-      // store_y_ext's factors (biases or row pairs): the scales, and the router weight apart.
+      // store_y_ext's factors (b2): the scales, and the router weight apart.
       const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
       const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
       for (int o = sl.r(); o < p.out_tiles; o += S) {
@@ -931,10 +909,10 @@ struct ExpertMlp {
           g2[1] += static_cast<std::uint64_t>(c2 - t0 - waited);
         }
         if (!rows) continue;
-        if (p.b2 != nullptr || p.w2_pairs != 0) {
+        if (p.b2 != nullptr) {
           const int tile0 = o * kOutTile;
           const float* cs2 = kChannel ? s.scales + 2 * kN + tile0 : nullptr;
-          const float* b2s = p.b2 != nullptr ? s.bias + 2 * kN + (o / S) * kOutTile : nullptr;
+          const float* b2s = s.bias + 2 * kN + (o / S) * kOutTile;
           if (kF16 || (kFp8 && p.y_f16 != 0)) store_y_ext<true>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
           else store_y_ext<false>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
           if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);

@@ -29,10 +29,6 @@ std::atomic<int> g_phase_ctas{0};
 // The schemes the kernel runs on e4m3 weights (its e4m3 instantiations).
 bool fp8_scheme(Scheme s) { return s == Scheme::kFp8PerTensor || s == Scheme::kFp8PerChannel; }
 
-// w2's rows as pairs (KernelParams::w2_pairs): e4m3 rows of N bytes that TMA cannot stride (not a
-// multiple of 16; gpt-oss TP8's N = 360).
-bool w2_pairs(const MoeProblem& p) { return fp8_scheme(p.scheme) && p.intermediate_size % 16 != 0; }
-
 // Floats of biases staged a unit (expert_mlp::bias_floats), 0 without biases.
 int bias_floats_of(const MoeProblem& p) {
   if (!p.has_bias13 && !p.has_bias2) return 0;
@@ -67,6 +63,10 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.with_routing) return fail("fused_experts calls only (routing given as ids)");
   if (p.intermediate_size < 16 || p.intermediate_size > kMaxSlices * kN || p.intermediate_size % 8 != 0)
     return fail("intermediate_size must be a multiple of 8 from 16 up to ", kMaxSlices * kN);
+  // w2's TMA map strides its rows of N elements, which must be a multiple of 16 bytes. gpt-oss TP8's
+  // e4m3 rows of 360 bytes are not; a box starting at an odd row of a pair view ([E, K / 2, 2N])
+  // starts 8 bytes off the 16 TMA requires (an illegal instruction, session 69).
+  if (fp8 && p.intermediate_size % 16 != 0) return fail("e4m3 w2 rows of N bytes must be a multiple of 16: N = ", p.intermediate_size);
   // A K stage is 128 bytes (64 16-bit or 128 e4m3 elements); e4m3's last stage may be half zeros.
   if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0)
     return fail("hidden_size must be a positive multiple of ", kKElems);
@@ -175,13 +175,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
   gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
                                   "expert_mlp_sm90 (w13)");
-  // w2 as [E, K, N], or as [E, K / 2, 2N] row pairs where e4m3 rows of N bytes are no multiple of 16.
-  kp.w2_pairs = w2_pairs(p) ? 1 : 0;
-  if (kp.w2_pairs != 0)
-    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, 2 * N, K / 2, E, kOutTile / 2,
-                                    "expert_mlp_sm90 (w2 row pairs)");
-  else
-    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
+  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
   kp.hidden = a.hidden;
   kp.topk_ids = a.topk_ids;
   kp.expert_map = a.expert_map;

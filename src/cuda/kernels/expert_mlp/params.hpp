@@ -17,13 +17,8 @@ struct KernelParams {
   // w13 [E, 2N, K] as a 3D map of 2E planes [N, K] (plane 2e: expert e's gate rows, 2e + 1 its up
   // rows), box [128 bytes of K, kW13BoxRows rows, 1 plane]; w2 [E, K, N], box [128 bytes of N,
   // kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside (rows of a slice past N).
-  // w2_pairs (e4m3 rows of N bytes not a multiple of 16, TMA's stride rule: gpt-oss TP8's 360): w2
-  // as [E, K / 2, 2N], a pair of rows a map row, box [128 bytes, kOutTile / 2 pair rows, 1 expert]:
-  // a stage's even rows from one box at x = 128 c, its odd rows from a second at x = N + 128 c, so
-  // the B tile holds output column 2i at row i and 2i + 1 at row 128 + i (the epilogue's order).
   CUtensorMap tmap_w13;
   CUtensorMap tmap_w2;
-  int w2_pairs;
   const void* hidden;              // [M, K] activation dtype (e4m3: hidden quantized), rows 16-byte aligned
   const std::int32_t* topk_ids;    // [M, k] global expert ids
   const std::int32_t* expert_map;  // [Eg] -> local expert or -1; null: identity
