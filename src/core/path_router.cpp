@@ -286,6 +286,9 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   const bool per_channel = p.scheme == Scheme::kFp8PerChannel;
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
+  // Clusters of four (N = 289..384: gpt-oss TP8's 360), bf16 / fp16 only, their own slot range.
+  const bool quad_band = n >= kRouterTable.expert_mlp_quad_min_n && n <= kRouterTable.expert_mlp_quad_max_n &&
+                         p.scheme == Scheme::kBf16;
   // The cluster form: one round of units while the expected units (touched experts: a unit each
   // below 64 slots an expert) fit the resident clusters.
   const bool one_round = in.expert_mlp_clusters > 0 &&
@@ -294,7 +297,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
              : per_channel ? kRouterTable.expert_mlp_channel_min_slots
                            : kRouterTable.expert_mlp_min_slots;
   double hi = kRouterTable.expert_mlp_max_slots;
-  if (!one_cta_band && per_channel) {
+  if (quad_band) {
+    lo = kRouterTable.expert_mlp_quad_min_slots;
+    hi = kRouterTable.expert_mlp_quad_max_slots;
+  } else if (!one_cta_band && per_channel) {
     lo = kRouterTable.expert_mlp_channel_cluster_min_slots;
     hi = kRouterTable.expert_mlp_channel_cluster_max_slots;
   } else if (!one_cta_band) {
@@ -308,7 +314,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   if (kRouterTable.expert_mlp_in_auto && in.expert_mlp_in_auto && in.expert_mlp_ok &&
       (p.scheme == Scheme::kBf16 || (per_tensor && kRouterTable.expert_mlp_fp8_in_auto) ||
        (per_channel && kRouterTable.expert_mlp_channel_in_auto)) &&
-      (one_cta_band || cluster_band) &&
+      (one_cta_band || cluster_band || quad_band) &&
       plan.local_slots >= lo && plan.local_slots <= hi) {
     plan.expert_mlp = true;
     if (in.want_reason)

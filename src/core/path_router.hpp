@@ -328,6 +328,17 @@ struct RouterTable {
   double expert_mlp_cluster_wide_n = 193.0;  // from here: clusters of 3 and more
   double expert_mlp_cluster_wide_max_slots = 256.0;
   double expert_mlp_cluster_wide_bf16_max_slots = 128.0;
+  // Clusters of four, N = expert_mlp_quad_min_n .. _max_n (gpt-oss TP8: N = 360, biases,
+  // swiglu_oai), bf16 / fp16 only (e4m3 declines N = 360: w2's rows of 360 bytes), from
+  // expert_mlp_quad_min_slots to _max_slots. Session 69's same-run sweep (H100, 677e71d, check on;
+  // bench/results/2026-12-06-677e71d-h100-s102-gptoss-paths*), gpt-oss TP8 bf16, expert_mlp forced
+  // against auto: M = 8 / 16 / 32 / 64 / 128 (32..512 slots) 74.7 / 129.3 / 190.6 / 258.6 / 311.8
+  // against 89.1 (gemv(mma)) / 143.9 / 201.3 / 278.5 / 315.1 µs (Swap-AB): 1.19 / 1.11 / 1.06 / 1.08
+  // / 1.01x; M = 4 54.1 against 52.8 (gemv), M = 256 322.4 against 317.6 (Swap-AB) stay.
+  double expert_mlp_quad_min_n = 289.0;
+  double expert_mlp_quad_max_n = 384.0;
+  double expert_mlp_quad_min_slots = 32.0;
+  double expert_mlp_quad_max_slots = 512.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

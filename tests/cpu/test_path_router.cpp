@@ -879,6 +879,15 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_FALSE(choose_paths(preset("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   in.expert_mlp_clusters = 0;
+  // Clusters of four (gpt-oss TP8, N = 360): bf16 from 32 to 512 slots (M = 8..128 at k = 4), not
+  // M = 4 or 256, not fp8 (the kernel declines e4m3 at N = 360; the band is bf16 / fp16 only).
+  const MoeProblem oss = preset("gpt-oss-120b", 8, 8);
+  EXPECT_EQ(oss.intermediate_size, 360);
+  EXPECT_TRUE(choose_paths(oss, in).expert_mlp);
+  EXPECT_TRUE(choose_paths(preset("gpt-oss-120b", 128, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 4, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 256, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   const MoeProblem narrow = preset("qwen3-30b-a3b", 64, 16);  // N = 48: not measured, forced only
   EXPECT_EQ(narrow.intermediate_size, 48);
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
