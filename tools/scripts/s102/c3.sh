@@ -3,7 +3,7 @@
 # from 32 to 512 slots (RouterTable::expert_mlp_quad_*). gpt-oss TP8 bf16 M = 1..256 on auto with
 # cuBLAS in the same run (check on), then the whole TP8 grid if the time holds. ~8 min; carry [".deps"].
 set -u
-LIMIT=${LIMIT:-500}
+LIMIT=${LIMIT:-500}  # LIMIT=200: the gpt-oss rows alone
 source tools/scripts/device_call.sh
 build_bench || exit 1
 echo "built (left $(left)s)"
