@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # s102 (session 69), third call: the router takes the per-expert MLP kernel at gpt-oss TP8 bf16
-# from 32 to 512 slots (RouterTable::expert_mlp_quad_*). gpt-oss TP8 bf16 M = 1..256 on auto with
-# cuBLAS in the same run (check on), then the whole TP8 grid if the time holds. ~8 min; carry [".deps"].
+# from 32 to 512 slots (RouterTable::expert_mlp_quad_*), and the activation's dispatch is one helper
+# (activation_of / activation_channel_of, the same code). The expert_mlp and dispatch GPU tests,
+# then gpt-oss TP8 bf16 M = 1..256 on auto with cuBLAS in the same run (check on), then the whole
+# TP8 grid if the time holds (LIMIT=580). ~4 min without the grid; carry [".deps"].
 set -u
-LIMIT=${LIMIT:-500}  # LIMIT=200: the gpt-oss rows alone
+LIMIT=${LIMIT:-280}
 source tools/scripts/device_call.sh
-build_bench || exit 1
+build_tree || exit 1
 echo "built (left $(left)s)"
-timeout 120 $BB --backend cuda --preset gpt-oss-120b --tp 8 --tokens 1,2,4,8,16,32,64,128,256 --scheme bf16 \
+run_tests 'Sm90ExpertMlp.*:Sm90Dispatch.*' 100
+timeout 90 $BB --backend cuda --preset gpt-oss-120b --tp 8 --tokens 1,2,4,8,16,32,64,128,256 --scheme bf16 \
   --check --no-host-time --json "$O/gptoss-auto.json" >"$O/gptoss-auto.log" 2>&1
 echo "gpt-oss auto rc=$? (left $(left)s)"; grep -E "gpt-oss" "$O/gptoss-auto.log" | head -n 12
 if [ "$(left)" -gt 320 ]; then
