@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # s102 (session 69), third call: the router takes the per-expert MLP kernel at gpt-oss TP8 bf16
-# from 32 to 512 slots (RouterTable::expert_mlp_quad_*), and the activation's dispatch is one helper
-# (activation_of / activation_channel_of, the same code). The expert_mlp and dispatch GPU tests,
+# from 32 to 512 slots (RouterTable::expert_mlp_quad_*). The expert_mlp and dispatch GPU tests,
 # then gpt-oss TP8 bf16 M = 1..256 on auto with cuBLAS in the same run (check on), then the whole
 # TP8 grid if the time holds (LIMIT=580). ~4 min without the grid; carry [".deps"].
 set -u

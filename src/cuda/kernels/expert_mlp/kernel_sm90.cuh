@@ -560,35 +560,6 @@ struct ExpertMlp {
     }
   }
 
-  // The unit's activation for the call's kind, with b13 (kBias) or without: the kind's switch
-  // outside the per-value code (activation(), activation_channel()); the caller picks kBias.
-  template <bool kBias>
-  static __device__ __forceinline__ float activation_of(const KernelParams& p, const Smem& s, const Slice& sl,
-                                                        float (&acc1)[64], float (&acc2)[32], const bool (&live)[2],
-                                                        const float (&fr)[2], int warp, int lane, int j) {
-    switch (p.act) {
-      case Activation::kGelu: return activation<Activation::kGelu, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-      case Activation::kSwigluOai:
-        return activation<Activation::kSwigluOai, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-      default: return activation<Activation::kSilu, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
-    }
-  }
-  template <bool kBias>
-  static __device__ __forceinline__ void activation_channel_of(const KernelParams& p, const Smem& s, const Slice& sl,
-                                                               float (&acc1)[64], float (&acc2)[32],
-                                                               const bool (&live)[2], const float (&fr)[2], int warp,
-                                                               int lane, int j, float (&s_h)[2]) {
-    switch (p.act) {
-      case Activation::kGelu:
-        activation_channel<Activation::kGelu, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_h);
-        break;
-      case Activation::kSwigluOai:
-        activation_channel<Activation::kSwigluOai, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_h);
-        break;
-      default: activation_channel<Activation::kSilu, kBias>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_h);
-    }
-  }
-
   // GEMM2's epilogue for one 256-column tile (tile0 its first column) where the call has a b2:
   // y = (acc x fs[h] (x the w2 column scale, kChannel) + b2) x w[h], the reference's order
   // (scales, bias, then the router weight on the output). fs: the row's h scale x the expert's w2
@@ -801,12 +772,51 @@ struct ExpertMlp {
         // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
         sm90::cp_async_wait_all_groups();
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        if (p.b13 != nullptr) activation_channel_of<true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-        else activation_channel_of<false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+          }
+        } else {
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+          }
+        }
       } else {
         const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
-        const float s_h = p.b13 != nullptr ? activation_of<true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j)
-                                           : activation_of<false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+        float s_h;
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          }
+        } else {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              break;
+            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+          }
+        }
         s_row[0] = s_row[1] = s_h;
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
