@@ -80,14 +80,8 @@ __device__ __forceinline__ void load_bias_run(const void* bias, int type, std::i
   load_bias_gather<kN>(bias, type, idx, live, out);
 }
 
-// bias[i]'s raw bits (a 16-bit element zero-extended, an fp32 element's word; 0 for kBiasNone),
-// for a caller that issues the load early and converts later (bias_from_raw), so no instruction
-// waits for the load until the value is needed.
-__device__ __forceinline__ std::uint32_t load_bias_raw(const void* bias, int type, std::int64_t i) {
-  if (type == kBiasBf16 || type == kBiasF16) return static_cast<const unsigned short*>(bias)[i];
-  if (type == kBiasF32) return static_cast<const std::uint32_t*>(bias)[i];
-  return 0u;
-}
+// One element's raw bits as fp32: a 16-bit element in the low half of `raw`, or an fp32 element's
+// word; for a caller that copied the elements as words (cp.async) and converts them later.
 __device__ __forceinline__ float bias_from_raw(int type, std::uint32_t raw) {
   return type == kBiasBf16  ? __uint_as_float(raw << 16)
          : type == kBiasF16 ? __half2float(__ushort_as_half(static_cast<unsigned short>(raw)))

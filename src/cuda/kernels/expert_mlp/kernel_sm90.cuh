@@ -705,6 +705,7 @@ struct ExpertMlp {
             idx = static_cast<std::int64_t>(un.e) * p.hidden_size + c;
           }
         }
+        // A word past N or K copies 0 bytes (zero fill) from any valid address: y's.
         const std::uint8_t* g = static_cast<const std::uint8_t*>(src != nullptr ? src : p.y) +
                                 idx * (bias_per_word == 1 ? 4 : 2);
         sm90::cp_async_4_zfill(sm90::smem_addr(s.bias_raw + w), g, src != nullptr ? 4 : 0);
