@@ -140,5 +140,30 @@ TEST(CpuExpertMlpLayout, BiasesFollowTheScalesAndGptOssFits) {
   EXPECT_EQ(em::slice_shape(360, false).g2_last_steps, 3);  // 80 bytes: 3 k16 steps
 }
 
+TEST(CpuExpertMlpLayout, RowPairsPutH2AfterHAndGptOssFp8Fits) {
+  // e4m3 at N % 16 = 8 (gpt-oss TP8's 360): w2 as row pairs, h2 (h shifted by 8 columns, the odd
+  // rows' A) right after h, 1024-aligned, as many chunks; nothing else moves but by h2's size.
+  // gpt-oss TP8 fp8_per_tensor with its biases fits at every slot count the kernel takes.
+  for (int n : {104, 200, 360, 376}) {
+    EXPECT_TRUE(em::slice_shape(n, true).pairs) << n;
+    EXPECT_FALSE(em::slice_shape(n, false).pairs) << n;
+    EXPECT_FALSE(em::slice_shape(n + 8, true).pairs) << n + 8;
+    // The odd rows' N + 8 shifted columns need no more chunks or k steps than N.
+    EXPECT_LE(n + em::kPairShift, 32 * (4 * (em::slice_shape(n, true).g2_chunks - 1) + em::slice_shape(n, true).g2_last_steps)) << n;
+  }
+  const int hc = em::slice_shape(360, true).h_chunks;
+  EXPECT_EQ(hc, 3);
+  const int floats = em::bias_floats(2880, 4);
+  for (int slots : {4, 1024, em::kMaxSlots}) {
+    const em::SmemLayout l = em::smem_layout(128, slots, hc, 0, false, floats, /*pairs=*/true);
+    const em::SmemLayout plain = em::smem_layout(128, slots, hc, 0, false, floats);
+    EXPECT_EQ(l.h2, l.h + hc * em::kHChunkBytes);
+    EXPECT_EQ(l.h2 % 1024, 0);
+    EXPECT_EQ(l.full_bar, l.h2 + hc * em::kHChunkBytes);
+    EXPECT_EQ(l.bytes, plain.bytes + hc * em::kHChunkBytes);
+    EXPECT_LE(l.bytes, em::kSmemLimit) << slots;
+  }
+}
+
 }  // namespace
 }  // namespace moekit

@@ -38,9 +38,10 @@ CaseSpec qwen30_tp8(std::int64_t M, std::uint64_t seed) {
 }
 
 // gpt-oss-120b's TP8 expert shard (E = 128, k = 4, K = 2880, N = 360, swiglu_oai, b13 and b2): a
-// cluster of four a unit, the last slice 72 columns. e4m3 declines N = 360 (w2's 360-byte rows,
-// which a TMA map cannot stride); its e4m3 form here is N = 352 (gptoss_fp8_tp8), with K % 128 =
-// 64 (GEMM1's last stage half zeros).
+// cluster of four a unit, the last slice 72 columns; e4m3 with K % 128 = 64 (GEMM1's last stage
+// half zeros). fp8_per_tensor runs N = 360 with w2 as row pairs (360-byte rows, which a TMA map
+// cannot stride: the odd rows 8 bytes early against h shifted by 8 columns); fp8_per_channel
+// declines it and runs N = 352 here (gptoss_fp8_tp8).
 CaseSpec gptoss_tp8(std::int64_t M, std::uint64_t seed) {
   CaseSpec s;
   s.M = M;
@@ -55,7 +56,7 @@ CaseSpec gptoss_tp8(std::int64_t M, std::uint64_t seed) {
 }
 CaseSpec gptoss_fp8_tp8(std::int64_t M, std::uint64_t seed, Scheme scheme = Scheme::kFp8PerTensor) {
   CaseSpec s = gptoss_tp8(M, seed);
-  s.N = 352;
+  s.N = scheme == Scheme::kFp8PerChannel ? 352 : 360;
   s.scheme = scheme;
   return s;
 }
@@ -591,9 +592,9 @@ TEST(Sm90ExpertMlp, DeclinedCallsGoToTheRouter) {
 TEST(Sm90ExpertMlp, GptOssShardMatchesReference) {
   // gpt-oss TP8 (gptoss_tp8) at the grid's token counts: the biases staged a unit (b13 after
   // GEMM1's scales and the router weight on the input, b2 after GEMM2's scales and before the router
-  // weight on the output), swiglu_oai, the partial last slice and output tile; its e4m3 form at N =
-  // 352 in both fp8 schemes (the half-zero last K stage); and fp8 at N = 360 declined with its
-  // reason, auto running it elsewhere.
+  // weight on the output), swiglu_oai, the partial last slice and output tile; in e4m3 (the
+  // half-zero last K stage) fp8_per_tensor at N = 360 (w2 as row pairs) and fp8_per_channel at 352;
+  // and fp8_per_channel at N = 360 declined with its reason, auto running it elsewhere.
   SKIP_WITHOUT_SM90();
   std::uint64_t seed = 300;
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
@@ -603,17 +604,61 @@ TEST(Sm90ExpertMlp, GptOssShardMatchesReference) {
       run_checked(d, c, M, std::string("gpt-oss TP8 ") + scheme_name(scheme) + " M=" + std::to_string(M));
   }
   CaseSpec f = gptoss_tp8(16, ++seed);
-  f.scheme = Scheme::kFp8PerTensor;
+  f.scheme = Scheme::kFp8PerChannel;
   MoeCase c = make_case(f);
   std::vector<std::uint16_t> host_out(static_cast<std::size_t>(f.M * f.K));
   std::string why;
   EXPECT_FALSE(cuda::expert_mlp_supported(describe(c.host_args(host_out.data())), &why));
-  EXPECT_NE(why.find("e4m3 w2 rows of N bytes must be a multiple of 16"), std::string::npos) << why;
+  EXPECT_NE(why.find("fp8_per_channel: e4m3 w2 rows of N bytes must be a multiple of 16"), std::string::npos) << why;
   DeviceCase d(c);
   const int before = cuda::expert_mlp_launches();
   const std::vector<std::uint16_t> bits = d.run(16, CallMode::kFusedExperts, "auto");
   EXPECT_EQ(cuda::expert_mlp_launches(), before);
-  EXPECT_TRUE(rows_match(to_float(bits, f.act_dtype), reference_rows(c, 0, 16), f.K, f.scheme, "fp8 N = 360, auto"));
+  EXPECT_TRUE(rows_match(to_float(bits, f.act_dtype), reference_rows(c, 0, 16), f.K, f.scheme,
+                         "fp8_per_channel N = 360, auto"));
+  // The one-CTA form has no row pairs: e4m3 at N = 88 declined.
+  CaseSpec g = gptoss_fp8_tp8(4, ++seed);
+  g.N = 88;
+  MoeCase cg = make_case(g);
+  EXPECT_FALSE(cuda::expert_mlp_supported(describe(cg.host_args(host_out.data())), &why));
+  EXPECT_NE(why.find("at N <= 96"), std::string::npos) << why;
+}
+
+TEST(Sm90ExpertMlp, RowPairShapesMatchReference) {
+  // w2 as row pairs (e4m3 per tensor, N % 16 = 8) around gpt-oss's 360: clusters of two with an
+  // 8-column last slice (N = 104), of three (200) and of four with a full last slice (376); K = 320
+  // (the half-zero last K stage) and 2880 (a partial last output tile); without biases (store_y's
+  // factor), fp16 output, static scales, and tile-boundary token counts at N = 360.
+  SKIP_WITHOUT_SM90();
+  std::uint64_t seed = 350;
+  for (std::int64_t n : {104, 200, 376}) {
+    CaseSpec s = gptoss_fp8_tp8(40, ++seed);
+    s.N = n;
+    s.K = 320;
+    check_case(s, 40, "row pairs N = " + std::to_string(n) + ", K = 320");
+  }
+  {
+    CaseSpec s = gptoss_fp8_tp8(64, ++seed);
+    s.bias = false;
+    check_case(s, 64, "row pairs, no biases");
+  }
+  {
+    CaseSpec s = gptoss_fp8_tp8(64, ++seed);
+    s.bias = false;
+    s.act_dtype = DType::kFp16;
+    s.activation.kind = Activation::kSilu;
+    check_case(s, 64, "row pairs, no biases, fp16, silu");
+  }
+  {
+    CaseSpec s = gptoss_fp8_tp8(33, ++seed);
+    s.static_scales = true;
+    s.bias = false;
+    check_case(s, 33, "row pairs, static scales, no biases");
+  }
+  MoeCase c = make_case(gptoss_fp8_tp8(200, ++seed));
+  DeviceCase d(c);
+  for (std::int64_t M : {15, 16, 17, 63, 64, 65, 200})
+    run_checked(d, c, M, "row pairs gpt-oss TP8 M=" + std::to_string(M));
 }
 
 TEST(Sm90ExpertMlp, BiasesEdgeCases) {
@@ -734,8 +779,9 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
     s.scheme = scheme;
     check_case(s, 128, std::string("several units a CTA, ") + scheme_name(scheme));
   }
-  // gpt-oss's form, small: biases staged a unit, swiglu_oai, clusters of four (N = 360; e4m3 352),
-  // e4m3's half-zero last K stage (K = 320); several units a cluster (E = 64).
+  // gpt-oss's form, small: biases staged a unit, swiglu_oai, clusters of four (N = 360, in
+  // fp8_per_tensor w2 as row pairs; fp8_per_channel 352), e4m3's half-zero last K stage (K = 320);
+  // several units a cluster (E = 64).
   for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
     CaseSpec s = scheme == Scheme::kBf16 ? gptoss_tp8(24, 33) : gptoss_fp8_tp8(24, 33, scheme);
     s.E = 64;

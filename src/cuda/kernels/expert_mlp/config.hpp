@@ -39,18 +39,29 @@ inline constexpr int kMaxSlots = 4096;        // M x k (slot_e table: 2 bytes a 
 inline constexpr int kMaxExperts = 1024;
 inline constexpr int kSmemLimit = 227 * 1024;
 
+// w2's row pairs (e4m3 with N % 16 = 8, gpt-oss TP8's N = 360): a TMA map's row stride must be a
+// multiple of 16 bytes, so w2 [E, K, N] is mapped as [E, K / 2, 2N] (rows of 2N bytes). A GEMM2
+// stage holds the tile's 128 even rows (box at x = 128 c) and its 128 odd rows from x = N - 8 +
+// 128 c: a box's inner start must be 16-byte aligned too, and the odd rows start at N, 8 bytes off
+// it. So the odd rows land shifted by kPairShift bytes and run against h2, a copy of h shifted the
+// same way (its first 8 columns zeros, against the even row's last 8 bytes in front of them).
+inline constexpr int kPairShift = 8;
+inline constexpr int kPairBoxRows = kOutTile / 2;  // 128 w2 rows a box (even or odd rows of a tile)
+
 // How a shard of intermediate size N runs (fp8: e4m3 h and w2, else 16-bit).
 struct SliceShape {
   int slices;     // S: the cluster's CTAs, each a kN-column slice of h
   int h_chunks;   // h's 128-byte column chunks: S kN columns, all written every unit
   int g2_chunks;  // GEMM2's K stages a tile: N columns (h and w2 zeros up to the chunk's end)
   int g2_last_steps;  // the wgmma k steps (32 bytes of h a row) of the last stage that reach N: 1..4
+  bool pairs;     // w2 as row pairs (e4m3, N % 16 = 8: kPairShift above), h2 beside h
 };
 constexpr SliceShape slice_shape(int n, bool fp8) {
   const int es = fp8 ? 1 : 2;
   const int slices = (n + kN - 1) / kN;
   const int g2_chunks = (n * es + kKBytes - 1) / kKBytes;
-  return SliceShape{slices, (slices * kN * es + kKBytes - 1) / kKBytes, g2_chunks, (n * es + 31) / 32 - 4 * (g2_chunks - 1)};
+  return SliceShape{slices, (slices * kN * es + kKBytes - 1) / kKBytes, g2_chunks,
+                    (n * es + 31) / 32 - 4 * (g2_chunks - 1), fp8 && n % 16 != 0};
 }
 static_assert(slice_shape(96, false).h_chunks == 2 && slice_shape(96, false).g2_chunks == 2 &&
                   slice_shape(96, false).g2_last_steps == 2 && slice_shape(96, true).g2_last_steps == 3,
@@ -59,11 +70,18 @@ static_assert(slice_shape(48, true).g2_last_steps == 2 && slice_shape(192, false
 static_assert(slice_shape(kMaxSlices * kN, false).h_chunks == kMaxHChunks, "h's largest tile");
 static_assert(slice_shape(256, true).slices == 3 && slice_shape(256, true).h_chunks == 3 &&
                   slice_shape(256, true).g2_chunks == 2, "deepseek-v3 TP8, e4m3");
+// gpt-oss TP8 in e4m3: the odd rows' N + 8 shifted bytes take the same chunks and k steps as N
+// (N = 16 a + 8 gives N + 8 = 16 (a + 1), in the same 32-byte step), so GEMM2's loop is the even rows'.
+static_assert(slice_shape(360, true).pairs && slice_shape(360, true).slices == 4 &&
+                  slice_shape(360, true).g2_chunks == 3 && slice_shape(360, true).g2_last_steps == 4 &&
+                  !slice_shape(352, true).pairs && !slice_shape(360, false).pairs,
+              "gpt-oss TP8, e4m3 row pairs");
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory.
 struct SmemLayout {
   int ring;        // kStages x kStageBytes
   int h;           // h as GEMM2's A: h_chunks x [64 rows][128 B], 128-byte swizzle
+  int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout)
   int full_bar;    // uint64 [kStages]: lane 0's expect_tx arrival + 32 gather arrivals
   int empty_bar;   // uint64 [kStages]: the 4 consumer warps
   int slots_bar;   // uint64 [2]: a unit's slot list placed (every consumer thread arrives), by unit parity
@@ -111,12 +129,14 @@ constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_ro
 // columns, then its w2 scales of K output columns, padded to whole 256-column tiles); 0 otherwise.
 // row_absmax: fp8_per_channel on a cluster (red_cluster a row's absmax a rank).
 // bias_floats: the biases staged a unit (bias_floats()); 0 without biases.
+// pairs: w2 as row pairs (SliceShape::pairs): h2 beside h, h_chunks more chunks.
 constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0,
-                                 bool row_absmax = false, int bias_floats = 0) {
+                                 bool row_absmax = false, int bias_floats = 0, bool pairs = false) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
-  l.full_bar = l.h + h_chunks * kHChunkBytes;
+  l.h2 = l.h + h_chunks * kHChunkBytes;
+  l.full_bar = l.h2 + (pairs ? h_chunks * kHChunkBytes : 0);
   l.empty_bar = l.full_bar + 8 * kStages;
   l.slots_bar = l.empty_bar + 8 * kStages;
   l.unit_slot = l.slots_bar + 16;

@@ -39,6 +39,11 @@
 // scale a token row, the expert's w13 / w2 scales a weight row (staged in shared memory a unit), h's
 // scale a slot row (on a cluster, each row's absmax over every rank's slice, exchanged as the
 // per-tensor form exchanges the unit's): the reference's quantization points.
+// kPairs (e4m3, N % 16 = 8: gpt-oss TP8's N = 360, on its clusters): w2 as row pairs, a GEMM2
+// stage's even rows from x = 128 c, its odd rows from x = N - 8 + 128 c (config.hpp kPairShift),
+// each half a wgmma m64n128: the even rows against h, the odd rows against h2 (h shifted by 8
+// columns, pushed to the peers beside h), so accumulator column i is output column 2 i (i < 128)
+// or 2 (i - 128) + 1, and a thread's values make 8-byte runs of 4 output columns.
 #pragma once
 
 #include <cuda.h>
@@ -93,12 +98,14 @@ struct Unit {
 // shared memory a unit by cp.async), and h's scale per slot row, dynamic_scale of the row's absmax
 // over its N columns (one CTA holds the row; a cluster's ranks exchange their slices' row absmaxes
 // through red_cluster, a row each): the reference's quantization points, the reference's scales.
-template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false>
+// kPairs: w2 as row pairs (SliceShape::pairs), the e4m3 per-tensor cluster form only.
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static_assert(!kChannel || kFp8, "fp8_per_channel: the e4m3 kernels only");
+  static_assert(!kPairs || (kFp8 && kCluster && !kChannel), "w2 row pairs: the e4m3 per-tensor cluster form only");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -117,6 +124,7 @@ struct ExpertMlp {
   struct Slice {
     int rank;   // r: h columns 96r .. 96r + 95
     int peers;  // S - 1
+    int n;      // N, the intermediate size (kPairs: h2's columns written, those of h below N)
     __device__ __forceinline__ int r() const { return kCluster ? rank : 0; }
     // The i-th other rank of the cluster (i < peers).
     __device__ __forceinline__ std::uint32_t peer(int i) const {
@@ -125,7 +133,7 @@ struct ExpertMlp {
   };
 
   struct Smem {
-    std::uint32_t ring, h, full, empty, slots_bar;  // shared addresses
+    std::uint32_t ring, h, h2, full, empty, slots_bar;  // shared addresses (h2: kPairs only)
     std::uint32_t h_full, h_empty, amax_bar;        // the cluster's barriers (S > 1)
     float* red_cluster;
     int* unit_slot;
@@ -285,7 +293,14 @@ struct ExpertMlp {
           const std::uint32_t full = s.full + 8 * stage;
           if (lane == 0) {
             sm90::mbar_arrive_expect_tx(full, kStageBytes);
-            load(s.ring + stage * kStageBytes, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
+            const std::uint32_t dst = s.ring + stage * kStageBytes;
+            if constexpr (kPairs) {  // the tile's even rows, then its odd rows 8 bytes early (kPairShift)
+              load(dst, &p.tmap_w2, full, c * kStageElems, o * kPairBoxRows, t.e);
+              load(dst + kPairBoxRows * kKBytes, &p.tmap_w2, full, p.n_cols - kPairShift + c * kStageElems,
+                   o * kPairBoxRows, t.e);
+            } else {
+              load(dst, &p.tmap_w2, full, c * kStageElems, o * kOutTile, t.e);
+            }
           }
           sm90::cp_async_mbar_arrive_noinc(full);  // the barrier's count: no copies, arrives at once
           next_stage(stage, phase);
@@ -324,14 +339,24 @@ struct ExpertMlp {
   // fence: a peer sees the bytes once it sees the phase). The four lanes of a quad hold
   // consecutive pairs (columns g0 .. g0 + 7, g0 = g - 2 (lane % 4)): 16 bytes of one swizzle unit
   // (e4m3: 8 bytes), which the quad's first lane pushes as one vector. Every lane calls it.
+  // kPairs: the same bytes also at column g + 8 of h2 (below N only: h2's columns from N + 8 stay
+  // the zeros of the kernel's start), pushed the same way.
+  static __device__ __forceinline__ std::uint32_t h_offset_e4m3(int q, int g) {  // column g at byte g % 128 of its chunk's row
+    const int w = g & 127;
+    return (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
+  }
   static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1,
                                                  int lane) {
-    std::uint32_t off, word;
-    if constexpr (kFp8) {  // e4m3 bytes: column g at byte g % 128 of its chunk's row
-      const int w = g & 127;
-      off = (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
+    std::uint32_t off, word, off2 = 0;
+    const bool shifted = kPairs && g < sl.n;  // uniform in a quad (N % 8 = 0)
+    if constexpr (kFp8) {
+      off = h_offset_e4m3(q, g);
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
       asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + off), "h"(bits) : "memory");
+      if (shifted) {
+        off2 = h_offset_e4m3(q, g + kPairShift);
+        asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h2 + off2), "h"(bits) : "memory");
+      }
       word = bits;
     } else {
       const int w = g & 63;
@@ -350,13 +375,25 @@ struct ExpertMlp {
       if (i >= sl.peers) break;  // uniform
       const std::uint32_t dst = sm90::map_to_rank(s.h + off, sl.peer(i));
       const std::uint32_t bar = sm90::map_to_rank(s.h_full, sl.peer(i));
-      if constexpr (kFp8) sm90::st_async_v2_b32(dst, word | (w1 << 16), w2 | (w3 << 16), bar);
-      else sm90::st_async_v4_b32(dst, word, w1, w2, w3, bar);
+      if constexpr (kFp8) {
+        sm90::st_async_v2_b32(dst, word | (w1 << 16), w2 | (w3 << 16), bar);
+        if (shifted)
+          sm90::st_async_v2_b32(sm90::map_to_rank(s.h2 + off2, sl.peer(i)), word | (w1 << 16), w2 | (w3 << 16), bar);
+      } else {
+        sm90::st_async_v4_b32(dst, word, w1, w2, w3, bar);
+      }
     }
   }
 
   // Bytes of h a peer pushes into this CTA's tile a unit: all 64 rows of its 96-column slice.
   static constexpr std::uint32_t kHSliceBytes = kBlockM * kN * kElemBytes;
+  // Bytes every peer pushes into this rank's tiles a unit: their slices of h, and (kPairs) of h2
+  // their columns below N, i.e. all N but this rank's own (e4m3: a byte a column).
+  static __device__ __forceinline__ std::uint32_t h_push_bytes(const Slice& sl) {
+    std::uint32_t b = kHSliceBytes * static_cast<std::uint32_t>(sl.peers);
+    if constexpr (kPairs) b += kBlockM * static_cast<std::uint32_t>(sl.n - min(kN, sl.n - kN * sl.rank));
+    return b;
+  }
 
   // The activation of one row half h (0, 1: rows q and q + 8 of the thread's accumulator rows) of
   // a thread's 24 (gate, up) pairs as straight-line code for one kind: v = act(g fr, u fr) (0 past
@@ -428,7 +465,7 @@ struct ExpertMlp {
   static __device__ __forceinline__ void h_push_begin(const Smem& s, const Slice& sl, int warp, int lane, int j) {
     if constexpr (kCluster) {
       if (j > 0) sm90::mbar_wait_cluster(s.h_empty, (j - 1) & 1);
-      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, kHSliceBytes * sl.peers);
+      if (warp == 0 && lane == 0) sm90::mbar_arrive_expect_tx(s.h_full, h_push_bytes(sl));
     }
   }
 
@@ -588,6 +625,50 @@ struct ExpertMlp {
         if (c < lim) *reinterpret_cast<std::uint32_t*>(row + 2 * c) = pack2<kHalf>(v0, v1);
       }
     }
+  }
+
+  // kPairs' epilogue for one 256-column tile (tile0 its first column): acc[0, 64) holds the tile's
+  // even output columns (the m64n128 over w2's even rows), acc[64, 128) its odd ones, so a thread's
+  // accumulator columns 8 jj + 2 (lane % 4) + {0, 1} of both halves give output columns 16 jj + 4
+  // (lane % 4) + {0, 1, 2, 3}: one 8-byte store. y = acc x f[h] without b2 (store_y's), else
+  // (acc x fs[h] + b2) x w[h] (store_y_ext's: b2s the tile's b2 in shared memory).
+  template <bool kHalf, bool kB2>
+  static __device__ __forceinline__ void store_y_pairs(const KernelParams& p, const float (&acc)[128],
+                                                       const int (&slot)[2], const float (&f)[2], const float (&fs)[2],
+                                                       const float (&w)[2], int tile0, const float* b2s, int lane) {
+    const int q = lane & 3;
+    const int lim = p.hidden_size - tile0;
+    const auto value = [&](float a, int h, int c) {
+      if constexpr (kB2) return (a * fs[h] + b2s[c]) * w[h];
+      else return a * f[h];
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (slot[h] < 0) continue;
+      std::uint8_t* row = static_cast<std::uint8_t*>(p.y) + (static_cast<std::int64_t>(slot[h]) * p.hidden_size + tile0) * 2;
+#pragma unroll
+      for (int jj = 0; jj < kOutTile / 16; ++jj) {
+        const int c = 16 * jj + 4 * q;
+        const float v0 = value(acc[4 * jj + 2 * h], h, c);
+        const float v1 = value(acc[64 + 4 * jj + 2 * h], h, c + 1);
+        const float v2 = value(acc[4 * jj + 2 * h + 1], h, c + 2);
+        const float v3 = value(acc[64 + 4 * jj + 2 * h + 1], h, c + 3);
+        if (c < lim) *reinterpret_cast<uint2*>(row + 2 * c) = make_uint2(pack2<kHalf>(v0, v1), pack2<kHalf>(v2, v3));
+      }
+    }
+  }
+
+  // kPairs' GEMM2 steps of one chunk: the even rows (the stage's first 128 rows, descriptor db) against
+  // h (dh) into acc[0, 64), the odd rows (the next 128) against h2 (dh2) into acc[64, 128).
+  template <int kSteps>
+  static __device__ __forceinline__ void gemm2_pair_steps(float (&acc)[128], std::uint64_t dh, std::uint64_t dh2,
+                                                          std::uint32_t stage_addr) {
+    const std::uint64_t dbe = sm90::make_smem_desc_sw128(stage_addr);
+    const std::uint64_t dbo = sm90::make_smem_desc_sw128(stage_addr + kPairBoxRows * kKBytes);
+    sm90::fence_regs<128>(acc);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) sm90::WgmmaHalves<Tag>::mma(acc, dh + 2 * kk, dbe + 2 * kk, dh2 + 2 * kk, dbo + 2 * kk, 1);
   }
 
   // GEMM2's first kSteps k steps of one chunk: acc += h chunk x w2 stage (descriptors dh, db). The
@@ -882,14 +963,25 @@ struct ExpertMlp {
             sm90::mbar_wait(s.full + 8 * stage, phase);
             if (rec != nullptr) waited += clock64() - w0;
             const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
-            const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
             // The last chunk's k steps past N (all zeros) are skipped: N = 96 takes 6 k16 steps, not 8.
             const int nk = c + 1 < p.g2_chunks ? 4 : p.g2_last_steps;  // uniform
-            switch (nk) {  // one straight-line group a case, its own fence first
-              case 1: gemm2_steps<1>(acc, dh, db); break;
-              case 2: gemm2_steps<2>(acc, dh, db); break;
-              case 3: gemm2_steps<3>(acc, dh, db); break;
-              default: gemm2_steps<4>(acc, dh, db);
+            if constexpr (kPairs) {
+              const std::uint64_t dh2 = sm90::make_smem_desc_sw128(s.h2 + c * kHChunkBytes);
+              const std::uint32_t st = s.ring + stage * kStageBytes;
+              switch (nk) {
+                case 1: gemm2_pair_steps<1>(acc, dh, dh2, st); break;
+                case 2: gemm2_pair_steps<2>(acc, dh, dh2, st); break;
+                case 3: gemm2_pair_steps<3>(acc, dh, dh2, st); break;
+                default: gemm2_pair_steps<4>(acc, dh, dh2, st);
+              }
+            } else {
+              const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
+              switch (nk) {  // one straight-line group a case, its own fence first
+                case 1: gemm2_steps<1>(acc, dh, db); break;
+                case 2: gemm2_steps<2>(acc, dh, db); break;
+                case 3: gemm2_steps<3>(acc, dh, db); break;
+                default: gemm2_steps<4>(acc, dh, db);
+              }
             }
             sm90::wgmma_commit();
             sm90::fence_regs<128>(acc);
@@ -910,6 +1002,19 @@ struct ExpertMlp {
           g2[1] += static_cast<std::uint64_t>(c2 - t0 - waited);
         }
         if (!rows) continue;
+        if constexpr (kPairs) {
+          const int tile0 = o * kOutTile;
+          const float* b2s = s.bias + 2 * kN + (o / S) * kOutTile;
+          if (p.b2 != nullptr) {
+            if (p.y_f16 != 0) store_y_pairs<true, true>(p, acc, slot, f, fs, wy, tile0, b2s, lane);
+            else store_y_pairs<false, true>(p, acc, slot, f, fs, wy, tile0, b2s, lane);
+          } else {
+            if (p.y_f16 != 0) store_y_pairs<true, false>(p, acc, slot, f, fs, wy, tile0, b2s, lane);
+            else store_y_pairs<false, false>(p, acc, slot, f, fs, wy, tile0, b2s, lane);
+          }
+          if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
+          continue;
+        }
         if (p.b2 != nullptr) {
           const int tile0 = o * kOutTile;
           const float* cs2 = kChannel ? s.scales + 2 * kN + tile0 : nullptr;
@@ -957,16 +1062,17 @@ struct ExpertMlp {
   }
 };
 
-template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false>
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp, kCluster, kTimed, kChannel>;
+  using K = ExpertMlp<kOp, kCluster, kTimed, kChannel, kPairs>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   typename K::Smem s;
   s.ring = sm90::smem_addr(base + L.ring);
   s.h = sm90::smem_addr(base + L.h);
+  s.h2 = sm90::smem_addr(base + L.h2);
   s.full = sm90::smem_addr(base + L.full_bar);
   s.empty = sm90::smem_addr(base + L.empty_bar);
   s.slots_bar = sm90::smem_addr(base + L.slots_bar);
@@ -1010,10 +1116,11 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   // The cluster form's h tile zeroed once: its columns past the S slices' (up to GEMM2's last
   // chunk) are never written and meet w2's zeros past N; every unit rewrites the rest. The one-CTA
   // form's GEMM2 reads h's first kN columns only (kSteps2), all of which every unit writes (zeros
-  // past N and in rows past the unit's), so its tile needs no zeroing.
+  // past N and in rows past the unit's), so its tile needs no zeroing. kPairs: h2 (right after h)
+  // too: its first 8 columns and those from N + 8 are never written.
   if constexpr (kCluster) {
     std::uint32_t* h = reinterpret_cast<std::uint32_t*>(base + L.h);
-    for (int i = tid; i < p.h_chunks * kHChunkBytes / 4; i += kThreads) h[i] = 0u;
+    for (int i = tid; i < (kPairs ? 2 : 1) * p.h_chunks * kHChunkBytes / 4; i += kThreads) h[i] = 0u;
     sm90::fence_proxy_async_shared_cta();
   }
   // The routing: every slot's local expert, the experts' counts, then the row offsets and units.
@@ -1057,6 +1164,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   typename K::Slice sl;
   sl.rank = static_cast<int>(blockIdx.x) % p.slices;
   sl.peers = p.slices - 1;
+  sl.n = p.n_cols;
 
   if (tid < kConsumerThreads) K::consume(p, s, sl, units);
   else K::produce(p, s, sl, units);
@@ -1067,9 +1175,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
 // The instantiation, its shared-memory limit raised once a process and device (one record an
 // instantiation, whichever of the launch and the occupancy query asks first).
-template <Operand kOp, bool kCluster, bool kTimed, bool kChannel = false>
+template <Operand kOp, bool kCluster, bool kTimed, bool kChannel = false, bool kPairs = false>
 auto* raised_kernel() {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed, kChannel>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed, kChannel, kPairs>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   return kernel;
@@ -1077,9 +1185,13 @@ auto* raised_kernel() {
 
 template <Operand kOp, bool kTimed, bool kChannel>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code).
+  // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code); w2 as row
+  // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation.
   auto* kernel = kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>()
                                : raised_kernel<kOp, false, kTimed, kChannel>();
+  if constexpr (kOp == Operand::kE4m3 && !kChannel) {
+    if (kp.w2_pairs != 0) kernel = raised_kernel<kOp, true, kTimed, false, true>();
+  }
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),

@@ -43,7 +43,7 @@ expert_mlp::SmemLayout smem_of(const MoeProblem& p) {
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8_scheme(p.scheme));
   const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
   return smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
-                     scale_floats, channel && sh.slices > 1, bias_floats_of(p));
+                     scale_floats, channel && sh.slices > 1, bias_floats_of(p), sh.pairs);
 }
 
 }  // namespace
@@ -64,9 +64,17 @@ bool expert_mlp_supported(const MoeProblem& p, std::string* why) {
   if (p.intermediate_size < 16 || p.intermediate_size > kMaxSlices * kN || p.intermediate_size % 8 != 0)
     return fail("intermediate_size must be a multiple of 8 from 16 up to ", kMaxSlices * kN);
   // w2's TMA map strides its rows of N elements, which must be a multiple of 16 bytes. gpt-oss TP8's
-  // e4m3 rows of 360 bytes are not; a box starting at an odd row of a pair view ([E, K / 2, 2N])
-  // starts 8 bytes off the 16 TMA requires (an illegal instruction, session 69).
-  if (fp8 && p.intermediate_size % 16 != 0) return fail("e4m3 w2 rows of N bytes must be a multiple of 16: N = ", p.intermediate_size);
+  // e4m3 rows of 360 bytes are not: the per-tensor cluster form maps them as row pairs (the odd rows
+  // 8 bytes early against h shifted by 8 columns, config.hpp kPairShift); fp8_per_channel and the
+  // one-CTA form (N <= 96) have no such form.
+  if (fp8 && p.intermediate_size % 16 != 0) {
+    if (channel)
+      return fail("fp8_per_channel: e4m3 w2 rows of N bytes must be a multiple of 16 (no row-pair form): N = ",
+                  p.intermediate_size);
+    if (p.intermediate_size <= kN)
+      return fail("e4m3 w2 rows of N bytes must be a multiple of 16 at N <= 96 (row pairs on clusters only): N = ",
+                  p.intermediate_size);
+  }
   // A K stage is 128 bytes (64 16-bit or 128 e4m3 elements); e4m3's last stage may be half zeros.
   if (p.hidden_size < kKElems || p.hidden_size % kKElems != 0)
     return fail("hidden_size must be a positive multiple of ", kKElems);
@@ -175,7 +183,14 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
   gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
                                   "expert_mlp_sm90 (w13)");
-  gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
+  // w2 as [E, K, N], or as [E, K / 2, 2N] row pairs where e4m3 rows of N bytes are no multiple of 16.
+  const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
+  kp.w2_pairs = sh.pairs ? 1 : 0;
+  if (sh.pairs)
+    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, 2 * N, K / 2, E, kPairBoxRows,
+                                    "expert_mlp_sm90 (w2 row pairs)");
+  else
+    gemm_common::encode_weight_tmap(&kp.tmap_w2, a.w2, fp8, p.act_dtype, N, K, E, kOutTile, "expert_mlp_sm90 (w2)");
   kp.hidden = a.hidden;
   kp.topk_ids = a.topk_ids;
   kp.expert_map = a.expert_map;
@@ -194,7 +209,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.hidden_size = static_cast<int>(K);
   kp.k_stages = static_cast<int>((K * (fp8 ? 1 : 2) + kKBytes - 1) / kKBytes);
   kp.out_tiles = static_cast<int>((K + kOutTile - 1) / kOutTile);
-  const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
   kp.slices = sh.slices;
   kp.h_chunks = sh.h_chunks;
   kp.g2_chunks = sh.g2_chunks;

@@ -16,7 +16,9 @@ namespace moekit::cuda::expert_mlp {
 struct KernelParams {
   // w13 [E, 2N, K] as a 3D map of 2E planes [N, K] (plane 2e: expert e's gate rows, 2e + 1 its up
   // rows), box [128 bytes of K, kW13BoxRows rows, 1 plane]; w2 [E, K, N], box [128 bytes of N,
-  // kOutTile rows, 1 expert]; 128-byte swizzle, zeros outside (rows of a slice past N).
+  // kOutTile rows, 1 expert], or where w2_pairs as row pairs [E, K / 2, 2N], box [128 bytes,
+  // kPairBoxRows pair rows, 1 expert] (config.hpp kPairShift); 128-byte swizzle, zeros outside
+  // (rows of a slice past N).
   CUtensorMap tmap_w13;
   CUtensorMap tmap_w2;
   const void* hidden;              // [M, K] activation dtype (e4m3: hidden quantized), rows 16-byte aligned
@@ -44,6 +46,7 @@ struct KernelParams {
   int h_chunks;                    // h's 128-byte column chunks in shared memory (S kN columns)
   int g2_chunks;                   // GEMM2's stages a tile: ceil(N x element bytes / 128)
   int g2_last_steps;               // k steps of the last of them that reach N (1..4; the rest are zeros)
+  int w2_pairs;                    // w2 as row pairs (e4m3 per tensor, N % 16 = 8: SliceShape::pairs), the kPairs kernel
   int weight_on_input;             // router weight on GEMM1's output (before the activation)
   int y_f16;                       // y in fp16 (else bf16): the activation dtype
   int evict_first;                 // the weights' TMA with an L2 evict-first hint (MOEKIT_EXPERT_MLP_EVICT_FIRST=1)

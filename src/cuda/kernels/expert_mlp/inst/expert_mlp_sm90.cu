@@ -1,5 +1,5 @@
-// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor), and
-// e4m3 per channel (fp8_per_channel, both forms).
+// Instantiations of the per-expert MLP kernel (kernel_sm90.cuh): bf16, fp16, e4m3 (fp8_per_tensor; its
+// cluster form also with w2 as row pairs), and e4m3 per channel (fp8_per_channel, both forms).
 #include "cuda/common/preload.cuh"
 #include "cuda/kernels/expert_mlp/kernel_sm90.cuh"
 
@@ -36,5 +36,8 @@ MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, true
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, true>);
+// w2 as row pairs (e4m3 per tensor at N % 16 = 8, gpt-oss TP8): the cluster form, untimed and timed.
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, false, true>);
 
 }  // namespace moekit::cuda::expert_mlp
