@@ -286,9 +286,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
   const bool per_channel = p.scheme == Scheme::kFp8PerChannel;
   const bool one_cta_band = n >= kRouterTable.expert_mlp_auto_min_n && n <= kRouterTable.expert_mlp_auto_max_n;
   const bool cluster_band = n >= kRouterTable.expert_mlp_cluster_min_n && n <= kRouterTable.expert_mlp_cluster_max_n;
-  // Clusters of four (N = 289..384: gpt-oss TP8's 360), bf16 / fp16 only, their own slot range.
+  // Clusters of four (N = 289..384: gpt-oss TP8's 360), bf16 / fp16 and fp8_per_tensor, each its
+  // own slot range.
   const bool quad_band = n >= kRouterTable.expert_mlp_quad_min_n && n <= kRouterTable.expert_mlp_quad_max_n &&
-                         p.scheme == Scheme::kBf16;
+                         (p.scheme == Scheme::kBf16 || per_tensor);
   // The cluster form: one round of units while the expected units (touched experts: a unit each
   // below 64 slots an expert) fit the resident clusters.
   const bool one_round = in.expert_mlp_clusters > 0 &&
@@ -298,8 +299,8 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
                            : kRouterTable.expert_mlp_min_slots;
   double hi = kRouterTable.expert_mlp_max_slots;
   if (quad_band) {
-    lo = kRouterTable.expert_mlp_quad_min_slots;
-    hi = kRouterTable.expert_mlp_quad_max_slots;
+    lo = per_tensor ? kRouterTable.expert_mlp_quad_fp8_min_slots : kRouterTable.expert_mlp_quad_min_slots;
+    hi = per_tensor ? kRouterTable.expert_mlp_quad_fp8_max_slots : kRouterTable.expert_mlp_quad_max_slots;
   } else if (!one_cta_band && per_channel) {
     lo = kRouterTable.expert_mlp_channel_cluster_min_slots;
     hi = kRouterTable.expert_mlp_channel_cluster_max_slots;

@@ -329,8 +329,7 @@ struct RouterTable {
   double expert_mlp_cluster_wide_max_slots = 256.0;
   double expert_mlp_cluster_wide_bf16_max_slots = 128.0;
   // Clusters of four, N = expert_mlp_quad_min_n .. _max_n (gpt-oss TP8: N = 360, biases,
-  // swiglu_oai), bf16 / fp16 only (e4m3 declines N = 360: w2's rows of 360 bytes), from
-  // expert_mlp_quad_min_slots to _max_slots. Session 69's same-run sweep (H100, 677e71d, check on;
+  // swiglu_oai), bf16 / fp16 from expert_mlp_quad_min_slots to _max_slots (fp8_per_tensor below). Session 69's same-run sweep (H100, 677e71d, check on;
   // bench/results/2026-12-06-677e71d-h100-s102-gptoss-paths*), gpt-oss TP8 bf16, expert_mlp forced
   // against auto: M = 8 / 16 / 32 / 64 / 128 (32..512 slots) 74.7 / 129.3 / 190.6 / 258.6 / 311.8
   // against 89.1 (gemv(mma)) / 143.9 / 201.3 / 278.5 / 315.1 µs (Swap-AB): 1.19 / 1.11 / 1.06 / 1.08
@@ -339,6 +338,15 @@ struct RouterTable {
   double expert_mlp_quad_max_n = 384.0;
   double expert_mlp_quad_min_slots = 32.0;
   double expert_mlp_quad_max_slots = 512.0;
+  // fp8_per_tensor on the clusters of four (since session 70 the kernel runs e4m3 at N = 360: w2
+  // as row pairs), from expert_mlp_quad_fp8_min_slots to _max_slots. Session 70's same-run sweep
+  // (H100, 1d6143a, check on; bench/results/2026-12-06-1d6143a-h100-s103-gptoss-fp8-paths*), gpt-oss
+  // TP8 fp8_per_tensor, expert_mlp forced against auto: M = 4 / 8 / 16 / 32 / 64 (16..256 slots)
+  // 42.6 / 53.8 / 90.8 / 127.2 / 164.8 against 44.4 / 68.0 (gemv(mma)) / 94.3 / 128.6 / 171.8 µs
+  // (Swap-AB): 1.04 / 1.26 / 1.04 / 1.01 / 1.04x; M = 1 / 2 (38.4 / 39.2 against 21.7 / 30.8) and
+  // M = 128 / 256 (202.0 / 210.3 against 197.2 / 202.9) stay.
+  double expert_mlp_quad_fp8_min_slots = 16.0;
+  double expert_mlp_quad_fp8_max_slots = 256.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

@@ -880,14 +880,20 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_FALSE(choose_paths(preset("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   in.expert_mlp_clusters = 0;
   // Clusters of four (gpt-oss TP8, N = 360): bf16 from 32 to 512 slots (M = 8..128 at k = 4), not
-  // M = 4 or 256, not fp8 (the kernel declines e4m3 at N = 360; the band is bf16 / fp16 only).
+  // M = 4 or 256; fp8_per_tensor (w2 as row pairs) from 16 to 256 (M = 4..64), by the fp8 switch;
+  // not fp8_per_channel (the kernel declines it at N = 360).
   const MoeProblem oss = preset("gpt-oss-120b", 8, 8);
   EXPECT_EQ(oss.intermediate_size, 360);
   EXPECT_TRUE(choose_paths(oss, in).expert_mlp);
   EXPECT_TRUE(choose_paths(preset("gpt-oss-120b", 128, 8), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 4, 8), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 256, 8), in).expert_mlp);
-  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("gpt-oss-120b", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_EQ(choose_paths(preset("gpt-oss-120b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 128, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   const MoeProblem narrow = preset("qwen3-30b-a3b", 64, 16);  // N = 48: not measured, forced only
   EXPECT_EQ(narrow.intermediate_size, 48);
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
