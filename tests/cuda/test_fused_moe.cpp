@@ -662,8 +662,9 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   SKIP_WITHOUT_SM90();
   // gpt-oss at TP8 in fp8: w2 rows of N = 360 bytes, which no TMA map describes; token-major
   // declines GEMM2 (Swap-AB's 8-byte-row producer runs it, the fused path's 8-byte copies and the
-  // tensor-core GEMV kernel's 8-byte loads too); the fused path declines M*k > 512. auto: the
-  // GEMV path up to 16 tokens (its tensor-core rule), then both GEMMs on Swap-AB.
+  // tensor-core GEMV kernel's 8-byte loads and the per-expert MLP kernel's row pairs too); the
+  // fused path declines M*k > 512. auto: the GEMV path below 16 slots, the per-expert MLP kernel
+  // from 16 to 256 (RouterTable::expert_mlp_quad_fp8_*), then both GEMMs on Swap-AB.
   CaseSpec s = small_spec(Scheme::kFp8PerTensor);
   s.N = 360;
   s.K = 2880;
@@ -678,7 +679,8 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_EQ(run_status(d, 4, "fused"), Status::kSuccess);
   EXPECT_EQ(run_status(d, 160, "fused", &what), Status::kNotSupported) << what;
   EXPECT_EQ(run_status(d, 4, "auto"), Status::kSuccess);
-  EXPECT_EQ(run_status(d, 17, "auto"), Status::kSuccess);  // both GEMMs on Swap-AB
+  EXPECT_EQ(run_status(d, 17, "auto"), Status::kSuccess);  // the per-expert MLP kernel (row pairs)
+  EXPECT_EQ(run_status(d, 80, "auto"), Status::kSuccess);  // both GEMMs on Swap-AB
   EXPECT_EQ(run_status(d, 4, "mma"), Status::kSuccess);
   Options o;
   o.path = "auto";
@@ -688,11 +690,14 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   auto swapab_both = [](const std::string& plan) {
     return plan.rfind("gemm1=swapab", 0) == 0 && plan.find("gemm2=swapab") != std::string::npos;
   };
-  std::string plan = describe_dispatch(describe(d.experts(4)), o, &why);
+  std::string plan = describe_dispatch(describe(d.experts(2)), o, &why);
   EXPECT_EQ(plan, "gemv(mma)") << why;
   EXPECT_EQ(run_status(d, 4, "gemv"), Status::kSuccess);
   EXPECT_STREQ(cuda::gemv_last_kernel(), "mma") << "the CUDA-core GEMV kernel declines 360-byte w2 rows";
-  const MoeProblem p = describe(d.experts(17));
+  EXPECT_EQ(describe_dispatch(describe(d.experts(4)), o, &why), "expert_mlp") << why;
+  EXPECT_EQ(describe_dispatch(describe(d.experts(17)), o, &why), "expert_mlp") << why;
+  EXPECT_EQ(run_status(d, 17, "expert_mlp", &what), Status::kSuccess) << what;
+  const MoeProblem p = describe(d.experts(80));
   plan = describe_dispatch(p, o, &why);
   EXPECT_TRUE(swapab_both(plan)) << plan << ": " << why;
   EXPECT_EQ(why.find("GEMM2 on mma"), std::string::npos) << why;
