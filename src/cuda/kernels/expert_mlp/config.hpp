@@ -81,7 +81,6 @@ static_assert(slice_shape(360, true).pairs && slice_shape(360, true).slices == 4
 struct SmemLayout {
   int ring;        // kStages x kStageBytes
   int h;           // h as GEMM2's A: h_chunks x [64 rows][128 B], 128-byte swizzle
-  int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout)
   int full_bar;    // uint64 [kStages]: lane 0's expect_tx arrival + 32 gather arrivals
   int empty_bar;   // uint64 [kStages]: the 4 consumer warps
   int slots_bar;   // uint64 [2]: a unit's slot list placed (every consumer thread arrives), by unit parity
@@ -99,6 +98,8 @@ struct SmemLayout {
   int bias;        // float [bias_floats] (biases only): the slice's b13 [2 kN], then b2 of the rank's output tiles
   int bias_raw;    // uint32 [bias_floats]: the same as copied (a word of two 16-bit elements or one fp32)
   int bytes;       // total, with 1024 bytes of alignment slack
+  int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout),
+                   // right after h (last here so the other kernels' parameter offsets stay as they were)
 };
 
 // fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded

@@ -963,9 +963,10 @@ struct ExpertMlp {
             sm90::mbar_wait(s.full + 8 * stage, phase);
             if (rec != nullptr) waited += clock64() - w0;
             const std::uint64_t dh = sm90::make_smem_desc_sw128(s.h + c * kHChunkBytes);
+            const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
             // The last chunk's k steps past N (all zeros) are skipped: N = 96 takes 6 k16 steps, not 8.
             const int nk = c + 1 < p.g2_chunks ? 4 : p.g2_last_steps;  // uniform
-            if constexpr (kPairs) {
+            if constexpr (kPairs) {  // the stage's even rows from db's address, its odd rows after them
               const std::uint64_t dh2 = sm90::make_smem_desc_sw128(s.h2 + c * kHChunkBytes);
               const std::uint32_t st = s.ring + stage * kStageBytes;
               switch (nk) {
@@ -975,7 +976,6 @@ struct ExpertMlp {
                 default: gemm2_pair_steps<4>(acc, dh, dh2, st);
               }
             } else {
-              const std::uint64_t db = sm90::make_smem_desc_sw128(s.ring + stage * kStageBytes);
               switch (nk) {  // one straight-line group a case, its own fence first
                 case 1: gemm2_steps<1>(acc, dh, db); break;
                 case 2: gemm2_steps<2>(acc, dh, db); break;
