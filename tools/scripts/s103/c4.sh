@@ -11,7 +11,7 @@ source tools/scripts/device_call.sh
 [ "$LIMIT" -gt 400 ] && start_main_build
 build_tree || exit 1
 echo "built (left $(left)s)"
-run_tests 'Sm90ExpertMlp.*:Sm90Fuzz.*:Sm90Dispatch.*' 120
+run_tests 'Sm90ExpertMlp.*:Sm90Fuzz.*:Sm90Dispatch.*:Preload.*' 120
 sanitize memcheck Sm90ExpertMlp.SmallForSanitizers 60
 sanitize racecheck Sm90ExpertMlp.SmallForSanitizers 60
 grid_tp8 bench/results/2026-12-06-5dadedc-h100-s103-grid-tp8.json
