@@ -894,6 +894,20 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 128, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  {
+    // The GPU dispatch test's shape (Sm90Dispatch.ForcedPathThatCannotRunIsNotSupported: gpt-oss TP8
+    // fp8 rows on 16 experts, k = 4): 17 tokens (68 slots) on the kernel, 66 (264 slots, 16.5 an
+    // expert) both GEMMs on Swap-AB, token-major declining GEMM2's 360-byte rows.
+    detail::RouterInputs g = in;
+    g.tokmajor_ok[1] = false;
+    g.tokmajor_why[1] = "rows of N = 360 bytes";
+    MoeProblem q = preset("gpt-oss-120b", 17, 8, Scheme::kFp8PerTensor);
+    q.num_experts = q.num_experts_global = 16;
+    EXPECT_EQ(choose_paths(q, g).describe(), "expert_mlp");
+    q.num_tokens = 66;
+    const detail::DispatchPlan sw = choose_paths(q, g);
+    EXPECT_EQ(sw.describe(), "gemm1=swapab gemm2=swapab") << sw.reason;
+  }
   const MoeProblem narrow = preset("qwen3-30b-a3b", 64, 16);  // N = 48: not measured, forced only
   EXPECT_EQ(narrow.intermediate_size, 48);
   EXPECT_FALSE(choose_paths(narrow, in).expert_mlp);
