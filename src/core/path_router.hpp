@@ -329,7 +329,8 @@ struct RouterTable {
   double expert_mlp_cluster_wide_max_slots = 256.0;
   double expert_mlp_cluster_wide_bf16_max_slots = 128.0;
   // Clusters of four, N = expert_mlp_quad_min_n .. _max_n (gpt-oss TP8: N = 360, biases,
-  // swiglu_oai), bf16 / fp16 from expert_mlp_quad_min_slots to _max_slots (fp8_per_tensor below). Session 69's same-run sweep (H100, 677e71d, check on;
+  // swiglu_oai), bf16 / fp16 from expert_mlp_quad_min_slots to _max_slots (fp8_per_tensor below).
+  // Session 69's same-run sweep (H100, 677e71d, check on;
   // bench/results/2026-12-06-677e71d-h100-s102-gptoss-paths*), gpt-oss TP8 bf16, expert_mlp forced
   // against auto: M = 8 / 16 / 32 / 64 / 128 (32..512 slots) 74.7 / 129.3 / 190.6 / 258.6 / 311.8
   // against 89.1 (gemv(mma)) / 143.9 / 201.3 / 278.5 / 315.1 µs (Swap-AB): 1.19 / 1.11 / 1.06 / 1.08

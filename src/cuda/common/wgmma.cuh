@@ -146,31 +146,22 @@ MOEKIT_WGMMA_ALL_N(Bf16Tag, 16, "bf16", ", 0, 0")
 MOEKIT_WGMMA_ALL_N(F16Tag, 16, "f16", ", 0, 0")
 MOEKIT_WGMMA_ALL_N(E4m3Tag, 32, "e4m3", "")
 
-// Two m64n128 instructions on the halves of one 128-register array, one asm statement:
+// Two m64n128k32 e4m3 instructions on the halves of one 128-register array, one asm statement:
 // d[0, 64) += A0 B0 and d[64, 128) += A1 B1 (each half in Wgmma<.., 128>'s layout). A reference to
 // half of the array as a float[64] (reinterpret_cast) made ptxas serialize every wgmma of the
-// kernel (C7520); operands named by index do not. The expert-MLP kernel's w2 row pairs use it.
-template <class Tag>
-struct WgmmaHalves;
+// kernel (C7520); operands named by index do not. The expert-MLP kernel's w2 row pairs (e4m3 only)
+// use it.
 #define MOEKIT_WGMMA_D_LIST_HI64 "{%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define MOEKIT_WGMMA_HALVES_SPEC(TAG, K, TYPE, TAIL)                                                           \
-  template <>                                                                                                  \
-  struct WgmmaHalves<TAG> {                                                                                    \
-    static __device__ __forceinline__ void mma(float (&d)[128], std::uint64_t da0, std::uint64_t db0,         \
-                                               std::uint64_t da1, std::uint64_t db1, int scale_d) {           \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"                                              \
-                   "wgmma.mma_async.sync.aligned.m64n128k" #K ".f32." TYPE "." TYPE " "                       \
-                   MOEKIT_WGMMA_D_LIST_64 ", %128, %129, p, 1, 1" TAIL ";\n"                                  \
-                   "wgmma.mma_async.sync.aligned.m64n128k" #K ".f32." TYPE "." TYPE " "                       \
-                   MOEKIT_WGMMA_D_LIST_HI64 ", %130, %131, p, 1, 1" TAIL ";\n}\n"                            \
-                   : MOEKIT_WGMMA_D_OUT_128                                                                    \
-                   : "l"(da0), "l"(db0), "l"(da1), "l"(db1), "r"(scale_d));                                   \
-    }                                                                                                          \
-  };
-MOEKIT_WGMMA_HALVES_SPEC(Bf16Tag, 16, "bf16", ", 0, 0")
-MOEKIT_WGMMA_HALVES_SPEC(F16Tag, 16, "f16", ", 0, 0")
-MOEKIT_WGMMA_HALVES_SPEC(E4m3Tag, 32, "e4m3", "")
-#undef MOEKIT_WGMMA_HALVES_SPEC
+struct WgmmaHalvesE4m3 {
+  static __device__ __forceinline__ void mma(float (&d)[128], std::uint64_t da0, std::uint64_t db0, std::uint64_t da1,
+                                             std::uint64_t db1, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MOEKIT_WGMMA_D_LIST_64 ", %128, %129, p, 1, 1;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MOEKIT_WGMMA_D_LIST_HI64 ", %130, %131, p, 1, 1;\n}\n"
+                 : MOEKIT_WGMMA_D_OUT_128
+                 : "l"(da0), "l"(db0), "l"(da1), "l"(db1), "r"(scale_d));
+  }
+};
 #undef MOEKIT_WGMMA_D_LIST_HI64
 
 #undef MOEKIT_WGMMA_ALL_N

@@ -668,7 +668,7 @@ struct ExpertMlp {
     sm90::fence_regs<128>(acc);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) sm90::WgmmaHalves<Tag>::mma(acc, dh + 2 * kk, dbe + 2 * kk, dh2 + 2 * kk, dbo + 2 * kk, 1);
+    for (int kk = 0; kk < kSteps; ++kk) sm90::WgmmaHalvesE4m3::mma(acc, dh + 2 * kk, dbe + 2 * kk, dh2 + 2 * kk, dbo + 2 * kk, 1);
   }
 
   // GEMM2's first kSteps k steps of one chunk: acc += h chunk x w2 stage (descriptors dh, db). The
@@ -1186,12 +1186,14 @@ auto* raised_kernel() {
 template <Operand kOp, bool kTimed, bool kChannel>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code); w2 as row
-  // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation.
-  auto* kernel = kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>()
-                               : raised_kernel<kOp, false, kTimed, kChannel>();
-  if constexpr (kOp == Operand::kE4m3 && !kChannel) {
-    if (kp.w2_pairs != 0) kernel = raised_kernel<kOp, true, kTimed, false, true>();
-  }
+  // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation. Only the one launched is raised.
+  const auto pick = [&kp] {
+    if constexpr (kOp == Operand::kE4m3 && !kChannel) {
+      if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
+    }
+    return kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>() : raised_kernel<kOp, false, kTimed, kChannel>();
+  };
+  auto* kernel = pick();
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads,
                                                  static_cast<std::size_t>(kp.smem.bytes),
