@@ -57,6 +57,7 @@ enum class EnvVar : int {
   kExpertMlpEvictFirst, // MOEKIT_EXPERT_MLP_EVICT_FIRST (cuda/kernels/expert_mlp/launch_sm90.cu)
   kExpertMlpLeanGather, // MOEKIT_EXPERT_MLP_LEAN_GATHER
   kExpertMlpQuantOneCta, // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA (cuda/backend.cu)
+  kExpertMlpAheadNext, // MOEKIT_EXPERT_MLP_AHEAD_NEXT (cuda/kernels/expert_mlp/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

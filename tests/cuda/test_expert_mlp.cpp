@@ -798,5 +798,46 @@ TEST(Sm90ExpertMlp, SmallForSanitizers) {
   }
 }
 
+TEST(Sm90ExpertMlp, AheadNextGivesTheSameBits) {
+  // A CTA's units after its first issue a whole ring of w13 stages before their slot list (the
+  // default) against MOEKIT_EXPERT_MLP_AHEAD_NEXT=0 (one stage, as the first unit): the same bytes
+  // into the same stages, so the same bits, both against the reference. Shapes with several units
+  // a CTA or cluster: the one-CTA form over 512 experts (bf16, fp8_per_tensor, fp8_per_channel),
+  // qwen3-235b's clusters of two at M = 256 and gpt-oss's clusters of four (e4m3 w2 row pairs,
+  // biases) at M = 64.
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    CaseSpec spec;
+  };
+  std::vector<Run> runs;
+  for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor, Scheme::kFp8PerChannel}) {
+    CaseSpec s = qwen30_tp8(128, 41 + static_cast<int>(scheme));
+    s.E = 512;
+    s.scheme = scheme;
+    runs.push_back({"one CTA, 512 experts", s});
+  }
+  {
+    CaseSpec s = qwen235_tp8(256, 47);
+    s.scheme = Scheme::kFp8PerTensor;
+    runs.push_back({"qwen3-235b TP8 clusters of two", s});
+  }
+  runs.push_back({"gpt-oss TP8 clusters of four", gptoss_fp8_tp8(64, 48)});
+  for (Run& run : runs) {
+    MoeCase c = make_case(run.spec);
+    DeviceCase d(c);
+    const std::string what = std::string(run.what) + ", " + scheme_name(run.spec.scheme) + " M = " +
+                             std::to_string(run.spec.M);
+    const std::vector<std::uint16_t> ahead = run_checked(d, c, run.spec.M, what + " (whole ring ahead)");
+    std::vector<std::uint16_t> one;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_AHEAD_NEXT", "0");
+      one = run_checked(d, c, run.spec.M, what + " (one stage ahead)");
+    }
+    const std::int64_t differ = values_differing(ahead, one);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between the two issue orders";
+  }
+}
+
 }  // namespace
 }  // namespace moekit::testing

@@ -217,7 +217,12 @@ struct ExpertMlp {
       // up, so the stream does not wait for the slot list (nor, fp8, for hidden's quantization);
       // then each stage's token rows, once the consumers placed the unit's slots, and past the first
       // `ahead` stages a stage's w13 boxes and rows together.
-      const int ahead = min(kAheadStages, p.k_stages);
+      // A unit after the CTA's first: as many as the ring holds (p.ahead_next), its stages freeing as
+      // the consumers finish the previous unit's GEMM2, whose end is when they place this unit's
+      // slots: the stream runs on across the unit's start instead of waiting there for the slot
+      // list, then a DRAM round trip. The first unit keeps kAheadStages (config.hpp: its token
+      // rows, read once from DRAM, queued behind more weights).
+      const int ahead = min(j > 0 && p.ahead_next != 0 ? kStages : kAheadStages, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {

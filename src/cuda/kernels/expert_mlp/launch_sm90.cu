@@ -106,6 +106,11 @@ bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFi
 // stage (the form before session 62, for the A/B); unset or 1: the lean gather; anything else an error.
 bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGather, true); }
 
+// MOEKIT_EXPERT_MLP_AHEAD_NEXT=0: every unit of a CTA issues kAheadStages stages' w13 boxes before
+// its slot list, as its first does (the form before session 71, for the A/B); unset or 1: the units
+// after the first issue a whole ring's; anything else an error.
+bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -140,6 +145,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   const bool fp8 = fp8_scheme(p.scheme);
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
+  (void)ahead_next();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -218,6 +224,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.y_f16 = p.act_dtype == DType::kFp16 ? 1 : 0;
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
+  kp.ahead_next = ahead_next() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

@@ -71,6 +71,9 @@ struct KernelParams {
   // w2 as row pairs (e4m3 per tensor, N % 16 = 8: SliceShape::pairs): the kPairs kernel. Last, so
   // the other kernels' parameter offsets (and their code) stay as they were.
   int w2_pairs;
+  // A CTA's units after its first issue the w13 boxes of all kStages ring stages before they wait
+  // for the unit's slot list (else kAheadStages, as the first unit; MOEKIT_EXPERT_MLP_AHEAD_NEXT=0).
+  int ahead_next;
 };
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
