@@ -71,15 +71,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(std::uint32_t dst, const C
       : "memory");
 }
 
-// A box of a 3D map into L2 only (no shared memory, no barrier): the TMA engine asks for it and
-// the instruction returns at once.
-__device__ __forceinline__ void tma_prefetch_l2_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
-                   reinterpret_cast<std::uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
-
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }

@@ -210,38 +210,6 @@ struct ExpertMlp {
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
     const int S = slices(p), r = sl.r();
-    // L2 ahead (p.l2_ahead = D > 0, MOEKIT_EXPERT_MLP_L2_AHEAD): before lane 0 waits for a free
-    // stage for this CTA's stage number `lin` (its stages counted across units: spu a unit, GEMM1's
-    // k_stages then GEMM2's), it asks the TMA engine to bring stages up to lin + D into L2, so the
-    // weight stream goes on while the ring is full (the consumers in the activation, the epilogue
-    // or the next unit's placement) and those stages later land from L2.
-    const int spu = p.k_stages + (p.out_tiles - r + S - 1) / S * g2_chunks(p);
-    int pf = 0, pf_hint = -1;  // the next stage number to prefetch, its unit's expert
-    const auto l2_ahead = [&](int lin) {
-      if (p.l2_ahead == 0 || lane != 0) return;
-      for (; pf <= lin + p.l2_ahead; ++pf) {
-        const int jj = pf / spu, idx = pf - jj * spu;
-        const int uu = static_cast<int>(blockIdx.x) / S + jj * (static_cast<int>(gridDim.x) / S);
-        if (uu >= units) break;  // past the CTA's last unit: nothing more
-        gemm_common::find_expert_from(uu, s.prefix, p.num_experts, pf_hint);
-        const int e = pf_hint;
-        if (idx < p.k_stages) {
-          const int rows[6] = {0, 32, 0, 32, 64, 64};
-          const int up[6] = {0, 0, 1, 1, 0, 1};
-#pragma unroll
-          for (int x = 0; x < 6; ++x)
-            sm90::tma_prefetch_l2_3d(&p.tmap_w13, idx * kStageElems, r * kN + rows[x], 2 * e + up[x]);
-        } else {
-          const int g = idx - p.k_stages, c = g % g2_chunks(p), o = r + g / g2_chunks(p) * S;
-          if constexpr (kPairs) {
-            sm90::tma_prefetch_l2_3d(&p.tmap_w2, c * kStageElems, o * kPairBoxRows, e);
-            sm90::tma_prefetch_l2_3d(&p.tmap_w2, p.n_cols - kPairShift + c * kStageElems, o * kPairBoxRows, e);
-          } else {
-            sm90::tma_prefetch_l2_3d(&p.tmap_w2, c * kStageElems, o * kOutTile, e);
-          }
-        }
-      }
-    };
     int j = 0;  // this CTA's unit count (the slot list's parity)
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
       const Unit t = unit_of(p, s, u, hint);
@@ -258,7 +226,6 @@ struct ExpertMlp {
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
-        l2_ahead(j * spu + kb);
         issue_w13(p, s, t.e, r, kb, wstage, wphase, lane, load, rec, j, empty_wait);
         next_stage(wstage, wphase);
       }
@@ -293,10 +260,7 @@ struct ExpertMlp {
         }
       }
       for (int kb = 0; kb < p.k_stages; ++kb) {
-        if (kb >= ahead) {
-          l2_ahead(j * spu + kb);
-          issue_w13(p, s, t.e, r, kb, stage, phase, lane, load, rec, j, empty_wait);
-        }
+        if (kb >= ahead) issue_w13(p, s, t.e, r, kb, stage, phase, lane, load, rec, j, empty_wait);
         const std::uint32_t dst = s.ring + stage * kStageBytes;
         // A chunk past the row's end (e4m3 K % 128 = 64: the last stage's upper half) is zeros,
         // against the w13 box's zeros there (TMA's fill past K).
@@ -326,9 +290,8 @@ struct ExpertMlp {
       }
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), w2's 256 rows a 128-byte
       // chunk of h's N columns (past N: TMA's zeros, against h's zeros).
-      for (int o = r, lin = j * spu + p.k_stages; o < p.out_tiles; o += S) {
-        for (int c = 0; c < g2_chunks(p); ++c, ++lin) {
-          l2_ahead(lin);
+      for (int o = r; o < p.out_tiles; o += S) {
+        for (int c = 0; c < g2_chunks(p); ++c) {
           const long long c0 = rec != nullptr ? clock64() : 0;
           sm90::mbar_wait(s.empty + 8 * stage, phase ^ 1);
           if (rec != nullptr) empty_wait += static_cast<std::uint64_t>(clock64() - c0);

@@ -111,28 +111,6 @@ bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGat
 // after the first issue a whole ring's; anything else an error.
 bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
 
-// MOEKIT_EXPERT_MLP_L2_AHEAD=D (0..16): lane 0 asks for the weights of the D stages past the one
-// it waits to fill into L2 (the stream goes on while the ring is full); unset: kDefaultL2Ahead;
-// anything else an error.
-constexpr int kDefaultL2Ahead = 0;
-constexpr int kMaxL2Ahead = 16;
-int l2_ahead() {
-  const char* v = detail::env_value(detail::EnvVar::kExpertMlpL2Ahead);
-  if (v == nullptr || *v == '\0') return kDefaultL2Ahead;
-  int d = 0;
-  for (const char* c = v; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9' || d > kMaxL2Ahead) {
-      d = kMaxL2Ahead + 1;
-      break;
-    }
-    d = 10 * d + (*c - '0');
-  }
-  if (d > kMaxL2Ahead)
-    throw Error(Status::kInvalidArgument, std::string("MOEKIT_EXPERT_MLP_L2_AHEAD = '") + v + "', expected 0.." +
-                                              std::to_string(kMaxL2Ahead) + " (stages)");
-  return d;
-}
-
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -168,7 +146,6 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
   (void)ahead_next();
-  (void)l2_ahead();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -248,7 +225,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
-  kp.l2_ahead = l2_ahead();
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

@@ -74,9 +74,6 @@ struct KernelParams {
   // A CTA's units after its first issue the w13 boxes of all kStages ring stages before they wait
   // for the unit's slot list (else kAheadStages, as the first unit; MOEKIT_EXPERT_MLP_AHEAD_NEXT=0).
   int ahead_next;
-  // Stages past the one lane 0 waits for that it asks the TMA engine to bring into L2 first (0: none;
-  // MOEKIT_EXPERT_MLP_L2_AHEAD).
-  int l2_ahead;
 };
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
