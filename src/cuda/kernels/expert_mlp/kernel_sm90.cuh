@@ -712,32 +712,17 @@ struct ExpertMlp {
       // weights, for the producer's gather and this epilogue.
       int* us = s.unit_slot + (j & 1) * kBlockM;
       float* uw = s.unit_w + (j & 1) * kBlockM;
-      // p.place_ahead (MOEKIT_EXPERT_MLP_PLACE_AHEAD): this unit's list was placed at the previous
-      // unit's start, below.
-      if (j == 0 || p.place_ahead == 0) {
-        slot_routing::place_window(s.slot_e, p.slots, un.e, un.r0, un.r0 + un.count, t, kConsumerBarrier,
-                                   s.warp_rows, us);
-        // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
-        // gather of the unit's token rows may start now, before the router weights' global loads
-        // below (only this epilogue and the activation read them), so it does not wait a DRAM round
-        // trip (1.028x median at qwen3-30b TP8 against the hand-off after them, H100, session 60).
-        // Every consumer thread arrives (the barrier's count is 128), so each store of the list is
-        // released by its own thread: thread 0's arrival alone orders them too, through the
-        // barrier, but compute-sanitizer's racecheck does not carry that ordering and reports the
-        // producer's reads as RAW hazards; 128 arrivals measured level with one (1.002x).
-        sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
-      }
-      // The next unit's list too (p.place_ahead), into the other buffer, whose unit (the previous
-      // one) the producer gathered before its stages reached these consumers: the producer finds
-      // it placed when it gets to that unit, during this one's GEMM2, and its gather goes out then
-      // instead of after this unit's end.
-      if (p.place_ahead != 0 && u + static_cast<int>(gridDim.x) / S < units) {
-        int next_hint = hint;
-        const Unit nx = unit_of(p, s, u + static_cast<int>(gridDim.x) / S, next_hint);
-        slot_routing::place_window(s.slot_e, p.slots, nx.e, nx.r0, nx.r0 + nx.count, t, kConsumerBarrier,
-                                   s.warp_rows, s.unit_slot + ((j + 1) & 1) * kBlockM);
-        sm90::mbar_arrive(s.slots_bar + 8 * ((j + 1) & 1));
-      }
+      slot_routing::place_window(s.slot_e, p.slots, un.e, un.r0, un.r0 + un.count, t, kConsumerBarrier, s.warp_rows,
+                                 us);
+      // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
+      // gather of the unit's token rows may start now, before the router weights' global loads
+      // below (only this epilogue and the activation read them), so it does not wait a DRAM round
+      // trip (1.028x median at qwen3-30b TP8 against the hand-off after them, H100, session 60).
+      // Every consumer thread arrives (the barrier's count is 128), so each store of the list is
+      // released by its own thread: thread 0's arrival alone orders them too, through the barrier,
+      // but compute-sanitizer's racecheck does not carry that ordering and reports the producer's
+      // reads as RAW hazards; 128 arrivals measured level with one (1.002x).
+      sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       lap(0);

@@ -111,11 +111,6 @@ bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGat
 // after the first issue a whole ring's; anything else an error.
 bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
 
-// MOEKIT_EXPERT_MLP_PLACE_AHEAD=0: the consumers place each unit's slot list at its own start (the
-// form before session 71, for the A/B); unset or 1: the next unit's at a unit's start; anything
-// else an error.
-bool place_ahead() { return detail::env_switch(detail::EnvVar::kExpertMlpPlaceAhead, true); }
-
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -151,7 +146,6 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
   (void)ahead_next();
-  (void)place_ahead();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -231,7 +225,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
-  kp.place_ahead = place_ahead() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

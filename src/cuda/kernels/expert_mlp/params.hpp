@@ -74,9 +74,6 @@ struct KernelParams {
   // A CTA's units after its first issue the w13 boxes of all kStages ring stages before they wait
   // for the unit's slot list (else kAheadStages, as the first unit; MOEKIT_EXPERT_MLP_AHEAD_NEXT=0).
   int ahead_next;
-  // The consumers place the next unit's slot list at a unit's start (MOEKIT_EXPERT_MLP_PLACE_AHEAD=0:
-  // at the next unit's start, the form before session 71).
-  int place_ahead;
 };
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
