@@ -341,6 +341,14 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
   stat(v[7], "GEMM2: waits for w2 (sum, thread 0)");
   stat(v[8], "GEMM2: MMAs, issue to wait (sum)");
   stat(v[9], "GEMM2: stores of y (sum)");
+  // The per-tensor activation's steps (fp8_per_channel's activation leaves them 0).
+  const char* act_steps[] = {"act: values + absmax (sum)", "act: unit absmax, ranks' exchange", "act: waiting for h_empty (sum)",
+                             "act: h stores and pushes (sum)", "act: waiting for h_full (sum)"};
+  for (int i = 0; i < 5; ++i) {
+    std::vector<double> a;
+    for (const std::uint64_t* r : ran) a.push_back(static_cast<double>(r[em::kPhaseActMath + i]) / 1000.0);
+    stat(a, act_steps[i]);
+  }
 }
 
 // tokmajor: one timed call of `a` (both GEMMs on the token-major kernel) after an L2 read flush,

@@ -481,16 +481,28 @@ struct ExpertMlp {
   // over every rank (red_cluster and the amax barrier, so all ranks take the same scale); then the
   // stores. On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its
   // reads of h (h_empty).
+  // `at` (the phase timer's thread 0 only, else null): its sums of the steps, kPhaseActMath..
+  // kPhaseActStore's order.
   template <Activation kKind, bool kBias>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
                                                      float (&acc1)[64], float (&acc2)[32], const bool (&live)[2],
-                                                     const float (&fr)[2], int warp, int lane, int j) {
+                                                     const float (&fr)[2], int warp, int lane, int j,
+                                                     std::uint64_t* at = nullptr) {
+    std::uint64_t mark = at != nullptr ? sm90::globaltimer_ns() : 0;
+    const auto step = [&](int i) {
+      if (at != nullptr) {
+        const std::uint64_t now = sm90::globaltimer_ns();
+        at[i] += now - mark;
+        mark = now;
+      }
+    };
     const int q0 = 16 * warp + (lane >> 2);
     float amax = 0.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h)
       amax = act_half<kKind, kBias>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax, nullptr,
                                     s.bias, lane);
+    step(0);
     float s_h = 1.0f;
     if constexpr (kFp8) {
       if (p.a2_scale != nullptr) {
@@ -514,10 +526,13 @@ struct ExpertMlp {
         s_h = numerics::dynamic_scale(amax);
       }
     }
+    step(1);
     h_push_begin(s, sl, warp, lane, j);
+    step(2);
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
+    step(3);
     return s_h;
   }
 
@@ -697,6 +712,11 @@ struct ExpertMlp {
     std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t sums[4] = {0, 0, 0, 0}, mark = 0;
     std::uint64_t g2[3] = {0, 0, 0};  // GEMM2's waits, MMAs, stores (cycles)
+    // The per-tensor activation's steps (thread 0 of a timed kernel): the math, the absmax (the
+    // warps', on a cluster every rank's), the wait for h_empty, the stores and pushes, the wait for
+    // the peers' slices (h_full).
+    std::uint64_t at_sums[5] = {0, 0, 0, 0, 0};
+    std::uint64_t* const at = rec != nullptr ? at_sums : nullptr;
     const auto lap = [&](int i) {
       if (rec != nullptr) {
         const std::uint64_t now = sm90::globaltimer_ns();
@@ -886,22 +906,22 @@ struct ExpertMlp {
         if (p.b13 != nullptr) {
           switch (p.act) {
             case Activation::kGelu:
-              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
               break;
             case Activation::kSwigluOai:
-              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
               break;
-            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
           }
         } else {
           switch (p.act) {
             case Activation::kGelu:
-              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
               break;
             case Activation::kSwigluOai:
-              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
               break;
-            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j);
+            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
           }
         }
         s_row[0] = s_row[1] = s_h;
@@ -909,10 +929,12 @@ struct ExpertMlp {
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      const std::uint64_t full0 = at != nullptr ? sm90::globaltimer_ns() : 0;
       if constexpr (kCluster) {  // every peer's slice has landed in this tile (h_full's bytes), then the same
         sm90::mbar_wait_cluster(s.h_full, j & 1);
         sm90::fence_proxy_async_shared_cta();
       }
+      if (at != nullptr) at[4] += sm90::globaltimer_ns() - full0;
       lap(2);
 
       // GEMM2: per 256-column output tile of this rank (r, r + S, ...), wgmma m64n256 over h's
@@ -1062,6 +1084,7 @@ struct ExpertMlp {
       rec[kPhaseG2Wait] = g2[0];
       rec[kPhaseG2Mma] = g2[1];
       rec[kPhaseG2Store] = g2[2];
+      for (int i = 0; i < 5; ++i) rec[kPhaseActMath + i] = at_sums[i];
       rec[kPhaseExit] = sm90::globaltimer_ns();
     }
   }

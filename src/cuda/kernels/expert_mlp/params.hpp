@@ -95,7 +95,13 @@ enum PhaseWord : int {
   kPhaseG2Wait,        // consumer thread 0, sum: GEMM2's waits for its w2 stages (cycles)
   kPhaseG2Mma,         // consumer thread 0, sum: GEMM2's MMAs, issue to wait (cycles)
   kPhaseG2Store,       // consumer thread 0, sum: GEMM2's stores of y (cycles)
-  kPhaseWords = 16
+  // consumer thread 0, sums (ns), the per-tensor activation's steps (not kChannel's):
+  kPhaseActMath,       // the activation's values and their absmax (act_half, both row halves)
+  kPhaseActAmax,       // the unit's absmax over the warps and (cluster, dynamic fp8) the ranks
+  kPhaseActEmpty,      // (cluster) waiting for every rank's GEMM2 of the previous unit (h_empty)
+  kPhaseActStore,      // h into this CTA's tile and (cluster) the peers'
+  kPhaseActFull,       // after the warpgroup's barrier: (cluster) waiting for the peers' slices (h_full)
+  kPhaseWords = 24
 };
 
 // Launches the instantiation on `stream` with `grid` persistent CTAs (the cluster form where
