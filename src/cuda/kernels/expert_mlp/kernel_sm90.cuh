@@ -338,54 +338,73 @@ struct ExpertMlp {
     }
   }
 
-  // Row q, columns g, g + 1 of h (q < 64, g even) as GEMM2's A tile, in this CTA's tile and every
-  // peer's: chunk g / 64 (e4m3: g / 128) of 128-byte rows, the 16-byte chunk at position ^ (q % 8).
-  // The peers' copies go by st.async, completing their h_full barrier's transaction count (no
-  // fence: a peer sees the bytes once it sees the phase). The four lanes of a quad hold
-  // consecutive pairs (columns g0 .. g0 + 7, g0 = g - 2 (lane % 4)): 16 bytes of one swizzle unit
-  // (e4m3: 8 bytes), which the quad's first lane pushes as one vector. Every lane calls it.
-  // kPairs: the same bytes also at column g + 8 of h2 (below N only: h2's columns from N + 8 stay
-  // the zeros of the kernel's start), pushed the same way.
-  static __device__ __forceinline__ std::uint32_t h_offset_e4m3(int q, int g) {  // column g at byte g % 128 of its chunk's row
-    const int w = g & 127;
-    return (g >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
+  // Byte b of row q (q < 64) of h as GEMM2's A tile: chunk b / 128 of 128-byte rows (64 16-bit
+  // columns or 128 e4m3 ones), the 16-byte unit at position ^ (q % 8). h2 has the same layout.
+  static __device__ __forceinline__ std::uint32_t h_byte_offset(int q, int b) {
+    const int w = b & 127;
+    return (b >> 7) * kHChunkBytes + q * kKBytes + (((w >> 4) ^ (q & 7)) << 4) + (w & 15);
   }
-  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1,
-                                                 int lane) {
-    std::uint32_t off, word, off2 = 0;
-    const bool shifted = kPairs && g < sl.n;  // uniform in a quad (N % 8 = 0)
+  // Row q, columns g, g + 1 of h (q < 64, g even) into this CTA's tile; kPairs: the same bytes also
+  // at column g + 8 of h2 (below N only: h2's columns from N + 8 stay the zeros of the kernel's
+  // start). The peers get the warp's rows afterwards, from this tile (push_h).
+  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1) {
     if constexpr (kFp8) {
-      off = h_offset_e4m3(q, g);
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
-      asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + off), "h"(bits) : "memory");
-      if (shifted) {
-        off2 = h_offset_e4m3(q, g + kPairShift);
-        asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h2 + off2), "h"(bits) : "memory");
-      }
-      word = bits;
+      asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + h_byte_offset(q, g)), "h"(bits) : "memory");
+      if (kPairs && g < sl.n)  // uniform in a quad (N % 8 = 0)
+        asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h2 + h_byte_offset(q, g + kPairShift)), "h"(bits) : "memory");
     } else {
-      const int w = g & 63;
-      off = (g >> 6) * kHChunkBytes + q * kKBytes + (((w >> 3) ^ (q & 7)) << 4) + (w & 7) * 2;
-      word = pack2<kF16>(v0, v1);
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + off), "r"(word) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + h_byte_offset(q, 2 * g)), "r"(pack2<kF16>(v0, v1)) : "memory");
     }
-    if (!kCluster) return;
-    const int first = lane & ~3;
-    const std::uint32_t w1 = __shfl_sync(0xffffffffu, word, first + 1);
-    const std::uint32_t w2 = __shfl_sync(0xffffffffu, word, first + 2);
-    const std::uint32_t w3 = __shfl_sync(0xffffffffu, word, first + 3);
-    if ((lane & 3) != 0) return;
+  }
+
+  // On a cluster, once the warp has stored its 16 rows of the rank's slice (store_half, both
+  // halves): those rows into every peer's tile by st.async, completing the peer's h_full
+  // transaction count (no fence: a peer sees the bytes once it sees the phase), 16 bytes a lane
+  // read back from this CTA's tile, every lane of the warp busy. The slice is whole 16-byte units
+  // of a row (96 columns: 192 or 96 bytes at byte 96 r x element size); kPairs' h2 bytes
+  // [96 r + 8, min(96 r + 96, N) + 8) of a row are 16-byte units but for 8 bytes at either end.
+  // A quad's first lane pushing the quad's 16 (e4m3: 8) bytes of each pair of columns, 3 shuffles
+  // a pair, was the first form: a quarter of the lanes issued every remote store (docs/perf.md
+  // "Session 72").
+  static __device__ __forceinline__ void push_h(const Smem& s, const Slice& sl, int warp) {
+    if constexpr (kCluster) {
+      const int lane = static_cast<int>(threadIdx.x & 31);
+      __syncwarp();  // the other lanes' stores of the warp's rows are visible to this lane
+      constexpr int kUnitsRow = kN * kElemBytes / 16;  // 12 (16-bit) or 6 (e4m3)
+      static_assert((16 * kUnitsRow) % 32 == 0, "every lane pushes the same number of units");
+      const int base = sl.r() * kN * kElemBytes;
 #pragma unroll
-    for (int i = 0; i < kMaxSlices - 1; ++i) {
-      if (i >= sl.peers) break;  // uniform
-      const std::uint32_t dst = sm90::map_to_rank(s.h + off, sl.peer(i));
-      const std::uint32_t bar = sm90::map_to_rank(s.h_full, sl.peer(i));
-      if constexpr (kFp8) {
-        sm90::st_async_v2_b32(dst, word | (w1 << 16), w2 | (w3 << 16), bar);
-        if (shifted)
-          sm90::st_async_v2_b32(sm90::map_to_rank(s.h2 + off2, sl.peer(i)), word | (w1 << 16), w2 | (w3 << 16), bar);
-      } else {
-        sm90::st_async_v4_b32(dst, word, w1, w2, w3, bar);
+      for (int i = 0; i < 16 * kUnitsRow / 32; ++i) {
+        const int u = lane + 32 * i;
+        const std::uint32_t src = s.h + h_byte_offset(16 * warp + u / kUnitsRow, base + 16 * (u % kUnitsRow));
+        std::uint32_t v0, v1, v2, v3;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(src) : "memory");
+        for (int k = 0; k < sl.peers; ++k)
+          sm90::st_async_v4_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, v2, v3, sm90::map_to_rank(s.h_full, sl.peer(k)));
+      }
+      if constexpr (kPairs) {
+        constexpr int kUnits2 = kUnitsRow + 1;  // h2's bytes of a row touch 7 units
+        const int lo = base + kPairShift, hi = min(base + kN, sl.n) + kPairShift;
+#pragma unroll
+        for (int i = 0; i < (16 * kUnits2 + 31) / 32; ++i) {
+          const int u = lane + 32 * i;
+          const int b = base + 16 * (u % kUnits2);
+          const int a = max(b, lo), e = min(b + 16, hi);
+          if (u >= 16 * kUnits2 || e <= a) continue;
+          const std::uint32_t src = s.h2 + h_byte_offset(16 * warp + u / kUnits2, b) + (a - b);
+          if (e - a == 16) {
+            std::uint32_t v0, v1, v2, v3;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(src) : "memory");
+            for (int k = 0; k < sl.peers; ++k)
+              sm90::st_async_v4_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, v2, v3, sm90::map_to_rank(s.h_full, sl.peer(k)));
+          } else {
+            std::uint32_t v0, v1;
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v0), "=r"(v1) : "r"(src) : "memory");
+            for (int k = 0; k < sl.peers; ++k)
+              sm90::st_async_v2_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, sm90::map_to_rank(s.h_full, sl.peer(k)));
+          }
+        }
       }
     }
   }
@@ -460,7 +479,7 @@ struct ExpertMlp {
         v[c] = h != 0 ? g1 : g0;
       }
       const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-      store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h, lane);
+      store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h);
     }
   }
 
@@ -532,6 +551,7 @@ struct ExpertMlp {
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
+    push_h(s, sl, warp);
     step(3);
     return s_h;
   }
@@ -585,6 +605,7 @@ struct ExpertMlp {
     const float inv0 = 1.0f / s_h[0], inv1 = 1.0f / s_h[1];
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
+    push_h(s, sl, warp);
   }
 
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
