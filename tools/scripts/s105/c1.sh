@@ -7,7 +7,7 @@
 # expert_mlp forced, and at auto's TP8 points; then the TP8 grid where time is left.
 # ~6-9 min; carry [".deps", ".ab/mid"].
 set -u
-LIMIT=${LIMIT:-540}
+LIMIT=${LIMIT:-420}
 source tools/scripts/device_call.sh
 start_main_build
 build_tree || exit 1
