@@ -358,6 +358,23 @@ struct ExpertMlp {
     }
   }
 
+  // kBytes (16 or 8) of this CTA's tile at shared address src into the same place of every peer's,
+  // by st.async on the peer's h_full barrier.
+  template <int kBytes>
+  static __device__ __forceinline__ void push_bytes(const Smem& s, const Slice& sl, std::uint32_t src) {
+    static_assert(kBytes == 16 || kBytes == 8, "16- or 8-byte vectors");
+    std::uint32_t v0, v1, v2 = 0, v3 = 0;
+    if constexpr (kBytes == 16)
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(src) : "memory");
+    else
+      asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v0), "=r"(v1) : "r"(src) : "memory");
+    for (int k = 0; k < sl.peers; ++k) {
+      const std::uint32_t dst = sm90::map_to_rank(src, sl.peer(k)), bar = sm90::map_to_rank(s.h_full, sl.peer(k));
+      if constexpr (kBytes == 16) sm90::st_async_v4_b32(dst, v0, v1, v2, v3, bar);
+      else sm90::st_async_v2_b32(dst, v0, v1, bar);
+    }
+  }
+
   // On a cluster, once the warp has stored its 16 rows of the rank's slice (store_half, both
   // halves): those rows into every peer's tile by st.async, completing the peer's h_full
   // transaction count (no fence: a peer sees the bytes once it sees the phase), 16 bytes a lane
@@ -377,11 +394,7 @@ struct ExpertMlp {
 #pragma unroll
       for (int i = 0; i < 16 * kUnitsRow / 32; ++i) {
         const int u = lane + 32 * i;
-        const std::uint32_t src = s.h + h_byte_offset(16 * warp + u / kUnitsRow, base + 16 * (u % kUnitsRow));
-        std::uint32_t v0, v1, v2, v3;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(src) : "memory");
-        for (int k = 0; k < sl.peers; ++k)
-          sm90::st_async_v4_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, v2, v3, sm90::map_to_rank(s.h_full, sl.peer(k)));
+        push_bytes<16>(s, sl, s.h + h_byte_offset(16 * warp + u / kUnitsRow, base + 16 * (u % kUnitsRow)));
       }
       if constexpr (kPairs) {
         constexpr int kUnits2 = kUnitsRow + 1;  // h2's bytes of a row touch 7 units
@@ -393,17 +406,8 @@ struct ExpertMlp {
           const int a = max(b, lo), e = min(b + 16, hi);
           if (u >= 16 * kUnits2 || e <= a) continue;
           const std::uint32_t src = s.h2 + h_byte_offset(16 * warp + u / kUnits2, b) + (a - b);
-          if (e - a == 16) {
-            std::uint32_t v0, v1, v2, v3;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(src) : "memory");
-            for (int k = 0; k < sl.peers; ++k)
-              sm90::st_async_v4_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, v2, v3, sm90::map_to_rank(s.h_full, sl.peer(k)));
-          } else {
-            std::uint32_t v0, v1;
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v0), "=r"(v1) : "r"(src) : "memory");
-            for (int k = 0; k < sl.peers; ++k)
-              sm90::st_async_v2_b32(sm90::map_to_rank(src, sl.peer(k)), v0, v1, sm90::map_to_rank(s.h_full, sl.peer(k)));
-          }
+          if (e - a == 16) push_bytes<16>(s, sl, src);
+          else push_bytes<8>(s, sl, src);
         }
       }
     }
