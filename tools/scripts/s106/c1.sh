@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# s106, push_halves' landing call cut to what the landing needs (the session's device budget after
+# seven failed starts): on the branch with tools/scripts/s105/push_halves.patch, main in .ab/mid
+# (tools/scripts/ab_base.sh main .ab/mid): the per-expert MLP, fuzz, dispatch and preload tests with the phase table,
+# racecheck / memcheck on the small cases, main against the branch at auto's gpt-oss, qwen3-235b,
+# deepseek-v3 TP8 e4m3 M = 4 / 8 / 16 / 64, then (time left) the cluster shapes, expert_mlp forced.
+# ~7 min; carry [".deps", ".ab/mid"].
+set -u
+LIMIT=${LIMIT:-420}
+source tools/scripts/device_call.sh
+start_main_build
+build_tree || exit 1
+echo "built (left $(left)s)"
+run_tests 'Sm90ExpertMlp.*:Sm90Fuzz.*:Sm90Dispatch.*:Preload.*' 120
+grep -E "^\[ phases \]" "$O/tests.log" > "$O/phases.txt"
+grep -E "h stores and pushes|^\[ phases \] expert_mlp" "$O/phases.txt"
+sanitize racecheck Sm90ExpertMlp.SmallForSanitizers 60
+sanitize memcheck Sm90ExpertMlp.SmallForSanitizers 60
+wait_main_build || { echo "no main build"; finish; exit 1; }
+AB_SECONDS=$(( $(left) > 110 ? 100 : $(left) - 10 )) REPS=2 ab halves "$MB" "$BB" --backend cuda --tp 8 --no-baseline --no-host-time --check \
+  --preset gpt-oss-120b,qwen3-235b-a22b,deepseek-v3 --tokens 4,8,16,64 --scheme fp8_per_tensor
+if [ "$(left)" -gt 80 ]; then
+  AB_SECONDS=$(( $(left) - 15 )) REPS=2 ab forced "$MB" "$BB" --backend cuda --tp 8 --no-baseline --no-host-time --check \
+    --path expert_mlp --preset qwen3-235b-a22b,gpt-oss-120b --tokens 16,64 --scheme bf16,fp8_per_tensor
+fi
+finish
