@@ -315,6 +315,23 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
     std::printf("[ phases ]   %-34s 10 %% %7.2f  50 %% %7.2f  90 %% %7.2f us\n", "CTAs done by (from the first entry)",
                 at(0.1), at(0.5), at(0.9));
   }
+  {  // what a CTA streams: its units' share of the weights (3 N K elements an expert, over the S
+     // ranks of a cluster) from its first GEMM1 stage landed to its end, and the whole call's
+     // weight bytes from the first entry to the last CTA done (docs/perf.md "Session 73")
+    const double S = static_cast<double>((s.N + em::kN - 1) / em::kN);
+    const double unit_bytes = 3.0 * static_cast<double>(s.N * s.K * (s.fp8 ? 1 : 2)) / S;
+    std::vector<double> rate;
+    double bytes = 0.0, end = 0.0;
+    for (const std::uint64_t* r : ran) {
+      const double b = static_cast<double>(r[em::kPhaseUnits]) * unit_bytes;
+      rate.push_back(b / static_cast<double>(r[em::kPhaseExit] - r[em::kPhaseFirstLanded]));  // bytes / ns = GB/s
+      bytes += b;
+      end = std::max(end, static_cast<double>(r[em::kPhaseExit] - t0));
+    }
+    std::sort(rate.begin(), rate.end());
+    std::printf("[ phases ]   %-34s median %7.1f GB/s  min %7.1f  max %7.1f; the call %.2f TB/s\n",
+                "a CTA's weights (landed -> done)", rate[rate.size() / 2], rate.front(), rate.back(), bytes / end / 1000.0);
+  }
   std::vector<double> v[10];
   for (const std::uint64_t* r : ran) {
     v[0].push_back(static_cast<double>(r[em::kPhaseRouted] - r[em::kPhaseEntry]) / 1000.0);
@@ -550,6 +567,11 @@ TEST(Sm90Gemv, MmaPhaseBreakdown) {
 // bytes).
 TEST(Sm90ExpertMlp, PhaseBreakdown) {
   SKIP_WITHOUT_SM90();
+  // Few CTAs busy (M = 4 / 8: ~31 / ~52 units, one a CTA): what one CTA streams when most SMs
+  // idle, against M = 64's 126 CTAs (docs/perf.md "Session 73": whether work items sized to the
+  // resident CTAs would pay).
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 4}, "expert_mlp");
+  phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 8}, "expert_mlp");
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 16}, "expert_mlp");
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 64}, "expert_mlp");
   phase_table({"qwen3-30b-a3b TP8", 128, 8, 2048, 96, 256}, "expert_mlp");
@@ -558,6 +580,7 @@ TEST(Sm90ExpertMlp, PhaseBreakdown) {
   // The cluster form (N = 192 on clusters of 2, N = 256 on clusters of 3; docs/design.md): each
   // rank's share, the h exchange inside the activation's time.
   phase_table({"qwen3-235b-a22b TP8", 128, 8, 4096, 192, 64}, "expert_mlp");
+  phase_table({"qwen3-235b-a22b TP8 fp8", 128, 8, 4096, 192, 16, true}, "expert_mlp");  // ~88 units on 66 clusters: two rounds
   phase_table({"qwen3-235b-a22b TP8 fp8", 128, 8, 4096, 192, 64, true}, "expert_mlp");
   phase_table({"deepseek-v3 TP8 fp8", 256, 8, 7168, 256, 64, true}, "expert_mlp");
   // gpt-oss TP8 (N = 360 on clusters of 4; e4m3 with w2 as row pairs): bf16 reaches 1.01-1.13x of

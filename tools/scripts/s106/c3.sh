@@ -9,7 +9,7 @@ build_tree || exit 1
 echo "built (left $(left)s)"
 run_tests 'Sm90ExpertMlp.*:Sm90Fuzz.*' $(( $(left) - 45 ))
 grep -E "^\[ phases \]" "$O/tests.log" > "$O/phases.txt"
-grep -E "h stores and pushes|^\[ phases \] expert_mlp" "$O/phases.txt"
+grep -E "h stores and pushes|a CTA's weights|^\[ phases \] expert_mlp" "$O/phases.txt"
 sanitize racecheck Sm90ExpertMlp.SmallForSanitizers 20
 sanitize memcheck Sm90ExpertMlp.SmallForSanitizers 20
 finish
