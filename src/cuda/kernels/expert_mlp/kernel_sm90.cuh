@@ -375,8 +375,8 @@ struct ExpertMlp {
     }
   }
 
-  // On a cluster, once the warp has stored its 16 rows of the rank's slice (store_half, both
-  // halves): those rows into every peer's tile by st.async, completing the peer's h_full
+  // On a cluster, once the warp has stored row half `half` of its rows (store_half: 8 rows of the
+  // rank's slice): those rows into every peer's tile by st.async, completing the peer's h_full
   // transaction count (no fence: a peer sees the bytes once it sees the phase), 16 bytes a lane
   // read back from this CTA's tile, every lane of the warp busy. The slice is whole 16-byte units
   // of a row (96 columns: 192 or 96 bytes at byte 96 r x element size); kPairs' h2 bytes
@@ -384,28 +384,28 @@ struct ExpertMlp {
   // A quad's first lane pushing the quad's 16 (e4m3: 8) bytes of each pair of columns, 3 shuffles
   // a pair, was the first form: a quarter of the lanes issued every remote store (docs/perf.md
   // "Session 72").
-  static __device__ __forceinline__ void push_h(const Smem& s, const Slice& sl, int warp) {
+  static __device__ __forceinline__ void push_h(const Smem& s, const Slice& sl, int warp, int half) {
     if constexpr (kCluster) {
       const int lane = static_cast<int>(threadIdx.x & 31);
       __syncwarp();  // the other lanes' stores of the warp's rows are visible to this lane
       constexpr int kUnitsRow = kN * kElemBytes / 16;  // 12 (16-bit) or 6 (e4m3)
-      static_assert((16 * kUnitsRow) % 32 == 0, "every lane pushes the same number of units");
       const int base = sl.r() * kN * kElemBytes;
+      const int row0 = 16 * warp + 8 * half;  // the half's 8 rows
 #pragma unroll
-      for (int i = 0; i < 16 * kUnitsRow / 32; ++i) {
+      for (int i = 0; i < (8 * kUnitsRow + 31) / 32; ++i) {
         const int u = lane + 32 * i;
-        push_bytes<16>(s, sl, s.h + h_byte_offset(16 * warp + u / kUnitsRow, base + 16 * (u % kUnitsRow)));
+        if (u < 8 * kUnitsRow) push_bytes<16>(s, sl, s.h + h_byte_offset(row0 + u / kUnitsRow, base + 16 * (u % kUnitsRow)));
       }
       if constexpr (kPairs) {
         constexpr int kUnits2 = kUnitsRow + 1;  // h2's bytes of a row touch 7 units
         const int lo = base + kPairShift, hi = min(base + kN, sl.n) + kPairShift;
 #pragma unroll
-        for (int i = 0; i < (16 * kUnits2 + 31) / 32; ++i) {
+        for (int i = 0; i < (8 * kUnits2 + 31) / 32; ++i) {
           const int u = lane + 32 * i;
           const int b = base + 16 * (u % kUnits2);
           const int a = max(b, lo), e = min(b + 16, hi);
-          if (u >= 16 * kUnits2 || e <= a) continue;
-          const std::uint32_t src = s.h2 + h_byte_offset(16 * warp + u / kUnits2, b) + (a - b);
+          if (u >= 8 * kUnits2 || e <= a) continue;
+          const std::uint32_t src = s.h2 + h_byte_offset(row0 + u / kUnits2, b) + (a - b);
           if (e - a == 16) push_bytes<16>(s, sl, src);
           else push_bytes<8>(s, sl, src);
         }
@@ -554,8 +554,10 @@ struct ExpertMlp {
     step(2);
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
-    for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
-    push_h(s, sl, warp);
+    for (int h = 0; h < 2; ++h) {
+      store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
+      push_h(s, sl, warp, h);
+    }
     step(3);
     return s_h;
   }
@@ -608,8 +610,10 @@ struct ExpertMlp {
     h_push_begin(s, sl, warp, lane, j);
     const float inv0 = 1.0f / s_h[0], inv1 = 1.0f / s_h[1];
 #pragma unroll 1
-    for (int h = 0; h < 2; ++h) store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
-    push_h(s, sl, warp);
+    for (int h = 0; h < 2; ++h) {
+      store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, h != 0 ? inv1 : inv0);
+      push_h(s, sl, warp, h);
+    }
   }
 
   // GEMM2's epilogue for one 256-column tile: y[slot[h]][col0 + 8 jj + {0, 1}] = acc x f[h] (fp16
