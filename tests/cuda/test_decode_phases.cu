@@ -318,7 +318,7 @@ void expert_mlp_phases(const Shape& s, const FusedExpertsArgs& a, Options o, std
   {  // what a CTA streams: its units' share of the weights (3 N K elements an expert, over the S
      // ranks of a cluster) from its first GEMM1 stage landed to its end, and the whole call's
      // weight bytes from the first entry to the last CTA done (docs/perf.md "Session 73")
-    const double S = static_cast<double>((s.N + em::kN - 1) / em::kN);
+    const double S = em::slice_shape(static_cast<int>(s.N), s.fp8).slices;
     const double unit_bytes = 3.0 * static_cast<double>(s.N * s.K * (s.fp8 ? 1 : 2)) / S;
     std::vector<double> rate;
     double bytes = 0.0, end = 0.0;
