@@ -4,7 +4,8 @@
 # (SplitKMatchesReference, SplitKSmallForSanitizers and the rest), racecheck and memcheck on the
 # small split calls, then one build's A/B of R = 1 against 2 and 4 at qwen3-30b TP8 (the one-CTA
 # form's shape: expert_mlp forced, M = 1 / 2 / 4 / 8 / 16, bf16 and fp8_per_tensor), then one run
-# of auto (gemv at M <= 4) and expert_mlp with R = 2 at the same points, for the router's rule.
+# of auto (gemv at M <= 4) and expert_mlp with R sized to the call (MOEKIT_EXPERT_MLP_SPLIT_K=auto)
+# at the same points, for the router's rule.
 # carry [".deps"].
 set -u
 LIMIT=${LIMIT:-420}
@@ -20,9 +21,9 @@ for r in 2 4; do
   AB_SECONDS=$(( $(left) > 110 ? 90 : $(left) - 15 )) REPS=2 ab split$r "env MOEKIT_EXPERT_MLP_SPLIT_K=1 $BB" \
     "env MOEKIT_EXPERT_MLP_SPLIT_K=$r $BB" $POINTS --path expert_mlp
 done
-if [ "$(left)" -gt 45 ]; then  # auto (gemv at M <= 4; expert_mlp, split too, from 8) and expert_mlp forced, R = 2
-  env MOEKIT_EXPERT_MLP_SPLIT_K=2 timeout $(( $(left) - 15 )) $BB $POINTS --path auto,expert_mlp \
-    --json "$O/auto-and-split2.json" >"$O/auto-and-split2.log" 2>&1
-  echo "auto and split R=2 rc=$? (left $(left)s)"; grep -E "^\| qwen" "$O/auto-and-split2.log" | head -24
+if [ "$(left)" -gt 45 ]; then  # auto (gemv at M <= 4; expert_mlp, split too, from 8) and expert_mlp forced, R sized to the call
+  env MOEKIT_EXPERT_MLP_SPLIT_K=auto timeout $(( $(left) - 15 )) $BB $POINTS --path auto,expert_mlp \
+    --json "$O/auto-and-split-auto.json" >"$O/auto-and-split-auto.log" 2>&1
+  echo "auto and split R=auto rc=$? (left $(left)s)"; grep -E "^\| qwen" "$O/auto-and-split-auto.log" | head -24
 fi
 finish

@@ -1,0 +1,226 @@
+// moekit-tma-stream-probe: how fast one CTA, and the CTAs of a cluster, pull weights through a TMA
+// ring when few CTAs stream (the expert_mlp one-CTA form's pattern), and on which SMs / TPCs they
+// sit (docs/perf.md "Session 75").
+//
+// Each CTA streams its own 3 MB (4 "experts" of 192 rows x 4096 bytes, bf16 K = 2048) through a
+// ring of 5 stages of 24 KB, a stage being, by mode:
+//   0: six 32-row x 128-byte boxes (expert_mlp's w13 stage), 1: three 64-row boxes,
+//   2: one 192-row box, 3: one contiguous 24 KB bulk copy (no tensor map).
+// The consumer warp only waits for a stage and frees it: no math, so the rate is the copy path's.
+// Reported per configuration (mode, cluster size, CTAs): each CTA's GB/s from its first issue to
+// its last stage landed (median, min, max), the call's TB/s, how many CTAs share a TPC (SM id / 2)
+// with another streaming CTA, and the first 8 CTAs' SM ids. L2 is flushed before each run by a
+// 256 MB write (dirty lines, whose write-back the stream may pay: compare rows with each other,
+// not with moekit-bench's read flush), the best of three runs kept.
+//
+//   build/cuda-release/tools/bench/moekit-tma-stream-probe   (or: nvcc -std=c++17 -O2 -arch=sm_90a tma_stream_probe.cu)
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(x)                                                                           \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+constexpr int kStages = 5;
+constexpr int kStageBytes = 192 * 128;  // 24 KB
+constexpr int kRowBytes = 4096;         // bf16 K = 2048
+constexpr int kRowsPerExpert = 192;
+constexpr int kExpertsPerCta = 4;
+constexpr int kKSteps = kRowBytes / 128;  // 32 stages an expert
+constexpr int kStagesPerCta = kKSteps * kExpertsPerCta;
+constexpr std::int64_t kCtaBytes = std::int64_t(kRowsPerExpert) * kExpertsPerCta * kRowBytes;
+
+struct Rec {
+  unsigned long long t0, t1;
+  unsigned smid, pad;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensorMap map, const std::uint8_t* flat,
+                                                int mode, Rec* out) {
+  extern __shared__ std::uint8_t raw[];
+  std::uint8_t* ring = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+  __shared__ alignas(8) unsigned long long full[kStages], empty[kStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&empty[s])));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;");
+    asm volatile("fence.proxy.async.shared::cta;");
+  }
+  __syncthreads();
+  const int cta = blockIdx.x;
+  if (warp == 0 && lane == 0) {
+    const unsigned long long t0 = gtimer();
+    const int row_base = cta * kRowsPerExpert * kExpertsPerCta;
+    for (int i = 0; i < kStagesPerCta; ++i) {
+      const int st = i % kStages;
+      const unsigned ph = (i / kStages) & 1;
+      mbar_wait(smem_u32(&empty[st]), ph ^ 1);
+      const unsigned fb = smem_u32(&full[st]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(kStageBytes) : "memory");
+      const unsigned dst = smem_u32(ring + st * kStageBytes);
+      const int k0 = (i % kKSteps) * 64;  // bf16 elements
+      const int r0 = row_base + (i / kKSteps) * kRowsPerExpert;
+      if (mode == 3) {
+        const std::uint8_t* src = flat + std::int64_t(cta) * kCtaBytes + std::int64_t(i) * kStageBytes;
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         dst),
+                     "l"(src), "r"(kStageBytes), "r"(fb)
+                     : "memory");
+      } else {
+        const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
+        const int rows = kRowsPerExpert / boxes;
+        for (int x = 0; x < boxes; ++x)
+          asm volatile(
+              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+                  dst + x * rows * 128),
+              "l"(&map), "r"(k0), "r"(r0 + x * rows), "r"(fb)
+              : "memory");
+      }
+    }
+    out[cta].t0 = t0;
+  }
+  if (warp == 1) {
+    for (int i = 0; i < kStagesPerCta; ++i) {
+      const int st = i % kStages;
+      mbar_wait(smem_u32(&full[st]), (i / kStages) & 1);
+      __syncwarp();
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[st])) : "memory");
+    }
+    if (lane == 0) {
+      out[cta].t1 = gtimer();
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      out[cta].smid = sm;
+    }
+  }
+  // A cluster's CTAs leave together (nothing remote is touched; kept for the launch's shape only).
+}
+
+using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int max_ctas = sms;
+  const std::int64_t bytes = kCtaBytes * max_ctas;
+  std::uint8_t* w = nullptr;
+  CHECK(cudaMalloc(&w, bytes));
+  CHECK(cudaMemset(w, 1, bytes));
+  std::uint8_t* flush = nullptr;
+  const std::size_t flush_bytes = 256u << 20;
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  Rec* rec = nullptr;
+  CHECK(cudaMalloc(&rec, sizeof(Rec) * max_ctas));
+
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {kRowBytes / 2, cuuint64_t(kRowsPerExpert) * kExpertsPerCta * max_ctas};
+  const cuuint64_t strides[1] = {kRowBytes};
+  const cuuint32_t elem[2] = {1, 1};
+
+  const int smem = kStages * kStageBytes + 1024;
+  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  std::printf("%s, %d SMs; a CTA streams %.1f MB (%d stages of %d KB, ring of %d)\n", prop.name, sms, kCtaBytes / 1e6,
+              kStagesPerCta, kStageBytes / 1024, kStages);
+  std::printf("| mode | cluster | CTAs | a CTA GB/s median | min | max | the call TB/s | CTAs sharing a TPC | (first SM ids)\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const char* names[4] = {"6 x 32-row boxes", "3 x 64-row boxes", "1 x 192-row box", "1 bulk 24 KB"};
+  for (int mode = 0; mode < 4; ++mode) {
+    const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
+    const cuuint32_t box[2] = {64, cuuint32_t(kRowsPerExpert / boxes)};
+    if (reinterpret_cast<EncodeFn>(fn)(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, elem,
+                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "tensor map encode failed (mode %d)\n", mode);
+      return 1;
+    }
+    for (int cluster : {1, 2, 4}) {
+      for (int n : {1, 2, 4, 8, 16, 32, 64, 128}) {
+        if (n < cluster || n > max_ctas || n % cluster) continue;
+        std::vector<double> best_rates;
+        double best_call = 0;
+        int best_shared = 0;
+        std::vector<unsigned> best_sms;
+        for (int rep = 0; rep < 3; ++rep) {
+          CHECK(cudaMemset(flush, rep, flush_bytes));
+          CHECK(cudaMemset(rec, 0, sizeof(Rec) * max_ctas));
+          cudaLaunchConfig_t cfg{};
+          cudaLaunchAttribute at[1];
+          cfg.gridDim = dim3(n);
+          cfg.blockDim = dim3(64);
+          cfg.dynamicSmemBytes = smem;
+          at[0].id = cudaLaunchAttributeClusterDimension;
+          at[0].val.clusterDim.x = cluster;
+          at[0].val.clusterDim.y = 1;
+          at[0].val.clusterDim.z = 1;
+          cfg.attrs = at;
+          cfg.numAttrs = 1;
+          CHECK(cudaLaunchKernelEx(&cfg, stream, map, static_cast<const std::uint8_t*>(w), mode, rec));
+          CHECK(cudaDeviceSynchronize());
+          std::vector<Rec> h(n);
+          CHECK(cudaMemcpy(h.data(), rec, sizeof(Rec) * n, cudaMemcpyDeviceToHost));
+          std::vector<double> rates;
+          unsigned long long a = ~0ull, b = 0;
+          std::vector<int> tpc(1024, 0);
+          for (const Rec& r : h) {
+            rates.push_back(double(kCtaBytes) / double(r.t1 - r.t0));  // bytes / ns = GB/s
+            a = std::min(a, r.t0);
+            b = std::max(b, r.t1);
+            ++tpc[r.smid / 2];
+          }
+          int shared = 0;
+          for (const Rec& r : h) shared += tpc[r.smid / 2] > 1;
+          std::sort(rates.begin(), rates.end());
+          const double call = double(kCtaBytes) * n / double(b - a) / 1e3;  // TB/s
+          if (call > best_call) {
+            best_call = call, best_rates = rates, best_shared = shared;
+            best_sms.clear();
+            for (const Rec& r : h) best_sms.push_back(r.smid);
+          }
+        }
+        std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2f | %d |", names[mode], cluster, n,
+                    best_rates[best_rates.size() / 2], best_rates.front(), best_rates.back(), best_call, best_shared);
+        for (int i = 0; i < n && i < 8; ++i) std::printf("%s%u", i ? " " : " SMs ", best_sms[i]);
+        std::printf("\n");
+      }
+    }
+  }
+  return 0;
+}
