@@ -13,7 +13,8 @@
 // 256 MB write (dirty lines, whose write-back the stream may pay: compare rows with each other,
 // not with moekit-bench's read flush), the best of three runs kept.
 //
-//   build/cuda-release/tools/bench/moekit-tma-stream-probe   (or: nvcc -std=c++17 -O2 -arch=sm_90a tma_stream_probe.cu)
+//   build/cuda-release/tools/bench/moekit-tma-stream-probe
+//   (or, from the repository root: nvcc -std=c++17 -O2 -arch=sm_90a -Isrc -Iinclude tools/bench/tma_stream_probe.cu)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "cuda/common/tma.cuh"  // sm90: the PTX layer (mbarriers, TMA, bulk copies) and the map encoder
 
 #define CHECK(x)                                                                           \
   do {                                                                                     \
@@ -46,64 +49,43 @@ struct Rec {
   unsigned smid, pad;
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ unsigned long long gtimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+namespace sm90 = moekit::cuda::sm90;
 
+// Lane 0 of warp 0 issues the stages (w as a 3D map [1 plane][rows][K] for the boxes), warp 1
+// waits for each and frees it.
 __global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensorMap map, const std::uint8_t* flat,
                                                 int mode, Rec* out) {
   extern __shared__ std::uint8_t raw[];
-  std::uint8_t* ring = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+  std::uint8_t* ring = raw + ((1024u - (sm90::smem_addr(raw) & 1023u)) & 1023u);
   __shared__ alignas(8) unsigned long long full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&empty[s])));
+      sm90::mbar_init(sm90::smem_addr(&full[s]), 1);
+      sm90::mbar_init(sm90::smem_addr(&empty[s]), 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;");
-    asm volatile("fence.proxy.async.shared::cta;");
+    sm90::fence_mbarrier_init_cluster();
+    sm90::fence_proxy_async_shared_cta();
   }
   __syncthreads();
   const int cta = blockIdx.x;
   if (warp == 0 && lane == 0) {
-    const unsigned long long t0 = gtimer();
+    const unsigned long long t0 = sm90::globaltimer_ns();
     const int row_base = cta * kRowsPerExpert * kExpertsPerCta;
     for (int i = 0; i < kStagesPerCta; ++i) {
       const int st = i % kStages;
-      const unsigned ph = (i / kStages) & 1;
-      mbar_wait(smem_u32(&empty[st]), ph ^ 1);
-      const unsigned fb = smem_u32(&full[st]);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(kStageBytes) : "memory");
-      const unsigned dst = smem_u32(ring + st * kStageBytes);
-      const int k0 = (i % kKSteps) * 64;  // bf16 elements
-      const int r0 = row_base + (i / kKSteps) * kRowsPerExpert;
+      sm90::mbar_wait(sm90::smem_addr(&empty[st]), ((i / kStages) & 1) ^ 1);
+      const std::uint32_t fb = sm90::smem_addr(&full[st]);
+      sm90::mbar_arrive_expect_tx(fb, kStageBytes);
+      const std::uint32_t dst = sm90::smem_addr(ring + st * kStageBytes);
       if (mode == 3) {
-        const std::uint8_t* src = flat + std::int64_t(cta) * kCtaBytes + std::int64_t(i) * kStageBytes;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         dst),
-                     "l"(src), "r"(kStageBytes), "r"(fb)
-                     : "memory");
+        sm90::bulk_copy_g2s(dst, flat + std::int64_t(cta) * kCtaBytes + std::int64_t(i) * kStageBytes, kStageBytes, fb);
       } else {
         const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
         const int rows = kRowsPerExpert / boxes;
-        for (int x = 0; x < boxes; ++x)
-          asm volatile(
-              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-                  dst + x * rows * 128),
-              "l"(&map), "r"(k0), "r"(r0 + x * rows), "r"(fb)
-              : "memory");
+        const int k0 = (i % kKSteps) * 64;  // bf16 elements
+        const int r0 = row_base + (i / kKSteps) * kRowsPerExpert;
+        for (int x = 0; x < boxes; ++x) sm90::tma_load_3d(dst + x * rows * 128, &map, fb, k0, r0 + x * rows, 0);
       }
     }
     out[cta].t0 = t0;
@@ -111,23 +93,16 @@ __global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensor
   if (warp == 1) {
     for (int i = 0; i < kStagesPerCta; ++i) {
       const int st = i % kStages;
-      mbar_wait(smem_u32(&full[st]), (i / kStages) & 1);
+      sm90::mbar_wait(sm90::smem_addr(&full[st]), (i / kStages) & 1);
       __syncwarp();
-      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[st])) : "memory");
+      if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(&empty[st]));
     }
     if (lane == 0) {
-      out[cta].t1 = gtimer();
-      unsigned sm;
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-      out[cta].smid = sm;
+      out[cta].t1 = sm90::globaltimer_ns();
+      out[cta].smid = sm90::smid();
     }
   }
-  // A cluster's CTAs leave together (nothing remote is touched; kept for the launch's shape only).
 }
-
-using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 int main() {
   int sms = 0;
@@ -145,13 +120,16 @@ int main() {
   Rec* rec = nullptr;
   CHECK(cudaMalloc(&rec, sizeof(Rec) * max_ctas));
 
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+  const sm90::EncodeTiledFn encode = sm90::encode_tiled_fn();
+  if (encode == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not available from the driver\n");
+    return 1;
+  }
   CUtensorMap map;
-  const cuuint64_t dims[2] = {kRowBytes / 2, cuuint64_t(kRowsPerExpert) * kExpertsPerCta * max_ctas};
-  const cuuint64_t strides[1] = {kRowBytes};
-  const cuuint32_t elem[2] = {1, 1};
+  const cuuint64_t rows_all = cuuint64_t(kRowsPerExpert) * kExpertsPerCta * max_ctas;
+  const cuuint64_t dims[3] = {kRowBytes / 2, rows_all, 1};
+  const cuuint64_t strides[2] = {kRowBytes, kRowBytes * rows_all};
+  const cuuint32_t elem[3] = {1, 1, 1};
 
   const int smem = kStages * kStageBytes + 1024;
   CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -163,11 +141,10 @@ int main() {
   const char* names[4] = {"6 x 32-row boxes", "3 x 64-row boxes", "1 x 192-row box", "1 bulk 24 KB"};
   for (int mode = 0; mode < 4; ++mode) {
     const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
-    const cuuint32_t box[2] = {64, cuuint32_t(kRowsPerExpert / boxes)};
-    if (reinterpret_cast<EncodeFn>(fn)(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, elem,
-                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    const cuuint32_t box[3] = {64, cuuint32_t(kRowsPerExpert / boxes), 1};
+    if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, w, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
       std::fprintf(stderr, "tensor map encode failed (mode %d)\n", mode);
       return 1;
     }

@@ -5,5 +5,5 @@
 set -u
 O=$OUT; mkdir -p "$O"
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee "$O/gpu.txt"
-nvcc -std=c++17 -O2 -arch=sm_90a -o /tmp/tpc_stream tools/bench/tma_stream_probe.cu 2>"$O/nvcc.log" || { tail "$O/nvcc.log"; exit 1; }
+nvcc -std=c++17 -O2 -arch=sm_90a -Isrc -Iinclude -o /tmp/tpc_stream tools/bench/tma_stream_probe.cu 2>"$O/nvcc.log" || { tail "$O/nvcc.log"; exit 1; }
 timeout 120 /tmp/tpc_stream | tee "$O/tpc-stream.md"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s108: one build, two A/Bs (branch s108-ab = main + tools/scripts/s107/split_k.patch +
+# s108: one build, two A/Bs (branch s108-ab = main + tools/scripts/s107/split_k.patch, then
 # tools/scripts/s108/two_boxes.patch). In order while LIMIT allows (seconds, default 420):
 # the per-expert MLP tests (SplitK*, TwoBoxesGiveTheSameBits and the rest), the phase tables with
 # MOEKIT_EXPERT_MLP_TWO_BOXES=0 / 1 and MOEKIT_EXPERT_MLP_SPLIT_K=1 / 2 / 4, the A/B of six against
