@@ -239,6 +239,46 @@ TEST(Sm90ExpertMlp, LeanGatherGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
+  // MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two boxes over both planes (64 and 32
+  // rows of gate then up) against the six 32-row boxes: the same bytes in the same places, so the
+  // same bits. The one-CTA form (N = 96, and N = 40: every box's rows past N TMA's zeros), the
+  // cluster forms (N = 192; gpt-oss TP8's N = 360, its last slice 72 rows, e4m3 with w2 row pairs),
+  // bf16, fp16, fp8_per_tensor and fp8_per_channel, several units a CTA (M = 203, all to one).
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    Scheme scheme;
+    DType act;
+    std::int64_t m, n;
+    RoutingPattern pattern;
+  };
+  for (const Run& run : {Run{Scheme::kBf16, DType::kBf16, 8, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kBf16, DType::kFp16, 203, 96, RoutingPattern::kAllToOne},
+                         Run{Scheme::kBf16, DType::kBf16, 16, 40, RoutingPattern::kFromLogits},
+                         Run{Scheme::kFp8PerTensor, DType::kBf16, 37, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kFp8PerChannel, DType::kBf16, 16, 96, RoutingPattern::kFromLogits},
+                         Run{Scheme::kBf16, DType::kBf16, 64, 192, RoutingPattern::kFromLogits},
+                         Run{Scheme::kFp8PerTensor, DType::kBf16, 16, 360, RoutingPattern::kFromLogits}}) {
+    CaseSpec s = qwen30_tp8(run.m, 171 + static_cast<int>(run.m + run.n));
+    s.scheme = run.scheme;
+    s.act_dtype = run.act;
+    s.N = run.n;
+    s.pattern = run.pattern;
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::string what = std::string(scheme_name(run.scheme)) + (run.act == DType::kFp16 ? " fp16" : "") +
+                             " M = " + std::to_string(run.m) + " N = " + std::to_string(run.n);
+    const std::vector<std::uint16_t> six = run_checked(d, c, run.m, what + " six boxes");
+    std::vector<std::uint16_t> two;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_TWO_BOXES", "1");
+      two = run_checked(d, c, run.m, what + " two boxes");
+    }
+    const std::int64_t differ = values_differing(six, two);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between six and two boxes a stage";
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

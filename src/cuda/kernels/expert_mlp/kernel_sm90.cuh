@@ -167,8 +167,10 @@ struct ExpertMlp {
 
   // GEMM1's stage kb of unit expert e on slice rank r: once the ring's stage is free, lane 0 arms
   // its full barrier with the w13 bytes and asks for the six 32-row boxes (gate rows 96r + 0..63 |
-  // up 96r + 0..63 | gate 96r + 64..95 | up 96r + 64..95; planes 2e and 2e + 1 of the map); the
-  // token rows follow through the 32 lanes' gather arrivals.
+  // up 96r + 0..63 | gate 96r + 64..95 | up 96r + 64..95; planes 2e and 2e + 1 of the map), or with
+  // p.two_boxes the same tile as two boxes over both planes (rows 96r + 0..63 of gate then up, from
+  // tmap_w13; rows 96r + 64..95 of gate then up, from tmap_w13b); the token rows follow through the
+  // 32 lanes' gather arrivals.
   template <class Load>
   static __device__ __forceinline__ void issue_w13(const KernelParams& p, const Smem& s, int e, int r, int kb,
                                                    int stage, std::uint32_t phase, int lane, const Load& load,
@@ -182,10 +184,15 @@ struct ExpertMlp {
     const std::uint32_t b = s.ring + stage * kStageBytes + kATileBytes;
     const int k0 = kb * kStageElems;
     const int n0 = r * kN;
-    const int rows[6] = {0, 32, 0, 32, 64, 64};
-    const int up[6] = {0, 0, 1, 1, 0, 1};
+    if (p.two_boxes != 0) {
+      load(b, &p.tmap_w13, full, k0, n0, 2 * e);
+      load(b + 128 * kKBytes, &p.tmap_w13b, full, k0, n0 + 64, 2 * e);
+    } else {
+      const int rows[6] = {0, 32, 0, 32, 64, 64};
+      const int up[6] = {0, 0, 1, 1, 0, 1};
 #pragma unroll
-    for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, n0 + rows[x], 2 * e + up[x]);
+      for (int x = 0; x < 6; ++x) load(b + x * 32 * kKBytes, &p.tmap_w13, full, k0, n0 + rows[x], 2 * e + up[x]);
+    }
     if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstIssue] = sm90::globaltimer_ns();
   }
 
@@ -1155,6 +1162,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
+    if (p.two_boxes != 0) sm90::prefetch_tensormap(&p.tmap_w13b);
     sm90::prefetch_tensormap(&p.tmap_w2);
     for (int i = 0; i < kStages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather

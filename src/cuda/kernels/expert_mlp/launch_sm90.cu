@@ -111,6 +111,12 @@ bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGat
 // after the first issue a whole ring's; anything else an error.
 bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
 
+// MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two TMA boxes over both planes (gate
+// and up rows 0..63, then 64..95) in place of six 32-row boxes of one plane, the same bytes in the
+// same places (a bare ring streams 52.5 GB/s a CTA with six boxes a stage against 75.7 with three,
+// docs/perf.md "Session 75"); unset or 0: six (the default until measured); anything else an error.
+bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, false); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -146,6 +152,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)evict_first();  // throws on a bad value
   (void)lean_gather();
   (void)ahead_next();
+  (void)two_boxes();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -186,9 +193,18 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const bool channel = p.scheme == Scheme::kFp8PerChannel;
   const bool fp8 = fp8_scheme(p.scheme);
   KernelParams kp{};
-  // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros.
-  gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
-                                  "expert_mlp_sm90 (w13)");
+  // w13 as 2E planes of N rows (gate, up), so a slice's rows past N are TMA's zeros; two_boxes: boxes
+  // of 64 and 32 rows over both planes of an expert (gate rows, then the same up rows).
+  kp.two_boxes = two_boxes() ? 1 : 0;
+  if (kp.two_boxes != 0) {
+    gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, 2 * kW13BoxRows,
+                                    "expert_mlp_sm90 (w13, 64-row boxes)", 2);
+    gemm_common::encode_weight_tmap(&kp.tmap_w13b, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
+                                    "expert_mlp_sm90 (w13, 32-row boxes)", 2);
+  } else {
+    gemm_common::encode_weight_tmap(&kp.tmap_w13, a.w13, fp8, p.act_dtype, K, N, 2 * E, kW13BoxRows,
+                                    "expert_mlp_sm90 (w13)");
+  }
   // w2 as [E, K, N], or as [E, K / 2, 2N] row pairs where e4m3 rows of N bytes are no multiple of 16.
   const SliceShape sh = slice_shape(static_cast<int>(N), fp8);
   kp.w2_pairs = sh.pairs ? 1 : 0;

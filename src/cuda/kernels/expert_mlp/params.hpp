@@ -15,7 +15,8 @@ namespace moekit::cuda::expert_mlp {
 
 struct KernelParams {
   // w13 [E, 2N, K] as a 3D map of 2E planes [N, K] (plane 2e: expert e's gate rows, 2e + 1 its up
-  // rows), box [128 bytes of K, kW13BoxRows rows, 1 plane]; w2 [E, K, N], box [128 bytes of N,
+  // rows), box [128 bytes of K, kW13BoxRows rows, 1 plane] (two_boxes: [128 bytes, 64 rows, 2
+  // planes] here and [128 bytes, 32 rows, 2 planes] in tmap_w13b); w2 [E, K, N], box [128 bytes of N,
   // kOutTile rows, 1 expert], or where w2_pairs as row pairs [E, K / 2, 2N], box [128 bytes,
   // kPairBoxRows pair rows, 1 expert] (config.hpp kPairShift); 128-byte swizzle, zeros outside
   // (rows of a slice past N).
@@ -74,6 +75,11 @@ struct KernelParams {
   // A CTA's units after its first issue the w13 boxes of all kStages ring stages before they wait
   // for the unit's slot list (else kAheadStages, as the first unit; MOEKIT_EXPERT_MLP_AHEAD_NEXT=0).
   int ahead_next;
+  // MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two boxes over both planes
+  // (tmap_w13's [64 rows, 2 planes] and tmap_w13b's [32 rows, 2 planes]) in place of six 32-row
+  // boxes of one plane: the same bytes in the same places (issue_w13).
+  int two_boxes;
+  CUtensorMap tmap_w13b;  // two_boxes only
 };
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not

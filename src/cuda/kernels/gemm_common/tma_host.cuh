@@ -212,10 +212,12 @@ inline CUtensorMapDataType weight_tmap_dtype(bool fp8, DType act) {
 
 // Expert weights [experts, rows, inner] at `base` (bf16 / fp16 by `act`, or e4m3 when fp8) as a 3D
 // map (dims innermost first; strides in bytes of dims 1 and 2), box [128 bytes of the inner dim,
-// box_rows rows, 1 expert], 128-byte swizzle, zeros outside the tensor. Throws Error(kCudaError)
+// box_rows rows, box_planes experts (consecutive planes, one after the other in shared memory)],
+// 128-byte swizzle, zeros outside the tensor. Throws Error(kCudaError)
 // naming `who` when the driver refuses it.
 inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DType act, std::int64_t inner,
-                               std::int64_t rows, std::int64_t experts, int box_rows, const char* who) {
+                               std::int64_t rows, std::int64_t experts, int box_rows, const char* who,
+                               int box_planes = 1) {
   // A serving engine calls with the same weight tensors every step: the maps encoded on this
   // thread are kept (the key is everything the map encodes; the map holds no data, so a freed and
   // reused address with the same shape gives the same map). A whole model's layers need one or two
@@ -225,7 +227,7 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   struct Cached {
     const void* base;
     std::int64_t inner, rows, experts;
-    int box_rows, fp8, act;
+    int box_rows, box_planes, fp8, act;
     CUtensorMap map;
   };
   constexpr int kSets = 128;
@@ -240,12 +242,14 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   std::uint64_t h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(base)) >> 4;
   for (const std::uint64_t v : {static_cast<std::uint64_t>(inner), static_cast<std::uint64_t>(rows),
                                 static_cast<std::uint64_t>(experts),
-                                static_cast<std::uint64_t>(box_rows) * 4 + (fp8 ? 2 : 0) + (act == DType::kFp16 ? 1 : 0)})
+                                static_cast<std::uint64_t>(box_rows) * 4 + (fp8 ? 2 : 0) + (act == DType::kFp16 ? 1 : 0),
+                                static_cast<std::uint64_t>(box_planes)})
     h = (h ^ v) * 0x9E3779B97F4A7C15ull;
   const int set = static_cast<int>((h >> 32) % kSets);
   for (const Cached& c : cache->way[set]) {
     if (c.base == base && c.base != nullptr && c.inner == inner && c.rows == rows && c.experts == experts &&
-        c.box_rows == box_rows && c.fp8 == static_cast<int>(fp8) && c.act == static_cast<int>(act)) {
+        c.box_rows == box_rows && c.box_planes == box_planes && c.fp8 == static_cast<int>(fp8) &&
+        c.act == static_cast<int>(act)) {
       *map = c.map;
       return;
     }
@@ -254,7 +258,8 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(experts)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(inner * es), static_cast<cuuint64_t>(rows * inner * es)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / es), static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(box_planes)};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType dtype = weight_tmap_dtype(fp8, act);
   const CUresult res = sm90::encode_tiled_fn()(map, dtype, 3, const_cast<void*>(base), dims, strides, box,
@@ -268,7 +273,7 @@ inline void encode_weight_tmap(CUtensorMap* map, const void* base, bool fp8, DTy
   }
   Cached& c = cache->way[set][cache->next_way[set]];
   cache->next_way[set] ^= 1u;
-  c = Cached{base, inner, rows, experts, box_rows, static_cast<int>(fp8), static_cast<int>(act), *map};
+  c = Cached{base, inner, rows, experts, box_rows, box_planes, static_cast<int>(fp8), static_cast<int>(act), *map};
 }
 
 // The weights B [E, rows_b, k_dim] of a grouped GEMM `p`.
