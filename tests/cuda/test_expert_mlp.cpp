@@ -243,8 +243,9 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
   // MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two boxes over both planes (64 and 32
   // rows of gate then up) against the six 32-row boxes: the same bytes in the same places, so the
   // same bits. The one-CTA form (N = 96, and N = 40: every box's rows past N TMA's zeros), the
-  // cluster forms (N = 192; gpt-oss TP8's N = 360, its last slice 72 rows, e4m3 with w2 row pairs),
-  // bf16, fp16, fp8_per_tensor and fp8_per_channel, several units a CTA (M = 203, all to one).
+  // cluster form (N = 192), gpt-oss TP8's shard (N = 360, its last slice 72 rows; biases; e4m3 with
+  // w2 row pairs and K = 2880, GEMM1's last stage half past K), bf16, fp16, fp8_per_tensor and
+  // fp8_per_channel, several units a CTA (M = 203, all to one).
   SKIP_WITHOUT_SM90();
   struct Run {
     Scheme scheme;
@@ -258,8 +259,11 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
                          Run{Scheme::kFp8PerTensor, DType::kBf16, 37, 96, RoutingPattern::kFromLogits},
                          Run{Scheme::kFp8PerChannel, DType::kBf16, 16, 96, RoutingPattern::kFromLogits},
                          Run{Scheme::kBf16, DType::kBf16, 64, 192, RoutingPattern::kFromLogits},
+                         Run{Scheme::kBf16, DType::kBf16, 8, 360, RoutingPattern::kFromLogits},
                          Run{Scheme::kFp8PerTensor, DType::kBf16, 16, 360, RoutingPattern::kFromLogits}}) {
-    CaseSpec s = qwen30_tp8(run.m, 171 + static_cast<int>(run.m + run.n));
+    const std::uint64_t seed = 171 + static_cast<std::uint64_t>(run.m + run.n);
+    CaseSpec s = run.n == 360 ? (run.scheme == Scheme::kBf16 ? gptoss_tp8(run.m, seed) : gptoss_fp8_tp8(run.m, seed))
+                              : qwen30_tp8(run.m, seed);
     s.scheme = run.scheme;
     s.act_dtype = run.act;
     s.N = run.n;
