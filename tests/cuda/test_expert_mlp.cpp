@@ -240,8 +240,8 @@ TEST(Sm90ExpertMlp, LeanGatherGivesTheSameBits) {
 }
 
 TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
-  // MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two boxes over both planes (64 and 32
-  // rows of gate then up) against the six 32-row boxes: the same bytes in the same places, so the
+  // A GEMM1 stage's w13 tile as two boxes over both planes (64 and 32 rows of gate then up; the
+  // default) against six 32-row boxes (MOEKIT_EXPERT_MLP_TWO_BOXES=0): the same bytes in the same places, so the
   // same bits. The one-CTA form (N = 96, and N = 40: every box's rows past N TMA's zeros), the
   // cluster form (N = 192), gpt-oss TP8's shard (N = 360, its last slice 72 rows; biases; e4m3 with
   // w2 row pairs and K = 2880, GEMM1's last stage half past K), bf16, fp16, fp8_per_tensor and
@@ -272,8 +272,11 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
     DeviceCase d(c);
     const std::string what = std::string(scheme_name(run.scheme)) + (run.act == DType::kFp16 ? " fp16" : "") +
                              " M = " + std::to_string(run.m) + " N = " + std::to_string(run.n);
-    const std::vector<std::uint16_t> six = run_checked(d, c, run.m, what + " six boxes");
-    std::vector<std::uint16_t> two;
+    std::vector<std::uint16_t> six, two;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_TWO_BOXES", "0");
+      six = run_checked(d, c, run.m, what + " six boxes");
+    }
     {
       ScopedEnv e("MOEKIT_EXPERT_MLP_TWO_BOXES", "1");
       two = run_checked(d, c, run.m, what + " two boxes");

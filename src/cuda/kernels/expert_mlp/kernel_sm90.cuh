@@ -10,8 +10,9 @@
 // counts, the units), so no permutation launch runs. Units are (expert e, token tile of up to 64
 // of e's slots in ascending slot order), expert-major; cluster c of the C clusters runs units c,
 // c + C, ... (S = 1: CTA b, b + G, ...), every rank of it the same units. Per unit, on rank r:
-//   producer warp: GEMM1's K stages (lane 0: six 32-row TMA boxes of w13 a stage, gate rows
-//     96r + 0..63, up rows 96r + 0..63, gate 96r + 64..95, up 96r + 64..95, TMA's zeros past N;
+//   producer warp: GEMM1's K stages (lane 0: two TMA boxes of w13 a stage over the expert's gate
+//     and up planes, rows 96r + 0..63 of gate then up, then rows 96r + 64..95 of gate then up, or
+//     with MOEKIT_EXPERT_MLP_TWO_BOXES=0 the same tile as six 32-row boxes; TMA's zeros past N;
 //     the 32 lanes: cp.async gather of the unit's token rows of hidden, 128-byte swizzle), then
 //     GEMM2's (per output tile r, r + S, ... of 256 columns, one 256-row box of w2 a 128-byte
 //     chunk of h's columns);
@@ -166,11 +167,11 @@ struct ExpertMlp {
   }
 
   // GEMM1's stage kb of unit expert e on slice rank r: once the ring's stage is free, lane 0 arms
-  // its full barrier with the w13 bytes and asks for the six 32-row boxes (gate rows 96r + 0..63 |
-  // up 96r + 0..63 | gate 96r + 64..95 | up 96r + 64..95; planes 2e and 2e + 1 of the map), or with
-  // p.two_boxes the same tile as two boxes over both planes (rows 96r + 0..63 of gate then up, from
-  // tmap_w13; rows 96r + 64..95 of gate then up, from tmap_w13b); the token rows follow through the
-  // 32 lanes' gather arrivals.
+  // its full barrier with the w13 bytes and asks for the tile (gate rows 96r + 0..63 | up 96r +
+  // 0..63 | gate 96r + 64..95 | up 96r + 64..95 of planes 2e and 2e + 1) as two boxes over both
+  // planes (p.two_boxes, the default: rows 96r + 0..63 from tmap_w13, 96r + 64..95 from tmap_w13b)
+  // or as six 32-row boxes of one plane (MOEKIT_EXPERT_MLP_TWO_BOXES=0); the token rows follow
+  // through the 32 lanes' gather arrivals.
   template <class Load>
   static __device__ __forceinline__ void issue_w13(const KernelParams& p, const Smem& s, int e, int r, int kb,
                                                    int stage, std::uint32_t phase, int lane, const Load& load,

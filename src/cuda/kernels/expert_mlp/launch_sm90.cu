@@ -111,11 +111,13 @@ bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGat
 // after the first issue a whole ring's; anything else an error.
 bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
 
-// MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two TMA boxes over both planes (gate
-// and up rows 0..63, then 64..95) in place of six 32-row boxes of one plane, the same bytes in the
-// same places (a bare ring streams 52.5 GB/s a CTA with six boxes a stage against 75.7 with three,
-// docs/perf.md "Session 75"); unset or 0: six (the default until measured); anything else an error.
-bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, false); }
+// A GEMM1 stage's w13 tile as two TMA boxes over both planes (gate and up rows 0..63, then 64..95)
+// in place of six 32-row boxes of one plane, the same bytes in the same places: a bare ring streams
+// 52.5 GB/s a CTA with six boxes a stage against 75.7 with three (docs/perf.md "Session 75"), and
+// the kernel ran 1.08-1.20x faster at TP8 M <= 2 and up to 1.16x at qwen3-30b TP8 M <= 8, ~1.0x where
+// HBM-bound ("Session 76"). MOEKIT_EXPERT_MLP_TWO_BOXES=0: six (the A/B); unset or 1: two; anything
+// else an error.
+bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, true); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once

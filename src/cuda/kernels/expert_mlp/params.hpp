@@ -75,9 +75,9 @@ struct KernelParams {
   // A CTA's units after its first issue the w13 boxes of all kStages ring stages before they wait
   // for the unit's slot list (else kAheadStages, as the first unit; MOEKIT_EXPERT_MLP_AHEAD_NEXT=0).
   int ahead_next;
-  // MOEKIT_EXPERT_MLP_TWO_BOXES=1: a GEMM1 stage's w13 tile as two boxes over both planes
-  // (tmap_w13's [64 rows, 2 planes] and tmap_w13b's [32 rows, 2 planes]) in place of six 32-row
-  // boxes of one plane: the same bytes in the same places (issue_w13).
+  // A GEMM1 stage's w13 tile as two boxes over both planes (tmap_w13's [64 rows, 2 planes] and
+  // tmap_w13b's [32 rows, 2 planes]; the default) or, 0 (MOEKIT_EXPERT_MLP_TWO_BOXES=0), as six
+  // 32-row boxes of one plane: the same bytes in the same places (issue_w13).
   int two_boxes;
   CUtensorMap tmap_w13b;  // two_boxes only
 };
