@@ -67,6 +67,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kExpertMlpQuantOneCta, "MOEKIT_EXPERT_MLP_QUANT_ONE_CTA"},
       {EnvVar::kExpertMlpAheadNext, "MOEKIT_EXPERT_MLP_AHEAD_NEXT"},
       {EnvVar::kExpertMlpTwoBoxes, "MOEKIT_EXPERT_MLP_TWO_BOXES"},
+      {EnvVar::kExpertMlpWarmAct, "MOEKIT_EXPERT_MLP_WARM_ACT"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

@@ -286,6 +286,56 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
+  // MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's first unit a CTA runs the activation once on
+  // zeros before GEMM1 (consume's pass 0), then for real: pass 0 writes zeros into the CTA's h tile
+  // and s.red only, so the output is the same bits as without it. Each activation kind, with and
+  // without b13 / b2, the router weight on the input, bf16, fp16, fp8_per_tensor with the dynamic and
+  // the static intermediate scale, fp8_per_channel (which keeps one pass), N = 40, and several units
+  // a CTA (M = 203, all to one: only the first takes pass 0).
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    Scheme scheme;
+    std::int64_t m;
+    void (*tweak)(CaseSpec&);
+  };
+  const Run runs[] = {
+      {"bf16 silu", Scheme::kBf16, 8, [](CaseSpec&) {}},
+      {"fp16 all to one", Scheme::kBf16, 203,
+       [](CaseSpec& s) { s.act_dtype = DType::kFp16; s.pattern = RoutingPattern::kAllToOne; }},
+      {"bf16 gelu, weight on the input", Scheme::kBf16, 16,
+       [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.weight_on_input = true; }},
+      {"bf16 swiglu_oai with biases", Scheme::kBf16, 16,
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; }},
+      {"bf16 N = 40", Scheme::kBf16, 16, [](CaseSpec& s) { s.N = 40; }},
+      {"fp8 dynamic", Scheme::kFp8PerTensor, 37, [](CaseSpec&) {}},
+      {"fp8 static", Scheme::kFp8PerTensor, 64, [](CaseSpec& s) { s.static_scales = true; }},
+      {"fp8 swiglu_oai with biases", Scheme::kFp8PerTensor, 8,
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; }},
+      {"fp8_per_channel", Scheme::kFp8PerChannel, 16, [](CaseSpec&) {}},
+  };
+  for (const Run& run : runs) {
+    CaseSpec s = qwen30_tp8(run.m, 191 + static_cast<std::uint64_t>(run.m));
+    s.scheme = run.scheme;
+    run.tweak(s);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    const std::string what = std::string(run.what) + " M = " + std::to_string(run.m);
+    std::vector<std::uint16_t> cold, warm;
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_WARM_ACT", "0");
+      cold = run_checked(d, c, run.m, what + " one pass");
+    }
+    {
+      ScopedEnv e("MOEKIT_EXPERT_MLP_WARM_ACT", "1");
+      warm = run_checked(d, c, run.m, what + " warm pass first");
+    }
+    const std::int64_t differ = values_differing(cold, warm);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ with the activation's warm pass";
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

@@ -854,114 +854,129 @@ struct ExpertMlp {
         sm90::cp_async_4_zfill(sm90::smem_addr(s.bias_raw + w), g, src != nullptr ? 4 : 0);
       }
       if (bias_n > 0) sm90::cp_async_commit();
-      // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
+      // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191),
+      // then the activation. The one-CTA form's first unit runs the activation twice where
+      // p.warm_act: first (pass 0) on zeros with no row live, before GEMM1's first stage has landed,
+      // then (pass 1) after GEMM1 for real. The loop is rolled, so both passes run the same
+      // instructions: pass 0 fetches the activation's code while the consumers would wait for the
+      // weights anyway, and pass 1 finds it in the SM's instruction cache (the code a unit runs once
+      // cost 3-7 µs cold at M <= 64 on qwen3-30b TP8, docs/perf.md "Session 76"). Pass 0 writes only
+      // zeros into this CTA's h tile (pass 1 writes every value of it again, same thread, same
+      // address) and s.red; the barrier after it orders its reads of s.red before pass 1's writes.
       float acc1[64], acc2[32];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc1[i] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) acc2[i] = 0.0f;
-      int prev = 0;
-      for (int kb = 0; kb < p.k_stages; ++kb) {
-        sm90::mbar_wait(s.full + 8 * stage, phase);
-        if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
-        sm90::fence_regs<64>(acc1);
-        sm90::fence_regs<32>(acc2);
-        sm90::wgmma_fence();
-        const std::uint32_t st = s.ring + stage * kStageBytes;
-        const std::uint64_t da = sm90::make_smem_desc_sw128(st);
-        const std::uint64_t db1 = sm90::make_smem_desc_sw128(st + kATileBytes);
-        const std::uint64_t db2 = sm90::make_smem_desc_sw128(st + kATileBytes + 128 * kKBytes);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          sm90::Wgmma<Tag, 128>::mma(acc1, da + 2 * kk, db1 + 2 * kk, 1);
-          sm90::Wgmma<Tag, 64>::mma(acc2, da + 2 * kk, db2 + 2 * kk, 1);
-        }
-        sm90::wgmma_commit();
-        sm90::fence_regs<64>(acc1);
-        sm90::fence_regs<32>(acc2);
-        if (kb > 0) {
-          sm90::wgmma_wait<1>();
-          release(s, prev, lane);
-        }
-        prev = stage;
-        next_stage(stage, phase);
-      }
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs<64>(acc1);
-      sm90::fence_regs<32>(acc2);
-      release(s, prev, lane);
-      if (bias_n > 0) {  // the unit's biases as fp32 (each thread its own words), for the activation and the epilogue
-        sm90::cp_async_wait_all_groups();
-        for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
-          const std::uint32_t raw = s.bias_raw[w];
-          if (bias_per_word == 1) {
-            s.bias[w] = numerics::bias_from_raw(p.bias_type, raw);
-          } else {
-            s.bias[2 * w] = numerics::bias_from_raw(p.bias_type, raw & 0xffffu);
-            s.bias[2 * w + 1] = numerics::bias_from_raw(p.bias_type, raw >> 16);
-          }
-        }
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-      }
-      lap(1);
-
-      // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
-      // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
-      // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
-      // the unit's rows get zeros.
-      const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
       float s_row[2];  // h's scale of each of the thread's rows (the unit's, or kChannel the row's)
-      if constexpr (kChannel) {
-        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * xs[0], (p.weight_on_input ? tw[1] : 1.0f) * xs[1]};
-        // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
-        sm90::cp_async_wait_all_groups();
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        if (p.b13 != nullptr) {
-          switch (p.act) {
-            case Activation::kGelu:
-              activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-              break;
-            case Activation::kSwigluOai:
-              activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-              break;
-            default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+      const int first_pass = !kCluster && !kChannel && j == 0 && p.warm_act != 0 ? 0 : 1;
+#pragma unroll 1
+      for (int pass = first_pass; pass < 2; ++pass) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc1[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc2[i] = 0.0f;
+        if (pass != 0) {
+          int prev = 0;
+          for (int kb = 0; kb < p.k_stages; ++kb) {
+            sm90::mbar_wait(s.full + 8 * stage, phase);
+            if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
+            sm90::fence_regs<64>(acc1);
+            sm90::fence_regs<32>(acc2);
+            sm90::wgmma_fence();
+            const std::uint32_t st = s.ring + stage * kStageBytes;
+            const std::uint64_t da = sm90::make_smem_desc_sw128(st);
+            const std::uint64_t db1 = sm90::make_smem_desc_sw128(st + kATileBytes);
+            const std::uint64_t db2 = sm90::make_smem_desc_sw128(st + kATileBytes + 128 * kKBytes);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              sm90::Wgmma<Tag, 128>::mma(acc1, da + 2 * kk, db1 + 2 * kk, 1);
+              sm90::Wgmma<Tag, 64>::mma(acc2, da + 2 * kk, db2 + 2 * kk, 1);
+            }
+            sm90::wgmma_commit();
+            sm90::fence_regs<64>(acc1);
+            sm90::fence_regs<32>(acc2);
+            if (kb > 0) {
+              sm90::wgmma_wait<1>();
+              release(s, prev, lane);
+            }
+            prev = stage;
+            next_stage(stage, phase);
+          }
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs<64>(acc1);
+          sm90::fence_regs<32>(acc2);
+          release(s, prev, lane);
+          if (bias_n > 0) {  // the unit's biases as fp32 (each thread its own words), for the activation and the epilogue
+            sm90::cp_async_wait_all_groups();
+            for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
+              const std::uint32_t raw = s.bias_raw[w];
+              if (bias_per_word == 1) {
+                s.bias[w] = numerics::bias_from_raw(p.bias_type, raw);
+              } else {
+                s.bias[2 * w] = numerics::bias_from_raw(p.bias_type, raw & 0xffffu);
+                s.bias[2 * w + 1] = numerics::bias_from_raw(p.bias_type, raw >> 16);
+              }
+            }
+            sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+          }
+          lap(1);
+        }
+
+        // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
+        // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
+        // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
+        // the unit's rows get zeros.
+        const bool live[2] = {pass != 0 && slot[0] >= 0, pass != 0 && slot[1] >= 0};
+        if constexpr (kChannel) {
+          const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * xs[0], (p.weight_on_input ? tw[1] : 1.0f) * xs[1]};
+          // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
+          sm90::cp_async_wait_all_groups();
+          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+          if (p.b13 != nullptr) {
+            switch (p.act) {
+              case Activation::kGelu:
+                activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+                break;
+              case Activation::kSwigluOai:
+                activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+                break;
+              default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+            }
+          } else {
+            switch (p.act) {
+              case Activation::kGelu:
+                activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+                break;
+              case Activation::kSwigluOai:
+                activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+                break;
+              default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+            }
           }
         } else {
-          switch (p.act) {
-            case Activation::kGelu:
-              activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-              break;
-            case Activation::kSwigluOai:
-              activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-              break;
-            default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+          const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
+          float s_h;
+          if (p.b13 != nullptr) {
+            switch (p.act) {
+              case Activation::kGelu:
+                s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+                break;
+              case Activation::kSwigluOai:
+                s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+                break;
+              default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+            }
+          } else {
+            switch (p.act) {
+              case Activation::kGelu:
+                s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+                break;
+              case Activation::kSwigluOai:
+                s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+                break;
+              default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
+            }
           }
+          s_row[0] = s_row[1] = s_h;
         }
-      } else {
-        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
-        float s_h;
-        if (p.b13 != nullptr) {
-          switch (p.act) {
-            case Activation::kGelu:
-              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-              break;
-            case Activation::kSwigluOai:
-              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-              break;
-            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-          }
-        } else {
-          switch (p.act) {
-            case Activation::kGelu:
-              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-              break;
-            case Activation::kSwigluOai:
-              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-              break;
-            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at);
-          }
-        }
-        s_row[0] = s_row[1] = s_h;
+        if (pass == 0) sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();

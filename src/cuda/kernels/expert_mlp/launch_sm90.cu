@@ -119,6 +119,12 @@ bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNex
 // else an error.
 bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, true); }
 
+// MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's first unit a CTA runs the activation's code once
+// on zeros while GEMM1's first stages are in flight (consume's pass 0), so the real activation after
+// GEMM1 runs from the instruction cache (cold, it took 3-7 µs a unit at qwen3-30b TP8, docs/perf.md
+// "Session 76"); the same bits. Unset or 0: not (the default until measured); anything else an error.
+bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, false); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -155,6 +161,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)lean_gather();
   (void)ahead_next();
   (void)two_boxes();
+  (void)warm_act();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -243,6 +250,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
+  kp.warm_act = warm_act() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
