@@ -287,12 +287,12 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
 }
 
 TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
-  // MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's first unit a CTA runs the activation once on
-  // zeros before GEMM1 (consume's pass 0), then for real: pass 0 writes zeros into the CTA's h tile
-  // and s.red only, so the output is the same bits as without it. Each activation kind, with and
+  // MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's warm warp runs the CTA's first unit through
+  // the consumers' code with nothing stored and no barrier (consume's `warm`), so the output is the
+  // same bits as without it. Each activation kind, with and
   // without b13 / b2, the router weight on the input, bf16, fp16, fp8_per_tensor with the dynamic and
-  // the static intermediate scale, fp8_per_channel (which keeps one pass), N = 40, and several units
-  // a CTA (M = 203, all to one: only the first takes pass 0).
+  // the static intermediate scale, fp8_per_channel (whose warm warp returns at once), N = 40, and several units
+  // a CTA (M = 203, all to one: the warm warp runs the first only).
   SKIP_WITHOUT_SM90();
   struct Run {
     const char* what;
@@ -307,12 +307,12 @@ TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
       {"bf16 gelu, weight on the input", Scheme::kBf16, 16,
        [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.weight_on_input = true; }},
       {"bf16 swiglu_oai with biases", Scheme::kBf16, 16,
-       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; }},
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},
       {"bf16 N = 40", Scheme::kBf16, 16, [](CaseSpec& s) { s.N = 40; }},
       {"fp8 dynamic", Scheme::kFp8PerTensor, 37, [](CaseSpec&) {}},
       {"fp8 static", Scheme::kFp8PerTensor, 64, [](CaseSpec& s) { s.static_scales = true; }},
       {"fp8 swiglu_oai with biases", Scheme::kFp8PerTensor, 8,
-       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; }},
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 768; }},
       {"fp8_per_channel", Scheme::kFp8PerChannel, 16, [](CaseSpec&) {}},
   };
   for (const Run& run : runs) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# s109: the activation's warm pass (MOEKIT_EXPERT_MLP_WARM_ACT=1), as long as LIMIT allows (seconds,
-# default 420): the SASS of the untimed one-CTA kernels against main's (.ab/em/em-main.o, compiled
-# on the workstation; the warm pass must not duplicate the activation's code: MUFU.EX2 counts and
-# sizes), the per-expert MLP tests, the phase tables with the switch 0 / 1, the A/B 0 against 1
+# s109: the warm warp (MOEKIT_EXPERT_MLP_WARM_ACT=1), as long as LIMIT allows (seconds, default
+# 420): the SASS of the untimed one-CTA kernels against main's (.ab/em/em-main.o, compiled on the
+# workstation; one call site of consume must keep one copy of the activation: MUFU.EX2 counts), the
+# per-expert MLP tests, the phase tables with the switch 0 / 1, the A/B 0 against 1
 # (expert_mlp forced at qwen3-30b TP8, the one-CTA form, M = 4..256, both schemes), racecheck and
 # memcheck with it on. carry [".deps", ".ab/em"].
 set -u
@@ -11,7 +11,7 @@ source tools/scripts/device_call.sh
 build_tree || exit 1
 echo "built (left $(left)s)"
 OBJ=build/cuda-release/CMakeFiles/moekit_cuda.dir/src/cuda/kernels/expert_mlp/inst/expert_mlp_sm90.cu.o
-for o in .ab/em/em-main.o .ab/em/em-s109.o "$OBJ"; do
+for o in .ab/em/em-main.o "$OBJ"; do
   [ -f "$o" ] || continue
   cuobjdump -sass "$o" > "$O/sass-$(basename "$o").txt" 2>&1
   echo "== $o"
@@ -22,7 +22,7 @@ run_tests 'Sm90ExpertMlp.*-Sm90ExpertMlp.PhaseBreakdown' 100
 phase_tables MOEKIT_EXPERT_MLP_WARM_ACT 0 1
 for f in "$O"/phases-*.log; do
   echo "-- $(basename "$f")"
-  grep -E "expert_mlp qwen3-30b|first GEMM1 stage landed|consumers done|GEMM1 incl|activation, h|act: values|GEMM2: stores" "$f" | grep -A6 -E "TP8 (fp8 )?M=(8|64):" | head -14
+  grep -E "expert_mlp qwen3-30b|routed|first weights|first GEMM1 stage landed|consumers done|GEMM1 incl|activation, h|act: values|GEMM2 tiles|GEMM2: stores" "$f" | grep -A9 -E "TP8 (fp8 )?M=(1|8|64):" | head -30
 done
 [ "$(left)" -gt 60 ] && AB_SECONDS=$(( $(left) > 200 ? 110 : $(left) / 2 )) REPS=2 ab warm \
   "env MOEKIT_EXPERT_MLP_WARM_ACT=0 $BB" "env MOEKIT_EXPERT_MLP_WARM_ACT=1 $BB" --backend cuda --tp 8 --no-baseline \

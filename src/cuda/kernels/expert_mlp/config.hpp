@@ -33,7 +33,13 @@ inline constexpr int kStages = 5;
 inline constexpr int kAheadStages = 1;
 inline constexpr int kConsumerThreads = 128;  // one warpgroup: wgmma over the unit's 64 rows
 inline constexpr int kProducerThreads = 32;   // one warp: TMA (lane 0) and the token-row gather
-inline constexpr int kThreads = kConsumerThreads + kProducerThreads;
+// The warm warp (consume's `warm`): the one-CTA form's first unit run with no effect, ahead of the
+// consumers, so the code they run once a unit is in the instruction cache.
+inline constexpr int kWarmThreads = 32;
+inline constexpr int kThreads = kConsumerThreads + kProducerThreads + kWarmThreads;
+// The warm warp's zeros in shared memory, read in place of a unit's biases (2 kN b13, a tile of b2)
+// and the warps' absmaxes, which the consumers write later.
+inline constexpr int kWarmFloats = 512;
 inline constexpr int kConsumerBarrier = 1;    // named barrier of the consumer warpgroup
 inline constexpr int kMaxSlots = 4096;        // M x k (slot_e table: 2 bytes a slot)
 inline constexpr int kMaxExperts = 1024;
@@ -100,6 +106,7 @@ struct SmemLayout {
   int bytes;       // total, with 1024 bytes of alignment slack
   int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout),
                    // right after h (last here so the other kernels' parameter offsets stay as they were)
+  int warm;        // float [kWarmFloats]: the warm warp's zeros (consume's `warm`)
 };
 
 // fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded
@@ -152,7 +159,8 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.scales = l.slot_e + ((slots * 2 + 15) / 16) * 16;
   l.bias = l.scales + scale_floats * 4;
   l.bias_raw = l.bias + bias_floats * 4;
-  l.bytes = l.bias_raw + bias_floats * 4 + 1024;
+  l.warm = l.bias_raw + bias_floats * 4;
+  l.bytes = l.warm + kWarmFloats * 4 + 1024;
   return l;
 }
 

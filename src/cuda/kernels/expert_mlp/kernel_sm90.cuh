@@ -147,6 +147,7 @@ struct ExpertMlp {
     float* scales;  // kChannel: the unit's w13 scales [2 kN] (the slice's gate, up), then its w2 scales [K padded]
     float* bias;    // biases: the unit's b13 [2 kN] (the slice's gate, up), then b2 of the rank's tiles (SmemLayout::bias)
     std::uint32_t* bias_raw;  // ... as copied: a word of two 16-bit elements or one fp32 one
+    float* warm;              // kWarmFloats zeros the warm warp reads (SmemLayout::warm)
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -355,14 +356,19 @@ struct ExpertMlp {
   // Row q, columns g, g + 1 of h (q < 64, g even) into this CTA's tile; kPairs: the same bytes also
   // at column g + 8 of h2 (below N only: h2's columns from N + 8 stay the zeros of the kernel's
   // start). The peers get the warp's rows afterwards, from this tile (push_h).
-  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1) {
+  // on = false (the warm warp): the same instructions, no store.
+  static __device__ __forceinline__ void store_h(const Smem& s, const Slice& sl, int q, int g, float v0, float v1,
+                                                 bool on = true) {
     if constexpr (kFp8) {
       const std::uint16_t bits = numerics::e4m3x2(v0, v1);
+      if (!on) return;
       asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h + h_byte_offset(q, g)), "h"(bits) : "memory");
       if (kPairs && g < sl.n)  // uniform in a quad (N % 8 = 0)
         asm volatile("st.shared.b16 [%0], %1;" ::"r"(s.h2 + h_byte_offset(q, g + kPairShift)), "h"(bits) : "memory");
     } else {
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + h_byte_offset(q, 2 * g)), "r"(pack2<kF16>(v0, v1)) : "memory");
+      const std::uint32_t bits = pack2<kF16>(v0, v1);
+      if (!on) return;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(s.h + h_byte_offset(q, 2 * g)), "r"(bits) : "memory");
     }
   }
 
@@ -480,7 +486,8 @@ struct ExpertMlp {
   // Row half h's 24 activation values (act_half's, in the gate accumulators) x inv_h into GEMM2's A
   // tile at row q, columns 96 rank + n (and, on a cluster, the peers' tiles).
   static __device__ __forceinline__ void store_half(const Smem& s, const Slice& sl, const float (&acc1)[64],
-                                                    const float (&acc2)[32], int h, int q, int lane, float inv_h) {
+                                                    const float (&acc2)[32], int h, int q, int lane, float inv_h,
+                                                    bool on = true) {
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       float v[2];
@@ -491,7 +498,7 @@ struct ExpertMlp {
         v[c] = h != 0 ? g1 : g0;
       }
       const int n = i < 8 ? 8 * i + 2 * (lane & 3) : 64 + 8 * (i - 8) + 2 * (lane & 3);
-      store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h);
+      store_h(s, sl, q, sl.r() * kN + n, v[0] * inv_h, v[1] * inv_h, on);
     }
   }
 
@@ -513,12 +520,13 @@ struct ExpertMlp {
   // stores. On a cluster the stores wait until every rank's GEMM2 of the previous unit is past its
   // reads of h (h_empty).
   // `at` (the phase timer's thread 0 only, else null): its sums of the steps, kPhaseActMath..
-  // kPhaseActStore's order.
+  // kPhaseActStore's order. warm (the one-CTA form's warm warp, consume's): the same instructions
+  // with no store, no barrier and nothing of the unit's absmax written.
   template <Activation kKind, bool kBias>
   static __device__ __forceinline__ float activation(const KernelParams& p, const Smem& s, const Slice& sl,
                                                      float (&acc1)[64], float (&acc2)[32], const bool (&live)[2],
                                                      const float (&fr)[2], int warp, int lane, int j,
-                                                     std::uint64_t* at = nullptr) {
+                                                     std::uint64_t* at = nullptr, bool warm = false) {
     std::uint64_t mark = at != nullptr ? sm90::globaltimer_ns() : 0;
     const auto step = [&](int i) {
       if (at != nullptr) {
@@ -532,7 +540,7 @@ struct ExpertMlp {
 #pragma unroll 1
     for (int h = 0; h < 2; ++h)
       amax = act_half<kKind, kBias>(p, acc1, acc2, h, h != 0 ? live[1] : live[0], h != 0 ? fr[1] : fr[0], amax, nullptr,
-                                    s.bias, lane);
+                                    warm ? s.warm : s.bias, lane);
     step(0);
     float s_h = 1.0f;
     if constexpr (kFp8) {
@@ -540,9 +548,12 @@ struct ExpertMlp {
         s_h = p.a2_scale[0];
       } else {
         amax = warp_max(amax);
-        if (lane == 0) s.red[warp] = amax;
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        amax = fmaxf(fmaxf(s.red[0], s.red[1]), fmaxf(s.red[2], s.red[3]));
+        if (!warm) {
+          if (lane == 0) s.red[warp] = amax;
+          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        }
+        const float* red = warm ? s.warm : s.red;
+        amax = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
         if constexpr (kCluster) {  // every peer's absmax into red_cluster by st.async, counted by amax_bar
           float* rc = s.red_cluster + (j & 1) * kMaxSlices;
           if (warp == 0 && lane == 0) {
@@ -563,7 +574,7 @@ struct ExpertMlp {
     const float inv_h = kFp8 ? 1.0f / s_h : 1.0f;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {
-      store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h);
+      store_half(s, sl, acc1, acc2, h, q0 + 8 * h, lane, inv_h, !warm);
       push_h(s, sl, warp, h);
     }
     step(3);
@@ -740,13 +751,27 @@ struct ExpertMlp {
   }
 
   // ---- consumer warpgroup ----
-  static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units) {
-    const int t = threadIdx.x;  // 0..127
+  // warm: the warm warp (the kernel's last, kWarmThreads), which runs this same code for the CTA's
+  // first unit as consumer warp 0 would, minus everything with an effect: no slot list, no GEMM1,
+  // no store of h or y (store_h's `on`; GEMM2's epilogue with no column in bounds), no barrier, no
+  // stage released. It starts right after the routing, so the activation's and the epilogue's
+  // instructions are in the SM's instruction cache when the consumers reach them after GEMM1: code
+  // a CTA runs once a unit, cold, cost 3-7 µs at qwen3-30b TP8 M <= 64 (docs/perf.md "Session 76").
+  // The one-CTA form only (p.warm_act, MOEKIT_EXPERT_MLP_WARM_ACT); elsewhere it returns at once.
+  // One call site in the kernel, so both run the same instructions.
+  static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units, bool warm) {
+    if (warm && (kCluster || kChannel || p.warm_act == 0)) return;
+    const int t = warm ? static_cast<int>(threadIdx.x) - (kConsumerThreads + kProducerThreads)
+                       : static_cast<int>(threadIdx.x);  // 0..127 (the warm warp: 0..31)
     const int warp = t >> 5, lane = t & 31;
+    if (warm) {  // its zeros, read where the consumers read what they write later (biases, absmaxes)
+      for (int i = lane; i < kWarmFloats; i += 32) s.warm[i] = 0.0f;
+      __syncwarp();
+    }
     const int S = slices(p);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
-    std::uint64_t* rec = t == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
+    std::uint64_t* rec = t == 0 && !warm ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t sums[4] = {0, 0, 0, 0}, mark = 0;
     std::uint64_t g2[3] = {0, 0, 0};  // GEMM2's waits, MMAs, stores (cycles)
     // The per-tensor activation's steps (thread 0 of a timed kernel): the math, the absmax (the
@@ -769,6 +794,7 @@ struct ExpertMlp {
       // weights, for the producer's gather and this epilogue.
       int* us = s.unit_slot + (j & 1) * kBlockM;
       float* uw = s.unit_w + (j & 1) * kBlockM;
+      if (!warm) {
       slot_routing::place_window(s.slot_e, p.slots, un.e, un.r0, un.r0 + un.count, t, kConsumerBarrier, s.warp_rows,
                                  us);
       // The slot list is complete (place_window ends at the warpgroup's barrier): the producer's
@@ -782,15 +808,16 @@ struct ExpertMlp {
       sm90::mbar_arrive(s.slots_bar + 8 * (j & 1));
       if (t < un.count) uw[t] = p.topk_weights != nullptr ? p.topk_weights[us[t]] : 1.0f;
       sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      }
       lap(0);
-      // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h.
+      // This thread's accumulator rows q = 16 warp + lane / 4 + 8 h (the warm warp: none).
       int slot[2];
       float tw[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int q = 16 * warp + (lane >> 2) + 8 * h;
-        slot[h] = q < un.count ? us[q] : -1;
-        tw[h] = q < un.count ? uw[q] : 0.0f;
+        slot[h] = q < un.count && !warm ? us[q] : -1;
+        tw[h] = q < un.count && !warm ? uw[q] : 0.0f;
       }
 
       // fp8_per_tensor: GEMM1's dequantization (hidden's scale x the expert's w13 scale) and w2's,
@@ -828,7 +855,7 @@ struct ExpertMlp {
       // GEMM1, then fp32 after it (every consumer is past its reads of the previous unit's: the
       // barrier that ends a unit). A word is two 16-bit elements or one fp32 one; N, K, kN and the
       // tiles are even, so both elements of a word are in or out together.
-      const int bias_n = p.bias_type != numerics::kBiasNone ? 2 * kN + p.bias_tiles * kOutTile : 0;
+      const int bias_n = p.bias_type != numerics::kBiasNone && !warm ? 2 * kN + p.bias_tiles * kOutTile : 0;
       const int bias_per_word = p.bias_type == numerics::kBiasF32 ? 1 : 2;
       for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
         const int i = w * bias_per_word;  // the word's first element
@@ -854,133 +881,120 @@ struct ExpertMlp {
         sm90::cp_async_4_zfill(sm90::smem_addr(s.bias_raw + w), g, src != nullptr ? 4 : 0);
       }
       if (bias_n > 0) sm90::cp_async_commit();
-      // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191),
-      // then the activation. The one-CTA form's first unit runs the activation twice where
-      // p.warm_act: first (pass 0) on zeros with no row live, before GEMM1's first stage has landed,
-      // then (pass 1) after GEMM1 for real. The loop is rolled, so both passes run the same
-      // instructions: pass 0 fetches the activation's code while the consumers would wait for the
-      // weights anyway, and pass 1 finds it in the SM's instruction cache (the code a unit runs once
-      // cost 3-7 µs cold at M <= 64 on qwen3-30b TP8, docs/perf.md "Session 76"). Pass 0 writes only
-      // zeros into this CTA's h tile (pass 1 writes every value of it again, same thread, same
-      // address) and s.red; the barrier after it orders its reads of s.red before pass 1's writes.
+      // GEMM1: acc1 = gate / up columns 0..63 (tile rows 0..127), acc2 = 64..95 (rows 128..191).
       float acc1[64], acc2[32];
-      float s_row[2];  // h's scale of each of the thread's rows (the unit's, or kChannel the row's)
-      const int first_pass = !kCluster && !kChannel && j == 0 && p.warm_act != 0 ? 0 : 1;
-#pragma unroll 1
-      for (int pass = first_pass; pass < 2; ++pass) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc1[i] = 0.0f;
+      for (int i = 0; i < 64; ++i) acc1[i] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) acc2[i] = 0.0f;
-        if (pass != 0) {
-          int prev = 0;
-          for (int kb = 0; kb < p.k_stages; ++kb) {
-            sm90::mbar_wait(s.full + 8 * stage, phase);
-            if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
-            sm90::fence_regs<64>(acc1);
-            sm90::fence_regs<32>(acc2);
-            sm90::wgmma_fence();
-            const std::uint32_t st = s.ring + stage * kStageBytes;
-            const std::uint64_t da = sm90::make_smem_desc_sw128(st);
-            const std::uint64_t db1 = sm90::make_smem_desc_sw128(st + kATileBytes);
-            const std::uint64_t db2 = sm90::make_smem_desc_sw128(st + kATileBytes + 128 * kKBytes);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              sm90::Wgmma<Tag, 128>::mma(acc1, da + 2 * kk, db1 + 2 * kk, 1);
-              sm90::Wgmma<Tag, 64>::mma(acc2, da + 2 * kk, db2 + 2 * kk, 1);
-            }
-            sm90::wgmma_commit();
-            sm90::fence_regs<64>(acc1);
-            sm90::fence_regs<32>(acc2);
-            if (kb > 0) {
-              sm90::wgmma_wait<1>();
-              release(s, prev, lane);
-            }
-            prev = stage;
-            next_stage(stage, phase);
-          }
-          sm90::wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) acc2[i] = 0.0f;
+      if (!warm) {  // the warm warp: no GEMM1 (its accumulators stay zeros)
+        int prev = 0;
+        for (int kb = 0; kb < p.k_stages; ++kb) {
+          sm90::mbar_wait(s.full + 8 * stage, phase);
+          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
           sm90::fence_regs<64>(acc1);
           sm90::fence_regs<32>(acc2);
-          release(s, prev, lane);
-          if (bias_n > 0) {  // the unit's biases as fp32 (each thread its own words), for the activation and the epilogue
-            sm90::cp_async_wait_all_groups();
-            for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
-              const std::uint32_t raw = s.bias_raw[w];
-              if (bias_per_word == 1) {
-                s.bias[w] = numerics::bias_from_raw(p.bias_type, raw);
-              } else {
-                s.bias[2 * w] = numerics::bias_from_raw(p.bias_type, raw & 0xffffu);
-                s.bias[2 * w + 1] = numerics::bias_from_raw(p.bias_type, raw >> 16);
-              }
-            }
-            sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+          sm90::wgmma_fence();
+          const std::uint32_t st = s.ring + stage * kStageBytes;
+          const std::uint64_t da = sm90::make_smem_desc_sw128(st);
+          const std::uint64_t db1 = sm90::make_smem_desc_sw128(st + kATileBytes);
+          const std::uint64_t db2 = sm90::make_smem_desc_sw128(st + kATileBytes + 128 * kKBytes);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            sm90::Wgmma<Tag, 128>::mma(acc1, da + 2 * kk, db1 + 2 * kk, 1);
+            sm90::Wgmma<Tag, 64>::mma(acc2, da + 2 * kk, db2 + 2 * kk, 1);
           }
-          lap(1);
+          sm90::wgmma_commit();
+          sm90::fence_regs<64>(acc1);
+          sm90::fence_regs<32>(acc2);
+          if (kb > 0) {
+            sm90::wgmma_wait<1>();
+            release(s, prev, lane);
+          }
+          prev = stage;
+          next_stage(stage, phase);
         }
-
-        // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
-        // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
-        // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
-        // the unit's rows get zeros.
-        const bool live[2] = {pass != 0 && slot[0] >= 0, pass != 0 && slot[1] >= 0};
-        if constexpr (kChannel) {
-          const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * xs[0], (p.weight_on_input ? tw[1] : 1.0f) * xs[1]};
-          // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
-          sm90::cp_async_wait_all_groups();
-          sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-          if (p.b13 != nullptr) {
-            switch (p.act) {
-              case Activation::kGelu:
-                activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-                break;
-              case Activation::kSwigluOai:
-                activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-                break;
-              default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-            }
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs<64>(acc1);
+        sm90::fence_regs<32>(acc2);
+        release(s, prev, lane);
+      }
+      if (bias_n > 0) {  // the unit's biases as fp32 (each thread its own words), for the activation and the epilogue
+        sm90::cp_async_wait_all_groups();
+        for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
+          const std::uint32_t raw = s.bias_raw[w];
+          if (bias_per_word == 1) {
+            s.bias[w] = numerics::bias_from_raw(p.bias_type, raw);
           } else {
-            switch (p.act) {
-              case Activation::kGelu:
-                activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-                break;
-              case Activation::kSwigluOai:
-                activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-                break;
-              default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
-            }
+            s.bias[2 * w] = numerics::bias_from_raw(p.bias_type, raw & 0xffffu);
+            s.bias[2 * w + 1] = numerics::bias_from_raw(p.bias_type, raw >> 16);
+          }
+        }
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      }
+      lap(1);
+
+      // The activation: h[q][n] = act(g, u) (x the router weight first when it goes on the input),
+      // into GEMM2's A tile, rounded to the activation dtype; fp8: quantized with the unit's scale
+      // (dynamic_scale of the absmax of its rows' h, or the static intermediate scale). Rows past
+      // the unit's rows get zeros.
+      const bool live[2] = {slot[0] >= 0, slot[1] >= 0};
+      float s_row[2];  // h's scale of each of the thread's rows (the unit's, or kChannel the row's)
+      if constexpr (kChannel) {
+        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * xs[0], (p.weight_on_input ? tw[1] : 1.0f) * xs[1]};
+        // Every consumer's scale copies have landed (its own wait, then the warpgroup's barrier).
+        sm90::cp_async_wait_all_groups();
+        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
           }
         } else {
-          const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
-          float s_h;
-          if (p.b13 != nullptr) {
-            switch (p.act) {
-              case Activation::kGelu:
-                s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-                break;
-              case Activation::kSwigluOai:
-                s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-                break;
-              default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-            }
-          } else {
-            switch (p.act) {
-              case Activation::kGelu:
-                s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-                break;
-              case Activation::kSwigluOai:
-                s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-                break;
-              default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, pass != 0 ? at : nullptr);
-            }
+          switch (p.act) {
+            case Activation::kGelu:
+              activation_channel<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            case Activation::kSwigluOai:
+              activation_channel<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
+              break;
+            default: activation_channel<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, s_row);
           }
-          s_row[0] = s_row[1] = s_h;
         }
-        if (pass == 0) sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      } else {
+        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
+        float s_h;
+        if (p.b13 != nullptr) {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+              break;
+            default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+          }
+        } else {
+          switch (p.act) {
+            case Activation::kGelu:
+              s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+              break;
+            case Activation::kSwigluOai:
+              s_h = activation<Activation::kSwigluOai, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+              break;
+            default: s_h = activation<Activation::kSilu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
+          }
+        }
+        s_row[0] = s_row[1] = s_h;
       }
       // h's generic-proxy stores into this CTA's tile, before the wgmmas read them.
       sm90::fence_proxy_async_shared_cta();
-      sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
+      if (!warm) sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
       const std::uint64_t full0 = at != nullptr ? sm90::globaltimer_ns() : 0;
       if constexpr (kCluster) {  // every peer's slice has landed in this tile (h_full's bytes), then the same
         sm90::mbar_wait_cluster(s.h_full, j & 1);
@@ -994,13 +1008,16 @@ struct ExpertMlp {
       // stage, 4 k steps of k16 of 16-bit or k32 of e4m3, zeros past N in h and w2 alike, one group a
       // chunk as GEMM1's K loop runs), then the stores of y = acc x the unit's dequantization x the
       // router weight (unless on the input).
-      const bool rows = __any_sync(0xffffffffu, slot[0] >= 0);
+      const bool rows = warm || __any_sync(0xffffffffu, slot[0] >= 0);
+      // The warm warp's epilogue: one tile, row 0's address, no column in bounds (no store).
+      const int ys[2] = {warm ? 0 : slot[0], warm ? 0 : slot[1]};
+      const int o_end = warm ? min(p.out_tiles, sl.r() + 1) : p.out_tiles;
       const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_row[0] * s2),
                           (p.weight_on_input ? 1.0f : tw[1]) * (s_row[1] * s2)};
       // store_y_ext's factors (b2): the scales, and the router weight apart.
       const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
       const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
-      for (int o = sl.r(); o < p.out_tiles; o += S) {
+      for (int o = sl.r(); o < o_end; o += S) {
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -1009,32 +1026,34 @@ struct ExpertMlp {
         if constexpr (!kCluster) {
           // One CTA: the tile's kChunks2 stages landed, then one group of kSteps2 wgmmas (no wait
           // between them: a wait inside a group makes ptxas serialize every wgmma of the kernel, C7520).
-          const int s0 = stage;
-          sm90::mbar_wait(s.full + 8 * stage, phase);
-          next_stage(stage, phase);
-          int s1 = s0;
-          if constexpr (kChunks2 > 1) {
-            s1 = stage;
+          if (!warm) {  // the warm warp: no wait, no MMA (its accumulators stay zeros)
+            const int s0 = stage;
             sm90::mbar_wait(s.full + 8 * stage, phase);
             next_stage(stage, phase);
+            int s1 = s0;
+            if constexpr (kChunks2 > 1) {
+              s1 = stage;
+              sm90::mbar_wait(s.full + 8 * stage, phase);
+              next_stage(stage, phase);
+            }
+            if (rec != nullptr) waited = clock64() - t0;
+            sm90::fence_regs<128>(acc);
+            sm90::wgmma_fence();
+            const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
+            const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kHChunkBytes);
+            const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
+            const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
+#pragma unroll
+            for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
+#pragma unroll
+            for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk)
+              sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
+            sm90::wgmma_commit();
+            sm90::wgmma_wait<0>();
+            sm90::fence_regs<128>(acc);
+            release(s, s0, lane);
+            if constexpr (kChunks2 > 1) release(s, s1, lane);
           }
-          if (rec != nullptr) waited = clock64() - t0;
-          sm90::fence_regs<128>(acc);
-          sm90::wgmma_fence();
-          const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
-          const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kHChunkBytes);
-          const std::uint64_t db0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes);
-          const std::uint64_t db1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes);
-#pragma unroll
-          for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh0 + 2 * kk, db0 + 2 * kk, 1);
-#pragma unroll
-          for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk)
-            sm90::Wgmma<Tag, 256>::mma(acc, dh1 + 2 * kk, db1 + 2 * kk, 1);
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<0>();
-          sm90::fence_regs<128>(acc);
-          release(s, s0, lane);
-          if constexpr (kChunks2 > 1) release(s, s1, lane);
         } else {
           int prev2 = 0;
           for (int c = 0; c < p.g2_chunks; ++c) {
@@ -1095,25 +1114,27 @@ struct ExpertMlp {
           continue;
         }
         if (p.b2 != nullptr) {
-          const int tile0 = o * kOutTile;
+          const int tile0 = warm ? p.hidden_size : o * kOutTile;  // warm: no column in bounds
           const float* cs2 = kChannel ? s.scales + 2 * kN + tile0 : nullptr;
-          const float* b2s = s.bias + 2 * kN + (o / S) * kOutTile;
-          if (kF16 || (kFp8 && p.y_f16 != 0)) store_y_ext<true>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
-          else store_y_ext<false>(p, acc, slot, fs, wy, tile0, cs2, b2s, lane);
+          const float* b2s = warm ? s.warm : s.bias + 2 * kN + (o / S) * kOutTile;
+          if (kF16 || (kFp8 && p.y_f16 != 0)) store_y_ext<true>(p, acc, ys, fs, wy, tile0, cs2, b2s, lane);
+          else store_y_ext<false>(p, acc, ys, fs, wy, tile0, cs2, b2s, lane);
           if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
           continue;
         }
-        // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size.
-        const int col0 = o * kOutTile + 2 * (lane & 3);
+        // This thread's columns o 256 + 8 jj + 2 (lane & 3), jj < 32, while below hidden_size (the
+        // warm warp: none).
+        const int col0 = warm ? p.hidden_size : o * kOutTile + 2 * (lane & 3);
         if constexpr (kFp8) {
           const float* cs2 = kChannel ? s.scales + 2 * kN + col0 : nullptr;
-          if (p.y_f16 != 0) store_y<true>(p, acc, slot, f, col0, cs2);
-          else store_y<false>(p, acc, slot, f, col0, cs2);
+          if (p.y_f16 != 0) store_y<true>(p, acc, ys, f, col0, cs2);
+          else store_y<false>(p, acc, ys, f, col0, cs2);
         } else {
-          store_y<kF16>(p, acc, slot, f, col0);
+          store_y<kF16>(p, acc, ys, f, col0);
         }
         if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
       }
+      if (warm) return;  // the first unit only
       lap(3);
       // Every consumer is past its reads of h and of this unit's slot list before the next unit
       // overwrites them (place_window starts with its own barrier after its counting pass: h is
@@ -1171,6 +1192,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   if constexpr (kChannel) s.scales = reinterpret_cast<float*>(base + L.scales);
   s.bias = reinterpret_cast<float*>(base + L.bias);  // read only where the call has biases
   s.bias_raw = reinterpret_cast<std::uint32_t*>(base + L.bias_raw);
+  s.warm = reinterpret_cast<float*>(base + L.warm);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -1247,7 +1269,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   sl.peers = p.slices - 1;
   sl.n = p.n_cols;
 
-  if (tid < kConsumerThreads) K::consume(p, s, sl, units);
+  // The consumers and the warm warp through one call site: the same instructions (consume).
+  const bool warm = tid >= kConsumerThreads + kProducerThreads;
+  if (tid < kConsumerThreads || warm) K::consume(p, s, sl, units, warm);
   else K::produce(p, s, sl, units);
   // No rank leaves while a peer may still push h into it or arrive on its barriers.
   if constexpr (kCluster) sm90::cluster_sync_all();

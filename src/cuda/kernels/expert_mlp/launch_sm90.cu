@@ -119,10 +119,11 @@ bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNex
 // else an error.
 bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, true); }
 
-// MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's first unit a CTA runs the activation's code once
-// on zeros while GEMM1's first stages are in flight (consume's pass 0), so the real activation after
-// GEMM1 runs from the instruction cache (cold, it took 3-7 µs a unit at qwen3-30b TP8, docs/perf.md
-// "Session 76"); the same bits. Unset or 0: not (the default until measured); anything else an error.
+// MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's warm warp runs the CTA's first unit through the
+// consumers' code with no effect right after the routing (consume's `warm`), so the activation and
+// GEMM2's epilogue after GEMM1 run from the instruction cache (cold, the activation took 3-7 µs a
+// unit at qwen3-30b TP8, docs/perf.md "Session 76"); the same bits. Unset or 0: the warm warp
+// returns at once (the default until measured); anything else an error.
 bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, false); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,

@@ -80,8 +80,9 @@ struct KernelParams {
   // 32-row boxes of one plane: the same bytes in the same places (issue_w13).
   int two_boxes;
   CUtensorMap tmap_w13b;  // two_boxes only
-  // The one-CTA form's first unit a CTA runs its activation once on zeros before GEMM1, so the
-  // real one finds its code in the instruction cache (consume's pass 0; MOEKIT_EXPERT_MLP_WARM_ACT).
+  // The one-CTA form's warm warp runs the CTA's first unit with no effect right after the routing,
+  // so the consumers find the activation's and the epilogue's code in the instruction cache
+  // (consume's `warm`; MOEKIT_EXPERT_MLP_WARM_ACT).
   int warm_act;
 };
 
