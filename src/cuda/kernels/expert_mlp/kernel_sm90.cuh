@@ -767,6 +767,7 @@ struct ExpertMlp {
     if (warm) {  // its zeros, read where the consumers read what they write later (biases, absmaxes)
       for (int i = lane; i < kWarmFloats; i += 32) s.warm[i] = 0.0f;
       __syncwarp();
+      if (p.warm_act == 2) sm90::mbar_wait(s.full, 0);  // the CTA's first stage has landed
     }
     const int S = slices(p);
     int stage = 0, hint = -1;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "core/env.hpp"
@@ -124,7 +125,13 @@ bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes,
 // GEMM2's epilogue after GEMM1 run from the instruction cache (cold, the activation took 3-7 µs a
 // unit at qwen3-30b TP8, docs/perf.md "Session 76"); the same bits. Unset or 0: the warm warp
 // returns at once (the default until measured); anything else an error.
-bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, false); }
+// 2 (measuring): the warm warp waits for the first GEMM1 stage to land before it starts, so its
+// instruction fetches do not meet the producer's first issue.
+int warm_act() {
+  const char* v = detail::env_value(detail::EnvVar::kExpertMlpWarmAct);
+  if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
+  return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, false) ? 1 : 0;
+}
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
@@ -251,7 +258,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
-  kp.warm_act = warm_act() ? 1 : 0;
+  kp.warm_act = warm_act();
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
