@@ -148,6 +148,7 @@ struct ExpertMlp {
     float* bias;    // biases: the unit's b13 [2 kN] (the slice's gate, up), then b2 of the rank's tiles (SmemLayout::bias)
     std::uint32_t* bias_raw;  // ... as copied: a word of two 16-bit elements or one fp32 one
     float* warm;              // kWarmFloats zeros the warm warp reads (SmemLayout::warm)
+    std::uint32_t warm_bar;   // shared address: the first GEMM1 stage has landed (one arrival)
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -767,7 +768,6 @@ struct ExpertMlp {
     if (warm) {  // its zeros, read where the consumers read what they write later (biases, absmaxes)
       for (int i = lane; i < kWarmFloats; i += 32) s.warm[i] = 0.0f;
       __syncwarp();
-      if (p.warm_act == 2) sm90::mbar_wait(s.full, 0);  // the CTA's first stage has landed
     }
     const int S = slices(p);
     int stage = 0, hint = -1;
@@ -789,6 +789,9 @@ struct ExpertMlp {
     };
     int j = 0;
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
+      // p.warm_act == 2: the warm warp starts once the consumers' first GEMM1 stage has landed
+      // (warm_bar's one phase), so its instruction fetches do not meet the producer's first issues.
+      if (warm && p.warm_act == 2) sm90::mbar_wait(s.warm_bar, 0);
       if (rec != nullptr) mark = sm90::globaltimer_ns();
       const Unit un = unit_of(p, s, u, hint);
       // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
@@ -892,7 +895,10 @@ struct ExpertMlp {
         int prev = 0;
         for (int kb = 0; kb < p.k_stages; ++kb) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
+          if (j == 0 && kb == 0) {
+            if (t == 0) sm90::mbar_arrive(s.warm_bar);  // the warm warp's start (p.warm_act == 2)
+            if (rec != nullptr) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
+          }
           sm90::fence_regs<64>(acc1);
           sm90::fence_regs<32>(acc2);
           sm90::wgmma_fence();
@@ -1194,6 +1200,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.bias = reinterpret_cast<float*>(base + L.bias);  // read only where the call has biases
   s.bias_raw = reinterpret_cast<std::uint32_t*>(base + L.bias_raw);
   s.warm = reinterpret_cast<float*>(base + L.warm);
+  s.warm_bar = sm90::smem_addr(base + L.warm_bar);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -1209,6 +1216,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     }
     sm90::mbar_init(s.slots_bar, kConsumerThreads);  // every consumer thread, once its list is placed
     sm90::mbar_init(s.slots_bar + 8, kConsumerThreads);
+    sm90::mbar_init(s.warm_bar, 1);  // consumer thread 0, once a launch
     if constexpr (kCluster) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
       sm90::mbar_init(s.h_full, 1);
       sm90::mbar_init(s.h_empty, p.slices);

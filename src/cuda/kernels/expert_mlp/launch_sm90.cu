@@ -125,8 +125,8 @@ bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes,
 // GEMM2's epilogue after GEMM1 run from the instruction cache (cold, the activation took 3-7 µs a
 // unit at qwen3-30b TP8, docs/perf.md "Session 76"); the same bits. Unset or 0: the warm warp
 // returns at once (the default until measured); anything else an error.
-// 2 (measuring): the warm warp waits for the first GEMM1 stage to land before it starts, so its
-// instruction fetches do not meet the producer's first issue.
+// 2 (measuring): the warm warp waits until the consumers' first GEMM1 stage has landed, so its
+// instruction fetches do not meet the producer's first issues.
 int warm_act() {
   const char* v = detail::env_value(detail::EnvVar::kExpertMlpWarmAct);
   if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
