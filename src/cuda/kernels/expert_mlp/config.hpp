@@ -107,7 +107,6 @@ struct SmemLayout {
   int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout),
                    // right after h (last here so the other kernels' parameter offsets stay as they were)
   int warm;        // float [kWarmFloats]: the warm warp's zeros (consume's `warm`)
-  int warm_bar;    // uint64: consumer thread 0's one arrival once its first GEMM1 stage has landed
 };
 
 // fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded
@@ -161,8 +160,7 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.bias = l.scales + scale_floats * 4;
   l.bias_raw = l.bias + bias_floats * 4;
   l.warm = l.bias_raw + bias_floats * 4;
-  l.warm_bar = l.warm + kWarmFloats * 4;
-  l.bytes = l.warm_bar + 8 + 1024;
+  l.bytes = l.warm + kWarmFloats * 4 + 1024;
   return l;
 }
 

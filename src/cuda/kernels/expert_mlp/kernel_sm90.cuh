@@ -21,7 +21,10 @@
 //     of the same row), h rounded to the activation dtype into GEMM2's A tile in shared memory, of
 //     this CTA and (S > 1) of every other rank (st.async), then per output tile wgmma
 //     m64n256 over h's N columns, a chunk a stage, and the epilogue's stores of y (x the router
-//     weight).
+//     weight);
+//   warm warp (the one-CTA form): the CTA's first unit through the consumers' own code with no
+//     store, barrier or release, right after the routing, so the activation's and the epilogue's
+//     instructions are in the instruction cache when the consumers reach them (consume's `warm`).
 // Clusters (S > 1) meet at three mbarriers a unit: h_full (the peers' slices have landed in this
 // rank's tile: their st.async bytes against this rank's expect_tx), h_empty (one arrival from every
 // rank: its GEMM2 is past its reads of h, before the next unit's h is pushed) and, for fp8 with a
@@ -148,7 +151,6 @@ struct ExpertMlp {
     float* bias;    // biases: the unit's b13 [2 kN] (the slice's gate, up), then b2 of the rank's tiles (SmemLayout::bias)
     std::uint32_t* bias_raw;  // ... as copied: a word of two 16-bit elements or one fp32 one
     float* warm;              // kWarmFloats zeros the warm warp reads (SmemLayout::warm)
-    std::uint32_t warm_bar;   // shared address: the first GEMM1 stage has landed (one arrival)
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -789,9 +791,6 @@ struct ExpertMlp {
     };
     int j = 0;
     for (int u = static_cast<int>(blockIdx.x) / S; u < units; u += static_cast<int>(gridDim.x) / S, ++j) {
-      // p.warm_act == 2: the warm warp starts once the consumers' first GEMM1 stage has landed
-      // (warm_bar's one phase), so its instruction fetches do not meet the producer's first issues.
-      if (warm && p.warm_act == 2) sm90::mbar_wait(s.warm_bar, 0);
       if (rec != nullptr) mark = sm90::globaltimer_ns();
       const Unit un = unit_of(p, s, u, hint);
       // The unit's slots (ranks r0 .. r0 + count of expert e, ascending slot order) and their router
@@ -895,10 +894,7 @@ struct ExpertMlp {
         int prev = 0;
         for (int kb = 0; kb < p.k_stages; ++kb) {
           sm90::mbar_wait(s.full + 8 * stage, phase);
-          if (j == 0 && kb == 0) {
-            if (t == 0) sm90::mbar_arrive(s.warm_bar);  // the warm warp's start (p.warm_act == 2)
-            if (rec != nullptr) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
-          }
+          if (rec != nullptr && j == 0 && kb == 0) rec[kPhaseFirstLanded] = sm90::globaltimer_ns();
           sm90::fence_regs<64>(acc1);
           sm90::fence_regs<32>(acc2);
           sm90::wgmma_fence();
@@ -1200,7 +1196,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.bias = reinterpret_cast<float*>(base + L.bias);  // read only where the call has biases
   s.bias_raw = reinterpret_cast<std::uint32_t*>(base + L.bias_raw);
   s.warm = reinterpret_cast<float*>(base + L.warm);
-  s.warm_bar = sm90::smem_addr(base + L.warm_bar);
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
@@ -1216,7 +1211,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
     }
     sm90::mbar_init(s.slots_bar, kConsumerThreads);  // every consumer thread, once its list is placed
     sm90::mbar_init(s.slots_bar + 8, kConsumerThreads);
-    sm90::mbar_init(s.warm_bar, 1);  // consumer thread 0, once a launch
     if constexpr (kCluster) {  // a unit's phase: this CTA's expect_tx and the peers' bytes; every rank's arrival
       sm90::mbar_init(s.h_full, 1);
       sm90::mbar_init(s.h_empty, p.slices);

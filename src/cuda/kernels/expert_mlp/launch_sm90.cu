@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "core/env.hpp"
@@ -120,18 +119,13 @@ bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNex
 // else an error.
 bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, true); }
 
-// MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's warm warp runs the CTA's first unit through the
-// consumers' code with no effect right after the routing (consume's `warm`), so the activation and
-// GEMM2's epilogue after GEMM1 run from the instruction cache (cold, the activation took 3-7 µs a
-// unit at qwen3-30b TP8, docs/perf.md "Session 76"); the same bits. Unset or 0: the warm warp
-// returns at once (the default until measured); anything else an error.
-// 2 (measuring): the warm warp waits until the consumers' first GEMM1 stage has landed, so its
-// instruction fetches do not meet the producer's first issues.
-int warm_act() {
-  const char* v = detail::env_value(detail::EnvVar::kExpertMlpWarmAct);
-  if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
-  return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, false) ? 1 : 0;
-}
+// The one-CTA form's warm warp runs the CTA's first unit through the consumers' code with no effect
+// right after the routing (consume's `warm`), so the activation and GEMM2's epilogue after GEMM1 run
+// from the instruction cache: cold, they took 3-7 and 3-5 µs a unit at qwen3-30b TP8, warm ~1.2
+// and ~1.8; 1.020x median at qwen3-30b TP8 M = 4..256, up to 1.065x (docs/perf.md "Session 76").
+// The same bits. MOEKIT_EXPERT_MLP_WARM_ACT=0: the warm warp returns at once (the A/B); unset or 1:
+// on; anything else an error.
+bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, true); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
@@ -258,7 +252,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.evict_first = evict_first() ? 1 : 0;
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
-  kp.warm_act = warm_act();
+  kp.warm_act = warm_act() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
