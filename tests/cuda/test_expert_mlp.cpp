@@ -102,6 +102,22 @@ std::int64_t values_differing(const std::vector<std::uint16_t>& a, const std::ve
   return n;
 }
 
+// Output values whose bits differ between the call run with `var` = off and with `var` = on (each
+// run checked against the reference): for the switches that must give the same bits.
+std::int64_t values_differing_under(DeviceCase& d, MoeCase& c, std::int64_t m, const char* var, const char* off,
+                                    const char* on, const std::string& what) {
+  std::vector<std::uint16_t> a, b;
+  {
+    ScopedEnv e(var, off);
+    a = run_checked(d, c, m, what + " (" + var + "=" + off + ")");
+  }
+  {
+    ScopedEnv e(var, on);
+    b = run_checked(d, c, m, what + " (" + var + "=" + on + ")");
+  }
+  return values_differing(a, b);
+}
+
 TEST(Sm90ExpertMlp, MatchesReferenceAtQwen3Tp8Shapes) {
   SKIP_WITHOUT_SM90();
   MoeCase c = make_case(qwen30_tp8(256, 11));
@@ -272,27 +288,18 @@ TEST(Sm90ExpertMlp, TwoBoxesGiveTheSameBits) {
     DeviceCase d(c);
     const std::string what = std::string(scheme_name(run.scheme)) + (run.act == DType::kFp16 ? " fp16" : "") +
                              " M = " + std::to_string(run.m) + " N = " + std::to_string(run.n);
-    std::vector<std::uint16_t> six, two;
-    {
-      ScopedEnv e("MOEKIT_EXPERT_MLP_TWO_BOXES", "0");
-      six = run_checked(d, c, run.m, what + " six boxes");
-    }
-    {
-      ScopedEnv e("MOEKIT_EXPERT_MLP_TWO_BOXES", "1");
-      two = run_checked(d, c, run.m, what + " two boxes");
-    }
-    const std::int64_t differ = values_differing(six, two);
+    const std::int64_t differ = values_differing_under(d, c, run.m, "MOEKIT_EXPERT_MLP_TWO_BOXES", "0", "1", what);
     EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ between six and two boxes a stage";
   }
 }
 
 TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
-  // MOEKIT_EXPERT_MLP_WARM_ACT=1: the one-CTA form's warm warp runs the CTA's first unit through
-  // the consumers' code with nothing stored and no barrier (consume's `warm`), so the output is the
-  // same bits as without it. Each activation kind, with and
-  // without b13 / b2, the router weight on the input, bf16, fp16, fp8_per_tensor with the dynamic and
-  // the static intermediate scale, fp8_per_channel (whose warm warp returns at once), N = 40, and several units
-  // a CTA (M = 203, all to one: the warm warp runs the first only).
+  // The one-CTA form's warm warp (the default; MOEKIT_EXPERT_MLP_WARM_ACT=0 keeps it off) runs the
+  // CTA's first unit through the consumers' code with nothing stored and no barrier (consume's
+  // `warm`), so the output is the same bits as without it. Each activation kind, with and without
+  // b13 / b2, the router weight on the input, bf16, fp16, fp8_per_tensor with the dynamic and the
+  // static intermediate scale, fp8_per_channel (whose warm warp returns at once), N = 40, and
+  // several units a CTA (M = 203, all to one: the warm warp runs the first only).
   SKIP_WITHOUT_SM90();
   struct Run {
     const char* what;
@@ -322,17 +329,8 @@ TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
     MoeCase c = make_case(s);
     DeviceCase d(c);
     const std::string what = std::string(run.what) + " M = " + std::to_string(run.m);
-    std::vector<std::uint16_t> cold, warm;
-    {
-      ScopedEnv e("MOEKIT_EXPERT_MLP_WARM_ACT", "0");
-      cold = run_checked(d, c, run.m, what + " one pass");
-    }
-    {
-      ScopedEnv e("MOEKIT_EXPERT_MLP_WARM_ACT", "1");
-      warm = run_checked(d, c, run.m, what + " warm pass first");
-    }
-    const std::int64_t differ = values_differing(cold, warm);
-    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ with the activation's warm pass";
+    const std::int64_t differ = values_differing_under(d, c, run.m, "MOEKIT_EXPERT_MLP_WARM_ACT", "0", "1", what);
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ with the warm warp";
   }
 }
 
