@@ -111,6 +111,28 @@ TEST(CpuExpertMlpLayout, PerChannelScalesFollowTheSlotTable) {
             em::kSmemLimit);
 }
 
+TEST(CpuExpertMlpLayout, WarmWarpZerosAfterEverythingAndFit) {
+  // The one-CTA form's warm warp reads kWarmFloats zeros of its own (SmemLayout::warm): after the
+  // raw biases, 4-byte aligned, only where asked for (the cluster forms and fp8_per_channel take
+  // none), and the one-CTA form's largest layout fits with them, with and without biases.
+  const int hc = em::slice_shape(96, false).h_chunks;
+  const em::SmemLayout plain = em::smem_layout(em::kMaxExperts, em::kMaxSlots, hc);
+  const em::SmemLayout warm = em::smem_layout(em::kMaxExperts, em::kMaxSlots, hc, 0, false, 0, false, true);
+  EXPECT_EQ(warm.warm, plain.warm);
+  EXPECT_EQ(warm.warm, warm.bias_raw);  // no biases: right after the (empty) raw biases
+  EXPECT_EQ(warm.warm % 4, 0);
+  EXPECT_EQ(warm.bytes, plain.bytes + em::kWarmFloats * 4);
+  EXPECT_LE(warm.bytes, em::kSmemLimit);
+  const int floats = em::bias_floats(768, 1);  // the one-CTA form's largest K with biases (3 tiles)
+  EXPECT_LE(floats, em::kMaxBiasFloats);
+  const em::SmemLayout biased = em::smem_layout(em::kMaxExperts, em::kMaxSlots, hc, 0, false, floats, false, true);
+  EXPECT_EQ(biased.warm, biased.bias_raw + floats * 4);
+  EXPECT_LE(biased.bytes, em::kSmemLimit);
+  EXPECT_LE(em::smem_layout(em::kMaxExperts, em::kMaxSlots, em::slice_shape(96, true).h_chunks, 0, false, 0, false, true)
+                .bytes,
+            em::kSmemLimit);
+}
+
 TEST(CpuExpertMlpLayout, BiasesFollowTheScalesAndGptOssFits) {
   // The biases (gpt-oss): b13 of the slice (2 kN) and b2 of the rank's output tiles as fp32, then
   // the same count of raw words (their cp.async target), 4-byte aligned after the scales, inside

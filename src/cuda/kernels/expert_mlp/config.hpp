@@ -106,7 +106,9 @@ struct SmemLayout {
   int bytes;       // total, with 1024 bytes of alignment slack
   int h2;          // w2 row pairs only: h shifted by kPairShift columns, the odd rows' A (same layout),
                    // right after h (last here so the other kernels' parameter offsets stay as they were)
-  int warm;        // float [kWarmFloats]: the warm warp's zeros (consume's `warm`)
+  int warm;        // float [kWarmFloats] where `warm` (the one-CTA form's per-tensor kernels): the warm
+                   // warp's zeros (consume's `warm`); none elsewhere (the cluster forms run no warm warp
+                   // and gpt-oss fp8's row pairs fill shared memory to within 2 KB at its largest calls)
 };
 
 // fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded
@@ -138,8 +140,10 @@ constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_ro
 // row_absmax: fp8_per_channel on a cluster (red_cluster a row's absmax a rank).
 // bias_floats: the biases staged a unit (bias_floats()); 0 without biases.
 // pairs: w2 as row pairs (SliceShape::pairs): h2 beside h, h_chunks more chunks.
+// warm: the warm warp's kWarmFloats (SmemLayout::warm).
 constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0,
-                                 bool row_absmax = false, int bias_floats = 0, bool pairs = false) {
+                                 bool row_absmax = false, int bias_floats = 0, bool pairs = false,
+                                 bool warm = false) {
   SmemLayout l{};
   l.ring = 0;
   l.h = kStages * kStageBytes;
@@ -160,7 +164,7 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.bias = l.scales + scale_floats * 4;
   l.bias_raw = l.bias + bias_floats * 4;
   l.warm = l.bias_raw + bias_floats * 4;
-  l.bytes = l.warm + kWarmFloats * 4 + 1024;
+  l.bytes = l.warm + (warm ? kWarmFloats * 4 : 0) + 1024;
   return l;
 }
 

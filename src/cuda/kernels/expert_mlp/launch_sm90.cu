@@ -42,8 +42,10 @@ expert_mlp::SmemLayout smem_of(const MoeProblem& p) {
   const bool channel = p.scheme == Scheme::kFp8PerChannel;
   const SliceShape sh = slice_shape(static_cast<int>(p.intermediate_size), fp8_scheme(p.scheme));
   const int scale_floats = channel ? channel_scale_floats(static_cast<int>(p.hidden_size)) : 0;
+  // The warm warp's zeros where it runs: the one-CTA form's per-tensor and 16-bit kernels (whether
+  // or not MOEKIT_EXPERT_MLP_WARM_ACT turns it off, so the shapes a call takes do not depend on it).
   return smem_layout(static_cast<int>(p.num_experts), static_cast<int>(p.num_tokens * p.top_k), sh.h_chunks,
-                     scale_floats, channel && sh.slices > 1, bias_floats_of(p), sh.pairs);
+                     scale_floats, channel && sh.slices > 1, bias_floats_of(p), sh.pairs, sh.slices == 1 && !channel);
 }
 
 }  // namespace
