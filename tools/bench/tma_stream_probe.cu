@@ -21,19 +21,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "cuda/common/check.cuh"  // MOEKIT_CUDA_CHECK: a failed call throws moekit::Error naming it
 #include "cuda/common/tma.cuh"  // sm90: the PTX layer (mbarriers, TMA, bulk copies) and the map encoder
-
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 constexpr int kStages = 5;
 constexpr int kStageBytes = 192 * 128;  // 24 KB
@@ -106,19 +97,19 @@ __global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensor
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  MOEKIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int max_ctas = sms;
   const std::int64_t bytes = kCtaBytes * max_ctas;
   std::uint8_t* w = nullptr;
-  CHECK(cudaMalloc(&w, bytes));
-  CHECK(cudaMemset(w, 1, bytes));
+  MOEKIT_CUDA_CHECK(cudaMalloc(&w, bytes));
+  MOEKIT_CUDA_CHECK(cudaMemset(w, 1, bytes));
   std::uint8_t* flush = nullptr;
   const std::size_t flush_bytes = 256u << 20;
-  CHECK(cudaMalloc(&flush, flush_bytes));
+  MOEKIT_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   Rec* rec = nullptr;
-  CHECK(cudaMalloc(&rec, sizeof(Rec) * max_ctas));
+  MOEKIT_CUDA_CHECK(cudaMalloc(&rec, sizeof(Rec) * max_ctas));
 
   const sm90::EncodeTiledFn encode = sm90::encode_tiled_fn();
   if (encode == nullptr) {
@@ -132,8 +123,8 @@ int main() {
   const cuuint32_t elem[3] = {1, 1, 1};
 
   const int smem = kStages * kStageBytes + 1024;
-  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::printf("%s, %d SMs; a CTA streams %.1f MB (%d stages of %d KB, ring of %d)\n", prop.name, sms, kCtaBytes / 1e6,
               kStagesPerCta, kStageBytes / 1024, kStages);
   std::printf("| mode | cluster | CTAs | a CTA GB/s median | min | max | the call TB/s | CTAs sharing a TPC | (first SM ids)\n");
@@ -156,8 +147,8 @@ int main() {
         int best_shared = 0;
         std::vector<unsigned> best_sms;
         for (int rep = 0; rep < 3; ++rep) {
-          CHECK(cudaMemset(flush, rep, flush_bytes));
-          CHECK(cudaMemset(rec, 0, sizeof(Rec) * max_ctas));
+          MOEKIT_CUDA_CHECK(cudaMemset(flush, rep, flush_bytes));
+          MOEKIT_CUDA_CHECK(cudaMemset(rec, 0, sizeof(Rec) * max_ctas));
           cudaLaunchConfig_t cfg{};
           cudaLaunchAttribute at[1];
           cfg.gridDim = dim3(n);
@@ -169,10 +160,10 @@ int main() {
           at[0].val.clusterDim.z = 1;
           cfg.attrs = at;
           cfg.numAttrs = 1;
-          CHECK(cudaLaunchKernelEx(&cfg, stream, map, static_cast<const std::uint8_t*>(w), mode, rec));
-          CHECK(cudaDeviceSynchronize());
+          MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, stream, map, static_cast<const std::uint8_t*>(w), mode, rec));
+          MOEKIT_CUDA_CHECK(cudaDeviceSynchronize());
           std::vector<Rec> h(n);
-          CHECK(cudaMemcpy(h.data(), rec, sizeof(Rec) * n, cudaMemcpyDeviceToHost));
+          MOEKIT_CUDA_CHECK(cudaMemcpy(h.data(), rec, sizeof(Rec) * n, cudaMemcpyDeviceToHost));
           std::vector<double> rates;
           unsigned long long a = ~0ull, b = 0;
           std::vector<int> tpc(1024, 0);
