@@ -68,6 +68,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kExpertMlpAheadNext, "MOEKIT_EXPERT_MLP_AHEAD_NEXT"},
       {EnvVar::kExpertMlpTwoBoxes, "MOEKIT_EXPERT_MLP_TWO_BOXES"},
       {EnvVar::kExpertMlpWarmAct, "MOEKIT_EXPERT_MLP_WARM_ACT"},
+      {EnvVar::kExpertMlpG2Swap, "MOEKIT_EXPERT_MLP_G2_SWAP"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -331,6 +332,64 @@ TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
     const std::string what = std::string(run.what) + " M = " + std::to_string(run.m);
     const std::int64_t differ = values_differing_under(d, c, run.m, "MOEKIT_EXPERT_MLP_WARM_ACT", "0", "1", what);
     EXPECT_EQ(differ, 0) << what << ": " << differ << " values differ with the warm warp";
+  }
+}
+
+TEST(Sm90ExpertMlp, G2SwapMatchesReference) {
+  // MOEKIT_EXPERT_MLP_G2_SWAP=1: the one-CTA form's GEMM2 as Swap-AB (gemm2_swap_tile: N = 8, 16,
+  // 32 or 64 token columns by the unit's rows) against the CPU reference at every unit size across
+  // those widths (all to one: a unit of M rows; M = 203: three full units and one of 11), bf16,
+  // fp16, fp8_per_tensor with the dynamic and the static intermediate scale and with fp16 y, biases
+  // (b2 in the epilogue), the router weight on the input, N = 40, a last output tile of 192
+  // columns (K = 704), and without the warm warp. The m64n256
+  // form's bits are not asserted (the tensor cores' sums run in another shape); the count of
+  // differing values is printed.
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    Scheme scheme;
+    void (*tweak)(CaseSpec&);
+  };
+  const Run runs[] = {
+      {"bf16", Scheme::kBf16, [](CaseSpec&) {}},
+      {"fp16, weight on the input", Scheme::kBf16,
+       [](CaseSpec& s) { s.act_dtype = DType::kFp16; s.weight_on_input = true; }},
+      {"bf16 swiglu_oai with biases", Scheme::kBf16,
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},
+      {"bf16 N = 40", Scheme::kBf16, [](CaseSpec& s) { s.N = 40; }},
+      {"bf16 K = 704 with biases (the last tile 192 columns)", Scheme::kBf16, [](CaseSpec& s) { s.bias = true; s.K = 704; }},
+      {"fp8 dynamic", Scheme::kFp8PerTensor, [](CaseSpec&) {}},
+      {"fp8, fp16 activations (fp16 y)", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.act_dtype = DType::kFp16; }},
+      {"fp8 static", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.static_scales = true; }},
+      {"fp8 gelu with biases", Scheme::kFp8PerTensor,
+       [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.bias = true; s.K = 768; }},
+  };
+  ScopedEnv swap("MOEKIT_EXPERT_MLP_G2_SWAP", "1");
+  for (const Run& run : runs) {
+    CaseSpec s = qwen30_tp8(203, 211);
+    s.scheme = run.scheme;
+    s.pattern = RoutingPattern::kAllToOne;
+    run.tweak(s);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 8, 9, 16, 17, 32, 33, 64, 203}) {
+      const std::string what = std::string(run.what) + " all to one, M = " + std::to_string(M);
+      const std::int64_t differ = values_differing_under(d, c, M, "MOEKIT_EXPERT_MLP_G2_SWAP", "0", "1", what);
+      std::printf("[ g2 swap ] %s: %lld values differ from the m64n256 form's\n", what.c_str(),
+                  static_cast<long long>(differ));
+    }
+  }
+  // Routed from logits (units of a few rows, many experts), and without the warm warp.
+  for (const char* warm : {"1", "0"}) {
+    ScopedEnv w("MOEKIT_EXPERT_MLP_WARM_ACT", warm);
+    for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
+      CaseSpec s = qwen30_tp8(64, 223);
+      s.scheme = scheme;
+      MoeCase c = make_case(s);
+      DeviceCase d(c);
+      for (std::int64_t M : {1, 4, 16, 64})
+        run_checked(d, c, M, std::string(scheme_name(scheme)) + " swap, warm warp " + warm + ", M = " + std::to_string(M));
+    }
   }
 }
 

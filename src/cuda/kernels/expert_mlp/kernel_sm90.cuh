@@ -57,6 +57,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/cp_async.cuh"
@@ -753,6 +754,106 @@ struct ExpertMlp {
     for (int kk = 0; kk < kSteps; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh + 2 * kk, db + 2 * kk, 1);
   }
 
+  // A value as one 16-bit element: fp16 when kHalf, else bf16 (pack2's rounding).
+  template <bool kHalf>
+  static __device__ __forceinline__ std::uint16_t to16(float v) {
+    if constexpr (kHalf) return __half_as_ushort(__float2half_rn(v));
+    else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+
+  // The one-CTA form's GEMM2 of output tile o as Swap-AB (p.g2_swap, MOEKIT_EXPERT_MLP_G2_SWAP; not
+  // kChannel): y^T = the tile's 256 w2 rows (A: four m64 blocks of the stage's 256-row box, K-major)
+  // x h^T (B: the unit's first NT token rows of h, K-major), so the tensor cores take NT = 8..64
+  // token columns where the m64n256 form takes 64 rows of which a decode unit fills 1-8 (3.7 µs
+  // of MMAs a unit at qwen3-30b TP8 bf16 M = 8, docs/perf.md "Session 76"). Block b's accumulators
+  // d[4 jj + 2 hh + c] hold output column o 256 + 64 b + 16 warp + lane / 4 + 8 hh of token row
+  // 8 jj + 2 (lane % 4) + c (Wgmma's layout). The epilogue stores one 16-bit element a value:
+  // y = acc x (w x fs) without b2 (store_y's order), (acc x fs + b2) x w with it (store_y_ext's);
+  // w the row's router weight (1 where it went on the input), fs h's scale x w2's. Rows past
+  // `count` and columns past K are not stored; the warm warp (warm) reads no slot and stores
+  // nothing (no column in bounds) and neither waits nor runs an MMA. cyc (timed kernels): the
+  // waits, the MMAs, the stores, in cycles.
+  template <int NT, bool kHalf>
+  static __device__ __forceinline__ void gemm2_swap_tile(const KernelParams& p, const Smem& s, int& stage,
+                                                         std::uint32_t& phase, int o, int count, const int* us,
+                                                         const float* uw, float fs, bool warm, int warp, int lane,
+                                                         bool timed, long long (&cyc)[3]) {
+    static_assert(!kCluster && !kChannel, "Swap-AB GEMM2: the one-CTA form, per-tensor scales");
+    const long long t0 = timed ? clock64() : 0;
+    float acc[4][32];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < NT / 2; ++i) acc[b][i] = 0.0f;
+    }
+    long long t1 = t0, t2 = t0;
+    if (!warm) {
+      const int s0 = stage;
+      sm90::mbar_wait(s.full + 8 * stage, phase);
+      next_stage(stage, phase);
+      int s1 = s0;
+      if constexpr (kChunks2 > 1) {
+        s1 = stage;
+        sm90::mbar_wait(s.full + 8 * stage, phase);
+        next_stage(stage, phase);
+      }
+      if (timed) t1 = clock64();
+#pragma unroll
+      for (int b = 0; b < 4; ++b) sm90::fence_regs<NT / 2>(acc[b]);
+      sm90::wgmma_fence();
+      const std::uint64_t dh0 = sm90::make_smem_desc_sw128(s.h);
+      const std::uint64_t dh1 = sm90::make_smem_desc_sw128(s.h + kHChunkBytes);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const std::uint64_t da0 = sm90::make_smem_desc_sw128(s.ring + s0 * kStageBytes + b * 64 * kKBytes);
+        const std::uint64_t da1 = sm90::make_smem_desc_sw128(s.ring + s1 * kStageBytes + b * 64 * kKBytes);
+#pragma unroll
+        for (int kk = 0; kk < kSteps2First; ++kk) sm90::Wgmma<Tag, NT>::mma(acc[b], da0 + 2 * kk, dh0 + 2 * kk, 1);
+#pragma unroll
+        for (int kk = 0; kk < kSteps2 - kSteps2First; ++kk)
+          sm90::Wgmma<Tag, NT>::mma(acc[b], da1 + 2 * kk, dh1 + 2 * kk, 1);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < 4; ++b) sm90::fence_regs<NT / 2>(acc[b]);
+      release(s, s0, lane);
+      if constexpr (kChunks2 > 1) release(s, s1, lane);
+      if (timed) t2 = clock64();
+    }
+    const int lim = warm ? 0 : p.hidden_size - o * kOutTile;  // columns of the tile below K
+    const int c0 = 16 * warp + (lane >> 2);                       // + 64 b + 8 hh
+    const float* b2s = p.b2 != nullptr ? (warm ? s.warm : s.bias + 2 * kN + o * kOutTile) : nullptr;
+    std::uint16_t* const y = static_cast<std::uint16_t*>(p.y);
+#pragma unroll
+    for (int jj = 0; jj < NT / 8; ++jj) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int n = 8 * jj + 2 * (lane & 3) + c;
+        const bool live = warm || n < count;
+        const int slot = live && !warm ? us[n] : 0;
+        const float w = live && !warm && !p.weight_on_input ? uw[n] : 1.0f;
+        const float f = w * fs;
+        std::uint16_t* const row = y + static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int col = 64 * b + c0 + 8 * hh;
+            const float a = acc[b][4 * jj + 2 * hh + c];
+            const float v = b2s != nullptr ? (a * fs + b2s[col]) * w : a * f;
+            if (live && col < lim) row[col] = to16<kHalf>(v);
+          }
+        }
+      }
+    }
+    if (timed) {
+      cyc[0] += t1 - t0;
+      cyc[1] += t2 - t1;
+      cyc[2] += clock64() - (warm ? t0 : t2);
+    }
+  }
+
   // ---- consumer warpgroup ----
   // warm: the warm warp (the kernel's last, kWarmThreads), which runs this same code for the CTA's
   // first unit as consumer warp 0 would, minus everything with an effect: no slot list, no GEMM1,
@@ -1020,7 +1121,40 @@ struct ExpertMlp {
       // store_y_ext's factors (b2): the scales, and the router weight apart.
       const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
       const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
+      // Swap-AB's token columns for this unit (p.g2_swap; gemm2_swap_tile).
+      const int g2_nt = un.count <= 8 ? 8 : un.count <= 16 ? 16 : un.count <= 32 ? 32 : 64;
       for (int o = sl.r(); o < o_end; o += S) {
+        if constexpr (!kCluster && !kChannel) {
+          if (p.g2_swap != 0) {
+            long long cyc[3] = {0, 0, 0};
+            const float g2_fs = s_row[0] * s2;  // h's scale x w2's (per tensor)
+            const bool timed = rec != nullptr;
+            // y's 16-bit type: the activations' (bf16 / fp16), or fp8's y_f16.
+            const auto run = [&](auto nt) {
+              constexpr int kNt = decltype(nt)::value;
+              if constexpr (kFp8) {
+                if (p.y_f16 != 0)
+                  gemm2_swap_tile<kNt, true>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+                else
+                  gemm2_swap_tile<kNt, false>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+              } else {
+                gemm2_swap_tile<kNt, kF16>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+              }
+            };
+            switch (g2_nt) {
+              case 8: run(std::integral_constant<int, 8>{}); break;
+              case 16: run(std::integral_constant<int, 16>{}); break;
+              case 32: run(std::integral_constant<int, 32>{}); break;
+              default: run(std::integral_constant<int, 64>{});
+            }
+            if (timed) {
+              g2[0] += static_cast<std::uint64_t>(cyc[0]);
+              g2[1] += static_cast<std::uint64_t>(cyc[1]);
+              g2[2] += static_cast<std::uint64_t>(cyc[2]);
+            }
+            continue;
+          }
+        }
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;

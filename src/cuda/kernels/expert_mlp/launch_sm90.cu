@@ -129,6 +129,13 @@ bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes,
 // on; anything else an error.
 bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, true); }
 
+// MOEKIT_EXPERT_MLP_G2_SWAP=1: the one-CTA form's GEMM2 as Swap-AB (gemm2_swap_tile: the tile's w2
+// rows as A, the unit's first 8 / 16 / 32 / 64 token rows of h as B) in place of m64n256 over 64
+// rows of which a decode unit fills 1-8; bf16, fp16 and fp8_per_tensor (fp8_per_channel keeps the
+// m64n256 form). Unset or 0: not (the default until measured; prepared in session 76, not yet
+// run on a GPU); anything else an error.
+bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, false); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -166,6 +173,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)ahead_next();
   (void)two_boxes();
   (void)warm_act();
+  (void)g2_swap();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -255,6 +263,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.lean_gather = lean_gather() ? 1 : 0;
   kp.ahead_next = ahead_next() ? 1 : 0;
   kp.warm_act = warm_act() ? 1 : 0;
+  kp.g2_swap = g2_swap() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
