@@ -119,6 +119,11 @@ struct ExpertMlp {
   static constexpr int kSteps2 = kN * kElemBytes / 32;
   static constexpr int kChunks2 = (kN * kElemBytes + kKBytes - 1) / kKBytes;
   static constexpr int kSteps2First = kSteps2 < 4 ? kSteps2 : 4;
+  // The one-CTA form runs GEMM2 as Swap-AB (gemm2_swap_tile, p.g2_swap) for units of at most this
+  // many rows: A/B at qwen3-30b-a3b TP8 M = 1..256 on an H100 (docs/perf.md "Session 77"): e4m3
+  // won at units of 1-16 rows (1.03-1.09x at M <= 128) and lost with units up to 32 (0.91x at
+  // M = 256); 16-bit won at 8 (1.02-1.05x at M <= 8) and lost 2-5 % where units reach 16-32.
+  static constexpr int kG2SwapRows = kFp8 ? 16 : 8;
   // GEMM2's K stages a 256-column output tile, and the CTAs a unit runs on (S): compile-time
   // constants in the one-CTA form.
   static __device__ __forceinline__ int g2_chunks(const KernelParams& p) { return kCluster ? p.g2_chunks : kChunks2; }
@@ -763,9 +768,11 @@ struct ExpertMlp {
 
   // The one-CTA form's GEMM2 of output tile o as Swap-AB (p.g2_swap, MOEKIT_EXPERT_MLP_G2_SWAP; not
   // kChannel): y^T = the tile's 256 w2 rows (A: four m64 blocks of the stage's 256-row box, K-major)
-  // x h^T (B: the unit's first NT token rows of h, K-major), so the tensor cores take NT = 8..64
-  // token columns where the m64n256 form takes 64 rows of which a decode unit fills 1-8 (3.7 µs
-  // of MMAs a unit at qwen3-30b TP8 bf16 M = 8, docs/perf.md "Session 76"). Block b's accumulators
+  // x h^T (B: the unit's first NT token rows of h, K-major), so the tensor cores take NT = 8 or 16
+  // token columns (units of up to kG2SwapRows rows) where the m64n256 form takes 64 rows of which
+  // a decode unit fills 1-8 (3.7 µs
+  // of MMAs a unit at qwen3-30b TP8 bf16 M = 8, docs/perf.md "Session 76"); the same bits as that
+  // form (G2SwapGivesTheSameBits: the tensor cores' sums agree). Block b's accumulators
   // d[4 jj + 2 hh + c] hold output column o 256 + 64 b + 16 warp + lane / 4 + 8 hh of token row
   // 8 jj + 2 (lane % 4) + c (Wgmma's layout). The epilogue stores one 16-bit element a value:
   // y = acc x (w x fs) without b2 (store_y's order), (acc x fs + b2) x w with it (store_y_ext's);
@@ -780,7 +787,7 @@ struct ExpertMlp {
                                                          bool timed, long long (&cyc)[3]) {
     static_assert(!kCluster && !kChannel, "Swap-AB GEMM2: the one-CTA form, per-tensor scales");
     const long long t0 = timed ? clock64() : 0;
-    float acc[4][32];
+    float acc[4][32];  // Wgmma takes 32 registers a block; the first NT / 2 hold the tile
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
@@ -1121,11 +1128,13 @@ struct ExpertMlp {
       // store_y_ext's factors (b2): the scales, and the router weight apart.
       const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
       const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
-      // Swap-AB's token columns for this unit (p.g2_swap; gemm2_swap_tile).
-      const int g2_nt = un.count <= 8 ? 8 : un.count <= 16 ? 16 : un.count <= 32 ? 32 : 64;
+      // Swap-AB's token columns for this unit (p.g2_swap; gemm2_swap_tile), where the unit has at
+      // most kG2SwapRows rows; larger units keep the m64n256 form.
+      const bool g2_swap_unit = p.g2_swap != 0 && un.count <= kG2SwapRows;
+      const int g2_nt = un.count <= 8 ? 8 : 16;
       for (int o = sl.r(); o < o_end; o += S) {
         if constexpr (!kCluster && !kChannel) {
-          if (p.g2_swap != 0) {
+          if (g2_swap_unit) {
             long long cyc[3] = {0, 0, 0};
             const float g2_fs = s_row[0] * s2;  // h's scale x w2's (per tensor)
             const bool timed = rec != nullptr;
@@ -1141,11 +1150,9 @@ struct ExpertMlp {
                 gemm2_swap_tile<kNt, kF16>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
               }
             };
-            switch (g2_nt) {
-              case 8: run(std::integral_constant<int, 8>{}); break;
-              case 16: run(std::integral_constant<int, 16>{}); break;
-              case 32: run(std::integral_constant<int, 32>{}); break;
-              default: run(std::integral_constant<int, 64>{});
+            if (g2_nt == 8) run(std::integral_constant<int, 8>{});
+            if constexpr (kG2SwapRows > 8) {
+              if (g2_nt == 16) run(std::integral_constant<int, 16>{});
             }
             if (timed) {
               g2[0] += static_cast<std::uint64_t>(cyc[0]);

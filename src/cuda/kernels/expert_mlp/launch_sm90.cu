@@ -129,12 +129,13 @@ bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes,
 // on; anything else an error.
 bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, true); }
 
-// MOEKIT_EXPERT_MLP_G2_SWAP=1: the one-CTA form's GEMM2 as Swap-AB (gemm2_swap_tile: the tile's w2
-// rows as A, the unit's first 8 / 16 / 32 / 64 token rows of h as B) in place of m64n256 over 64
-// rows of which a decode unit fills 1-8; bf16, fp16 and fp8_per_tensor (fp8_per_channel keeps the
-// m64n256 form). Unset or 0: not (the default until measured; prepared in session 76, not yet
-// run on a GPU); anything else an error.
-bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, false); }
+// The one-CTA form's GEMM2 as Swap-AB (gemm2_swap_tile: the tile's w2 rows as A, the unit's first
+// 8 / 16 token rows of h as B) in place of m64n256 over 64 rows of which a decode unit fills 1-8,
+// for units of up to kG2SwapRows rows (16-bit 8, e4m3 16); bf16, fp16 and fp8_per_tensor
+// (fp8_per_channel keeps the m64n256 form). The same bits either way. Unset or 1: on (A/B at
+// qwen3-30b-a3b TP8 on an H100, docs/perf.md "Session 77"); MOEKIT_EXPERT_MLP_G2_SWAP=0: off;
+// anything else an error.
+bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, true); }
 
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
