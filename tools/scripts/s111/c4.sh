@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s111 c4: the short form of c3 for a small device budget, as long as LIMIT allows (seconds,
+# s111 c4: the landing call of GEMM2 as Swap-AB (on by default) for a small device budget, as long as LIMIT allows (seconds,
 # default 300): the expert_mlp tests, the A/B off (0) against the default (expert_mlp forced at
 # qwen3-30b TP8, both schemes, check on), racecheck and memcheck, then the TP8 grid if time is left.
 # carry [".deps"].
