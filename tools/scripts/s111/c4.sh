@@ -17,7 +17,7 @@ run_tests 'Sm90ExpertMlp.*-Sm90ExpertMlp.PhaseBreakdown' 80
 if [ "$(left)" -gt 90 ]; then
   case "$(cat "$O/gpu.txt")" in
     *H200*) PREV=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json ;;
-    *) PREV=bench/results/2026-12-07-3e96004-h100-s111-grid-tp8.json ;;
+    *) PREV=bench/results/2026-12-07-3a219ec-h100-s108-grid-tp8.json ;;
   esac
   grid_tp8 "$PREV"
 fi
