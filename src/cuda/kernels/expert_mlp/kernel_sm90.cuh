@@ -60,6 +60,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/faults.cuh"
 #include "cuda/common/pdl.cuh"
@@ -759,13 +760,6 @@ struct ExpertMlp {
     for (int kk = 0; kk < kSteps; ++kk) sm90::Wgmma<Tag, 256>::mma(acc, dh + 2 * kk, db + 2 * kk, 1);
   }
 
-  // A value as one 16-bit element: fp16 when kHalf, else bf16 (pack2's rounding).
-  template <bool kHalf>
-  static __device__ __forceinline__ std::uint16_t to16(float v) {
-    if constexpr (kHalf) return __half_as_ushort(__float2half_rn(v));
-    else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-
   // The one-CTA form's GEMM2 of output tile o as Swap-AB (p.g2_swap, MOEKIT_EXPERT_MLP_G2_SWAP; not
   // kChannel): y^T = the tile's 256 w2 rows (A: four m64 blocks of the stage's 256-row box, K-major)
   // x h^T (B: the unit's first NT token rows of h, K-major), so the tensor cores take NT = 8 or 16
@@ -831,7 +825,8 @@ struct ExpertMlp {
     const int lim = warm ? 0 : p.hidden_size - o * kOutTile;  // columns of the tile below K
     const int c0 = 16 * warp + (lane >> 2);                       // + 64 b + 8 hh
     const float* b2s = p.b2 != nullptr ? (warm ? s.warm : s.bias + 2 * kN + o * kOutTile) : nullptr;
-    std::uint16_t* const y = static_cast<std::uint16_t*>(p.y);
+    using Y = std::conditional_t<kHalf, __half, __nv_bfloat16>;  // y's 16-bit type
+    Y* const y = static_cast<Y*>(p.y);
 #pragma unroll
     for (int jj = 0; jj < NT / 8; ++jj) {
 #pragma unroll
@@ -841,7 +836,7 @@ struct ExpertMlp {
         const int slot = live && !warm ? us[n] : 0;
         const float w = live && !warm && !p.weight_on_input ? uw[n] : 1.0f;
         const float f = w * fs;
-        std::uint16_t* const row = y + static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile;
+        Y* const row = y + static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile;
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
 #pragma unroll
@@ -849,7 +844,7 @@ struct ExpertMlp {
             const int col = 64 * b + c0 + 8 * hh;
             const float a = acc[b][4 * jj + 2 * hh + c];
             const float v = b2s != nullptr ? (a * fs + b2s[col]) * w : a * f;
-            if (live && col < lim) row[col] = to16<kHalf>(v);
+            if (live && col < lim) row[col] = from_float<Y>(v);
           }
         }
       }
