@@ -84,8 +84,9 @@ struct KernelParams {
   // so the consumers find the activation's and the epilogue's code in the instruction cache
   // (consume's `warm`; MOEKIT_EXPERT_MLP_WARM_ACT).
   int warm_act;
-  // The one-CTA form's GEMM2 as Swap-AB (w2's rows as A, the unit's token rows of h as B: N = 8..64
-  // token columns; bf16, fp16 and fp8_per_tensor, not fp8_per_channel; MOEKIT_EXPERT_MLP_G2_SWAP).
+  // The one-CTA form's GEMM2 as Swap-AB for units of up to kG2SwapRows rows (w2's rows as A, the
+  // unit's 8 or 16 token rows of h as B; bf16, fp16 and fp8_per_tensor, not fp8_per_channel; on by
+  // default, MOEKIT_EXPERT_MLP_G2_SWAP=0 off).
   int g2_swap;
 };
 
