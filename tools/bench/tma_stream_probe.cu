@@ -6,7 +6,11 @@
 // ring of 5 stages of 24 KB, a stage being, by mode:
 //   0: six 32-row x 128-byte boxes (expert_mlp's w13 stage), 1: three 64-row boxes,
 //   2: one 192-row box, 3: one contiguous 24 KB bulk copy (no tensor map).
-// The consumer warp only waits for a stage and frees it: no math, so the rate is the copy path's.
+// The consumer only waits for a stage and frees it (math 0: one warp; the rate is the copy
+// path's), or, as expert_mlp's one-CTA GEMM1 does, a warpgroup runs bf16 wgmma over each stage
+// before freeing it (math 1: the kernel's form, m64n128 + m64n64 a k16 step with a 64-row token
+// tile as A; math 2: Swap-AB, the stage's three 64-row blocks as A and 8 token rows as B, m64n8):
+// whether the tensor work a stage costs the stream rate a CTA (modes 1 and 3 only).
 // Reported per configuration (mode, cluster size, CTAs): each CTA's GB/s from its first issue to
 // its last stage landed (median, min, max), the call's TB/s, how many CTAs share a TPC (SM id / 2)
 // with another streaming CTA, and the first 8 CTAs' SM ids. L2 is flushed before each run by a
@@ -25,6 +29,7 @@
 
 #include "cuda/common/check.cuh"  // MOEKIT_CUDA_CHECK: a failed call throws moekit::Error naming it
 #include "cuda/common/tma.cuh"  // sm90: the PTX layer (mbarriers, TMA, bulk copies) and the map encoder
+#include "cuda/common/wgmma.cuh"  // sm90::Wgmma, descriptors, fences
 
 constexpr int kStages = 5;
 constexpr int kStageBytes = 192 * 128;  // 24 KB
@@ -42,25 +47,66 @@ struct Rec {
 
 namespace sm90 = moekit::cuda::sm90;
 
-// Lane 0 of warp 0 issues the stages (w as a 3D map [1 plane][rows][K] for the boxes), warp 1
-// waits for each and frees it.
-__global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensorMap map, const std::uint8_t* flat,
-                                                int mode, Rec* out) {
+// The consumer warpgroup of math 1 / 2 (see the top): wait for each stage, run its wgmmas (one
+// group a stage, the previous stage freed once its group is done, as expert_mlp's GEMM1), free it.
+template <int kMath>
+__device__ void consume_math(std::uint8_t* ring, std::uint32_t tok, unsigned long long* full,
+                             unsigned long long* empty) {
+  using Tag = sm90::Bf16Tag;
+  const int lane = threadIdx.x % 32;
+  float a1[kMath == 1 ? 64 : 32] = {}, a2[32] = {}, a3[32] = {};  // Wgmma<Tag, 8> takes 32 registers (uses 4)
+  int prev = 0;
+  for (int i = 0; i < kStagesPerCta; ++i) {
+    const int st = i % kStages;
+    sm90::mbar_wait(sm90::smem_addr(&full[st]), (i / kStages) & 1);
+    sm90::wgmma_fence();
+    const std::uint32_t s = sm90::smem_addr(ring + st * kStageBytes);
+    const std::uint64_t dt = sm90::make_smem_desc_sw128(tok);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kMath == 1) {
+        sm90::Wgmma<Tag, 128>::mma(a1, dt + 2 * kk, sm90::make_smem_desc_sw128(s) + 2 * kk, 1);
+        sm90::Wgmma<Tag, 64>::mma(a2, dt + 2 * kk, sm90::make_smem_desc_sw128(s + 128 * 128) + 2 * kk, 1);
+      } else {
+        sm90::Wgmma<Tag, 8>::mma(a1, sm90::make_smem_desc_sw128(s) + 2 * kk, dt + 2 * kk, 1);
+        sm90::Wgmma<Tag, 8>::mma(a2, sm90::make_smem_desc_sw128(s + 64 * 128) + 2 * kk, dt + 2 * kk, 1);
+        sm90::Wgmma<Tag, 8>::mma(a3, sm90::make_smem_desc_sw128(s + 128 * 128) + 2 * kk, dt + 2 * kk, 1);
+      }
+    }
+    sm90::wgmma_commit();
+    if (i > 0) {
+      sm90::wgmma_wait<1>();
+      if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(&empty[prev]));
+    }
+    prev = st;
+  }
+  sm90::wgmma_wait<0>();
+  if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(&empty[prev]));
+}
+
+// Lane 0 of warp 0 (math 1 / 2: warp 4) issues the stages (w as a 3D map [1 plane][rows][K] for
+// the boxes); warp 1 (math 1 / 2: warps 0-3) waits for each and frees it.
+__global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtensorMap map, const std::uint8_t* flat,
+                                                 int mode, int math, Rec* out) {
   extern __shared__ std::uint8_t raw[];
   std::uint8_t* ring = raw + ((1024u - (sm90::smem_addr(raw) & 1023u)) & 1023u);
+  std::uint8_t* tok = ring + kStages * kStageBytes;  // math 1 / 2: 64 token rows of 128 bytes (zeros)
   __shared__ alignas(8) unsigned long long full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int producer = math != 0 ? 4 : 0;
+  if (math != 0)
+    for (int i = threadIdx.x; i < 64 * 128 / 4; i += blockDim.x) reinterpret_cast<std::uint32_t*>(tok)[i] = 0u;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       sm90::mbar_init(sm90::smem_addr(&full[s]), 1);
-      sm90::mbar_init(sm90::smem_addr(&empty[s]), 1);
+      sm90::mbar_init(sm90::smem_addr(&empty[s]), math != 0 ? 4 : 1);
     }
     sm90::fence_mbarrier_init_cluster();
-    sm90::fence_proxy_async_shared_cta();
   }
+  sm90::fence_proxy_async_shared_cta();  // the token tile's zeros before wgmma reads them
   __syncthreads();
   const int cta = blockIdx.x;
-  if (warp == 0 && lane == 0) {
+  if (warp == producer && lane == 0) {
     const unsigned long long t0 = sm90::globaltimer_ns();
     const int row_base = cta * kRowsPerExpert * kExpertsPerCta;
     for (int i = 0; i < kStagesPerCta; ++i) {
@@ -81,13 +127,19 @@ __global__ void __launch_bounds__(64, 1) stream(const __grid_constant__ CUtensor
     }
     out[cta].t0 = t0;
   }
-  if (warp == 1) {
+  if (math != 0 && warp < 4) {
+    if (math == 1) consume_math<1>(ring, sm90::smem_addr(tok), full, empty);
+    else consume_math<2>(ring, sm90::smem_addr(tok), full, empty);
+  }
+  if (math == 0 && warp == 1) {
     for (int i = 0; i < kStagesPerCta; ++i) {
       const int st = i % kStages;
       sm90::mbar_wait(sm90::smem_addr(&full[st]), (i / kStages) & 1);
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(sm90::smem_addr(&empty[st]));
     }
+  }
+  if (warp == (math != 0 ? 0 : 1)) {
     if (lane == 0) {
       out[cta].t1 = sm90::globaltimer_ns();
       out[cta].smid = sm90::smid();
@@ -122,15 +174,18 @@ int main() {
   const cuuint64_t strides[2] = {kRowBytes, kRowBytes * rows_all};
   const cuuint32_t elem[3] = {1, 1, 1};
 
-  const int smem = kStages * kStageBytes + 1024;
+  const int smem = kStages * kStageBytes + 64 * 128 + 1024;
   MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::printf("%s, %d SMs; a CTA streams %.1f MB (%d stages of %d KB, ring of %d)\n", prop.name, sms, kCtaBytes / 1e6,
               kStagesPerCta, kStageBytes / 1024, kStages);
-  std::printf("| mode | cluster | CTAs | a CTA GB/s median | min | max | the call TB/s | CTAs sharing a TPC | (first SM ids)\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| mode | math | cluster | CTAs | a CTA GB/s median | min | max | the call TB/s | CTAs sharing a TPC | (first SM ids)\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   const char* names[4] = {"6 x 32-row boxes", "3 x 64-row boxes", "1 x 192-row box", "1 bulk 24 KB"};
+  const char* maths[3] = {"none", "m64n128+n64", "swap 3 x m64n8"};
   for (int mode = 0; mode < 4; ++mode) {
+   for (int math = 0; math < 3; ++math) {
+    if (math != 0 && mode != 1 && mode != 3) continue;
     const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
     const cuuint32_t box[3] = {64, cuuint32_t(kRowsPerExpert / boxes), 1};
     if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, w, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -140,6 +195,7 @@ int main() {
       return 1;
     }
     for (int cluster : {1, 2, 4}) {
+      if (math != 0 && cluster != 1) continue;
       for (int n : {1, 2, 4, 8, 16, 32, 64, 128}) {
         if (n < cluster || n > max_ctas || n % cluster) continue;
         std::vector<double> best_rates;
@@ -152,7 +208,7 @@ int main() {
           cudaLaunchConfig_t cfg{};
           cudaLaunchAttribute at[1];
           cfg.gridDim = dim3(n);
-          cfg.blockDim = dim3(64);
+          cfg.blockDim = dim3(math != 0 ? 160 : 64);
           cfg.dynamicSmemBytes = smem;
           at[0].id = cudaLaunchAttributeClusterDimension;
           at[0].val.clusterDim.x = cluster;
@@ -160,7 +216,7 @@ int main() {
           at[0].val.clusterDim.z = 1;
           cfg.attrs = at;
           cfg.numAttrs = 1;
-          MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, stream, map, static_cast<const std::uint8_t*>(w), mode, rec));
+          MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, stream, map, static_cast<const std::uint8_t*>(w), mode, math, rec));
           MOEKIT_CUDA_CHECK(cudaDeviceSynchronize());
           std::vector<Rec> h(n);
           MOEKIT_CUDA_CHECK(cudaMemcpy(h.data(), rec, sizeof(Rec) * n, cudaMemcpyDeviceToHost));
@@ -183,12 +239,13 @@ int main() {
             for (const Rec& r : h) best_sms.push_back(r.smid);
           }
         }
-        std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2f | %d |", names[mode], cluster, n,
+        std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.2f | %d |", names[mode], maths[math], cluster, n,
                     best_rates[best_rates.size() / 2], best_rates.front(), best_rates.back(), best_call, best_shared);
         for (int i = 0; i < n && i < 8; ++i) std::printf("%s%u", i ? " " : " SMs ", best_sms[i]);
         std::printf("\n");
       }
     }
+   }
   }
   return 0;
 }
