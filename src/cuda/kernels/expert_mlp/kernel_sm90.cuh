@@ -870,9 +870,11 @@ struct ExpertMlp {
         if (warp == 0) sm90::bulk_wait_read<0>();  // the previous tile's copies are off the other buffer
         sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
         if (warp == 0) {
+          // The tile's columns below K: lim counts every column left to K, the tile holds kOutTile.
+          const std::uint32_t row_bytes = 2u * static_cast<std::uint32_t>(min(lim, kOutTile));
           if (lane < count)
             sm90::bulk_store_s2g(y + static_cast<std::int64_t>(us[lane]) * p.hidden_size + o * kOutTile,
-                                 buf + lane * kYStageRowBytes, static_cast<std::uint32_t>(lim) * 2);
+                                 buf + lane * kYStageRowBytes, row_bytes);
           sm90::bulk_commit();
         }
         ++ybuf;
