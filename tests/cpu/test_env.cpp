@@ -69,7 +69,6 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kExpertMlpTwoBoxes, "MOEKIT_EXPERT_MLP_TWO_BOXES"},
       {EnvVar::kExpertMlpWarmAct, "MOEKIT_EXPERT_MLP_WARM_ACT"},
       {EnvVar::kExpertMlpG2Swap, "MOEKIT_EXPERT_MLP_G2_SWAP"},
-      {EnvVar::kExpertMlpStageY, "MOEKIT_EXPERT_MLP_STAGE_Y"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

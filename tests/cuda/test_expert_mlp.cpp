@@ -334,40 +334,37 @@ TEST(Sm90ExpertMlp, WarmActGivesTheSameBits) {
   }
 }
 
-// The one-CTA form's Swap-AB epilogue cases (G2SwapGivesTheSameBits, StagedYGivesTheSameBits):
-// bf16, fp16, fp8_per_tensor with the dynamic and the static intermediate scale and with fp16 y,
-// biases (b2 in the epilogue), the router weight on the input, N = 40, a last output tile of 192
-// columns (K = 704).
-struct SwapRun {
-  const char* what;
-  Scheme scheme;
-  void (*tweak)(CaseSpec&);
-};
-const SwapRun kSwapRuns[] = {
-    {"bf16", Scheme::kBf16, [](CaseSpec&) {}},
-    {"fp16, weight on the input", Scheme::kBf16,
-     [](CaseSpec& s) { s.act_dtype = DType::kFp16; s.weight_on_input = true; }},
-    {"bf16 swiglu_oai with biases", Scheme::kBf16,
-     [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},
-    {"bf16 N = 40", Scheme::kBf16, [](CaseSpec& s) { s.N = 40; }},
-    {"bf16 K = 704 with biases (the last tile 192 columns)", Scheme::kBf16, [](CaseSpec& s) { s.bias = true; s.K = 704; }},
-    {"fp8 dynamic", Scheme::kFp8PerTensor, [](CaseSpec&) {}},
-    {"fp8, fp16 activations (fp16 y)", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.act_dtype = DType::kFp16; }},
-    {"fp8 static", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.static_scales = true; }},
-    {"fp8 gelu with biases", Scheme::kFp8PerTensor,
-     [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.bias = true; s.K = 768; }},
-};
-
 TEST(Sm90ExpertMlp, G2SwapGivesTheSameBits) {
   // The one-CTA form's GEMM2 as Swap-AB (MOEKIT_EXPERT_MLP_G2_SWAP, on by default: N = 8 or 16
   // token columns for units of up to 8 rows, 16 in e4m3; larger units keep the m64n256 form) gives
   // the m64n256 form's bits (the tensor cores' sums agree: 0 differing values of 81 cases on an
   // H100 in session 77, when it ran at every unit size up to 64) and matches the CPU reference,
   // at unit sizes across the widths and the threshold (all to one: a unit of M rows; M = 203:
-  // three full units and one of 11) in kSwapRuns' cases, and without the warm warp.
+  // three full units and one of 11), bf16, fp16, fp8_per_tensor with the dynamic and the static
+  // intermediate scale and with fp16 y, biases (b2 in the epilogue), the router weight on the
+  // input, N = 40, a last output tile of 192 columns (K = 704), and without the warm warp.
   SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    Scheme scheme;
+    void (*tweak)(CaseSpec&);
+  };
+  const Run runs[] = {
+      {"bf16", Scheme::kBf16, [](CaseSpec&) {}},
+      {"fp16, weight on the input", Scheme::kBf16,
+       [](CaseSpec& s) { s.act_dtype = DType::kFp16; s.weight_on_input = true; }},
+      {"bf16 swiglu_oai with biases", Scheme::kBf16,
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},
+      {"bf16 N = 40", Scheme::kBf16, [](CaseSpec& s) { s.N = 40; }},
+      {"bf16 K = 704 with biases (the last tile 192 columns)", Scheme::kBf16, [](CaseSpec& s) { s.bias = true; s.K = 704; }},
+      {"fp8 dynamic", Scheme::kFp8PerTensor, [](CaseSpec&) {}},
+      {"fp8, fp16 activations (fp16 y)", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.act_dtype = DType::kFp16; }},
+      {"fp8 static", Scheme::kFp8PerTensor, [](CaseSpec& s) { s.static_scales = true; }},
+      {"fp8 gelu with biases", Scheme::kFp8PerTensor,
+       [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.bias = true; s.K = 768; }},
+  };
   ScopedEnv swap("MOEKIT_EXPERT_MLP_G2_SWAP", "1");
-  for (const SwapRun& run : kSwapRuns) {
+  for (const Run& run : runs) {
     CaseSpec s = qwen30_tp8(203, 211);
     s.scheme = run.scheme;
     s.pattern = RoutingPattern::kAllToOne;
@@ -389,45 +386,6 @@ TEST(Sm90ExpertMlp, G2SwapGivesTheSameBits) {
       DeviceCase d(c);
       for (std::int64_t M : {1, 4, 16, 64})
         run_checked(d, c, M, std::string(scheme_name(scheme)) + " swap, warm warp " + warm + ", M = " + std::to_string(M));
-    }
-  }
-}
-
-TEST(Sm90ExpertMlp, StagedYGivesTheSameBits) {
-  // Swap-AB's epilogue with y staged in shared memory and stored a row by one bulk copy
-  // (MOEKIT_EXPERT_MLP_STAGE_Y, on by default) gives the bits of one st.global a value, in
-  // kSwapRuns' cases at unit sizes of both widths (all to one: M = 1, 8, 9, 16; M = 203 ends in a
-  // unit of 11 after three of 64, which take m64n256), and routed from logits with and without
-  // the warm warp over E = 512 experts (M = 64, 256: 2-4 units of a few rows a CTA, so a CTA's
-  // later units run on buffers its earlier units' copies read).
-  SKIP_WITHOUT_SM90();
-  ScopedEnv swap("MOEKIT_EXPERT_MLP_G2_SWAP", "1");
-  for (const SwapRun& run : kSwapRuns) {
-    CaseSpec s = qwen30_tp8(203, 307);
-    s.scheme = run.scheme;
-    s.pattern = RoutingPattern::kAllToOne;
-    run.tweak(s);
-    MoeCase c = make_case(s);
-    DeviceCase d(c);
-    for (std::int64_t M : {1, 8, 9, 16, 203}) {
-      const std::string what = std::string(run.what) + " all to one, M = " + std::to_string(M);
-      EXPECT_EQ(values_differing_under(d, c, M, "MOEKIT_EXPERT_MLP_STAGE_Y", "0", "1", what), 0) << what;
-    }
-  }
-  for (const char* warm : {"1", "0"}) {
-    ScopedEnv w("MOEKIT_EXPERT_MLP_WARM_ACT", warm);
-    for (Scheme scheme : {Scheme::kBf16, Scheme::kFp8PerTensor}) {
-      CaseSpec s = qwen30_tp8(256, 311);
-      s.scheme = scheme;
-      s.E = 512;
-      s.K = 1024;
-      MoeCase c = make_case(s);
-      DeviceCase d(c);
-      for (std::int64_t M : {1, 16, 64, 256}) {
-        const std::string what = std::string(scheme_name(scheme)) + " staged y, warm warp " + warm + ", M = " +
-                                 std::to_string(M);
-        EXPECT_EQ(values_differing_under(d, c, M, "MOEKIT_EXPERT_MLP_STAGE_Y", "0", "1", what), 0) << what;
-      }
     }
   }
 }

@@ -71,28 +71,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(std::uint32_t dst, const C
       : "memory");
 }
 
-// A bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared
-// memory at `src` to global memory at `dst`, in the issuing thread's current bulk group. What the
-// threads wrote to `src` with st.shared must be ordered before it: each writer's
-// fence_proxy_async_shared_cta, then a barrier, then the issue.
-__device__ __forceinline__ void bulk_store_s2g(void* dst, std::uint32_t src, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-// Closes this thread's bulk group (bulk_store_s2g's since the last commit; empty is allowed).
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Until at most kPending of this thread's bulk groups have not finished reading shared memory
-// (their sources may be written again after it).
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
-}
-// Until at most kPending of this thread's bulk groups are complete (their writes done).
-template <int kPending>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }

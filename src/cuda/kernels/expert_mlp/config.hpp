@@ -40,13 +40,6 @@ inline constexpr int kThreads = kConsumerThreads + kProducerThreads + kWarmThrea
 // The warm warp's zeros in shared memory, read in place of a unit's biases (2 kN b13, a tile of b2)
 // and the warps' absmaxes, which the consumers write later.
 inline constexpr int kWarmFloats = 512;
-// The one-CTA form's Swap-AB epilogue (gemm2_swap_tile, p.stage_y) stages a tile of y (up to
-// kYStageRows token rows of 256 16-bit values) in shared memory and stores each row by one bulk
-// copy. Two buffers (a tile's copies read one while the next tile fills the other); a row's 512
-// bytes padded by 16, so the warp's st.shared of 4 rows x 8 columns fall in 16 different banks.
-inline constexpr int kYStageRows = 16;  // kG2SwapRows at most (e4m3)
-inline constexpr int kYStageRowBytes = kOutTile * 2 + 16;
-inline constexpr int kYStageBytes = kYStageRows * kYStageRowBytes;  // a buffer
 inline constexpr int kConsumerBarrier = 1;    // named barrier of the consumer warpgroup
 inline constexpr int kMaxSlots = 4096;        // M x k (slot_e table: 2 bytes a slot)
 inline constexpr int kMaxExperts = 1024;
@@ -116,8 +109,6 @@ struct SmemLayout {
   int warm;        // float [kWarmFloats] where `warm` (the one-CTA form's per-tensor kernels): the warm
                    // warp's zeros (consume's `warm`); none elsewhere (the cluster forms run no warm warp
                    // and gpt-oss fp8's row pairs fill shared memory to within 2 KB at its largest calls)
-  int ystage;      // 2 x kYStageBytes, 128-byte aligned, where `warm` (the same kernels): the Swap-AB
-                   // epilogue's y tiles (gemm2_swap_tile's staged stores); none elsewhere
 };
 
 // fp8_per_channel's per-unit scales in shared memory: 2 kN w13 scales, then K w2 scales padded
@@ -149,8 +140,7 @@ constexpr int red_cluster_floats(bool per_row) { return 2 * kMaxSlices * (per_ro
 // row_absmax: fp8_per_channel on a cluster (red_cluster a row's absmax a rank).
 // bias_floats: the biases staged a unit (bias_floats()); 0 without biases.
 // pairs: w2 as row pairs (SliceShape::pairs): h2 beside h, h_chunks more chunks.
-// warm: the warm warp's kWarmFloats (SmemLayout::warm) and the Swap-AB epilogue's y tiles
-// (SmemLayout::ystage): the one-CTA form's per-tensor and 16-bit kernels.
+// warm: the warm warp's kWarmFloats (SmemLayout::warm).
 constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int scale_floats = 0,
                                  bool row_absmax = false, int bias_floats = 0, bool pairs = false,
                                  bool warm = false) {
@@ -174,8 +164,7 @@ constexpr SmemLayout smem_layout(int num_experts, int slots, int h_chunks, int s
   l.bias = l.scales + scale_floats * 4;
   l.bias_raw = l.bias + bias_floats * 4;
   l.warm = l.bias_raw + bias_floats * 4;
-  l.ystage = (l.warm + (warm ? kWarmFloats * 4 : 0) + 127) / 128 * 128;
-  l.bytes = (warm ? l.ystage + 2 * kYStageBytes : l.warm) + 1024;
+  l.bytes = l.warm + (warm ? kWarmFloats * 4 : 0) + 1024;
   return l;
 }
 

@@ -158,7 +158,6 @@ struct ExpertMlp {
     float* bias;    // biases: the unit's b13 [2 kN] (the slice's gate, up), then b2 of the rank's tiles (SmemLayout::bias)
     std::uint32_t* bias_raw;  // ... as copied: a word of two 16-bit elements or one fp32 one
     float* warm;              // kWarmFloats zeros the warm warp reads (SmemLayout::warm)
-    std::uint8_t* ystage;     // the Swap-AB epilogue's two y tiles (SmemLayout::ystage)
   };
 
   static __device__ __forceinline__ void next_stage(int& stage, std::uint32_t& phase) {
@@ -769,20 +768,15 @@ struct ExpertMlp {
   // of MMAs a unit at qwen3-30b TP8 bf16 M = 8, docs/perf.md "Session 76"); the same bits as that
   // form (G2SwapGivesTheSameBits: the tensor cores' sums agree). Block b's accumulators
   // d[4 jj + 2 hh + c] hold output column o 256 + 64 b + 16 warp + lane / 4 + 8 hh of token row
-  // 8 jj + 2 (lane % 4) + c (Wgmma's layout). The epilogue's values, one 16-bit element each:
+  // 8 jj + 2 (lane % 4) + c (Wgmma's layout). The epilogue stores one 16-bit element a value:
   // y = acc x (w x fs) without b2 (store_y's order), (acc x fs + b2) x w with it (store_y_ext's);
-  // w the row's router weight (1 where it went on the input), fs h's scale x w2's. p.stage_y (the
-  // default): into y tile ybuf % 2 in shared memory (SmemLayout::ystage; row n at n
-  // kYStageRowBytes), then, after the warpgroup's barrier, lane n < count of warp 0 stores row n to
-  // y by one bulk copy; before the barrier warp 0 waits until its previous tile's copies have read
-  // the other buffer, so tile ybuf + 2 may write it. Else one st.global a value. Rows past `count`
-  // and columns past K are neither staged nor stored; the warm warp (warm) reads no slot, stores
-  // nothing (no column in bounds) and neither waits, runs an MMA nor takes the barrier. cyc
-  // (timed kernels): the waits, the MMAs, the stores, in cycles.
+  // w the row's router weight (1 where it went on the input), fs h's scale x w2's. Rows past
+  // `count` and columns past K are not stored; the warm warp (warm) reads no slot and stores
+  // nothing (no column in bounds) and neither waits nor runs an MMA. cyc (timed kernels): the
+  // waits, the MMAs, the stores, in cycles.
   template <int NT, bool kHalf>
   static __device__ __forceinline__ void gemm2_swap_tile(const KernelParams& p, const Smem& s, int& stage,
-                                                         std::uint32_t& phase, int& ybuf, int o, int count,
-                                                         const int* us,
+                                                         std::uint32_t& phase, int o, int count, const int* us,
                                                          const float* uw, float fs, bool warm, int warp, int lane,
                                                          bool timed, long long (&cyc)[3]) {
     static_assert(!kCluster && !kChannel, "Swap-AB GEMM2: the one-CTA form, per-tensor scales");
@@ -833,54 +827,27 @@ struct ExpertMlp {
     const float* b2s = p.b2 != nullptr ? (warm ? s.warm : s.bias + 2 * kN + o * kOutTile) : nullptr;
     using Y = std::conditional_t<kHalf, __half, __nv_bfloat16>;  // y's 16-bit type
     Y* const y = static_cast<Y*>(p.y);
-    // Every value of this thread in bounds: put(row n, its slot, column, y's element).
-    const auto each = [&](auto&& put) {
 #pragma unroll
-      for (int jj = 0; jj < NT / 8; ++jj) {
+    for (int jj = 0; jj < NT / 8; ++jj) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int n = 8 * jj + 2 * (lane & 3) + c;
-          const bool live = warm || n < count;
-          const int slot = live && !warm ? us[n] : 0;
-          const float w = live && !warm && !p.weight_on_input ? uw[n] : 1.0f;
-          const float f = w * fs;
+      for (int c = 0; c < 2; ++c) {
+        const int n = 8 * jj + 2 * (lane & 3) + c;
+        const bool live = warm || n < count;
+        const int slot = live && !warm ? us[n] : 0;
+        const float w = live && !warm && !p.weight_on_input ? uw[n] : 1.0f;
+        const float f = w * fs;
+        Y* const row = y + static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile;
 #pragma unroll
-          for (int b = 0; b < 4; ++b) {
+        for (int b = 0; b < 4; ++b) {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const int col = 64 * b + c0 + 8 * hh;
-              const float a = acc[b][4 * jj + 2 * hh + c];
-              const float v = b2s != nullptr ? (a * fs + b2s[col]) * w : a * f;
-              if (live && col < lim) put(n, slot, col, from_float<Y>(v));
-            }
+          for (int hh = 0; hh < 2; ++hh) {
+            const int col = 64 * b + c0 + 8 * hh;
+            const float a = acc[b][4 * jj + 2 * hh + c];
+            const float v = b2s != nullptr ? (a * fs + b2s[col]) * w : a * f;
+            if (live && col < lim) row[col] = from_float<Y>(v);
           }
         }
       }
-    };
-    if (p.stage_y != 0) {
-      const std::uint32_t buf = sm90::smem_addr(s.ystage) + (ybuf & 1) * kYStageBytes;
-      each([&](int n, int, int col, Y v) {
-        std::uint16_t bits;
-        if constexpr (kHalf) bits = __half_as_ushort(v);
-        else bits = __bfloat16_as_ushort(v);
-        sm90::st_shared_b16(buf + n * kYStageRowBytes + 2 * col, bits);
-      });
-      if (!warm) {
-        sm90::fence_proxy_async_shared_cta();  // the tile's st.shared before the bulk copies read it
-        if (warp == 0) sm90::bulk_wait_read<0>();  // the previous tile's copies are off the other buffer
-        sm90::named_barrier_sync(kConsumerBarrier, kConsumerThreads);
-        if (warp == 0) {
-          // The tile's columns below K: lim counts every column left to K, the tile holds kOutTile.
-          const std::uint32_t row_bytes = 2u * static_cast<std::uint32_t>(min(lim, kOutTile));
-          if (lane < count)
-            sm90::bulk_store_s2g(y + static_cast<std::int64_t>(us[lane]) * p.hidden_size + o * kOutTile,
-                                 buf + lane * kYStageRowBytes, row_bytes);
-          sm90::bulk_commit();
-        }
-        ++ybuf;
-      }
-    } else {
-      each([&](int, int slot, int col, Y v) { y[static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile + col] = v; });
     }
     if (timed) {
       cyc[0] += t1 - t0;
@@ -910,7 +877,6 @@ struct ExpertMlp {
     const int S = slices(p);
     int stage = 0, hint = -1;
     std::uint32_t phase = 0;
-    int ybuf = 0;  // y tiles staged so far (gemm2_swap_tile with p.stage_y): the next one's buffer
     std::uint64_t* rec = t == 0 && !warm ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)
     std::uint64_t sums[4] = {0, 0, 0, 0}, mark = 0;
     std::uint64_t g2[3] = {0, 0, 0};  // GEMM2's waits, MMAs, stores (cycles)
@@ -1172,11 +1138,11 @@ struct ExpertMlp {
               constexpr int kNt = decltype(nt)::value;
               if constexpr (kFp8) {
                 if (p.y_f16 != 0)
-                  gemm2_swap_tile<kNt, true>(p, s, stage, phase, ybuf, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+                  gemm2_swap_tile<kNt, true>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
                 else
-                  gemm2_swap_tile<kNt, false>(p, s, stage, phase, ybuf, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+                  gemm2_swap_tile<kNt, false>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
               } else {
-                gemm2_swap_tile<kNt, kF16>(p, s, stage, phase, ybuf, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
+                gemm2_swap_tile<kNt, kF16>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
               }
             };
             if (g2_nt == 8) run(std::integral_constant<int, 8>{});
@@ -1321,10 +1287,6 @@ struct ExpertMlp {
       if (kCluster && t == 0)
         for (int q = 0; q <= sl.peers; ++q) sm90::mbar_arrive_remote(sm90::map_to_rank(s.h_empty, q));
     }
-    // The staged tiles' bulk copies (warp 0's) done before the CTA's shared memory goes.
-    if constexpr (!kCluster && !kChannel) {
-      if (warp == 0) sm90::bulk_wait<0>();
-    }
     if (rec != nullptr) {
       rec[kPhaseUnits] = static_cast<std::uint64_t>(j);
       rec[kPhaseSumPlace] = sums[0];
@@ -1370,7 +1332,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
   s.bias = reinterpret_cast<float*>(base + L.bias);  // read only where the call has biases
   s.bias_raw = reinterpret_cast<std::uint32_t*>(base + L.bias_raw);
   s.warm = reinterpret_cast<float*>(base + L.warm);
-  s.ystage = base + L.ystage;  // used only where the layout has it (the one-CTA per-tensor kernels)
   const int E = p.num_experts;
   const int tid = threadIdx.x;
   std::uint64_t* rec = tid == 0 ? phase_record<kTimed>(p) : nullptr;  // phase timer (tests only)

@@ -137,13 +137,6 @@ bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, t
 // anything else an error.
 bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, true); }
 
-// Swap-AB's epilogue stages the tile's y rows in shared memory and stores each row (up to 512
-// bytes) by one bulk copy, in place of a 2-byte st.global a value from every consumer thread
-// (GEMM2's stores of y took 2.8 µs a unit of 8 tiles at qwen3-30b TP8 M = 4..64, session 77's
-// phase table). The same bits. Unset or 1: on; MOEKIT_EXPERT_MLP_STAGE_Y=0: off; anything else an
-// error. Off also where y is not 16-byte aligned (a bulk copy's destination must be).
-bool stage_y() { return detail::env_switch(detail::EnvVar::kExpertMlpStageY, true); }
-
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -182,7 +175,6 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)two_boxes();
   (void)warm_act();
   (void)g2_swap();
-  (void)stage_y();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -273,7 +265,6 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.ahead_next = ahead_next() ? 1 : 0;
   kp.warm_act = warm_act() ? 1 : 0;
   kp.g2_swap = g2_swap() ? 1 : 0;
-  kp.stage_y = stage_y() && reinterpret_cast<std::uintptr_t>(kp.y) % 16 == 0 ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

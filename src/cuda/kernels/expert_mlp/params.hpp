@@ -88,10 +88,6 @@ struct KernelParams {
   // unit's 8 or 16 token rows of h as B; bf16, fp16 and fp8_per_tensor, not fp8_per_channel; on by
   // default, MOEKIT_EXPERT_MLP_G2_SWAP=0 off).
   int g2_swap;
-  // Swap-AB's epilogue stages the tile's y rows in shared memory (SmemLayout::ystage) and stores
-  // each by one bulk copy from a lane of warp 0, in place of a st.global of 2 bytes a value from
-  // every thread (on by default, MOEKIT_EXPERT_MLP_STAGE_Y=0 off; the same bits).
-  int stage_y;
 };
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
