@@ -5,12 +5,13 @@
 // Each CTA streams its own 3 MB (4 "experts" of 192 rows x 4096 bytes, bf16 K = 2048) through a
 // ring of 5 stages of 24 KB, a stage being, by mode:
 //   0: six 32-row x 128-byte boxes (expert_mlp's w13 stage), 1: three 64-row boxes,
-//   2: one 192-row box, 3: one contiguous 24 KB bulk copy (no tensor map).
+//   2: one 192-row box, 3: one contiguous 24 KB bulk copy (no tensor map), 4: two 96-row boxes.
 // The consumer only waits for a stage and frees it (math 0: one warp; the rate is the copy
 // path's), or, as expert_mlp's one-CTA GEMM1 does, a warpgroup runs bf16 wgmma over each stage
 // before freeing it (math 1: the kernel's form, m64n128 + m64n64 a k16 step with a 64-row token
 // tile as A; math 2: Swap-AB, the stage's three 64-row blocks as A and 8 token rows as B, m64n8):
-// whether the tensor work a stage costs the stream rate a CTA (modes 1 and 3 only).
+// whether the tensor work a stage costs the stream rate a CTA (math 1 with every mode but 0, math 2
+// with modes 1 and 3: it ran level with math 1 there, docs/perf.md "Session 78").
 // Reported per configuration (mode, cluster size, CTAs): each CTA's GB/s from its first issue to
 // its last stage landed (median, min, max), the call's TB/s, how many CTAs share a TPC (SM id / 2)
 // with another streaming CTA, and the first 8 CTAs' SM ids. L2 is flushed before each run by a
@@ -39,6 +40,8 @@ constexpr int kExpertsPerCta = 4;
 constexpr int kKSteps = kRowBytes / 128;  // 32 stages an expert
 constexpr int kStagesPerCta = kKSteps * kExpertsPerCta;
 constexpr std::int64_t kCtaBytes = std::int64_t(kRowsPerExpert) * kExpertsPerCta * kRowBytes;
+// TMA boxes a stage by mode (mode 3: none, one bulk copy).
+__host__ __device__ constexpr int boxes_of(int mode) { return mode == 0 ? 6 : mode == 1 ? 3 : mode == 4 ? 2 : 1; }
 
 struct Rec {
   unsigned long long t0, t1;
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtenso
       if (mode == 3) {
         sm90::bulk_copy_g2s(dst, flat + std::int64_t(cta) * kCtaBytes + std::int64_t(i) * kStageBytes, kStageBytes, fb);
       } else {
-        const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
+        const int boxes = boxes_of(mode);
         const int rows = kRowsPerExpert / boxes;
         const int k0 = (i % kKSteps) * 64;  // bf16 elements
         const int r0 = row_base + (i / kKSteps) * kRowsPerExpert;
@@ -181,12 +184,13 @@ int main() {
               kStagesPerCta, kStageBytes / 1024, kStages);
   std::printf("| mode | math | cluster | CTAs | a CTA GB/s median | min | max | the call TB/s | CTAs sharing a TPC | (first SM ids)\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  const char* names[4] = {"6 x 32-row boxes", "3 x 64-row boxes", "1 x 192-row box", "1 bulk 24 KB"};
+  const char* names[5] = {"6 x 32-row boxes", "3 x 64-row boxes", "1 x 192-row box", "1 bulk 24 KB",
+                          "2 x 96-row boxes"};
   const char* maths[3] = {"none", "m64n128+n64", "swap 3 x m64n8"};
-  for (int mode = 0; mode < 4; ++mode) {
+  for (int mode = 0; mode < 5; ++mode) {
    for (int math = 0; math < 3; ++math) {
-    if (math != 0 && mode != 1 && mode != 3) continue;
-    const int boxes = mode == 0 ? 6 : mode == 1 ? 3 : 1;
+    if ((math == 1 && mode == 0) || (math == 2 && mode != 1 && mode != 3)) continue;
+    const int boxes = boxes_of(mode);
     const cuuint32_t box[3] = {64, cuuint32_t(kRowsPerExpert / boxes), 1};
     if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, w, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -4,6 +4,7 @@
 # applied on a branch of main, in one call as long as LIMIT allows (seconds, default 560): main's
 # moekit-bench (.ab/mid, staged with `tools/scripts/ab_base.sh main .ab/mid`) built beside this
 # tree; the expert_mlp tests (the reference and the bit-equality switches, the staged y's included);
+# the TMA stream probe (the patch's box shapes with GEMM1's consumer);
 # the A/B main against this tree with the staged y off (the boxes alone), then this tree's
 # MOEKIT_EXPERT_MLP_STAGE_Y=0 against its default (the staged y alone), expert_mlp forced at TP8,
 # check on; racecheck and memcheck of the small cases. carry [".deps", ".ab/mid"].
@@ -14,6 +15,10 @@ start_main_build
 build_tree || exit 1
 echo "built (left $(left)s)"
 run_tests 'Sm90ExpertMlp.*-Sm90ExpertMlp.PhaseBreakdown' 120
+# The bare ring's rate a CTA for the patch's stage shapes (one 192-row box, two 96-row boxes) with
+# the kernel's GEMM1 consumer.
+timeout 40 $B/tools/bench/moekit-tma-stream-probe >"$O/stream-probe.txt" 2>&1
+echo "probe rc=$? (left $(left)s)"; grep -E "(192-row box|96-row boxes) \| (none|m64)[^|]*\| 1 \| (1|8|16|32) \|" "$O/stream-probe.txt"
 ARGS="--backend cuda --tp 8 --no-baseline --no-host-time --check --path expert_mlp"
 if wait_main_build; then
   [ "$(left)" -gt 150 ] && AB_SECONDS=$(( $(left) > 400 ? 150 : $(left) / 3 )) REPS=2 ab boxes \
