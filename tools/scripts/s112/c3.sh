@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s112 c3: c2 without 3a219ec's build, for a small device budget (LIMIT seconds, default 330): this
+# s112 c3: the staged y on a small device budget (LIMIT seconds, default 330): this
 # tree built with its tests; the staged y's bit-equality tests and the small cases; the TMA stream
 # probe with GEMM1's tensor work a stage; the A/B MOEKIT_EXPERT_MLP_STAGE_Y=0 against the default
 # (expert_mlp forced at qwen3-30b TP8, both schemes, check on); racecheck and memcheck of the small
