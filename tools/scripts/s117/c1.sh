@@ -3,6 +3,8 @@
 # not its code, cost the one-CTA per-expert MLP kernel 3-4 µs at qwen3-30b TP8 (session 79, s115)?
 # This tree is main with MOEKIT_S117_SMEM_PAD bytes added to the launch's dynamic shared memory (the
 # kernel binary unchanged), so an A/B of the variable in one binary measures the smaller L1 alone.
+# Predicted (docs/perf.md session 79, the carveout arithmetic): bf16 loses 3-4 µs at 16896 (its layout
+# passes the 196 KB carveout step, L1 60 -> 28 KB) and nothing at 8448; e4m3 nothing at either.
 # carry [".deps"]; LIMIT seconds (default 330; from ~170 the first A/B alone).
 # Prepared in session 79, never run (the session's device time ran out). To stage it:
 #   git checkout -b s117 main && git apply tools/scripts/s117/smem_pad.patch && git commit -qam s117
