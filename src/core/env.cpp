@@ -57,6 +57,7 @@ constexpr const char* kEnvVarNames[kNumEnvVars] = {
     "MOEKIT_EXPERT_MLP_TWO_BOXES",
     "MOEKIT_EXPERT_MLP_WARM_ACT",
     "MOEKIT_EXPERT_MLP_G2_SWAP",
+    "MOEKIT_EXPERT_MLP_PLAIN",
     "MOEKIT_ROPE_KERNEL",
     "MOEKIT_ROPE_QUANT_ROWS",
 };

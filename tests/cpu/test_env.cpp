@@ -69,6 +69,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kExpertMlpTwoBoxes, "MOEKIT_EXPERT_MLP_TWO_BOXES"},
       {EnvVar::kExpertMlpWarmAct, "MOEKIT_EXPERT_MLP_WARM_ACT"},
       {EnvVar::kExpertMlpG2Swap, "MOEKIT_EXPERT_MLP_G2_SWAP"},
+      {EnvVar::kExpertMlpPlain, "MOEKIT_EXPERT_MLP_PLAIN"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

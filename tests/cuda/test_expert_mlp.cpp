@@ -390,6 +390,58 @@ TEST(Sm90ExpertMlp, G2SwapGivesTheSameBits) {
   }
 }
 
+TEST(Sm90ExpertMlp, PlainKernelGivesTheSameBits) {
+  // The kPlain one-CTA kernel (MOEKIT_EXPERT_MLP_PLAIN, on by default: the common per-tensor call's
+  // features fixed at compile time, its code ~45 % of the general kernel's) runs the calls with
+  // those features, the same bits as the general kernel, and the general kernel runs the rest:
+  // silu without biases in bf16, fp16 and fp8_per_tensor (dynamic and static intermediate scale),
+  // N = 40, all to one (units of 1..64 rows and several units a CTA), routed from logits with an
+  // expert_map; then gelu, swiglu_oai with biases, the router weight on the input, fp8 with fp16 y
+  // and a switch off its default (two boxes), which the plain kernel must not take.
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    Scheme scheme;
+    bool plain;  // the plain kernel takes it
+    void (*tweak)(CaseSpec&);
+  };
+  const Run runs[] = {
+      {"bf16", Scheme::kBf16, true, [](CaseSpec&) {}},
+      {"fp16", Scheme::kBf16, true, [](CaseSpec& s) { s.act_dtype = DType::kFp16; }},
+      {"bf16 N = 40, all to one", Scheme::kBf16, true, [](CaseSpec& s) { s.N = 40; s.pattern = RoutingPattern::kAllToOne; }},
+      {"bf16 expert_map with -1", Scheme::kBf16, true, [](CaseSpec& s) { s.expert_map = true; }},
+      {"fp8 dynamic", Scheme::kFp8PerTensor, true, [](CaseSpec&) {}},
+      {"fp8 dynamic, all to one", Scheme::kFp8PerTensor, true, [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; }},
+      {"fp8 static", Scheme::kFp8PerTensor, true, [](CaseSpec& s) { s.static_scales = true; }},
+      {"bf16 gelu", Scheme::kBf16, false, [](CaseSpec& s) { s.activation.kind = Activation::kGelu; }},
+      {"bf16 swiglu_oai with biases", Scheme::kBf16, false,
+       [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},
+      {"bf16 weight on the input", Scheme::kBf16, false, [](CaseSpec& s) { s.weight_on_input = true; }},
+      {"fp8, fp16 activations (fp16 y)", Scheme::kFp8PerTensor, false, [](CaseSpec& s) { s.act_dtype = DType::kFp16; }},
+  };
+  for (const Run& run : runs) {
+    CaseSpec s = qwen30_tp8(203, 233);
+    s.scheme = run.scheme;
+    run.tweak(s);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 8, 64, 203}) {
+      const std::string what = std::string(run.what) + " M = " + std::to_string(M);
+      const int plain0 = cuda::expert_mlp_plain_launches();
+      EXPECT_EQ(values_differing_under(d, c, M, "MOEKIT_EXPERT_MLP_PLAIN", "0", "1", what), 0) << what;
+      EXPECT_EQ(cuda::expert_mlp_plain_launches() - plain0, run.plain ? 1 : 0)
+          << what << (run.plain ? ": the plain kernel did not run" : ": the plain kernel ran a call it does not fit");
+    }
+  }
+  // A switch off its default sends the call to the general kernel.
+  ScopedEnv six("MOEKIT_EXPERT_MLP_TWO_BOXES", "0");
+  MoeCase c = make_case(qwen30_tp8(16, 239));
+  DeviceCase d(c);
+  const int plain0 = cuda::expert_mlp_plain_launches();
+  run_checked(d, c, 16, "bf16, six boxes a stage");
+  EXPECT_EQ(cuda::expert_mlp_plain_launches(), plain0) << "the plain kernel ran with MOEKIT_EXPERT_MLP_TWO_BOXES=0";
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

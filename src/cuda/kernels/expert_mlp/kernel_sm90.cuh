@@ -105,13 +105,19 @@ struct Unit {
 // over its N columns (one CTA holds the row; a cluster's ranks exchange their slices' row absmaxes
 // through red_cluster, a row each): the reference's quantization points, the reference's scales.
 // kPairs: w2 as row pairs (SliceShape::pairs), the e4m3 per-tensor cluster form only.
-template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false>
+// kPlain: the one-CTA per-tensor form for the common call, its features fixed at compile time
+// (plain_call below) so that the kernel carries no code for the others: silu, no biases, the router
+// weight on the output, y in the activation dtype's 16-bit type (e4m3: bf16), every A/B switch at its
+// default. The same instructions on the path that call runs, less the code beside it.
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false,
+          bool kPlain = false>
 struct ExpertMlp {
   using Tag = typename sm90::TagOf<kOp>::type;
   static constexpr bool kF16 = kOp == Operand::kF16;
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static_assert(!kChannel || kFp8, "fp8_per_channel: the e4m3 kernels only");
   static_assert(!kPairs || (kFp8 && kCluster && !kChannel), "w2 row pairs: the e4m3 per-tensor cluster form only");
+  static_assert(!kPlain || (!kCluster && !kTimed && !kChannel && !kPairs), "kPlain: the untimed one-CTA per-tensor form");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -129,6 +135,19 @@ struct ExpertMlp {
   // constants in the one-CTA form.
   static __device__ __forceinline__ int g2_chunks(const KernelParams& p) { return kCluster ? p.g2_chunks : kChunks2; }
   static __device__ __forceinline__ int slices(const KernelParams& p) { return kCluster ? p.slices : 1; }
+  // The call's features, compile-time constants in the kPlain kernel (plain_call's values).
+  static __device__ __forceinline__ bool has_b13(const KernelParams& p) { return !kPlain && p.b13 != nullptr; }
+  static __device__ __forceinline__ bool has_b2(const KernelParams& p) { return !kPlain && p.b2 != nullptr; }
+  static __device__ __forceinline__ bool has_bias(const KernelParams& p) {
+    return !kPlain && p.bias_type != numerics::kBiasNone;
+  }
+  static __device__ __forceinline__ bool on_input(const KernelParams& p) { return !kPlain && p.weight_on_input != 0; }
+  static __device__ __forceinline__ bool y_f16(const KernelParams& p) { return !kPlain && p.y_f16 != 0; }
+  static __device__ __forceinline__ Activation act_kind(const KernelParams& p) {
+    return kPlain ? Activation::kSilu : p.act;
+  }
+  // An A/B switch (0 / 1 in KernelParams): its default `on` in the kPlain kernel.
+  static __device__ __forceinline__ bool sw(int v, bool on) { return kPlain ? on : v != 0; }
 
   // The unit's slice on this CTA of its cluster (read through r(): 0 at compile time in the
   // one-CTA form).
@@ -196,7 +215,7 @@ struct ExpertMlp {
     const std::uint32_t b = s.ring + stage * kStageBytes + kATileBytes;
     const int k0 = kb * kStageElems;
     const int n0 = r * kN;
-    if (p.two_boxes != 0) {
+    if (sw(p.two_boxes, true)) {
       load(b, &p.tmap_w13, full, k0, n0, 2 * e);
       load(b + 128 * kKBytes, &p.tmap_w13b, full, k0, n0 + 64, 2 * e);
     } else {
@@ -225,7 +244,7 @@ struct ExpertMlp {
     // The weights' TMA, with the L2 evict-first hint when p.evict_first (MOEKIT_EXPERT_MLP_EVICT_FIRST=1).
     const std::uint64_t policy = sm90::createpolicy_evict_first();
     const auto load = [&](std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0, int c1, int c2) {
-      if (p.evict_first != 0) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
+      if (sw(p.evict_first, false)) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
     const int S = slices(p), r = sl.r();
@@ -241,7 +260,7 @@ struct ExpertMlp {
       // slots: the stream runs on across the unit's start instead of waiting there for the slot
       // list, then a DRAM round trip. The first unit keeps kAheadStages (config.hpp: its token
       // rows, read once from DRAM, queued behind more weights).
-      const int ahead = min(j > 0 && p.ahead_next != 0 ? kStages : kAheadStages, p.k_stages);
+      const int ahead = min(j > 0 && sw(p.ahead_next, true) ? kStages : kAheadStages, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
@@ -264,7 +283,7 @@ struct ExpertMlp {
       // predicated form (MOEKIT_EXPERT_MLP_LEAN_GATHER=0, kept for the A/B) runs all 16 rows a lane
       // with their 64-bit addresses every stage (~150 instructions a stage, docs/perf.md "Session 61").
       const int* us = s.unit_slot + (j & 1) * kBlockM;
-      const bool lean = p.lean_gather != 0;
+      const bool lean = sw(p.lean_gather, true);
       const int groups = (t.count + 3) >> 2;                 // 1..16, the same in every lane
       const int mine = max(0, (t.count - (lane >> 3) + 3) >> 2);  // this lane's rows: i < mine
       const std::uint8_t* src[kBlockM / 4];  // lean: row (lane >> 3) + 4 i's chunk at K = 0 (i < mine)
@@ -824,7 +843,7 @@ struct ExpertMlp {
     }
     const int lim = warm ? 0 : p.hidden_size - o * kOutTile;  // columns of the tile below K
     const int c0 = 16 * warp + (lane >> 2);                       // + 64 b + 8 hh
-    const float* b2s = p.b2 != nullptr ? (warm ? s.warm : s.bias + 2 * kN + o * kOutTile) : nullptr;
+    const float* b2s = has_b2(p) ? (warm ? s.warm : s.bias + 2 * kN + o * kOutTile) : nullptr;
     using Y = std::conditional_t<kHalf, __half, __nv_bfloat16>;  // y's 16-bit type
     Y* const y = static_cast<Y*>(p.y);
 #pragma unroll
@@ -834,7 +853,7 @@ struct ExpertMlp {
         const int n = 8 * jj + 2 * (lane & 3) + c;
         const bool live = warm || n < count;
         const int slot = live && !warm ? us[n] : 0;
-        const float w = live && !warm && !p.weight_on_input ? uw[n] : 1.0f;
+        const float w = live && !warm && !on_input(p) ? uw[n] : 1.0f;
         const float f = w * fs;
         Y* const row = y + static_cast<std::int64_t>(slot) * p.hidden_size + o * kOutTile;
 #pragma unroll
@@ -866,7 +885,7 @@ struct ExpertMlp {
   // The one-CTA form only (p.warm_act, MOEKIT_EXPERT_MLP_WARM_ACT); elsewhere it returns at once.
   // One call site in the kernel, so both run the same instructions.
   static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units, bool warm) {
-    if (warm && (kCluster || kChannel || p.warm_act == 0)) return;
+    if (warm && (kCluster || kChannel || !sw(p.warm_act, true))) return;
     const int t = warm ? static_cast<int>(threadIdx.x) - (kConsumerThreads + kProducerThreads)
                        : static_cast<int>(threadIdx.x);  // 0..127 (the warm warp: 0..31)
     const int warp = t >> 5, lane = t & 31;
@@ -961,7 +980,7 @@ struct ExpertMlp {
       // GEMM1, then fp32 after it (every consumer is past its reads of the previous unit's: the
       // barrier that ends a unit). A word is two 16-bit elements or one fp32 one; N, K, kN and the
       // tiles are even, so both elements of a word are in or out together.
-      const int bias_n = p.bias_type != numerics::kBiasNone && !warm ? 2 * kN + p.bias_tiles * kOutTile : 0;
+      const int bias_n = has_bias(p) && !warm ? 2 * kN + p.bias_tiles * kOutTile : 0;
       const int bias_per_word = p.bias_type == numerics::kBiasF32 ? 1 : 2;
       for (int w = t; w * bias_per_word < bias_n; w += kConsumerThreads) {
         const int i = w * bias_per_word;  // the word's first element
@@ -969,14 +988,14 @@ struct ExpertMlp {
         std::int64_t idx = 0;
         if (i < 2 * kN) {
           const int n = sl.r() * kN + (i < kN ? i : i - kN);
-          if (p.b13 != nullptr && n < p.n_cols) {
+          if (has_b13(p) && n < p.n_cols) {
             src = p.b13;
             idx = static_cast<std::int64_t>(un.e) * 2 * p.n_cols + (i < kN ? n : p.n_cols + n);
           }
         } else {
           const int jb = i - 2 * kN;
           const int c = (sl.r() + (jb / kOutTile) * S) * kOutTile + jb % kOutTile;
-          if (p.b2 != nullptr && c < p.hidden_size) {
+          if (has_b2(p) && c < p.hidden_size) {
             src = p.b2;
             idx = static_cast<std::int64_t>(un.e) * p.hidden_size + c;
           }
@@ -1073,10 +1092,10 @@ struct ExpertMlp {
           }
         }
       } else {
-        const float fr[2] = {(p.weight_on_input ? tw[0] : 1.0f) * s13, (p.weight_on_input ? tw[1] : 1.0f) * s13};
+        const float fr[2] = {(on_input(p) ? tw[0] : 1.0f) * s13, (on_input(p) ? tw[1] : 1.0f) * s13};
         float s_h;
-        if (p.b13 != nullptr) {
-          switch (p.act) {
+        if (has_b13(p)) {
+          switch (act_kind(p)) {
             case Activation::kGelu:
               s_h = activation<Activation::kGelu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
               break;
@@ -1086,7 +1105,7 @@ struct ExpertMlp {
             default: s_h = activation<Activation::kSilu, true>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
           }
         } else {
-          switch (p.act) {
+          switch (act_kind(p)) {
             case Activation::kGelu:
               s_h = activation<Activation::kGelu, false>(p, s, sl, acc1, acc2, live, fr, warp, lane, j, at, warm);
               break;
@@ -1118,14 +1137,14 @@ struct ExpertMlp {
       // The warm warp's epilogue: one tile, row 0's address, no column in bounds (no store).
       const int ys[2] = {warm ? 0 : slot[0], warm ? 0 : slot[1]};
       const int o_end = warm ? min(p.out_tiles, sl.r() + 1) : p.out_tiles;
-      const float f[2] = {(p.weight_on_input ? 1.0f : tw[0]) * (s_row[0] * s2),
-                          (p.weight_on_input ? 1.0f : tw[1]) * (s_row[1] * s2)};
+      const float f[2] = {(on_input(p) ? 1.0f : tw[0]) * (s_row[0] * s2),
+                          (on_input(p) ? 1.0f : tw[1]) * (s_row[1] * s2)};
       // store_y_ext's factors (b2): the scales, and the router weight apart.
       const float fs[2] = {s_row[0] * s2, s_row[1] * s2};
-      const float wy[2] = {p.weight_on_input ? 1.0f : tw[0], p.weight_on_input ? 1.0f : tw[1]};
+      const float wy[2] = {on_input(p) ? 1.0f : tw[0], on_input(p) ? 1.0f : tw[1]};
       // Swap-AB's token columns for this unit (p.g2_swap; gemm2_swap_tile), where the unit has at
       // most kG2SwapRows rows; larger units keep the m64n256 form.
-      const bool g2_swap_unit = p.g2_swap != 0 && un.count <= kG2SwapRows;
+      const bool g2_swap_unit = sw(p.g2_swap, true) && un.count <= kG2SwapRows;
       const int g2_nt = un.count <= 8 ? 8 : 16;
       for (int o = sl.r(); o < o_end; o += S) {
         if constexpr (!kCluster && !kChannel) {
@@ -1137,7 +1156,7 @@ struct ExpertMlp {
             const auto run = [&](auto nt) {
               constexpr int kNt = decltype(nt)::value;
               if constexpr (kFp8) {
-                if (p.y_f16 != 0)
+                if (y_f16(p))
                   gemm2_swap_tile<kNt, true>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
                 else
                   gemm2_swap_tile<kNt, false>(p, s, stage, phase, o, un.count, us, uw, g2_fs, warm, warp, lane, timed, cyc);
@@ -1252,11 +1271,11 @@ struct ExpertMlp {
           if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
           continue;
         }
-        if (p.b2 != nullptr) {
+        if (has_b2(p)) {
           const int tile0 = warm ? p.hidden_size : o * kOutTile;  // warm: no column in bounds
           const float* cs2 = kChannel ? s.scales + 2 * kN + tile0 : nullptr;
           const float* b2s = warm ? s.warm : s.bias + 2 * kN + (o / S) * kOutTile;
-          if (kF16 || (kFp8 && p.y_f16 != 0)) store_y_ext<true>(p, acc, ys, fs, wy, tile0, cs2, b2s, lane);
+          if (kF16 || (kFp8 && y_f16(p))) store_y_ext<true>(p, acc, ys, fs, wy, tile0, cs2, b2s, lane);
           else store_y_ext<false>(p, acc, ys, fs, wy, tile0, cs2, b2s, lane);
           if (rec != nullptr) g2[2] += static_cast<std::uint64_t>(clock64() - c2);
           continue;
@@ -1266,7 +1285,7 @@ struct ExpertMlp {
         const int col0 = warm ? p.hidden_size : o * kOutTile + 2 * (lane & 3);
         if constexpr (kFp8) {
           const float* cs2 = kChannel ? s.scales + 2 * kN + col0 : nullptr;
-          if (p.y_f16 != 0) store_y<true>(p, acc, ys, f, col0, cs2);
+          if (y_f16(p)) store_y<true>(p, acc, ys, f, col0, cs2);
           else store_y<false>(p, acc, ys, f, col0, cs2);
         } else {
           store_y<kF16>(p, acc, ys, f, col0);
@@ -1302,10 +1321,11 @@ struct ExpertMlp {
   }
 };
 
-template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false>
+template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false,
+          bool kPlain = false>
 __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = ExpertMlp<kOp, kCluster, kTimed, kChannel, kPairs>;
+  using K = ExpertMlp<kOp, kCluster, kTimed, kChannel, kPairs, kPlain>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   std::uint8_t* base = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -1339,7 +1359,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
-    if (p.two_boxes != 0) sm90::prefetch_tensormap(&p.tmap_w13b);
+    if (K::sw(p.two_boxes, true)) sm90::prefetch_tensormap(&p.tmap_w13b);
     sm90::prefetch_tensormap(&p.tmap_w2);
     for (int i = 0; i < kStages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
@@ -1419,9 +1439,9 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
 // The instantiation, its shared-memory limit raised once a process and device (one record an
 // instantiation, whichever of the launch and the occupancy query asks first).
-template <Operand kOp, bool kCluster, bool kTimed, bool kChannel = false, bool kPairs = false>
+template <Operand kOp, bool kCluster, bool kTimed, bool kChannel = false, bool kPairs = false, bool kPlain = false>
 auto* raised_kernel() {
-  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed, kChannel, kPairs>;
+  auto* kernel = &expert_mlp_sm90_kernel<kOp, kCluster, kTimed, kChannel, kPairs, kPlain>;
   static std::atomic<std::uint64_t> raised{0};
   raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised);
   return kernel;
@@ -1434,6 +1454,9 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
   const auto pick = [&kp] {
     if constexpr (kOp == Operand::kE4m3 && !kChannel) {
       if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
+    }
+    if constexpr (!kTimed && !kChannel) {
+      if (kp.slices == 1 && plain_call(kp, kOp == Operand::kE4m3)) return raised_kernel<kOp, false, false, false, false, true>();
     }
     return kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>() : raised_kernel<kOp, false, kTimed, kChannel>();
   };

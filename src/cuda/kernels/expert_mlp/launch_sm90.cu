@@ -23,6 +23,7 @@ namespace moekit::cuda {
 namespace {
 
 thread_local int launches = 0;
+thread_local int plain_launches = 0;  // of which on the kPlain kernel
 std::atomic<std::uint64_t*> g_phase_buffer{nullptr};  // the phase timer (tests only)
 std::atomic<int> g_phase_ctas{0};
 
@@ -137,6 +138,13 @@ bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, t
 // anything else an error.
 bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, true); }
 
+// The one-CTA per-tensor calls with the common features (silu, no biases, the router weight on the
+// output, every switch above at its default) on the kPlain kernel, whose features are compile-time
+// constants (params.hpp plain_call; kernel_sm90.cuh ExpertMlp): the same instructions on that call's
+// path without the code of the others beside them. MOEKIT_EXPERT_MLP_PLAIN=0: the general kernel
+// (the A/B); unset or 1: on; anything else an error.
+bool plain() { return detail::env_switch(detail::EnvVar::kExpertMlpPlain, true); }
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -175,6 +183,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)two_boxes();
   (void)warm_act();
   (void)g2_swap();
+  (void)plain();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -191,6 +200,7 @@ int expert_mlp_resident_clusters(const MoeProblem& p) noexcept {
 }
 
 int expert_mlp_launches() { return launches; }
+int expert_mlp_plain_launches() { return plain_launches; }
 
 void set_expert_mlp_phase_buffer(std::uint64_t* device_buffer, int max_ctas) {
   g_phase_ctas.store(device_buffer != nullptr ? max_ctas : 0, std::memory_order_relaxed);
@@ -265,6 +275,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.ahead_next = ahead_next() ? 1 : 0;
   kp.warm_act = warm_act() ? 1 : 0;
   kp.g2_swap = g2_swap() ? 1 : 0;
+  kp.plain = plain() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;
@@ -287,6 +298,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
+  if (!channel && !timed && sh.slices == 1 && plain_call(kp, fp8)) ++plain_launches;
   if (channel) {
     if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true, true>(kp, grid, stream, a.pdl);
     else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false, true>(kp, grid, stream, a.pdl);

@@ -88,7 +88,20 @@ struct KernelParams {
   // unit's 8 or 16 token rows of h as B; bf16, fp16 and fp8_per_tensor, not fp8_per_channel; on by
   // default, MOEKIT_EXPERT_MLP_G2_SWAP=0 off).
   int g2_swap;
+  // The untimed one-CTA per-tensor calls whose features are kPlain's run on the kPlain kernel
+  // (plain_call; MOEKIT_EXPERT_MLP_PLAIN=0: on the general one, for the A/B). Host-side only.
+  int plain;
 };
+
+// Whether a one-CTA per-tensor call (untimed, not fp8_per_channel) runs on the kPlain kernel
+// (kernel_sm90.cuh's ExpertMlp: its features compile-time constants, so it carries no code for the
+// others): kp.plain, silu, no biases, the router weight on the output, e4m3's y in bf16, every A/B
+// switch at its default. fp8: the e4m3 instantiation.
+inline bool plain_call(const KernelParams& kp, bool fp8) {
+  return kp.plain != 0 && kp.act == Activation::kSilu && kp.b13 == nullptr && kp.b2 == nullptr &&
+         kp.weight_on_input == 0 && (!fp8 || kp.y_f16 == 0) && kp.w2_pairs == 0 && kp.two_boxes != 0 &&
+         kp.evict_first == 0 && kp.lean_gather != 0 && kp.ahead_next != 0 && kp.warm_act != 0 && kp.g2_swap != 0;
+}
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
 // reached). Stamps sit at phase boundaries only, outside the K and tile loops.
