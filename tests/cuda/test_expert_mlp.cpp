@@ -391,13 +391,14 @@ TEST(Sm90ExpertMlp, G2SwapGivesTheSameBits) {
 }
 
 TEST(Sm90ExpertMlp, PlainKernelGivesTheSameBits) {
-  // The kPlain one-CTA kernel (MOEKIT_EXPERT_MLP_PLAIN, on by default: the common per-tensor call's
-  // features fixed at compile time, its code ~45 % of the general kernel's) runs the calls with
-  // those features, the same bits as the general kernel, and the general kernel runs the rest:
-  // silu without biases in bf16, fp16 and fp8_per_tensor (dynamic and static intermediate scale),
-  // N = 40, all to one (units of 1..64 rows and several units a CTA), routed from logits with an
-  // expert_map; then gelu, swiglu_oai with biases, the router weight on the input, fp8 with fp16 y
-  // and a switch off its default (two boxes), which the plain kernel must not take.
+  // The kPlain kernels (MOEKIT_EXPERT_MLP_PLAIN, on by default: the common per-tensor call's
+  // features fixed at compile time; the one-CTA kernel's code ~45 % of the general one's) run the
+  // calls with those features, the same bits as the general kernels, and the general kernels run
+  // the rest: silu without biases in bf16, fp16 and fp8_per_tensor (dynamic and static intermediate
+  // scale), on one CTA (N = 96, N = 40) and on clusters of 2, 3 and 4 (N = 192, 256, 320), all to
+  // one (units of 1..64 rows and several units a CTA), routed from logits with an expert_map; then
+  // gelu, swiglu_oai with biases, the router weight on the input, fp8 with fp16 y and a switch off
+  // its default (two boxes), which the plain kernels must not take.
   SKIP_WITHOUT_SM90();
   struct Run {
     const char* what;
@@ -413,6 +414,13 @@ TEST(Sm90ExpertMlp, PlainKernelGivesTheSameBits) {
       {"fp8 dynamic", Scheme::kFp8PerTensor, true, [](CaseSpec&) {}},
       {"fp8 dynamic, all to one", Scheme::kFp8PerTensor, true, [](CaseSpec& s) { s.pattern = RoutingPattern::kAllToOne; }},
       {"fp8 static", Scheme::kFp8PerTensor, true, [](CaseSpec& s) { s.static_scales = true; }},
+      {"bf16 N = 192 (a cluster of 2)", Scheme::kBf16, true, [](CaseSpec& s) { s.N = 192; }},
+      {"fp16 N = 320 (a cluster of 4, the last slice 32 columns)", Scheme::kBf16, true,
+       [](CaseSpec& s) { s.act_dtype = DType::kFp16; s.N = 320; }},
+      {"fp8 N = 256 (a cluster of 3), all to one", Scheme::kFp8PerTensor, true,
+       [](CaseSpec& s) { s.N = 256; s.pattern = RoutingPattern::kAllToOne; }},
+      {"fp8 static N = 192", Scheme::kFp8PerTensor, true, [](CaseSpec& s) { s.static_scales = true; s.N = 192; }},
+      {"bf16 gelu N = 192", Scheme::kBf16, false, [](CaseSpec& s) { s.activation.kind = Activation::kGelu; s.N = 192; }},
       {"bf16 gelu", Scheme::kBf16, false, [](CaseSpec& s) { s.activation.kind = Activation::kGelu; }},
       {"bf16 swiglu_oai with biases", Scheme::kBf16, false,
        [](CaseSpec& s) { s.activation.kind = Activation::kSwigluOai; s.bias = true; s.K = 512; }},

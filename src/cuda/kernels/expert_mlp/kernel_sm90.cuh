@@ -105,10 +105,11 @@ struct Unit {
 // over its N columns (one CTA holds the row; a cluster's ranks exchange their slices' row absmaxes
 // through red_cluster, a row each): the reference's quantization points, the reference's scales.
 // kPairs: w2 as row pairs (SliceShape::pairs), the e4m3 per-tensor cluster form only.
-// kPlain: the one-CTA per-tensor form for the common call, its features fixed at compile time
-// (plain_call below) so that the kernel carries no code for the others: silu, no biases, the router
-// weight on the output, y in the activation dtype's 16-bit type (e4m3: bf16), every A/B switch at its
-// default. The same instructions on the path that call runs, less the code beside it.
+// kPlain: the per-tensor kernels (one CTA or cluster, untimed) for the common call, its features
+// fixed at compile time (params.hpp plain_call) so that the kernel carries no code for the others:
+// silu, no biases, the router weight on the output, y in the activation dtype's 16-bit type (e4m3:
+// bf16), every A/B switch at its default. The same instructions on the path that call runs, less
+// the code beside it.
 template <Operand kOp, bool kCluster, bool kTimed = false, bool kChannel = false, bool kPairs = false,
           bool kPlain = false>
 struct ExpertMlp {
@@ -117,7 +118,7 @@ struct ExpertMlp {
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static_assert(!kChannel || kFp8, "fp8_per_channel: the e4m3 kernels only");
   static_assert(!kPairs || (kFp8 && kCluster && !kChannel), "w2 row pairs: the e4m3 per-tensor cluster form only");
-  static_assert(!kPlain || (!kCluster && !kTimed && !kChannel && !kPairs), "kPlain: the untimed one-CTA per-tensor form");
+  static_assert(!kPlain || (!kTimed && !kChannel && !kPairs), "kPlain: the untimed per-tensor forms");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -1456,7 +1457,9 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
       if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
     }
     if constexpr (!kTimed && !kChannel) {
-      if (kp.slices == 1 && plain_call(kp, kOp == Operand::kE4m3)) return raised_kernel<kOp, false, false, false, false, true>();
+      if (plain_call(kp, kOp == Operand::kE4m3))
+        return kp.slices > 1 ? raised_kernel<kOp, true, false, false, false, true>()
+                             : raised_kernel<kOp, false, false, false, false, true>();
     }
     return kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>() : raised_kernel<kOp, false, kTimed, kChannel>();
   };

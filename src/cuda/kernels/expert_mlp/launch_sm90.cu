@@ -138,9 +138,9 @@ bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, t
 // anything else an error.
 bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, true); }
 
-// The one-CTA per-tensor calls with the common features (silu, no biases, the router weight on the
-// output, every switch above at its default) on the kPlain kernel, whose features are compile-time
-// constants (params.hpp plain_call; kernel_sm90.cuh ExpertMlp): the same instructions on that call's
+// The per-tensor calls with the common features (silu, no biases, the router weight on the output,
+// every switch above at its default) on the kPlain kernels (one CTA and cluster), whose features are
+// compile-time constants (params.hpp plain_call; kernel_sm90.cuh ExpertMlp): the same instructions on that call's
 // path without the code of the others beside them. MOEKIT_EXPERT_MLP_PLAIN=0: the general kernel
 // (the A/B); unset or 1: on; anything else an error.
 bool plain() { return detail::env_switch(detail::EnvVar::kExpertMlpPlain, true); }
@@ -298,7 +298,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
-  if (!channel && !timed && sh.slices == 1 && plain_call(kp, fp8)) ++plain_launches;
+  if (!channel && !timed && plain_call(kp, fp8)) ++plain_launches;
   if (channel) {
     if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true, true>(kp, grid, stream, a.pdl);
     else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false, true>(kp, grid, stream, a.pdl);

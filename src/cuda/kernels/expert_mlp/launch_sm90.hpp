@@ -66,8 +66,8 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& args, void* stream);
 /// Tests only: launches of this kernel on the calling thread.
 int expert_mlp_launches();
 
-/// Tests only: of those, the launches of its kPlain instantiation (the common one-CTA per-tensor
-/// call's features fixed at compile time; MOEKIT_EXPERT_MLP_PLAIN).
+/// Tests only: of those, the launches of its kPlain instantiations (the common per-tensor call's
+/// features fixed at compile time; MOEKIT_EXPERT_MLP_PLAIN).
 int expert_mlp_plain_launches();
 
 /// Tests only: the next launches write each CTA's phase stamps (expert_mlp::PhaseWord, kPhaseWords

@@ -88,12 +88,12 @@ struct KernelParams {
   // unit's 8 or 16 token rows of h as B; bf16, fp16 and fp8_per_tensor, not fp8_per_channel; on by
   // default, MOEKIT_EXPERT_MLP_G2_SWAP=0 off).
   int g2_swap;
-  // The untimed one-CTA per-tensor calls whose features are kPlain's run on the kPlain kernel
+  // The untimed per-tensor calls whose features are kPlain's run on the kPlain kernels
   // (plain_call; MOEKIT_EXPERT_MLP_PLAIN=0: on the general one, for the A/B). Host-side only.
   int plain;
 };
 
-// Whether a one-CTA per-tensor call (untimed, not fp8_per_channel) runs on the kPlain kernel
+// Whether a per-tensor call (untimed, not fp8_per_channel; one CTA or cluster) runs on a kPlain kernel
 // (kernel_sm90.cuh's ExpertMlp: its features compile-time constants, so it carries no code for the
 // others): kp.plain, silu, no biases, the router weight on the output, e4m3's y in bf16, every A/B
 // switch at its default. fp8: the e4m3 instantiation.

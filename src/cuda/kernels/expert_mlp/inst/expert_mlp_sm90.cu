@@ -36,10 +36,14 @@ MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, true
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, true, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, true>);
-// The kPlain one-CTA kernels (the common per-tensor call's features at compile time), untimed only.
+// The kPlain kernels (the common per-tensor call's features at compile time), one-CTA and cluster
+// forms, untimed only.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, false, false, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, false, false, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, false, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, false, false, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, false, false, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, false, false, true>);
 // w2 as row pairs (e4m3 per tensor at N % 16 = 8, gpt-oss TP8): the cluster form, untimed and timed.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, false, true>);
