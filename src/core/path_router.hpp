@@ -257,9 +257,15 @@ struct RouterTable {
   // token rows only, 1.15-1.23x at M = 8) and its same-run path sweep (H100, two repeats, check on;
   // bench/results/2026-12-06-3f3c453-h100-s68-path-sweep-tp8.md) moved them to 48 (bf16 M = 6 / 8 /
   // 10: 34.0 / 34.7 / 35.4 against gemv(mma)'s 35.5 / 39.1 / 40.4 µs; M = 5 33.8 against 30.5 stays)
-  // and 40 (fp8 M = 5: 24.8 against 26.1; M = 4 24.6 against 23.1 stays).
-  double expert_mlp_min_slots = 48.0;
-  double expert_mlp_fp8_min_slots = 40.0;
+  // and 40 (fp8 M = 5: 24.8 against 26.1; M = 4 24.6 against 23.1 stays). Session 80's kPlain
+  // kernels (the common call's features at compile time, half the code; docs/perf.md "Session 80")
+  // and its same-run sweep (H100, c6e1d5f, two repeats, check on, best of two;
+  // bench/results/2026-12-07-c6e1d5f-h100-s118-router-sweep.md) moved them to 32 (bf16 M = 4 / 5:
+  // 26.7 / 27.8 against gemv's 27.9 and gemv(mma)'s 30.8 µs; M = 3 26.3 against 23.0 stays) and 24
+  // (fp8 M = 3 / 4: 20.1 / 20.3 against gemv(mma)'s 20.9 / 23.2; M = 2 20.2 against 17.4 stays).
+  // A call of other features (gelu, biases, the weight on the input) runs the general kernel there.
+  double expert_mlp_min_slots = 32.0;
+  double expert_mlp_fp8_min_slots = 24.0;
   double expert_mlp_max_slots = 2048.0;
   bool expert_mlp_in_auto = true;
   // fp8_per_tensor on it (hidden quantized first, each unit's own intermediate scale), over the
@@ -318,12 +324,16 @@ struct RouterTable {
   // expert_mlp_cluster_wide_max_slots past it (clusters of 3), in bf16 / fp16 to
   // expert_mlp_cluster_wide_bf16_max_slots: deepseek-v3 bf16 M = 32 (256 slots) ran 303.1 µs on it
   // in an H200 grid against token-major's 291.1 in the grid before (ed8a823; 378.2 against 386.4
-  // in the H100's same-run sweep), so it stays on token-major.
+  // in the H100's same-run sweep), so it stays on token-major. Session 80 (the kPlain kernels, the
+  // same sweep as expert_mlp_min_slots): one round from 40 slots in bf16 / fp16 (qwen3-235b M = 5 /
+  // 6 / 7: 70.0 / 81.9 / 85.6 against gemv(mma)'s 77.1 / 92.2 / 94.4 µs, deepseek-v3 M = 5 144.8
+  // against 161.7; M = 4 level at both) and 24 in fp8 (deepseek-v3 M = 3 53.9 against 65.0,
+  // qwen3-235b M = 3 34.1 against 35.0; M = 2 stays: qwen3-235b 32.0 against 31.2).
   double expert_mlp_cluster_min_n = 97.0;
   double expert_mlp_cluster_max_n = 256.0;
   double expert_mlp_cluster_min_slots = 128.0;
-  double expert_mlp_cluster_one_round_min_slots = 64.0;
-  double expert_mlp_cluster_one_round_fp8_min_slots = 32.0;
+  double expert_mlp_cluster_one_round_min_slots = 40.0;
+  double expert_mlp_cluster_one_round_fp8_min_slots = 24.0;
   double expert_mlp_cluster_max_slots = 4096.0;
   double expert_mlp_cluster_wide_n = 193.0;  // from here: clusters of 3 and more
   double expert_mlp_cluster_wide_max_slots = 256.0;

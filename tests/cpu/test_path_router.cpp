@@ -817,30 +817,30 @@ TEST(CpuSameProblem, EveryFieldCounts) {
 }
 
 TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
-  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto where it can run the call, from 48
-  // (bf16) or 40 (fp8_per_tensor) to 2048 local slots at N = 96, and over the cluster form's band
-  // at N = 97..256 (from 128 slots, from 64 / 32 where the expected units fit the resident
+  // The per-expert MLP kernel (RouterTable::expert_mlp_*): auto where it can run the call, from 32
+  // (bf16) or 24 (fp8_per_tensor) to 2048 local slots at N = 96, and over the cluster form's band
+  // at N = 97..256 (from 128 slots, from 40 / 24 where the expected units fit the resident
   // clusters in one round), ahead of the GEMV, decode and GEMM rules; MOEKIT_EXPERT_MLP = 0
   // (expert_mlp_in_auto) keeps auto off it; forced by name, or an error naming why not.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = in.fused_ok = true;
   in.swapab_ok[0] = in.swapab_ok[1] = in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
-  const MoeProblem m16 = preset("qwen3-30b-a3b", 16, 8), m5 = preset("qwen3-30b-a3b", 5, 8);
+  const MoeProblem m16 = preset("qwen3-30b-a3b", 16, 8), m3 = preset("qwen3-30b-a3b", 3, 8);
   const MoeProblem m256 = preset("qwen3-30b-a3b", 256, 8), m257 = preset("qwen3-30b-a3b", 257, 8);
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);  // expert_mlp_ok false by default (not built)
   in.expert_mlp_ok = true;
   EXPECT_EQ(choose_paths(m16, in).describe(), "expert_mlp");
   EXPECT_NE(choose_paths(m16, in).log_line(m16).find("-> expert_mlp |"), std::string::npos);
   EXPECT_TRUE(choose_paths(m256, in).expert_mlp);
-  EXPECT_FALSE(choose_paths(m5, in).expert_mlp);    // 40 slots: gemv(mma) keeps it
-  // Its band starts at 48 slots for bf16 (M = 6) and 40 for fp8_per_tensor (M = 5; session 62).
-  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 6, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(m3, in).expert_mlp);    // 24 slots: gemv keeps it
+  // Its band starts at 32 slots for bf16 (M = 4) and 24 for fp8_per_tensor (M = 3; session 80).
+  EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 4, 8), in).expert_mlp);
   EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 8, 8), in).expert_mlp);
-  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 5, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+  EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 3, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_EQ(choose_paths(preset("qwen3-30b-a3b", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
-  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   EXPECT_FALSE(choose_paths(m257, in).expert_mlp);  // 2056 slots: not measured
   // N = 192: the cluster form's band, 128 to 4096 slots (M = 16..512 at k = 8) while the resident
   // clusters are unknown.
@@ -862,21 +862,27 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_EQ(choose_paths(preset("deepseek-v3", 32, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_FALSE(choose_paths(preset("deepseek-v3", 64, 8, Scheme::kFp8PerTensor), in).expert_mlp);  // 512 slots
-  // One round: the expected units (touched experts) within the resident clusters, from 64 slots
-  // (bf16) and 32 (fp8). qwen3-235b on 66 clusters of 2: M = 8 (~52 experts) and fp8 M = 4 (32
-  // slots) take it, bf16 M = 4 does not, M = 12 (~69 experts: two rounds) does not.
+  // One round: the expected units (touched experts) within the resident clusters, from 40 slots
+  // (bf16) and 24 (fp8). qwen3-235b on 66 clusters of 2: M = 8 (~52 experts), M = 5 (40 slots) and
+  // fp8 M = 3 (24 slots) take it, bf16 M = 4 does not, M = 12 (~69 experts: two rounds) does not.
   in.expert_mlp_clusters = 66;
   EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).expert_mlp);
   EXPECT_NE(choose_paths(preset("qwen3-235b-a22b", 8, 8), in).reason.find("one round"), std::string::npos);
-  EXPECT_EQ(choose_paths(preset("qwen3-235b-a22b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+  EXPECT_TRUE(choose_paths(preset("qwen3-235b-a22b", 5, 8), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("qwen3-235b-a22b", 3, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 4, 8), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 12, 8), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("qwen3-235b-a22b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);  // 16 slots
-  // deepseek-v3 on 39 clusters of 3: fp8 M = 4 (~31 experts) takes it, M = 8 (~58: two rounds) not.
+  // deepseek-v3 on 39 clusters of 3: fp8 M = 3 / 4 (~23 / ~31 experts) and bf16 M = 5 (~37) take
+  // it, M = 8 (~58: two rounds) not, bf16 M = 6 (~44: two rounds) not.
   in.expert_mlp_clusters = 39;
   EXPECT_EQ(choose_paths(preset("deepseek-v3", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_EQ(choose_paths(preset("deepseek-v3", 3, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_TRUE(choose_paths(preset("deepseek-v3", 5, 8), in).expert_mlp);
+  EXPECT_FALSE(choose_paths(preset("deepseek-v3", 6, 8), in).expert_mlp);
   EXPECT_FALSE(choose_paths(preset("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   in.expert_mlp_clusters = 0;
   // Clusters of four (gpt-oss TP8, N = 360): bf16 from 32 to 512 slots (M = 8..128 at k = 4), not
@@ -932,8 +938,8 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   in.expert_mlp_in_auto = false;
   EXPECT_FALSE(choose_paths(m16, in).expert_mlp);
   in.forced = "expert_mlp";
-  EXPECT_TRUE(choose_paths(m5, in).expert_mlp);  // forced: any call it can run
-  EXPECT_EQ(choose_paths(m5, in).reason, "forced");
+  EXPECT_TRUE(choose_paths(m3, in).expert_mlp);  // forced: any call it can run
+  EXPECT_EQ(choose_paths(m3, in).reason, "forced");
   EXPECT_TRUE(choose_paths(ds, in).expert_mlp);
   EXPECT_TRUE(choose_paths(narrow, in).expert_mlp);
   EXPECT_TRUE(choose_paths(channel, in).expert_mlp);

@@ -702,9 +702,9 @@ TEST(Sm90ExpertMlp, GraphReplayEqualsEager) {
 }
 
 TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
-  // docs/router.md: auto from 48 to 2048 local slots (qwen3-30b TP8 bf16 M = 6..256; fp8_per_tensor
-  // from 40, M = 5); below, the router's other paths; the cluster form (qwen3-235b TP8, N = 192)
-  // from 64 slots where its expected units fit the resident clusters in one round (M = 8), not at
+  // docs/router.md: auto from 32 to 2048 local slots (qwen3-30b TP8 bf16 M = 4..256; fp8_per_tensor
+  // from 24, M = 3); below, the router's other paths; the cluster form (qwen3-235b TP8, N = 192)
+  // from 40 slots where its expected units fit the resident clusters in one round (M = 8), not at
   // 96 (M = 12: two rounds), again from 128; MOEKIT_EXPERT_MLP=0 keeps auto off it;
   // MOEKIT_LOG_DISPATCH names it.
   SKIP_WITHOUT_SM90();
@@ -721,17 +721,17 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
   };
   EXPECT_EQ(dispatch_at(h, 32), "expert_mlp");
   {
-    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 40 slots (RouterTable::expert_mlp_fp8_min_slots)
+    CaseSpec s8 = qwen30_tp8(32, 25);  // fp8_per_tensor: from 24 slots (RouterTable::expert_mlp_fp8_min_slots)
     s8.scheme = Scheme::kFp8PerTensor;
     MoeCase c8 = make_case(s8);
     std::vector<std::uint16_t> out8(static_cast<std::size_t>(32 * c8.spec.K));
     const FusedExpertsArgs h8 = c8.host_args(out8.data());
     EXPECT_EQ(dispatch_at(h8, 32), "expert_mlp");
-    EXPECT_EQ(dispatch_at(h8, 5), "expert_mlp");  // 40 slots
-    EXPECT_NE(dispatch_at(h8, 4), "expert_mlp");  // 32 slots: gemv(mma)
+    EXPECT_EQ(dispatch_at(h8, 3), "expert_mlp");  // 24 slots
+    EXPECT_NE(dispatch_at(h8, 2), "expert_mlp");  // 16 slots: gemv(mma)
   }
-  EXPECT_EQ(dispatch_at(h, 6), "expert_mlp");  // bf16, 48 slots
-  EXPECT_NE(dispatch_at(h, 5), "expert_mlp");  // bf16, 40 slots: gemv(mma)
+  EXPECT_EQ(dispatch_at(h, 4), "expert_mlp");  // bf16, 32 slots
+  EXPECT_NE(dispatch_at(h, 3), "expert_mlp");  // bf16, 24 slots: gemv
   {
     // The cluster form's one round: qwen3-235b TP8's shard (E = 128, k = 8, N = 192; K cut to 1024
     // here: the router reads E, k, N and the slots) on this GPU's resident clusters of 2 (66 on an
@@ -750,7 +750,7 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
     }
     EXPECT_EQ(dispatch_at(hw, 16), "expert_mlp");  // 128 slots
   }
-  for (std::int64_t M : {5, 6, 16, 32}) {
+  for (std::int64_t M : {3, 4, 16, 32}) {
     const int before = cuda::expert_mlp_launches();
     std::string err;
     std::vector<std::uint16_t> bits;
@@ -760,8 +760,8 @@ TEST(Sm90ExpertMlp, AutoTakesItInItsRangeAndTheSwitchKeepsItOff) {
       bits = d.run(M, CallMode::kFusedExperts, "auto");
       err = ::testing::internal::GetCapturedStderr();
     }
-    EXPECT_EQ(cuda::expert_mlp_launches(), before + (M >= 6 ? 1 : 0)) << "M=" << M;
-    EXPECT_EQ(err.find("-> expert_mlp |") != std::string::npos, M >= 6) << err;
+    EXPECT_EQ(cuda::expert_mlp_launches(), before + (M >= 4 ? 1 : 0)) << "M=" << M;
+    EXPECT_EQ(err.find("-> expert_mlp |") != std::string::npos, M >= 4) << err;
     EXPECT_TRUE(rows_match(to_float(bits, c.spec.act_dtype), reference_rows(c, 0, M), c.spec.K, c.spec.scheme,
                            "auto M=" + std::to_string(M)));
   }
