@@ -3,6 +3,8 @@
 # 24 slots, one round of clusters from 40 / 24): this tree's build, the expert_mlp GPU tests (the
 # router's boundaries in AutoTakesItInItsRangeAndTheSwitchKeepsItOff), the TP8 grid.
 # carry [".deps"]; LIMIT seconds (default 230).
+# Prepared in session 80, not yet run (the session's device time ran out); stage on main with
+# tools/scripts/stamp_tree.sh. Its PREV is c6e1d5f's grid (the same kernels, the router before the retune).
 set -u
 LIMIT=${LIMIT:-230}
 source tools/scripts/device_call.sh

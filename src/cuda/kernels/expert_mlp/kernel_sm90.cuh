@@ -1451,7 +1451,8 @@ auto* raised_kernel() {
 template <Operand kOp, bool kTimed, bool kChannel>
 void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code); w2 as row
-  // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation. Only the one launched is raised.
+  // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation; the common call (plain_call) on the
+  // kPlain instantiation of its form. Only the one launched is raised.
   const auto pick = [&kp] {
     if constexpr (kOp == Operand::kE4m3 && !kChannel) {
       if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
