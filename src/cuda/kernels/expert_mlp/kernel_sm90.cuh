@@ -147,8 +147,8 @@ struct ExpertMlp {
   static __device__ __forceinline__ Activation act_kind(const KernelParams& p) {
     return kPlain ? Activation::kSilu : p.act;
   }
-  // An A/B switch (0 / 1 in KernelParams): its default `on` in the kPlain kernel.
-  static __device__ __forceinline__ bool sw(int v, bool on) { return kPlain ? on : v != 0; }
+  // An A/B switch (0 / 1 in KernelParams): its default (params.hpp k*Default) in the kPlain kernel.
+  static __device__ __forceinline__ bool sw(int v, bool dflt) { return kPlain ? dflt : v != 0; }
 
   // The unit's slice on this CTA of its cluster (read through r(): 0 at compile time in the
   // one-CTA form).
@@ -216,7 +216,7 @@ struct ExpertMlp {
     const std::uint32_t b = s.ring + stage * kStageBytes + kATileBytes;
     const int k0 = kb * kStageElems;
     const int n0 = r * kN;
-    if (sw(p.two_boxes, true)) {
+    if (sw(p.two_boxes, kTwoBoxesDefault)) {
       load(b, &p.tmap_w13, full, k0, n0, 2 * e);
       load(b + 128 * kKBytes, &p.tmap_w13b, full, k0, n0 + 64, 2 * e);
     } else {
@@ -245,7 +245,7 @@ struct ExpertMlp {
     // The weights' TMA, with the L2 evict-first hint when p.evict_first (MOEKIT_EXPERT_MLP_EVICT_FIRST=1).
     const std::uint64_t policy = sm90::createpolicy_evict_first();
     const auto load = [&](std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0, int c1, int c2) {
-      if (sw(p.evict_first, false)) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
+      if (sw(p.evict_first, kEvictFirstDefault)) sm90::tma_load_3d_hint(dst, map, bar, c0, c1, c2, policy);
       else sm90::tma_load_3d(dst, map, bar, c0, c1, c2);
     };
     const int S = slices(p), r = sl.r();
@@ -261,7 +261,7 @@ struct ExpertMlp {
       // slots: the stream runs on across the unit's start instead of waiting there for the slot
       // list, then a DRAM round trip. The first unit keeps kAheadStages (config.hpp: its token
       // rows, read once from DRAM, queued behind more weights).
-      const int ahead = min(j > 0 && sw(p.ahead_next, true) ? kStages : kAheadStages, p.k_stages);
+      const int ahead = min(j > 0 && sw(p.ahead_next, kAheadNextDefault) ? kStages : kAheadStages, p.k_stages);
       int wstage = stage;
       std::uint32_t wphase = phase;
       for (int kb = 0; kb < ahead; ++kb) {
@@ -284,7 +284,7 @@ struct ExpertMlp {
       // predicated form (MOEKIT_EXPERT_MLP_LEAN_GATHER=0, kept for the A/B) runs all 16 rows a lane
       // with their 64-bit addresses every stage (~150 instructions a stage, docs/perf.md "Session 61").
       const int* us = s.unit_slot + (j & 1) * kBlockM;
-      const bool lean = sw(p.lean_gather, true);
+      const bool lean = sw(p.lean_gather, kLeanGatherDefault);
       const int groups = (t.count + 3) >> 2;                 // 1..16, the same in every lane
       const int mine = max(0, (t.count - (lane >> 3) + 3) >> 2);  // this lane's rows: i < mine
       const std::uint8_t* src[kBlockM / 4];  // lean: row (lane >> 3) + 4 i's chunk at K = 0 (i < mine)
@@ -886,7 +886,7 @@ struct ExpertMlp {
   // The one-CTA form only (p.warm_act, MOEKIT_EXPERT_MLP_WARM_ACT); elsewhere it returns at once.
   // One call site in the kernel, so both run the same instructions.
   static __device__ void consume(const KernelParams& p, const Smem& s, const Slice& sl, int units, bool warm) {
-    if (warm && (kCluster || kChannel || !sw(p.warm_act, true))) return;
+    if (warm && (kCluster || kChannel || !sw(p.warm_act, kWarmActDefault))) return;
     const int t = warm ? static_cast<int>(threadIdx.x) - (kConsumerThreads + kProducerThreads)
                        : static_cast<int>(threadIdx.x);  // 0..127 (the warm warp: 0..31)
     const int warp = t >> 5, lane = t & 31;
@@ -1145,7 +1145,7 @@ struct ExpertMlp {
       const float wy[2] = {on_input(p) ? 1.0f : tw[0], on_input(p) ? 1.0f : tw[1]};
       // Swap-AB's token columns for this unit (p.g2_swap; gemm2_swap_tile), where the unit has at
       // most kG2SwapRows rows; larger units keep the m64n256 form.
-      const bool g2_swap_unit = sw(p.g2_swap, true) && un.count <= kG2SwapRows;
+      const bool g2_swap_unit = sw(p.g2_swap, kG2SwapDefault) && un.count <= kG2SwapRows;
       const int g2_nt = un.count <= 8 ? 8 : 16;
       for (int o = sl.r(); o < o_end; o += S) {
         if constexpr (!kCluster && !kChannel) {
@@ -1360,7 +1360,7 @@ __global__ void __launch_bounds__(kThreads, 1) expert_mlp_sm90_kernel(const __gr
 
   if (tid == 0) {
     sm90::prefetch_tensormap(&p.tmap_w13);
-    if (K::sw(p.two_boxes, true)) sm90::prefetch_tensormap(&p.tmap_w13b);
+    if (K::sw(p.two_boxes, kTwoBoxesDefault)) sm90::prefetch_tensormap(&p.tmap_w13b);
     sm90::prefetch_tensormap(&p.tmap_w2);
     for (int i = 0; i < kStages; ++i) {
       sm90::mbar_init(s.full + 8 * i, 1 + kProducerThreads);  // lane 0's expect_tx + every lane's gather
@@ -1449,16 +1449,17 @@ auto* raised_kernel() {
 }
 
 template <Operand kOp, bool kTimed, bool kChannel>
-void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
+bool run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code); w2 as row
   // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation; the common call (plain_call) on the
-  // kPlain instantiation of its form. Only the one launched is raised.
-  const auto pick = [&kp] {
+  // kPlain instantiation of its form (plain_call excludes row pairs). Only the one launched is raised.
+  const bool plain = !kTimed && !kChannel && plain_call(kp, kOp == Operand::kE4m3);
+  const auto pick = [&kp, plain] {
     if constexpr (kOp == Operand::kE4m3 && !kChannel) {
       if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
     }
     if constexpr (!kTimed && !kChannel) {
-      if (plain_call(kp, kOp == Operand::kE4m3))
+      if (plain)
         return kp.slices > 1 ? raised_kernel<kOp, true, false, false, false, true>()
                              : raised_kernel<kOp, false, false, false, false, true>();
     }
@@ -1471,6 +1472,7 @@ void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pd
                                                  static_cast<cudaStream_t>(stream), kp.slices, attrs);
   add_pdl_attribute(cfg, attrs, pdl);
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+  return plain;
 }
 
 template <Operand kOp>

@@ -103,16 +103,16 @@ namespace {
 
 // MOEKIT_EXPERT_MLP_EVICT_FIRST=1: the weights' TMA with an L2 evict-first hint (branch s55-next,
 // for its A/B); unset or 0: without; anything else an error.
-bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, false); }
+bool evict_first() { return detail::env_switch(detail::EnvVar::kExpertMlpEvictFirst, expert_mlp::kEvictFirstDefault); }
 
 // MOEKIT_EXPERT_MLP_LEAN_GATHER=0: the producer's predicated gather of all 16 rows a lane every
 // stage (the form before session 62, for the A/B); unset or 1: the lean gather; anything else an error.
-bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGather, true); }
+bool lean_gather() { return detail::env_switch(detail::EnvVar::kExpertMlpLeanGather, expert_mlp::kLeanGatherDefault); }
 
 // MOEKIT_EXPERT_MLP_AHEAD_NEXT=0: every unit of a CTA issues kAheadStages stages' w13 boxes before
 // its slot list, as its first does (the form before session 71, for the A/B); unset or 1: the units
 // after the first issue a whole ring's; anything else an error.
-bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, true); }
+bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNext, expert_mlp::kAheadNextDefault); }
 
 // A GEMM1 stage's w13 tile as two TMA boxes over both planes (gate and up rows 0..63, then 64..95)
 // in place of six 32-row boxes of one plane, the same bytes in the same places: a bare ring streams
@@ -120,7 +120,7 @@ bool ahead_next() { return detail::env_switch(detail::EnvVar::kExpertMlpAheadNex
 // the kernel ran 1.08-1.20x faster at TP8 M <= 2 and up to 1.16x at qwen3-30b TP8 M <= 8, ~1.0x where
 // HBM-bound ("Session 76"). MOEKIT_EXPERT_MLP_TWO_BOXES=0: six (the A/B); unset or 1: two; anything
 // else an error.
-bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, true); }
+bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes, expert_mlp::kTwoBoxesDefault); }
 
 // The one-CTA form's warm warp runs the CTA's first unit through the consumers' code with no effect
 // right after the routing (consume's `warm`), so the activation and GEMM2's epilogue after GEMM1 run
@@ -128,7 +128,7 @@ bool two_boxes() { return detail::env_switch(detail::EnvVar::kExpertMlpTwoBoxes,
 // and ~1.8; 1.020x median at qwen3-30b TP8 M = 4..256, up to 1.065x (docs/perf.md "Session 76").
 // The same bits. MOEKIT_EXPERT_MLP_WARM_ACT=0: the warm warp returns at once (the A/B); unset or 1:
 // on; anything else an error.
-bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, true); }
+bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, expert_mlp::kWarmActDefault); }
 
 // The one-CTA form's GEMM2 as Swap-AB (gemm2_swap_tile: the tile's w2 rows as A, the unit's first
 // 8 / 16 token rows of h as B) in place of m64n256 over 64 rows of which a decode unit fills 1-8,
@@ -136,7 +136,7 @@ bool warm_act() { return detail::env_switch(detail::EnvVar::kExpertMlpWarmAct, t
 // (fp8_per_channel keeps the m64n256 form). The same bits either way. Unset or 1: on (A/B at
 // qwen3-30b-a3b TP8 on an H100, docs/perf.md "Session 77"); MOEKIT_EXPERT_MLP_G2_SWAP=0: off;
 // anything else an error.
-bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, true); }
+bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, expert_mlp::kG2SwapDefault); }
 
 // The per-tensor calls with the common features (silu, no biases, the router weight on the output,
 // every switch above at its default) on the kPlain kernels (one CTA and cluster), whose features are
@@ -298,21 +298,22 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   const int grid = sh.slices * static_cast<int>(std::min<std::int64_t>(max_units, clusters));
   // The timed instantiation only while a test set a phase buffer.
   const bool timed = kp.phases != nullptr;
-  if (!channel && !timed && plain_call(kp, fp8)) ++plain_launches;
+  bool plain = false;  // a kPlain kernel ran it (run_expert_mlp_sm90 picks)
   if (channel) {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true, true>(kp, grid, stream, a.pdl);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false, true>(kp, grid, stream, a.pdl);
+    if (timed) plain = expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true, true>(kp, grid, stream, a.pdl);
+    else plain = expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false, true>(kp, grid, stream, a.pdl);
   } else if (fp8) {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream, a.pdl);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream, a.pdl);
+    if (timed) plain = expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, true>(kp, grid, stream, a.pdl);
+    else plain = expert_mlp::run_expert_mlp_sm90<Operand::kE4m3, false>(kp, grid, stream, a.pdl);
   } else if (p.act_dtype == DType::kFp16) {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream, a.pdl);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kF16, false>(kp, grid, stream, a.pdl);
+    if (timed) plain = expert_mlp::run_expert_mlp_sm90<Operand::kF16, true>(kp, grid, stream, a.pdl);
+    else plain = expert_mlp::run_expert_mlp_sm90<Operand::kF16, false>(kp, grid, stream, a.pdl);
   } else {
-    if (timed) expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream, a.pdl);
-    else expert_mlp::run_expert_mlp_sm90<Operand::kBf16, false>(kp, grid, stream, a.pdl);
+    if (timed) plain = expert_mlp::run_expert_mlp_sm90<Operand::kBf16, true>(kp, grid, stream, a.pdl);
+    else plain = expert_mlp::run_expert_mlp_sm90<Operand::kBf16, false>(kp, grid, stream, a.pdl);
   }
   ++launches;
+  if (plain) ++plain_launches;
 }
 
 }  // namespace moekit::cuda

@@ -93,14 +93,25 @@ struct KernelParams {
   int plain;
 };
 
+// The A/B switches' defaults (launch_sm90.cu reads MOEKIT_EXPERT_MLP_* with them), and so their
+// values in the kPlain kernels.
+inline constexpr bool kTwoBoxesDefault = true;
+inline constexpr bool kEvictFirstDefault = false;
+inline constexpr bool kLeanGatherDefault = true;
+inline constexpr bool kAheadNextDefault = true;
+inline constexpr bool kWarmActDefault = true;
+inline constexpr bool kG2SwapDefault = true;
+
 // Whether a per-tensor call (untimed, not fp8_per_channel; one CTA or cluster) runs on a kPlain kernel
 // (kernel_sm90.cuh's ExpertMlp: its features compile-time constants, so it carries no code for the
 // others): kp.plain, silu, no biases, the router weight on the output, e4m3's y in bf16, every A/B
 // switch at its default. fp8: the e4m3 instantiation.
 inline bool plain_call(const KernelParams& kp, bool fp8) {
   return kp.plain != 0 && kp.act == Activation::kSilu && kp.b13 == nullptr && kp.b2 == nullptr &&
-         kp.weight_on_input == 0 && (!fp8 || kp.y_f16 == 0) && kp.w2_pairs == 0 && kp.two_boxes != 0 &&
-         kp.evict_first == 0 && kp.lean_gather != 0 && kp.ahead_next != 0 && kp.warm_act != 0 && kp.g2_swap != 0;
+         kp.weight_on_input == 0 && (!fp8 || kp.y_f16 == 0) && kp.w2_pairs == 0 &&
+         (kp.two_boxes != 0) == kTwoBoxesDefault && (kp.evict_first != 0) == kEvictFirstDefault &&
+         (kp.lean_gather != 0) == kLeanGatherDefault && (kp.ahead_next != 0) == kAheadNextDefault &&
+         (kp.warm_act != 0) == kWarmActDefault && (kp.g2_swap != 0) == kG2SwapDefault;
 }
 
 // The phase timer's words per CTA (%globaltimer ns; sums over the CTA's units where marked; 0 = not
@@ -135,7 +146,8 @@ enum PhaseWord : int {
 // kp.slices > 1; kTimed: with the phase timer; kChannel: fp8_per_channel, e4m3 only), as the
 // programmatic dependent of the kernel before it when `pdl`.
 template <Operand kOp, bool kTimed, bool kChannel = false>
-void run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
+// Returns whether it launched a kPlain kernel (plain_call).
+bool run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 // Clusters of `slices` CTAs of the untimed instantiation resident at once on the current device at
 // the largest shared memory (cudaOccupancyMaxActiveClusters); 0 where the query fails.

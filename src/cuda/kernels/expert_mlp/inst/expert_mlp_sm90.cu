@@ -5,17 +5,17 @@
 
 namespace moekit::cuda::expert_mlp {
 
-template void run_expert_mlp_sm90<Operand::kBf16, false>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kF16, false>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kE4m3, false>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kBf16, false>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kF16, false>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kE4m3, false>(const KernelParams&, int, void*, bool);
 template int max_active_clusters_sm90<Operand::kBf16>(int);
 template int max_active_clusters_sm90<Operand::kF16>(int);
 template int max_active_clusters_sm90<Operand::kE4m3>(int);
-template void run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kE4m3, false, true>(const KernelParams&, int, void*, bool);
-template void run_expert_mlp_sm90<Operand::kE4m3, true, true>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kBf16, true>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kF16, true>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kE4m3, true>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kE4m3, false, true>(const KernelParams&, int, void*, bool);
+template bool run_expert_mlp_sm90<Operand::kE4m3, true, true>(const KernelParams&, int, void*, bool);
 
 // Preloaded at the first call (cuda/common/preload.cuh): nothing loads lazily. The one-CTA and
 // the cluster form (kCluster), each untimed and timed.
