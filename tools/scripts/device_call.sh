@@ -10,6 +10,7 @@
 #   sanitize TOOL FILTER [SECONDS]          # compute-sanitizer TOOL on the GPU tests FILTER, its summary
 #   phase_tables VAR VALUE...               # Sm90ExpertMlp.PhaseBreakdown once per VAR=VALUE
 #   grid_tp8 PREVIOUS.json                  # the TP8 grid (auto, baselines, check on) and its report
+#   grid_if_gains NAME [MIN]                # grid_tp8 where A/B NAME's median reached MIN (1.005)
 #   swapab_times NAME BIN BENCH_ARGS...     # Swap-AB GEMM1 / GEMM2 kernel times (Nsight Compute), one line
 #   finish                                  # pack $O (pack_out.sh)
 # Sets O ($OUT), B (the build), BB (its moekit-bench), MB (main's, once start_main_build ran).
@@ -79,6 +80,17 @@ swapab_times() {  # name, moekit-bench binary, its arguments (one call: --iters 
   timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:swapab_sm90_kernel \
     -c 2 "$bin" --backend cuda --iters 1 --no-baseline --no-host-time "$@" >"$O/ncu-$n.txt" 2>&1
   echo "ncu $n: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-$n.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (GEMM1 GEMM2; left $(left)s)"
+}
+
+# The TP8 grid where A/B NAME's median (B/A over its points) reached MIN (default 1.005) and time
+# is left: against PREV_H100 (default main's last H100 grid of record) or, on an H200, 8bedaec's.
+grid_if_gains() {  # ab name, [min median]
+  local med prev=${PREV_H100:-bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json}
+  med=$(grep -m1 "^| TP8 M<=256 |" "$O/ab-$1/compare.md" 2>/dev/null | awk -F'|' '{print $4}')
+  echo "median B/A ($1): $med"
+  [ -n "$med" ] && python3 -c "import sys; sys.exit(0 if float('$med') >= ${2:-1.005} else 1)" && [ "$(left)" -gt 60 ] || return 0
+  grep -q H200 "$O/gpu.txt" && prev=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json
+  grid_tp8 "$prev"
 }
 
 finish() { echo "done, left $(left)s"; bash tools/scripts/pack_out.sh "$O"; }

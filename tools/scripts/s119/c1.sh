@@ -29,11 +29,5 @@ else
 fi
 sanitize racecheck 'Sm90TokmajorTmaA.SmallForSanitizers' 40
 sanitize memcheck 'Sm90TokmajorTmaA.SmallForSanitizers' 30
-med=$(grep -m1 "^| TP8 M<=256 |" "$O/ab-plain/compare.md" 2>/dev/null | awk -F'|' '{print $4}')
-echo "median B/A (mixtral): $med"
-if [ -n "$med" ] && python3 -c "import sys; sys.exit(0 if float('$med') >= 1.005 else 1)" && [ "$(left)" -gt 60 ]; then
-  PREV=bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json
-  grep -q H200 "$O/gpu.txt" && PREV=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json
-  grid_tp8 "$PREV"
-fi
+grid_if_gains plain
 finish
