@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# s122 c3 of 3 (c1.sh says what the tree holds): on the same warm machine, racecheck / memcheck of
-# the three changes' small cases (the per-expert MLP kernel's gpt-oss cases run Plain::kOai;
-# token-major's small cases its twins; Swap-AB's PlainSmallForSanitizers the kPlain kernels); same-run sweeps of
-# auto against the forced paths where the router may move (gpt-oss TP8 M = 64..256: expert_mlp vs
-# Swap-AB; TP1 M <= 4: Swap-AB vs gemv); the TP8 grid (router retune + the three changes) against
-# c6e1d5f's where A/B plain-oai gained.
+# s123 c3 of 3 (c1.sh says what the tree holds): on the same warm machine, racecheck and memcheck
+# of the changes' small cases (the per-expert MLP kernel's gpt-oss cases run Plain::kOai;
+# token-major's small cases its twins; Swap-AB's PlainSmallForSanitizers its kPlain kernels;
+# memcheck also the GEMV one-token test); same-run sweeps of auto against the forced paths where
+# the router may move (gpt-oss TP8 M = 64..256: expert_mlp vs Swap-AB; TP1 M <= 4: Swap-AB vs
+# auto's gemv); the TP8 grid (router retune + the four changes) against c6e1d5f's.
 # carry [".deps", ".ab/mid"]; LIMIT seconds (default 570).
 set -u
 LIMIT=${LIMIT:-570}
@@ -13,7 +13,7 @@ build_tree || exit 1
 echo "built (left $(left)s)"
 SMALL='Sm90ExpertMlp.SmallForSanitizers:Sm90Tokmajor*.SmallForSanitizers:Sm90SwapAbGemm.PlainSmallForSanitizers'
 sanitize racecheck "$SMALL" 110
-sanitize memcheck "$SMALL" 80
+sanitize memcheck "$SMALL:Sm90Dispatch.GemvOneTokenBitwiseEqualToGeneral" 90
 ARGS="--backend cuda --no-baseline --no-host-time --check"
 timeout 50 $BB $ARGS --tp 8 --path auto,expert_mlp,swapab --preset gpt-oss-120b --tokens 64,128,256 \
   --scheme bf16,fp8_per_tensor --json "$O/sweep-tp8.json" >"$O/sweep-tp8.log" 2>&1
