@@ -19,11 +19,11 @@
 # Sm90TokmajorPlain.BitwiseEqualToGeneral, Sm90SwapAbGemm.PlainKernelBitwiseEqualToGeneral,
 # Sm90Dispatch.GemvOneTokenBitwiseEqualToGeneral, Preload's counts among it), A/B s120 at gpt-oss
 # TP8 on forced expert_mlp (M = 1..256, both schemes).
-# carry [".deps", ".ab/mid"] in all three calls; LIMIT seconds (default 570). Stage:
+# carry [".deps", ".ab/mid"] in all three calls; LIMIT seconds (default 500). Stage:
 #   git checkout -b s123x main && git apply tools/scripts/s123/changes.patch && git commit -qam s123
 #   tools/scripts/ab_base.sh main .ab/mid && tools/scripts/stamp_tree.sh
 set -u
-LIMIT=${LIMIT:-570}
+LIMIT=${LIMIT:-500}
 source tools/scripts/device_call.sh
 start_main_build
 build_tree || exit 1

@@ -2,25 +2,23 @@
 # s123 c3 of 3 (c1.sh says what the tree holds): on the same warm machine, racecheck and memcheck
 # of the changes' small cases (the per-expert MLP kernel's gpt-oss cases run Plain::kOai;
 # token-major's small cases its twins; Swap-AB's PlainSmallForSanitizers its kPlain kernels;
-# memcheck also the GEMV one-token test); same-run sweeps of auto against the forced paths where
-# the router may move (gpt-oss TP8 M = 64..256: expert_mlp vs Swap-AB; TP1 M <= 4: Swap-AB vs
-# auto's gemv); the TP8 grid (router retune + the four changes) against c6e1d5f's.
-# carry [".deps", ".ab/mid"]; LIMIT seconds (default 570).
+# memcheck also the GEMV one-token test); a same-run sweep of auto against the forced paths where
+# the router may move (gpt-oss TP8 M = 64..256: expert_mlp vs Swap-AB); the TP8 grid (router
+# retune + the four changes) against c6e1d5f's.
+# carry [".deps", ".ab/mid"]; LIMIT seconds (default 450). The three calls take ~26 of a session's
+# 30 device minutes with the start: run them in order on one warm machine, nothing before them.
 set -u
-LIMIT=${LIMIT:-570}
+LIMIT=${LIMIT:-450}
 source tools/scripts/device_call.sh
 build_tree || exit 1
 echo "built (left $(left)s)"
 SMALL='Sm90ExpertMlp.SmallForSanitizers:Sm90Tokmajor*.SmallForSanitizers:Sm90SwapAbGemm.PlainSmallForSanitizers'
-sanitize racecheck "$SMALL" 110
+sanitize racecheck "$SMALL" 100
 sanitize memcheck "$SMALL:Sm90Dispatch.GemvOneTokenBitwiseEqualToGeneral" 90
 ARGS="--backend cuda --no-baseline --no-host-time --check"
-timeout 50 $BB $ARGS --tp 8 --path auto,expert_mlp,swapab --preset gpt-oss-120b --tokens 64,128,256 \
+timeout 45 $BB $ARGS --tp 8 --path auto,expert_mlp,swapab --preset gpt-oss-120b --tokens 64,128,256 \
   --scheme bf16,fp8_per_tensor --json "$O/sweep-tp8.json" >"$O/sweep-tp8.log" 2>&1
 echo "sweep tp8 rc=$? (left $(left)s)"
-timeout 60 $BB $ARGS --tp 1 --path auto,swapab --preset qwen3-30b-a3b,gpt-oss-120b,qwen3-235b-a22b,deepseek-v3 \
-  --tokens 1,2,4 --scheme bf16,fp8_per_tensor --json "$O/sweep-tp1.json" >"$O/sweep-tp1.log" 2>&1
-echo "sweep tp1 rc=$? (left $(left)s)"
 PREV=bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json
 grep -q H200 "$O/gpu.txt" && PREV=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json
 [ "$(left)" -gt 150 ] && grid_tp8 "$PREV"
