@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# s123 c2 of 3 (c1.sh says what the tree holds): on the same warm machine (both builds kept), the
-# A/Bs main -> tree of s119 (auto's token-major points: mixtral TP8 M = 16..256, deepseek-v3 TP8
-# M = 64..256, both schemes), s122 (forced Swap-AB at M * k <= 16: TP1 gpt-oss, mixtral,
-# qwen3-235b fp8 M = 1, 2, 4: auto's Swap-AB points there) and s123 (auto at M = 1: TP8 every preset
-# and scheme, where the CUDA-core GEMV kernel runs qwen3-30b and the bf16 points, the tensor-core
-# kernel's fp8 ones a control; TP1 qwen3-30b, qwen3-235b, gpt-oss bf16); check on.
+# s124 c2 of 3 (c1.sh says what the tree holds): on the same warm machine (both builds kept), the
+# A/Bs main -> tree of s123 (auto at M = 1: TP8 every preset and scheme, where the CUDA-core GEMV
+# kernel runs qwen3-30b and the bf16 points, the tensor-core kernel's fp8 ones a control; TP1
+# qwen3-30b, qwen3-235b, gpt-oss bf16), s119 (auto's token-major points: mixtral TP8 M = 16..256,
+# deepseek-v3 TP8 M = 64..256, both schemes) and s122 with s124 (forced Swap-AB at M * k <= 16: TP1
+# gpt-oss, mixtral, qwen3-235b fp8 M = 1, 2, 4, auto's Swap-AB points there; the chain's GEMMs and
+# its routing launch, which MOEKIT_SWAPAB_PLAIN / MOEKIT_ROUTING_PLAIN split in one build where it
+# gains); check on.
 # carry [".deps", ".ab/mid"]; LIMIT seconds (default 480).
 set -u
 LIMIT=${LIMIT:-480}
