@@ -613,3 +613,46 @@ def test_hscale_sim_compares_the_intermediate_scales(capsys):
                     "--tile", "4", "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("| 4 | 1 |") == 3 and "row error median" in out
+
+
+def tiny_cubin(kernels):
+    """An ELF64 file whose only sections are `.text.<name>` for each (name, code) in `kernels`
+    (what kernel_code.py reads of a cubin), with its section-name table."""
+    import struct
+
+    names = b"\0.shstrtab\0" + b"".join(b".text." + n.encode() + b"\0" for n, _ in kernels)
+    body = names + b"".join(code for _, code in kernels)
+    shoff = 64 + len(body)
+    shoff += (-shoff) % 8
+    headers = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+               struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
+    name_off, data_off = 11, 64 + len(names)
+    for n, code in kernels:
+        headers.append(struct.pack("<IIQQQQIIQQ", name_off, 1, 6, 0, data_off, len(code), 0, 0, 128, 0))
+        name_off += len(".text.") + len(n) + 1
+        data_off += len(code)
+    ident = b"\x7fELF\x02\x01\x01" + b"\0" * 9
+    ehdr = ident + struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(headers), 1)
+    data = ehdr + body
+    return data + b"\0" * (shoff - len(data)) + b"".join(headers)
+
+
+def test_kernel_code_sizes_and_compare_read_the_text_sections(tmp_path, capsys):
+    # tools/scripts/kernel_code.py: per-kernel .text bytes of a cubin, and two builds' kernels
+    # compared by name and by code (a kernel renamed by a new defaulted template argument).
+    kc = load_script("kernel_code")
+    a = tmp_path / "a.cubin"
+    b = tmp_path / "b.cubin"
+    a.write_bytes(tiny_cubin([("k_general", b"\x11" * 256), ("k_other", b"\x22" * 64), ("k_gone", b"\x33" * 32)]))
+    b.write_bytes(tiny_cubin([("k_general_v2", b"\x11" * 256), ("k_other", b"\x23" * 64), ("k_new", b"\x44" * 16)]))
+    assert [(n, m) for n, m, _ in kc.sizes(a)] == [(256, "k_general"), (64, "k_other"), (32, "k_gone")]
+    assert [m for _, m, _ in kc.sizes(a, "other")] == ["k_other"]
+    rows = {d: (v, na, nb) for v, d, na, nb in kc.compare(a, b)}
+    assert rows["k_general_v2"] == ("renamed", 256, 256)
+    assert rows["k_other"] == ("differ", 64, 64)
+    assert rows["k_gone"] == ("only a", 32, None) and rows["k_new"] == ("only b", None, 16)
+    assert "k_general" not in rows
+    assert kc.main(["compare", str(a), str(b)]) == 0
+    assert "differ: 1, only a: 1, only b: 1, renamed: 1" in capsys.readouterr().out
+    with pytest.raises(ValueError):
+        kc.text_sections(b"not an elf")
