@@ -238,8 +238,11 @@ const char* const kPaths[] = {"auto", "mma", "swapab", "tokmajor"};
 // on a count grid that routes and a scatter grid instead; dynamic fp8 quantization takes two
 // launches above 32 K elements).
 void check_preset(const char* name, std::int64_t E, std::int64_t K, std::int64_t N, Scheme scheme) {
-  // PDL chains the multi-launch path's kernels: auto must not take the single-launch decode path.
+  // PDL chains the multi-launch path's kernels: auto must not take the single-launch decode path,
+  // nor the per-expert MLP path (one kernel and the combine; auto's from 32 slots in bf16 since
+  // 97905be, so qwen3-30b's M = 5).
   ScopedEnv no_decode("MOEKIT_DECODE", "0");
+  ScopedEnv no_expert_mlp("MOEKIT_EXPERT_MLP", "0");
   const ModelPreset& pr = find_preset(name);
   CaseSpec s;
   s.M = 600;
