@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s124 c1 of 3 (prepared in session 81, not yet run): five prepared kernel changes in one tree
+# s124 c1 of 3 (run in session 81 on an H100, c1 and c2 only: results in docs/perf.md "Session 81"): five prepared kernel changes in one tree
 # (tools/scripts/s124/changes.patch on main), one build, each A/B'd against main's own build at
 # points only its kernels run (c1: the first; c2: the other three), the sanitizers and the grid (c3).
 # Each cuts the code a call's kernel carries beside its path (session 80's plain kernels of the
@@ -21,11 +21,11 @@
 # Sm90TokmajorPlain.BitwiseEqualToGeneral, Sm90SwapAbGemm.PlainKernelBitwiseEqualToGeneral,
 # Sm90Dispatch.GemvOneTokenBitwiseEqualToGeneral, Sm90Permute.PermuteOnlyKernels, Preload's counts
 # among it), A/B s120 at gpt-oss TP8 on forced expert_mlp (M = 1..256, both schemes).
-# carry [".deps", ".ab/mid"] in all three calls; LIMIT seconds (default 500). Stage:
+# carry [".deps", ".ab/mid"] in all three calls; LIMIT seconds (default 470). Stage:
 #   git checkout -b s124x main && git apply tools/scripts/s124/changes.patch && git commit -qam s124
 #   tools/scripts/ab_base.sh main .ab/mid && tools/scripts/stamp_tree.sh
 set -u
-LIMIT=${LIMIT:-500}
+LIMIT=${LIMIT:-470}
 source tools/scripts/device_call.sh
 start_main_build
 build_tree || exit 1
