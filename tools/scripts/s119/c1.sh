@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# s119 c1 (prepared in session 80, not yet run; session 81's tools/scripts/s124 holds this change
-# with four others in one tree and one set of device calls: run that instead): the token-major
+# s119 c1 (prepared in session 80; measured in session 81 inside tools/scripts/s124's tree: 1.007x
+# median against main's build on an H100, 0.988-1.033x, not landed; docs/perf.md "Session 81"): the token-major
 # kernels' kPlain twins
 # (tools/scripts/s119/plain_tokmajor.patch: the common call, no bias, the operand's own scale mode,
 # the router weight on the output, no phase timer, GEMM1 silu, the chain's output types, fixed at
