@@ -27,7 +27,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_NAMES = {1: "ptx", 2: "elf"}
@@ -38,17 +38,14 @@ FLAG_COMPRESSED_ZSTD = 0x8000
 ELF_MAGIC = b"\x7fELF"
 
 
-def _elf_kernels(elf: bytes) -> Dict[str, object]:
-    """Kernel (entry) names and the text bytes of a cubin, from its section table."""
-    out: Dict[str, object] = {"kernels": [], "text_bytes": 0, "e_flags": None}
+def elf_sections(elf: bytes) -> List[Tuple[str, int, int, int]]:
+    """(name, type, offset, size) of every section of a 64-bit ELF (a cubin); [] for anything else."""
     if len(elf) < 64 or elf[:4] != ELF_MAGIC or elf[4] != 2:  # 64-bit only
-        return out
-    e_flags = struct.unpack_from("<I", elf, 0x30)[0]
+        return []
     e_shoff = struct.unpack_from("<Q", elf, 0x28)[0]
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    out["e_flags"] = e_flags
     if e_shoff == 0 or e_shoff + e_shnum * e_shentsize > len(elf):
-        return out
+        return []
     sections = []
     for i in range(e_shnum):
         off = e_shoff + i * e_shentsize
@@ -61,13 +58,22 @@ def _elf_kernels(elf: bytes) -> Dict[str, object]:
         end = strtab.find(b"\0", idx)
         return strtab[idx:end].decode("utf-8", "replace")
 
-    names = [sname(s[0]) for s in sections]
-    info = {n[len(".nv.info."):] for n in names if n.startswith(".nv.info.")}
+    return [(sname(n), t, o, z) for n, t, o, z in sections]
+
+
+def _elf_kernels(elf: bytes) -> Dict[str, object]:
+    """Kernel (entry) names and the text bytes of a cubin, from its section table."""
+    out: Dict[str, object] = {"kernels": [], "text_bytes": 0, "e_flags": None}
+    if len(elf) < 64 or elf[:4] != ELF_MAGIC or elf[4] != 2:  # 64-bit only
+        return out
+    out["e_flags"] = struct.unpack_from("<I", elf, 0x30)[0]
+    sections = elf_sections(elf)
+    info = {n[len(".nv.info."):] for n, _, _, _ in sections if n.startswith(".nv.info.")}
     kernels = []
     text = 0
-    for n, s in zip(names, sections):
+    for n, _, _, size in sections:
         if n.startswith(".text."):
-            text += s[3]
+            text += size
             fn = n[len(".text."):]
             if fn in info:  # an entry point has its own .nv.info.<name> (parameters, attributes)
                 kernels.append(fn)

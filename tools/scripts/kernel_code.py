@@ -27,42 +27,23 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import shutil
-import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fatbin_report  # noqa: E402  (the ELF section reader and the demangler)
+
 
 def text_sections(elf: bytes) -> Dict[str, bytes]:
     """The `.text.<kernel>` sections of an ELF64 cubin: mangled kernel name -> its code bytes."""
-    if elf[:4] != b"\x7fELF" or elf[4] != 2:
+    sections = fatbin_report.elf_sections(elf)
+    if not sections:
         raise ValueError("not an ELF64 file (a cubin: nvcc -cubin, or tools/scripts/cubin_of.sh)")
-    shoff = struct.unpack_from("<Q", elf, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    strtab_off = headers[shstrndx][4]
-
-    def name(offset: int) -> str:
-        end = elf.index(b"\0", strtab_off + offset)
-        return elf[strtab_off + offset:end].decode()
-
-    out: Dict[str, bytes] = {}
-    for h in headers:
-        n = name(h[0])
-        if n.startswith(".text."):
-            out[n[len(".text."):]] = elf[h[4]:h[4] + h[5]]
-    return out
+    return {n[len(".text."):]: elf[o:o + z] for n, _, o, z in sections if n.startswith(".text.")}
 
 
-def demangle(names: List[str]) -> List[str]:
-    tool = shutil.which("c++filt") or shutil.which("cu++filt")
-    if tool is None or not names:
-        return list(names)
-    res = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True)
-    out = res.stdout.split("\n")
-    return out[:len(names)] if len(out) >= len(names) else list(names)
+demangle = fatbin_report.demangle
 
 
 def sizes(path: Path, filt: str = "") -> List[Tuple[int, str, str]]:
