@@ -9,7 +9,8 @@
 #   ab NAME "A prefix" "B prefix" ARGS...   # ab_bench.sh into $O/ab-NAME, its summary rows
 #   sanitize TOOL FILTER [SECONDS]          # compute-sanitizer TOOL on the GPU tests FILTER, its summary
 #   phase_tables VAR VALUE...               # Sm90ExpertMlp.PhaseBreakdown once per VAR=VALUE
-#   grid_tp8 PREVIOUS.json                  # the TP8 grid (auto, baselines, check on) and its report
+#   grid_tp8 [PREVIOUS.json]                # the TP8 grid (auto, baselines, check on) and its report
+#                                           # against PREVIOUS (default prev_grid_tp8: this GPU's last)
 #   grid_if_gains NAME [MIN]                # grid_tp8 where A/B NAME's median reached MIN (1.005)
 #   swapab_times NAME BIN BENCH_ARGS...     # Swap-AB GEMM1 / GEMM2 kernel times (Nsight Compute), one line
 #   finish                                  # pack $O (pack_out.sh)
@@ -68,11 +69,19 @@ phase_tables() {  # environment variable, its values: $O/phases-VAR-VALUE.log ea
   done
 }
 
-grid_tp8() {  # the previous grid of the same GPU, for grid_report.py's comparison
+# The last TP8 grid of record on this machine's GPU kind (grid_tp8's default comparison): PREV_H100 /
+# PREV_H200 override it.
+prev_grid_tp8() {
+  if grep -q H200 "$O/gpu.txt"; then echo "${PREV_H200:-bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json}"
+  else echo "${PREV_H100:-bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json}"; fi
+}
+
+grid_tp8() {  # [the previous grid of the same GPU, for grid_report.py's comparison; default prev_grid_tp8]
+  local prev=${1:-$(prev_grid_tp8)}
   timeout $(( $(left) - 15 )) $BB --backend cuda --preset all --tp 8 --tokens 1,2,4,8,16,32,64,128,256 \
     --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp8.json" >"$O/grid-tp8.log" 2>&1
   echo "grid tp8 rc=$? (left $(left)s)"
-  python3 tools/scripts/grid_report.py "$O/grid-tp8.json" --previous "$1" --out "$O/grid-tp8-report.md" 2>&1 | head -n 4
+  python3 tools/scripts/grid_report.py "$O/grid-tp8.json" --previous "$prev" --out "$O/grid-tp8-report.md" 2>&1 | head -n 4
 }
 
 swapab_times() {  # name, moekit-bench binary, its arguments (one call: --iters 1): $O/ncu-NAME.txt
@@ -82,15 +91,14 @@ swapab_times() {  # name, moekit-bench binary, its arguments (one call: --iters 
   echo "ncu $n: $(grep -A8 'swapab_sm90_kernel<' "$O/ncu-$n.txt" | grep -E 'gpu__time' | awk '{print $NF}' | tr '\n' ' ') us (GEMM1 GEMM2; left $(left)s)"
 }
 
-# The TP8 grid where A/B NAME's median (B/A over its points) reached MIN (default 1.005) and time
-# is left: against PREV_H100 (default main's last H100 grid of record) or, on an H200, 8bedaec's.
+# The TP8 grid (against prev_grid_tp8) where A/B NAME's median (B/A over its points) reached MIN
+# (default 1.005) and time is left.
 grid_if_gains() {  # ab name, [min median]
-  local med prev=${PREV_H100:-bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json}
+  local med
   med=$(grep -m1 "^| TP8 M<=256 |" "$O/ab-$1/compare.md" 2>/dev/null | awk -F'|' '{print $4}')
   echo "median B/A ($1): $med"
   [ -n "$med" ] && python3 -c "import sys; sys.exit(0 if float('$med') >= ${2:-1.005} else 1)" && [ "$(left)" -gt 60 ] || return 0
-  grep -q H200 "$O/gpu.txt" && prev=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json
-  grid_tp8 "$prev"
+  grid_tp8
 }
 
 finish() { echo "done, left $(left)s"; bash tools/scripts/pack_out.sh "$O"; }

@@ -19,7 +19,5 @@ timeout $(( $(left) / 2 )) $BB --backend cuda --preset all --tp 1 --tokens 1,2,4
 echo "grid tp1 rc=$? (left $(left)s)"
 python3 tools/scripts/grid_report.py "$O/grid-tp1.json" --previous bench/results/2026-12-07-2f78ff0-h100-s106-grid-tp1.json \
   --out "$O/grid-tp1-report.md" 2>&1 | head -n 4
-PREV=bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json
-grep -q H200 "$O/gpu.txt" && PREV=bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json
-[ "$(left)" -gt 150 ] && grid_tp8 "$PREV"
+[ "$(left)" -gt 150 ] && grid_tp8
 finish
