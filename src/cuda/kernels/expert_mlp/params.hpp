@@ -144,9 +144,9 @@ enum PhaseWord : int {
 
 // Launches the instantiation on `stream` with `grid` persistent CTAs (the cluster form where
 // kp.slices > 1; kTimed: with the phase timer; kChannel: fp8_per_channel, e4m3 only), as the
-// programmatic dependent of the kernel before it when `pdl`.
+// programmatic dependent of the kernel before it when `pdl`. Returns whether it launched a kPlain
+// kernel (plain_call).
 template <Operand kOp, bool kTimed, bool kChannel = false>
-// Returns whether it launched a kPlain kernel (plain_call).
 bool run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl);
 
 // Clusters of `slices` CTAs of the untimed instantiation resident at once on the current device at
