@@ -45,6 +45,8 @@ enum class EnvVar : int {
   kSwapabKblocks,      // MOEKIT_SWAPAB_KBLOCKS (cuda/kernels/swapab/launch_sm90.cu)
   kSwapabGemm2Ctas,    // MOEKIT_SWAPAB_GEMM2_CTAS
   kSwapabDirect,       // MOEKIT_SWAPAB_DIRECT
+  kSwapabPlain,        // MOEKIT_SWAPAB_PLAIN (cuda/kernels/swapab/launch_sm90.cu)
+  kRoutingPlain,       // MOEKIT_ROUTING_PLAIN (cuda/kernels/routing/launch_sm90.cu)
   kTokmajorPingpong,   // MOEKIT_TOKMAJOR_PINGPONG (cuda/kernels/tokmajor/launch_sm90.cu)
   kTokmajorCluster,    // MOEKIT_TOKMAJOR_CLUSTER
   kTokmajorSchedule,   // MOEKIT_TOKMAJOR_SCHEDULE

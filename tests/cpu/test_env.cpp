@@ -53,6 +53,8 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kSwapabKblocks, "MOEKIT_SWAPAB_KBLOCKS"},
       {EnvVar::kSwapabGemm2Ctas, "MOEKIT_SWAPAB_GEMM2_CTAS"},
       {EnvVar::kSwapabDirect, "MOEKIT_SWAPAB_DIRECT"},
+      {EnvVar::kSwapabPlain, "MOEKIT_SWAPAB_PLAIN"},
+      {EnvVar::kRoutingPlain, "MOEKIT_ROUTING_PLAIN"},
       {EnvVar::kTokmajorPingpong, "MOEKIT_TOKMAJOR_PINGPONG"},
       {EnvVar::kTokmajorCluster, "MOEKIT_TOKMAJOR_CLUSTER"},
       {EnvVar::kTokmajorSchedule, "MOEKIT_TOKMAJOR_SCHEDULE"},

@@ -18,6 +18,8 @@
 
 #include "common/cuda_test.hpp"
 #include "common/kernel_api.hpp"
+#include "common/scoped_env.hpp"
+#include "cuda/kernels/routing/config.hpp"
 #include "moekit/error.hpp"
 #include "moekit/moekit.hpp"
 
@@ -398,6 +400,67 @@ TEST(Sm90Permute, BackToBackCallsOnOneStream) {
   EXPECT_EQ(download<std::int32_t>(offsets.get(), 129), ref.offsets);
   EXPECT_EQ(download<std::int32_t>(slots.get(), ref.slots.size()), ref.slots);
   EXPECT_TRUE(same_bits(download<float>(sorted_w.get(), ref.weights.size()), ref.weights));
+}
+
+// Launches without routing run the routing kernels' permutation-only instantiations
+// (MOEKIT_ROUTING_PLAIN, on by default: compiled without route_token), launches that route the
+// general ones: given routing on both paths (one launch; the count launch), routing in the
+// permute's CTA (M <= 512) and on a routing grid first (M > 512: its permute launch does not
+// route). The same tables with the switch on and off (and the reference's, check_paths above); at
+// 0 no launch takes them. A bad value is an error naming the switch.
+TEST(Sm90Permute, PermuteOnlyKernels) {
+  SKIP_WITHOUT_SM90();
+  const PermCase cases[] = {
+      given_case(1, 8, 128, Ids::kUniform),
+      given_case(33, 8, 64, Ids::kInvalid, true),
+      given_case(1000, 8, 128, Ids::kUniform),
+      routed_case(17, 8, 128, RoutingMethod::kSoftmaxTopk, false),
+      routed_case(1000, 8, 128, RoutingMethod::kSoftmaxTopk, true),
+  };
+  for (const PermCase& c : cases) {
+    for (PermutePath path : {PermutePath::kOneCta, PermutePath::kMultiCta}) {
+      SCOPED_TRACE(c.name + (path == PermutePath::kOneCta ? " one-CTA" : " multi-CTA"));
+      const int expected =
+          !c.route ? 1 : path == PermutePath::kOneCta && c.M > moekit::cuda::routing::kFusedRouteMaxTokens ? 1 : 0;
+      int before = moekit::cuda::routing_permute_only_launches();
+      const PermResult on = run_gpu(c, path);
+      EXPECT_EQ(moekit::cuda::routing_permute_only_launches() - before, expected) << "permutation-only launches";
+      PermResult off;
+      {
+        moekit::testing::ScopedEnv zero("MOEKIT_ROUTING_PLAIN", "0");
+        before = moekit::cuda::routing_permute_only_launches();
+        off = run_gpu(c, path);
+        EXPECT_EQ(moekit::cuda::routing_permute_only_launches(), before) << "MOEKIT_ROUTING_PLAIN=0 took them";
+      }
+      EXPECT_EQ(on.offsets, off.offsets);
+      EXPECT_EQ(on.slots, off.slots);
+      EXPECT_TRUE(same_bits(on.weights, off.weights));
+      EXPECT_EQ(on.ids, off.ids);
+      EXPECT_TRUE(same_bits(on.wts, off.wts));
+      const PermResult ref = c.route ? reference(on.ids, on.wts, c.map, c.E, c.Eg) : reference(c.ids, c.wts, c.map, c.E, c.Eg);
+      EXPECT_EQ(on.offsets, ref.offsets);
+      EXPECT_EQ(on.slots, ref.slots);
+    }
+  }
+  PermCase c = given_case(4, 8, 128, Ids::kUniform);
+  DevPtr ids = upload(c.ids);
+  DevPtr offsets = dev_alloc(129 * 4), slots = dev_alloc(32 * 4);
+  RoutingParams rp;
+  rp.num_tokens = c.M;
+  rp.top_k = 8;
+  rp.num_experts_global = 128;
+  rp.permute = true;
+  rp.topk_ids = static_cast<const std::int32_t*>(ids.get());
+  rp.num_experts = 128;
+  rp.expert_offsets = static_cast<std::int32_t*>(offsets.get());
+  rp.sorted_slots = static_cast<std::int32_t*>(slots.get());
+  moekit::testing::ScopedEnv bad("MOEKIT_ROUTING_PLAIN", "yes");
+  try {
+    launch_routing_sm90(rp, nullptr, false);
+    ADD_FAILURE() << "MOEKIT_ROUTING_PLAIN=yes launched";
+  } catch (const moekit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROUTING_PLAIN"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sm90Permute, MultiCtaNeedsChunkCounts) {

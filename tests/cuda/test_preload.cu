@@ -53,14 +53,15 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
   // What each launcher can pick: routing {fp32, bf16 logits} x {256, 1024 threads}, the
   // multi-CTA permutation's count launch {fp32, bf16 logits} and its scatter launch; combine
   // {bf16, fp16} out x {fp32, out dtype} y x {vec 4, 1}; quant {bf16, fp16, fp32} x {vec 4, 1} per kernel; the GEMMs per
-  // operand / epilogue / scale layout; the fused path per operand; EP per row width / dtype.
+  // operand / epilogue / scale layout (Swap-AB: and its kPlain GEMM1 / GEMM2 per operand but
+  // block128); the fused path per operand; EP per row width / dtype.
   const std::map<std::string, int> expected = {
-      {"routing_sm90_kernel", 4},       {"permute_count_sm90_kernel", 2},
+      {"routing_sm90_kernel", 6},       {"permute_count_sm90_kernel", 3},  // and the permutation-only ones
       {"permute_scatter_sm90_kernel", 1}, {"combine_sm90_kernel", 8},
       {"absmax_tensor_sm90_kernel", 6}, {"quant_tensor_sm90_kernel", 6},
       {"quant_tensor_small_sm90_kernel", 6}, {"quant_row_sm90_kernel", 6},
       {"quant_group_sm90_kernel", 6},   {"mma_sm90_kernel", 4},
-      {"swapab_sm90_kernel", 8},        {"tokmajor_sm90_kernel", 14},  // 8 + GEMM2's ping-pong form per operand + GEMM1 routing in the kernel (bf16, fp16, e4m3)
+      {"swapab_sm90_kernel", 14},       {"tokmajor_sm90_kernel", 14},  // 8 + GEMM2's ping-pong form per operand + GEMM1 routing in the kernel (bf16, fp16, e4m3)
       {"kshort_sm90_kernel", 3},  // the static K-short GEMM2, per operand
       {"expert_mlp_sm90_kernel", 24},  // the per-expert MLP kernel: bf16, fp16, e4m3, e4m3 per channel, x one CTA / cluster, x the phase timer (tests only); e4m3 row pairs (cluster), x the timer; the plain kernels (bf16, fp16, e4m3 x one CTA / cluster, untimed)
       {"fused_moe_sm90_kernel", 3},     {"ep_plan_kernel", 1},  // EP: arch-generic (kernels/ep/kernel.cuh)

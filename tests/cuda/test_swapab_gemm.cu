@@ -608,6 +608,147 @@ TEST(Sm90SwapAbGemm, Gemm2ManyItemsPerCta) {
   }
 }
 
+// The kPlain kernels (MOEKIT_SWAPAB_PLAIN, on by default: the common small call, at most 16 rows in
+// all by the host's bound, on the wide stage loop only with its features at compile time) give the
+// general kernel's bits and take exactly the calls launch_sm90.cu's rule gives them: GEMM1 and
+// GEMM2 in bf16, fp16 and fp8_per_tensor (GEMM1 with out_absmax), silu and swiglu_oai, with and
+// without biases, router weights by slot and sorted, one expert with all 16 rows, graph replay;
+// then calls the general kernel keeps: 17 rows, 16 rows under a looser bound (max_rows 19), split
+// 2, fp8_per_channel, the weight on the input, GEMM2's 8-byte rows (fp8 and fp16), the staged GEMM2
+// epilogue (MOEKIT_SWAPAB_DIRECT=0) and one-block stages (MOEKIT_SWAPAB_KBLOCKS=1). A bad value of
+// the switch is an error naming it.
+TEST(Sm90SwapAbGemm, PlainKernelBitwiseEqualToGeneral) {
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    Case c;
+    bool plain;                  // the kPlain kernel takes every launch of it
+    const char* env = nullptr;   // a switch set for both runs
+    const char* value = nullptr;
+  };
+  std::vector<Run> runs;
+  int seed = 170;
+  // 16 rows in all over 8 experts (max_rows 16: extra_rows 0), split 1.
+  const auto small = [&seed](Case c) {
+    c.rows = {0, 1, 5, 0, 3, 4, 0, 3};
+    c.extra_rows = 0;
+    c.split_k = 1;
+    c.seed = ++seed;
+    return c;
+  };
+  Case c = small(gemm1(Scheme::kBf16, 208, 360));
+  runs.push_back({c, true});
+  c = small(gemm1(Scheme::kBf16, 208, 360));
+  c.act = Activation::kSwigluOai;
+  c.bias = true;
+  c.bias_dtype = DType::kBf16;
+  c.weights = 1;
+  runs.push_back({c, true});
+  c = small(gemm1(Scheme::kBf16, 128, 512));
+  c.act_dtype = DType::kFp16;
+  c.out_dtype = DType::kFp16;
+  runs.push_back({c, true});
+  c = small(gemm1(Scheme::kFp8PerTensor, 128, 2880));
+  c.out_absmax = true;
+  runs.push_back({c, true});
+  c = small(gemm1(Scheme::kFp8PerTensor, 360, 2880));
+  c.act = Activation::kSwigluOai;
+  c.bias = true;
+  c.weights = 1;
+  runs.push_back({c, true});
+  c = small(gemm2(Scheme::kBf16, 256, 2048));
+  runs.push_back({c, true});
+  c = small(gemm2(Scheme::kBf16, 256, 2048));
+  c.bias = true;
+  c.weights = 1;
+  c.graph_replay = true;
+  runs.push_back({c, true});
+  c = small(gemm2(Scheme::kFp8PerTensor, 384, 2880));
+  c.bias = true;
+  c.bias_dtype = DType::kBf16;
+  c.weights = 2;
+  runs.push_back({c, true});
+  c = small(gemm2(Scheme::kBf16, 64, 512));  // fp16 rows of 128 bytes (TMA)
+  c.act_dtype = DType::kFp16;
+  runs.push_back({c, true});
+  c = small(gemm1(Scheme::kFp8PerTensor, 128, 2880));
+  c.rows = {16};  // one expert with every row: a full wide token tile
+  runs.push_back({c, true});
+  c = small(gemm2(Scheme::kFp8PerTensor, 384, 2880));
+  c.rows = {0, 16, 0};
+  c.nan_a_row = 3;
+  runs.push_back({c, true});
+  // The general kernel's calls.
+  c = small(gemm1(Scheme::kBf16, 208, 360));
+  c.rows = {0, 1, 5, 0, 3, 4, 0, 4};  // 17 rows
+  runs.push_back({c, false});
+  c = small(gemm1(Scheme::kBf16, 208, 360));
+  c.extra_rows = 3;  // max_rows 19: the host cannot tell that every expert fits a wide tile
+  runs.push_back({c, false});
+  c = small(gemm2(Scheme::kBf16, 256, 2048));
+  c.split_k = 2;
+  runs.push_back({c, false});
+  c = small(gemm1(Scheme::kFp8PerChannel, 96, 1152));
+  runs.push_back({c, false});
+  c = small(gemm1(Scheme::kBf16, 208, 360));
+  c.weight_on_input = true;
+  runs.push_back({c, false});
+  c = small(gemm2(Scheme::kFp8PerTensor, 360, 2880));  // rows of 360 bytes: the 8-byte producer
+  c.bias = true;
+  runs.push_back({c, false});
+  c = small(gemm2(Scheme::kBf16, 36, 512));  // fp16 rows of 72 bytes: the 8-byte producer too
+  c.act_dtype = DType::kFp16;
+  runs.push_back({c, false});
+  c = small(gemm2(Scheme::kBf16, 256, 2048));
+  runs.push_back({c, false, "MOEKIT_SWAPAB_DIRECT", "0"});
+  c = small(gemm1(Scheme::kBf16, 208, 360));
+  runs.push_back({c, false, "MOEKIT_SWAPAB_KBLOCKS", "1"});
+  for (const Run& r : runs) {
+    const std::string what = r.c.describe() + (r.env != nullptr ? std::string(" ") + r.env + "=" + r.value : "");
+    // The run's switch, or none: MOEKIT_SWAPAB_PLAIN unset (its default, on).
+    moekit::testing::ScopedEnv env(r.env != nullptr ? r.env : "MOEKIT_SWAPAB_PLAIN", r.value);
+    const int launches0 = moekit::cuda::swapab_launches(), plain0 = moekit::cuda::swapab_plain_launches();
+    std::vector<float> plain;
+    run_case(r.c, &plain);
+    const int launches = moekit::cuda::swapab_launches() - launches0;
+    const int took = moekit::cuda::swapab_plain_launches() - plain0;
+    EXPECT_GT(launches, 0) << what;
+    EXPECT_EQ(took, r.plain ? launches : 0)
+        << what << (r.plain ? ": the plain kernel did not run it" : ": the plain kernel ran a call it does not fit");
+    expect_same_bits(plain, run_with_env(r.c, "MOEKIT_SWAPAB_PLAIN", "0"),
+                     what + ": the plain kernel differs bitwise from the general one");
+  }
+  moekit::testing::run_gemm_case(runs.front().c, [&](const GroupedGemmParams& p, cudaStream_t stream) {
+    {
+      moekit::testing::ScopedEnv bad("MOEKIT_SWAPAB_PLAIN", "yes");
+      try {
+        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
+        ADD_FAILURE() << "MOEKIT_SWAPAB_PLAIN=yes launched";
+      } catch (const moekit::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("MOEKIT_SWAPAB_PLAIN"), std::string::npos) << e.what();
+      }
+    }
+    moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
+  });
+}
+
+// Small calls on the kPlain kernels for compute-sanitizer (gpu_check.sh's memcheck and racecheck
+// filters): GEMM1 bf16 and fp8_per_tensor, GEMM2 bf16 and fp8_per_tensor with biases, 16 rows in all.
+TEST(Sm90SwapAbGemm, PlainSmallForSanitizers) {
+  SKIP_WITHOUT_SM90();
+  int seed = 200;
+  for (Case c : {gemm1(Scheme::kBf16, 128, 256), gemm1(Scheme::kFp8PerTensor, 128, 512), gemm2(Scheme::kBf16, 128, 256),
+                 gemm2(Scheme::kFp8PerTensor, 128, 512)}) {
+    c.rows = {0, 1, 5, 3, 4, 3};
+    c.extra_rows = 0;
+    c.split_k = 1;
+    c.bias = !c.gate_up();
+    c.seed = ++seed;
+    const int plain0 = moekit::cuda::swapab_plain_launches();
+    run_case(c);
+    EXPECT_EQ(moekit::cuda::swapab_plain_launches() - plain0, 1) << c.describe() << ": not on the plain kernel";
+  }
+}
+
 TEST(Sm90SwapAbGemm, DeclinesUnalignedPitch) {
   // GEMM1 reads w13 through TMA: rows of K = 360 fp8 bytes are not a multiple of 16 (TMA's
   // stride rule). GEMM2 takes rows of 8 bytes (above) but not of 4, and not fp8_block128.

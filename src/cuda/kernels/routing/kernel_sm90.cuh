@@ -215,7 +215,11 @@ __device__ void quantize_hidden(const RoutingParams& p) {
                                                             p.quant_scale);
 }
 
-template <class TLogit, int kNumThreads>
+// kRoute false: the permutation-only instantiation, compiled without the routing (route_token: every
+// routing method, about half the kernel's code); the host runs calls without routing on it
+// (run_routing_sm90's permute_only: fused_experts calls, the permute launch after a routing launch),
+// TLogit then unused (float). The same code on the permutation's path, so the same tables.
+template <class TLogit, int kNumThreads, bool kRoute = true>
 __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __grid_constant__ RoutingParams p) {
   constexpr int kWarps = kNumThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -237,7 +241,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
     return;
   }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
-  if (p.route) {
+  if (kRoute && p.route) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* srow = reinterpret_cast<float*>(smem) + static_cast<std::size_t>(warp) * p.num_experts_global;
     const std::int64_t stride = static_cast<std::int64_t>(routing_ctas) * kWarps;
@@ -255,7 +259,8 @@ __global__ void __launch_bounds__(kNumThreads, 1) routing_sm90_kernel(const __gr
 // local expert into chunk_counts[c][E]. Block 0 zeroes the counter words. The CTAs past
 // num_chunks take hidden's absmax partials, as the one-CTA launch's do (RoutingParams::
 // absmax_ctas). Shared memory: the routing rows, then counts[E] in the same bytes.
-template <class TLogit>
+// kRoute false: without the routing, as routing_sm90_kernel's.
+template <class TLogit, bool kRoute = true>
 __global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const __grid_constant__ RoutingParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   // PDL: the call's first launch (no programmatic dependency: the wait returns at once); the
@@ -269,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) permute_count_sm90_kernel(const _
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.num_zero_words) p.zero_words[threadIdx.x] = 0u;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * p.chunk_tokens;
   const std::int64_t m1 = m0 + p.chunk_tokens < p.num_tokens ? m0 + p.chunk_tokens : p.num_tokens;
-  if (p.route) {
+  if (kRoute && p.route) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* srow = reinterpret_cast<float*>(smem) + static_cast<std::size_t>(warp) * p.num_experts_global;
     for (std::int64_t m = m0 + warp; m < m1; m += kWarps) route_token<TLogit>(p, m, srow, lane);
@@ -350,13 +355,20 @@ inline void launch_routing_kernel(void (*kernel)(RoutingParams), const RoutingPa
 }
 
 template <DType kLogits, int kNumThreads>
-void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl) {
-  launch_routing_kernel(routing_sm90_kernel<element_t<kLogits>, kNumThreads>, p, smem, grid, kNumThreads, stream, pdl);
+void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl, bool permute_only) {
+  if (permute_only)
+    launch_routing_kernel(routing_sm90_kernel<float, kNumThreads, false>, p, smem, grid, kNumThreads, stream, pdl);
+  else
+    launch_routing_kernel(routing_sm90_kernel<element_t<kLogits>, kNumThreads>, p, smem, grid, kNumThreads, stream, pdl);
 }
 
 template <DType kLogits>
-void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl) {
-  launch_routing_kernel(permute_count_sm90_kernel<element_t<kLogits>>, p, smem, grid, kThreads, stream, pdl);
+void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl,
+                            bool permute_only) {
+  if (permute_only)
+    launch_routing_kernel(permute_count_sm90_kernel<float, false>, p, smem, grid, kThreads, stream, pdl);
+  else
+    launch_routing_kernel(permute_count_sm90_kernel<element_t<kLogits>>, p, smem, grid, kThreads, stream, pdl);
 }
 
 }  // namespace moekit::cuda::routing

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/env.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_attr.cuh"
 #include "cuda/kernels/quant/config.hpp"  // kSmallTensorMaxElems
@@ -109,7 +110,19 @@ bool routing_hosts_quant(const RoutingParams& p) {
          addr(p.quant_q) % 4 == 0 && p.num_tokens > 0 && one_launch_permutation(p);
 }
 
+namespace {
+// Launches of the permutation-only instantiations on the calling thread (tests).
+thread_local int permute_only_launches = 0;
+}  // namespace
+
+int routing_permute_only_launches() { return permute_only_launches; }
+
 void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
+  // Launches without routing (fused_experts calls, the permute launch after a routing launch) run
+  // the instantiations compiled without the routing's code (kernel_sm90.cuh kRoute; the same
+  // permutation code, the same tables). MOEKIT_ROUTING_PLAIN=0 keeps them on the general kernels
+  // (A/Bs); unset or 1: on; anything else an error. Read at every call, before any return.
+  const bool plain = detail::env_switch(detail::EnvVar::kRoutingPlain, true);
   if (p.num_tokens <= 0 || (!p.route && !p.permute)) return;
   if (p.route) {
     if (p.routing.method == RoutingMethod::kSigmoidGroupedTopk && p.routing.num_groups > 32)
@@ -158,10 +171,12 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     const std::size_t count_smem =
         std::max(route_smem_bytes(q), static_cast<std::size_t>(std::max(1, p.num_experts)) * sizeof(int));
     const int count_grid = static_cast<int>(chunks) + p.absmax_ctas;
+    const bool count_plain = plain && !q.route;
     if (q.route && q.logits_dtype == DType::kBf16)
-      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, count_grid, stream, false);
+      routing::run_permute_count_sm90<DType::kBf16>(q, count_smem, count_grid, stream, false, false);
     else
-      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, count_grid, stream, false);
+      routing::run_permute_count_sm90<DType::kFp32>(q, count_smem, count_grid, stream, false, count_plain);
+    if (count_plain) ++permute_only_launches;
     // Launch 2: the scatter, the programmatic dependent of the count launch.
     q.route = false;
     q.absmax_ctas = 0;
@@ -183,13 +198,15 @@ void launch_routing_sm90(const RoutingParams& p, void* stream, bool pdl) {
     const int warps = small ? kSmallThreads / 32 : kWarps;
     const std::size_t bytes = std::max(route_smem_bytes(q, warps), permute_smem_bytes(q, warps));
     const bool bf16 = q.route && q.logits_dtype == DType::kBf16;
+    const bool permute_only = plain && !q.route;
     if (small) {
-      if (bf16) routing::run_routing_sm90<DType::kBf16, kSmallThreads>(q, bytes, grid, stream, with_pdl);
-      else routing::run_routing_sm90<DType::kFp32, kSmallThreads>(q, bytes, grid, stream, with_pdl);
+      if (bf16) routing::run_routing_sm90<DType::kBf16, kSmallThreads>(q, bytes, grid, stream, with_pdl, false);
+      else routing::run_routing_sm90<DType::kFp32, kSmallThreads>(q, bytes, grid, stream, with_pdl, permute_only);
     } else {
-      if (bf16) routing::run_routing_sm90<DType::kBf16, kThreads>(q, bytes, grid, stream, with_pdl);
-      else routing::run_routing_sm90<DType::kFp32, kThreads>(q, bytes, grid, stream, with_pdl);
+      if (bf16) routing::run_routing_sm90<DType::kBf16, kThreads>(q, bytes, grid, stream, with_pdl, false);
+      else routing::run_routing_sm90<DType::kFp32, kThreads>(q, bytes, grid, stream, with_pdl, permute_only);
     }
+    if (permute_only) ++permute_only_launches;
   };
   if (p.route && p.permute && p.num_tokens > kFusedRouteMaxTokens) {
     // Prefill: one CTA would route ~100 cycles per token; route on a full grid first, then

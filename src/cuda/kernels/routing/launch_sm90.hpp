@@ -27,6 +27,10 @@ void launch_routing_sm90(const RoutingParams& params, void* stream, bool pdl = f
 /// 512 tokens before a one-CTA permutation. Host only, no sync.
 int routing_absmax_ctas(const RoutingParams& params, int device);
 
+/// Tests only: launches on the calling thread of the routing kernels' permutation-only
+/// instantiations (launches without routing; MOEKIT_ROUTING_PLAIN).
+int routing_permute_only_launches();
+
 /// Whether launch_routing_sm90 can host the quantization of all of hidden on an extra CTA
 /// (RoutingParams::quant_cta; absmax_x, absmax_elems, quant_q, quant_scale set): the call's
 /// routing is the one-CTA permutation's single launch, hidden is bf16 or fp16 with at most

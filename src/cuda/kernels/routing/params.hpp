@@ -100,12 +100,14 @@ namespace routing {
 // `smem` bytes of dynamic shared memory (the kernel's limit raised past 48 KiB when needed); with
 // `pdl` as the programmatic dependent of the kernel before it on the stream (cuda/common/pdl.cuh).
 // Logits of dtype kLogits (kFp32 also when not routing).
-// routing_sm90_kernel: route and / or the one-CTA permutation, CTAs of kNumThreads.
+// routing_sm90_kernel: route and / or the one-CTA permutation, CTAs of kNumThreads. permute_only
+// (p.route false only): its instantiation without the routing's code (kRoute false).
 template <DType kLogits, int kNumThreads>
-void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
+void run_routing_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl, bool permute_only);
 // The multi-CTA permutation: the count launch (routing its own tokens first), then the scatter.
 template <DType kLogits>
-void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
+void run_permute_count_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl,
+                            bool permute_only);
 void run_permute_scatter_sm90(const RoutingParams& p, std::size_t smem, int grid, void* stream, bool pdl);
 
 }  // namespace routing

@@ -71,8 +71,18 @@ __device__ __forceinline__ int token_width(int count) {
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
-template <class Tag, bool kGateUp, bool kBlock128>
+// kPlain: the decode kernel of the common small call (launch_sm90.cu swapab_plain: at most
+// kWideMaxTokens rows in all, so every expert's rows fit a wide stage's token tile; split 1; the
+// operand's own scale mode, e4m3 per tensor or 16-bit unscaled; the router weight not on the input;
+// TMA rows; GEMM2's direct epilogue): the wide stage loop only, with those features at compile
+// time, so that the kernel carries none of the code of the others (the one-block loop's four token
+// widths, split-K's exchange, per-channel scales, the 8-byte-row producer, the staged GEMM2
+// epilogue): 53-55 KB for GEMM1 and 36-37 KB for GEMM2 against ~275 KB. The activation, the bias
+// and GEMM1's output type stay run-time values. The same instructions on that call's path as the
+// general kernel's, so the same bits.
+template <class Tag, bool kGateUp, bool kBlock128, bool kPlain = false>
 struct SwapAb {
+  static_assert(!kPlain || !kBlock128, "kPlain: not fp8_block128 (it has no wide stages)");
   static constexpr std::uint32_t kTmaBytes = (kGateUp ? 2 : 1) * kTileBytes;  // one K block
   static constexpr int kPlanes = planes(kGateUp);
   static constexpr int kWideB = wide_kblocks(kGateUp);  // K blocks of a wide stage (config.hpp)
@@ -80,6 +90,11 @@ struct SwapAb {
   // GEMM1 of the e4m3 per-tensor / per-channel instantiation folds |h| of its stores for
   // out_absmax (params.hpp); the other instantiations compile as before.
   static constexpr bool kAbsmax = kGateUp && !kBlock128 && std::is_same<Tag, sm90::E4m3Tag>::value;
+  // The call's features, compile-time constants in the kPlain kernel (launch_sm90.cu swapab_plain).
+  static constexpr int kOwnScaleMode = std::is_same<Tag, sm90::E4m3Tag>::value ? kScalePerTensor : kScaleNone;
+  static __device__ __forceinline__ int scale_mode(const KernelParams& p) { return kPlain ? kOwnScaleMode : p.scale_mode; }
+  static __device__ __forceinline__ bool on_input(const KernelParams& p) { return !kPlain && p.weight_on_input; }
+  static __device__ __forceinline__ bool direct(const KernelParams& p) { return kPlain || p.direct_epilogue; }
 
   struct Smem {
     std::uint32_t tiles;   // stage s (stage_bytes(kGateUp, kB) each): the weight tiles [block][plane], then the token tiles [block]
@@ -99,7 +114,7 @@ struct SwapAb {
     int stages;
     int out_plane;         // floats of one out_stage plane
     int k_stages;          // K stages of an item (of kblocks 128-byte blocks each)
-    int split;             // S
+    int split;             // S (read through splits(): 1 at compile time in the kPlain kernel)
     int rank;              // this CTA's rank in the cluster
     int recv_floats;       // recv_buffer_floats(kGateUp, S)
   };
@@ -114,9 +129,10 @@ struct SwapAb {
   static __device__ __forceinline__ std::uint32_t b_addr(const Smem& s, int st, int blk) {
     return s.tiles + st * stage_bytes(kGateUp, kB) + kB * kPlanes * kTileBytes + blk * token_rows(kB) * kStageKBytes;
   }
+  static __device__ __forceinline__ int splits(const Smem& s) { return kPlain ? 1 : s.split; }
   // This CTA's share of an item's K stages.
   static __device__ __forceinline__ void k_range(const Smem& s, int& begin, int& end) {
-    const int per = (s.k_stages + s.split - 1) / s.split;
+    const int per = (s.k_stages + splits(s) - 1) / splits(s);
     begin = min(s.k_stages, s.rank * per);
     end = min(s.k_stages, begin + per);
   }
@@ -129,13 +145,13 @@ struct SwapAb {
     const int row0 = t >> 3;        // token rows row0 + 16 i, i = 0..3
     // GEMM2 on rows of 8 but not 16 bytes (params.hpp b_rows8): no TMA; the other
     // instantiations compile without this path.
-    const bool rows8 = !kGateUp && !kBlock128 && p.b_rows8 != nullptr;
+    const bool rows8 = !kPlain && !kGateUp && !kBlock128 && p.b_rows8 != nullptr;
     int ks_begin, ks_end;
     k_range(s, ks_begin, ks_end);
     int stage = 0;
     std::uint32_t phase = 0;
-    const int num_clusters = gridDim.x / s.split;
-    for (int w = blockIdx.x / s.split;; w += num_clusters) {
+    const int num_clusters = gridDim.x / splits(s);
+    for (int w = blockIdx.x / splits(s);; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       const int width = token_width(it.count);
@@ -193,7 +209,7 @@ struct SwapAb {
               if (!kBlock128 && p.sorted_weights)
                 sm90::cp_async_4_zfill(sm90::smem_addr(s.a_scale + stage * kMaxTokens + t), p.sorted_weights + r, 4);
             }
-            if (!kBlock128 && t == 96 && p.scale_mode == kScalePerTensor)
+            if (!kBlock128 && t == 96 && scale_mode(p) == kScalePerTensor)
               sm90::cp_async_4_zfill(sm90::smem_addr(s.b_scale + stage * 2), p.b_scale + it.e, 4);
           }
 #pragma unroll
@@ -276,9 +292,11 @@ struct SwapAb {
   // operations in the same order, the same bits.
   static __device__ __forceinline__ float y_value(const KernelParams& p, bool scaled, float acc, float tscale,
                                                   float bscale, float bias, float tweight) {
-    if (scaled) acc = acc * tscale * bscale;
+    // The products rounded on their own (__fmul_rn: never fused into an FMA with the bias add), so
+    // that the kPlain kernel, where `scaled` is a constant, gives the general kernel's bits.
+    if (scaled) acc = __fmul_rn(__fmul_rn(acc, tscale), bscale);
     acc += bias;
-    if (!p.weight_on_input) acc *= tweight;
+    if (!on_input(p)) acc *= tweight;
     return acc;
   }
 
@@ -319,7 +337,7 @@ struct SwapAb {
         bsc[i >> 1][i & 1] = 1.0f;
         bia[i >> 1][i & 1] = 0.0f;
       }
-      if (p.scale_mode == kScalePerChannel || p.bias != nullptr) {
+      if (scale_mode(p) == kScalePerChannel || p.bias != nullptr) {
         std::int64_t idx[4];
         bool live[4];
 #pragma unroll
@@ -329,7 +347,7 @@ struct SwapAb {
           live[i] = (g == 0 || kGateUp) && n < p.n_out;
           idx[i] = static_cast<std::int64_t>(it.e) * p.rows_b + (g == 1 ? p.n_out : 0) + n;
         }
-        if (p.scale_mode == kScalePerChannel) {
+        if (scale_mode(p) == kScalePerChannel) {
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             if (live[i]) bsc[i >> 1][i & 1] = p.b_scale[idx[i]];
@@ -351,11 +369,11 @@ struct SwapAb {
             slot = s.slot_meta[stage * kMaxTokens + t];
             if (!kBlock128 && p.sorted_weights) tw = s.a_scale[stage * kMaxTokens + t];
           }
-          if (!kBlock128 && p.scale_mode == kScalePerTensor) bsc_e = s.b_scale[stage * 2];
+          if (!kBlock128 && scale_mode(p) == kScalePerTensor) bsc_e = s.b_scale[stage * 2];
           // Every thread's reads precede its own arrival on the stage's empty barrier.
         } else {
           if (t < it.count) slot = p.sorted_slots[it.row_begin + t];
-          if (p.scale_mode == kScalePerTensor) bsc_e = p.b_scale[it.e];
+          if (scale_mode(p) == kScalePerTensor) bsc_e = p.b_scale[it.e];
         }
         if (t < it.count) {
           const int r = it.row_begin + t;
@@ -364,11 +382,11 @@ struct SwapAb {
           } else if (p.topk_weights) {
             tw = p.topk_weights[slot];
           }
-          if (p.scale_mode == kScalePerTensor) ts = a_scale0;
-          else if (p.scale_mode == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
+          if (scale_mode(p) == kScalePerTensor) ts = a_scale0;
+          else if (scale_mode(p) == kScalePerChannel) ts = p.a_scale[p.gather_a ? slot / p.top_k : r];
         }
       }
-      if (p.scale_mode == kScalePerTensor) {
+      if (scale_mode(p) == kScalePerTensor) {
         bsc[0][0] = bsc[0][1] = bsc_e;
         if (kGateUp) bsc[1][0] = bsc[1][1] = bsc_e;
       }
@@ -464,7 +482,7 @@ struct SwapAb {
       // passed item i+1's first named barrier, which follows its own wait for item i+1's partial
       // sums, which its peers send only after finishing item i (their receive included); so item
       // i+2's bytes reach a peer's red[buf] only after that peer has waited for item i's phase.
-      const int S = s.split;
+      const int S = splits(s);
       const int groups_per_rank = 8 / S;
       if (S > 1) {
 #pragma unroll
@@ -523,7 +541,7 @@ struct SwapAb {
       }
 
       if constexpr (!kGateUp) {
-        if (p.direct_epilogue) {
+        if (direct(p)) {
           // GEMM2's direct epilogue (params.hpp; split 1): the item's token values go to shared
           // memory once, at its first tile, double-buffered by item parity (a warp writes buffer
           // b for item n + 2 only after item n + 1's barrier, which every warp reaches after its
@@ -534,7 +552,7 @@ struct SwapAb {
             publish_tokens(s, ibuf, t, slot, tw, ts);
             sm90::named_barrier_sync(1, kConsumerThreads);
           }
-          const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+          const bool scaled = scale_mode(p) == kScalePerTensor || scale_mode(p) == kScalePerChannel;
           const std::int64_t n0 = static_cast<std::int64_t>(tile) * kTileRows;
           const int valid_rows = p.n_out - n0 < kTileRows ? static_cast<int>(p.n_out - n0) : kTileRows;
           float* const out = static_cast<float*>(p.out);
@@ -571,7 +589,7 @@ struct SwapAb {
       // activation needs both); GEMM2's values are final.
       float* so0 = s.out_stage;
       float* so1 = s.out_stage + s.out_plane;
-      const bool scaled = p.scale_mode == kScalePerTensor || p.scale_mode == kScalePerChannel;
+      const bool scaled = scale_mode(p) == kScalePerTensor || scale_mode(p) == kScalePerChannel;
 #pragma unroll
       for (int j = 0; j < W / 8; ++j) {
 #pragma unroll
@@ -587,10 +605,10 @@ struct SwapAb {
             const int i = 4 * j + 2 * h + c;
             if (kGateUp) {
               float v0 = acc0[i];
-              if (scaled) v0 = v0 * tscale * bsc[0][h];
+              if (scaled) v0 = __fmul_rn(__fmul_rn(v0, tscale), bsc[0][h]);  // not fused with the bias add (y_value)
               float v1 = acc1[i];
-              if (scaled) v1 = v1 * tscale * bsc[1][h];
-              if (p.weight_on_input) { v0 *= tweight; v1 *= tweight; }
+              if (scaled) v1 = __fmul_rn(__fmul_rn(v1, tscale), bsc[1][h]);
+              if (on_input(p)) { v0 *= tweight; v1 *= tweight; }
               so0[col * kOutStride + rloc] = v0 + bia[0][h];
               so1[col * kOutStride + rloc] = v1 + bia[1][h];
             } else {
@@ -642,13 +660,13 @@ struct SwapAb {
     int round = 0;
     int item_no = 0;  // items this CTA walked (the direct epilogue's buffer parity)
     // Per tensor: the activation scale, once per CTA.
-    const float a_scale0 = p.scale_mode == kScalePerTensor ? p.a_scale[0] : 1.0f;
+    const float a_scale0 = scale_mode(p) == kScalePerTensor ? p.a_scale[0] : 1.0f;
     // out_absmax: |h| of every value this thread stores, over all its items (one atomic per warp
     // per CTA). Phase 2 stores each live (row, column) of out once in the grid: rows past the
     // item's count, columns past n_out and the rows other split-K ranks own are skipped there.
     float hmax = 0.0f;
-    const int num_clusters = gridDim.x / s.split;
-    for (int w = blockIdx.x / s.split;; w += num_clusters) {
+    const int num_clusters = gridDim.x / splits(s);
+    for (int w = blockIdx.x / splits(s);; w += num_clusters) {
       Item it;
       if (!find_item(w, s.off, s.prefix, p.num_experts, p.num_col_tiles, p.tiles_per_item, it)) break;
       if constexpr (kB > 1) {  // wide stages: items of at most kWideMaxTokens tokens
@@ -675,11 +693,11 @@ struct SwapAb {
 // walks the same item list; launched with cluster dimension S when S > 1. GEMM2 fits two CTAs an
 // SM (128 registers a thread: ptxas 127, no spill; launch_sm90.cu gemm2_two_ctas); GEMM1 takes
 // 205-225.
-template <class Tag, bool kGateUp, bool kBlock128>
+template <class Tag, bool kGateUp, bool kBlock128, bool kPlain = false>
 __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
     swapab_sm90_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using K = SwapAb<Tag, kGateUp, kBlock128>;
+  using K = SwapAb<Tag, kGateUp, kBlock128, kPlain>;
   extern __shared__ std::uint8_t smem_raw[];
   const SmemLayout& L = p.smem;
   // 1024-aligned base: TMA destinations and 128-byte swizzle atoms need it. The dynamic shared
@@ -692,8 +710,8 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   s.full = sm90::smem_addr(base + L.full_bar_off);
   s.empty = sm90::smem_addr(base + L.empty_bar_off);
   s.red = sm90::smem_addr(base + L.red_bar_off);
-  s.split = p.split_k;
-  s.rank = p.split_k > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
+  s.split = kPlain ? 1 : p.split_k;
+  s.rank = !kPlain && p.split_k > 1 ? static_cast<int>(sm90::cluster_ctarank()) : 0;
   s.recv_floats = recv_buffer_floats(kGateUp, p.split_k);
 
   const int E = p.num_experts;
@@ -707,7 +725,7 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
       // its reads of the item's token metadata there: each thread's own arrival releases them).
       sm90::mbar_init(s.empty + 8 * i, kConsumerThreads);
     }
-    if (s.split > 1) {
+    if (K::splits(s) > 1) {
       // red: one arrival (the owner's expect_tx) per item, plus the st.async bytes of the peers.
       sm90::mbar_init(s.red, 1);
       sm90::mbar_init(s.red + 8, 1);
@@ -733,8 +751,8 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   MOEKIT_BUILD_EXPERT_PREFIX_STEPPED(E, s.off, s.prefix, rows, (rows + kMaxTokens - 1) / kMaxTokens * tile_groups);
   // Wide stages (config.hpp) where no expert has more than kWideMaxTokens rows: every CTA decides
   // from the same offsets, so the ranks of a cluster agree on the layout and the K split.
-  bool wide = false;
-  if (!kBlock128 && p.allow_wide) {
+  bool wide = kPlain;  // kPlain: every expert has at most kWideMaxTokens rows (its launch's rule)
+  if (!kPlain && !kBlock128 && p.allow_wide) {
     bool many = false;
     for (int e = threadIdx.x; e < E; e += kThreads) many |= s.off[e + 1] - s.off[e] > kWideMaxTokens;
     wide = __syncthreads_or(many) == 0;
@@ -753,32 +771,48 @@ __global__ void __launch_bounds__(kThreads, kGateUp ? 1 : 2)
   s.out_stage = reinterpret_cast<float*>(base + U.out_off);
   s.recv = reinterpret_cast<float*>(base + U.recv_off);
   // Peers' barriers must be initialized before any DSMEM store or remote arrive.
-  if (s.split > 1) sm90::cluster_sync_relaxed();
+  if (K::splits(s) > 1) sm90::cluster_sync_relaxed();
 
   // The consumers' branch first: ptxas then lays the producer's code right after the entry instead
   // of past the consumers' epilogues (~150 KB), so the path to the first weight TMA is fetched in
   // sequence when the launch starts with its code cold (docs/tokmajor.md, session 17).
   if (threadIdx.x >= kProducerThreads) {
     if constexpr (kBlock128) K::template consume<1>(p, s);
+    else if constexpr (kPlain) K::template consume<K::kWideB>(p, s);
     else if (!wide) K::template consume<1>(p, s);
     else K::template consume<K::kWideB>(p, s);
   } else {
     if constexpr (kBlock128) K::template produce<1>(p, s);
+    else if constexpr (kPlain) K::template produce<K::kWideB>(p, s);
     else if (!wide) K::template produce<1>(p, s);
     else K::template produce<K::kWideB>(p, s);
   }
   // No CTA leaves while a peer may still write into its shared memory.
-  if (s.split > 1) sm90::cluster_sync_relaxed();
+  if (K::splits(s) > 1) sm90::cluster_sync_relaxed();
 #endif
 }
 
 // ---- host side of one instantiation (inst/*.cu) ----
+// The instantiation, its shared-memory limit raised once a process and device. GEMM2 may run two
+// CTAs an SM (launch_sm90.cu gemm2_two_ctas): the whole 228 KB as shared memory.
+template <Operand kOp, bool kGateUp, bool kBlock128, bool kPlain>
+auto* raised_kernel() {
+  auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128, kPlain>;
+  static std::atomic<std::uint64_t> raised{0};
+  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised, /*max_carveout=*/!kGateUp);
+  return kernel;
+}
+
 template <Operand kOp, bool kGateUp, bool kBlock128>
 void run_swapab_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
-  auto* kernel = &swapab_sm90_kernel<typename sm90::TagOf<kOp>::type, kGateUp, kBlock128>;
-  static std::atomic<std::uint64_t> raised{0};
-  // GEMM2 may run two CTAs an SM (launch_sm90.cu gemm2_two_ctas): the whole 228 KB as shared memory.
-  raise_smem_limit_once(reinterpret_cast<const void*>(kernel), kSmemLimit, raised, /*max_carveout=*/!kGateUp);
+  // kp.plain (launch_sm90.cu swapab_plain): the kPlain instantiation; only the one launched is raised.
+  const auto pick = [&kp] {
+    if constexpr (!kBlock128) {
+      if (kp.plain) return raised_kernel<kOp, kGateUp, false, true>();
+    }
+    return raised_kernel<kOp, kGateUp, kBlock128, false>();
+  };
+  auto* kernel = pick();
   cudaLaunchAttribute attr[2];  // the cluster dimension, PDL
   const int smem_bytes = kp.allow_wide ? std::max(kp.smem.bytes, kp.smem_wide.bytes) : kp.smem.bytes;
   cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(grid), kThreads, smem_bytes,

@@ -61,6 +61,25 @@ bool gemm2_two_ctas(int num_k_stages) {
 // split-K's too, where a value other than 0 or 1 is an error as well (detail::env_switch).
 bool direct_epilogue_enabled() { return detail::env_switch(detail::EnvVar::kSwapabDirect, true); }
 
+// The common small call on the kPlain instantiation (kernel_sm90.cuh: the wide stage loop only,
+// its features compile-time constants, ~20 % of the general kernel's code) where the host can
+// prove the kernel's wide-stage rule holds and the call has those features: at most
+// kWideMaxTokens rows in all (so no expert has more: M * k <= 16, e.g. gpt-oss M <= 4, mixtral
+// M <= 8, qwen3 / deepseek-v3 M <= 2), wide stages allowed (not fp8_block128 nor
+// MOEKIT_SWAPAB_KBLOCKS=1), split 1, the scheme's own scale mode (bf16 / fp16 none, fp8_per_tensor
+// per tensor; not fp8_per_channel), the router weight not on the input, TMA rows (not the 8-byte
+// producer), and for GEMM2 the direct epilogue. The same bits as the general kernel, which takes
+// wide stages for those calls too. MOEKIT_SWAPAB_PLAIN=0 keeps every call on the general kernels
+// (A/Bs, the test comparing the two); read at every launch, any value but 0 or 1 an error.
+bool swapab_plain(const GroupedGemmParams& p, const KernelParams& kp, bool gate_up, bool on) {
+  return on && kp.allow_wide && p.max_rows <= swapab::kWideMaxTokens && kp.split_k == 1 &&
+         (p.scheme == Scheme::kBf16 || p.scheme == Scheme::kFp8PerTensor) && kp.weight_on_input == 0 &&
+         kp.b_rows8 == nullptr && (gate_up || kp.direct_epilogue);
+}
+
+thread_local int launches = 0;
+thread_local int plain_launches = 0;
+
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = "swapab_sm90: " + msg;
   return false;
@@ -116,6 +135,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   }
   // Checked on every launch, where it applies or not (a bad value is an error everywhere).
   const bool direct_on = direct_epilogue_enabled();
+  const bool plain_on = detail::env_switch(detail::EnvVar::kSwapabPlain, true);
   if (p.max_rows == 0) return;
   std::string why;
   if (!can_implement_swapab_sm90(p, &why)) throw Error(Status::kNotSupported, why);
@@ -159,6 +179,7 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
   kp.smem_wide = swapab::smem_layout(gate_up, p.num_experts, split, swapab::wide_kblocks(gate_up), smem_limit);
   kp.out_absmax = p.out_absmax;  // checked by can_implement (GEMM1, fp8_per_tensor, fp32 out)
   kp.direct_epilogue = !gate_up && split == 1 && direct_on;
+  kp.plain = swapab_plain(p, kp, gate_up, plain_on);
   const int grid = gemm_common::persistent_grid(max_items(p, kp.tiles_per_item), split, sms);
 
   // The inst/ instantiation of this operand, epilogue and scale layout (template arguments).
@@ -166,6 +187,11 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& p, void* stream, i
     swapab::run_swapab_sm90<decltype(op)::value, decltype(gate_up_c)::value, decltype(block128_c)::value>(
         kp, grid, stream, pdl);
   });
+  ++launches;
+  if (kp.plain) ++plain_launches;
 }
+
+int swapab_launches() { return launches; }
+int swapab_plain_launches() { return plain_launches; }
 
 }  // namespace moekit::cuda

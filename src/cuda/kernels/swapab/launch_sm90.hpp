@@ -29,4 +29,9 @@ void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stre
 // A bool third argument is a mistake (split_k comes first): refuse to compile it.
 void launch_grouped_gemm_swapab_sm90(const GroupedGemmParams& params, void* stream, bool) = delete;
 
+/// Tests only: launches on the calling thread, and of those the ones on a kPlain instantiation
+/// (MOEKIT_SWAPAB_PLAIN; launch_sm90.cu swapab_plain).
+int swapab_launches();
+int swapab_plain_launches();
+
 }  // namespace moekit::cuda

@@ -40,6 +40,9 @@ struct KernelParams : gemm_common::WeightMap, gemm_common::TmaGemmParams {
   // shared memory once an item). The same bits as the staged epilogue. MOEKIT_SWAPAB_DIRECT=0 keeps
   // the staged one (launch_sm90.cu).
   bool direct_epilogue;
+  // The call runs on the kPlain instantiation (kernel_sm90.cuh; launch_sm90.cu swapab_plain says
+  // which calls). Host-side only.
+  bool plain;
 };
 
 // The row pitch (k_dim x element bytes) Swap-AB needs a multiple of: 8 where its 8-byte-row
