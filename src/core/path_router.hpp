@@ -355,9 +355,12 @@ struct RouterTable {
   // TP8 fp8_per_tensor, expert_mlp forced against auto: M = 4 / 8 / 16 / 32 / 64 (16..256 slots)
   // 42.6 / 53.8 / 90.8 / 127.2 / 164.8 against 44.4 / 68.0 (gemv(mma)) / 94.3 / 128.6 / 171.8 µs
   // (Swap-AB): 1.04 / 1.26 / 1.04 / 1.01 / 1.04x; M = 1 / 2 (38.4 / 39.2 against 21.7 / 30.8) and
-  // M = 128 / 256 (202.0 / 210.3 against 197.2 / 202.9) stay.
+  // M = 128 / 256 (202.0 / 210.3 against 197.2 / 202.9) stayed. Session 82's same-run sweep (H100,
+  // 1664c34, check on; bench/results/2026-12-07-1664c34-h100-s125-gpt-oss-tp8-path-sweep.json): the
+  // kernel, since its plain instantiations, ran M = 64 / 128 / 256 in 151.7 / 178.5 / 187.5 µs
+  // against Swap-AB's 171.2 / 197.6 / 208.4 (1.13 / 1.11 / 1.11x), so the range reaches 1024 slots.
   double expert_mlp_quad_fp8_min_slots = 16.0;
-  double expert_mlp_quad_fp8_max_slots = 256.0;
+  double expert_mlp_quad_fp8_max_slots = 1024.0;
   // The GEMV decode path (kernels/gemv/), when it can run the call (RouterInputs::gemv_ok), ahead
   // of everything else: bf16 up to gemv_max_tokens_bf16 tokens and gemv_max_slots_bf16 local
   // slots; fp8 up to gemv_max_tokens_fp8 tokens and gemv_max_slots_fp8 slots on experts of at

@@ -886,7 +886,7 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_FALSE(choose_paths(preset("deepseek-v3", 8, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   in.expert_mlp_clusters = 0;
   // Clusters of four (gpt-oss TP8, N = 360): bf16 from 32 to 512 slots (M = 8..128 at k = 4), not
-  // M = 4 or 256; fp8_per_tensor (w2 as row pairs) from 16 to 256 (M = 4..64), by the fp8 switch;
+  // M = 4 or 256; fp8_per_tensor (w2 as row pairs) from 16 to 1024 (M = 4..256), by the fp8 switch;
   // not fp8_per_channel (the kernel declines it at N = 360).
   const MoeProblem oss = preset("gpt-oss-120b", 8, 8);
   EXPECT_EQ(oss.intermediate_size, 360);
@@ -899,11 +899,13 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
   EXPECT_EQ(choose_paths(preset("gpt-oss-120b", 4, 8, Scheme::kFp8PerTensor), in).expert_mlp,
             detail::kRouterTable.expert_mlp_fp8_in_auto);
   EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 2, 8, Scheme::kFp8PerTensor), in).expert_mlp);
-  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 128, 8, Scheme::kFp8PerTensor), in).expert_mlp);
+  EXPECT_EQ(choose_paths(preset("gpt-oss-120b", 256, 8, Scheme::kFp8PerTensor), in).expert_mlp,
+            detail::kRouterTable.expert_mlp_fp8_in_auto);
+  EXPECT_FALSE(choose_paths(preset("gpt-oss-120b", 257, 8, Scheme::kFp8PerTensor), in).expert_mlp);
   {
     // The GPU dispatch test's shape (Sm90Dispatch.ForcedPathThatCannotRunIsNotSupported: gpt-oss TP8
-    // fp8 rows on 16 experts, k = 4): 17 tokens (68 slots) on the kernel, 66 (264 slots, 16.5 an
-    // expert) both GEMMs on Swap-AB, token-major declining GEMM2's 360-byte rows.
+    // fp8 rows on 16 experts, k = 4): 17 and 66 tokens (68, 264 slots) on the kernel; with it
+    // switched off, 66 both GEMMs on Swap-AB (16.5 an expert), token-major declining GEMM2's 360-byte rows.
     detail::RouterInputs g = in;
     g.tokmajor_ok[1] = false;
     g.tokmajor_why[1] = "rows of N = 360 bytes";
@@ -911,6 +913,8 @@ TEST(CpuPathRouter, ExpertMlpWhereItWonAndForcedByName) {
     q.num_experts = q.num_experts_global = 16;
     EXPECT_EQ(choose_paths(q, g).describe(), "expert_mlp");
     q.num_tokens = 66;
+    EXPECT_EQ(choose_paths(q, g).describe(), "expert_mlp");
+    g.expert_mlp_in_auto = false;  // MOEKIT_EXPERT_MLP=0
     const detail::DispatchPlan sw = choose_paths(q, g);
     EXPECT_EQ(sw.describe(), "gemm1=swapab gemm2=swapab") << sw.reason;
   }

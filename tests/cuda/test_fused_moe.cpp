@@ -664,8 +664,8 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   // declines GEMM2 (Swap-AB's 8-byte-row producer runs it, the fused path's 8-byte copies and the
   // tensor-core GEMV kernel's 8-byte loads and the per-expert MLP kernel's row pairs too); the
   // fused path declines M*k > 512. auto: the GEMV path below 16 slots, the per-expert MLP kernel
-  // from 16 to 256 (RouterTable::expert_mlp_quad_fp8_*), then both GEMMs on Swap-AB (up to 17
-  // tokens an expert).
+  // from 16 to 1024 (RouterTable::expert_mlp_quad_fp8_*); with that kernel switched off, both GEMMs
+  // on Swap-AB (up to 17 tokens an expert).
   CaseSpec s = small_spec(Scheme::kFp8PerTensor);
   s.N = 360;
   s.K = 2880;
@@ -681,7 +681,7 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_EQ(run_status(d, 160, "fused", &what), Status::kNotSupported) << what;
   EXPECT_EQ(run_status(d, 4, "auto"), Status::kSuccess);
   EXPECT_EQ(run_status(d, 17, "auto"), Status::kSuccess);  // the per-expert MLP kernel (row pairs)
-  EXPECT_EQ(run_status(d, 66, "auto"), Status::kSuccess);  // both GEMMs on Swap-AB (264 slots, 16.5 an expert)
+  EXPECT_EQ(run_status(d, 66, "auto"), Status::kSuccess);  // the per-expert MLP kernel (264 slots)
   EXPECT_EQ(run_status(d, 4, "mma"), Status::kSuccess);
   Options o;
   o.path = "auto";
@@ -699,9 +699,14 @@ TEST(Sm90Dispatch, ForcedPathThatCannotRunIsNotSupported) {
   EXPECT_EQ(describe_dispatch(describe(d.experts(17)), o, &why), "expert_mlp") << why;
   EXPECT_EQ(run_status(d, 17, "expert_mlp", &what), Status::kSuccess) << what;
   const MoeProblem p = describe(d.experts(66));
-  plan = describe_dispatch(p, o, &why);
-  EXPECT_TRUE(swapab_both(plan)) << plan << ": " << why;
-  EXPECT_EQ(why.find("GEMM2 on mma"), std::string::npos) << why;
+  EXPECT_EQ(describe_dispatch(p, o, &why), "expert_mlp") << why;
+  {
+    ScopedEnv off("MOEKIT_EXPERT_MLP", "0");  // auto's next choice: Swap-AB's 8-byte-row producer
+    plan = describe_dispatch(p, o, &why);
+    EXPECT_TRUE(swapab_both(plan)) << plan << ": " << why;
+    EXPECT_EQ(why.find("GEMM2 on mma"), std::string::npos) << why;
+    EXPECT_EQ(run_status(d, 66, "auto"), Status::kSuccess);  // both GEMMs on Swap-AB (264 slots, 16.5 an expert)
+  }
   // bf16 w2 rows of 8 but not 16 bytes (N = 36: 72 bytes): neither GEMV kernel reads them (the
   // tensor-core kernel's 8-byte rows are e4m3 only).
   CaseSpec b = small_spec(Scheme::kBf16);
