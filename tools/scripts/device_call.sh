@@ -73,7 +73,7 @@ phase_tables() {  # environment variable, its values: $O/phases-VAR-VALUE.log ea
 # PREV_H200 override it.
 prev_grid_tp8() {
   if grep -q H200 "$O/gpu.txt"; then echo "${PREV_H200:-bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json}"
-  else echo "${PREV_H100:-bench/results/2026-12-07-c6e1d5f-h100-s118-grid-tp8.json}"; fi
+  else echo "${PREV_H100:-bench/results/2026-12-07-1664c34-h100-s125-grid-tp8.json}"; fi
 }
 
 grid_tp8() {  # [the previous grid of the same GPU, for grid_report.py's comparison; default prev_grid_tp8]
