@@ -6,7 +6,8 @@
 # only on bf16 / per-tensor). This call, same run, check on, two repeats a side:
 #   1. 2f78ff0's build (.ab/mid: tools/scripts/ab_base.sh 2f78ff0 .ab/mid) against main's, at those
 #      points and two controls (qwen3-235b fp8_per_channel M = 16, 64 on the cluster form);
-#   2. main with MOEKIT_EXPERT_MLP_TWO_BOXES=0 against main at the same points.
+#   2. main with MOEKIT_EXPERT_MLP_TWO_BOXES=0 against main at the same points;
+#   3. (while time is left) Swap-AB forced beside auto at TP8 M = 1..8, below.
 # If 1 shows the slowdown and 2 recovers it, the two-box rule should exclude kChannel (params.hpp
 # kTwoBoxesDefault, launch_sm90.cu two_boxes()). carry [".deps", ".ab/mid"]; LIMIT seconds (default 480).
 set -u
@@ -22,6 +23,16 @@ if wait_main_build; then
 else
   echo "2f78ff0's build failed"; tail -5 "$O/mid-build.log"
 fi
-AB_SECONDS=$(( $(left) > 130 ? 110 : $(left) - 15 )) REPS=2 ab two-boxes "env MOEKIT_EXPERT_MLP_TWO_BOXES=0 $BB" "$BB" \
+AB_SECONDS=$(( $(left) > 200 ? 110 : $(left) / 2 )) REPS=2 ab two-boxes "env MOEKIT_EXPERT_MLP_TWO_BOXES=0 $BB" "$BB" \
   $ARGS --preset qwen3-30b-a3b --tokens 8,16,32,64,128,256
+# 3. Swap-AB against auto where the plain Swap-AB kernels now run (at most 16 slots: mixtral M <= 8,
+#    qwen3 / deepseek-v3 M <= 2) and auto takes the GEMV kernels: the crossovers were measured
+#    before the plain kernels (1.08-1.25x on the TP1 chain, session 82). A path sweep, one pass.
+if [ "$(left)" -gt 50 ]; then
+  timeout $(( $(left) - 20 )) $BB --backend cuda --no-baseline --no-host-time --check --path auto,swapab \
+    --tp 8 --preset mixtral-8x7b,qwen3-235b-a22b,deepseek-v3,qwen3-30b-a3b --tokens 1,2,4,8 \
+    --scheme bf16,fp8_per_tensor --json "$O/sweep-swapab-plain.json" >"$O/sweep-swapab-plain.log" 2>&1
+  echo "sweep rc=$? (left $(left)s)"
+  python3 tools/scripts/path_report.py "$O/sweep-swapab-plain.json" 2>&1 | tail -n 12
+fi
 finish
