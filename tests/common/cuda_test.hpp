@@ -105,4 +105,17 @@ void upload_shared_operands(FusedExpertsArgs& args, Upload&& upload) {
     *v = upload(*v);
 }
 
+// A 0 / 1 switch read at every launch (MOEKIT_SWAPAB_PLAIN, MOEKIT_ROUTING_PLAIN, ...) set to any
+// other value: `launch` must throw a moekit::Error that names the variable, and launch nothing.
+template <class Launch>
+void expect_bad_switch_throws(const char* var, Launch&& launch) {
+  ScopedEnv bad(var, "yes");
+  try {
+    launch();
+    ADD_FAILURE() << var << "=yes launched";
+  } catch (const ::moekit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace moekit::testing

@@ -271,6 +271,21 @@ PermCase routed_case(std::int64_t M, int k, int E, RoutingMethod method, bool bf
   return c;
 }
 
+// A permutation-only call (no routing, no expert_map, no weights) of M x k given ids over E local =
+// global experts, into offsets [E + 1] and slots [M * k].
+RoutingParams permute_only(std::int64_t M, int k, int E, const DevPtr& ids, DevPtr& offsets, DevPtr& slots) {
+  RoutingParams rp;
+  rp.num_tokens = M;
+  rp.top_k = k;
+  rp.num_experts_global = E;
+  rp.permute = true;
+  rp.topk_ids = static_cast<const std::int32_t*>(ids.get());
+  rp.num_experts = E;
+  rp.expert_offsets = static_cast<std::int32_t*>(offsets.get());
+  rp.sorted_slots = static_cast<std::int32_t*>(slots.get());
+  return rp;
+}
+
 TEST(Sm90Permute, AroundTheThreshold) {
   SKIP_WITHOUT_SM90();
   ASSERT_EQ(moekit::cuda::kPermuteMultiCtaMinSlots, 1024);
@@ -445,22 +460,8 @@ TEST(Sm90Permute, PermuteOnlyKernels) {
   PermCase c = given_case(4, 8, 128, Ids::kUniform);
   DevPtr ids = upload(c.ids);
   DevPtr offsets = dev_alloc(129 * 4), slots = dev_alloc(32 * 4);
-  RoutingParams rp;
-  rp.num_tokens = c.M;
-  rp.top_k = 8;
-  rp.num_experts_global = 128;
-  rp.permute = true;
-  rp.topk_ids = static_cast<const std::int32_t*>(ids.get());
-  rp.num_experts = 128;
-  rp.expert_offsets = static_cast<std::int32_t*>(offsets.get());
-  rp.sorted_slots = static_cast<std::int32_t*>(slots.get());
-  moekit::testing::ScopedEnv bad("MOEKIT_ROUTING_PLAIN", "yes");
-  try {
-    launch_routing_sm90(rp, nullptr, false);
-    ADD_FAILURE() << "MOEKIT_ROUTING_PLAIN=yes launched";
-  } catch (const moekit::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MOEKIT_ROUTING_PLAIN"), std::string::npos) << e.what();
-  }
+  const RoutingParams rp = permute_only(c.M, 8, 128, ids, offsets, slots);
+  moekit::testing::expect_bad_switch_throws("MOEKIT_ROUTING_PLAIN", [&] { launch_routing_sm90(rp, nullptr, false); });
 }
 
 TEST(Sm90Permute, MultiCtaNeedsChunkCounts) {
@@ -468,15 +469,7 @@ TEST(Sm90Permute, MultiCtaNeedsChunkCounts) {
   PermCase c = given_case(1000, 8, 128, Ids::kUniform);
   DevPtr ids = upload(c.ids);
   DevPtr offsets = dev_alloc(129 * 4), slots = dev_alloc(8000 * 4);
-  RoutingParams rp;
-  rp.num_tokens = c.M;
-  rp.top_k = 8;
-  rp.num_experts_global = 128;
-  rp.permute = true;
-  rp.topk_ids = static_cast<const std::int32_t*>(ids.get());
-  rp.num_experts = 128;
-  rp.expert_offsets = static_cast<std::int32_t*>(offsets.get());
-  rp.sorted_slots = static_cast<std::int32_t*>(slots.get());
+  RoutingParams rp = permute_only(c.M, 8, 128, ids, offsets, slots);
   rp.permute_path = PermutePath::kMultiCta;
   try {
     launch_routing_sm90(rp, nullptr, false);

@@ -561,15 +561,8 @@ TEST(Sm90SwapAbGemm, Gemm2DirectEpilogueBitwiseEqualToStaged) {
   c.rows = decode_rows;
   c.seed = ++seed;
   moekit::testing::run_gemm_case(c, [&](const GroupedGemmParams& p, cudaStream_t stream) {
-    {
-      moekit::testing::ScopedEnv bad("MOEKIT_SWAPAB_DIRECT", "yes");
-      try {
-        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
-        ADD_FAILURE() << "MOEKIT_SWAPAB_DIRECT=yes launched";
-      } catch (const moekit::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("MOEKIT_SWAPAB_DIRECT"), std::string::npos) << e.what();
-      }
-    }
+    moekit::testing::expect_bad_switch_throws(
+        "MOEKIT_SWAPAB_DIRECT", [&] { moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0); });
     moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
   });
 }
@@ -718,15 +711,8 @@ TEST(Sm90SwapAbGemm, PlainKernelBitwiseEqualToGeneral) {
                      what + ": the plain kernel differs bitwise from the general one");
   }
   moekit::testing::run_gemm_case(runs.front().c, [&](const GroupedGemmParams& p, cudaStream_t stream) {
-    {
-      moekit::testing::ScopedEnv bad("MOEKIT_SWAPAB_PLAIN", "yes");
-      try {
-        moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
-        ADD_FAILURE() << "MOEKIT_SWAPAB_PLAIN=yes launched";
-      } catch (const moekit::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("MOEKIT_SWAPAB_PLAIN"), std::string::npos) << e.what();
-      }
-    }
+    moekit::testing::expect_bad_switch_throws(
+        "MOEKIT_SWAPAB_PLAIN", [&] { moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0); });
     moekit::cuda::launch_grouped_gemm_swapab_sm90(p, stream, 1, 0);
   });
 }
