@@ -8,14 +8,17 @@
 #      points and two controls (qwen3-235b fp8_per_channel M = 16, 64 on the cluster form);
 #   2. main with MOEKIT_EXPERT_MLP_TWO_BOXES=0 against main at the same points;
 #   3. (while time is left) Swap-AB forced beside auto at TP8 M = 1..8, below.
+# First the GPU tests of session 82's test refactor (compiled, not yet run).
 # If 1 shows the slowdown and 2 recovers it, the two-box rule should exclude kChannel (params.hpp
 # kTwoBoxesDefault, launch_sm90.cu two_boxes()). carry [".deps", ".ab/mid"]; LIMIT seconds (default 480).
 set -u
 LIMIT=${LIMIT:-480}
 source tools/scripts/device_call.sh
 start_main_build
-build_bench || exit 1
+build_tree || exit 1
 echo "built (left $(left)s)"
+# Session 82's test refactor (expect_bad_switch_throws, permute_only), compiled but not yet GPU-run.
+run_tests 'Sm90Permute.PermuteOnlyKernels:Sm90Permute.MultiCtaNeedsChunkCounts:Sm90SwapAbGemm.PlainKernelBitwiseEqualToGeneral:Sm90SwapAbGemm.Gemm2DirectEpilogueBitwiseEqualToStaged' 60
 ARGS="--backend cuda --no-baseline --no-host-time --check --tp 8 --scheme fp8_per_channel"
 if wait_main_build; then
   AB_SECONDS=110 REPS=2 ab old-main "$MB" "$BB" $ARGS --preset qwen3-30b-a3b --tokens 8,16,32,64,128,256
