@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s125 c1 of 2 (prepared in session 81): the two changes of session 81's tree that gained on the H100
-# (tools/scripts/s125/changes.patch on main; `git checkout -b s125x main && git apply
-# tools/scripts/s125/changes.patch && git commit -qam s125`): Swap-AB's kPlain kernels for calls of at
+# (run in session 82 on that patch applied to 14be08e, which landed as commit 1664c34; the patch
+# file is gone, `git show 1664c34` is it): Swap-AB's kPlain kernels for calls of at
 # most 16 rows and the routing kernels' permutation-only instantiations (forced Swap-AB chain at TP1
 # fp8 M = 1..4: 1.105x median, 1.004-1.254x; docs/perf.md "Session 81"), plus the fix of the one
 # failure that run found (the plain kernel fused the scale product and the bias add into an FMA in
