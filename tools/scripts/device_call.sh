@@ -3,6 +3,7 @@
 # sourced by a call script run on the device machine from the repository root with $OUT set:
 #   source tools/scripts/device_call.sh     # LIMIT (seconds, default 585) before sourcing
 #   start_main_build                        # main's moekit-bench from .ab/mid, in the background
+#                                           # (MID_JOBS jobs, default 4: 16 where this tree is built)
 #   build_tree || exit 1                    # this tree: gpu_check.sh's configure and build
 #   build_bench || exit 1                   # this tree's moekit-bench alone (calls that only time)
 #   run_tests FILTER [SECONDS]              # the GPU tests, their summary and failures
@@ -24,7 +25,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee "$O/gpu.txt"
 # main (tools/scripts/ab_base.sh main .ab/mid before the call; carry ".ab/mid"), bench only.
 start_main_build() {
   ( cmake -S .ab/mid -B build/mid -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
-      >"$O/mid-configure.log" 2>&1 && cmake --build build/mid --target moekit-bench -j 4 >"$O/mid-build.log" 2>&1 ) &
+      >"$O/mid-configure.log" 2>&1 && cmake --build build/mid --target moekit-bench -j "${MID_JOBS:-4}" >"$O/mid-build.log" 2>&1 ) &
   MAIN_PID=$!
 }
 wait_main_build() { [ -n "$MAIN_PID" ] && wait "$MAIN_PID"; [ -x "$MB" ]; }
@@ -73,7 +74,7 @@ phase_tables() {  # environment variable, its values: $O/phases-VAR-VALUE.log ea
 # PREV_H200 override it.
 prev_grid_tp8() {
   if grep -q H200 "$O/gpu.txt"; then echo "${PREV_H200:-bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json}"
-  else echo "${PREV_H100:-bench/results/2026-12-07-1664c34-h100-s125-grid-tp8.json}"; fi
+  else echo "${PREV_H100:-bench/results/2026-12-08-409a3a9-h100-s126-grid-tp8.json}"; fi
 }
 
 grid_tp8() {  # [the previous grid of the same GPU, for grid_report.py's comparison; default prev_grid_tp8]
