@@ -7,7 +7,7 @@
 # mixtral TP8 M = 1..16 and deepseek-v3 TP8 M = 4..16, where c2 had Swap-AB's plain kernels ahead of
 # auto's gemv(mma) by 1.05-1.14x. carry [".deps/googletest", ".ab/mid"] (.ab/mid = 2f78ff0).
 set -u
-LIMIT=${LIMIT:-420}
+LIMIT=${LIMIT:-450}
 source tools/scripts/device_call.sh
 MID_JOBS=${MID_JOBS:-6} start_main_build
 build_tree || exit 1
@@ -37,5 +37,14 @@ if [ "$(left)" -gt 35 ]; then
     --json "$O/sweep-deepseek.json" >"$O/sweep-deepseek.log" 2>&1
   echo "sweep deepseek rc=$? (left $(left)s)"
   python3 tools/scripts/path_report.py "$O/sweep-deepseek.json" 2>&1 | tail -n 14
+fi
+# TP1 mixtral where the few-experts Swap-AB bound (10 slots) sends M = 6, 8 to token-major: the plain
+# Swap-AB kernels (at most 16 rows) came after session 39's sweep that set it.
+if [ "$(left)" -gt 45 ]; then
+  timeout $(( $(left) - 10 )) $BB --backend cuda --no-baseline --no-host-time --check --path auto,swapab,tokmajor \
+    --tp 1 --preset mixtral-8x7b --tokens 4,6,8 --scheme fp8_per_tensor,bf16 \
+    --json "$O/sweep-mixtral-tp1.json" >"$O/sweep-mixtral-tp1.log" 2>&1
+  echo "sweep mixtral tp1 rc=$? (left $(left)s)"
+  python3 tools/scripts/path_report.py "$O/sweep-mixtral-tp1.json" 2>&1 | tail -n 10
 fi
 finish
