@@ -149,9 +149,11 @@ bool gemv_mma_rule(const MoeProblem& p) {
   if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
   // fp8 (per tensor and per channel; the CUDA-core kernel does not run per channel) on the few
   // experts one token further than bf16.
+  const bool few_per_tensor_shard = per_tensor && p.intermediate_size < t.few_experts_shard_max_n;
   const bool few = p.num_experts <= t.few_experts &&
-                   M <= (p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
-                                                   : t.gemv_mma_few_experts_max_tokens);
+                   M <= (few_per_tensor_shard        ? t.gemv_mma_few_experts_max_tokens_per_tensor_shard
+                         : p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
+                                                     : t.gemv_mma_few_experts_max_tokens);
   if (!shard && !few) return false;
   // fp8_per_channel: the TP8 shards up to 16 tokens but the wide ones up to 8, qwen3-30b's small
   // experts included, and the few experts (mixtral TP8; RouterTable).
@@ -418,8 +420,10 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     // bf16 and fp8_per_tensor on few experts (mixtral): their own Swap-AB bound and not the
     // TP1-sized clause.
     const bool few = (p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kBf16) && p.num_experts <= t.few_experts;
-    const double swapab_slots = tiny  ? t.tiny_n_swapab_max_slots
-                                : few ? t.early_swapab_max_slots_few_experts
+    const bool few_fp8_shard = few && p.scheme == Scheme::kFp8PerTensor && N < t.few_experts_shard_max_n;
+    const double swapab_slots = tiny            ? t.tiny_n_swapab_max_slots
+                                : few_fp8_shard ? t.early_swapab_max_slots_few_experts_shard_fp8
+                                : few           ? t.early_swapab_max_slots_few_experts
                                 : fp8 ? t.early_swapab_max_slots
                                       : t.early_swapab_max_slots_bf16;
     const bool fp8_mid = fp8 && !few && N >= t.mid_n && p.hidden_size <= t.early_swapab_fp8_max_k &&

@@ -133,6 +133,12 @@ struct RouterTable {
   // slots) 533.8 against 560.7 (bf16), 285.6 against 310.6 (fp8). At TP8 the GEMV rules take
   // mixtral up to M = 8 / 9 first.
   double early_swapab_max_slots_few_experts = 10.0;
+  // fp8_per_tensor on the few experts' shards (N < few_experts_shard_max_n: mixtral TP8) keeps
+  // Swap-AB up to 16 slots, the plain kernels' rows (1664c34), where gemv(mma) no longer takes them
+  // (gemv_mma_few_experts_max_tokens_per_tensor_shard): M = 8 69.8 µs against gemv(mma)'s 79.3
+  // (session 83, the sweep named there).
+  double early_swapab_max_slots_few_experts_shard_fp8 = 16.0;
+  std::int64_t few_experts_shard_max_n = 2048;
   // fp8_per_channel on the TP8 shards (tiny_n <= N < mid_n: deepseek-v3, qwen3-235b) keeps
   // Swap-AB up to this many slots: its token-major GEMMs stream slower than per tensor's (session
   // 39, TP8 forced sweep at 9666b2d, check on;
@@ -443,6 +449,13 @@ struct RouterTable {
   // against 74.6; bench/results/2026-12-03-4b50020-h200-router-sweep-mixtral-*,
   // 2026-12-04-0d13d58-h200-router-sweep-fp8-*).
   double gemv_mma_few_experts_max_tokens_fp8 = 9.0;
+  // fp8_per_tensor on the few experts' shards (N < few_experts_shard_max_n: mixtral TP8) at one token
+  // only, in place of gemv_mma_few_experts_max_tokens_fp8 (fp8_per_channel keeps that): since Swap-AB's
+  // plain kernels for at most 16 rows (1664c34), Swap-AB is ahead from two tokens (session 83's
+  // same-run sweep on an H100 at 7ce5bf7, check on, bench/results/2026-12-08-7ce5bf7-h100-s128-*
+  // sweep-swapab-plain): M = 2 / 4 / 8 44.4 / 61.0 / 69.8 µs against gemv(mma)'s 49.8 / 66.8 / 79.3
+  // (1.09-1.14x); M = 1 stays (34.7 against 36.2).
+  double gemv_mma_few_experts_max_tokens_per_tensor_shard = 1.0;
   double gemv_mma_min_tokens_bf16 = 4.0;
   double gemv_mma_max_tokens = 16.0;
   double gemv_mma_fp8_small_m = 1.0;

@@ -332,7 +332,7 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   // Measured (kRouterTable's gemv_mma comment): TP8 bf16 M = 8, 16 on N < 512, fp8 M <= 16 on
   // N < 512 but qwen3-30b M = 1 (M <= 2 until session 20; fp8_per_channel from M = 1) and
   // deepseek-v3 past 4 tokens,
-  // mixtral TP8 (8 experts) up to 8 tokens (9 in fp8); at TP1 fp8_per_tensor only, at one token
+  // mixtral TP8 (8 experts) up to 8 tokens (9 in fp8_per_channel, 1 in fp8_per_tensor); at TP1 fp8_per_tensor only, at one token
   // (a few on the smallest experts) since session 39.
   detail::RouterInputs in;
   in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
@@ -375,7 +375,10 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("qwen3-235b-a22b", 20, 8, f8), on);  // the next shard experts up to 20 tokens (session 37)
   EXPECT_FALSE(mma("qwen3-235b-a22b", 21, 8, f8));
   EXPECT_FALSE(mma("gpt-oss-120b", 9, 8, f8));        // >= 1 M weights: not past 8 (the wide clause)
-  EXPECT_EQ(mma("mixtral-8x7b", 9, 8, f8), on);       // few experts: 9 tokens in fp8_per_tensor
+  // few experts' shards in fp8_per_tensor: one token only since session 83 (Swap-AB's plain kernels
+  // ahead from two); fp8_per_channel keeps 9 (below).
+  EXPECT_FALSE(mma("mixtral-8x7b", 2, 8, f8));
+  EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, bf));
   // TP1 fp8_per_tensor (session 39): one token up to deepseek-v3's 14.7 M weights an expert, four
@@ -689,8 +692,13 @@ TEST(CpuPathRouter, EarlyTokenMajorCrossover) {
   EXPECT_EQ(plan("mixtral-8x7b", 6, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 16, 1, Scheme::kFp8PerTensor).describe(), tokmajor);
+  // ... but on their TP8 shards (N < few_experts_shard_max_n) to 16 slots, the plain Swap-AB
+  // kernels' rows (session 83).
+  EXPECT_EQ(plan("mixtral-8x7b", 6, 8, Scheme::kFp8PerTensor).describe(), swapab);
+  EXPECT_EQ(plan("mixtral-8x7b", 8, 8, Scheme::kFp8PerTensor).describe(), swapab);
   EXPECT_EQ(plan("mixtral-8x7b", 9, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
   EXPECT_EQ(plan("mixtral-8x7b", 16, 8, Scheme::kFp8PerTensor).describe(), tokmajor);
+  EXPECT_EQ(plan("mixtral-8x7b", 6, 8).describe(), tokmajor);  // bf16 keeps 10 slots
   EXPECT_EQ(plan("mixtral-8x7b", 16, 8, Scheme::kFp8Block128).describe(), swapab);  // per tensor only
   EXPECT_EQ(plan("mixtral-8x7b", 32, 1).describe(), tokmajor);
   EXPECT_EQ(plan("qwen3-235b-a22b", 8, 8).describe(), tokmajor);  // N = 192 is not tiny
