@@ -149,11 +149,16 @@ bool gemv_mma_rule(const MoeProblem& p) {
   if (elems > t.gemv_mma_max_expert_elems || M > max_tokens) return false;
   // fp8 (per tensor and per channel; the CUDA-core kernel does not run per channel) on the few
   // experts one token further than bf16.
+  // fp8_per_tensor on the few experts' shards (mixtral TP8): not where Swap-AB's plain kernels take
+  // the call (2 tokens up to early_swapab_max_slots_few_experts_shard_fp8 slots), but at one token and
+  // past them up to gemv_mma_few_experts_max_tokens_fp8.
   const bool few_per_tensor_shard = per_tensor && p.intermediate_size < t.few_experts_shard_max_n;
-  const bool few = p.num_experts <= t.few_experts &&
-                   M <= (few_per_tensor_shard        ? t.gemv_mma_few_experts_max_tokens_per_tensor_shard
-                         : p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
-                                                     : t.gemv_mma_few_experts_max_tokens);
+  const bool plain_swapab_takes =
+      few_per_tensor_shard && M > t.gemv_mma_few_experts_max_tokens_per_tensor_shard &&
+      M * static_cast<double>(p.top_k) <= t.early_swapab_max_slots_few_experts_shard_fp8;
+  const bool few = p.num_experts <= t.few_experts && !plain_swapab_takes &&
+                   M <= (p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
+                                                   : t.gemv_mma_few_experts_max_tokens);
   if (!shard && !few) return false;
   // fp8_per_channel: the TP8 shards up to 16 tokens but the wide ones up to 8, qwen3-30b's small
   // experts included, and the few experts (mixtral TP8; RouterTable).

@@ -449,12 +449,14 @@ struct RouterTable {
   // against 74.6; bench/results/2026-12-03-4b50020-h200-router-sweep-mixtral-*,
   // 2026-12-04-0d13d58-h200-router-sweep-fp8-*).
   double gemv_mma_few_experts_max_tokens_fp8 = 9.0;
-  // fp8_per_tensor on the few experts' shards (N < few_experts_shard_max_n: mixtral TP8) at one token
-  // only, in place of gemv_mma_few_experts_max_tokens_fp8 (fp8_per_channel keeps that): since Swap-AB's
-  // plain kernels for at most 16 rows (1664c34), Swap-AB is ahead from two tokens (session 83's
-  // same-run sweep on an H100 at 7ce5bf7, check on, bench/results/2026-12-08-7ce5bf7-h100-s128-*
-  // sweep-swapab-plain): M = 2 / 4 / 8 44.4 / 61.0 / 69.8 µs against gemv(mma)'s 49.8 / 66.8 / 79.3
-  // (1.09-1.14x); M = 1 stays (34.7 against 36.2).
+  // fp8_per_tensor on the few experts' shards (N < few_experts_shard_max_n: mixtral TP8): gemv(mma)
+  // up to this many tokens, then Swap-AB's plain kernels (at most 16 rows, 1664c34) while the slots
+  // fit early_swapab_max_slots_few_experts_shard_fp8, then gemv(mma) again up to
+  // gemv_mma_few_experts_max_tokens_fp8 (M = 9, 18 slots: the general Swap-AB kernel and token-major
+  // were behind it there, session 37). Session 83's same-run sweep on an H100 at 7ce5bf7 (Swap-AB
+  // forced beside auto, check on; bench/results/2026-12-08-7ce5bf7-h100-s128-sweep-swapab-plain.*):
+  // Swap-AB at M = 2 / 4 / 8 44.4 / 61.0 / 69.8 µs against gemv(mma)'s 49.8 / 66.8 / 79.3
+  // (1.09-1.14x); M = 1 stays on gemv(mma) (34.7 against 36.2). fp8_per_channel keeps gemv(mma).
   double gemv_mma_few_experts_max_tokens_per_tensor_shard = 1.0;
   double gemv_mma_min_tokens_bf16 = 4.0;
   double gemv_mma_max_tokens = 16.0;

@@ -375,10 +375,11 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_EQ(mma("qwen3-235b-a22b", 20, 8, f8), on);  // the next shard experts up to 20 tokens (session 37)
   EXPECT_FALSE(mma("qwen3-235b-a22b", 21, 8, f8));
   EXPECT_FALSE(mma("gpt-oss-120b", 9, 8, f8));        // >= 1 M weights: not past 8 (the wide clause)
-  // few experts' shards in fp8_per_tensor: one token only since session 83 (Swap-AB's plain kernels
-  // ahead from two); fp8_per_channel keeps 9 (below).
+  // few experts' shards in fp8_per_tensor: not from 2 to 8 tokens since session 83 (Swap-AB's plain
+  // kernels ahead there, up to 16 slots), but at 1 and 9; fp8_per_channel keeps 1..9 (below).
   EXPECT_FALSE(mma("mixtral-8x7b", 2, 8, f8));
-  EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, f8));
+  EXPECT_FALSE(mma("mixtral-8x7b", 8, 8, f8));
+  EXPECT_EQ(mma("mixtral-8x7b", 9, 8, f8), on);
   EXPECT_FALSE(mma("mixtral-8x7b", 10, 8, f8));
   EXPECT_FALSE(mma("mixtral-8x7b", 9, 8, bf));
   // TP1 fp8_per_tensor (session 39): one token up to deepseek-v3's 14.7 M weights an expert, four
@@ -431,6 +432,28 @@ TEST(CpuPathRouter, GemvTensorCoreKernelWhereItWon) {
   EXPECT_FALSE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma());
   in.gemv_cuda_ok = false;
   EXPECT_TRUE(choose_paths(preset("qwen3-30b-a3b", 1, 8), in).gemv_mma());
+}
+
+TEST(CpuPathRouter, MixtralTp8Fp8TakesPlainSwapAbFromTwoTokens) {
+  // Session 83 (RouterTable::gemv_mma_few_experts_max_tokens_per_tensor_shard): with every path able
+  // to run, mixtral TP8 fp8_per_tensor runs gemv(mma) at M = 1 and 9, Swap-AB at M = 2..8 (at most 16
+  // slots, the plain kernels' rows); bf16 and fp8_per_channel keep gemv(mma) at M = 8.
+  detail::RouterInputs in;
+  in.decode_ok = in.gemv_cuda_ok = in.gemv_mma_ok = true;
+  in.sm_count = 132;
+  in.swapab_ok[0] = in.swapab_ok[1] = true;
+  in.tokmajor_ok[0] = in.tokmajor_ok[1] = true;
+  if (!detail::kRouterTable.gemv_in_auto || !detail::kRouterTable.gemv_mma_in_auto) GTEST_SKIP();
+  auto describe = [&in](std::int64_t M, Scheme s) { return choose_paths(preset("mixtral-8x7b", M, 8, s), in).describe(); };
+  const Scheme f8 = Scheme::kFp8PerTensor;
+  EXPECT_EQ(describe(1, f8), "gemv(mma)");
+  for (std::int64_t M : {2, 3, 4, 6, 8}) EXPECT_EQ(describe(M, f8), "gemm1=swapab gemm2=swapab") << "M=" << M;
+  EXPECT_EQ(describe(9, f8), "gemv(mma)");
+  EXPECT_EQ(describe(10, f8), "gemm1=tokmajor gemm2=tokmajor");
+  EXPECT_EQ(describe(8, Scheme::kBf16), "gemv(mma)");
+  EXPECT_EQ(describe(8, Scheme::kFp8PerChannel), "gemv(mma)");
+  // TP1 (N = 14336) is not a shard: Swap-AB to 10 slots there, as before.
+  EXPECT_EQ(choose_paths(preset("mixtral-8x7b", 6, 1, f8), in).describe(), "gemm1=tokmajor gemm2=tokmajor");
 }
 
 TEST(CpuPathRouter, GemvKernelOverrideWhereTheKernelCanRun) {
