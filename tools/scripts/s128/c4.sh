@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# s128 c4 (session 83): the router's mixtral TP8 fp8_per_tensor change (gemv(mma) at one token only,
-# Swap-AB's plain kernels to 16 slots; c2's sweep had Swap-AB 1.09-1.14x ahead at M = 2 / 4 / 8) built
-# and checked: the dispatch GPU tests, the same-run path sweep at mixtral TP8 M = 1..16 (auto now the
+# s128 c4 (session 83; prepared, not run: the device paused lending before it): the router's
+# mixtral TP8 fp8_per_tensor change (babf403: gemv(mma) at 1 and 9 tokens, Swap-AB's plain kernels
+# from 2 tokens to 16 slots; c2's sweep had Swap-AB 1.09-1.14x ahead at M = 2 / 4 / 8) built and
+# checked: the dispatch GPU tests, the same-run path sweep at mixtral TP8 M = 1..16 (auto now the
 # new rule), the TP8 grid against main's (c1, 7ce5bf7); then c3's per-channel questions (what each
 # build dispatches, both builds' kernel times at qwen3-30b fp8_per_channel M = 64) and a deepseek-v3
 # TP8 fp8 sweep with expert_mlp. carry [".deps/googletest", ".ab/mid"] (.ab/mid = 2f78ff0).
