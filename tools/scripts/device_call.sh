@@ -12,6 +12,7 @@
 #   phase_tables VAR VALUE...               # Sm90ExpertMlp.PhaseBreakdown once per VAR=VALUE
 #   grid_tp8 [PREVIOUS.json]                # the TP8 grid (auto, baselines, check on) and its report
 #                                           # against PREVIOUS (default prev_grid_tp8: this GPU's last)
+#   grid_tp1 [PREVIOUS.json]                # the TP1 grid the same way (default prev_grid_tp1)
 #   grid_if_gains NAME [MIN]                # grid_tp8 where A/B NAME's median reached MIN (1.005)
 #   swapab_times NAME BIN BENCH_ARGS...     # Swap-AB GEMM1 / GEMM2 kernel times (Nsight Compute), one line
 #   finish                                  # pack $O (pack_out.sh)
@@ -74,7 +75,7 @@ phase_tables() {  # environment variable, its values: $O/phases-VAR-VALUE.log ea
 # PREV_H200 override it.
 prev_grid_tp8() {
   if grep -q H200 "$O/gpu.txt"; then echo "${PREV_H200:-bench/results/2026-12-06-8bedaec-h200-s104-grid-tp8.json}"
-  else echo "${PREV_H100:-bench/results/2026-12-08-409a3a9-h100-s126-grid-tp8.json}"; fi
+  else echo "${PREV_H100:-bench/results/2026-12-08-7ce5bf7-h100-s128-grid-tp8.json}"; fi
 }
 
 grid_tp8() {  # [the previous grid of the same GPU, for grid_report.py's comparison; default prev_grid_tp8]
@@ -83,6 +84,20 @@ grid_tp8() {  # [the previous grid of the same GPU, for grid_report.py's compari
     --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp8.json" >"$O/grid-tp8.log" 2>&1
   echo "grid tp8 rc=$? (left $(left)s)"
   python3 tools/scripts/grid_report.py "$O/grid-tp8.json" --previous "$prev" --out "$O/grid-tp8-report.md" 2>&1 | head -n 4
+}
+
+# The last TP1 grid of record on this machine's GPU kind (grid_tp1's default comparison).
+prev_grid_tp1() {
+  if grep -q H200 "$O/gpu.txt"; then echo "${PREV1_H200:-bench/results/2026-12-06-1e58526-h200-grid-tp1.json}"
+  else echo "${PREV1_H100:-bench/results/2026-12-08-7ce5bf7-h100-s128-grid-tp1.json}"; fi
+}
+
+grid_tp1() {  # [the previous grid of the same GPU; default prev_grid_tp1]
+  local prev=${1:-$(prev_grid_tp1)}
+  timeout $(( $(left) - 15 )) $BB --backend cuda --preset all --tp 1 --tokens 1,2,4,8,16,32,64,128,256 \
+    --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp1.json" >"$O/grid-tp1.log" 2>&1
+  echo "grid tp1 rc=$? (left $(left)s)"
+  python3 tools/scripts/grid_report.py "$O/grid-tp1.json" --previous "$prev" --out "$O/grid-tp1-report.md" 2>&1 | head -n 4
 }
 
 swapab_times() {  # name, moekit-bench binary, its arguments (one call: --iters 1): $O/ncu-NAME.txt

@@ -23,10 +23,5 @@ run_tests 'Sm90Dispatch.*:Sm90ExpertMlp.AutoTakes*:Sm90Pdl.*' 90
 [ "$(left)" -gt 60 ] && grid_tp8
 if grep -q H200 "$O/gpu.txt"; then PREV1=bench/results/2026-12-06-1e58526-h200-grid-tp1.json
 else PREV1=bench/results/2026-12-07-1664c34-h100-s125-grid-tp1.json; fi
-if [ "$(left)" -gt 80 ]; then
-  timeout $(( $(left) - 15 )) $BB --backend cuda --preset all --tp 1 --tokens 1,2,4,8,16,32,64,128,256 \
-    --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp1.json" >"$O/grid-tp1.log" 2>&1
-  echo "grid tp1 rc=$? (left $(left)s)"
-  python3 tools/scripts/grid_report.py "$O/grid-tp1.json" --previous "$PREV1" --out "$O/grid-tp1-report.md" 2>&1 | head -n 4
-fi
+[ "$(left)" -gt 80 ] && grid_tp1 "$PREV1"
 finish

@@ -15,10 +15,5 @@ echo "checked (left $(left)s)"
 [ "$(left)" -gt 50 ] && grid_tp8
 if grep -q H200 "$O/gpu.txt"; then PREV1=bench/results/2026-12-06-1e58526-h200-grid-tp1.json
 else PREV1=bench/results/2026-12-08-409a3a9-h100-s126-grid-tp1.json; fi
-if [ "$(left)" -gt 90 ]; then
-  timeout $(( $(left) - 15 )) $BB --backend cuda --preset all --tp 1 --tokens 1,2,4,8,16,32,64,128,256 \
-    --scheme bf16,fp8_per_tensor --check --no-host-time --json "$O/grid-tp1.json" >"$O/grid-tp1.log" 2>&1
-  echo "grid tp1 rc=$? (left $(left)s)"
-  python3 tools/scripts/grid_report.py "$O/grid-tp1.json" --previous "$PREV1" --out "$O/grid-tp1-report.md" 2>&1 | head -n 4
-fi
+[ "$(left)" -gt 90 ] && grid_tp1 "$PREV1"
 finish
