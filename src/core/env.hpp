@@ -64,6 +64,7 @@ enum class EnvVar : int {
   kExpertMlpWarmAct,   // MOEKIT_EXPERT_MLP_WARM_ACT (cuda/kernels/expert_mlp/launch_sm90.cu)
   kExpertMlpG2Swap,    // MOEKIT_EXPERT_MLP_G2_SWAP (cuda/kernels/expert_mlp/launch_sm90.cu)
   kExpertMlpPlain,     // MOEKIT_EXPERT_MLP_PLAIN (cuda/kernels/expert_mlp/launch_sm90.cu)
+  kExpertMlpPlainChannel, // MOEKIT_EXPERT_MLP_PLAIN_CHANNEL (cuda/kernels/expert_mlp/launch_sm90.cu)
   kRopeKernel,         // MOEKIT_ROPE_KERNEL (cuda/kernels/rope_quant/launch_sm90.cu)
   kRopeQuantRows,      // MOEKIT_ROPE_QUANT_ROWS
   kCount

@@ -72,6 +72,7 @@ const std::vector<std::pair<EnvVar, std::string>>& all_switches() {
       {EnvVar::kExpertMlpWarmAct, "MOEKIT_EXPERT_MLP_WARM_ACT"},
       {EnvVar::kExpertMlpG2Swap, "MOEKIT_EXPERT_MLP_G2_SWAP"},
       {EnvVar::kExpertMlpPlain, "MOEKIT_EXPERT_MLP_PLAIN"},
+      {EnvVar::kExpertMlpPlainChannel, "MOEKIT_EXPERT_MLP_PLAIN_CHANNEL"},
       {EnvVar::kRopeKernel, "MOEKIT_ROPE_KERNEL"},
       {EnvVar::kRopeQuantRows, "MOEKIT_ROPE_QUANT_ROWS"},
   };

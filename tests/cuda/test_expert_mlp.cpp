@@ -450,6 +450,48 @@ TEST(Sm90ExpertMlp, PlainKernelGivesTheSameBits) {
   EXPECT_EQ(cuda::expert_mlp_plain_launches(), plain0) << "the plain kernel ran with MOEKIT_EXPERT_MLP_TWO_BOXES=0";
 }
 
+TEST(Sm90ExpertMlp, PlainChannelKernelGivesTheSameBits) {
+  // The kChannel kPlain kernels (MOEKIT_EXPERT_MLP_PLAIN_CHANNEL=1; off by default until measured)
+  // run fp8_per_channel's common call (silu, no biases, the router weight on the output, bf16 y)
+  // with the same bits as the general kChannel kernels, on one CTA (N = 96, N = 40) and on clusters
+  // of 2 and 3 (N = 192, 256), all to one and with an expert_map; with the switch unset no call
+  // takes them, and gelu keeps the general kernel with it set.
+  SKIP_WITHOUT_SM90();
+  struct Run {
+    const char* what;
+    bool plain;  // the plain kernel takes it (with the switch on)
+    void (*tweak)(CaseSpec&);
+  };
+  const Run runs[] = {
+      {"N = 96", true, [](CaseSpec&) {}},
+      {"N = 40, all to one", true, [](CaseSpec& s) { s.N = 40; s.pattern = RoutingPattern::kAllToOne; }},
+      {"expert_map with -1", true, [](CaseSpec& s) { s.expert_map = true; }},
+      {"N = 192 (a cluster of 2)", true, [](CaseSpec& s) { s.N = 192; }},
+      {"N = 256 (a cluster of 3), all to one", true, [](CaseSpec& s) { s.N = 256; s.pattern = RoutingPattern::kAllToOne; }},
+      {"gelu", false, [](CaseSpec& s) { s.activation.kind = Activation::kGelu; }},
+  };
+  for (const Run& run : runs) {
+    CaseSpec s = qwen30_tp8(203, 241);
+    s.scheme = Scheme::kFp8PerChannel;
+    run.tweak(s);
+    MoeCase c = make_case(s);
+    DeviceCase d(c);
+    for (std::int64_t M : {1, 8, 64, 203}) {
+      const std::string what = std::string("fp8_per_channel ") + run.what + " M = " + std::to_string(M);
+      {
+        const int plain0 = cuda::expert_mlp_plain_launches();
+        run_checked(d, c, M, what + ", switch unset");
+        EXPECT_EQ(cuda::expert_mlp_plain_launches(), plain0) << what << ": a plain kernel ran with the switch unset";
+      }
+      ScopedEnv on("MOEKIT_EXPERT_MLP_PLAIN_CHANNEL", "1");
+      const int plain0 = cuda::expert_mlp_plain_launches();
+      EXPECT_EQ(values_differing_under(d, c, M, "MOEKIT_EXPERT_MLP_PLAIN", "0", "1", what), 0) << what;
+      EXPECT_EQ(cuda::expert_mlp_plain_launches() - plain0, run.plain ? 1 : 0)
+          << what << (run.plain ? ": the plain kernel did not run" : ": the plain kernel ran a call it does not fit");
+    }
+  }
+}
+
 TEST(Sm90ExpertMlp, QuantOneCtaGivesTheSameBits) {
   // MOEKIT_EXPERT_MLP_QUANT_ONE_CTA=1: hidden's dynamic scale from the one-CTA quantization (the
   // block's max) instead of the absmax launch's atomicMax word: the same scale, the same bits, at

@@ -105,7 +105,8 @@ struct Unit {
 // over its N columns (one CTA holds the row; a cluster's ranks exchange their slices' row absmaxes
 // through red_cluster, a row each): the reference's quantization points, the reference's scales.
 // kPairs: w2 as row pairs (SliceShape::pairs), the e4m3 per-tensor cluster form only.
-// kPlain: the per-tensor kernels (one CTA or cluster, untimed) for the common call, its features
+// kPlain: the kernels (one CTA or cluster, untimed; per tensor and, switched on by
+// MOEKIT_EXPERT_MLP_PLAIN_CHANNEL, per channel) for the common call, its features
 // fixed at compile time (params.hpp plain_call) so that the kernel carries no code for the others:
 // silu, no biases, the router weight on the output, y in the activation dtype's 16-bit type (e4m3:
 // bf16), every A/B switch at its default. The same instructions on the path that call runs, less
@@ -118,7 +119,7 @@ struct ExpertMlp {
   static constexpr bool kFp8 = kOp == Operand::kE4m3;
   static_assert(!kChannel || kFp8, "fp8_per_channel: the e4m3 kernels only");
   static_assert(!kPairs || (kFp8 && kCluster && !kChannel), "w2 row pairs: the e4m3 per-tensor cluster form only");
-  static_assert(!kPlain || (!kTimed && !kChannel && !kPairs), "kPlain: the untimed per-tensor forms");
+  static_assert(!kPlain || (!kTimed && !kPairs), "kPlain: the untimed forms without w2 row pairs");
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kStageElems = kKBytes / kElemBytes;  // K elements a stage
   // The one-CTA form's GEMM2 over h's kN = 96 columns: 32-byte k steps (k16 of 16-bit, k32 of
@@ -1452,16 +1453,17 @@ template <Operand kOp, bool kTimed, bool kChannel>
 bool run_expert_mlp_sm90(const KernelParams& kp, int grid, void* stream, bool pdl) {
   // The cluster form exactly where S > 1 (the one-CTA kernel has none of its code); w2 as row
   // pairs (e4m3 per tensor, N % 16 = 8) its own instantiation; the common call (plain_call) on the
-  // kPlain instantiation of its form (plain_call excludes row pairs). Only the one launched is raised.
-  const bool plain = !kTimed && !kChannel && plain_call(kp, kOp == Operand::kE4m3);
+  // kPlain instantiation of its form and scales (plain_call excludes row pairs; per channel only
+  // with kp.plain_channel). Only the one launched is raised.
+  const bool plain = !kTimed && plain_call(kp, kOp == Operand::kE4m3, kChannel);
   const auto pick = [&kp, plain] {
     if constexpr (kOp == Operand::kE4m3 && !kChannel) {
       if (kp.w2_pairs != 0) return raised_kernel<kOp, true, kTimed, false, true>();
     }
-    if constexpr (!kTimed && !kChannel) {
+    if constexpr (!kTimed) {
       if (plain)
-        return kp.slices > 1 ? raised_kernel<kOp, true, false, false, false, true>()
-                             : raised_kernel<kOp, false, false, false, false, true>();
+        return kp.slices > 1 ? raised_kernel<kOp, true, false, kChannel, false, true>()
+                             : raised_kernel<kOp, false, false, kChannel, false, true>();
     }
     return kp.slices > 1 ? raised_kernel<kOp, true, kTimed, kChannel>() : raised_kernel<kOp, false, kTimed, kChannel>();
   };

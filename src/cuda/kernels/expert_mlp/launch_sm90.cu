@@ -145,6 +145,15 @@ bool g2_swap() { return detail::env_switch(detail::EnvVar::kExpertMlpG2Swap, exp
 // (the A/B); unset or 1: on; anything else an error.
 bool plain() { return detail::env_switch(detail::EnvVar::kExpertMlpPlain, true); }
 
+// fp8_per_channel's calls with those features on the kChannel kPlain kernels (one CTA and cluster).
+// Prepared in session 83, when the general kChannel kernel ran 0.900x of its 2f78ff0 build at
+// qwen3-30b TP8 (docs/perf.md "Session 83"), and not yet run on a GPU: off by default
+// (params.hpp kPlainChannelDefault). MOEKIT_EXPERT_MLP_PLAIN_CHANNEL=1: on; unset or 0: off;
+// anything else an error.
+bool plain_channel() {
+  return detail::env_switch(detail::EnvVar::kExpertMlpPlainChannel, expert_mlp::kPlainChannelDefault);
+}
+
 // Clusters of `slices` CTAs of the kernel for (fp8, act) resident at once on the current device,
 // at the kernel's largest shared memory (one CTA an SM): cudaOccupancyMaxActiveClusters, asked once
 // a device and shape. A GPC's SM count need not be a multiple of S, so it can be below SMs / S.
@@ -184,6 +193,7 @@ void expert_mlp_check_launchable(const MoeProblem& p) {
   (void)warm_act();
   (void)g2_swap();
   (void)plain();
+  (void)plain_channel();
   const expert_mlp::SliceShape sh = expert_mlp::slice_shape(static_cast<int>(p.intermediate_size), fp8);
   if (sh.slices > 1) (void)expert_mlp_max_clusters(sh.slices, fp8, p.act_dtype);  // throws where none fits
 }
@@ -276,6 +286,7 @@ void launch_expert_mlp_sm90(const ExpertMlpArgs& a, void* stream) {
   kp.warm_act = warm_act() ? 1 : 0;
   kp.g2_swap = g2_swap() ? 1 : 0;
   kp.plain = plain() ? 1 : 0;
+  kp.plain_channel = plain_channel() ? 1 : 0;
   kp.a_scale = a.a_scale;
   kp.w13_scale = a.w13_scale;
   kp.w2_scale = a.w2_scale;

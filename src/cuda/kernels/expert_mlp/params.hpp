@@ -91,6 +91,9 @@ struct KernelParams {
   // The untimed per-tensor calls whose features are kPlain's run on the kPlain kernels
   // (plain_call; MOEKIT_EXPERT_MLP_PLAIN=0: on the general one, for the A/B). Host-side only.
   int plain;
+  // fp8_per_channel's calls with those features too (the kChannel kPlain kernels; off by default,
+  // MOEKIT_EXPERT_MLP_PLAIN_CHANNEL=1 on, until measured). Host-side only.
+  int plain_channel;
 };
 
 // The A/B switches' defaults (launch_sm90.cu reads MOEKIT_EXPERT_MLP_* with them), and so their
@@ -101,13 +104,15 @@ inline constexpr bool kLeanGatherDefault = true;
 inline constexpr bool kAheadNextDefault = true;
 inline constexpr bool kWarmActDefault = true;
 inline constexpr bool kG2SwapDefault = true;
+// The kChannel kPlain kernels (plain_call): prepared in session 83, not yet run on a GPU, so off.
+inline constexpr bool kPlainChannelDefault = false;
 
-// Whether a per-tensor call (untimed, not fp8_per_channel; one CTA or cluster) runs on a kPlain kernel
-// (kernel_sm90.cuh's ExpertMlp: its features compile-time constants, so it carries no code for the
-// others): kp.plain, silu, no biases, the router weight on the output, e4m3's y in bf16, every A/B
-// switch at its default. fp8: the e4m3 instantiation.
-inline bool plain_call(const KernelParams& kp, bool fp8) {
-  return kp.plain != 0 && kp.act == Activation::kSilu && kp.b13 == nullptr && kp.b2 == nullptr &&
+// Whether an untimed call (one CTA or cluster) runs on a kPlain kernel (kernel_sm90.cuh's ExpertMlp:
+// its features compile-time constants, so it carries no code for the others): kp.plain (and, for
+// fp8_per_channel, kp.plain_channel), silu, no biases, the router weight on the output, e4m3's y in
+// bf16, every A/B switch at its default. fp8: the e4m3 instantiations; channel: fp8_per_channel's.
+inline bool plain_call(const KernelParams& kp, bool fp8, bool channel = false) {
+  return kp.plain != 0 && (!channel || kp.plain_channel != 0) && kp.act == Activation::kSilu && kp.b13 == nullptr && kp.b2 == nullptr &&
          kp.weight_on_input == 0 && (!fp8 || kp.y_f16 == 0) && kp.w2_pairs == 0 &&
          (kp.two_boxes != 0) == kTwoBoxesDefault && (kp.evict_first != 0) == kEvictFirstDefault &&
          (kp.lean_gather != 0) == kLeanGatherDefault && (kp.ahead_next != 0) == kAheadNextDefault &&

@@ -44,6 +44,10 @@ MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, fals
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kBf16, true, false, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kF16, true, false, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, false, false, true>);
+// The kChannel kPlain kernels (fp8_per_channel's common call; MOEKIT_EXPERT_MLP_PLAIN_CHANNEL), one-CTA
+// and cluster forms, untimed only.
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, false, false, true, false, true>);
+MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, true, false, true>);
 // w2 as row pairs (e4m3 per tensor at N % 16 = 8, gpt-oss TP8): the cluster form, untimed and timed.
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, false, false, true>);
 MOEKIT_REGISTER_KERNEL(expert_mlp_sm90_kernel<Operand::kE4m3, true, true, false, true>);
