@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# s128 c4 (session 83; prepared, not run: the device paused lending before it): the router's
+# s128 c4 (session 83; prepared, not run: the device paused lending before it; tools/scripts/s130/c1.sh
+# carries its items with the per-channel plain kernels for the next device time): the router's
 # mixtral TP8 fp8_per_tensor change (babf403: gemv(mma) at 1 and 9 tokens, Swap-AB's plain kernels
 # from 2 tokens to 16 slots; c2's sweep had Swap-AB 1.09-1.14x ahead at M = 2 / 4 / 8) built and
 # checked: the dispatch GPU tests, the same-run path sweep at mixtral TP8 M = 1..16 (auto now the
