@@ -63,7 +63,7 @@ TEST(Preload, EveryKernelFamilyIsRegistered) {
       {"quant_group_sm90_kernel", 6},   {"mma_sm90_kernel", 4},
       {"swapab_sm90_kernel", 14},       {"tokmajor_sm90_kernel", 14},  // 8 + GEMM2's ping-pong form per operand + GEMM1 routing in the kernel (bf16, fp16, e4m3)
       {"kshort_sm90_kernel", 3},  // the static K-short GEMM2, per operand
-      {"expert_mlp_sm90_kernel", 24},  // the per-expert MLP kernel: bf16, fp16, e4m3, e4m3 per channel, x one CTA / cluster, x the phase timer (tests only); e4m3 row pairs (cluster), x the timer; the plain kernels (bf16, fp16, e4m3 x one CTA / cluster, untimed)
+      {"expert_mlp_sm90_kernel", 26},  // the per-expert MLP kernel: bf16, fp16, e4m3, e4m3 per channel, x one CTA / cluster, x the phase timer (tests only); e4m3 row pairs (cluster), x the timer; the plain kernels (bf16, fp16, e4m3, e4m3 per channel x one CTA / cluster, untimed)
       {"fused_moe_sm90_kernel", 3},     {"ep_plan_kernel", 1},  // EP: arch-generic (kernels/ep/kernel.cuh)
       {"ep_pack_kernel", 2},            {"ep_unpack_kernel", 2},
       {"ep_combine_kernel", 2},
