@@ -123,6 +123,17 @@ int swapab_split_k(const MoeProblem& p, int gemm, int sm_count) {
   return choose_swapab_split(swapab_max_items(n_out, p.num_experts, P), sm_count, ceil_div(k_dim * es, 128));
 }
 
+// fp8_per_tensor on the few experts' shards (mixtral TP8): the calls whose rows Swap-AB's plain
+// kernels take past one token (RouterTable::early_swapab_max_slots_few_experts_shard_fp8), read by
+// both the GEMV tensor-core rule and the early crossover.
+namespace {
+bool few_experts_fp8_shard(const MoeProblem& p) {
+  const RouterTable& t = kRouterTable;
+  return p.scheme == Scheme::kFp8PerTensor && p.num_experts <= t.few_experts &&
+         p.intermediate_size < t.few_experts_shard_max_n;
+}
+}  // namespace
+
 // The GEMV path's tensor-core kernel rule (RouterTable::gemv_mma_*): where its same-run sweeps had it
 // beat the previous choice.
 bool gemv_mma_rule(const MoeProblem& p) {
@@ -152,9 +163,8 @@ bool gemv_mma_rule(const MoeProblem& p) {
   // fp8_per_tensor on the few experts' shards (mixtral TP8): not where Swap-AB's plain kernels take
   // the call (2 tokens up to early_swapab_max_slots_few_experts_shard_fp8 slots), but at one token and
   // past them up to gemv_mma_few_experts_max_tokens_fp8.
-  const bool few_per_tensor_shard = per_tensor && p.intermediate_size < t.few_experts_shard_max_n;
   const bool plain_swapab_takes =
-      few_per_tensor_shard && M > t.gemv_mma_few_experts_max_tokens_per_tensor_shard &&
+      few_experts_fp8_shard(p) && M > t.gemv_mma_few_experts_max_tokens_per_tensor_shard &&
       M * static_cast<double>(p.top_k) <= t.early_swapab_max_slots_few_experts_shard_fp8;
   const bool few = p.num_experts <= t.few_experts && !plain_swapab_takes &&
                    M <= (p.scheme != Scheme::kBf16 ? t.gemv_mma_few_experts_max_tokens_fp8
@@ -425,7 +435,7 @@ DispatchPlan choose_paths(const MoeProblem& p, const RouterInputs& in) {
     // bf16 and fp8_per_tensor on few experts (mixtral): their own Swap-AB bound and not the
     // TP1-sized clause.
     const bool few = (p.scheme == Scheme::kFp8PerTensor || p.scheme == Scheme::kBf16) && p.num_experts <= t.few_experts;
-    const bool few_fp8_shard = few && p.scheme == Scheme::kFp8PerTensor && N < t.few_experts_shard_max_n;
+    const bool few_fp8_shard = few_experts_fp8_shard(p);
     const double swapab_slots = tiny            ? t.tiny_n_swapab_max_slots
                                 : few_fp8_shard ? t.early_swapab_max_slots_few_experts_shard_fp8
                                 : few           ? t.early_swapab_max_slots_few_experts

@@ -112,7 +112,8 @@ inline constexpr bool kPlainChannelDefault = false;
 // fp8_per_channel, kp.plain_channel), silu, no biases, the router weight on the output, e4m3's y in
 // bf16, every A/B switch at its default. fp8: the e4m3 instantiations; channel: fp8_per_channel's.
 inline bool plain_call(const KernelParams& kp, bool fp8, bool channel = false) {
-  return kp.plain != 0 && (!channel || kp.plain_channel != 0) && kp.act == Activation::kSilu && kp.b13 == nullptr && kp.b2 == nullptr &&
+  return kp.plain != 0 && (!channel || kp.plain_channel != 0) && kp.act == Activation::kSilu &&
+         kp.b13 == nullptr && kp.b2 == nullptr &&
          kp.weight_on_input == 0 && (!fp8 || kp.y_f16 == 0) && kp.w2_pairs == 0 &&
          (kp.two_boxes != 0) == kTwoBoxesDefault && (kp.evict_first != 0) == kEvictFirstDefault &&
          (kp.lean_gather != 0) == kLeanGatherDefault && (kp.ahead_next != 0) == kAheadNextDefault &&
